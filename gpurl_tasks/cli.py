@@ -1,0 +1,65 @@
+"""Helpers shared by tasks.py and noxfile.py: config from flags, clean failures, output.
+
+This is the edge where errors become one line and an exit code, and where JSON and
+human output are printed; the modules below never print or exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from invoke.exceptions import Exit
+
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.errors import GpurlError
+
+__all__ = ["REPO_ROOT", "clean_failures", "config_for", "emit_json", "say", "step"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def config_for(profile: str | None = None, **overrides: Any) -> Config:
+    """Resolve the config for a task; flag names map to dotted keys ("layers__cap")."""
+    dotted: Mapping[str, Any] = {k.replace("__", "."): v for k, v in overrides.items()}
+    return load_config(REPO_ROOT, profile=profile, overrides=dotted)
+
+
+@contextlib.contextmanager
+def clean_failures() -> Iterator[None]:
+    """Turn a GpurlError into one actionable line and a non-zero exit, never a traceback."""
+    try:
+        yield
+    except GpurlError as exc:
+        line = f"error: {exc.message}"
+        if exc.hint:
+            line += f"\n  hint: {exc.hint}"
+        raise Exit(line, code=exc.exit_code) from None
+
+
+def say(message: str = "") -> None:
+    """Human progress and diagnostics go to stderr so --json stdout stays parseable."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def emit_json(obj: Any) -> None:
+    """Exactly one JSON object on stdout."""
+    print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+@contextlib.contextmanager
+def step(name: str) -> Iterator[None]:
+    """Print a step's start and its end with duration and a tick or a cross."""
+    say(f"==> {name}")
+    start = time.monotonic()
+    try:
+        yield
+    except BaseException:
+        say(f"<== {name}: failed after {time.monotonic() - start:.1f}s ✗")
+        raise
+    say(f"<== {name}: done in {time.monotonic() - start:.1f}s ✓")

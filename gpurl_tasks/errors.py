@@ -1,0 +1,65 @@
+"""One small error hierarchy: every failure a user can cause carries an actionable message.
+
+The task layer catches `GpurlError` once and turns it into one line plus a hint and a
+non-zero exit code; nothing below it prints or exits.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BuildError",
+    "ConfigError",
+    "GpurlError",
+    "IrisError",
+    "LockError",
+    "PinError",
+    "PlanError",
+    "RegistryError",
+    "SizeError",
+]
+
+
+class GpurlError(Exception):
+    """Base of every expected failure: `message` says what went wrong, `hint` what to do."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+
+
+class ConfigError(GpurlError):
+    """The [tool.gpurl] config, an environment variable or a flag is invalid."""
+
+
+class LockError(GpurlError):
+    """uv.lock is missing, malformed or does not contain what was asked for."""
+
+
+class SizeError(GpurlError):
+    """A package's size is unknown and no override or probe supplies it."""
+
+
+class PlanError(GpurlError):
+    """The layer plan cannot satisfy its invariants (e.g. one package exceeds the cap)."""
+
+
+class RegistryError(GpurlError):
+    """The registry refused, failed, or returned something inconsistent."""
+
+
+class IrisError(GpurlError):
+    """The iris CLI is missing, different from what we support, or failed."""
+
+
+class BuildError(GpurlError):
+    """A build could not be started or failed."""
+
+
+class PinError(GpurlError):
+    """The launcher pin cannot be written safely."""
