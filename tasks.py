@@ -17,6 +17,52 @@ _PROFILE_HELP = "config profile from [tool.gpurl.profiles] (default: gpu-rl, or 
 # --- plan -------------------------------------------------------------------------------
 
 
+@task(
+    iterable=["extra"],
+    help={
+        "lock": "uv.lock to plan (default: the workspace lock from config)",
+        "extra": "extra to select; repeat for several (default: python.extras from config)",
+        "cap": "largest allowed layer, e.g. 4GB or 500MB (default: layers.cap)",
+        "size_overrides": "JSON file of sizes the lock lacks: {\"name\" | \"name==version\": bytes}",
+        "basis": "size the cap applies to: compressed (default) or installed",
+        "json": "print exactly one JSON object instead of the table",
+        "profile": _PROFILE_HELP,
+    },
+)
+def plan(
+    c: Context,
+    lock: str | None = None,
+    extra: list[str] | None = None,
+    cap: str | None = None,
+    size_overrides: str | None = None,
+    basis: str | None = None,
+    json: bool = False,
+    profile: str | None = None,
+) -> None:
+    """Plan the uv sync chain: which packages each layer installs, each layer under the cap."""
+    from pathlib import Path
+
+    from gpurl_tasks.layers import plan_for_config
+    from gpurl_tasks.plan_report import render_plan
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, python__extras=extra or None, layers__cap=cap,
+                                layers__basis=basis)
+        result = plan_for_config(config, lock=Path(lock) if lock else None,
+                                 size_overrides=Path(size_overrides) if size_overrides else None)
+        if json:
+            cli.emit_json(result.to_json())
+        else:
+            print(render_plan(result))
+            for i in range(len(result.steps)):
+                print(" ".join(result.step_argv(i)) if len(result.step_argv(i)) < 12 else
+                      f"step {i}: uv sync {' '.join(result.sync_flags)} "
+                      f"+ {len(result.steps[i].no_install_package)} --no-install-package")
+
+
+ns.add_task(plan)
+
+
 # --- generate ---------------------------------------------------------------------------
 
 
