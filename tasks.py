@@ -54,10 +54,10 @@ def plan(
             cli.emit_json(result.to_json())
         else:
             print(render_plan(result))
-            for i in range(len(result.steps)):
-                print(" ".join(result.step_argv(i)) if len(result.step_argv(i)) < 12 else
-                      f"step {i}: uv sync {' '.join(result.sync_flags)} "
-                      f"+ {len(result.steps[i].no_install_package)} --no-install-package")
+            print(f"every step: uv sync {' '.join(result.sync_flags)}")
+            for i, step in enumerate(result.steps):
+                print(f"  step {i}: --no-install-package x{len(step.no_install_package)}"
+                      f" (installs layer {i}: {len(result.layers[i].packages)} packages)")
 
 
 ns.add_task(plan)
