@@ -63,6 +63,59 @@ def plan(
 ns.add_task(plan)
 
 
+@task(
+    iterable=["extra"],
+    help={
+        "probe": "fetch sizes over HTTP (HEAD + zip directory range reads) into layers.size-cache",
+        "lock": "uv.lock to read (default: the workspace lock from config)",
+        "extra": "extra to select; repeat for several (default: python.extras)",
+        "dry_run": "list what would be probed without any network access",
+        "json": "print the probed entries (or the URLs, with --dry-run) as JSON",
+        "profile": _PROFILE_HELP,
+    },
+)
+def sizes(
+    c: Context,
+    probe: bool = False,
+    lock: str | None = None,
+    extra: list[str] | None = None,
+    dry_run: bool = False,
+    json: bool = False,
+    profile: str | None = None,
+) -> None:
+    """Show which wheel sizes are unknown; with --probe, fetch and cache them."""
+    from pathlib import Path
+
+    from gpurl_tasks import probe as probing
+    from gpurl_tasks.lock import install_closure, load_lock
+    from gpurl_tasks.sizes import load_size_sources, urls_to_probe
+    from gpurl_tasks.target import target_tags
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, python__extras=extra or None)
+        closure = install_closure(load_lock(Path(lock) if lock else config.lock),
+                                  config.target, config.python)
+        sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
+        urls = urls_to_probe(closure.packages, target_tags(config.target), sources)
+        if not probe or dry_run:
+            if json:
+                cli.emit_json({"to_probe": urls})
+            else:
+                print("\n".join(urls) or "every wheel size is known")
+            return
+        cache = config.layers.size_cache
+        if cache is None:
+            raise cli.ConfigError("layers.size-cache is not set; nowhere to store probed sizes")
+        found = probing.probe_urls(urls, progress=lambda url: cli.say(f"probing {url}"))
+        probing.write_cache(cache, found)
+        cli.say(f"probed {len(found)} wheel(s) into {cache}")
+        if json:
+            cli.emit_json(found)
+
+
+ns.add_task(sizes)
+
+
 # --- generate ---------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.lock import Closure, Lock, install_closure, load_lock
-from gpurl_tasks.plan_model import Layer, PlannedPackage, Plan, SyncStep, sync_selection_flags
+from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
 from gpurl_tasks.sizes import PackageSize, load_size_sources, package_sizes
 from gpurl_tasks.target import target_tags
 from gpurl_tasks.units import format_bytes

@@ -172,11 +172,11 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
     kinds = [k for k in SOURCE_KINDS if k in src]
     if len(kinds) != 1:
         raise LockError(f"{source}: {where}.source must name exactly one of {', '.join(SOURCE_KINDS)}")
-    optional = {
+    optional: dict[str, tuple[Dependency, ...]] = {
         canonicalize_name(extra): _dependencies(deps, f"{where}.optional-dependencies.{extra}", source)
         for extra, deps in _expect(raw.get("optional-dependencies", {}), dict, where, source).items()
     }
-    dev = {
+    dev: dict[str, tuple[Dependency, ...]] = {
         canonicalize_name(group): _dependencies(deps, f"{where}.dev-dependencies.{group}", source)
         for group, deps in _expect(raw.get("dev-dependencies", {}), dict, where, source).items()
     }
@@ -247,7 +247,7 @@ def _compiled(marker: str) -> Marker:
 
 def _conflict_names(root: str, extras: Iterable[str], groups: Iterable[str]) -> frozenset[str]:
     """uv's encoded names for activated root extras and groups (`extra-<len>-<pkg>-<name>`)."""
-    names = {canonicalize_name(e) for e in extras} | {canonicalize_name(g) for g in groups}
+    names: set[str] = {canonicalize_name(e) for e in extras} | {canonicalize_name(g) for g in groups}
     names |= {f"extra-{len(root)}-{root}-{canonicalize_name(e)}" for e in extras}
     names |= {f"group-{len(root)}-{root}-{canonicalize_name(g)}" for g in groups}
     return frozenset(names)
@@ -303,8 +303,7 @@ def install_closure(lock: Lock, target: TargetSpec, selection: PythonSelection) 
     chosen: dict[tuple[Any, ...], LockedPackage] = {}
     queue: list[tuple[LockedPackage, frozenset[str]]] = []
     for root in roots:
-        extras = frozenset(canonicalize_name(e) for e in selection.extras)
-        queue.append((root, extras))
+        queue.append((root, frozenset(str(canonicalize_name(e)) for e in selection.extras)))
         for group in sorted(groups):
             for dep in root.dev_dependencies.get(canonicalize_name(group), ()):
                 if applies(dep):

@@ -14,7 +14,7 @@ from typing import Any
 from gpurl_tasks.config import PythonSelection
 from gpurl_tasks.sizes import INSTALLED_PER_COMPRESSED
 
-__all__ = ["Layer", "PlannedPackage", "Plan", "SyncStep", "sync_selection_flags"]
+__all__ = ["Layer", "Plan", "PlannedPackage", "SyncStep", "sync_selection_flags"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
 

@@ -21,12 +21,13 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
            f"{'vs cap':<{_BAR_WIDTH + 1}}  biggest packages"
     lines = [head, "-" * len(head)]
     for layer in plan.layers:
+        measured = layer.compressed_bytes if plan.basis == "compressed" else layer.installed_bytes
         top = sorted(layer.packages, key=lambda p: (-p.compressed_bytes, p.name))[:biggest]
         names = ", ".join(f"{p.name} {format_bytes(p.compressed_bytes)}" for p in top)
         lines.append(
             f"{layer.index:>5}  {len(layer.packages):>4}  {format_bytes(layer.compressed_bytes):>11}"
             f"  {format_bytes(layer.installed_bytes):>11}  "
-            f"{bar(layer.compressed_bytes if plan.basis == 'compressed' else layer.installed_bytes, plan.cap_bytes)}"
+            f"{bar(measured, plan.cap_bytes)}"
             f"  {names}"
         )
     largest = max((layer.compressed_bytes for layer in plan.layers), default=0)

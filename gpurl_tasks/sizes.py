@@ -27,6 +27,7 @@ __all__ = [
     "load_size_sources",
     "package_sizes",
     "select_wheel",
+    "urls_to_probe",
 ]
 
 # Installed (uncompressed) bytes per compressed byte when the exact figure was not probed.
@@ -143,3 +144,17 @@ def package_sizes(
                  "or run `invoke sizes --probe` for wheels with a URL",
         )
     return result
+
+
+def urls_to_probe(
+    packages: Iterable[LockedPackage], supported: Sequence[Tag], sources: SizeSources
+) -> list[str]:
+    """Wheel URLs whose compressed or installed size is not known yet, sorted."""
+    urls = set()
+    for pkg in packages:
+        wheel = select_wheel(pkg, supported)
+        if wheel is None or not wheel.url or not wheel.url.startswith(("http://", "https://")):
+            continue
+        if "installed" not in sources.probed.get(wheel.url, {}):
+            urls.add(wheel.url)
+    return sorted(urls)

@@ -51,7 +51,7 @@ def test_profiles_and_paths(root: Path) -> None:
 
 
 def test_unknown_keys_suggest_the_right_one(root: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown config key 'layers.capp'") as info:
+    with pytest.raises(ConfigError, match=r"unknown config key 'layers\.capp'") as info:
         load_config(root, env={}, overrides={"layers.capp": "1GB"})
     assert info.value.hint == "did you mean 'layers.cap'?"
     with pytest.raises(ConfigError, match="unknown profile 'aa'"):

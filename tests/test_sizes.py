@@ -83,5 +83,5 @@ def test_unknown_sizes_are_all_listed_with_the_remedy(tmp_path: Path) -> None:
 def test_bad_override_file_is_a_clear_error(tmp_path: Path, content: str) -> None:
     path = tmp_path / "o.json"
     path.write_text(content)
-    with pytest.raises(SizeError, match="o.json"):
+    with pytest.raises(SizeError, match=r"o\.json"):
         load_size_sources(path, None)

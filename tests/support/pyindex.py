@@ -18,7 +18,7 @@ import threading
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from packaging.utils import canonicalize_name
 
@@ -49,10 +49,11 @@ def make_wheel(
         data = b"".join(hashlib.sha256(rng + i.to_bytes(8, "big")).digest() for i in range(blocks))
         files[f"{dist}/payload.bin"] = data[:payload_bytes]
     info = f"{dist}-{version}.dist-info"
-    metadata = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     metadata += [f"Requires-Dist: {req}" for req in requires]
     files[f"{info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: gpurl-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: gpurl-tests\n"
+                              b"Root-Is-Purelib: true\nTag: py3-none-any\n")
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files.items())
     files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
     directory.mkdir(parents=True, exist_ok=True)
@@ -109,7 +110,7 @@ def serve_index(wheels: Path, root: Path) -> Iterator[str]:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+    extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".json": "application/vnd.pypi.simple.v1+json"}
 
     def send_head(self) -> Any:
@@ -117,5 +118,5 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
             self.path = self.path.split("?", 1)[0].rstrip("/") + "/index.json"
         return super().send_head()
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         pass
