@@ -66,7 +66,7 @@ def _tar(entries: dict[str, tuple[bytes, int]], gz: bool) -> bytes:
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
