@@ -63,7 +63,8 @@ def find_program(name: str, *, path: str | None = None) -> str:
 
 def format_command(argv: Sequence[str], secrets: Iterable[str | Secret] = ()) -> str:
     """The shell-quoted command line with every secret value replaced by a placeholder."""
-    return redact(shlex.join(argv), secrets)
+    secrets = tuple(secrets)
+    return shlex.join(redact(arg, secrets) for arg in argv)
 
 
 def _echo_stderr(line: str) -> None:
