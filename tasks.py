@@ -83,8 +83,8 @@ ns.add_task(build)
 def watch(
     c: Context,
     job: str,
-    interval: float = 60.0,
-    max_duration: float = 6 * 3600.0,
+    interval: int = 60,
+    max_duration: int = 6 * 3600,
     cluster: str | None = None,
     profile: str | None = None,
     json: bool = False,

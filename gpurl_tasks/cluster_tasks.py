@@ -17,10 +17,10 @@ from gpurl_tasks.cli import emit_json, say
 from gpurl_tasks.cluster_build import BuildEnv, BuildRequest, PreparedBuild, prepare_build
 from gpurl_tasks.config import Config
 from gpurl_tasks.credentials import TokenSource, find_registry_token, redact
-from gpurl_tasks.errors import BuildError, IrisError
+from gpurl_tasks.errors import BuildError, GpurlError, IrisError
 from gpurl_tasks.iris import IrisCli, Observation, parse_job_id
 from gpurl_tasks.proc import CommandFailed, find_program, run
-from gpurl_tasks.watch import EXIT_FAILED, log_window_start, watch
+from gpurl_tasks.watch import EXIT_FAILED, WatcherError, log_window_start, watch
 
 __all__ = ["IRIS_ENV", "generate_script", "iris_program", "kill_job", "real_world", "run_build",
            "run_watch"]
@@ -104,9 +104,12 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
               clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> int:
     """Watch `job_id` to a terminal state; return the exit code (see watch.py)."""
-    iris = cli or _iris(config, os.environ, cluster)
     started_ms = int(time.time() * 1000)
-    commands = iris.state_commands()
+    try:
+        iris = cli or _iris(config, os.environ, cluster)
+        commands = iris.state_commands()
+    except GpurlError as exc:
+        raise WatcherError(exc.message, hint=exc.hint) from None
     say(f"watching {job_id} via `iris {commands[0].value}` every {interval:g}s")
     events: list[dict[str, Any]] = []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from gpurl_tasks.errors import IrisError
 from gpurl_tasks.iris import ABSENT, FAILED_STATES, Observation, TransientIrisError
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "EXIT_SUCCEEDED",
     "EXIT_WATCHER",
     "WatchResult",
+    "WatcherError",
     "exit_code_for",
     "log_window_start",
     "watch",
@@ -29,6 +31,12 @@ EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
 EXIT_ABSENT = 2
 EXIT_WATCHER = 3
+
+
+class WatcherError(IrisError):
+    """The watcher itself could not work (no iris, no usable state command)."""
+
+    exit_code = EXIT_WATCHER
 
 
 def exit_code_for(state: str) -> int:

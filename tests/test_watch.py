@@ -28,6 +28,7 @@ from gpurl_tasks.watch import (
     EXIT_FAILED,
     EXIT_SUCCEEDED,
     EXIT_WATCHER,
+    WatcherError,
     exit_code_for,
     log_window_start,
     watch,
@@ -148,6 +149,7 @@ class Replay:
 
     def __init__(self, job_help: str, states: list[str | tuple[int, str]], log: str = "") -> None:
         self.job_help = (DATA / job_help).read_text()
+        self.top_help = (DATA / "help-0.2.35.txt").read_text()
         self.states = list(states)
         self.log = log
         self.calls: list[tuple[str, ...]] = []
@@ -156,7 +158,7 @@ class Replay:
         args = tuple(argv)
         self.calls.append(args)
         if args[1:] == ("--help",):
-            out = (DATA / "help-0.2.35.txt").read_text()
+            out = self.top_help
         elif args[1:] == ("job", "--help"):
             out = self.job_help
         elif "logs" in args:
@@ -262,3 +264,24 @@ def test_list_variant(capsys: pytest.CaptureFixture[str]) -> None:
     code, _ = _run(replay, capsys)
     assert code == 2
     assert ("iris", "--cluster=cw-test", "job", "list", "--json", "--prefix", JOB) in replay.calls
+
+
+def test_a_cli_without_state_commands_is_a_watcher_failure(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("job-help-0.2.35.txt", [])
+    replay.job_help = "Usage: iris job\n\nCommands:\n  run  Submit jobs.\n"
+    replay.top_help = "Usage: iris\n\nCommands:\n  job  Manage Iris jobs.\n"
+    with pytest.raises(WatcherError) as info:
+        _run(replay, capsys)
+    assert info.value.exit_code == EXIT_WATCHER and "cannot read job state" in info.value.message
+
+
+def test_missing_iris_is_exit_3() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "invoke", "watch", JOB, "--interval", "1"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+                          env={"PATH": "/nonexistent", "HOME": "/tmp"})
+    assert proc.returncode == 3
+    assert "couldn't find iris in PATH" in proc.stderr
