@@ -285,3 +285,47 @@ def test_missing_iris_is_exit_3() -> None:
                           env={"PATH": "/nonexistent", "HOME": "/tmp"})
     assert proc.returncode == 3
     assert "couldn't find iris in PATH" in proc.stderr
+
+
+STANDIN_IRIS = r"""#!/usr/bin/env bash
+# Stand-in iris CLI: replays recorded outputs; one state file per `job summary` call.
+data="$IRIS_DATA"
+case "$*" in
+  "--help") cat "$data/help-0.2.35.txt" ;;
+  "job --help") cat "$data/job-help-0.2.35.txt" ;;
+  *" job summary "*)
+    n=$(cat "$IRIS_COUNTER" 2>/dev/null || echo 0)
+    echo $((n + 1)) >"$IRIS_COUNTER"
+    set -- $IRIS_STATES
+    shift "$n"
+    cat "$data/$1" ;;
+  *" job logs "*) printf '%s\n' "$*" >"$IRIS_LOGS_ARGS"; printf 'step 1\nstep 2\n' ;;
+  *) echo "unexpected: $*" >&2; exit 2 ;;
+esac
+"""
+
+
+@pytest.mark.integration
+def test_invoke_watch_through_a_standin_iris_program(tmp_path: Path) -> None:
+    """The whole path (invoke -> proc.run -> a real program on PATH); the program replays
+    recorded outputs because no iris cluster can run here."""
+    import os
+    import subprocess
+    import sys
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "iris").write_text(STANDIN_IRIS)
+    (bindir / "iris").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "IRIS_DATA": str(DATA),
+           "IRIS_COUNTER": str(tmp_path / "n"), "IRIS_LOGS_ARGS": str(tmp_path / "logs"),
+           "IRIS_STATES": "summary-pending.json summary-running.json summary-failed.json"}
+    proc = subprocess.run([sys.executable, "-m", "invoke", "watch", JOB, "--interval", "1",
+                           "--json"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          check=False, env=env, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [e["state"] for e in out["events"]] == ["pending", "running", "failed"]
+    assert out["log_tail"] == ["step 1", "step 2"]
+    assert "--no-tail" in (tmp_path / "logs").read_text()
+    assert "] failed exit=137" in proc.stderr
