@@ -30,3 +30,31 @@ def lint(session: nox.Session) -> None:
     _sync(session, "lint")
     session.run("ruff", "check", ".")
     session.run("mypy")
+    session.run("shellcheck", "docker/build_gpu_rl_kaniko.sh")
+    session.run("invoke", "gen-kaniko", "--check")
+
+
+# --- cluster build (iris + kaniko) ------------------------------------------------------
+
+# The iris release `invoke build` is checked against (name it in the README). Unpinned
+# installs break: newer finelog/rigging/httpx releases do not import together, so the
+# dependency set is resolved as of the release date too.
+IRIS_CONTRACT_PINS = (
+    "marin-iris==0.2.35.dev202607030841",
+    "marin-rigging==0.2.35.dev202607030841",
+    "marin-finelog==0.2.12.dev202607030858",
+    "marin-finelog-server==0.2.10",
+)
+IRIS_CONTRACT_EXCLUDE_NEWER = "2026-07-04"
+
+
+@nox.session(name="iris-contract", python="3.12")
+def iris_contract(session: nox.Session) -> None:
+    """Parse `invoke build`'s exact argv with the pinned iris release's own CLI parser."""
+    _sync(session, "test")
+    session.run_install("uv", "pip", "install", "--python", session.virtualenv.location,
+                        "--prerelease", "if-necessary-or-explicit",
+                        "--exclude-newer", IRIS_CONTRACT_EXCLUDE_NEWER, *IRIS_CONTRACT_PINS)
+    session.run("pytest", "tests/test_iris_contract.py", *session.posargs,
+                env={"GPURL_IRIS_CONTRACT": IRIS_CONTRACT_PINS[0]})
+
