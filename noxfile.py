@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import subprocess
+
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["tests", "lint"]
+nox.options.sessions = ["tests", "iris-contract", "lint"]
 nox.options.reuse_venv = "yes"
 
 
@@ -48,7 +53,17 @@ IRIS_CONTRACT_PINS = (
 IRIS_CONTRACT_EXCLUDE_NEWER = "2026-07-04"
 
 
-@nox.session(name="iris-contract", python="3.12")
+def _python312() -> str:
+    """A working Python 3.12: PATH first, then pyenv's versions (whose shim hides it from uv)."""
+    candidates = [shutil.which("python3.12"),
+                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
+            return candidate
+    return "3.12"
+
+
+@nox.session(name="iris-contract", python=_python312())
 def iris_contract(session: nox.Session) -> None:
     """Parse `invoke build`'s exact argv with the pinned iris release's own CLI parser."""
     _sync(session, "test")

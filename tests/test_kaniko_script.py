@@ -15,7 +15,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from kaniko_harness import Rig, rig
+
+from tests.kaniko_harness import Rig, rig
 
 pytestmark = pytest.mark.integration
 
