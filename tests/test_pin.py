@@ -101,7 +101,8 @@ def test_any_value_round_trips_through_ast(value: str) -> None:
 
 @pytest.mark.parametrize(("source", "message"), [
     ("OTHER = 'x'\n", "has no assignment to DEFAULT_RL_DOCKER_IMAGE"),
-    (f"{VAR} = 'a'\nif x:\n    {VAR} = 'b'\n", "assigns DEFAULT_RL_DOCKER_IMAGE 2 times (lines 1, 3)"),
+    (f"{VAR} = 'a'\nif x:\n    {VAR} = 'b'\n",
+     "assigns DEFAULT_RL_DOCKER_IMAGE 2 times (lines 1, 3)"),
     (f"{VAR}, B = 'a', 'b'\n", "assigned together with other names"),
     (f"A = {VAR} = 'a'\n", "assigned together with other names"),
     (f"{VAR} = os.environ['X']\n", "not assigned a plain string literal"),
@@ -168,8 +169,8 @@ def test_write_atomic_replaces_and_keeps_mode(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["launch.py"]
 
 
-def test_write_atomic_failure_leaves_the_old_file_and_no_temp(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_atomic_failure_leaves_the_old_file_and_no_temp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "launch.py"
     target.write_text("old\n")
 

@@ -14,14 +14,21 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.faults import Fault, FaultProxy
+from support.pusher import (
+    DOCKER_LIST,
+    DOCKER_MANIFEST,
+    PushedImage,
+    push_image,
+    push_index,
+    random_layer,
+    tar_gz_layer,
+)
+from support.registry_server import RegistryServer, running_registry
+from support.token_auth import TokenService
 
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.registry import Credentials, ImageRef, RegistryClient, parse_reference
-from support.faults import Fault, FaultProxy
-from support.pusher import DOCKER_LIST, DOCKER_MANIFEST, PushedImage, push_image, push_index
-from support.pusher import random_layer, tar_gz_layer
-from support.registry_server import RegistryServer, running_registry
-from support.token_auth import TokenService
 
 pytestmark = pytest.mark.integration
 

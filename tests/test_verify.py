@@ -104,7 +104,7 @@ SYNC = "RUN /bin/sh -c uv sync --frozen --no-cache --extra ep"
 
 
 def sync_image(sync_sizes: list[int], fingerprint: str | None) -> PulledImage:
-    sizes = [80_000_000, 1_000_000] + sync_sizes + [5_000_000]
+    sizes = [80_000_000, 1_000_000, *sync_sizes, 5_000_000]
     instructions = (["ADD rootfs /", "COPY uv.lock pyproject.toml /app/"]
                     + [f"{SYNC} --no-install-package x{i}" for i in range(len(sync_sizes))]
                     + ["COPY . /app"])

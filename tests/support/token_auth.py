@@ -93,7 +93,7 @@ class TokenService:
         header = {"typ": "JWT", "alg": "RS256", "x5c": [self._x5c]}
         claims = {"iss": ISSUER, "sub": user, "aud": SERVICE, "exp": now + 300,
                   "nbf": now - 10, "iat": now, "jti": uuid.uuid4().hex, "access": access}
-        signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+        signing_input = ".".join(_b64url(json.dumps(part).encode()) for part in (header, claims))
         signature = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.key)],
                                    input=signing_input.encode(), check=True,
                                    capture_output=True).stdout
