@@ -87,6 +87,7 @@ ns.add_task(verify_layers)
     "dry_run": "print the unified diff and write nothing",
     "force": "pin even when the image fails the layer rules",
     **_RULE_HELP,
+    "json": "print one JSON object (value, path, changed, diff, layer report)",
     "profile": _PROFILE_HELP,
 })
 def pin(
@@ -99,6 +100,7 @@ def pin(
     cap: str | None = None,
     hard_limit: str | None = None,
     min_layers: str | None = None,
+    json_: bool = False,
     profile: str | None = None,
 ) -> None:
     """Verify the image, then pin its linux/amd64 manifest digest into the launcher.
@@ -111,7 +113,7 @@ def pin(
     import datetime as dt
     from pathlib import Path
 
-    from gpurl_tasks import release
+    from gpurl_tasks import release, verify
 
     with cli.clean_failures():
         config = cli.config_for(
@@ -121,13 +123,17 @@ def pin(
                                                today=dt.datetime.now(dt.UTC).date())
         if not report.ok:
             cli.say(f"warning: pinning {report.reference} despite failing rules (--force)")
-        if dry_run:
-            print(change.diff or f"{change.path}: already pinned to {change.value}", end="")
-            return
-        if release.apply_pin(change):
-            cli.say(f"pinned {change.value} in {change.path}")
-        else:
-            cli.say(f"{change.path} already pins {change.value}; nothing to do")
+        written = False if dry_run else release.apply_pin(change)
+    if json_:
+        cli.emit_json({"value": change.value, "path": str(change.path), "changed": change.changed,
+                       "written": written, "dry_run": dry_run, "diff": change.diff,
+                       "report": verify.report_json(report)})
+    elif dry_run:
+        print(change.diff or f"{change.path}: already pinned to {change.value}\n", end="")
+    elif written:
+        cli.say(f"pinned {change.value} in {change.path}")
+    else:
+        cli.say(f"{change.path} already pins {change.value}; nothing to do")
 
 
 ns.add_task(pin)

@@ -151,3 +151,18 @@ def test_launcher_problems_are_clear(registry: RegistryServer, tmp_path: Path,
     assert "Traceback" not in done.stderr
     assert (path.read_text() if content is not None else None) == content
     assert sorted(p.name for p in tmp_path.iterdir()) == (["launch.py"] if content else [])
+
+
+def test_json_output(registry: RegistryServer, launcher: Path) -> None:
+    import json
+
+    image = pushed(registry, "gpu-rl-fffffff", 8)
+    env = env_for(registry.host, launcher)
+    first = json.loads(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
+                                "--json", env=env).stdout)
+    assert first["value"] == f"{registry.host}/org/img@{image.manifest_digest}"
+    assert first["changed"] and first["written"] and first["report"]["ok"]
+    assert first["report"]["layer_count"] == 5
+    second = json.loads(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
+                                 "--json", "--dry-run", env=env).stdout)
+    assert (second["changed"], second["written"], second["diff"]) == (False, False, "")

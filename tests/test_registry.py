@@ -118,3 +118,20 @@ def test_secret_is_not_in_repr() -> None:
     creds = Credentials(username="u", secret="canary-7d1f")
     assert "canary-7d1f" not in repr(creds)
     assert "canary-7d1f" not in str(creds)
+
+
+def test_the_token_is_only_offered_to_the_configured_registry(tmp_path: Path) -> None:
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.release import open_client
+
+    repo = Path(__file__).resolve().parent.parent
+    config = load_config(repo, env={"GPURL_REGISTRY_HOST": "ghcr.io"})
+    env = {"GPURL_REGISTRY_TOKEN": "canary-3e1", "HOME": str(tmp_path)}
+    ours = parse_reference("ghcr.io/org/img:gpu-rl-abc1234", default_host="ghcr.io")
+    foreign = parse_reference("evil.example/org/img:gpu-rl-abc1234", default_host="ghcr.io")
+    with open_client(config, ours, env) as client:
+        assert client._credentials is not None and client._credentials.secret == "canary-3e1"
+        assert client._credentials.username == config.registry.user
+        assert client.base_url == "https://ghcr.io"
+    with open_client(config, foreign, env) as client:
+        assert client._credentials is None
