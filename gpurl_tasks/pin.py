@@ -30,7 +30,7 @@ from pathlib import Path
 
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
-from gpurl_tasks.registry import ImageRef
+from gpurl_tasks.image_ref import ImageRef
 from gpurl_tasks.units import format_bytes
 
 __all__ = [

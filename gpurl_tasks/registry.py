@@ -12,34 +12,27 @@ Credentials never appear in an exception message, a log line or a repr.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import email.utils
 import hashlib
 import json
 import random
-import re
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.image_ref import DIGEST_RE, ImageRef, uses_plain_http
+from gpurl_tasks.registry_auth import Credentials, credential_hint, parse_challenge
 
 __all__ = [
     "ACCEPT_MANIFESTS",
-    "Credentials",
     "Descriptor",
     "HistoryEntry",
-    "ImageRef",
     "PulledImage",
     "RegistryClient",
-    "credentials_for",
-    "parse_challenge",
-    "parse_reference",
-    "uses_plain_http",
 ]
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -50,141 +43,6 @@ _INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 _IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 _MAX_DOCUMENT = 16 * 2**20  # manifests and configs are small; refuse to buffer more
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REPO_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ImageRef:
-    """`host/repository` plus a tag or a digest (or both: the digest wins)."""
-
-    host: str
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
-
-    @property
-    def reference(self) -> str:
-        """What goes after /manifests/: the digest when known, else the tag."""
-        return self.digest or self.tag or "latest"
-
-    @property
-    def name(self) -> str:
-        return f"{self.host}/{self.repository}"
-
-    def with_digest(self, digest: str) -> ImageRef:
-        return dataclasses.replace(self, digest=digest)
-
-    def __str__(self) -> str:
-        text = self.name
-        if self.tag:
-            text += f":{self.tag}"
-        if self.digest:
-            text += f"@{self.digest}"
-        return text
-
-
-def parse_reference(text: str, *, default_host: str) -> ImageRef:
-    """`[host/]repo[:tag][@sha256:...]` -> ImageRef; a first part with a dot, colon or
-    `localhost` is a host, otherwise `default_host` applies (like the Docker CLI)."""
-    raw = text.strip()
-    digest = None
-    if "@" in raw:
-        raw, digest = raw.split("@", 1)
-        if not _DIGEST_RE.match(digest):
-            raise RegistryError(f"image reference {text!r} has an invalid digest {digest!r}",
-                                hint="a digest is 'sha256:' followed by 64 lowercase hex digits")
-    first, _, rest = raw.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        host, path = first, rest
-    else:
-        host, path = default_host, raw
-    tag = None
-    last = path.rsplit("/", 1)[-1]
-    if ":" in last:
-        path, tag = path.rsplit(":", 1)
-        if not _TAG_RE.match(tag):
-            raise RegistryError(f"image reference {text!r} has an invalid tag {tag!r}")
-    if not path or not _REPO_RE.match(path):
-        raise RegistryError(f"image reference {text!r} has an invalid repository name {path!r}",
-                            hint="repository names are lowercase, e.g. org/image")
-    if tag is None and digest is None:
-        raise RegistryError(f"image reference {text!r} names neither a tag nor a digest",
-                            hint="write REPO:TAG or REPO@sha256:...")
-    return ImageRef(host=host, repository=path, tag=tag, digest=digest)
-
-
-def uses_plain_http(host: str, insecure: bool | None) -> bool:
-    """Loopback registries speak plain HTTP (as dockerd assumes); `insecure` overrides."""
-    if insecure is not None:
-        return insecure
-    hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0][1:]
-    return hostname in ("localhost", "127.0.0.1", "::1") or hostname.startswith("127.")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Credentials:
-    """A user name and a secret; the secret is kept out of repr and str."""
-
-    username: str
-    secret: str = dataclasses.field(repr=False)
-    source: str = "environment"
-
-    def basic_header(self) -> str:
-        token = base64.b64encode(f"{self.username}:{self.secret}".encode()).decode()
-        return f"Basic {token}"
-
-
-def credentials_for(
-    host: str,
-    *,
-    env: Mapping[str, str],
-    user: str = "",
-    docker_config: Path | None = None,
-) -> Credentials | None:
-    """Find credentials: GPURL_REGISTRY_TOKEN (+ user) first, then docker's config.json auths.
-
-    `docker_config` defaults to $DOCKER_CONFIG/config.json or ~/.docker/config.json.
-    Credential helpers (credsStore) are not consulted; set the token variable instead.
-    """
-    token = env.get("GPURL_REGISTRY_TOKEN", "")
-    if token:
-        return Credentials(username=env.get("GPURL_REGISTRY_USER") or user or "gpurl",
-                           secret=token, source="GPURL_REGISTRY_TOKEN")
-    if docker_config is None:
-        base = env.get("DOCKER_CONFIG") or str(Path(env.get("HOME", "~")).expanduser() / ".docker")
-        docker_config = Path(base) / "config.json"
-    try:
-        data = json.loads(docker_config.read_text())
-    except (OSError, ValueError):
-        return None
-    auths = data.get("auths") if isinstance(data, dict) else None
-    if not isinstance(auths, dict):
-        return None
-    for key, entry in auths.items():
-        bare = re.sub(r"^https?://", "", str(key)).split("/", 1)[0]
-        if bare != host or not isinstance(entry, dict):
-            continue
-        if entry.get("auth"):
-            try:
-                username, _, secret = base64.b64decode(entry["auth"]).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                raise RegistryError(f"the auth entry for {host} in {docker_config} is not "
-                                    "valid base64 of user:token") from None
-            return Credentials(username=username, secret=secret, source=str(docker_config))
-        if entry.get("username") and entry.get("password"):
-            return Credentials(username=str(entry["username"]), secret=str(entry["password"]),
-                               source=str(docker_config))
-    return None
-
-
-def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
-    """`Bearer realm="...",service="...",scope="..."` -> ("bearer", {...})."""
-    scheme, _, rest = header.strip().partition(" ")
-    params = {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', rest)}
-    return scheme.lower(), params
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -280,7 +138,7 @@ class RegistryClient:
         response = self._request("HEAD", ref, f"manifests/{ref.reference}",
                                  headers={"Accept": ACCEPT_MANIFESTS})
         digest = str(response.headers.get("Docker-Content-Digest", ""))
-        if _DIGEST_RE.match(digest):
+        if DIGEST_RE.match(digest):
             return digest
         return self.manifest(ref)[0]  # header missing: digest the body ourselves
 
@@ -431,7 +289,7 @@ class RegistryClient:
         if answer.status_code in (401, 403):
             raise RegistryError(
                 f"the token service of {self.host} refused the credentials for {ref} "
-                f"({answer.status_code})", hint=_credential_hint(self.host, self._credentials))
+                f"({answer.status_code})", hint=credential_hint(self.host, self._credentials))
         if answer.status_code != 200:
             raise RegistryError(f"the token service of {self.host} answered "
                                 f"{answer.status_code} for {ref}")
@@ -449,7 +307,7 @@ class RegistryClient:
         codes = _error_codes(response)
         if status == 401:
             return RegistryError(f"{self.host} asks for authentication to read {ref}{codes}",
-                                 hint=_credential_hint(self.host, self._credentials))
+                                 hint=credential_hint(self.host, self._credentials))
         if status == 403:
             return RegistryError(f"{self.host} denies access to {ref}{codes}",
                                  hint="the credentials are valid but lack read access to "
@@ -494,14 +352,6 @@ def _error_codes(response: httpx.Response) -> str:
     except (ValueError, AttributeError, httpx.ResponseNotRead):
         return ""
     return f" ({', '.join(codes)})" if codes else ""
-
-
-def _credential_hint(host: str, credentials: Credentials | None) -> str:
-    if credentials is None:
-        return (f"no credentials found for {host}: set GPURL_REGISTRY_TOKEN (and registry.user) "
-                f"or run `docker login {host}`")
-    return (f"the credentials from {credentials.source} for user {credentials.username!r} were "
-            f"rejected; for ghcr.io use a GitHub PAT with read:packages, not a Docker Hub token")
 
 
 def _retry_after_seconds(value: str) -> float | None:

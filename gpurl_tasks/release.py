@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import ConfigError, GpurlError, PinError
+from gpurl_tasks.image_ref import ImageRef, parse_reference
 from gpurl_tasks.pin import (
     Provenance,
     check_immutable,
@@ -27,13 +28,8 @@ from gpurl_tasks.pin import (
 )
 from gpurl_tasks.plan_model import Plan
 from gpurl_tasks.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.registry import (
-    ImageRef,
-    PulledImage,
-    RegistryClient,
-    credentials_for,
-    parse_reference,
-)
+from gpurl_tasks.registry import PulledImage, RegistryClient
+from gpurl_tasks.registry_auth import credentials_for
 from gpurl_tasks.verify import Report, Rules, check_layers
 
 __all__ = [

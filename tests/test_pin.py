@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
+from gpurl_tasks.image_ref import ImageRef, parse_reference
 from gpurl_tasks.pin import (
     PIN_MARKER,
     Provenance,
@@ -27,7 +28,6 @@ from gpurl_tasks.pin import (
     unified_diff,
     write_atomic,
 )
-from gpurl_tasks.registry import ImageRef, parse_reference
 
 VAR = "DEFAULT_RL_DOCKER_IMAGE"
 OLD = "ghcr.io/open-thoughts/openthoughts-agent@sha256:" + "e8" * 32

@@ -11,13 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpurl_tasks.errors import RegistryError
-from gpurl_tasks.registry import (
-    Credentials,
-    credentials_for,
-    parse_challenge,
-    parse_reference,
-    uses_plain_http,
-)
+from gpurl_tasks.image_ref import parse_reference, uses_plain_http
+from gpurl_tasks.registry_auth import Credentials, credentials_for, parse_challenge
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -28,7 +28,9 @@ from support.registry_server import RegistryServer, running_registry
 from support.token_auth import TokenService
 
 from gpurl_tasks.errors import RegistryError
-from gpurl_tasks.registry import Credentials, ImageRef, RegistryClient, parse_reference
+from gpurl_tasks.image_ref import ImageRef, parse_reference
+from gpurl_tasks.registry import RegistryClient
+from gpurl_tasks.registry_auth import Credentials
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpurl_tasks.image_ref import ImageRef
 from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep
 from gpurl_tasks.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.registry import Descriptor, HistoryEntry, ImageRef, PulledImage
+from gpurl_tasks.registry import Descriptor, HistoryEntry, PulledImage
 from gpurl_tasks.verify import UNEXPECTED_CAUSES, Rules, check_layers, render_table, report_json
 
 GB = 10**9
