@@ -214,16 +214,16 @@ def render_table(report: Report) -> str:
     lines.append("")
     flagged = {f.layer for f in report.findings if f.layer is not None}
     header = (f"{'#':>3}  {'digest':<12}  {'size':>9}  {'vs cap':<{_BAR + 1}}  "
-              f"{'predicted':>9}  {'error':>6}  instruction")
+              f"{'predicted':>9}  {'error':>7}  instruction")
     lines.append(header)
     for row in report.rows:
         predicted = format_bytes(row.predicted) if row.predicted is not None else ""
-        error = f"{row.error:+.0%}" if row.error is not None else ""
+        error = f"{row.error:+.1%}" if row.error is not None else ""
         mark = "!" if row.index in flagged else " "
         lines.append(
             f"{row.index:>3}{mark} {row.digest.removeprefix('sha256:')[:12]:<12}  "
             f"{format_bytes(row.size):>9}  {_bar(row.size, rules.cap)}  {predicted:>9}  "
-            f"{error:>6}  {_short_instruction(row.instruction)}".rstrip())
+            f"{error:>7}  {_short_instruction(row.instruction)}".rstrip())
     largest = report.largest
     lines.append("")
     lines.append(f"total {format_bytes(report.total)} in {len(report.rows)} layers"

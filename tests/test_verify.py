@@ -127,7 +127,7 @@ def test_predictions_line_up_with_sync_layers_when_the_fingerprint_matches() -> 
     for cause in ("package cache", "uninstalled and reinstalled", "bytecode"):
         assert cause in unexpected[0].message
     table = render_table(report)
-    assert "+30%" in table and "1.00 GB" in table
+    assert "+30.0%" in table and "1.00 GB" in table
     assert report.notes == ()
 
 
