@@ -271,3 +271,25 @@ def test_refused_credentials_are_a_clear_error_without_the_secret(
     out = capsys.readouterr()
     for blob in (text, repr(info.value), out.out, out.err):
         assert CANARY not in blob and WRONG not in blob
+
+
+def test_basic_auth_against_the_real_registry(tmp_path: Path, registry: RegistryServer,
+                                              amd64: PushedImage) -> None:
+    """The registry's own htpasswd auth: 401 with a Basic challenge, then the credentials."""
+    from support.htpasswd import basic_auth_yaml
+
+    auth = basic_auth_yaml(tmp_path, "penfever", CANARY)
+    with running_registry(tmp_path / "basic", storage=registry.storage, auth_yaml=auth) as server:
+        anonymous = httpx.head(f"{server.url}/v2/org/img/manifests/gpu-rl-abc1234")
+        assert anonymous.status_code == 401
+        assert anonymous.headers["WWW-Authenticate"].startswith("Basic ")
+        good = Credentials(username="penfever", secret=CANARY)
+        with quick_client(server.host, credentials=good) as client:
+            assert client.pull(ref_of(server, "org/img:gpu-rl-abc1234")).manifest_digest == \
+                amd64.manifest_digest
+        for creds in (None, Credentials(username="penfever", secret=WRONG)):
+            with quick_client(server.host, credentials=creds) as client, \
+                    pytest.raises(RegistryError) as info:
+                client.pull(ref_of(server, "org/img:gpu-rl-abc1234"))
+            assert "asks for authentication to read" in info.value.message
+            assert CANARY not in str(info.value) and WRONG not in str(info.value)
