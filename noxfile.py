@@ -73,3 +73,26 @@ def iris_contract(session: nox.Session) -> None:
     session.run("pytest", "tests/test_iris_contract.py", *session.posargs,
                 env={"GPURL_IRIS_CONTRACT": IRIS_CONTRACT_PINS[0]})
 
+
+# --- registry: verify and pin ---------------------------------------------------------
+
+
+def _ref_as_flag(posargs: list[str]) -> list[str]:
+    """`nox -s verify-layers -- REF [flags]`: a bare first argument is the image (--ref)."""
+    if posargs and not posargs[0].startswith("-"):
+        return ["--ref", posargs[0], *posargs[1:]]
+    return list(posargs)
+
+
+@nox.session(name="verify-layers", default=False)
+def verify_layers(session: nox.Session) -> None:
+    """Check a pushed image's layers via the registry API (args: `invoke verify-layers` flags)."""
+    _sync(session)
+    session.run("invoke", "verify-layers", *_ref_as_flag(session.posargs))
+
+
+@nox.session(default=False)
+def pin(session: nox.Session) -> None:
+    """Verify an image and pin its digest into the launcher (args: `invoke pin` flags)."""
+    _sync(session)
+    session.run("invoke", "pin", *_ref_as_flag(session.posargs))

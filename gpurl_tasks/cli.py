@@ -25,8 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def config_for(profile: str | None = None, **overrides: Any) -> Config:
-    """Resolve the config for a task; flag names map to dotted keys ("layers__cap")."""
-    dotted: Mapping[str, Any] = {k.replace("__", "."): v for k, v in overrides.items()}
+    """Resolve the config for a task; flag names map to dotted keys ("layers__size_cache")."""
+    dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
+                                 for k, v in overrides.items()}
     return load_config(REPO_ROOT, profile=profile, overrides=dotted)
 
 
