@@ -75,7 +75,7 @@ ns.add_task(rebuild_needed, name="rebuild-needed")
                   "(default: build.wheelhouse)",
         "json": "print one JSON object {ok, expected, found, mismatches}",
         "profile": _PROFILE_HELP,
-    }
+    },
 )
 def check_wheels(c: Context, source: str | None = None, json: bool = False,
                  profile: str | None = None) -> None:

@@ -227,7 +227,7 @@ def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
                     syncs.append(sync)
                     kept.append("<uv-sync>")
                 else:
-                    kept.append(" ".join(cmd))
+                    kept.append(shlex.join(cmd))
             other.append("RUN " + " && ".join(kept))
         stages.append(StageInputs(name=name, base=base, from_text=from_text, apt=tuple(sorted(apt)),
                                   syncs=tuple(syncs), other=tuple(other),
