@@ -192,7 +192,8 @@ _changes = st.one_of(
 def test_any_baked_change_changes_the_fingerprint(change: tuple[str, str, str]) -> None:
     what, key, value = change
     base = fp()
-    text, closure, extras = dockerfile(), CLOSURE, ("ep",)
+    text, closure = dockerfile(), CLOSURE
+    extras: tuple[str, ...] = ("ep",)
     if what == "arg":
         if ARGS[key] == value:
             return
