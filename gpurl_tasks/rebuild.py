@@ -74,6 +74,7 @@ class Fingerprint:
     closure: tuple[ClosureEntry, ...]  # sorted by name
     extras: tuple[str, ...]  # sorted
     wheels: tuple[tuple[str, str], ...]  # (project, expected prebuilt wheel filename)
+    missing: tuple[str, ...] = ()  # "dockerfile" and/or "lock" when absent at this point
 
     def canonical(self) -> dict[str, Any]:
         image = self.dockerfile.image_stages()
@@ -85,6 +86,7 @@ class Fingerprint:
             "closure": [list(e) for e in self.closure],
             "extras": list(self.extras),
             "wheels": dict(self.wheels),
+            "missing": list(self.missing),
         }
 
     @property
@@ -109,9 +111,11 @@ class Decision:
 
 
 def fingerprint(dockerfile: DockerfileInputs, closure: Iterable[ClosureEntry],
-                extras: Iterable[str], pins: WheelPins) -> Fingerprint:
+                extras: Iterable[str], pins: WheelPins,
+                missing: Iterable[str] = ()) -> Fingerprint:
     """Collect the baked inputs; the closure may come in any order and with duplicates."""
     return Fingerprint(
+        missing=tuple(sorted(set(missing))),
         dockerfile=dockerfile,
         closure=tuple(sorted(set(closure), key=lambda e: (e[0], e[1] or "", e[2] or ""))),
         extras=tuple(sorted(set(extras))),
@@ -211,9 +215,25 @@ def _closure_reasons(old: Iterable[ClosureEntry], new: Iterable[ClosureEntry]) -
     return out
 
 
+def _missing_reasons(old: Fingerprint, new: Fingerprint) -> list[Reason]:
+    """An input absent at one point cannot be compared: say so once instead of diffing."""
+    out = []
+    for what, level in (("dockerfile", WHEELS), ("lock", IMAGE)):
+        if what in old.missing or what in new.missing:
+            where = "at --since" if what in old.missing else "in the working tree"
+            if what in old.missing and what in new.missing:
+                where = "at both points"
+            out.append(Reason(kind=f"missing-{what}", decision=level,
+                              detail=f"the {what} is absent {where}; nothing to compare with"))
+    return out
+
+
 def decide(old: Fingerprint, new: Fingerprint) -> Decision:
     """Compare the baked inputs at two points; the strongest reason sets the decision."""
-    reasons = _arg_reasons(old.dockerfile.arg_map, new.dockerfile.arg_map)
+    reasons = _missing_reasons(old, new)
+    if "dockerfile" in old.missing or "dockerfile" in new.missing:
+        return _decision(reasons + _closure_reasons(old.closure, new.closure))
+    reasons += _arg_reasons(old.dockerfile.arg_map, new.dockerfile.arg_map)
     old_stages = {s.name: s for s in old.dockerfile.stages}
     new_stages = {s.name: s for s in new.dockerfile.stages}
     image = old.dockerfile.image_stages() | new.dockerfile.image_stages()
@@ -226,7 +246,8 @@ def decide(old: Fingerprint, new: Fingerprint) -> Decision:
     if old.extras != new.extras:
         reasons.append(Reason(kind="extras", decision=IMAGE,
                               detail=f"{list(old.extras)} -> {list(new.extras)}"))
-    reasons += _closure_reasons(old.closure, new.closure)
+    if "lock" not in old.missing and "lock" not in new.missing:
+        reasons += _closure_reasons(old.closure, new.closure)
     old_wheels, new_wheels = dict(old.wheels), dict(new.wheels)
     for project in sorted(set(old_wheels) | set(new_wheels)):
         if old_wheels.get(project) != new_wheels.get(project):
@@ -234,6 +255,10 @@ def decide(old: Fingerprint, new: Fingerprint) -> Decision:
                 kind="prebuilt-wheels", decision=WHEELS,
                 detail=f"published {old_wheels.get(project)} no longer matches; "
                        f"build {new_wheels.get(project)}"))
+    return _decision(reasons)
+
+
+def _decision(reasons: list[Reason]) -> Decision:
     order = {level: i for i, level in enumerate(DECISIONS)}
     decision = max((r.decision for r in reasons), key=order.__getitem__, default=NONE)
     return Decision(decision=decision, reasons=tuple(reasons))

@@ -130,12 +130,13 @@ def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str])
             old.build, dockerfile=current.root / old.build.dockerfile.relative_to(root)))
 
 
-def _fingerprint(dockerfile: str, lock: str | None, config: Config,
+def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
                  closure_fn: ClosureFn) -> Fingerprint:
-    inputs = parse_dockerfile_inputs(dockerfile)
+    inputs = parse_dockerfile_inputs(dockerfile or "")
     closure = list(closure_fn(lock, config.target, config.python)) if lock is not None else []
     pins = pins_from_args(inputs.arg_map, config.build, config.target)
-    return fingerprint(inputs, closure, config.python.extras, pins)
+    missing = [name for name, text in (("dockerfile", dockerfile), ("lock", lock)) if text is None]
+    return fingerprint(inputs, closure, config.python.extras, pins, missing)
 
 
 def _read(path: Path, what: str, error: type[GpurlError], hint: str) -> str:
@@ -160,6 +161,6 @@ def rebuild_needed(config: Config, *, since: str | None = None,
     old_docker = gitutil.show_file(repo, commit,
                                    old_config.build.dockerfile.relative_to(repo).as_posix())
     old_lock = gitutil.show_file(repo, commit, old_config.lock.relative_to(repo).as_posix())
-    old_fp = _fingerprint(old_docker or "", old_lock, old_config, closure_fn)
+    old_fp = _fingerprint(old_docker, old_lock, old_config, closure_fn)
     return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
                          since_source=source, old=old_fp, new=new_fp)

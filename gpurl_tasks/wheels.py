@@ -22,6 +22,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from email.parser import HeaderParser
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from packaging.tags import Tag, cpython_tags
 from packaging.utils import (
@@ -47,6 +48,7 @@ __all__ = [
     "pins_from_args",
     "read_manifest",
     "read_wheelhouse",
+    "redact_url",
     "target_wheel_tags",
 ]
 
@@ -303,20 +305,30 @@ def read_wheelhouse(directory: Path) -> list[FoundWheel]:
     return found
 
 
+def redact_url(url: str) -> str:
+    """The URL without credentials or query (either may carry a token): safe to print."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
 def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
     """The wheels a MANIFEST lists, from a local file or an http(s) URL (names and sha256 only)."""
     if location.startswith(("http://", "https://")):
         import httpx
 
         url = location if not location.endswith("/") else location + "MANIFEST"
+        shown = redact_url(url)
         try:
             response = httpx.get(url, timeout=timeout, follow_redirects=True)
         except httpx.HTTPError as exc:
-            raise WheelCheckError(f"cannot fetch {url}: {exc}") from None
+            raise WheelCheckError(f"cannot fetch {shown}: {type(exc).__name__}") from None
         if response.status_code != 200:
-            raise WheelCheckError(f"{url} answered HTTP {response.status_code}",
+            raise WheelCheckError(f"{shown} answered HTTP {response.status_code}",
                                   hint="check the wheel base URL and that MANIFEST is published")
-        text, source = response.text, url
+        text, source = response.text, shown
     else:
         path = Path(location)
         try:
@@ -364,6 +376,7 @@ def check_source(config: Config, source: str | None) -> WheelReport:
         found = read_manifest(where)
     else:
         found = read_wheelhouse(Path(where))
-    return WheelReport(source=where, expected=expected_filenames(pins),
+    shown = redact_url(where) if where.startswith(("http://", "https://")) else where
+    return WheelReport(source=shown, expected=expected_filenames(pins),
                        found=tuple(w.filename for w in found),
                        mismatches=check_wheels(pins, found))

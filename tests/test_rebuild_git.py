@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rebuild_fixtures import APT, dockerfile
 
-from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
+from gpurl_tasks.errors import LockError
 from gpurl_tasks.gitutil import GitError
-from gpurl_tasks.rebuild_inputs import provenance_commit, rebuild_needed
+from gpurl_tasks.rebuild_inputs import closure_entries, provenance_commit, rebuild_needed
 
 ENV: dict[str, str] = {}
 _T = TypeVar("_T")
@@ -48,16 +51,19 @@ def _hash(name: str, version: str, salt: str = "") -> str:
 def lock_text(packages: dict[str, tuple[str, list[str]]], *,
               root_deps: list[tuple[str, str | None]],
               extras: dict[str, list[str]], dev: list[str],
-              salts: dict[str, str] | None = None, reverse: bool = False) -> str:
+              salts: dict[str, str] | None = None, reverse: bool = False,
+              rng: random.Random | None = None) -> str:
     """A uv.lock (version 1, revision 3) for the workspace root `skyrl-train`.
 
     `reverse` writes packages and dependency lists in the opposite order, and more blank
-    lines: the same lock to uv, different bytes.
+    lines: the same lock to uv, different bytes; `rng` shuffles them instead.
     """
     salts = salts or {}
     gap = "\n\n" if reverse else "\n"
 
     def order(items: list[_T]) -> list[_T]:
+        if rng is not None:
+            return rng.sample(items, len(items))
         return list(reversed(items)) if reverse else list(items)
 
     def dep_list(deps: list[tuple[str, str | None]]) -> str:
@@ -93,6 +99,8 @@ def lock_text(packages: dict[str, tuple[str, list[str]]], *,
                   "size = 2000, upload-time = \"2025-01-01T00:00:00Z\" },\n]\n")
         blocks.append(block)
     head = 'version = 1\nrevision = 3\nrequires-python = ">=3.12"\n'
+    if rng is not None:
+        blocks = order(blocks)
     return head + gap + gap.join(blocks[1:] + blocks[:1] if reverse else blocks)
 
 
@@ -102,11 +110,12 @@ def root_deps(extra: list[tuple[str, str | None]] | None = None) -> list[tuple[s
 
 
 def default_lock(packages: dict[str, tuple[str, list[str]]] | None = None,
-                 extras: dict[str, list[str]] | None = None, reverse: bool = False) -> str:
+                 extras: dict[str, list[str]] | None = None, reverse: bool = False,
+                 rng: random.Random | None = None) -> str:
     """The base lock with some packages replaced or added, or the ep/megatron extras changed."""
     extras = extras or {"ep": ["torchtitan", "tyro"], "megatron": ["megatron-core"]}
     return lock_text({**BASE_PACKAGES, **(packages or {})}, root_deps=root_deps(),
-                     extras=extras, dev=["pytest"], reverse=reverse)
+                     extras=extras, dev=["pytest"], reverse=reverse, rng=rng)
 
 
 GPURL_PYPROJECT = """[project]
@@ -358,3 +367,34 @@ def test_provenance_comment_parsing() -> None:
     far = "# gpurl-git-sha: abcdef12\n" + "\n" * 20 + "DEFAULT_RL_DOCKER_IMAGE = 'x'\n"
     assert provenance_commit(far, "DEFAULT_RL_DOCKER_IMAGE") is None
     assert provenance_commit("X = 1 # gpurl-git-sha: abcdef12\n", "DEFAULT_RL_DOCKER_IMAGE") is None
+
+
+def test_dockerfile_absent_at_since_is_one_reason(repo: Repo) -> None:
+    repo.git("rm", "-q", "docker/Dockerfile.gpu-rl")
+    repo.commit("before the generated Dockerfile")
+    repo.write("docker/Dockerfile.gpu-rl", dockerfile())
+    repo.commit("generated Dockerfile")
+    payload = rebuild_needed(repo.config(), since="HEAD~1", env=ENV).to_json()
+    assert payload["decision"] == "wheels+image"
+    assert reasons(payload) == [{"kind": "missing-dockerfile",
+                                 "detail": "the dockerfile is absent at --since; "
+                                           "nothing to compare with"}]
+
+
+def test_missing_lock_in_working_tree_is_a_clear_error(repo: Repo) -> None:
+    (repo.root / "rl/uv.lock").unlink()
+    with pytest.raises(LockError, match="cannot read the lock"):
+        rebuild_needed(repo.config(), since="HEAD", env=ENV)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_closure_is_stable_under_toml_reordering(rng: random.Random) -> None:
+    """Real lock parsing: shuffled [[package]] tables and dependency lists, same closure."""
+    config = TargetSpec()
+    selection = PythonSelection(extras=("ep",))
+    base = closure_entries(default_lock(), config, selection)
+    shuffled = closure_entries(default_lock(rng=rng), config, selection)
+    assert sorted(base) == sorted(shuffled)
+    assert {name for name, _, _ in base} == {"filelock", "numpy", "torch", "torchtitan",
+                                             "transformers", "tyro"}

@@ -252,3 +252,22 @@ def test_check_source_reads_the_configured_dockerfile(tmp_path: Path) -> None:
     assert report.to_json()["ok"] is False
     assert os.path.basename(report.source) == "wh"
 
+
+
+@pytest.mark.integration
+def test_manifest_url_credentials_never_appear(http_root: tuple[Path, str]) -> None:
+    root, base = http_root
+    canary = "gpurl-canary-7f3a9c"
+    write_wheel(root, GOOD_VLLM)
+    write_wheel(root, GOOD_FA)
+    sha256sum_manifest(root)
+    authed = base.replace("http://", f"http://user:{canary}@") + f"/MANIFEST?token={canary}"
+    found = read_manifest(authed)
+    assert check_wheels(PINS, found) == ()
+    with pytest.raises(WheelCheckError) as info:
+        read_manifest(authed.replace("/MANIFEST", "/missing/MANIFEST"))
+    assert canary not in str(info.value) and "HTTP 404" in str(info.value)
+    closed = f"http://user:{canary}@127.0.0.1:9/MANIFEST"  # discard port: nothing listens
+    with pytest.raises(WheelCheckError) as info:
+        read_manifest(closed)
+    assert canary not in str(info.value)
