@@ -398,3 +398,36 @@ def test_closure_is_stable_under_toml_reordering(rng: random.Random) -> None:
     assert sorted(base) == sorted(shuffled)
     assert {name for name, _, _ in base} == {"filelock", "numpy", "torch", "torchtitan",
                                              "transformers", "tyro"}
+
+
+PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python3.12")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("lock", [
+    default_lock(),
+    default_lock(packages={"pytest": ("8.4.0", ["iniconfig"]), "appnope": ("0.1.5", [])}),
+    default_lock(packages={"docstring-parser": ("0.16", [])},
+                 extras={"ep": ["torchtitan", "tyro", "docstring-parser"],
+                         "megatron": ["megatron-core"]}),
+], ids=["base", "dev-and-macos-bump", "ep-adds-a-package"])
+def test_real_uv_installs_exactly_the_closure(tmp_path: Path, lock: str) -> None:
+    """The hand-written locks are real: uv's own frozen dry run installs the same set."""
+    from uv import find_uv_bin
+
+    python = str(PY312) if PY312.exists() else shutil.which("python3.12")
+    if python is None:
+        if os.environ.get("CI"):
+            pytest.fail("python3.12 is missing")
+        pytest.skip("python3.12 is missing")
+    (tmp_path / "pyproject.toml").write_text(WORKSPACE_PYPROJECT)
+    (tmp_path / "uv.lock").write_text(lock)
+    done = subprocess.run(
+        [find_uv_bin(), "sync", "--frozen", "--dry-run", "--no-dev", "--extra", "ep",
+         "--python", python], cwd=tmp_path, capture_output=True, text=True, check=True,
+        env={**os.environ, "UV_OFFLINE": "1", "UV_NO_CONFIG": "1"})
+    installed = {line.split()[1].split("==")[0] for line in done.stderr.splitlines()
+                 if line.startswith(" + ") and "==" in line}
+    ours = {name for name, _, _ in closure_entries(lock, TargetSpec(),
+                                                   PythonSelection(extras=("ep",)))}
+    assert installed == ours
