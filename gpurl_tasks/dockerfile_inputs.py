@@ -58,6 +58,14 @@ class DockerfileInputs:
     def arg_map(self) -> dict[str, str]:
         return dict(self.args)
 
+    @property
+    def effective_args(self) -> dict[str, str]:
+        """NAME -> default: the global one, else the first stage that gives one."""
+        out: dict[str, str] = {}
+        for key, value in sorted(self.args, key=lambda kv: "/" in kv[0]):
+            out.setdefault(key.rsplit("/", 1)[-1], value)
+        return out
+
     def image_stages(self) -> frozenset[str]:
         """Stages whose contents reach the target image (FROM and COPY --from edges)."""
         by_name = {s.name: s for s in self.stages}

@@ -122,19 +122,20 @@ def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str])
         except ConfigError:
             return current
         root = Path(tmp).resolve()
+
+    def moved(path: Path) -> Path:  # paths resolved under the temp dir belong under root
+        return current.root / path.relative_to(root) if path.is_relative_to(root) else path
+
     return dataclasses.replace(
-        old, root=current.root,
-        workspace=current.root / old.workspace.relative_to(root),
-        lock=current.root / old.lock.relative_to(root),
-        build=dataclasses.replace(
-            old.build, dockerfile=current.root / old.build.dockerfile.relative_to(root)))
+        old, root=current.root, workspace=moved(old.workspace), lock=moved(old.lock),
+        build=dataclasses.replace(old.build, dockerfile=moved(old.build.dockerfile)))
 
 
 def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
                  closure_fn: ClosureFn) -> Fingerprint:
     inputs = parse_dockerfile_inputs(dockerfile or "")
     closure = list(closure_fn(lock, config.target, config.python)) if lock is not None else []
-    pins = pins_from_args(inputs.arg_map, config.build, config.target)
+    pins = pins_from_args(inputs.effective_args, config.build, config.target)
     missing = [name for name, text in (("dockerfile", dockerfile), ("lock", lock)) if text is None]
     return fingerprint(inputs, closure, config.python.extras, pins, missing)
 

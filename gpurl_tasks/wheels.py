@@ -370,7 +370,7 @@ def check_source(config: Config, source: str | None) -> WheelReport:
     except OSError as exc:
         raise WheelCheckError(f"cannot read the Dockerfile {config.build.dockerfile}: "
                               f"{exc.strerror}", hint="run invoke generate first") from None
-    pins = pins_from_args(parse_dockerfile_inputs(text).arg_map, config.build, config.target)
+    pins = pins_from_args(parse_dockerfile_inputs(text).effective_args, config.build, config.target)
     where = source or str(config.build.wheelhouse)
     if where.startswith(("http://", "https://")) or Path(where).is_file():
         found = read_manifest(where)

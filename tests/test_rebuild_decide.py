@@ -27,7 +27,7 @@ CLOSURE: tuple[ClosureEntry, ...] = (
 def fp(text: str | None = None, closure: tuple[ClosureEntry, ...] = CLOSURE,
        extras: tuple[str, ...] = ("ep",)) -> Fingerprint:
     inputs = parse_dockerfile_inputs(dockerfile() if text is None else text)
-    pins = pins_from_args(inputs.arg_map, BuildSettings(), TargetSpec())
+    pins = pins_from_args(inputs.effective_args, BuildSettings(), TargetSpec())
     return fingerprint(inputs, closure, extras, pins)
 
 
@@ -223,3 +223,16 @@ def test_any_baked_change_changes_the_fingerprint(change: tuple[str, str, str]) 
     result = decide(base, changed)
     assert result.decision in ("image", "wheels+image")
     assert result.reasons
+
+
+def test_stage_level_arg_defaults_feed_the_pins() -> None:
+    text = dockerfile().replace("ARG VLLM_FORK_COMMIT=76259c63a\n", "").replace(
+        "ARG VLLM_FORK_COMMIT\n", "ARG VLLM_FORK_COMMIT=0fedcba98\n")
+    inputs = parse_dockerfile_inputs(text)
+    assert inputs.effective_args["VLLM_FORK_COMMIT"] == "0fedcba98"
+    assert ("wheel-builder/VLLM_FORK_COMMIT", "0fedcba98") in inputs.args
+    result = decide(fp(), fp(text))
+    assert result.decision == "wheels+image"
+    assert {"kind": "vllm-fork-commit",
+            "detail": "wheel-builder/VLLM_FORK_COMMIT: (unset) -> 0fedcba98"} in [
+        r.to_json() for r in result.reasons]

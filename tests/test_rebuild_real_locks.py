@@ -21,7 +21,7 @@ def real_fp(commit: str, extras: tuple[str, ...]) -> Fingerprint:
     text = skyrl_lock(commit).read_text()
     closure = closure_entries(text, TARGET, PythonSelection(extras=extras))
     return fingerprint(inputs, closure, extras,
-                       pins_from_args(inputs.arg_map, BuildSettings(), TARGET))
+                       pins_from_args(inputs.effective_args, BuildSettings(), TARGET))
 
 
 def test_same_real_lock_needs_nothing() -> None:

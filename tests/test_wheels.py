@@ -38,7 +38,7 @@ from gpurl_tasks.wheels import (
     read_wheelhouse,
 )
 
-PINS = pins_from_args(parse_dockerfile_inputs(dockerfile()).arg_map, BuildSettings(),
+PINS = pins_from_args(parse_dockerfile_inputs(dockerfile()).effective_args, BuildSettings(),
                       TargetSpec())
 GOOD_VLLM = "vllm-0.11.1+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl"
 GOOD_FA = "flash_attn-2.8.3+cu128torch2.11.0-cp312-cp312-linux_x86_64.whl"
@@ -89,7 +89,7 @@ def test_expected_names_follow_the_dockerfile_pins() -> None:
     assert expected_filenames(PINS) == {"vllm": GOOD_VLLM, "flash-attn": GOOD_FA}
     bumped = pins_from_args(parse_dockerfile_inputs(dockerfile(
         {"VLLM_FORK_COMMIT": "abcdef1234", "TORCH_VERSION": "2.12.0",
-         "BASE_IMAGE": "nvidia/cuda:12.9.0-devel-ubuntu22.04"})).arg_map,
+         "BASE_IMAGE": "nvidia/cuda:12.9.0-devel-ubuntu22.04"})).effective_args,
         BuildSettings(), TargetSpec())
     names = expected_filenames(bumped)
     assert "+gabcdef1234.cu129-" in names["vllm"]
