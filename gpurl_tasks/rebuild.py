@@ -6,6 +6,11 @@ instructions of the stages that reach the image; the lock's install closure for 
 and the selected extras (name, version, chosen artifact); and the selected extras themselves.
 Source-only changes leave all of these equal. Everything here is pure: callers pass text
 and already-computed closures (see rebuild_inputs.py for reading them from git).
+
+Decision rules: wheels+image when a wheel pin ARG (fork commit, flash-attn, torch, CUDA,
+Python), the lock's torch, the expected wheel names, or a stage that does not reach the
+image (the wheel-builder on the prebuilt path: it is how the wheels are compiled) changed;
+image for any other baked input; none otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from gpurl_tasks.wheels import WheelPins, expected_filenames
 
 __all__ = [
     "DECISIONS",
+    "EXIT_CODES",
     "ClosureEntry",
     "Decision",
     "Fingerprint",
@@ -161,7 +167,7 @@ def _stage_reasons(old: StageInputs | None, new: StageInputs | None, *,
     level = IMAGE if in_image else WHEELS
     either = new or old
     name = either.name if either is not None else "?"
-    prefix = "" if in_image else "wheel-recipe "
+    prefix = "" if in_image else "wheel-recipe-"
     if old is None or new is None:
         state = "added" if old is None else "removed"
         return [Reason(kind=prefix + "stage", detail=f"stage {name} {state}", decision=level)]

@@ -137,7 +137,7 @@ def test_flash_attn_and_torch_arg_bumps_need_wheels() -> None:
 def test_wheel_builder_recipe_change_needs_wheels() -> None:
     result = decide(fp(), fp(dockerfile(builder_flags="--no-build-isolation -v")))
     assert result.decision == "wheels+image"
-    assert kinds(result) == {"wheel-recipe instructions"}
+    assert kinds(result) == {"wheel-recipe-instructions"}
 
 
 def test_inert_args_are_ignored() -> None:
