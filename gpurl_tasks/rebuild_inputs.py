@@ -19,6 +19,7 @@ from gpurl_tasks import gitutil
 from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
 from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
+from gpurl_tasks.pin import PIN_MARKER
 from gpurl_tasks.rebuild import ClosureEntry, Decision, Fingerprint, decide, fingerprint
 from gpurl_tasks.wheels import pins_from_args
 
@@ -59,16 +60,23 @@ def closure_entries(lock_text: str, target: TargetSpec,
     return out
 
 
-def provenance_commit(launcher_text: str, variable: str) -> str | None:
-    """The `gpurl-git-sha: <sha>` recorded in a comment near `variable`'s assignment."""
+def provenance_commit(launcher_text: str, variable: str, tag_prefix: str) -> str | None:
+    """The commit the pinned image was built from, from the comments near `variable`.
+
+    Either an explicit `gpurl-git-sha: <sha>` or the immutable `<tag_prefix>-<sha>` tag that
+    `invoke pin` writes in its `# gpurl pin:` comment.
+    """
     lines = launcher_text.splitlines()
     assign = re.compile(rf"^\s*{re.escape(variable)}\s*(?::[^=]*)?=")
+    tag = re.compile(rf"{re.escape(PIN_MARKER)}\s*{re.escape(tag_prefix)}-([0-9a-f]{{7,40}})\b")
     for i, line in enumerate(lines):
         if assign.match(line):
-            for near in lines[max(0, i - _NEAR): i + _NEAR + 1]:
-                match = _PROVENANCE.search(near)
-                if match:
-                    return match.group(1).lower()
+            near = lines[max(0, i - _NEAR): i + _NEAR + 1]
+            for pattern in (_PROVENANCE, tag):
+                for text in near:
+                    match = pattern.search(text.strip())
+                    if match:
+                        return match.group(1).lower()
     return None
 
 
@@ -78,7 +86,7 @@ def default_since(config: Config, repo: Path) -> tuple[str, str]:
         text = config.launcher.path.read_text()
     except OSError:
         text = ""
-    sha = provenance_commit(text, config.launcher.variable)
+    sha = provenance_commit(text, config.launcher.variable, config.registry.tag_prefix)
     if sha is not None:
         try:
             gitutil.resolve_commit(repo, sha)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from rebuild_fixtures import APT, ARGS, SYNC_EXCLUSIONS, dockerfile
 
 from gpurl_tasks.config import BuildSettings, TargetSpec
 from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
 from gpurl_tasks.rebuild import ClosureEntry, Decision, Fingerprint, decide, fingerprint
 from gpurl_tasks.wheels import pins_from_args
+from tests.rebuild_fixtures import APT, ARGS, SYNC_EXCLUSIONS, dockerfile
 
 CLOSURE: tuple[ClosureEntry, ...] = (
     ("numpy", "2.2.0", "sha256:aa"),

@@ -8,6 +8,7 @@ The lock's install closure comes from gpurl_tasks.lock, as in production.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import shutil
@@ -19,12 +20,13 @@ from typing import TypeVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rebuild_fixtures import APT, dockerfile
 
 from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.gitutil import GitError
+from gpurl_tasks.pin import Provenance, provenance_comment, rewrite_assignment
 from gpurl_tasks.rebuild_inputs import closure_entries, provenance_commit, rebuild_needed
+from tests.rebuild_fixtures import APT, dockerfile
 
 ENV: dict[str, str] = {}
 _T = TypeVar("_T")
@@ -363,10 +365,23 @@ def test_unknown_ref_is_a_clear_error(repo: Repo) -> None:
 def test_provenance_comment_parsing() -> None:
     text = ("IMAGE_NOTES = 1\n# gpu-rl-e03896b7  gpurl-git-sha: E03896B7aa\n"
             "DEFAULT_RL_DOCKER_IMAGE: str = (\n  'ghcr.io/x@sha256:00')\n")
-    assert provenance_commit(text, "DEFAULT_RL_DOCKER_IMAGE") == "e03896b7aa"
+    assert provenance_commit(text, "DEFAULT_RL_DOCKER_IMAGE", "gpu-rl") == "e03896b7aa"
     far = "# gpurl-git-sha: abcdef12\n" + "\n" * 20 + "DEFAULT_RL_DOCKER_IMAGE = 'x'\n"
-    assert provenance_commit(far, "DEFAULT_RL_DOCKER_IMAGE") is None
-    assert provenance_commit("X = 1 # gpurl-git-sha: abcdef12\n", "DEFAULT_RL_DOCKER_IMAGE") is None
+    assert provenance_commit(far, "DEFAULT_RL_DOCKER_IMAGE", "gpu-rl") is None
+    assert provenance_commit("X = 1 # gpurl-git-sha: abcdef12\n", "DEFAULT_RL_DOCKER_IMAGE",
+                             "gpu-rl") is None
+
+
+def test_provenance_from_the_comment_invoke_pin_writes() -> None:
+    """The comment comes from the real pin module's writer, not a copy of its format."""
+    comment = provenance_comment(Provenance(tag="gpu-rl-e03896b7", layer_count=48,
+                                            largest_bytes=3_460_000_000,
+                                            total_bytes=22_660_000_000,
+                                            date=dt.date(2026, 1, 1)))
+    pinned = rewrite_assignment('DEFAULT_RL_DOCKER_IMAGE = "old"\n', "DEFAULT_RL_DOCKER_IMAGE",
+                                "ghcr.io/x/y@sha256:" + "0" * 64, comment)
+    assert provenance_commit(pinned, "DEFAULT_RL_DOCKER_IMAGE", "gpu-rl") == "e03896b7"
+    assert provenance_commit(pinned, "DEFAULT_RL_DOCKER_IMAGE", "other-prefix") is None
 
 
 def test_dockerfile_absent_at_since_is_one_reason(repo: Repo) -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 
-from conftest import skyrl_lock
-from rebuild_fixtures import dockerfile
-
 from gpurl_tasks.config import BuildSettings, PythonSelection, TargetSpec
 from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
 from gpurl_tasks.rebuild import Fingerprint, decide, fingerprint
 from gpurl_tasks.rebuild_inputs import closure_entries
 from gpurl_tasks.wheels import pins_from_args
+from tests.conftest import skyrl_lock
+from tests.rebuild_fixtures import dockerfile
 
 TARGET = TargetSpec(glibc="2.35")
 

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from rebuild_fixtures import dockerfile
 
 from gpurl_tasks.config import BuildSettings, TargetSpec, load_config
 from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
@@ -37,6 +36,7 @@ from gpurl_tasks.wheels import (
     read_manifest,
     read_wheelhouse,
 )
+from tests.rebuild_fixtures import dockerfile
 
 PINS = pins_from_args(parse_dockerfile_inputs(dockerfile()).effective_args, BuildSettings(),
                       TargetSpec())
