@@ -24,7 +24,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from packaging.tags import Tag, cpython_tags
+from packaging.tags import Tag
 from packaging.utils import (
     InvalidWheelFilename,
     canonicalize_name,
@@ -34,6 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 from gpurl_tasks.config import BuildSettings, Config, TargetSpec
 from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.target import target_tags
 
 __all__ = [
     "FoundWheel",
@@ -115,14 +116,8 @@ def expected_filenames(pins: WheelPins) -> dict[str, str]:
 
 def target_wheel_tags(pins: WheelPins) -> frozenset[Tag]:
     """Every tag a CPython of the pinned version on the target's Linux would install."""
-    major, minor = (int(p) for p in pins.python.split(".")[:2])
-    glibc_minor = int(pins.glibc.split(".")[1])
-    platforms = [f"manylinux_2_{m}_{pins.arch}" for m in range(glibc_minor, 4, -1)]
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    platforms += [f"{name}_{pins.arch}" for m, name in legacy.items() if m <= glibc_minor]
-    platforms.append(pins.platform)
-    return frozenset(cpython_tags(python_version=(major, minor), abis=[pins.python_tag],
-                                  platforms=platforms))
+    return frozenset(target_tags(TargetSpec(python=pins.python, os="linux", arch=pins.arch,
+                                            glibc=pins.glibc)))
 
 
 @dataclasses.dataclass(**_KW)
