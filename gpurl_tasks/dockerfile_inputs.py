@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
+from gpurl_tasks.provenance import LABEL_PREFIX
+
 __all__ = ["DockerfileInputs", "StageInputs", "parse_dockerfile_inputs"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
@@ -44,6 +46,7 @@ class StageInputs:
     syncs: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]  # (selection flags, exclusions)
     other: tuple[str, ...]  # remaining instructions, normalised, in order
     depends_on: tuple[str, ...]  # stages named by FROM or COPY --from
+    wheel_globs: tuple[str, ...] = ()  # basenames of `*.whl` paths installed, ARGs substituted
 
 
 @dataclasses.dataclass(**_KW)
@@ -65,6 +68,11 @@ class DockerfileInputs:
         for key, value in sorted(self.args, key=lambda kv: "/" in kv[0]):
             out.setdefault(key.rsplit("/", 1)[-1], value)
         return out
+
+    @property
+    def wheel_globs(self) -> tuple[str, ...]:
+        """The prebuilt-wheel patterns the target stage installs (e.g. vllm-*g<commit>*.whl)."""
+        return tuple(g for s in self.stages if s.name == self.target for g in s.wheel_globs)
 
     def image_stages(self) -> frozenset[str]:
         """Stages whose contents reach the target image (FROM and COPY --from edges)."""
@@ -168,6 +176,22 @@ def _uv_sync(cmd: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     return tuple(sorted(items)), tuple(sorted(set(excluded)))
 
 
+def _label(value: str) -> str | None:
+    """A LABEL without gpurl's provenance keys (git sha, lock hash, generator version).
+
+    Those record where an image came from; they change with every lock byte or commit and
+    say nothing about what the image contains.
+    """
+    kept = [tok for tok in _tokens(value) if not tok.startswith(LABEL_PREFIX + ".")]
+    return "LABEL " + " ".join(kept) if kept else None
+
+
+def _wheel_globs(cmd: list[str], args: Mapping[str, str]) -> list[str]:
+    if "install" not in cmd or not any(c.rsplit("/", 1)[-1] in ("pip", "uv") for c in cmd[:2]):
+        return []
+    return [_substitute(tok, args).rsplit("/", 1)[-1] for tok in cmd if tok.endswith(".whl")]
+
+
 def _stage_deps(value: str, args: Mapping[str, str], names: set[str]) -> str | None:
     for tok in value.split():
         if tok.startswith("--from="):
@@ -214,12 +238,18 @@ def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
         apt: set[str] = set()
         syncs: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
         other: list[str] = []
+        globs: list[str] = []
         deps = [base.lower()] if base.lower() in names else []
         for instr, value in items:
             if instr in ("COPY", "ADD"):
                 dep = _stage_deps(value, local_args, names)
                 if dep:
                     deps.append(dep)
+            if instr == "LABEL":
+                label = _label(value)
+                if label:
+                    other.append(label)
+                continue
             if instr != "RUN":
                 other.append(f"{instr} {' '.join(_tokens(value))}")
                 continue
@@ -235,11 +265,13 @@ def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
                     syncs.append(sync)
                     kept.append("<uv-sync>")
                 else:
+                    globs += _wheel_globs(bare, local_args)
                     kept.append(shlex.join(cmd))
             other.append("RUN " + " && ".join(kept))
         stages.append(StageInputs(name=name, base=base, from_text=from_text, apt=tuple(sorted(apt)),
                                   syncs=tuple(syncs), other=tuple(other),
-                                  depends_on=tuple(dict.fromkeys(deps))))
+                                  depends_on=tuple(dict.fromkeys(deps)),
+                                  wheel_globs=tuple(globs)))
     target = TARGET_STAGE if TARGET_STAGE in names else (stages[-1].name if stages else "")
     args = sorted({**global_args, **stage_args}.items())
     return DockerfileInputs(args=tuple(args), stages=tuple(stages), target=target)

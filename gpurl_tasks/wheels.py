@@ -4,18 +4,23 @@ The fast build path installs whatever `docker/wheelhouse/*.whl` holds, so a whee
 another fork commit, torch, CUDA or Python would be baked in silently. The expected names are
 derived from the Dockerfile ARGs (falling back to the config for an ARG the file lacks):
 
-    vllm-{VLLM_VERSION}+g{VLLM_FORK_COMMIT}.{CUDA_TAG}-cp312-cp312-linux_x86_64.whl
-    flash_attn-{FLASH_ATTN_VERSION}+{CUDA_TAG}torch{TORCH_VERSION}-cp312-cp312-linux_x86_64.whl
+    vllm-{vllm_version}+g{VLLM_FORK_COMMIT}.{CUDA_TAG}-cp312-cp312-linux_x86_64.whl
+    flash_attn-{FLASH_ATTN_VERSION}-cp312-cp312-linux_x86_64.whl
 
-Found names are parsed with `packaging.utils.parse_wheel_filename` and checked field by field:
-the public version, the fork commit (`g<sha>`, either spelling a prefix of the other), the CUDA
-and torch labels, and a tag the target interpreter accepts (cp312, abi3 and manylinux too).
-A MANIFEST lists one wheel per line as `sha256sum` prints it: `<sha256>  <filename>`.
+(what `pip wheel` writes for the fork checkout and for flash-attn==VERSION). Found names are
+parsed with `packaging.utils.parse_wheel_filename` and checked field by field: the fork commit
+(`g<sha>`, either spelling a prefix of the other), the flash-attn version, any CUDA or torch
+label against the pins, and a tag the target interpreter accepts (cp312, abi3, manylinux).
+Each wheel pattern the Dockerfile installs (`vllm-*g${VLLM_FORK_COMMIT}*.whl`, ...) must match
+exactly one wheel. A wheel's torch ABI is not in its name: rebuild-needed reports a torch
+change as wheels+image instead. A MANIFEST lists one wheel per line as `sha256sum` prints
+it: `<sha256>  <filename>`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import hashlib
 import re
 import zipfile
@@ -109,8 +114,7 @@ def expected_filenames(pins: WheelPins) -> dict[str, str]:
     tail = f"{pins.python_tag}-{pins.python_tag}-{pins.platform}.whl"
     return {
         VLLM: f"vllm-{pins.vllm_version}+g{pins.vllm_fork_commit}.{pins.cuda_tag}-{tail}",
-        FLASH_ATTN: f"flash_attn-{pins.flash_attn_version}+{pins.cuda_tag}"
-                    f"torch{pins.torch_version}-{tail}",
+        FLASH_ATTN: f"flash_attn-{pins.flash_attn_version}-{tail}",
     }
 
 
@@ -154,28 +158,29 @@ def _commit_matches(label_commit: str, pinned: str) -> bool:
 
 
 def _label_problems(project: str, version: Version, pins: WheelPins) -> list[str]:
+    """What the version (and its local label, when the build wrote one) says against the pins.
+
+    A `cuNNN` or `torchX.Y` label is optional (pip wheel of flash-attn writes none, vLLM only
+    for a non-default CUDA) but must agree with the pins when present.
+    """
     local = version.local or ""
-    parts = re.split(r"[.]", local) if local else []
     problems: list[str] = []
+    cuda = re.search(r"(?:^|\.)(cu\d{3,})", local)
+    found_cuda = cuda.group(1) if cuda else None
+    if found_cuda is not None and found_cuda != pins.cuda_tag:
+        problems.append(f"built for {found_cuda}, not {pins.cuda_tag}")
     if project == VLLM:
-        if version.public != pins.vllm_version:
-            problems.append(f"version {version.public} is not {pins.vllm_version}")
+        parts = local.split(".") if local else []
         commits = [p[1:] for p in parts if re.fullmatch(r"g[0-9a-f]{7,40}", p)]
         if not commits:
             problems.append(f"no fork commit (g<sha>) in the local version label {local!r}")
         elif not any(_commit_matches(c, pins.vllm_fork_commit) for c in commits):
             problems.append(f"fork commit {commits[0]} is not {pins.vllm_fork_commit}")
-        if pins.cuda_tag not in parts:
-            problems.append(f"no {pins.cuda_tag} in the local version label {local!r}")
     else:
         if version.public != pins.flash_attn_version:
             problems.append(f"version {version.public} is not {pins.flash_attn_version}")
-        if not local.startswith(pins.cuda_tag):
-            problems.append(f"local version label {local!r} does not start with {pins.cuda_tag}")
         torch = re.search(r"torch(\d+(?:\.\d+)*)", local)
-        if torch is None:
-            problems.append(f"no torch version in the local version label {local!r}")
-        elif not (pins.torch_version + ".").startswith(torch.group(1) + "."):
+        if torch is not None and not (pins.torch_version + ".").startswith(torch.group(1) + "."):
             problems.append(f"built for torch {torch.group(1)}, not {pins.torch_version}")
     return problems
 
@@ -210,10 +215,22 @@ def _check_one(project: str, wheel: FoundWheel, version: Version, tags: frozense
     return out
 
 
-def check_wheels(pins: WheelPins, found: Sequence[FoundWheel]) -> tuple[Mismatch, ...]:
-    """Every way `found` fails the pins; empty when exactly the right wheels are there."""
+def check_wheels(pins: WheelPins, found: Sequence[FoundWheel],
+                 globs: Sequence[str] = ()) -> tuple[Mismatch, ...]:
+    """Every way `found` fails the pins (and the Dockerfile's install patterns `globs`)."""
     expected = expected_filenames(pins)
     mismatches: list[Mismatch] = []
+    names = [w.filename for w in found]
+    for pattern in globs:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if len(hits) != 1:
+            project = next((p for p, n in expected.items() if fnmatch.fnmatchcase(n, pattern)),
+                           "?")
+            mismatches.append(Mismatch(
+                project=project, expected=f"one wheel matching {pattern}",
+                found=", ".join(hits) or "none",
+                problem="the Dockerfile's install pattern matches "
+                        + ("no wheel" if not hits else "several wheels")))
     seen: dict[str, int] = {VLLM: 0, FLASH_ATTN: 0}
     for wheel in sorted(found, key=lambda w: w.filename):
         try:
@@ -236,7 +253,8 @@ def check_wheels(pins: WheelPins, found: Sequence[FoundWheel]) -> tuple[Mismatch
                                        found="nothing", problem="missing"))
         elif count > 1:
             mismatches.append(Mismatch(project=project, expected=f"one {project} wheel",
-                                       found=f"{count}", problem="several wheels would install"))
+                                       found=f"{count}",
+                                       problem="several wheels of one project in the wheelhouse"))
     return tuple(mismatches)
 
 
@@ -365,7 +383,8 @@ def check_source(config: Config, source: str | None) -> WheelReport:
     except OSError as exc:
         raise WheelCheckError(f"cannot read the Dockerfile {config.build.dockerfile}: "
                               f"{exc.strerror}", hint="run invoke generate first") from None
-    pins = pins_from_args(parse_dockerfile_inputs(text).effective_args, config.build, config.target)
+    inputs = parse_dockerfile_inputs(text)
+    pins = pins_from_args(inputs.effective_args, config.build, config.target)
     where = source or str(config.build.wheelhouse)
     if where.startswith(("http://", "https://")) or Path(where).is_file():
         found = read_manifest(where)
@@ -374,4 +393,4 @@ def check_source(config: Config, source: str | None) -> WheelReport:
     shown = redact_url(where) if where.startswith(("http://", "https://")) else where
     return WheelReport(source=shown, expected=expected_filenames(pins),
                        found=tuple(w.filename for w in found),
-                       mismatches=check_wheels(pins, found))
+                       mismatches=check_wheels(pins, found, inputs.wheel_globs))

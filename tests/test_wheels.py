@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from gpurl_tasks.config import BuildSettings, TargetSpec, load_config
 from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
 from gpurl_tasks.wheels import (
+    FoundWheel,
     Mismatch,
     WheelCheckError,
     check_source,
@@ -41,7 +42,9 @@ from tests.rebuild_fixtures import dockerfile
 PINS = pins_from_args(parse_dockerfile_inputs(dockerfile()).effective_args, BuildSettings(),
                       TargetSpec())
 GOOD_VLLM = "vllm-0.11.1+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl"
-GOOD_FA = "flash_attn-2.8.3+cu128torch2.11.0-cp312-cp312-linux_x86_64.whl"
+GOOD_FA = "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
+LABELLED_FA = "flash_attn-2.8.3+cu128torch2.11-cp312-cp312-linux_x86_64.whl"
+GLOBS = parse_dockerfile_inputs(dockerfile()).wheel_globs
 
 
 def write_wheel(directory: Path, filename: str, *, version: str | None = None,
@@ -93,7 +96,13 @@ def test_expected_names_follow_the_dockerfile_pins() -> None:
         BuildSettings(), TargetSpec())
     names = expected_filenames(bumped)
     assert "+gabcdef1234.cu129-" in names["vllm"]
-    assert "+cu129torch2.12.0-" in names["flash-attn"]
+    assert names["flash-attn"] == GOOD_FA
+
+
+def test_expected_names_match_the_dockerfiles_install_patterns() -> None:
+    assert GLOBS == ("vllm-*g76259c63a*.whl", "flash_attn-2.8.3-*.whl")
+    assert check_wheels(PINS, [FoundWheel(filename=n) for n in expected_filenames(PINS).values()],
+                        GLOBS) == ()
 
 
 def test_missing_args_fall_back_to_config() -> None:
@@ -138,12 +147,23 @@ def test_wrong_python_tag_is_named(tmp_path: Path) -> None:
     assert cp311 in lines[0]
 
 
-def test_wrong_arch_and_torch_are_named(tmp_path: Path) -> None:
+def test_wrong_arch_torch_and_cuda_labels_are_named(tmp_path: Path) -> None:
     write_wheel(tmp_path, GOOD_VLLM.replace("linux_x86_64", "linux_aarch64"))
-    write_wheel(tmp_path, GOOD_FA.replace("torch2.11.0", "torch2.8"))
+    write_wheel(tmp_path, LABELLED_FA.replace("torch2.11", "torch2.8").replace("cu128", "cu126"))
     lines = problems(check_wheels(PINS, read_wheelhouse(tmp_path)))
     assert any("linux_aarch64" in line and line.startswith("vllm: tag") for line in lines)
-    assert any("built for torch 2.8, not 2.11.0" in line for line in lines)
+    assert any(line.startswith("flash-attn: built for torch 2.8, not 2.11.0") for line in lines)
+    assert any(line.startswith("flash-attn: built for cu126, not cu128") for line in lines)
+
+
+def test_labels_are_optional_but_the_dockerfile_pattern_is_not(tmp_path: Path) -> None:
+    """A labelled flash-attn wheel agrees with the pins but the RUN's glob would not install it."""
+    write_wheel(tmp_path, GOOD_VLLM.replace(".cu128", ""))
+    write_wheel(tmp_path, LABELLED_FA)
+    assert check_wheels(PINS, read_wheelhouse(tmp_path)) == ()
+    lines = problems(check_wheels(PINS, read_wheelhouse(tmp_path), GLOBS))
+    assert lines == ["flash-attn: the Dockerfile's install pattern matches no wheel: expected "
+                     "one wheel matching flash_attn-2.8.3-*.whl, found none"]
 
 
 def test_renamed_wheel_is_caught_from_its_dist_info(tmp_path: Path) -> None:
@@ -170,8 +190,13 @@ def test_stale_extra_wheel_is_reported(tmp_path: Path) -> None:
     write_wheel(tmp_path, GOOD_VLLM)
     write_wheel(tmp_path, GOOD_FA)
     write_wheel(tmp_path, GOOD_VLLM.replace("g76259c63a", "g00000000a"))
-    lines = problems(check_wheels(PINS, read_wheelhouse(tmp_path)))
-    assert any("several wheels would install" in line for line in lines)
+    lines = problems(check_wheels(PINS, read_wheelhouse(tmp_path), GLOBS))
+    assert any("several wheels of one project" in line for line in lines)
+    assert not any("install pattern" in line for line in lines)  # the glob picks one
+    write_wheel(tmp_path, GOOD_VLLM.replace("0.11.1+", "0.11.0+"))
+    lines = problems(check_wheels(PINS, read_wheelhouse(tmp_path), GLOBS))
+    assert any(line.startswith("vllm: the Dockerfile's install pattern matches several wheels")
+               for line in lines)
 
 
 def test_manifest_sha_and_listing_are_checked(tmp_path: Path) -> None:
@@ -247,8 +272,9 @@ def test_check_source_reads_the_configured_dockerfile(tmp_path: Path) -> None:
     write_wheel(tmp_path / "wh", GOOD_VLLM)
     write_wheel(tmp_path / "wh", GOOD_FA)
     report = check_source(load_config(tmp_path, env={}), None)
-    assert report.expected["flash-attn"].startswith("flash_attn-2.8.4+")
-    assert [m.problem for m in report.mismatches] == ["version 2.8.3 is not 2.8.4"]
+    assert report.expected["flash-attn"].startswith("flash_attn-2.8.4-")
+    assert [m.problem for m in report.mismatches] == [
+        "the Dockerfile's install pattern matches no wheel", "version 2.8.3 is not 2.8.4"]
     assert report.to_json()["ok"] is False
     assert os.path.basename(report.source) == "wh"
 
