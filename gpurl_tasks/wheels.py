@@ -134,6 +134,7 @@ class FoundWheel:
     in_manifest: bool | None = None  # None: no MANIFEST to compare with
     metadata_version: str | None = None  # from the wheel's own .dist-info, when local
     metadata_tags: tuple[str, ...] = ()
+    present: bool = True  # False: listed in the wheelhouse's MANIFEST, but no such file
 
 
 @dataclasses.dataclass(**_KW)
@@ -219,7 +220,10 @@ def check_wheels(pins: WheelPins, found: Sequence[FoundWheel],
                  globs: Sequence[str] = ()) -> tuple[Mismatch, ...]:
     """Every way `found` fails the pins (and the Dockerfile's install patterns `globs`)."""
     expected = expected_filenames(pins)
-    mismatches: list[Mismatch] = []
+    mismatches = [Mismatch(project="?", expected=f"the file {w.filename}", found="none",
+                           problem="listed in the MANIFEST but absent from the wheelhouse")
+                  for w in found if not w.present]
+    found = [w for w in found if w.present]
     names = [w.filename for w in found]
     for pattern in globs:
         hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
@@ -315,6 +319,9 @@ def read_wheelhouse(directory: Path) -> list[FoundWheel]:
             manifest_sha256=manifest.get(path.name) if manifest is not None else None,
             in_manifest=(path.name in manifest) if manifest is not None else None,
             metadata_version=version, metadata_tags=tags))
+    present = {w.filename for w in found}
+    found += [FoundWheel(filename=name, manifest_sha256=digest, in_manifest=True, present=False)
+              for name, digest in sorted((manifest or {}).items()) if name not in present]
     return found
 
 
@@ -392,5 +399,5 @@ def check_source(config: Config, source: str | None) -> WheelReport:
         found = read_wheelhouse(Path(where))
     shown = redact_url(where) if where.startswith(("http://", "https://")) else where
     return WheelReport(source=shown, expected=expected_filenames(pins),
-                       found=tuple(w.filename for w in found),
+                       found=tuple(w.filename for w in found if w.present),
                        mismatches=check_wheels(pins, found, inputs.wheel_globs))

@@ -212,6 +212,17 @@ def test_manifest_sha_and_listing_are_checked(tmp_path: Path) -> None:
                for line in lines)
 
 
+def test_manifest_entry_without_its_file(tmp_path: Path) -> None:
+    write_wheel(tmp_path, GOOD_VLLM)
+    write_wheel(tmp_path, GOOD_FA)
+    sha256sum_manifest(tmp_path)
+    (tmp_path / GOOD_FA).unlink()
+    lines = problems(check_wheels(PINS, read_wheelhouse(tmp_path), GLOBS))
+    assert f"?: listed in the MANIFEST but absent from the wheelhouse: expected the file " \
+           f"{GOOD_FA}, found none" in lines
+    assert f"flash-attn: missing: expected {GOOD_FA}, found nothing" in lines
+
+
 def test_malformed_manifest_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "MANIFEST"
     path.write_text("deadbeef\n")
