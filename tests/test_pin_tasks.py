@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer
-from support.registry_server import RegistryServer, free_port, running_registry
-from support.tasks_runner import head_short_sha, run_task
+
+from tests.support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer
+from tests.support.registry_server import RegistryServer, free_port, running_registry
+from tests.support.tasks_runner import head_short_sha, run_task
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.faults import Fault, FaultProxy
-from support.pusher import (
+
+from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.image_ref import ImageRef, parse_reference
+from gpurl_tasks.registry import RegistryClient
+from gpurl_tasks.registry_auth import Credentials
+from tests.support.faults import Fault, FaultProxy
+from tests.support.pusher import (
     DOCKER_LIST,
     DOCKER_MANIFEST,
     PushedImage,
@@ -24,13 +29,8 @@ from support.pusher import (
     random_layer,
     tar_gz_layer,
 )
-from support.registry_server import RegistryServer, running_registry
-from support.token_auth import TokenService
-
-from gpurl_tasks.errors import RegistryError
-from gpurl_tasks.image_ref import ImageRef, parse_reference
-from gpurl_tasks.registry import RegistryClient
-from gpurl_tasks.registry_auth import Credentials
+from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.token_auth import TokenService
 
 pytestmark = pytest.mark.integration
 
@@ -276,7 +276,7 @@ def test_refused_credentials_are_a_clear_error_without_the_secret(
 def test_basic_auth_against_the_real_registry(tmp_path: Path, registry: RegistryServer,
                                               amd64: PushedImage) -> None:
     """The registry's own htpasswd auth: 401 with a Basic challenge, then the credentials."""
-    from support.htpasswd import basic_auth_yaml
+    from tests.support.htpasswd import basic_auth_yaml
 
     auth = basic_auth_yaml(tmp_path, "penfever", CANARY)
     with running_registry(tmp_path / "basic", storage=registry.storage, auth_yaml=auth) as server:

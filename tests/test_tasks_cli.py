@@ -15,7 +15,7 @@ TASKS = sorted(tasks.ns.tasks.items())
 def test_task_has_docstring_and_help_for_every_flag(name: str, task: object) -> None:
     body = task.body  # type: ignore[attr-defined]
     assert inspect.getdoc(body), f"{name} has no docstring"
-    params = [p for p in inspect.signature(body).parameters if p != "c"]
+    params = [p.rstrip("_") for p in inspect.signature(body).parameters if p != "c"]  # json_ -> --json
     missing = [p for p in params if p not in task.help]  # type: ignore[attr-defined]
     assert not missing, f"{name}: no help for {missing}"
 

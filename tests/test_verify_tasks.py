@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.pusher import push_image, random_layer, repeated_layer, tar_gz_layer
-from support.registry_server import RegistryServer, running_registry
-from support.tasks_runner import head_short_sha, run_task
-from support.token_auth import TokenService
 
 from gpurl_tasks.provenance import LABEL_PLAN_FINGERPRINT
+from tests.support.pusher import push_image, random_layer, repeated_layer, tar_gz_layer
+from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.tasks_runner import head_short_sha, run_task
+from tests.support.token_auth import TokenService
 
 pytestmark = pytest.mark.integration
 
