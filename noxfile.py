@@ -96,3 +96,13 @@ def pin(session: nox.Session) -> None:
     """Verify an image and pin its digest into the launcher (args: `invoke pin` flags)."""
     _sync(session)
     session.run("invoke", "pin", *_ref_as_flag(session.posargs))
+
+
+# --- benchmarks ---------------------------------------------------------------------------
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Planner benchmarks (speed, plan quality, size prediction, rebuild cost) -> benchmarks/REPORT.md."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.run", *session.posargs)

@@ -32,13 +32,12 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from benchmarks.common import TARGET, LockInput, closure_sizes
 from gpurl_tasks.layers import plan_layers
 from gpurl_tasks.lock import Lock
 from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep
 from gpurl_tasks.sizes import PackageSize, select_wheel
 from gpurl_tasks.target import target_tags
-
-from benchmarks.common import TARGET, LockInput, closure_sizes
 
 __all__ = [
     "DESIGNS",
@@ -163,8 +162,9 @@ def plan_from_buckets(buckets: Sequence[Sequence[PackageSize]], *, like: Plan) -
             PlannedPackage(name=s.name, version=s.version, compressed_bytes=s.compressed_bytes,
                            installed_bytes=s.installed_bytes) for s in sorted(b, key=lambda s: s.name)))
         for i, b in enumerate(b for b in buckets if b))
-    steps = tuple(SyncStep(no_install_package=tuple(sorted(n for later in layers[i + 1:] for n in later.names)))
-                  for i in range(len(layers)))
+    steps = tuple(
+        SyncStep(no_install_package=tuple(sorted(n for later in layers[i + 1:] for n in later.names)))
+        for i in range(len(layers)))
     return dataclasses.replace(like, layers=layers, steps=steps)
 
 

@@ -43,7 +43,8 @@ def _speed(data: dict[str, Any]) -> list[str]:
                      " / ".join(_ms(st[s]) for s in ("parse", "closure", "sizes", "pack"))])
     out += _table(["lock", "packages", "closure", "layers", "tomllib.load", "plan", "plan/parse",
                    "parse / closure / sizes / pack"], rows)
-    out += [f"Profile (cProfile, one plan of the {data['profile_lock']} lock), top functions by own time:", ""]
+    out += [f"Profile (cProfile, one plan of the {data['profile_lock']} lock), "
+            "top functions by own time:", ""]
     out += _table(["function", "calls", "own time", "share", "cumulative"],
                   [[f"`{p['function']}`", p["calls"], _ms(p["own_seconds"]), _pct(p["own_share"]),
                     _ms(p["cumulative_seconds"])] for p in data["profile"]])
@@ -92,8 +93,8 @@ def _prediction(data: dict[str, Any] | None, path: str) -> list[str]:
     out += _table(["step", "predicted", "actual", "error"],
                   [[x["step"], format_bytes(x["predicted"]), format_bytes(x["actual"]),
                     f"{x['error_percent']:+.2f}%"] for x in data["layers"]])
-    return [*out, f"Largest error {data['max_abs_error_percent']:.2f}%; total {data['total_error_percent']:+.2f}%.",
-            ""]
+    return [*out, f"Largest error {data['max_abs_error_percent']:.2f}%; "
+            f"total {data['total_error_percent']:+.2f}%.", ""]
 
 
 def _find(pairs: list[dict[str, Any]], **match: object) -> dict[str, Any] | None:
@@ -105,7 +106,8 @@ def _cell(p: dict[str, Any] | None) -> str:
         return "-"
     mark = " (replanned)" if p["replanned"] else ""
     mark += f", {p['moved']} moved" if p["moved"] else ""
-    return f"{_pct(p['fraction'])} ({format_bytes(p['bytes_rebuilt'])}, {p['layers_rebuilt']}/{p['layers']}){mark}"
+    share = f"{_pct(p['fraction'])} ({format_bytes(p['bytes_rebuilt'])}"
+    return f"{share}, {p['layers_rebuilt']}/{p['layers']}){mark}"
 
 
 def _rebuild(data: dict[str, Any]) -> list[str]:
@@ -125,10 +127,11 @@ def _rebuild(data: dict[str, Any]) -> list[str]:
     out += ["", "Generated bumps start from the newest real lock: one small package bumped, then torch "
             "bumped (+1% size), then a 3 MB package added to the `vllm` extra.", "",
             "Counted: compressed bytes of the Python environment's layers (the chain) that miss the build "
-            "cache, i.e. the builder reinstalls and every node pulls again, as a share of those layers' total "
-            "in the new version. Base image, apt and the workspace source layers are not counted. A step's "
-            "cache key chains its parent's key, its instruction and the files it copies. Cells: share "
-            "(bytes, layers rebuilt / layers), then how many packages present in both versions sit in a different layer.",
+            "cache, i.e. the builder reinstalls and every node pulls again, as a share of those layers' "
+            "total in the new version. Base image, apt and the workspace source layers are not counted. "
+            "A step's cache key chains its parent's key, its instruction and the files it copies. Cells: "
+            "share (bytes, layers rebuilt / layers), then how many packages present in both versions sit "
+            "in a different layer.",
             "",
             "Designs: **current** = `COPY pyproject.toml uv.lock` then one `uv sync` per layer; "
             "**slices** = per layer `COPY slice-k.txt` + `uv pip install --no-deps --require-hashes -r "
@@ -169,8 +172,9 @@ def _findings(results: dict[str, Any]) -> list[str]:
     best = "slices + stable buckets + light last"
     out.append(f"1. **Any lock change rebuilds the whole Python environment.** Every `uv sync` step follows "
                f"`COPY pyproject.toml uv.lock`, so {small} alone costs {_pct(cur['fraction'])} of the chain "
-               f"({format_bytes(cur['bytes_rebuilt'])} at a {format_bytes(cap)} cap): the builder reinstalls it "
-               "and every node pulls it again. The same holds for every pair in the tables above.")
+               f"({format_bytes(cur['bytes_rebuilt'])} at a {format_bytes(cap)} cap): the builder "
+               "reinstalls it and every node pulls it again. The same holds for every pair in the tables "
+               "above.")
     out.append(f"2. **Slice files alone do not fix it** ({_pct(sl['fraction'])} for the same bump). The "
                "planner spreads the long tail of small packages over every layer (LPT fills gaps with them) "
                "and puts the layer with the most packages first, so a small bump lands in an early layer "
@@ -193,17 +197,18 @@ def _findings(results: dict[str, Any]) -> list[str]:
                    "same design, since only the layers from torch's layer on are invalidated.")
     ind = _find(pairs, cap=cap, design="independent slices + stable buckets + light last", new=torch)
     if ind:
-        out.append(f"5. Building each slice in its own stage and copying it in would make layers independent "
-                   f"(torch bump {_pct(ind['fraction'])}, {format_bytes(ind['bytes_rebuilt'])}), if the builder "
-                   "writes byte-identical blobs for unchanged layers; that is unverified for kaniko.")
+        out.append(f"5. Building each slice in its own stage and copying it in would make layers "
+                   f"independent (torch bump {_pct(ind['fraction'])}, {format_bytes(ind['bytes_rebuilt'])}), "
+                   "if the builder writes byte-identical blobs for unchanged layers; that is unverified for "
+                   "kaniko.")
     real = [p for p in rebuild["pairs"] if p["sequence"] == "real history" and p["cap"] == cap]
     if real:
         lo = min(p["fraction"] for p in real)
         heavy = (rebuild["real_changes"] or {}).get("heavy_changed", [])
         out.append(f"6. Between the two real locks no design helps much (best {_pct(lo)}): "
-                   f"{len(heavy)} packages over 100 MB changed version ({', '.join(heavy)}), so every heavy layer "
-                   "holds a changed package. The gains above are for the frequent small steps between such "
-                   "upgrades.")
+                   f"{len(heavy)} packages over 100 MB changed version ({', '.join(heavy)}), so every "
+                   "heavy layer holds a changed package. The gains above are for the frequent small steps "
+                   "between such upgrades.")
     return [*out, ""]
 
 
@@ -215,12 +220,13 @@ def _headlines(results: dict[str, Any]) -> list[str]:
         out.append("- Planning a real lock: " + ", ".join(
             f"{r['label']} {_ms(r['plan_seconds'])} ({r['ratio']:.1f}x `tomllib.load`)" for r in real) + ".")
     s = sp[-1]
-    out.append(f"- Synthetic 5,000-package lock ({s['closure']} in the closure): {_ms(s['plan_seconds'])} "
+    out.append(f"- {s['label'].capitalize()} ({s['closure']} in the closure): {_ms(s['plan_seconds'])} "
                f"({s['ratio']:.1f}x `tomllib.load`).")
     q4 = [r for r in results["quality"] if r["method"] == "planner" and r["layers"]]
     if q4:
         out.append("- Plan quality: the planner reaches the lower bound in "
-                   f"{sum(r['layers'] == r['lower_bound'] for r in q4)}/{len(q4)} feasible (lock, cap) cases; "
+                   f"{sum(r['layers'] == r['lower_bound'] for r in q4)}/{len(q4)} feasible (lock, cap) "
+                   "cases; "
                    f"worst largest/cap {_pct(max(r['largest'] / r['cap'] for r in q4))}, worst spread "
                    f"{max(r['spread'] for r in q4):.2f}.")
     bad = [r for r in results["quality"] if r["method"] == "planner" and not r["layers"]]
@@ -237,8 +243,9 @@ def _headlines(results: dict[str, Any]) -> list[str]:
         cur = _find(pairs, cap=cap, design="current", new=first)
         best = _find(pairs, cap=cap, design="slices + stable buckets + light last", new=first)
         if cur and best:
-            out.append(f"- Rebuild cost of one small bump ({first}) at {format_bytes(cap)}: current design "
-                       f"{_pct(cur['fraction'])} of the Python layers ({format_bytes(cur['bytes_rebuilt'])}); "
+            out.append(f"- Rebuild cost of one small bump ({first}) at {format_bytes(cap)}: current "
+                       f"design {_pct(cur['fraction'])} of the Python layers "
+                       f"({format_bytes(cur['bytes_rebuilt'])}); "
                        f"slices + stable buckets + light last {_pct(best['fraction'])} "
                        f"({format_bytes(best['bytes_rebuilt'])}).")
     return [*out, ""]

@@ -16,17 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import prediction, quality, rebuild_cost, speed
+from benchmarks.common import (
+    REPO_ROOT,
+    SHARED_LOCKS,
+    SKYRL_SIZES,
+    LockInput,
+    closure_sizes,
+    plan_lock,
+    real_lock_paths,
+    with_overrides,
+)
+from benchmarks.history import add_to_extra, bump_package, newest_upload
+from benchmarks.report import render_markdown
+from benchmarks.synth import SYNTH_EXTRA, synthetic_lock_text
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.lock import load_lock
 from gpurl_tasks.plan_model import Plan
 from gpurl_tasks.sizes import SizeSources, load_size_sources
-
-from benchmarks import prediction, quality, rebuild_cost, speed
-from benchmarks.common import REPO_ROOT, SHARED_LOCKS, SKYRL_SIZES, LockInput, closure_sizes, plan_lock, \
-    real_lock_paths, with_overrides
-from benchmarks.history import add_to_extra, bump_package, newest_upload
-from benchmarks.report import render_markdown
-from benchmarks.synth import SYNTH_EXTRA, synthetic_lock_text
 
 __all__ = ["bump_sequence", "closure_changes", "main", "run"]
 
@@ -77,13 +84,13 @@ def bump_sequence(base: LockInput, *, small: str = SMALL_BUMP) -> list[LockInput
     return [base, v1, v2, v3]
 
 
-def _speed(paths: dict[str, Path], synth: Path, runs: int) -> dict[str, Any]:
+def _speed(paths: dict[str, Path], synth: Path, synth_label: str, runs: int) -> dict[str, Any]:
     results = [speed.time_planner(c, p, extras=(EXTRA,), overrides=SKYRL_SIZES, cap=4 * GB, runs=runs)
                for c, p in paths.items()]
-    results.append(speed.time_planner("synthetic 5,000 packages", synth, extras=(SYNTH_EXTRA,),
+    results.append(speed.time_planner(synth_label, synth, extras=(SYNTH_EXTRA,),
                                       overrides=None, cap=4 * GB, runs=max(3, runs // 2)))
     profile = speed.profile_plan(synth, extras=(SYNTH_EXTRA,), overrides=None, cap=4 * GB)
-    return {"results": [r.to_json() for r in results], "profile_lock": "synthetic 5,000 packages",
+    return {"results": [r.to_json() for r in results], "profile_lock": synth_label,
             "profile": profile}
 
 
@@ -92,7 +99,8 @@ def _quality(real: list[LockInput]) -> list[dict[str, Any]]:
     for item in real:
         sizes, flags, _ = closure_sizes(item.lock, item.extras, item.sources)
         for cap in QUALITY_CAPS:
-            rows += [r.to_json() for r in quality.quality_rows(sizes, lock=item.label, cap=cap, sync_flags=flags)]
+            found = quality.quality_rows(sizes, lock=item.label, cap=cap, sync_flags=flags)
+            rows += [r.to_json() for r in found]
     return rows
 
 
@@ -111,7 +119,8 @@ def _rebuild(real: list[LockInput], texts: dict[str, str]) -> dict[str, Any]:
             "light_threshold": rebuild_cost.LIGHT_THRESHOLD}
 
 
-def run(*, runs: int, locks_dir: Path, measured: Path, scratch: Path) -> dict[str, Any]:
+def run(*, runs: int, locks_dir: Path, measured: Path, scratch: Path,
+        synth_packages: int = 5000, synth_heavy: int = 50) -> dict[str, Any]:
     """Every section's figures as plain JSON data (the report is rendered from this alone)."""
     skipped: dict[str, str] = {}
     paths = real_lock_paths(locks_dir)
@@ -123,14 +132,15 @@ def run(*, runs: int, locks_dir: Path, measured: Path, scratch: Path) -> dict[st
     texts = {c: texts[c] for c in paths}
     sources: SizeSources = load_size_sources(SKYRL_SIZES, None)
     real = [LockInput(label=c, lock=load_lock(p), sources=sources, extras=(EXTRA,)) for c, p in paths.items()]
-    synth = scratch / "synthetic-5000.uv.lock"
-    _write(synth, synthetic_lock_text(packages=5000, heavy=50, seed=0))
+    synth = scratch / f"synthetic-{synth_packages}.uv.lock"
+    _write(synth, synthetic_lock_text(packages=synth_packages, heavy=synth_heavy, seed=0))
+    synth_label = f"synthetic {synth_packages:,} packages"
     measured_build = prediction.load_measured(measured)
     return {
         "environment": {"python": platform.python_version(), "machine": platform.machine(),
                         "cpus": os.cpu_count(), "runs": runs},
         "skipped": skipped,
-        "speed": _speed(paths, synth, runs),
+        "speed": _speed(paths, synth, synth_label, runs),
         "quality": _quality(real) if real else [],
         "prediction": measured_build.to_json() if measured_build else None,
         "measured_path": str(measured.relative_to(REPO_ROOT)) if measured.is_relative_to(REPO_ROOT)
