@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "uv"
@@ -30,3 +32,5 @@ def lint(session: nox.Session) -> None:
     _sync(session, "lint")
     session.run("ruff", "check", ".")
     session.run("mypy")
+    dockerfiles = sorted(str(p) for p in Path("docker").glob("Dockerfile.*"))
+    session.run("hadolint", "--config", ".hadolint.yaml", *dockerfiles)
