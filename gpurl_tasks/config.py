@@ -142,7 +142,9 @@ class BuildSettings:
         "import boto3, smart_open, s3fs; boto3.client('s3', region_name='us-east-1')",
         "from torchtitan.distributed.expert_parallel import ExpertParallel",
     )
-    megatron_asserts: tuple[str, ...] = ("import megatron.core, megatron.bridge, transformer_engine",)
+    megatron_asserts: tuple[str, ...] = (
+        "import megatron.core, megatron.bridge, transformer_engine",
+    )
     install_harbor: bool = True
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import shlex
 import string
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dockerfile_parse import DockerfileParser
+from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -226,7 +227,8 @@ def test_sync_chain_then_wheels_then_harbor_then_local(gpu: Parsed) -> None:
     assert syncs[-1] > source  # the local install comes after the source
     final = sync_runs(rl)[-1]
     assert "--inexact" in final and "--no-install-project" not in final
-    assert "/tmp/wheels/flash_attn-${FLASH_ATTN_VERSION}-*.whl" in shlex.split(order[wheel_install][1])
+    wheel_argv = shlex.split(order[wheel_install][1])
+    assert "/tmp/wheels/flash_attn-${FLASH_ATTN_VERSION}-*.whl" in wheel_argv
 
 
 def test_no_cache_and_no_bytecode(gpu: Parsed) -> None:
@@ -271,7 +273,7 @@ def layer_partitions(draw: st.DrawFn) -> list[list[str]]:
     cuts = sorted(draw(st.lists(st.integers(1, max(1, len(names) - 1)), min_size=count - 1,
                                 max_size=count - 1, unique=True))) if len(names) > 1 else []
     bounds = [0, *cuts, len(names)]
-    return [names[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return [names[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 @settings(max_examples=60, deadline=None)

@@ -73,9 +73,10 @@ class ImageRef:
         is_var = bool(_VAR_REF.fullmatch(self.repository))
         _check(is_var or bool(_REPO.fullmatch(self.repository)),
                f"invalid image repository {self.repository!r}")
-        _check(self.tag is None or bool(_TAG.fullmatch(self.tag)), f"invalid image tag {self.tag!r}")
+        _check(self.tag is None or bool(_TAG.fullmatch(self.tag)),
+               f"invalid image tag {self.tag!r}")
         _check(self.digest is None or bool(_DIGEST.fullmatch(self.digest)),
-               f"invalid image digest {self.digest!r}: expected sha256: and 64 lowercase hex digits")
+               f"invalid image digest {self.digest!r}: expected sha256: and 64 lowercase hex")
         _check(not (is_var and (self.tag or self.digest)),
                f"an ${{ARG}} image reference cannot carry a tag or digest: {self.repository!r}")
 
@@ -244,7 +245,8 @@ class Copy:
     def __post_init__(self) -> None:
         _check(bool(self.sources) and all(self.sources), "COPY needs sources")
         _check(bool(self.dest), "COPY needs a destination")
-        _check(all(" " not in s for s in (*self.sources, self.dest)), "COPY paths contain no spaces")
+        _check(all(" " not in s for s in (*self.sources, self.dest)),
+               "COPY paths contain no spaces")
         _check(self.from_stage is None or bool(_STAGE.fullmatch(self.from_stage)),
                f"invalid COPY --from stage {self.from_stage!r}")
 
@@ -273,7 +275,8 @@ class User:
     name: str
 
     def __post_init__(self) -> None:
-        _check(bool(re.fullmatch(r"[a-z0-9_][a-z0-9_:-]*", self.name)), f"invalid USER {self.name!r}")
+        _check(bool(re.fullmatch(r"[a-z0-9_][a-z0-9_:-]*", self.name)),
+               f"invalid USER {self.name!r}")
 
     def render(self) -> str:
         return f"USER {self.name}"

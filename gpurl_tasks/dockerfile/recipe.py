@@ -185,8 +185,8 @@ def _wheel_builder_stage(config: Config) -> Stage:
         else:
             specs.append(spec)
     body += [
-        Comment(text="uv has no `pip wheel`; --no-build-isolation builds against the torch "
-                "installed above."),
+        Comment(text="uv has no `pip wheel`; --no-build-isolation builds against what is "
+                "installed above (torch)."),
         Arg(name="MAX_JOBS"),
         Run(commands=(Command(
             head=("/opt/builder/bin/python", "-m", "pip", "wheel"),
@@ -198,7 +198,8 @@ def _wheel_builder_stage(config: Config) -> Stage:
     ]
     return Stage(name="wheel-builder", base="base",
                  instructions=_with_args(body, _args(config)),
-                 comment="Slow path (-e WHEEL_SOURCE wheel-builder): compile the wheels with nvcc.")
+                 comment="Slow path (WHEEL_SOURCE=wheel-builder): compile the wheels "
+                         "(nvcc for CUDA).")
 
 
 def _rel(config: Config, path: str) -> str:
@@ -206,8 +207,9 @@ def _rel(config: Config, path: str) -> str:
     try:
         return p.relative_to(config.root).as_posix() if p.is_absolute() else p.as_posix()
     except ValueError:
-        raise DockerfileError(f"{p} is outside the build context {config.root}",
-                              hint="workspace and wheelhouse must live inside the repository") from None
+        raise DockerfileError(
+            f"{p} is outside the build context {config.root}",
+            hint="workspace and wheelhouse must live inside the repository") from None
 
 
 def _megatron_prefix(config: Config) -> tuple[Shell, ...]:
