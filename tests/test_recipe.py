@@ -339,3 +339,25 @@ def test_workspace_outside_context_is_rejected(gpu_config: Config, tmp_path: Pat
     config = dataclasses.replace(gpu_config, workspace=tmp_path)
     with pytest.raises(DockerfileError, match="outside the build context"):
         render_recipe(config, make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("base_image", "Nvidia/CUDA:12", "invalid image repository"),
+    ("wheel_source", "prebuilt", "wheel-source"),
+    ("python_downloads", "sometimes", "python-downloads"),
+])
+def test_bad_build_settings_are_rejected(gpu_config: Config, field: str, value: str,
+                                         message: str) -> None:
+    build = dataclasses.replace(gpu_config.build, **{field: value})
+    with pytest.raises(DockerfileError, match=message):
+        render_recipe(dataclasses.replace(gpu_config, build=build),
+                      make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
+
+
+def test_downloaded_interpreter_gets_its_own_layer(gpu: Parsed, demo_config: Config) -> None:
+    base = gpu.stage("base")
+    assert "uv python install" in base.of("RUN")
+    assert 'UV_PYTHON_INSTALL_DIR="/opt/uv-python"' in " ".join(base.of("ENV"))
+    demo = parse(render(render_recipe(demo_config, make_plan(demo_config, [["a"]]),
+                                      lock_sha256=LOCK_SHA)))
+    assert "uv python install" not in demo.stage("base").of("RUN")

@@ -140,6 +140,8 @@ def _base_stage(config: Config) -> Stage:
     ]
     if b.index_url:
         env += [("PIP_INDEX_URL", "${INDEX_URL}"), ("UV_DEFAULT_INDEX", "${INDEX_URL}")]
+    if b.python_downloads != "never":
+        env.append(("UV_PYTHON_INSTALL_DIR", "/opt/uv-python"))
     body: list[Instruction] = [
         Comment(text="No uv cache in any layer (no cache mounts under kaniko), no .pyc: the layer "
                 "planner predicts"),
@@ -156,6 +158,11 @@ def _base_stage(config: Config) -> Stage:
             Command(head=("uv", "--version")),
         )),
     ]
+    if b.python_downloads != "never":
+        body += [
+            Comment(text="The interpreter gets its own layer, not a share of the first sync's."),
+            Run(commands=(Command(head=("uv", "python", "install")),)),
+        ]
     return Stage(name="base", base=ImageRef(repository="${BASE_IMAGE}"),
                  instructions=_with_args(body, _args(config)),
                  comment="Shared bootstrap: apt basics and a pinned uv.")
@@ -330,8 +337,20 @@ def _check_plan(plan: Plan) -> None:
         raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")
 
 
+def _check_config(config: Config) -> None:
+    b = config.build
+    ImageRef.parse(b.base_image)  # a typo fails here, not in the middle of a cluster build
+    if b.wheel_source not in ("prebuilt-wheelhouse", "wheel-builder"):
+        raise DockerfileError(f"build.wheel-source must be 'prebuilt-wheelhouse' or "
+                              f"'wheel-builder', not {b.wheel_source!r}")
+    if b.python_downloads not in ("automatic", "manual", "never"):
+        raise DockerfileError(f"build.python-downloads must be automatic, manual or never, not "
+                              f"{b.python_downloads!r}")
+
+
 def render_recipe(config: Config, plan: Plan, *, lock_sha256: str) -> Dockerfile:
     """The whole gpu-rl (or demo) Dockerfile model for `config` and `plan`; pure."""
+    _check_config(config)
     _check_plan(plan)
     if not re.fullmatch(r"[0-9a-f]{64}", lock_sha256):
         raise DockerfileError(f"lock_sha256 must be 64 hex digits, not {lock_sha256!r}")
