@@ -17,6 +17,105 @@ _PROFILE_HELP = "config profile from [tool.gpurl.profiles] (default: gpu-rl, or 
 # --- plan -------------------------------------------------------------------------------
 
 
+@task(
+    iterable=["extra"],
+    help={
+        "lock": "uv.lock to plan (default: the workspace lock from config)",
+        "extra": "extra to select; repeat for several (default: python.extras from config)",
+        "cap": "largest allowed layer, e.g. 4GB or 500MB (default: layers.cap)",
+        "size_overrides": "JSON file of sizes the lock lacks: {\"name\" | \"name==version\": bytes}",
+        "basis": "size the cap applies to: compressed (default) or installed",
+        "json": "print exactly one JSON object instead of the table",
+        "profile": _PROFILE_HELP,
+    },
+)
+def plan(
+    c: Context,
+    lock: str | None = None,
+    extra: list[str] | None = None,
+    cap: str | None = None,
+    size_overrides: str | None = None,
+    basis: str | None = None,
+    json: bool = False,
+    profile: str | None = None,
+) -> None:
+    """Plan the uv sync chain: which packages each layer installs, each layer under the cap."""
+    from pathlib import Path
+
+    from gpurl_tasks.layers import plan_for_config
+    from gpurl_tasks.plan_report import render_plan
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, python__extras=extra or None, layers__cap=cap,
+                                layers__basis=basis)
+        result = plan_for_config(config, lock=Path(lock) if lock else None,
+                                 size_overrides=Path(size_overrides) if size_overrides else None)
+        if json:
+            cli.emit_json(result.to_json())
+        else:
+            print(render_plan(result))
+            print(f"every step: uv sync {' '.join(result.sync_flags)}")
+            for i, step in enumerate(result.steps):
+                print(f"  step {i}: --no-install-package x{len(step.no_install_package)}"
+                      f" (installs layer {i}: {len(result.layers[i].packages)} packages)")
+
+
+ns.add_task(plan)
+
+
+@task(
+    iterable=["extra"],
+    help={
+        "probe": "fetch sizes over HTTP (HEAD + zip directory range reads) into layers.size-cache",
+        "lock": "uv.lock to read (default: the workspace lock from config)",
+        "extra": "extra to select; repeat for several (default: python.extras)",
+        "dry_run": "list what would be probed without any network access",
+        "json": "print the probed entries (or the URLs, with --dry-run) as JSON",
+        "profile": _PROFILE_HELP,
+    },
+)
+def sizes(
+    c: Context,
+    probe: bool = False,
+    lock: str | None = None,
+    extra: list[str] | None = None,
+    dry_run: bool = False,
+    json: bool = False,
+    profile: str | None = None,
+) -> None:
+    """Show which wheel sizes are unknown; with --probe, fetch and cache them."""
+    from pathlib import Path
+
+    from gpurl_tasks import probe as probing
+    from gpurl_tasks.lock import install_closure, load_lock
+    from gpurl_tasks.sizes import load_size_sources, urls_to_probe
+    from gpurl_tasks.target import target_tags
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, python__extras=extra or None)
+        closure = install_closure(load_lock(Path(lock) if lock else config.lock),
+                                  config.target, config.python)
+        sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
+        urls = urls_to_probe(closure.packages, target_tags(config.target), sources)
+        if not probe or dry_run:
+            if json:
+                cli.emit_json({"to_probe": urls})
+            else:
+                print("\n".join(urls) or "every wheel size is known")
+            return
+        cache = config.layers.size_cache
+        if cache is None:
+            raise cli.ConfigError("layers.size-cache is not set; nowhere to store probed sizes")
+        found = probing.probe_urls(urls, progress=lambda url: cli.say(f"probing {url}"))
+        probing.write_cache(cache, found)
+        cli.say(f"probed {len(found)} wheel(s) into {cache}")
+        if json:
+            cli.emit_json(found)
+
+
+ns.add_task(sizes)
+
+
 # --- generate ---------------------------------------------------------------------------
 
 
@@ -48,6 +147,125 @@ ns.add_task(generate)
 
 
 # --- cluster build (iris + kaniko) ------------------------------------------------------
+
+
+@task(
+    help={
+        "profile": _PROFILE_HELP,
+        "backend": "iris (kaniko in an iris job; gpu-rl default) or local (Docker engine)",
+        "cluster": "iris cluster name (default: [tool.gpurl.cluster] name)",
+        "cpu": "CPUs for the build job (default 48: the daemonset gang-fit rule)",
+        "memory": "memory for the build job, humanfriendly binary (default 512GB; less OOMs)",
+        "disk": "ephemeral disk for the build job (default 400GB)",
+        "timeout": "job timeout in seconds (default 18000)",
+        "megatron": "build the megatron variant (INSTALL_MEGATRON=1, tag prefix PREFIX-megatron)",
+        "dry_run": "print the full command (secrets redacted) and run nothing",
+        "force": "allow --memory below 512GB",
+        "json": "machine-readable output on stdout",
+    }
+)
+def build(
+    c: Context,
+    profile: str | None = None,
+    backend: str | None = None,
+    cluster: str | None = None,
+    cpu: float | None = None,
+    memory: str | None = None,
+    disk: str | None = None,
+    timeout: int | None = None,
+    megatron: bool = False,
+    dry_run: bool = False,
+    force: bool = False,
+    json: bool = False,
+) -> None:
+    """Build and push the image: as an iris job running kaniko (runbook sections 2-4)."""
+    from gpurl_tasks import cluster_tasks
+    from gpurl_tasks.cluster_build import BuildRequest
+    from gpurl_tasks.errors import BuildError
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, backend=backend)
+        if config.backend != "iris":
+            raise BuildError(f"the {config.backend!r} build backend is not available yet",
+                             hint="use --backend iris")
+        request = BuildRequest(cluster=cluster, cpu=cpu, memory=memory, disk=disk,
+                               timeout=timeout, megatron=megatron, force=force)
+        cluster_tasks.run_build(config, request, dry_run=dry_run, as_json=json)
+
+
+ns.add_task(build)
+
+
+@task(
+    help={
+        "job": "the job id `invoke build` printed, e.g. /alice/gpurl-kaniko-0123abc",
+        "interval": "seconds between state polls",
+        "max_duration": "give up (exit 3) after this many seconds",
+        "cluster": "iris cluster name (default: [tool.gpurl.cluster] name)",
+        "profile": _PROFILE_HELP,
+        "json": "machine-readable result on stdout",
+    }
+)
+def watch(
+    c: Context,
+    job: str,
+    interval: int = 60,
+    max_duration: int = 6 * 3600,
+    cluster: str | None = None,
+    profile: str | None = None,
+    json: bool = False,
+) -> None:
+    """Poll an iris job's state until terminal. Exit 0 succeeded, 1 failed, 2 absent, 3 stuck."""
+    from invoke.exceptions import Exit
+
+    from gpurl_tasks import cluster_tasks
+
+    with cli.clean_failures():
+        code = cluster_tasks.run_watch(cli.config_for(profile), job, interval=interval,
+                                       max_duration=max_duration, as_json=json, cluster=cluster)
+    if code:
+        raise Exit(code=code)
+
+
+ns.add_task(watch)
+
+
+@task(
+    help={
+        "job": "the job id to stop (job-scoped; never anything cluster-wide)",
+        "cluster": "iris cluster name (default: [tool.gpurl.cluster] name)",
+        "profile": _PROFILE_HELP,
+        "dry_run": "print the command and run nothing",
+    }
+)
+def kill(c: Context, job: str, cluster: str | None = None, profile: str | None = None,
+         dry_run: bool = False) -> None:
+    """Stop one iris job (`iris job kill JOB`)."""
+    from gpurl_tasks import cluster_tasks
+
+    with cli.clean_failures():
+        cluster_tasks.kill_job(cli.config_for(profile), job, dry_run=dry_run, cluster=cluster)
+
+
+ns.add_task(kill)
+
+
+@task(
+    name="gen-kaniko",
+    help={
+        "check": "fail if the committed script differs from what the config renders",
+        "profile": _PROFILE_HELP,
+    },
+)
+def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> None:
+    """Generate docker/build_gpu_rl_kaniko.sh (the in-cluster kaniko build script)."""
+    from gpurl_tasks import cluster_tasks
+
+    with cli.clean_failures():
+        cli.say(cluster_tasks.generate_script(cli.config_for(profile), check=check))
+
+
+ns.add_task(gen_kaniko)
 
 
 # --- registry: verify and pin -----------------------------------------------------------

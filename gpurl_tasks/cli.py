@@ -17,9 +17,9 @@ from typing import Any
 from invoke.exceptions import Exit
 
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.errors import ConfigError, GpurlError
 
-__all__ = ["REPO_ROOT", "clean_failures", "config_for", "emit_json", "say", "step"]
+__all__ = ["REPO_ROOT", "ConfigError", "clean_failures", "config_for", "emit_json", "say", "step"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -52,7 +52,7 @@ class TargetSpec:
     python: str = "3.12"
     os: str = "linux"
     arch: str = "x86_64"
-    glibc: str = "2.28"
+    glibc: str = "2.35"  # Ubuntu 22.04, the CUDA base image
 
 
 @dataclasses.dataclass(**_KW)
