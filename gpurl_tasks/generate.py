@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import os
 import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.errors import GpurlError, LockError
+from gpurl_tasks.layers import plan_for_config
 from gpurl_tasks.plan_model import Plan
 
 __all__ = [
@@ -65,15 +64,6 @@ def lock_sha256(lock: Path) -> str:
         raise LockError(f"no uv.lock at {lock}", hint="run `uv lock` in the workspace") from None
 
 
-def _default_planner() -> Planner:
-    try:
-        module = importlib.import_module("gpurl_tasks.layers")
-    except ModuleNotFoundError:
-        raise GpurlError("the layer planner gpurl_tasks.layers is not installed",
-                         hint="update the checkout; generate needs plan_for_config") from None
-    return cast(Planner, module.plan_for_config)
-
-
 def render_dockerfile(config: Config, plan: Plan) -> str:
     """The Dockerfile text for `config` and `plan`; lint findings are errors."""
     dockerfile = render_recipe(config, plan, lock_sha256=lock_sha256(config.lock))
@@ -105,7 +95,7 @@ def write_atomic(path: Path, text: str) -> bool:
 def generate(config: Config, *, check: bool = False, planner: Planner | None = None
              ) -> GenerateResult:
     """Write config.build.dockerfile, or with `check` raise StaleFileError when it is stale."""
-    plan = (planner or _default_planner())(config)
+    plan = (planner or plan_for_config)(config)
     text = render_dockerfile(config, plan)
     path = config.build.dockerfile
     current = path.read_bytes() if path.exists() else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import itertools
 import shlex
@@ -20,7 +21,9 @@ from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import IB_VERBS_APT, render_recipe
+from gpurl_tasks.layers import plan_for_config, plan_layers
 from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+from gpurl_tasks.sizes import PackageSize
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCK_SHA = "ab" * 32
@@ -361,3 +364,45 @@ def test_downloaded_interpreter_gets_its_own_layer(gpu: Parsed, demo_config: Con
     demo = parse(render(render_recipe(demo_config, make_plan(demo_config, [["a"]]),
                                       lock_sha256=LOCK_SHA)))
     assert "uv python install" not in demo.stage("base").of("RUN")
+
+
+# --- plans the real planner produces --------------------------------------------------------------
+
+
+@st.composite
+def planner_plans(draw: st.DrawFn, config: Config) -> Plan:
+    names = draw(st.lists(_names, min_size=1, max_size=25, unique=True))
+    cap = draw(st.integers(min_value=10, max_value=1000))
+    sizes = [PackageSize(name=n, version="1.0", compressed_bytes=draw(st.integers(1, cap)),
+                         installed_bytes=None, source="lock", artifact=f"{n}-1.0-py3-none-any.whl")
+             for n in names]
+    flags = sync_selection_flags(config.python, local_flags=LOCAL_FLAGS)
+    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags, local=("skyrl-train",))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_planner_plans_round_trip(gpu_config: Config, data: st.DataObject) -> None:
+    """For plans from gpurl_tasks.layers.plan_layers, the parsed chain is exactly the steps."""
+    plan = data.draw(planner_plans(gpu_config))
+    rl = parse(render(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA))).stage("rl")
+    chain = [split_sync(a) for a in sync_runs(rl) if "--inexact" not in a]
+    assert [ex for _, ex in chain] == [list(s.no_install_package) for s in plan.steps]
+    assert chain[-1][1] == []
+    assert {tuple(sel) for sel, _ in chain} == {(*plan.sync_flags, "$@")}
+
+
+def test_committed_dockerfiles_match_their_plans() -> None:
+    """docker/Dockerfile.{gpu-rl,demo}: one sync RUN per planned layer, provenance matches."""
+    for profile in ("gpu-rl", "demo"):
+        config = load_config(REPO_ROOT, profile=profile, env={})
+        plan = plan_for_config(config)
+        parsed = parse(config.build.dockerfile.read_text())
+        rl = parsed.stage("rl")
+        chain = [split_sync(a)[1] for a in sync_runs(rl) if "--inexact" not in a]
+        assert chain == [list(s.no_install_package) for s in plan.steps], profile
+        labels = dict(pair.split("=", 1) for pair in shlex.split(rl.of("LABEL")[-1]))
+        assert labels[provenance.LABEL_PLAN_FINGERPRINT] == plan.fingerprint
+        assert labels[provenance.LABEL_PLAN_STEPS] == str(len(plan.steps))
+        assert labels[provenance.LABEL_LOCK_HASH] == hashlib.sha256(
+            config.lock.read_bytes()).hexdigest()

@@ -1,4 +1,4 @@
-"""The demo recipe's RUN lines executed by real sh + real uv against the real demo lock.
+"""The demo's planned recipe: its RUN lines executed by real sh + real uv on the real demo lock.
 
 What a Docker build would do in the rl stage, minus the container: each sync RUN installs
 exactly its layer, the chain ends with exactly the lock, and the final local sync keeps a
@@ -12,37 +12,18 @@ import io
 import os
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
-from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.model import render
 from gpurl_tasks.dockerfile.recipe import render_recipe
-from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+from gpurl_tasks.layers import plan_for_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO = REPO_ROOT / "examples" / "demo"
-LATE = [["lxml", "cryptography"], ["pillow"]]  # deferred to the 2nd and 3rd layer
-
-
-def demo_plan(config: Config) -> Plan:
-    lock = tomllib.loads((DEMO / "uv.lock").read_text())
-    names = sorted(p["name"] for p in lock["package"] if p["source"].get("registry"))
-    late = {n for group in LATE for n in group}
-    groups = [[n for n in names if n not in late], *LATE]
-    layers = tuple(Layer(index=i, packages=tuple(
-        PlannedPackage(name=n, version="0", compressed_bytes=1, installed_bytes=None) for n in g))
-        for i, g in enumerate(groups))
-    steps = tuple(SyncStep(no_install_package=tuple(n for later in groups[i + 1:] for n in later))
-                  for i in range(len(groups)))
-    flags = sync_selection_flags(config.python, local_flags=("--no-install-project",))
-    return Plan(cap_bytes=8 * 10**6, basis="compressed", sync_flags=flags, layers=layers,
-                steps=steps, local=("gpurl-demo",), lower_bound_layers=1)
-
-
 def _installed(venv: Path) -> set[str]:
     site = next(venv.glob("lib/python3*/site-packages"))
     return {p.name.split("-")[0].lower().replace("_", "-") for p in site.glob("*.dist-info")}
@@ -55,7 +36,8 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
     if uv is None:
         pytest.fail("uv is not on PATH")
     config = load_config(REPO_ROOT, profile="demo", env={})
-    plan = demo_plan(config)
+    plan = plan_for_config(config)
+    assert len(plan.steps) >= 3, "the demo cap should give several layers"
     text = render(render_recipe(config, plan, lock_sha256="0" * 64))
     structure = DockerfileParser(fileobj=io.BytesIO(text.encode())).structure
     start = next(i for i, e in enumerate(structure) if e["value"].endswith(" AS rl"))

@@ -279,7 +279,8 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
                                      '"INSTALL_MEGATRON must be 0 or 1" >&2; exit 1 ;; esac'),)),
         ]
     body += [
-        Comment(text=f"The layer plan: {len(plan.steps)} syncs with identical selection flags;"),
+        Comment(text=f"The layer plan: {len(plan.steps)} sync RUN(s) with identical selection "
+                "flags;"),
         Comment(text="each defers the heavy packages of later layers, the last excludes nothing "
                 "(exactly the lock)."),
     ]
