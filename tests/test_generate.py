@@ -175,3 +175,50 @@ def test_hadolint_is_clean_on_rendered_recipes(profile: str, tmp_path: Path) -> 
     done = subprocess.run([_hadolint(), "--config", str(REPO_ROOT / ".hadolint.yaml"),
                            str(target)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _repo_copy(dest: Path) -> Path:
+    """The tracked files of this checkout (working-tree content) copied to `dest`."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src = REPO_ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPURL_")}
+    return subprocess.run([sys.executable, "-m", "invoke", "generate", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.integration
+def test_cli_check_passes_on_the_committed_files() -> None:
+    done = _invoke(REPO_ROOT, "--check", "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"changed": false' in done.stdout and "Dockerfile.demo" in done.stdout
+
+
+@pytest.mark.integration
+def test_cli_check_fails_on_a_stale_copy_and_generate_repairs_it(tmp_path: Path) -> None:
+    root = _repo_copy(tmp_path / "repo")
+    target = root / "docker" / "Dockerfile.demo"
+    target.write_text(target.read_text().replace("--no-install-package", "--no-install-pkg", 1))
+    stale = _invoke(root, "--check")
+    assert stale.returncode == 1
+    assert "docker/Dockerfile.demo is stale for profile 'demo'" in stale.stderr
+    assert "invoke generate --profile demo" in stale.stderr
+    assert "Traceback" not in stale.stderr
+    assert _invoke(root, "--profile", "demo").returncode == 0
+    assert target.read_bytes() == (REPO_ROOT / "docker" / "Dockerfile.demo").read_bytes()
+    assert _invoke(root, "--check").returncode == 0
+
+
+@pytest.mark.integration
+def test_cli_unknown_profile_is_one_line(tmp_path: Path) -> None:
+    done = _invoke(REPO_ROOT, "--check", "--profile", "gpu-lr")
+    assert done.returncode != 0
+    assert "unknown profile 'gpu-lr'" in done.stderr and "Traceback" not in done.stderr
