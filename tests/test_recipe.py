@@ -204,7 +204,7 @@ def test_wheel_builder_index_strategy_and_pip_wheel(gpu: Parsed) -> None:
 
 def test_asserts_are_separate_runs(gpu: Parsed) -> None:
     runs = gpu.stage("rl").of("RUN")
-    codes = [shlex.split(v)[2] for v in runs if v.startswith("python -c ")]
+    codes = [shlex.split(v)[3] for v in runs if v.startswith("python -B -c ")]
     assert codes == [
         "import flash_attn, flash_attn_2_cuda",
         "import torch, transformers, vllm, skyrl_train, flash_attn, flash_attn_2_cuda",
@@ -213,7 +213,7 @@ def test_asserts_are_separate_runs(gpu: Parsed) -> None:
     ]
     megatron = [v for v in runs if "megatron.core" in v]
     assert len(megatron) == 1
-    assert megatron[0].startswith('if [ "${INSTALL_MEGATRON}" = "1" ]; then python -c ')
+    assert megatron[0].startswith('if [ "${INSTALL_MEGATRON}" = "1" ]; then python -B -c ')
     assert "import megatron.core, megatron.bridge, transformer_engine" in megatron[0]
 
 

@@ -309,9 +309,11 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
         _sync_run(config, (*final, "--inexact"), ()),
         Comment(text="Build asserts: a green build proves the stack imports (one RUN each)."),
     ]
-    body += [Run(commands=(Command(head=("python", "-c", stmt)),)) for stmt in b.import_asserts]
+    # -B: importing must not leave .pyc files in the assert layers (unplanned bytes).
+    body += [Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
+             for stmt in b.import_asserts]
     if b.megatron_extra:
-        body += [Run(commands=(Shell(text=f"{_MEGATRON_IF} python -c {quote_word(stmt)}; fi"),))
+        body += [Run(commands=(Shell(text=f"{_MEGATRON_IF} python -B -c {quote_word(stmt)}; fi"),))
                  for stmt in b.megatron_asserts]
     body += [
         Comment(text="Provenance last: a new git sha must not invalidate any layer's cache."),
