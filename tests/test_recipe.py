@@ -406,3 +406,17 @@ def test_committed_dockerfiles_match_their_plans() -> None:
         assert labels[provenance.LABEL_PLAN_STEPS] == str(len(plan.steps))
         assert labels[provenance.LABEL_LOCK_HASH] == hashlib.sha256(
             config.lock.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("field", ["index_url", "builder_extra_index_url", "vllm_fork_repo",
+                                   "harbor_repo"])
+def test_credentials_in_urls_are_refused_without_echoing_them(gpu_config: Config,
+                                                               field: str) -> None:
+    canary = "gpurl-canary-7f3a9c"
+    url = f"https://builder:{canary}@example.invalid/simple"
+    build = dataclasses.replace(gpu_config.build, **{field: url})
+    with pytest.raises(DockerfileError, match="carries credentials") as err:
+        render_recipe(dataclasses.replace(gpu_config, build=build),
+                      make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
+    assert canary not in str(err.value) and canary not in repr(err.value)
+    assert "example.invalid" in str(err.value)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import gpurl_tasks
 from gpurl_tasks import provenance
@@ -340,8 +341,25 @@ def _check_plan(plan: Plan) -> None:
         raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")
 
 
+_URL_FIELDS = ("index_url", "builder_extra_index_url", "vllm_fork_repo", "harbor_repo")
+
+
+def _check_no_credentials(config: Config) -> None:
+    """A URL with user:token@ would be written into a committed file and the image history."""
+    for field in _URL_FIELDS:
+        value = str(getattr(config.build, field))
+        netloc = urlsplit(value).netloc
+        if "@" in netloc:
+            safe = value.replace(netloc, "***@" + netloc.rsplit("@", 1)[1])
+            raise DockerfileError(
+                f"build.{field.replace('_', '-')} carries credentials ({safe})",
+                hint="use a URL without user:password@; give the build its credentials another "
+                     "way (kaniko: the registry auth file, uv: UV_INDEX_* environment variables)")
+
+
 def _check_config(config: Config) -> None:
     b = config.build
+    _check_no_credentials(config)
     ImageRef.parse(b.base_image)  # a typo fails here, not in the middle of a cluster build
     if b.wheel_source not in ("prebuilt-wheelhouse", "wheel-builder"):
         raise DockerfileError(f"build.wheel-source must be 'prebuilt-wheelhouse' or "
