@@ -306,7 +306,7 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     parsed = parse(render(render_recipe(demo_config, plan, lock_sha256=LOCK_SHA)))
     assert [s.name for s in parsed.stages] == ["base", "wheel-builder", "prebuilt-wheelhouse",
                                                "wheels", "rl"]
-    assert parsed.global_args["BASE_IMAGE"] == "gpurl/debian-python:bookworm"
+    assert parsed.global_args["BASE_IMAGE"] == demo_config.build.base_image
     assert "INSTALL_MEGATRON" not in parsed.global_args
     builder = parsed.stage("wheel-builder")
     assert builder.of("COPY") == ["examples/demo/ext/ /src/examples/demo/ext/"]
