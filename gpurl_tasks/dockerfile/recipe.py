@@ -162,7 +162,7 @@ def _base_stage(config: Config) -> Stage:
     if b.python_downloads != "never":
         body += [
             Comment(text="The interpreter gets its own layer, not a share of the first sync's."),
-            Run(commands=(Command(head=("uv", "python", "install")),)),
+            Run(commands=(Command(head=("uv", "python", "install", "${UV_PYTHON}")),)),
         ]
     return Stage(name="base", base=ImageRef(repository="${BASE_IMAGE}"),
                  instructions=_with_args(body, _args(config)),
