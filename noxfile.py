@@ -37,6 +37,7 @@ def lint(session: nox.Session) -> None:
     session.run("mypy")
     session.run("shellcheck", "docker/build_gpu_rl_kaniko.sh")
     session.run("invoke", "gen-kaniko", "--check")
+    session.run("hadolint", "--config", ".hadolint.yaml", *sorted(glob.glob("docker/Dockerfile.*")))
 
 
 # --- cluster build (iris + kaniko) ------------------------------------------------------
