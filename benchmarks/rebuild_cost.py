@@ -6,8 +6,9 @@ content of the files it copies, so a changed input invalidates that step and eve
 it. A step of the new build is a cache hit when its key is among the old build's keys.
 
 Designs compared, all on the same closure sizes and cap:
-- current: `COPY pyproject.toml uv.lock`, then one `uv sync` per layer (the lock is an input of
-  every sync step, so any byte of lock change rebuilds all of them);
+- current: the rl stage of the generated Dockerfile (render_recipe): `COPY pyproject.toml uv.lock`,
+  then one `uv sync` per layer (the lock is an input of every sync step, so any byte of lock
+  change rebuilds all of them);
 - slices: per layer `COPY slice-k.txt` + `uv pip install --no-deps --require-hashes -r
   slice-k.txt`, then `COPY pyproject.toml uv.lock` + `uv sync --frozen` (installs nothing new);
   the planner re-packs every version;
@@ -32,7 +33,10 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from benchmarks.common import TARGET, LockInput, closure_sizes
+from benchmarks.common import REPO_ROOT, TARGET, LockInput, closure_sizes
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.dockerfile.model import Comment, Copy, Run
+from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.layers import plan_layers
 from gpurl_tasks.lock import Lock
 from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep
@@ -52,6 +56,7 @@ __all__ = [
     "plan_from_buckets",
     "rebuild_costs",
     "rebuilt_bytes",
+    "recipe_config",
     "slice_steps",
     "slice_text",
     "stable_plan",
@@ -95,7 +100,7 @@ def _sha(text: str) -> str:
 
 
 def lock_digest(lock: Lock) -> str:
-    """Stands for the bytes of uv.lock: equal exactly when the parsed content is equal."""
+    """Stands for the sha256 of uv.lock: equal exactly when the parsed content is equal."""
     return _sha(repr((lock.revision, lock.requires_python, lock.members, lock.packages)))
 
 
@@ -114,10 +119,32 @@ def rebuilt_bytes(old: Sequence[BuildStep], new: Sequence[BuildStep]) -> tuple[i
     return len(missed), sum(s.layer_bytes for s in missed)
 
 
-def current_steps(plan: Plan, lock: Lock) -> list[BuildStep]:
-    steps = [BuildStep(instruction="COPY pyproject.toml uv.lock ./", inputs=lock_digest(lock), layer_bytes=0)]
-    steps += [BuildStep(instruction="RUN " + " ".join(plan.step_argv(i)), inputs="",
-                        layer_bytes=layer.compressed_bytes) for i, layer in enumerate(plan.layers)]
+def recipe_config() -> Config:
+    """The gpu-rl profile with the `vllm` extra: the config the generated Dockerfile comes from."""
+    return load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={"python.extras": ["vllm"]})
+
+
+def current_steps(plan: Plan, lock: Lock, config: Config | None = None) -> list[BuildStep]:
+    """The rl stage of the Dockerfile `invoke generate` writes for this plan, as build steps.
+
+    Both COPYs of the stage carry uv.lock (the second copies the whole workspace), so their
+    input is the lock; the chain's sync RUNs carry the plan's layer bytes; the later RUNs (local
+    packages, asserts) and the metadata instructions are not counted.
+    """
+    dockerfile = render_recipe(config or recipe_config(), plan, lock_sha256=lock_digest(lock))
+    chain = iter(plan.layers)
+    steps = []
+    for ins in dockerfile.stage("rl").instructions:
+        if isinstance(ins, Comment):
+            continue
+        text = ins.render()
+        inputs = lock_digest(lock) if isinstance(ins, Copy) and ins.from_stage is None else ""
+        is_sync = isinstance(ins, Run) and " uv sync " in f" {text} " and "--inexact" not in text
+        layer = next(chain, None) if is_sync else None
+        steps.append(BuildStep(instruction=text, inputs=inputs,
+                               layer_bytes=layer.compressed_bytes if layer else 0))
+    if next(chain, None) is not None:
+        raise ValueError("the generated Dockerfile has fewer sync RUNs than the plan has layers")
     return steps
 
 

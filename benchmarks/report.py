@@ -128,12 +128,15 @@ def _rebuild(data: dict[str, Any]) -> list[str]:
             "bumped (+1% size), then a 3 MB package added to the `vllm` extra.", "",
             "Counted: compressed bytes of the Python environment's layers (the chain) that miss the build "
             "cache, i.e. the builder reinstalls and every node pulls again, as a share of those layers' "
-            "total in the new version. Base image, apt and the workspace source layers are not counted. "
+            "total in the new version. Not counted: the base image and apt layers, and the layers after "
+            "the chain (compiled wheels, harbor, local packages, asserts), which any lock change rebuilds "
+            "in every design here. "
             "A step's cache key chains its parent's key, its instruction and the files it copies. Cells: "
             "share (bytes, layers rebuilt / layers), then how many packages present in both versions sit "
             "in a different layer.",
             "",
-            "Designs: **current** = `COPY pyproject.toml uv.lock` then one `uv sync` per layer; "
+            "Designs: **current** = the rl stage of the Dockerfile `invoke generate` writes for each "
+            "version's plan (`COPY pyproject.toml uv.lock`, then one `uv sync` per layer); "
             "**slices** = per layer `COPY slice-k.txt` + `uv pip install --no-deps --require-hashes -r "
             "slice-k.txt`, final `uv sync --frozen` installs nothing; **stable buckets** = packages keep "
             "their layer across versions; **light last** = packages up to "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import quality, rebuild_cost
-from benchmarks.common import LockInput, closure_sizes
+from benchmarks.common import LockInput, closure_sizes, plan_lock
 from benchmarks.history import add_to_extra, bump_package, next_version
 from benchmarks.prediction import MeasuredFileError, load_measured
 from benchmarks.report import render_markdown
@@ -83,6 +83,9 @@ def test_rebuild_costs_of_a_small_bump() -> None:
     for design in rebuild_cost.DESIGNS:
         assert costs[design, "same"].bytes_rebuilt == 0
     assert costs["current", "bumped"].fraction == 1.0
+    plan = plan_lock(versions[0], cap)
+    chain = rebuild_cost.current_steps(plan, base)  # from the generated Dockerfile's rl stage
+    assert sum(s.layer_bytes for s in chain) == plan.total_compressed_bytes
     best = costs["slices + stable buckets + light last", "bumped"]
     assert best.layers_rebuilt == 1 and 0 < best.fraction < 1.0
 
