@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.wheels import FLASH_ATTN, VLLM, expected_filenames, pins_from_args
 
 __all__ = [
     "CRANE_SHA256",
@@ -65,20 +66,13 @@ def cache_repo(config: Config) -> str:
 
 
 def prebuilt_wheel_names(config: Config) -> tuple[str, str]:
-    """File names of the flash-attn and vLLM-fork wheels the prebuilt path installs.
+    """File names of the flash-attn and vLLM-fork wheels the prebuilt path fetches.
 
-    They encode {FLASH_ATTN_VERSION, VLLM_FORK_COMMIT, TORCH_VERSION, CUDA tag, cpXY} so a
-    bump of any of those asks for different files instead of reusing ABI-wrong wheels.
+    One derivation for the whole tool (wheels.expected_filenames): the names the Dockerfile's
+    install globs accept, so a bump of a pinned input asks for different files.
     """
-    build, target = config.build, config.target
-    py = "cp" + target.python.replace(".", "")
-    platform = f"{target.os}_{target.arch}"
-    torch_mm = ".".join(build.torch_version.split("+")[0].split(".")[:2])
-    flash = (f"flash_attn-{build.flash_attn_version}+{build.cuda_tag}torch{torch_mm}"
-             f"-{py}-{py}-{platform}.whl")
-    vllm = (f"vllm-{build.vllm_version}+g{build.vllm_fork_commit}.{build.cuda_tag}"
-            f"-{py}-{py}-{platform}.whl")
-    return flash, vllm
+    names = expected_filenames(pins_from_args({}, config.build, config.target))
+    return names[FLASH_ATTN], names[VLLM]
 
 
 def _relative(path: Path, root: Path) -> str:

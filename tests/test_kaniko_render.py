@@ -55,7 +55,7 @@ def test_pins_are_in_the_script() -> None:
     ("registry.user", "bob", "DOCKER_USER_ID=\"${DOCKER_USER_ID:-bob}\""),
     ("cluster.cache-repo", "ghcr.io/x/cache2", "CACHE_REPO=ghcr.io/x/cache2"),
     ("build.wheel-base-url", "https://w.example/base/", "WHEEL_BASE_URL=https://w.example/base\n"),
-    ("build.flash-attn-version", "2.9.0", "flash_attn-2.9.0+cu128torch2.11"),
+    ("build.flash-attn-version", "2.9.0", "flash_attn-2.9.0-cp312-cp312-linux_x86_64.whl"),
     ("build.vllm-fork-commit", "deadbeef1", "+gdeadbeef1.cu128"),
 ])
 def test_config_values_reach_the_script(key: str, value: str, expect: str) -> None:
@@ -68,7 +68,7 @@ def test_default_cache_repo_hangs_off_the_image() -> None:
 
 def test_wheel_names_encode_the_abi_inputs() -> None:
     flash, vllm = prebuilt_wheel_names(config())
-    assert flash == "flash_attn-2.8.3+cu128torch2.11-cp312-cp312-linux_x86_64.whl"
+    assert flash == "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
     assert vllm == "vllm-0.11.1+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl"
 
 
