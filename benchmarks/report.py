@@ -34,7 +34,10 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> list[str]
 def _speed(data: dict[str, Any]) -> list[str]:
     out = ["## 1. Planner speed", "",
            "Plan = parse + install closure + sizes + pack (as `invoke plan` does it, caches cleared "
-           "before each run); parse = a bare `tomllib.load` of the same file. Medians; cap 4 GB.", ""]
+           "before each run); parse = a bare `tomllib.load` of the same file. Medians; cap 4 GB. The "
+           "synthetic lock (benchmarks/synth.py, seed 0) has 50 heavy wheels of 100 MB-1.5 GB behind an "
+           "extra and light ones of 10 kB-2 MB; some edges carry markers that do not hold on the target, "
+           "so its closure is smaller than the lock.", ""]
     rows = []
     for r in data["results"]:
         st = r["stage_seconds"]
@@ -43,8 +46,8 @@ def _speed(data: dict[str, Any]) -> list[str]:
                      " / ".join(_ms(st[s]) for s in ("parse", "closure", "sizes", "pack"))])
     out += _table(["lock", "packages", "closure", "layers", "tomllib.load", "plan", "plan/parse",
                    "parse / closure / sizes / pack"], rows)
-    out += [f"Profile (cProfile, one plan of the {data['profile_lock']} lock), "
-            "top functions by own time:", ""]
+    out += [f"Profile (cProfile, one plan of the {data['profile_lock']} lock; profiling slows it "
+            "down, read the shares), top functions by own time:", ""]
     out += _table(["function", "calls", "own time", "share", "cumulative"],
                   [[f"`{p['function']}`", p["calls"], _ms(p["own_seconds"]), _pct(p["own_share"]),
                     _ms(p["cumulative_seconds"])] for p in data["profile"]])
@@ -52,15 +55,17 @@ def _speed(data: dict[str, Any]) -> list[str]:
     st = synth["stage_seconds"]
     total = sum(st.values())
     top = data["profile"][0] if data["profile"] else None
-    out.append(f"Where the time goes ({synth['label']}): parsing the lock into typed values "
-               f"{_pct(st['parse'] / total)} (tomllib itself is {_pct(synth['toml_seconds'] / total)} "
-               f"of the plan), sizes {_pct(st['sizes'] / total)}, closure {_pct(st['closure'] / total)}, "
-               f"packing {_pct(st['pack'] / total)}.")
+    where = (f"Where the time goes ({synth['label']}): parsing the lock into typed values "
+             f"{_pct(st['parse'] / total)} (tomllib itself is {_pct(synth['toml_seconds'] / total)} "
+             f"of the plan), sizes {_pct(st['sizes'] / total)}, closure {_pct(st['closure'] / total)}, "
+             f"packing {_pct(st['pack'] / total)}.")
     if top and "sizes.py" in top["function"]:
-        out.append(f" The single largest cost is `{top['function']}` ({_pct(top['own_share'])} of the "
-                   f"profiled time, {top['calls']} calls): `select_wheel` rebuilds the rank table of every "
-                   "supported tag for each package. Building it once per target would remove most of the "
-                   "sizes stage.")
+        where += (f" The single largest cost is `{top['function']}` ({_pct(top['own_share'])} of the "
+                  f"profiled time on its own, {_pct(top['cumulative_share'])} with the tag hashing it "
+                  f"calls; {top['calls']} calls): `select_wheel` rebuilds the rank table of every "
+                  "supported tag for each package. Building it once per target would remove most of the "
+                  "sizes stage.")
+    out.append(where)
     return [*out, ""]
 
 

@@ -123,4 +123,5 @@ def profile_plan(path: Path, *, extras: tuple[str, ...], overrides: Path | None,
     rows.sort(key=lambda r: -r["own_seconds"])
     for row in rows:
         row["own_share"] = row["own_seconds"] / total if total else 0.0
+        row["cumulative_share"] = row["cumulative_seconds"] / total if total else 0.0
     return rows[:top]
