@@ -10,6 +10,7 @@ unknown stops the plan with one message listing every such package. Nothing is g
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -63,9 +64,14 @@ class SizeSources:
     overrides_path: Path | None = None
 
 
+@functools.lru_cache(maxsize=16)
+def _ranks(supported: tuple[Tag, ...]) -> dict[Tag, int]:
+    return {tag: i for i, tag in enumerate(supported)}
+
+
 def select_wheel(package: LockedPackage, supported: Sequence[Tag]) -> Artifact | None:
     """The wheel an installer picks: the one whose best tag ranks highest for the target."""
-    rank = {tag: i for i, tag in enumerate(supported)}
+    rank = _ranks(tuple(supported))
     best: tuple[int, str, Artifact] | None = None
     for wheel in package.wheels:
         try:
