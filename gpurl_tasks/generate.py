@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
-import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +17,7 @@ from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.errors import GpurlError, LockError
+from gpurl_tasks.files import write_atomic
 from gpurl_tasks.layers import plan_for_config
 from gpurl_tasks.plan_model import Plan
 
@@ -30,7 +29,6 @@ __all__ = [
     "lock_sha256",
     "profiles_with_dockerfile",
     "render_dockerfile",
-    "write_atomic",
 ]
 
 Planner = Callable[[Config], Plan]
@@ -72,24 +70,6 @@ def render_dockerfile(config: Config, plan: Plan) -> str:
         raise DockerfileError(f"generated Dockerfile fails lint: {findings[0]}",
                               hint=f"{len(findings)} finding(s); fix the recipe or the config")
     return render(dockerfile)
-
-
-def write_atomic(path: Path, text: str) -> bool:
-    """Replace `path` with `text` via a temp file and rename; False when already identical."""
-    data = text.encode()
-    if path.exists() and path.read_bytes() == data:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
 
 
 def generate(config: Config, *, check: bool = False, planner: Planner | None = None

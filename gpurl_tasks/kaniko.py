@@ -12,14 +12,13 @@ falling back to a compile; then runs the executor with per-instruction layers an
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shlex
-import tempfile
 from pathlib import Path
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.files import write_atomic
 from gpurl_tasks.wheels import FLASH_ATTN, VLLM, expected_filenames, pins_from_args
 
 __all__ = [
@@ -266,14 +265,5 @@ def write_script(config: Config, pins: ToolPins = DEFAULT_PINS, path: Path | Non
     """Write the script atomically (temp file + rename), executable; return its path."""
     path = path or config.build.kaniko_script
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = render_script(config, pins)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, render_script(config, pins), mode=0o755)
     return path

@@ -19,14 +19,11 @@ which case the tag's digest and the manifest digest are the same.
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import datetime as dt
 import difflib
 import os
 import re
-import tempfile
-from pathlib import Path
 
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
@@ -41,7 +38,6 @@ __all__ = [
     "provenance_comment",
     "rewrite_assignment",
     "unified_diff",
-    "write_atomic",
 ]
 
 PIN_MARKER = "# gpurl pin:"
@@ -178,26 +174,3 @@ def unified_diff(old: str, new: str, path: str) -> str:
                                         tofile=f"b/{path}"))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory, fsync, then rename over `path`."""
-    target = path.resolve()
-    data = text.encode()
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".gpurl-tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)

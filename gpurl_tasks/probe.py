@@ -8,15 +8,14 @@ Results go into a JSON cache keyed by URL (`layers.size-cache`), written atomica
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import httpx
 
 from gpurl_tasks.errors import SizeError
+from gpurl_tasks.files import write_atomic
 
 __all__ = ["central_directory_installed_size", "probe_url", "probe_urls", "write_cache"]
 
@@ -109,12 +108,4 @@ def write_cache(path: Path, entries: dict[str, dict[str, int]]) -> None:
         except json.JSONDecodeError as exc:
             raise SizeError(f"size cache {path} is not valid JSON: {exc}") from None
     current.update(entries)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(current, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(current, indent=2, sort_keys=True) + "\n")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import ConfigError, GpurlError, PinError
+from gpurl_tasks.files import write_atomic
 from gpurl_tasks.image_ref import ImageRef, parse_reference
 from gpurl_tasks.pin import (
     Provenance,
@@ -24,7 +25,6 @@ from gpurl_tasks.pin import (
     provenance_comment,
     rewrite_assignment,
     unified_diff,
-    write_atomic,
 )
 from gpurl_tasks.plan_model import Plan
 from gpurl_tasks.provenance import LABEL_PLAN_FINGERPRINT

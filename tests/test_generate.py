@@ -13,12 +13,12 @@ import pytest
 
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import LockError
+from gpurl_tasks.files import write_atomic
 from gpurl_tasks.generate import (
     StaleFileError,
     generate,
     profiles_with_dockerfile,
     render_dockerfile,
-    write_atomic,
 )
 from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
 

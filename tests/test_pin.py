@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
+from gpurl_tasks.files import write_atomic
 from gpurl_tasks.image_ref import ImageRef, parse_reference
 from gpurl_tasks.pin import (
     PIN_MARKER,
@@ -26,7 +27,6 @@ from gpurl_tasks.pin import (
     provenance_comment,
     rewrite_assignment,
     unified_diff,
-    write_atomic,
 )
 
 VAR = "DEFAULT_RL_DOCKER_IMAGE"
@@ -187,7 +187,7 @@ def test_write_atomic_failure_leaves_the_old_file_and_no_temp(
 KILL_LOOP = """
 import sys
 from pathlib import Path
-from gpurl_tasks.pin import write_atomic
+from gpurl_tasks.files import write_atomic
 target = Path(sys.argv[1])
 texts = [Path(sys.argv[2]).read_text(), Path(sys.argv[3]).read_text()]
 print("ready", flush=True)

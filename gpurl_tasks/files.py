@@ -1,0 +1,48 @@
+"""The one way gpurl writes a file: temp file in the same directory, fsync, rename.
+
+A crash or a kill at any moment leaves either the old file or the new one, never half of
+either, which matters for the launcher pin, generated files and the size cache alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["write_atomic"]
+
+
+def write_atomic(path: Path, text: str, *, mode: int | None = None) -> bool:
+    """Replace `path` with `text`; False (and no write) when the content is already identical.
+
+    `mode` sets the permission bits; by default an existing file keeps its own and a new
+    one gets 0o644.
+    """
+    target = path.resolve()
+    data = text.encode()
+    if target.exists() and target.read_bytes() == data and mode in (None, target.stat().st_mode & 0o7777):
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".gpurl-tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return True
