@@ -1,0 +1,140 @@
+"""`setup-local`: everything the local path needs, each step idempotent and timed.
+
+Steps, in order: a Docker engine answers; a client that runs BuildKit builds; a registry on
+127.0.0.1 at the port of `registry.host`; the base image `build.base-image`. Each step
+returns what it found or did; `dry_run` reports what it would do and changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpurl_tasks import base_image, engine, local_registry
+from gpurl_tasks.config import Config
+from gpurl_tasks.errors import BuildError
+
+__all__ = ["LocalSetup", "StepResult", "cache_dir", "setup_local"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepResult:
+    """One step's outcome: `status` is found / started / installed / built / pulled / would."""
+
+    name: str
+    status: str
+    detail: str
+    seconds: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "status": self.status, "detail": self.detail,
+                "seconds": round(self.seconds, 2)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSetup:
+    """The result of `setup_local`: the steps and the BuildKit client later builds use."""
+
+    steps: tuple[StepResult, ...]
+    client: str
+    cache: Path
+
+    def as_dict(self) -> dict[str, object]:
+        return {"client": self.client, "cache": str(self.cache),
+                "steps": [s.as_dict() for s in self.steps]}
+
+
+def cache_dir(root: Path, env: Mapping[str, str] | None = None) -> Path:
+    """Where the local path keeps state: $GPURL_CACHE_DIR, else <repo>/.cache/gpurl."""
+    env = os.environ if env is None else env
+    explicit = env.get("GPURL_CACHE_DIR")
+    return Path(explicit).resolve() if explicit else root / ".cache" / "gpurl"
+
+
+def _timed(name: str, action: Callable[[], tuple[str, str]]) -> StepResult:
+    start = time.monotonic()
+    status, detail = action()
+    return StepResult(name=name, status=status, detail=detail, seconds=time.monotonic() - start)
+
+
+def _engine(cache: Path, dry_run: bool) -> tuple[str, str]:
+    for client in ("docker", "/usr/bin/docker"):
+        version = engine.engine_answers(client)
+        if version:
+            return "found", f"Docker engine {version} answers"
+    if not engine.can_self_install():
+        raise BuildError("no Docker engine answers",
+                         hint="install Docker Engine and start it (https://docs.docker.com/engine/"
+                              "install/), then run setup-local again")
+    missing = not Path("/usr/sbin/dockerd").exists() and shutil.which("dockerd") is None
+    log = cache / "dockerd.log"
+    if dry_run:
+        verb = "would apt-get install docker.io and start" if missing else "would start"
+        return "would", f"{verb} dockerd (log {log})"
+    if missing:
+        engine.install_docker_io()
+    version = engine.start_dockerd(log)
+    return ("installed" if missing else "started"), f"dockerd {version} (log {log})"
+
+
+def _client(found: list[str], dry_run: bool) -> tuple[str, str]:
+    if dry_run and not engine.engine_answers("docker") and not engine.engine_answers(
+            "/usr/bin/docker"):
+        found.append("/usr/bin/docker")
+        return "would", "would probe docker clients for BuildKit once the engine runs"
+    client, rejected = engine.find_buildkit_client()
+    found.append(client)
+    skipped = f" (skipped {'; '.join(rejected)})" if rejected else ""
+    return "found", f"{client} runs BuildKit builds{skipped}"
+
+
+def _registry(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
+    port = local_registry.loopback_port(config.registry.host)
+    api = local_registry.probe_registry(port)
+    if api:
+        return "found", f"registry ({api}) answers on 127.0.0.1:{port}"
+    paths = local_registry.RegistryPaths(cache, port)
+    if dry_run:
+        return "would", f"would start docker-registry on 127.0.0.1:{port} (storage {paths.storage})"
+    pid = local_registry.start_registry(paths, port)
+    return "started", f"docker-registry pid {pid} on 127.0.0.1:{port} (storage {paths.storage})"
+
+
+def _base(config: Config, client: str, cache: Path, dry_run: bool) -> tuple[str, str]:
+    name = config.build.base_image
+    found = base_image.image_id(client, name) if engine.engine_answers(client) else None
+    if found:
+        return "found", f"{name} is present ({found[:19]})"
+    mirror = base_image.debian_mirror()
+    if dry_run:
+        return "would", (f"would pull {name}, else debootstrap bookworm from {mirror} "
+                         f"with {','.join(base_image.BASE_PACKAGES)} and docker import it")
+    reason = base_image.try_pull(client, name)
+    if reason is None:
+        return "pulled", f"pulled {name}"
+    if not engine.can_self_install():
+        raise BuildError(f"cannot pull {name}: {reason}",
+                         hint="pull or build the base image yourself, or set build.base-image")
+    image = base_image.debootstrap_import(client, name, mirror=mirror, workdir=cache)
+    return "built", (f"pull failed ({reason}); built {name} ({image[:19]}) with debootstrap "
+                     f"from {mirror}")
+
+
+def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = False,
+                ) -> LocalSetup:
+    """Run (or with `dry_run`, describe) every setup step; raise BuildError on the first failure."""
+    cache = cache or cache_dir(config.root)
+    if not dry_run:
+        cache.mkdir(parents=True, exist_ok=True)
+    client: list[str] = []
+    steps = [
+        _timed("engine", lambda: _engine(cache, dry_run)),
+        _timed("buildkit client", lambda: _client(client, dry_run)),
+        _timed("registry", lambda: _registry(config, cache, dry_run)),
+    ]
+    steps.append(_timed("base image", lambda: _base(config, client[0], cache, dry_run)))
+    return LocalSetup(steps=tuple(steps), client=client[0], cache=cache)
