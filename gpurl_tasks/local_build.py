@@ -28,7 +28,7 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.local_registry import manifest_digest
-from gpurl_tasks.local_setup import cache_dir
+from gpurl_tasks.local_setup import cache_dir, index_dir
 
 __all__ = [
     "BuildResult",
@@ -38,7 +38,6 @@ __all__ = [
     "build_wheels",
     "check_build_args",
     "image_reference",
-    "index_dir",
     "serving_index",
 ]
 
@@ -116,11 +115,6 @@ def build_command(
     if output:
         argv += ["--output", output]
     return [*argv, str(context)]
-
-
-def index_dir(cache: Path) -> Path:
-    """Where the wheels served by the loopback index live."""
-    return cache / "pyindex"
 
 
 def _index_answers(url: str) -> bool:

@@ -1,12 +1,14 @@
 """`setup-local`: everything the local path needs, each step idempotent and timed.
 
 Steps, in order: a Docker engine answers; a client that runs BuildKit builds; a registry on
-127.0.0.1 at the port of `registry.host`; the base image `build.base-image`. Each step
+127.0.0.1 at the port of `registry.host`; the base image `build.base-image`; the wheels the
+loopback index (`build.index-url`) serves: uv, pip and every pin of the workspace lock. Each step
 returns what it found or did; `dry_run` reports what it would do and changes nothing.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import time
@@ -14,16 +16,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpurl_tasks import base_image, engine, local_registry
+from gpurl_tasks import base_image, engine, local_registry, pyindex
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError
 
-__all__ = ["LocalSetup", "StepResult", "cache_dir", "setup_local"]
+__all__ = ["IMAGE_PIP", "LocalSetup", "StepResult", "cache_dir", "image_tool_pins", "index_dir",
+           "setup_local"]
+
+IMAGE_PIP = "pip==25.1.1"  # served so a Dockerfile may upgrade the base's pip 23.0.1 offline
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepResult:
-    """One step's outcome: `status` is found / started / installed / built / pulled / would."""
+    """One step's outcome: `status` is found / started / installed / built / pulled / downloaded /
+    would."""
 
     name: str
     status: str
@@ -53,6 +59,11 @@ def cache_dir(root: Path, env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     explicit = env.get("GPURL_CACHE_DIR")
     return Path(explicit).resolve() if explicit else root / ".cache" / "gpurl"
+
+
+def index_dir(cache: Path) -> Path:
+    """Where the wheels served by the loopback package index live."""
+    return cache / "pyindex"
 
 
 def _timed(name: str, action: Callable[[], tuple[str, str]]) -> StepResult:
@@ -124,6 +135,34 @@ def _base(config: Config, client: str, cache: Path, dry_run: bool) -> tuple[str,
                      f"from {mirror}")
 
 
+def image_tool_pins() -> tuple[str, ...]:
+    """What the image installs before `uv sync`: uv itself (the version gpurl runs) and pip."""
+    return (f"uv=={importlib.metadata.version('uv')}", IMAGE_PIP)
+
+
+def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
+    if not config.build.index_url:
+        return "found", "build.index-url is empty: builds install from the public index"
+    pyindex.port_of(config.build.index_url)  # validate before downloading anything
+    directory = index_dir(cache)
+    pins = list(image_tool_pins())
+    if config.lock.is_file():
+        pins += pyindex.pins_from_lock(config.lock.read_text())
+    missing = pyindex.missing_pins(pins, directory)
+    if not missing:
+        return "found", f"{len(pins)} pinned packages present in {directory}"
+    if dry_run:
+        return "would", f"would download {len(missing)} of {len(pins)} pins into {directory}"
+    target = pyindex.DownloadTarget.for_target(python=config.target.python,
+                                               glibc=config.target.glibc, arch=config.target.arch)
+    pyindex.download(missing, directory, target=target)
+    still = pyindex.missing_pins(pins, directory)
+    if still:
+        raise BuildError(f"pip download left {len(still)} pins missing, e.g. {still[0]}",
+                         hint="check target.python / target.glibc against the lock")
+    return "downloaded", f"{len(missing)} of {len(pins)} pins into {directory}"
+
+
 def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = False,
                 ) -> LocalSetup:
     """Run (or with `dry_run`, describe) every setup step; raise BuildError on the first failure."""
@@ -137,4 +176,5 @@ def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = Fa
         _timed("registry", lambda: _registry(config, cache, dry_run)),
     ]
     steps.append(_timed("base image", lambda: _base(config, client[0], cache, dry_run)))
+    steps.append(_timed("package index", lambda: _index(config, cache, dry_run)))
     return LocalSetup(steps=tuple(steps), client=client[0], cache=cache)

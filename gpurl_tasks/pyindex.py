@@ -33,6 +33,7 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
+from packaging.version import Version
 
 from gpurl_tasks import hostcmd
 from gpurl_tasks.errors import BuildError, ConfigError
@@ -41,6 +42,7 @@ __all__ = [
     "DownloadTarget",
     "IndexServer",
     "download",
+    "missing_pins",
     "pins_from_lock",
     "port_of",
     "project_of",
@@ -213,6 +215,16 @@ class DownloadTarget:
     platforms: tuple[str, ...] = ("manylinux_2_36_x86_64",)
     implementation: str = "cp"
 
+    @classmethod
+    def for_target(cls, *, python: str, glibc: str, arch: str) -> DownloadTarget:
+        """Every manylinux tag a glibc `glibc` machine of `arch` accepts (pip does not expand
+        `manylinux_2_X` platforms itself), newest first."""
+        major, minor = (int(x) for x in glibc.split(".")[:2])
+        tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 4, -1)]
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        tags += [f"{name}_{arch}" for floor, name in legacy.items() if minor >= floor]
+        return cls(python_version=python, platforms=tuple(tags))
+
     def pip_args(self) -> list[str]:
         nodot = self.python_version.replace(".", "")
         args = ["--python-version", self.python_version, "--implementation", self.implementation,
@@ -258,3 +270,26 @@ def pins_from_lock(lock_text: str) -> list[str]:
         if "registry" in source:
             pins.append(f"{package['name']}=={package['version']}")
     return sorted(set(pins))
+
+
+def missing_pins(pins: Iterable[str], directory: Path) -> list[str]:
+    """The pins with no wheel or sdist of that name and version in `directory`."""
+    have: set[tuple[str, str]] = set()
+    if directory.is_dir():
+        for path in directory.iterdir():
+            try:
+                if path.name.endswith(".whl"):
+                    parsed = parse_wheel_filename(path.name)[:2]
+                elif path.name.endswith((".tar.gz", ".zip")):
+                    parsed = parse_sdist_filename(path.name)
+                else:
+                    continue
+            except (InvalidWheelFilename, InvalidSdistFilename):
+                continue
+            have.add((str(parsed[0]), str(parsed[1])))
+    missing = []
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        if (str(canonicalize_name(name)), str(Version(version))) not in have:
+            missing.append(pin)
+    return missing
