@@ -56,7 +56,8 @@ class BuildResult:
     log: str  # the plain-progress build log
     steps: tuple[BuildStep, ...]
     cached_steps: int
-    stages_run: frozenset[str]
+    stages: frozenset[str]  # every stage the build graph touched (ran or came from cache)
+    stages_run: frozenset[str]  # stages in which some instruction really executed
     floating: str | None  # the floating reference when it was pushed too
     seconds: float
 
@@ -226,7 +227,8 @@ def build_and_push(
     return BuildResult(
         reference=reference, digest=digest, log=log, steps=tuple(steps),
         cached_steps=sum(1 for s in steps if s.status == "cached"),
-        stages_run=frozenset(stages_run(steps)), floating=floating,
+        stages=frozenset(s.stage for s in steps), stages_run=frozenset(stages_run(steps)),
+        floating=floating,
         seconds=time.monotonic() - start,
     )
 

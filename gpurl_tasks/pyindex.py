@@ -274,7 +274,7 @@ def pins_from_lock(lock_text: str) -> list[str]:
 
 def missing_pins(pins: Iterable[str], directory: Path) -> list[str]:
     """The pins with no wheel or sdist of that name and version in `directory`."""
-    have: set[tuple[str, str]] = set()
+    have: set[tuple[str, Version]] = set()
     if directory.is_dir():
         for path in directory.iterdir():
             try:
@@ -286,10 +286,10 @@ def missing_pins(pins: Iterable[str], directory: Path) -> list[str]:
                     continue
             except (InvalidWheelFilename, InvalidSdistFilename):
                 continue
-            have.add((str(parsed[0]), str(parsed[1])))
+            have.add((str(parsed[0]), Version(str(parsed[1]))))
     missing = []
     for pin in pins:
         name, _, version = pin.partition("==")
-        if (str(canonicalize_name(name)), str(Version(version))) not in have:
+        if (str(canonicalize_name(name)), Version(version)) not in have:
             missing.append(pin)
     return missing
