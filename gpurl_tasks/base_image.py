@@ -110,6 +110,9 @@ def debootstrap_import(
         root = Path(tmp) / "rootfs"
         hostcmd.run([debootstrap, "--variant=minbase", f"--include={','.join(packages)}",
                      suite, root, mirror], timeout=1800)
+        for node in (root / "dev").iterdir():  # the engine provides /dev; keep no device nodes
+            if not node.is_dir() or node.is_symlink():
+                node.unlink()
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             target = root / leftover
             if target.is_dir():

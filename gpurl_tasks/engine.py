@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -76,15 +75,12 @@ def start_dockerd(log_file: Path, *, timeout: float = 60) -> str:
     machine's engine, shared by every later build.
     """
     dockerd = hostcmd.require("dockerd", hint="apt-get install docker.io")
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("ab") as log:
-        proc = subprocess.Popen([dockerd], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+    pid = hostcmd.spawn_detached([dockerd], log_file)
 
     def probe() -> str | None:
-        if proc.poll() is not None:
+        if not hostcmd.alive(pid):
             raise BuildError(
-                f"dockerd exited with {proc.returncode} right after starting: "
+                "dockerd exited right after starting: "
                 f"{hostcmd.tail(log_file.read_text(errors='replace'), 5)}",
                 hint=f"see {log_file}",
             )

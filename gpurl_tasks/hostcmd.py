@@ -7,6 +7,7 @@ carrying the command line and the tail of its output. Nothing here prints.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from gpurl_tasks.errors import BuildError
 
-__all__ = ["quote", "require", "run", "tail"]
+__all__ = ["alive", "quote", "require", "run", "spawn_detached", "tail"]
 
 
 def quote(args: Sequence[str | Path]) -> str:
@@ -61,3 +62,30 @@ def run(
             f"`{quote(args)}` exited with {done.returncode}: {tail(err or out, 5)}",
         )
     return subprocess.CompletedProcess(argv, done.returncode, out, err)
+
+
+def spawn_detached(args: Sequence[str | Path], log_file: Path) -> int:
+    """Start a long-lived daemon detached from us (own session, reparented); its pid.
+
+    A short-lived `sh` starts it in the background and exits, so no `Popen` object of ours
+    outlives the call and the daemon keeps running after this process ends.
+    """
+    argv = [require(str(args[0])), *(str(a) for a in args[1:])]
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", '"$@" >>"$GPURL_LOG" 2>&1 </dev/null & echo $!', "sh", *argv],
+        env={**os.environ, "GPURL_LOG": str(log_file)}, capture_output=True, text=True,
+        check=False, start_new_session=True,
+    )
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
+        raise BuildError(f"could not start `{quote(args)}`: {tail(done.stderr, 3)}")
+    return int(done.stdout.strip())
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie that nobody reaped counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -31,12 +31,14 @@ from gpurl_tasks.local_registry import manifest_digest
 from gpurl_tasks.local_setup import cache_dir, index_dir
 
 __all__ = [
+    "EXPORT_STAGE",
     "BuildResult",
     "WheelsResult",
     "build_and_push",
     "build_command",
     "build_wheels",
     "check_build_args",
+    "export_dockerfile",
     "image_reference",
     "serving_index",
 ]
@@ -55,7 +57,7 @@ class BuildResult:
     digest: str  # sha256:..., as the registry reports it
     log: str  # the plain-progress build log
     steps: tuple[BuildStep, ...]
-    cached_steps: int
+    cached_steps: int  # instructions (FROM excluded) whose result came from the build cache
     stages: frozenset[str]  # every stage the build graph touched (ran or came from cache)
     stages_run: frozenset[str]  # stages in which some instruction really executed
     floating: str | None  # the floating reference when it was pushed too
@@ -148,15 +150,19 @@ def _stream(argv: list[str], env: Mapping[str, str], on_line: LineSink | None,
     lines: list[str] = []
     with contextlib.ExitStack() as stack:
         sink = stack.enter_context(log_file.open("w")) if log_file else None
-        proc = subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                errors="replace")
-        for line in proc.stdout or ():
-            lines.append(line)
-            if sink:
-                sink.write(line)
-            if on_line:
-                on_line(line.rstrip("\n"))
+        proc = stack.enter_context(subprocess.Popen(
+            argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, text=True, errors="replace"))
+        try:
+            for line in proc.stdout or ():
+                lines.append(line)
+                if sink:
+                    sink.write(line)
+                if on_line:
+                    on_line(line.rstrip("\n"))
+        except BaseException:
+            proc.kill()
+            raise
         code = proc.wait()
     return code, "".join(lines)
 
@@ -226,11 +232,25 @@ def build_and_push(
         _push(client, floating)
     return BuildResult(
         reference=reference, digest=digest, log=log, steps=tuple(steps),
-        cached_steps=sum(1 for s in steps if s.status == "cached"),
+        cached_steps=sum(1 for s in steps if s.status == "cached" and not s.is_from),
         stages=frozenset(s.stage for s in steps), stages_run=frozenset(stages_run(steps)),
         floating=floating,
         seconds=time.monotonic() - start,
     )
+
+
+EXPORT_STAGE = "gpurl-wheel-export"
+
+
+def export_dockerfile(text: str, target: str, source: str) -> str:
+    """`text` plus a scratch stage holding only `target`'s `source` directory.
+
+    Exporting the wheel-builder stage itself with `--output type=local` would copy its whole
+    root filesystem out of the engine (slow, and the 20.10 engine was seen to stall on it);
+    the scratch stage exports just the wheels and MANIFEST.
+    """
+    return (f"{text.rstrip()}\n\nFROM scratch AS {EXPORT_STAGE}\n"
+            f"COPY --from={target} /{source.strip('/')}/ /\n")
 
 
 def build_wheels(
@@ -245,7 +265,7 @@ def build_wheels(
     cache: Path | None = None,
     on_line: LineSink | None = None,
 ) -> WheelsResult:
-    """Build `target` with `--output type=local` and copy its `source` dir's wheels + MANIFEST
+    """Build `target`, export its `/source` dir's wheels + MANIFEST with `--output type=local`
     into `build.wheelhouse` (replacing the wheels there, each file written via temp + rename).
     """
     args = dict(build_args or {})
@@ -254,14 +274,17 @@ def build_wheels(
     base = cache or cache_dir(config.root)
     base.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    source_file = dockerfile or config.build.dockerfile
     with tempfile.TemporaryDirectory(prefix="gpurl-wheels-", dir=base) as tmp:
-        argv = build_command(client, dockerfile=dockerfile or config.build.dockerfile,
-                             context=context or config.root, build_args=args, target=target,
+        export_file = Path(tmp) / "Dockerfile.export"
+        export_file.write_text(export_dockerfile(source_file.read_text(), target, source))
+        argv = build_command(client, dockerfile=export_file, context=context or config.root,
+                             build_args=args, target=EXPORT_STAGE,
                              output=f"type=local,dest={tmp}/out")
         with serving_index(config.build.index_url, index_dir(base)):
             log, steps = _run_build(argv, on_line, None)
-        exported = Path(tmp) / "out" / source.strip("/")
-        found = sorted(p for p in exported.glob("*") if p.is_file()
+        exported = Path(tmp) / "out"
+        found = sorted(p for p in exported.iterdir() if p.is_file()
                        and (p.suffix == ".whl" or p.name.startswith("MANIFEST")))
         if not any(p.suffix == ".whl" for p in found):
             raise BuildError(f"target {target!r} left no wheels in /{source.strip('/')}",

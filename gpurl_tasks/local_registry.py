@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -86,10 +85,9 @@ def probe_registry(port: int) -> str | None:
 def _alive(pid_file: Path) -> int | None:
     try:
         pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+    except (FileNotFoundError, ValueError):
         return None
-    return pid
+    return pid if hostcmd.alive(pid) else None
 
 
 def start_registry(paths: RegistryPaths, port: int, *, timeout: float = 30) -> int:
@@ -103,16 +101,13 @@ def start_registry(paths: RegistryPaths, port: int, *, timeout: float = 30) -> i
     if stale is not None:  # ours, but not answering: replace it
         with contextlib.suppress(ProcessLookupError):
             os.kill(stale, 15)
-    with paths.log.open("ab") as log:
-        proc = subprocess.Popen([binary, "serve", str(paths.config)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    paths.pid.write_text(f"{proc.pid}\n")
+    pid = hostcmd.spawn_detached([binary, "serve", paths.config], paths.log)
+    paths.pid.write_text(f"{pid}\n")
 
     def probe() -> str | None:
-        if proc.poll() is not None:
+        if not hostcmd.alive(pid):
             raise BuildError(
-                f"docker-registry exited with {proc.returncode}: "
+                "docker-registry exited right after starting: "
                 f"{hostcmd.tail(paths.log.read_text(errors='replace'), 3)}",
                 hint=f"see {paths.log}",
             )
@@ -121,7 +116,7 @@ def start_registry(paths: RegistryPaths, port: int, *, timeout: float = 30) -> i
     if wait_until(probe, timeout=timeout) is None:
         raise BuildError(f"docker-registry did not answer on 127.0.0.1:{port}",
                          hint=f"see {paths.log}")
-    return proc.pid
+    return pid
 
 
 MANIFEST_TYPES = ", ".join((

@@ -20,10 +20,20 @@ from gpurl_tasks import base_image, engine, local_registry, pyindex
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError
 
-__all__ = ["IMAGE_PIP", "LocalSetup", "StepResult", "cache_dir", "image_tool_pins", "index_dir",
-           "setup_local"]
+__all__ = [
+    "IMAGE_PIP",
+    "IMAGE_SETUPTOOLS",
+    "LocalSetup",
+    "StepResult",
+    "cache_dir",
+    "image_tool_pins",
+    "index_dir",
+    "setup_local",
+]
 
 IMAGE_PIP = "pip==25.1.1"  # served so a Dockerfile may upgrade the base's pip 23.0.1 offline
+# Build requirement of a setuptools-built C extension (>= 70.1 builds wheels without `wheel`).
+IMAGE_SETUPTOOLS = "setuptools==80.9.0"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,8 +146,8 @@ def _base(config: Config, client: str, cache: Path, dry_run: bool) -> tuple[str,
 
 
 def image_tool_pins() -> tuple[str, ...]:
-    """What the image installs before `uv sync`: uv itself (the version gpurl runs) and pip."""
-    return (f"uv=={importlib.metadata.version('uv')}", IMAGE_PIP)
+    """What the image needs besides the lock: uv (the version gpurl runs), pip, setuptools."""
+    return (f"uv=={importlib.metadata.version('uv')}", IMAGE_PIP, IMAGE_SETUPTOOLS)
 
 
 def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
