@@ -176,6 +176,9 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
 def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = False,
                 ) -> LocalSetup:
     """Run (or with `dry_run`, describe) every setup step; raise BuildError on the first failure."""
+    local_registry.loopback_port(config.registry.host)  # bad config fails before any side effect
+    if config.build.index_url:
+        pyindex.port_of(config.build.index_url)
     cache = cache or cache_dir(config.root)
     if not dry_run:
         cache.mkdir(parents=True, exist_ok=True)
