@@ -100,7 +100,11 @@ ns.add_task(build_wheels)
     "directory": "directory of wheels/sdists to serve (default: the local cache's pyindex)",
 })
 def serve_index(c: Context, profile: str = "demo", directory: str = "") -> None:
-    """Serve the loopback package index at build.index-url until Ctrl-C (e.g. for `uv lock`)."""
+    """Serve the loopback package index at build.index-url until Ctrl-C or SIGTERM.
+
+    For `uv lock` of a workspace locked against the index (builds serve it themselves).
+    """
+    import signal
     import time
     from pathlib import Path
 
@@ -111,6 +115,11 @@ def serve_index(c: Context, profile: str = "demo", directory: str = "") -> None:
         port = pyindex.port_of(config.build.index_url)
         where = Path(directory) if directory else local_setup.index_dir(
             local_setup.cache_dir(config.root))
+        def stop(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, stop)  # also when started in the background by a shell
+        signal.signal(signal.SIGTERM, stop)
         with pyindex.serve(where, port=port) as server:
             cli.say(f"serving {where} at {server.url} (Ctrl-C to stop)")
             try:
@@ -121,3 +130,26 @@ def serve_index(c: Context, profile: str = "demo", directory: str = "") -> None:
 
 
 ns.add_task(serve_index)
+
+
+@task(help={
+    "profile": _PROFILE_HELP,
+    "pins": "comma-separated exact pins to add, e.g. 'rich==13.9.4,attrs==25.3.0'",
+    "deps": "also download their dependencies (to seed an index a new lock resolves against)",
+})
+def fill_index(c: Context, pins: str, profile: str = "demo", deps: bool = False) -> None:
+    """Download wheels for the profile's target platform into the loopback index directory."""
+    from gpurl_tasks import local_setup, pyindex
+
+    with cli.clean_failures():
+        config = cli.config_for(profile)
+        where = local_setup.index_dir(local_setup.cache_dir(config.root))
+        target = pyindex.DownloadTarget.for_target(
+            python=config.target.python, glibc=config.target.glibc, arch=config.target.arch)
+        wanted = [p.strip() for p in pins.split(",") if p.strip()]
+        with cli.step(f"fill-index ({len(wanted)} pins)"):
+            files = pyindex.download(wanted, where, target=target, with_deps=deps)
+        cli.say(f"  {len(files)} files in {where}")
+
+
+ns.add_task(fill_index)

@@ -21,11 +21,12 @@ from gpurl_tasks.errors import BuildError
 
 __all__ = [
     "BUILDKIT_ENV",
+    "apt_install",
     "can_self_install",
     "client_candidates",
     "engine_answers",
+    "ensure_program",
     "find_buildkit_client",
-    "install_docker_io",
     "probe_buildkit",
     "start_dockerd",
     "wait_until",
@@ -61,11 +62,23 @@ def wait_until(probe: Callable[[], str | None], *, timeout: float, interval: flo
         time.sleep(interval)
 
 
-def install_docker_io() -> None:
-    """apt-get install docker.io (Debian, root). Runs `apt-get update` first."""
+def apt_install(*packages: str) -> None:
+    """apt-get install `packages` (Debian, root), after `apt-get update`."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     hostcmd.run(["apt-get", "update", "-q"], env=env, timeout=600)
-    hostcmd.run(["apt-get", "install", "-y", "-q", "docker.io"], env=env, timeout=1200)
+    hostcmd.run(["apt-get", "install", "-y", "-q", *packages],
+                env=env, timeout=1200)
+
+
+def ensure_program(program: str, package: str, *, dry_run: bool) -> str | None:
+    """Install `package` when `program` is missing and we may; what was (or would be) done."""
+    if shutil.which(program):
+        return None
+    if not can_self_install():
+        raise BuildError(f"couldn't find {program!r} on PATH", hint=f"install {package}")
+    if not dry_run:
+        apt_install(package)
+    return f"{'would apt-get' if dry_run else 'apt-get'} install {package}"
 
 
 def start_dockerd(log_file: Path, *, timeout: float = 60) -> str:

@@ -97,7 +97,7 @@ def _engine(cache: Path, dry_run: bool) -> tuple[str, str]:
         verb = "would apt-get install docker.io and start" if missing else "would start"
         return "would", f"{verb} dockerd (log {log})"
     if missing:
-        engine.install_docker_io()
+        engine.apt_install("docker.io")
     version = engine.start_dockerd(log)
     return ("installed" if missing else "started"), f"dockerd {version} (log {log})"
 
@@ -119,10 +119,14 @@ def _registry(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
     if api:
         return "found", f"registry ({api}) answers on 127.0.0.1:{port}"
     paths = local_registry.RegistryPaths(cache, port)
+    installed = engine.ensure_program("docker-registry", "docker-registry", dry_run=dry_run)
+    done = f"{installed}; " if installed else ""
     if dry_run:
-        return "would", f"would start docker-registry on 127.0.0.1:{port} (storage {paths.storage})"
+        return "would", (f"{done}would start docker-registry on 127.0.0.1:{port} "
+                         f"(storage {paths.storage})")
     pid = local_registry.start_registry(paths, port)
-    return "started", f"docker-registry pid {pid} on 127.0.0.1:{port} (storage {paths.storage})"
+    return "started", (f"{done}docker-registry pid {pid} on 127.0.0.1:{port} "
+                       f"(storage {paths.storage})")
 
 
 def _base(config: Config, client: str, cache: Path, dry_run: bool) -> tuple[str, str]:
@@ -140,6 +144,7 @@ def _base(config: Config, client: str, cache: Path, dry_run: bool) -> tuple[str,
     if not engine.can_self_install():
         raise BuildError(f"cannot pull {name}: {reason}",
                          hint="pull or build the base image yourself, or set build.base-image")
+    engine.ensure_program("debootstrap", "debootstrap", dry_run=False)
     image = base_image.debootstrap_import(client, name, mirror=mirror, workdir=cache)
     return "built", (f"pull failed ({reason}); built {name} ({image[:19]}) with debootstrap "
                      f"from {mirror}")

@@ -243,18 +243,19 @@ def _pip() -> list[str]:
 
 
 def download(pins: Sequence[str], dest: Path, *, target: DownloadTarget,
-             index_url: str | None = None) -> list[Path]:
+             index_url: str | None = None, with_deps: bool = False) -> list[Path]:
     """`pip download` exact `name==version` pins as binary wheels for `target` into `dest`.
 
-    Files already in `dest` are reused by pip. Returns the files now in `dest`.
+    `with_deps` also fetches their dependencies (to seed an index a new lock resolves
+    against). Files already in `dest` are reused by pip. Returns the files now in `dest`.
     """
     bad = [p for p in pins if "==" not in p]
     if bad:
         raise ConfigError(f"pins must be exact name==version, got {bad[0]!r}")
     dest.mkdir(parents=True, exist_ok=True)
     if pins:
-        args = [*_pip(), "download", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
-                *target.pip_args(), *pins]
+        args = [*_pip(), "download", *([] if with_deps else ["--no-deps"]),
+                "--only-binary=:all:", "--dest", str(dest), *target.pip_args(), *pins]
         if index_url:
             args += ["--index-url", index_url]
         hostcmd.run(args, timeout=1800)
