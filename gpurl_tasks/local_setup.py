@@ -161,10 +161,11 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
     pyindex.port_of(config.build.index_url)  # validate before downloading anything
     directory = index_dir(cache)
     pins = list(image_tool_pins())
-    if config.lock.is_file():
-        pins += pyindex.pins_from_lock(config.lock.read_text())
+    lock_text = config.lock.read_text() if config.lock.is_file() else ""
+    pins += pyindex.pins_from_lock(lock_text) if lock_text else []
     missing = pyindex.missing_pins(pins, directory)
     if not missing:
+        _check_lock_files(lock_text, directory)
         return "found", f"{len(pins)} pinned packages present in {directory}"
     if dry_run:
         return "would", f"would download {len(missing)} of {len(pins)} pins into {directory}"
@@ -175,7 +176,18 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
     if still:
         raise BuildError(f"pip download left {len(still)} pins missing, e.g. {still[0]}",
                          hint="check target.python / target.glibc against the lock")
+    _check_lock_files(lock_text, directory)
     return "downloaded", f"{len(missing)} of {len(pins)} pins into {directory}"
+
+
+def _check_lock_files(lock_text: str, directory: Path) -> None:
+    unmatched = pyindex.unmatched_lock_files(lock_text, directory) if lock_text else []
+    if unmatched:
+        raise BuildError(
+            f"{len(unmatched)} lock pins have none of their recorded files in {directory}, "
+            f"e.g. {unmatched[0]}",
+            hint="the lock was resolved for another platform than target.*; align them",
+        )
 
 
 def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = False,

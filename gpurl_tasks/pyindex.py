@@ -42,6 +42,7 @@ __all__ = [
     "DownloadTarget",
     "IndexServer",
     "download",
+    "lock_files",
     "missing_pins",
     "pins_from_lock",
     "port_of",
@@ -49,6 +50,7 @@ __all__ = [
     "render_project",
     "render_root",
     "serve",
+    "unmatched_lock_files",
 ]
 
 
@@ -271,6 +273,30 @@ def pins_from_lock(lock_text: str) -> list[str]:
         if "registry" in source:
             pins.append(f"{package['name']}=={package['version']}")
     return sorted(set(pins))
+
+
+def lock_files(lock_text: str) -> dict[str, set[str]]:
+    """`name==version` -> the file names uv.lock records for it (wheels and sdist)."""
+    files: dict[str, set[str]] = {}
+    for package in tomllib.loads(lock_text).get("package", []):
+        if "registry" not in package.get("source", {}):
+            continue
+        urls = [w.get("url", "") for w in package.get("wheels", [])]
+        urls.append(package.get("sdist", {}).get("url", ""))
+        names = {u.rsplit("/", 1)[-1] for u in urls if u}
+        files.setdefault(f"{package['name']}=={package['version']}", set()).update(names)
+    return files
+
+
+def unmatched_lock_files(lock_text: str, directory: Path) -> list[str]:
+    """Pins of the lock none of whose recorded files is in `directory`.
+
+    `uv sync --frozen` fetches a file name the lock records; a wheel pip chose for the same
+    version under another name (another platform tag) would not be found at build time.
+    """
+    present = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
+    return sorted(pin for pin, names in lock_files(lock_text).items()
+                  if names and not names & present)
 
 
 def missing_pins(pins: Iterable[str], directory: Path) -> list[str]:

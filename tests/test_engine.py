@@ -111,6 +111,15 @@ def test_registry_starts_once_and_refuses_a_foreign_port(tmp_path: Path) -> None
         os.kill(pid, signal.SIGTERM)
 
 
+_LOCK = """version = 1
+[[package]]
+name = "iniconfig"
+version = "2.0.0"
+source = {{ registry = "http://127.0.0.1:{port}/simple" }}
+wheels = [{{ url = "http://127.0.0.1:{port}/files/{wheel}" }}]
+"""
+
+
 @pytest.mark.integration
 @pytest.mark.docker
 def test_setup_local_twice_finds_everything_the_first_run_made(tmp_path: Path) -> None:
@@ -118,9 +127,12 @@ def test_setup_local_twice_finds_everything_the_first_run_made(tmp_path: Path) -
          or engine.can_self_install(), "no Docker engine and no way to start one here")
     need(shutil.which("docker-registry"), "docker-registry is not installed")
     port, index_port = free_port(), free_port()
+    lock = tmp_path / "uv.lock"
+    lock.write_text(_LOCK.format(port=index_port, wheel="iniconfig-2.0.0-py3-none-any.whl"))
     config = load_config(REPO_ROOT, profile="demo", env={}, overrides={
         "registry.host": f"127.0.0.1:{port}",
         "build.index-url": f"http://127.0.0.1:{index_port}/simple",
+        "lock": str(lock),
     })
     cache = tmp_path / "cache"
     planned = local_setup.setup_local(config, cache=cache, dry_run=True)
@@ -134,10 +146,15 @@ def test_setup_local_twice_finds_everything_the_first_run_made(tmp_path: Path) -
         assert status["package index"] == "downloaded"
         assert status["engine"] in ("found", "started", "installed")
         assert status["base image"] in ("found", "pulled", "built")
+        assert "4 of 4 pins" in first.steps[-1].detail  # uv, pip, setuptools, the lock's
         second = local_setup.setup_local(config, cache=cache)
         assert [s.status for s in second.steps] == ["found"] * 5
         assert second.client == first.client
         assert all(s.seconds >= 0 for s in second.steps)
+
+        lock.write_text(_LOCK.format(port=index_port, wheel="iniconfig-2.0.0-cp311-x.whl"))
+        with pytest.raises(BuildError, match="none of their recorded files"):
+            local_setup.setup_local(config, cache=cache)
     finally:
         pid = int(local_registry.RegistryPaths(cache, port).pid.read_text())
         os.kill(pid, signal.SIGTERM)

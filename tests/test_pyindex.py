@@ -69,6 +69,34 @@ source = { directory = "ext" }
     assert pyindex.pins_from_lock(lock) == ["iniconfig==2.0.0"]
 
 
+def test_lock_files_and_unmatched_pins(tmp_path: Path) -> None:
+    lock = """
+version = 1
+[[package]]
+name = "a"
+version = "1.0"
+source = { registry = "http://127.0.0.1:5006/simple" }
+sdist = { url = "http://127.0.0.1:5006/files/a-1.0.tar.gz", hash = "sha256:00", size = 1 }
+wheels = [
+    { url = "http://127.0.0.1:5006/files/a-1.0-py3-none-any.whl", hash = "sha256:01", size = 1 },
+]
+[[package]]
+name = "b"
+version = "2.0"
+source = { registry = "http://127.0.0.1:5006/simple" }
+wheels = [
+    { url = "http://127.0.0.1:5006/files/b-2.0-cp311-cp311-manylinux_2_28_x86_64.whl" },
+]
+"""
+    assert pyindex.lock_files(lock) == {
+        "a==1.0": {"a-1.0.tar.gz", "a-1.0-py3-none-any.whl"},
+        "b==2.0": {"b-2.0-cp311-cp311-manylinux_2_28_x86_64.whl"},
+    }
+    (tmp_path / "a-1.0-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "b-2.0-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"")  # other tag
+    assert pyindex.unmatched_lock_files(lock, tmp_path) == ["b==2.0"]
+
+
 def test_missing_pins_match_name_and_version_normalized(tmp_path: Path) -> None:
     (tmp_path / "Foo_Bar-1.0-py3-none-any.whl").write_bytes(b"")
     assert pyindex.missing_pins(["foo-bar==1.0", "foo.bar==1.0.0", "foo-bar==2"], tmp_path) \
