@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import subprocess
+
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["tests", "lint"]
+nox.options.sessions = ["tests", "iris-contract", "lint"]
 nox.options.reuse_venv = "yes"
 
 
@@ -30,3 +35,75 @@ def lint(session: nox.Session) -> None:
     _sync(session, "lint")
     session.run("ruff", "check", ".")
     session.run("mypy")
+    session.run("shellcheck", "docker/build_gpu_rl_kaniko.sh")
+    session.run("invoke", "gen-kaniko", "--check")
+    session.run("hadolint", "--config", ".hadolint.yaml", *sorted(glob.glob("docker/Dockerfile.*")))
+
+
+# --- cluster build (iris + kaniko) ------------------------------------------------------
+
+# The iris release `invoke build` is checked against (name it in the README). Unpinned
+# installs break: newer finelog/rigging/httpx releases do not import together, so the
+# dependency set is resolved as of the release date too.
+IRIS_CONTRACT_PINS = (
+    "marin-iris==0.2.35.dev202607030841",
+    "marin-rigging==0.2.35.dev202607030841",
+    "marin-finelog==0.2.12.dev202607030858",
+    "marin-finelog-server==0.2.10",
+)
+IRIS_CONTRACT_EXCLUDE_NEWER = "2026-07-04"
+
+
+def _python312() -> str:
+    """A working Python 3.12: PATH first, then pyenv's versions (whose shim hides it from uv)."""
+    candidates = [shutil.which("python3.12"),
+                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
+            return candidate
+    return "3.12"
+
+
+@nox.session(name="iris-contract", python=_python312())
+def iris_contract(session: nox.Session) -> None:
+    """Parse `invoke build`'s exact argv with the pinned iris release's own CLI parser."""
+    _sync(session, "test")
+    session.run_install("uv", "pip", "install", "--python", session.virtualenv.location,
+                        "--prerelease", "if-necessary-or-explicit",
+                        "--exclude-newer", IRIS_CONTRACT_EXCLUDE_NEWER, *IRIS_CONTRACT_PINS)
+    session.run("pytest", "tests/test_iris_contract.py", *session.posargs,
+                env={"GPURL_IRIS_CONTRACT": IRIS_CONTRACT_PINS[0]})
+
+
+# --- registry: verify and pin ---------------------------------------------------------
+
+
+def _ref_as_flag(posargs: list[str]) -> list[str]:
+    """`nox -s verify-layers -- REF [flags]`: a bare first argument is the image (--ref)."""
+    if posargs and not posargs[0].startswith("-"):
+        return ["--ref", posargs[0], *posargs[1:]]
+    return list(posargs)
+
+
+@nox.session(name="verify-layers", default=False)
+def verify_layers(session: nox.Session) -> None:
+    """Check a pushed image's layers via the registry API (args: `invoke verify-layers` flags)."""
+    _sync(session)
+    session.run("invoke", "verify-layers", *_ref_as_flag(session.posargs))
+
+
+@nox.session(default=False)
+def pin(session: nox.Session) -> None:
+    """Verify an image and pin its digest into the launcher (args: `invoke pin` flags)."""
+    _sync(session)
+    session.run("invoke", "pin", *_ref_as_flag(session.posargs))
+
+
+# --- benchmarks ---------------------------------------------------------------------------
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Planner benchmarks (speed, plan quality, size prediction, rebuild cost) -> benchmarks/REPORT.md."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.run", *session.posargs)

@@ -6,6 +6,7 @@ Run `invoke --list` for the tasks and `invoke --help TASK` for each task's flags
 from __future__ import annotations
 
 from invoke import Collection, Context, task
+from invoke.exceptions import Exit
 
 from gpurl_tasks import cli
 
@@ -17,16 +18,447 @@ _PROFILE_HELP = "config profile from [tool.gpurl.profiles] (default: gpu-rl, or 
 # --- plan -------------------------------------------------------------------------------
 
 
+@task(
+    iterable=["extra"],
+    help={
+        "lock": "uv.lock to plan (default: the workspace lock from config)",
+        "extra": "extra to select; repeat for several (default: python.extras from config)",
+        "cap": "largest allowed layer, e.g. 4GB or 500MB (default: layers.cap)",
+        "size_overrides": "JSON file of sizes the lock lacks: {\"name\" | \"name==version\": bytes}",
+        "basis": "size the cap applies to: compressed (default) or installed",
+        "json": "print exactly one JSON object instead of the table",
+        "profile": _PROFILE_HELP,
+    },
+)
+def plan(
+    c: Context,
+    lock: str | None = None,
+    extra: list[str] | None = None,
+    cap: str | None = None,
+    size_overrides: str | None = None,
+    basis: str | None = None,
+    json: bool = False,
+    profile: str | None = None,
+) -> None:
+    """Plan the uv sync chain: which packages each layer installs, each layer under the cap."""
+    from pathlib import Path
+
+    from gpurl_tasks.layers import plan_for_config
+    from gpurl_tasks.plan_report import render_plan
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, python__extras=extra or None, layers__cap=cap,
+                                layers__basis=basis)
+        result = plan_for_config(config, lock=Path(lock) if lock else None,
+                                 size_overrides=Path(size_overrides) if size_overrides else None)
+        if json:
+            cli.emit_json(result.to_json())
+        else:
+            print(render_plan(result))
+            print(f"every step: uv sync {' '.join(result.sync_flags)}")
+            for i, step in enumerate(result.steps):
+                print(f"  step {i}: --no-install-package x{len(step.no_install_package)}"
+                      f" (installs layer {i}: {len(result.layers[i].packages)} packages)")
+
+
+ns.add_task(plan)
+
+
+@task(
+    iterable=["extra"],
+    help={
+        "probe": "fetch sizes over HTTP (HEAD + zip directory range reads) into layers.size-cache",
+        "lock": "uv.lock to read (default: the workspace lock from config)",
+        "extra": "extra to select; repeat for several (default: python.extras)",
+        "dry_run": "list what would be probed without any network access",
+        "json": "print the probed entries (or the URLs, with --dry-run) as JSON",
+        "profile": _PROFILE_HELP,
+    },
+)
+def sizes(
+    c: Context,
+    probe: bool = False,
+    lock: str | None = None,
+    extra: list[str] | None = None,
+    dry_run: bool = False,
+    json: bool = False,
+    profile: str | None = None,
+) -> None:
+    """Show which wheel sizes are unknown; with --probe, fetch and cache them."""
+    from pathlib import Path
+
+    from gpurl_tasks import probe as probing
+    from gpurl_tasks.lock import install_closure, load_lock
+    from gpurl_tasks.sizes import load_size_sources, urls_to_probe
+    from gpurl_tasks.target import target_tags
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, python__extras=extra or None)
+        closure = install_closure(load_lock(Path(lock) if lock else config.lock),
+                                  config.target, config.python)
+        sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
+        urls = urls_to_probe(closure.packages, target_tags(config.target), sources)
+        if not probe or dry_run:
+            if json:
+                cli.emit_json({"to_probe": urls})
+            else:
+                print("\n".join(urls) or "every wheel size is known")
+            return
+        cache = config.layers.size_cache
+        if cache is None:
+            raise cli.ConfigError("layers.size-cache is not set; nowhere to store probed sizes")
+        found = probing.probe_urls(urls, progress=lambda url: cli.say(f"probing {url}"))
+        probing.write_cache(cache, found)
+        cli.say(f"probed {len(found)} wheel(s) into {cache}")
+        if json:
+            cli.emit_json(found)
+
+
+ns.add_task(sizes)
+
+
 # --- generate ---------------------------------------------------------------------------
+
+
+@task(help={
+    "check": "fail (exit 1) when a committed Dockerfile differs from what would be generated",
+    "profile": "generate only this profile (default: every profile in [tool.gpurl.profiles])",
+    "json": "print a JSON summary on stdout",
+})
+def generate(c: Context, check: bool = False, profile: str | None = None, json: bool = False
+             ) -> None:
+    """Render each profile's Dockerfile (docker/Dockerfile.gpu-rl, ...) from config + layer plan.
+
+    The megatron variant is not a separate file: build with `--build-arg INSTALL_MEGATRON=1`.
+    """
+    from gpurl_tasks.generate import generate as run_generate
+    from gpurl_tasks.generate import profiles_with_dockerfile
+
+    with cli.clean_failures():
+        names = (profile,) if profile else profiles_with_dockerfile(cli.REPO_ROOT)
+        results = [run_generate(cli.config_for(name), check=check) for name in names]
+        if json:
+            cli.emit_json({"check": check, "files": [r.to_json() for r in results]})
+        for r in results:
+            verb = "up to date" if not r.changed else ("would change" if check else "written")
+            cli.say(f"{r.path.relative_to(cli.REPO_ROOT)}: {verb} ({r.steps} sync layers)")
+
+
+ns.add_task(generate)
 
 
 # --- cluster build (iris + kaniko) ------------------------------------------------------
 
 
+@task(
+    help={
+        "profile": _PROFILE_HELP,
+        "backend": "iris (kaniko in an iris job; gpu-rl default) or local (Docker engine)",
+        "cluster": "iris cluster name (default: [tool.gpurl.cluster] name)",
+        "cpu": "CPUs for the build job (default 48: the daemonset gang-fit rule)",
+        "memory": "memory for the build job, humanfriendly binary (default 512GB; less OOMs)",
+        "disk": "ephemeral disk for the build job (default 400GB)",
+        "timeout": "job timeout in seconds (default 18000)",
+        "megatron": "build the megatron variant (INSTALL_MEGATRON=1, tag prefix PREFIX-megatron)",
+        "dry_run": "print the full command (secrets redacted) and run nothing",
+        "force": "allow --memory below 512GB",
+        "json": "machine-readable output on stdout",
+    }
+)
+def build(
+    c: Context,
+    profile: str | None = None,
+    backend: str | None = None,
+    cluster: str | None = None,
+    cpu: float | None = None,
+    memory: str | None = None,
+    disk: str | None = None,
+    timeout: int | None = None,
+    megatron: bool = False,
+    dry_run: bool = False,
+    force: bool = False,
+    json: bool = False,
+) -> None:
+    """Build and push the image: as an iris job running kaniko (runbook sections 2-4)."""
+    from gpurl_tasks import cluster_tasks
+    from gpurl_tasks.cluster_build import BuildRequest
+    from gpurl_tasks.errors import BuildError
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, backend=backend)
+        if config.backend != "iris":
+            raise BuildError(f"the {config.backend!r} build backend is not available yet",
+                             hint="use --backend iris")
+        request = BuildRequest(cluster=cluster, cpu=cpu, memory=memory, disk=disk,
+                               timeout=timeout, megatron=megatron, force=force)
+        cluster_tasks.run_build(config, request, dry_run=dry_run, as_json=json)
+
+
+ns.add_task(build)
+
+
+@task(
+    help={
+        "job": "the job id `invoke build` printed, e.g. /alice/gpurl-kaniko-0123abc",
+        "interval": "seconds between state polls",
+        "max_duration": "give up (exit 3) after this many seconds",
+        "cluster": "iris cluster name (default: [tool.gpurl.cluster] name)",
+        "profile": _PROFILE_HELP,
+        "json": "machine-readable result on stdout",
+    }
+)
+def watch(
+    c: Context,
+    job: str,
+    interval: int = 60,
+    max_duration: int = 6 * 3600,
+    cluster: str | None = None,
+    profile: str | None = None,
+    json: bool = False,
+) -> None:
+    """Poll an iris job's state until terminal. Exit 0 succeeded, 1 failed, 2 absent, 3 stuck."""
+    from invoke.exceptions import Exit
+
+    from gpurl_tasks import cluster_tasks
+
+    with cli.clean_failures():
+        code = cluster_tasks.run_watch(cli.config_for(profile), job, interval=interval,
+                                       max_duration=max_duration, as_json=json, cluster=cluster)
+    if code:
+        raise Exit(code=code)
+
+
+ns.add_task(watch)
+
+
+@task(
+    help={
+        "job": "the job id to stop (job-scoped; never anything cluster-wide)",
+        "cluster": "iris cluster name (default: [tool.gpurl.cluster] name)",
+        "profile": _PROFILE_HELP,
+        "dry_run": "print the command and run nothing",
+    }
+)
+def kill(c: Context, job: str, cluster: str | None = None, profile: str | None = None,
+         dry_run: bool = False) -> None:
+    """Stop one iris job (`iris job kill JOB`)."""
+    from gpurl_tasks import cluster_tasks
+
+    with cli.clean_failures():
+        cluster_tasks.kill_job(cli.config_for(profile), job, dry_run=dry_run, cluster=cluster)
+
+
+ns.add_task(kill)
+
+
+@task(
+    name="gen-kaniko",
+    help={
+        "check": "fail if the committed script differs from what the config renders",
+        "profile": _PROFILE_HELP,
+    },
+)
+def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> None:
+    """Generate docker/build_gpu_rl_kaniko.sh (the in-cluster kaniko build script)."""
+    from gpurl_tasks import cluster_tasks
+
+    with cli.clean_failures():
+        cli.say(cluster_tasks.generate_script(cli.config_for(profile), check=check))
+
+
+ns.add_task(gen_kaniko)
+
+
 # --- registry: verify and pin -----------------------------------------------------------
+
+_RULE_HELP = {
+    "cap": "target cap per layer, e.g. 4GB (default: layers.cap from config)",
+    "hard_limit": "no layer may reach this size, e.g. 8GB (default: verify.hard-limit)",
+    "min_layers": "the image needs at least this many layers (default: verify.min-layers)",
+}
+
+
+def _rule_overrides(cap: str | None, hard_limit: str | None,
+                    min_layers: str | None) -> dict[str, str | None]:
+    """Rule flags as config overrides (config keys are dashed: verify.hard-limit)."""
+    return {"layers__cap": cap, "verify__hard-limit": hard_limit,
+            "verify__min-layers": min_layers}
+
+
+@task(auto_shortflags=False, help={
+    "ref": "image REPO:TAG or REPO@sha256:... (default: REGISTRY/REPO:PREFIX-<HEAD sha>)",
+    **_RULE_HELP,
+    "json": "print one JSON object instead of the table",
+    "profile": _PROFILE_HELP,
+})
+def verify_layers(
+    c: Context,
+    ref: str | None = None,
+    cap: str | None = None,
+    hard_limit: str | None = None,
+    min_layers: str | None = None,
+    json_: bool = False,
+    profile: str | None = None,
+) -> None:
+    """Check the pushed image's layers through the registry API; exit 0 only if every rule holds.
+
+    Invoke has no optional positional arguments, so the image is given as --ref
+    (`nox -s verify-layers -- REF` also takes it bare). Rules: no layer at or above the hard
+    limit, none above the cap, at least min-layers layers; a single layer holding most of the
+    image is named. When the image's plan-fingerprint label
+    matches the current plan, each uv sync layer is shown next to its predicted size.
+    """
+    from gpurl_tasks import release, verify
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, **_rule_overrides(cap, hard_limit, min_layers))
+        report = release.verify_reference(config, ref)
+    if json_:
+        cli.emit_json(verify.report_json(report))
+    else:
+        print(verify.render_table(report))
+    if not report.ok:
+        raise Exit(f"verify-layers: {report.reference} fails the layer rules", code=1)
+
+
+ns.add_task(verify_layers)
+
+
+@task(auto_shortflags=False, help={
+    "ref": "immutable reference REPO:PREFIX-<gitsha> or REPO@sha256:... "
+           "(default: REGISTRY/REPO:PREFIX-<HEAD sha>); floating tags are refused",
+    "launcher": "launcher file to rewrite (default: launcher.path from config)",
+    "variable": "variable holding the image (default: launcher.variable, DEFAULT_RL_DOCKER_IMAGE)",
+    "dry_run": "print the unified diff and write nothing",
+    "force": "pin even when the image fails the layer rules",
+    **_RULE_HELP,
+    "json": "print one JSON object (value, path, changed, diff, layer report)",
+    "profile": _PROFILE_HELP,
+})
+def pin(
+    c: Context,
+    ref: str | None = None,
+    launcher: str | None = None,
+    variable: str | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    cap: str | None = None,
+    hard_limit: str | None = None,
+    min_layers: str | None = None,
+    json_: bool = False,
+    profile: str | None = None,
+) -> None:
+    """Verify the image, then pin its linux/amd64 manifest digest into the launcher.
+
+    The image is given as --ref (`nox -s pin -- REF` also takes it bare), default this commit's
+    immutable tag.
+    Rewrites only the launcher variable's value and the provenance comment above it,
+    atomically; a second pin of the same digest changes nothing.
+    """
+    import datetime as dt
+    from pathlib import Path
+
+    from gpurl_tasks import release, verify
+
+    with cli.clean_failures():
+        config = cli.config_for(
+            profile, **_rule_overrides(cap, hard_limit, min_layers), launcher__variable=variable,
+            launcher__path=str(Path(launcher).resolve()) if launcher else None)
+        report, change = release.pin_reference(config, ref, force=force,
+                                               today=dt.datetime.now(dt.UTC).date())
+        if not report.ok:
+            cli.say(f"warning: pinning {report.reference} despite failing rules (--force)")
+        written = False if dry_run else release.apply_pin(change)
+    if json_:
+        cli.emit_json({"value": change.value, "path": str(change.path), "changed": change.changed,
+                       "written": written, "dry_run": dry_run, "diff": change.diff,
+                       "report": verify.report_json(report)})
+    elif dry_run:
+        print(change.diff or f"{change.path}: already pinned to {change.value}\n", end="")
+    elif written:
+        cli.say(f"pinned {change.value} in {change.path}")
+    else:
+        cli.say(f"{change.path} already pins {change.value}; nothing to do")
+
+
+ns.add_task(pin)
 
 
 # --- rebuild decision and wheel checks --------------------------------------------------
+
+
+@task(
+    help={
+        "since": "git ref to compare with (default: the commit in the pinned image's "
+                 "provenance comment, else HEAD~1)",
+        "json": "print one JSON object {decision, reasons, since, fingerprint, expected_wheels}",
+        "profile": _PROFILE_HELP,
+    }
+)
+def rebuild_needed(c: Context, since: str | None = None, json: bool = False,
+                   profile: str | None = None) -> None:
+    """Does the working tree need a new image? Prints none | image | wheels+image and why.
+
+    Compares the image's baked inputs (Dockerfile ARGs, base images, apt sets, the uv sync
+    chain, the lock's install closure for the configured target and extras) at --since and
+    in the working tree. Exit codes: 0 none (source-only change, synced live into /app),
+    10 image (rebuild the image, the prebuilt wheels stay valid), 11 wheels+image (rebuild
+    the vLLM-fork/flash-attn wheels first), 1 usage error, 2 error (bad ref, unreadable
+    lock or Dockerfile).
+    """
+    from invoke.exceptions import Exit
+
+    from gpurl_tasks.rebuild_inputs import rebuild_needed as run
+
+    with cli.clean_failures():
+        report = run(cli.config_for(profile), since=since)
+    if json:
+        cli.emit_json(report.to_json())
+    else:
+        short = report.since_commit[:12]
+        print(f"rebuild: {report.decision.decision}  (since {report.since_ref} = {short}, "
+              f"from {report.since_source})")
+        for reason in report.decision.reasons:
+            print(f"  - {reason.kind}: {reason.detail}")
+    if report.decision.exit_code:
+        raise Exit(code=report.decision.exit_code)
+
+
+ns.add_task(rebuild_needed, name="rebuild-needed")
+
+
+@task(
+    help={
+        "source": "a wheelhouse directory, a MANIFEST file or its http(s) URL "
+                  "(default: build.wheelhouse)",
+        "json": "print one JSON object {ok, expected, found, mismatches}",
+        "profile": _PROFILE_HELP,
+    },
+)
+def check_wheels(c: Context, source: str | None = None, json: bool = False,
+                 profile: str | None = None) -> None:
+    """Check the prebuilt vLLM-fork and flash-attn wheels against the Dockerfile's pins.
+
+    Names, tags, fork commit, torch/CUDA labels; in a directory also each wheel's own
+    .dist-info (catches renamed wheels) and the sha256 in its MANIFEST. Exit codes: 0 all
+    match, 3 mismatches (one line each, expected vs found), 1 usage error, 2 unreadable input.
+    """
+    from invoke.exceptions import Exit
+
+    from gpurl_tasks.wheels import check_source
+
+    with cli.clean_failures():
+        report = check_source(cli.config_for(profile), source)
+    if json:
+        cli.emit_json(report.to_json())
+    else:
+        for line in report.lines():
+            print(line)
+    if report.mismatches:
+        raise Exit(code=3)
+
+
+ns.add_task(check_wheels, name="check-wheels")
 
 
 # --- local build and end to end ---------------------------------------------------------

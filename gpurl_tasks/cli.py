@@ -17,16 +17,17 @@ from typing import Any
 from invoke.exceptions import Exit
 
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.errors import ConfigError, GpurlError
 
-__all__ = ["REPO_ROOT", "clean_failures", "config_for", "emit_json", "say", "step"]
+__all__ = ["REPO_ROOT", "ConfigError", "clean_failures", "config_for", "emit_json", "say", "step"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def config_for(profile: str | None = None, **overrides: Any) -> Config:
-    """Resolve the config for a task; flag names map to dotted keys ("layers__cap")."""
-    dotted: Mapping[str, Any] = {k.replace("__", "."): v for k, v in overrides.items()}
+    """Resolve the config for a task; flag names map to dotted keys ("layers__size_cache")."""
+    dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
+                                 for k, v in overrides.items()}
     return load_config(REPO_ROOT, profile=profile, overrides=dotted)
 
 

@@ -52,7 +52,7 @@ class TargetSpec:
     python: str = "3.12"
     os: str = "linux"
     arch: str = "x86_64"
-    glibc: str = "2.28"
+    glibc: str = "2.35"  # Ubuntu 22.04, the CUDA base image
 
 
 @dataclasses.dataclass(**_KW)
@@ -113,6 +113,39 @@ class BuildSettings:
         "rdma-core",
     )
     index_url: str = ""  # empty: uv's default; the demo points it at a loopback index
+    # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
+    uv_version: str = "0.13.9"  # uv is pip-installed into /opt/uv inside the image
+    python_downloads: str = "automatic"  # UV_PYTHON_DOWNLOADS in the image; "never" for the demo
+    builder_apt_packages: tuple[str, ...] = ("build-essential", "git", "ninja-build")
+    builder_extra_index_url: str = "https://download.pytorch.org/whl/cu128"
+    builder_requirements: tuple[str, ...] = (
+        "torch==${TORCH_VERSION}",
+        "setuptools>=77",
+        "setuptools-scm>=8",
+        "wheel",
+        "ninja",
+        "packaging",
+        "cmake>=3.26",
+        "jinja2",
+    )
+    wheel_specs: tuple[str, ...] = (  # `pip wheel` arguments; "./path" is copied from the context
+        "git+${VLLM_FORK_REPO}@${VLLM_FORK_COMMIT}",
+        "flash-attn==${FLASH_ATTN_VERSION}",
+    )
+    wheel_globs: tuple[str, ...] = (  # the wheels the rl stage installs with --no-deps
+        "vllm-*g${VLLM_FORK_COMMIT}*.whl",
+        "flash_attn-${FLASH_ATTN_VERSION}-*.whl",
+    )
+    import_asserts: tuple[str, ...] = (  # one RUN each, so a failure names itself
+        "import flash_attn, flash_attn_2_cuda",
+        "import torch, transformers, vllm, skyrl_train, flash_attn, flash_attn_2_cuda",
+        "import boto3, smart_open, s3fs; boto3.client('s3', region_name='us-east-1')",
+        "from torchtitan.distributed.expert_parallel import ExpertParallel",
+    )
+    megatron_asserts: tuple[str, ...] = (
+        "import megatron.core, megatron.bridge, transformer_engine",
+    )
+    install_harbor: bool = True
 
 
 @dataclasses.dataclass(**_KW)

@@ -12,8 +12,9 @@ import json
 from typing import Any
 
 from gpurl_tasks.config import PythonSelection
+from gpurl_tasks.sizes import INSTALLED_PER_COMPRESSED
 
-__all__ = ["Layer", "PlannedPackage", "Plan", "SyncStep", "sync_selection_flags"]
+__all__ = ["Layer", "Plan", "PlannedPackage", "SyncStep", "sync_selection_flags"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
 
@@ -25,7 +26,14 @@ class PlannedPackage:
     name: str
     version: str
     compressed_bytes: int
-    installed_bytes: int | None  # None when neither probed nor derivable
+    installed_bytes: int | None  # exact (probed from the wheel's zip directory) or None
+
+    @property
+    def installed_estimate(self) -> int:
+        """Exact installed size when probed, else the documented compressed-size factor."""
+        if self.installed_bytes is not None:
+            return self.installed_bytes
+        return round(self.compressed_bytes * INSTALLED_PER_COMPRESSED)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -44,8 +52,8 @@ class Layer:
 
     @property
     def installed_bytes(self) -> int:
-        """Installed size; packages without a known figure use their estimate (see sizes.py)."""
-        return sum(p.installed_bytes or 0 for p in self.packages)
+        """Installed size; packages without a probed figure use their estimate (see sizes.py)."""
+        return sum(p.installed_estimate for p in self.packages)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -1,0 +1,178 @@
+"""Run every benchmark section and write benchmarks/REPORT.md and benchmarks/out/report.json.
+
+`python -m benchmarks.run` (or `nox -s bench`). A section whose input is absent (the real locks,
+a measured build) is kept in the report with the reason, never filled with made-up figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import prediction, quality, rebuild_cost, speed
+from benchmarks.common import (
+    REPO_ROOT,
+    SHARED_LOCKS,
+    SKYRL_SIZES,
+    LockInput,
+    closure_sizes,
+    plan_lock,
+    real_lock_paths,
+    with_overrides,
+)
+from benchmarks.history import add_to_extra, bump_package, newest_upload
+from benchmarks.report import render_markdown
+from benchmarks.synth import SYNTH_EXTRA, synthetic_lock_text
+from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.lock import load_lock
+from gpurl_tasks.plan_model import Plan
+from gpurl_tasks.sizes import SizeSources, load_size_sources
+
+__all__ = ["bump_sequence", "closure_changes", "main", "run"]
+
+GB = 10**9
+QUALITY_CAPS = (4 * GB, 2 * GB, 1 * GB)
+REBUILD_CAPS = (4 * GB, 2 * GB)
+EXTRA = "vllm"
+SMALL_BUMP = "certifi"  # a small pure-Python package every closure of the real locks holds
+ADDED = ("extra-plugin", "1.0.0", 3 * 10**6)  # name, version, wheel bytes
+
+
+def _write(path: Path, text: str) -> None:
+    """Temp file + rename: a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def closure_changes(old: Plan, new: Plan) -> dict[str, Any]:
+    """Packages added, removed, re-versioned, unchanged, and the heavy ones re-versioned."""
+    before = {p.name: p.version for p in old.closure}
+    after = {p.name: p.version for p in new.closure}
+    common = before.keys() & after.keys()
+    heavy = sorted(p.name for p in new.closure if p.name in common and before[p.name] != p.version
+                   and p.compressed_bytes > quality.HEAVY_THRESHOLD)
+    return {"heavy_changed": heavy,
+            "added": len(after.keys() - before.keys()), "removed": len(before.keys() - after.keys()),
+            "changed": sum(1 for n in common if before[n] != after[n]),
+            "unchanged": sum(1 for n in common if before[n] == after[n])}
+
+
+def bump_sequence(base: LockInput, *, small: str = SMALL_BUMP) -> list[LockInput]:
+    """base, then one small package bumped, then torch bumped (+1% size), then a package added."""
+    closure = {p.name: p for p in plan_lock(base, cap=sum(QUALITY_CAPS)).closure}
+    if small not in closure:
+        small = min((p for p in closure.values() if p.compressed_bytes < 10**6), key=lambda p: p.name).name
+    lock1, _ = bump_package(base.lock, small, closure[small].version)
+    v1 = LockInput(label=f"{small} bumped", lock=lock1, sources=base.sources, extras=base.extras)
+    lock2, extra = bump_package(lock1, "torch", closure["torch"].version, size_factor=1.01,
+                                overrides=base.sources.overrides)
+    v2 = LockInput(label="torch bumped", lock=lock2, sources=with_overrides(base.sources, extra),
+                   extras=base.extras)
+    name, version, size = ADDED
+    lock3 = add_to_extra(lock2, EXTRA, name, version, size)
+    v3 = LockInput(label=f"{name} added to [{EXTRA}]", lock=lock3, sources=v2.sources, extras=base.extras)
+    return [base, v1, v2, v3]
+
+
+def _speed(paths: dict[str, Path], synth: Path, synth_label: str, runs: int) -> dict[str, Any]:
+    results = [speed.time_planner(c, p, extras=(EXTRA,), overrides=SKYRL_SIZES, cap=4 * GB, runs=runs)
+               for c, p in paths.items()]
+    results.append(speed.time_planner(synth_label, synth, extras=(SYNTH_EXTRA,),
+                                      overrides=None, cap=4 * GB, runs=max(3, runs // 2)))
+    profile = speed.profile_plan(synth, extras=(SYNTH_EXTRA,), overrides=None, cap=4 * GB)
+    return {"results": [r.to_json() for r in results], "profile_lock": synth_label,
+            "profile": profile}
+
+
+def _quality(real: list[LockInput]) -> list[dict[str, Any]]:
+    rows = []
+    for item in real:
+        sizes, flags, _ = closure_sizes(item.lock, item.extras, item.sources)
+        for cap in QUALITY_CAPS:
+            found = quality.quality_rows(sizes, lock=item.label, cap=cap, sync_flags=flags)
+            rows += [r.to_json() for r in found]
+    return rows
+
+
+def _rebuild(real: list[LockInput], texts: dict[str, str]) -> dict[str, Any]:
+    uploads = {c: newest_upload(t) for c, t in texts.items()}
+    sequences = {"real history": real, "generated bumps": bump_sequence(real[-1])}
+    if len(real) < 2:
+        del sequences["real history"]
+    changes = ({"old": real[0].label, "new": real[1].label,
+                **closure_changes(plan_lock(real[0], 4 * GB), plan_lock(real[1], 4 * GB))}
+               if len(real) > 1 else None)
+    pairs = [{"sequence": name, "cap": cap, **cost.to_json()}
+             for name, seq in sequences.items() for cap in REBUILD_CAPS
+             for cost in rebuild_cost.rebuild_costs(seq, cap=cap)]
+    return {"order": list(texts), "newest_upload": uploads, "real_changes": changes, "pairs": pairs,
+            "light_threshold": rebuild_cost.LIGHT_THRESHOLD}
+
+
+def run(*, runs: int, locks_dir: Path, measured: Path, scratch: Path,
+        synth_packages: int = 5000, synth_heavy: int = 50) -> dict[str, Any]:
+    """Every section's figures as plain JSON data (the report is rendered from this alone)."""
+    skipped: dict[str, str] = {}
+    paths = real_lock_paths(locks_dir)
+    if not paths:
+        skipped["real locks"] = f"no real SkyRL lock in {locks_dir}"
+    texts = {c: p.read_text() for c, p in paths.items()}
+    # Oldest first by content, not by the order the commits were named in.
+    paths = dict(sorted(paths.items(), key=lambda kv: newest_upload(texts[kv[0]]) or ""))
+    texts = {c: texts[c] for c in paths}
+    sources: SizeSources = load_size_sources(SKYRL_SIZES, None)
+    real = [LockInput(label=c, lock=load_lock(p), sources=sources, extras=(EXTRA,)) for c, p in paths.items()]
+    synth = scratch / f"synthetic-{synth_packages}.uv.lock"
+    _write(synth, synthetic_lock_text(packages=synth_packages, heavy=synth_heavy, seed=0))
+    synth_label = f"synthetic {synth_packages:,} packages"
+    measured_build = prediction.load_measured(measured)
+    return {
+        "environment": {"python": platform.python_version(), "machine": platform.machine(),
+                        "cpus": os.cpu_count(), "runs": runs},
+        "skipped": skipped,
+        "speed": _speed(paths, synth, synth_label, runs),
+        "quality": _quality(real) if real else [],
+        "prediction": measured_build.to_json() if measured_build else None,
+        "measured_path": str(measured.relative_to(REPO_ROOT)) if measured.is_relative_to(REPO_ROOT)
+        else str(measured),
+        "rebuild": _rebuild(real, texts) if real else None,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per lock (median reported)")
+    parser.add_argument("--locks", type=Path, default=SHARED_LOCKS, help="directory of the real locks")
+    parser.add_argument("--measured", type=Path, default=prediction.MEASURED_LAYERS,
+                        help="measured per-layer sizes of a real build (JSON)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "out",
+                        help="directory for report.json and scratch files")
+    parser.add_argument("--report", type=Path, default=REPO_ROOT / "benchmarks" / "REPORT.md",
+                        help="markdown report to write")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    try:
+        results = run(runs=args.runs, locks_dir=args.locks, measured=args.measured, scratch=args.out)
+    except (GpurlError, prediction.MeasuredFileError) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    markdown = render_markdown(results)
+    _write(args.out / "report.json", json.dumps(results, indent=2, sort_keys=True) + "\n")
+    _write(args.report, markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Section 1: planner wall time against a bare `tomllib.load` of the same file, and a profile.
+
+Each run starts cold: the marker cache of the closure walk and the target-tag cache are
+cleared, as they are in a fresh `invoke plan` process. Stages are timed separately so the
+report can say where the time goes; one cProfile run names the functions.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import dataclasses
+import io
+import pstats
+import statistics
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import TARGET
+from gpurl_tasks import lock as lock_module
+from gpurl_tasks.config import PythonSelection
+from gpurl_tasks.layers import local_install_flags, plan_layers
+from gpurl_tasks.lock import install_closure, load_lock
+from gpurl_tasks.plan_model import Plan, sync_selection_flags
+from gpurl_tasks.sizes import load_size_sources, package_sizes
+from gpurl_tasks.target import target_tags
+
+__all__ = ["STAGES", "SpeedResult", "plan_file", "profile_plan", "time_planner"]
+
+STAGES = ("parse", "closure", "sizes", "pack")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpeedResult:
+    label: str
+    packages_in_lock: int
+    closure: int
+    layers: int
+    runs: int
+    toml_seconds: float  # median of bare tomllib.load
+    plan_seconds: float  # median of parse + closure + sizes + pack
+    stage_seconds: dict[str, float]  # median per stage
+
+    @property
+    def ratio(self) -> float:
+        return self.plan_seconds / self.toml_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ratio": self.ratio}
+
+
+def _clear_caches() -> None:
+    lock_module._compiled.cache_clear()
+    target_tags.cache_clear()
+
+
+def plan_file(path: Path, *, extras: tuple[str, ...], overrides: Path | None, cap: int,
+              clock: Callable[[], float] = time.perf_counter) -> tuple[Plan, dict[str, float], int]:
+    """Plan one lock file cold; returns the plan, seconds per stage and the lock's package count."""
+    _clear_caches()
+    marks = [clock()]
+    lock = load_lock(path)
+    marks.append(clock())
+    selection = PythonSelection(extras=extras)
+    closure = install_closure(lock, TARGET, selection)
+    marks.append(clock())
+    sizes = package_sizes(closure.packages, target_tags(TARGET), load_size_sources(overrides, None))
+    marks.append(clock())
+    flags = sync_selection_flags(selection, local_flags=local_install_flags(lock, closure))
+    plan = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags,
+                       local=tuple(p.name for p in closure.local))
+    marks.append(clock())
+    stages = {name: marks[i + 1] - marks[i] for i, name in enumerate(STAGES)}
+    return plan, stages, len(lock.packages)
+
+
+def _toml_seconds(path: Path) -> float:
+    start = time.perf_counter()
+    with path.open("rb") as handle:
+        tomllib.load(handle)
+    return time.perf_counter() - start
+
+
+def time_planner(label: str, path: Path, *, extras: tuple[str, ...], overrides: Path | None,
+                 cap: int, runs: int) -> SpeedResult:
+    """Median wall time of `runs` cold plans and `runs` bare TOML loads, interleaved."""
+    toml_times: list[float] = []
+    plan_times: list[float] = []
+    per_stage: dict[str, list[float]] = {s: [] for s in STAGES}
+    plan: Plan | None = None
+    count = 0
+    for _ in range(runs):
+        toml_times.append(_toml_seconds(path))
+        plan, stages, count = plan_file(path, extras=extras, overrides=overrides, cap=cap)
+        plan_times.append(sum(stages.values()))
+        for name, seconds in stages.items():
+            per_stage[name].append(seconds)
+    assert plan is not None
+    return SpeedResult(label=label, packages_in_lock=count, closure=len(plan.closure),
+                       layers=len(plan.layers), runs=runs,
+                       toml_seconds=statistics.median(toml_times),
+                       plan_seconds=statistics.median(plan_times),
+                       stage_seconds={s: statistics.median(v) for s, v in per_stage.items()})
+
+
+def profile_plan(path: Path, *, extras: tuple[str, ...], overrides: Path | None, cap: int,
+                 top: int = 12) -> list[dict[str, Any]]:
+    """One cProfile'd plan; the `top` functions by own time, with call counts and cumulative time."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    plan_file(path, extras=extras, overrides=overrides, cap=cap)
+    profiler.disable()
+    stats = pstats.Stats(profiler, stream=io.StringIO())
+    rows: list[dict[str, Any]] = []
+    entries: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for (filename, line, func), (_, ncalls, tottime, cumtime, _) in entries.items():
+        short = "/".join(Path(filename).parts[-2:]) if filename != "~" else "builtin"
+        rows.append({"function": f"{short}:{line}({func})", "calls": ncalls,
+                     "own_seconds": tottime, "cumulative_seconds": cumtime})
+    total = sum(r["own_seconds"] for r in rows)
+    rows.sort(key=lambda r: -r["own_seconds"])
+    for row in rows:
+        row["own_share"] = row["own_seconds"] / total if total else 0.0
+        row["cumulative_share"] = row["cumulative_seconds"] / total if total else 0.0
+    return rows[:top]

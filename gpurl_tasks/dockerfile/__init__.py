@@ -1,0 +1,1 @@
+"""Dockerfile as code: a small frozen model, its renderer, a lint pass and the gpu-rl recipe."""

@@ -1,0 +1,377 @@
+"""A Dockerfile as data: stages of frozen instructions, rendered to stable text.
+
+Every instruction validates itself on construction (errors, not asserts) and renders itself;
+`render()` is pure and deterministic, so a generated file is byte-identical for equal inputs.
+Long RUN commands are written one flag (with its value) or one package per line so a
+reviewer sees a one-line diff when one package changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+from gpurl_tasks.errors import GpurlError
+
+__all__ = [
+    "Arg",
+    "Cmd",
+    "Command",
+    "Comment",
+    "Copy",
+    "Dockerfile",
+    "DockerfileError",
+    "Entrypoint",
+    "Env",
+    "ImageRef",
+    "Instruction",
+    "Label",
+    "Run",
+    "Shell",
+    "Stage",
+    "User",
+    "Workdir",
+    "quote_word",
+    "render",
+]
+
+_KW = {"frozen": True, "kw_only": True, "slots": True}
+_ONE_LINE = 88  # a command longer than this is written one argument group per line
+_INDENT = "      "
+
+
+class DockerfileError(GpurlError):
+    """A Dockerfile model is invalid (bad name, reference, argument or stage order)."""
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STAGE = re.compile(r"[a-z][a-z0-9_.-]*")
+_VAR_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+_REPO = re.compile(
+    r"(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+)
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./${}*?-]+")
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise DockerfileError(message)
+
+
+@dataclasses.dataclass(**_KW)
+class ImageRef:
+    """`repo[:tag][@sha256:...]`, `scratch`, or a whole `${ARG}` reference for a FROM line."""
+
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    def __post_init__(self) -> None:
+        is_var = bool(_VAR_REF.fullmatch(self.repository))
+        _check(is_var or bool(_REPO.fullmatch(self.repository)),
+               f"invalid image repository {self.repository!r}")
+        _check(self.tag is None or bool(_TAG.fullmatch(self.tag)),
+               f"invalid image tag {self.tag!r}")
+        _check(self.digest is None or bool(_DIGEST.fullmatch(self.digest)),
+               f"invalid image digest {self.digest!r}: expected sha256: and 64 lowercase hex")
+        _check(not (is_var and (self.tag or self.digest)),
+               f"an ${{ARG}} image reference cannot carry a tag or digest: {self.repository!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> ImageRef:
+        """Parse `repo`, `repo:tag`, `repo@sha256:...` or `repo:tag@sha256:...`."""
+        rest, _, digest = text.partition("@")
+        slash = rest.rfind("/")
+        colon = rest.rfind(":")
+        tag = None
+        if colon > slash:
+            rest, tag = rest[:colon], rest[colon + 1:]
+        return cls(repository=rest, tag=tag, digest=digest or None)
+
+    @property
+    def is_variable(self) -> bool:
+        return bool(_VAR_REF.fullmatch(self.repository))
+
+    def render(self) -> str:
+        text = self.repository
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
+
+
+def quote_word(word: str) -> str:
+    """Shell-quote one word, leaving `${VAR}` expansion and globs working."""
+    if word == "$@":
+        return '"$@"'
+    if _SAFE_WORD.fullmatch(word):
+        return word
+    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+    return f'"{escaped}"'
+
+
+@dataclasses.dataclass(**_KW)
+class Command:
+    """One shell command: a head (program and subcommand) and argument groups.
+
+    Each group is written on one line when the command is long (`("--extra", "ep")`).
+    `unordered` words are sorted and de-duplicated: package lists whose order does not matter.
+    """
+
+    head: tuple[str, ...]
+    groups: tuple[tuple[str, ...], ...] = ()
+    unordered: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(bool(self.head) and all(self.head), "a command needs a non-empty head")
+        _check(all(g and all(g) for g in self.groups), f"empty argument in {self.head!r}")
+        _check(all(self.unordered), f"empty word in {self.head!r}")
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        tail = tuple(w for g in self.groups for w in g) + tuple(sorted(set(self.unordered)))
+        return self.head + tail
+
+    def render(self) -> str:
+        lines = [" ".join(quote_word(w) for w in g) for g in self.groups]
+        lines += [quote_word(w) for w in sorted(set(self.unordered))]
+        head = " ".join(quote_word(w) for w in self.head)
+        flat = " ".join([head, *lines])
+        if len(flat) <= _ONE_LINE:
+            return flat
+        return f" \\\n{_INDENT}".join([head, *lines])
+
+
+@dataclasses.dataclass(**_KW)
+class Shell:
+    """A raw shell fragment (a conditional, a redirect) rendered verbatim."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        _check(bool(self.text.strip()) and "\n" not in self.text,
+               f"a shell fragment must be one non-empty line: {self.text!r}")
+
+    def render(self) -> str:
+        return self.text
+
+
+@dataclasses.dataclass(**_KW)
+class Comment:
+    """A `#` comment line; generated files explain their own decisions."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        _check("\n" not in self.text, "a comment is one line")
+
+    def render(self) -> str:
+        return f"# {self.text}".rstrip()
+
+
+@dataclasses.dataclass(**_KW)
+class Arg:
+    """`ARG NAME[=default]`."""
+
+    name: str
+    default: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(_NAME.fullmatch(self.name)), f"invalid ARG name {self.name!r}")
+        _check(self.default is None or "\n" not in self.default, "ARG default is one line")
+
+    def render(self) -> str:
+        if self.default is None:
+            return f"ARG {self.name}"
+        return f"ARG {self.name}={json.dumps(self.default)}"
+
+
+def _pairs(kind: str, pairs: tuple[tuple[str, str], ...], key: re.Pattern[str]) -> str:
+    _check(bool(pairs), f"{kind} needs at least one key")
+    names = [k for k, _ in pairs]
+    _check(len(set(names)) == len(names), f"duplicate {kind} key in {names!r}")
+    for k, v in pairs:
+        _check(bool(key.fullmatch(k)), f"invalid {kind} key {k!r}")
+        _check("\n" not in v, f"{kind} value for {k!r} must be one line")
+    body = [f"{k}={json.dumps(v)}" for k, v in sorted(pairs)]
+    return f"{kind} " + f" \\\n{_INDENT}".join(body)
+
+
+@dataclasses.dataclass(**_KW)
+class Env:
+    """`ENV K=V ...`; keys sorted (values in one ENV see only earlier instructions)."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+    def render(self) -> str:
+        return _pairs("ENV", self.pairs, _NAME)
+
+
+@dataclasses.dataclass(**_KW)
+class Label:
+    """`LABEL k=v ...`; keys sorted."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+    def render(self) -> str:
+        return _pairs("LABEL", self.pairs, re.compile(r"[a-z0-9][a-z0-9.-]*"))
+
+
+@dataclasses.dataclass(**_KW)
+class Run:
+    """`RUN a && b && ...`: commands chained with `&&`, so any failure fails the build."""
+
+    commands: tuple[Command | Shell, ...]
+
+    def __post_init__(self) -> None:
+        _check(bool(self.commands), "RUN needs at least one command")
+
+    def render(self) -> str:
+        return "RUN " + " \\\n && ".join(c.render() for c in self.commands)
+
+
+@dataclasses.dataclass(**_KW)
+class Copy:
+    """`COPY [--from=stage] src... dest`."""
+
+    sources: tuple[str, ...]
+    dest: str
+    from_stage: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.sources) and all(self.sources), "COPY needs sources")
+        _check(bool(self.dest), "COPY needs a destination")
+        _check(all(" " not in s for s in (*self.sources, self.dest)),
+               "COPY paths contain no spaces")
+        _check(self.from_stage is None or bool(_STAGE.fullmatch(self.from_stage)),
+               f"invalid COPY --from stage {self.from_stage!r}")
+
+    def render(self) -> str:
+        flag = f"--from={self.from_stage} " if self.from_stage else ""
+        return f"COPY {flag}{' '.join(self.sources)} {self.dest}"
+
+
+@dataclasses.dataclass(**_KW)
+class Workdir:
+    """`WORKDIR /abs/path`."""
+
+    path: str
+
+    def __post_init__(self) -> None:
+        _check(self.path.startswith("/"), f"WORKDIR must be absolute: {self.path!r}")
+
+    def render(self) -> str:
+        return f"WORKDIR {self.path}"
+
+
+@dataclasses.dataclass(**_KW)
+class User:
+    """`USER name[:group]`."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        _check(bool(re.fullmatch(r"[a-z0-9_][a-z0-9_:-]*", self.name)),
+               f"invalid USER {self.name!r}")
+
+    def render(self) -> str:
+        return f"USER {self.name}"
+
+
+@dataclasses.dataclass(**_KW)
+class Entrypoint:
+    """`ENTRYPOINT ["exec", "form"]` (exec form only: signals reach the process)."""
+
+    argv: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _check(bool(self.argv), "ENTRYPOINT needs argv")
+
+    def render(self) -> str:
+        return f"ENTRYPOINT {json.dumps(list(self.argv))}"
+
+
+@dataclasses.dataclass(**_KW)
+class Cmd:
+    """`CMD ["exec", "form"]`."""
+
+    argv: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _check(bool(self.argv), "CMD needs argv")
+
+    def render(self) -> str:
+        return f"CMD {json.dumps(list(self.argv))}"
+
+
+Instruction = Comment | Arg | Env | Label | Run | Copy | Workdir | User | Entrypoint | Cmd
+
+
+@dataclasses.dataclass(**_KW)
+class Stage:
+    """`FROM base AS name` and its instructions; `base` is an image or an earlier stage."""
+
+    name: str
+    base: ImageRef | str  # str: the name of an earlier stage
+    instructions: tuple[Instruction, ...] = ()
+    comment: str = ""
+
+    def __post_init__(self) -> None:
+        _check(bool(_STAGE.fullmatch(self.name)), f"invalid stage name {self.name!r}")
+
+    def render(self) -> str:
+        base = self.base.render() if isinstance(self.base, ImageRef) else self.base
+        head = [f"# {line}".rstrip() for line in self.comment.splitlines()]
+        lines = [*head, f"FROM {base} AS {self.name}"]
+        lines += [i.render() for i in self.instructions]
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(**_KW)
+class Dockerfile:
+    """Global ARGs (usable in FROM lines) and stages in build order."""
+
+    stages: tuple[Stage, ...]
+    global_args: tuple[Arg, ...] = ()
+    header: tuple[str, ...] = ()  # comment lines at the top of the file
+
+    def __post_init__(self) -> None:
+        _check(bool(self.stages), "a Dockerfile needs at least one stage")
+        arg_names = [a.name for a in self.global_args]
+        _check(len(set(arg_names)) == len(arg_names), f"duplicate global ARG in {arg_names!r}")
+        seen: list[str] = []
+        for stage in self.stages:
+            _check(stage.name not in seen, f"duplicate stage name {stage.name!r}")
+            if isinstance(stage.base, str):
+                _check(stage.base in seen, f"stage {stage.name!r} builds on unknown or later "
+                       f"stage {stage.base!r}")
+            elif stage.base.is_variable:
+                var = stage.base.repository[2:-1]
+                _check(var in arg_names, f"stage {stage.name!r} uses ${{{var}}} in FROM, which "
+                       "is not a global ARG")
+            for ins in stage.instructions:
+                if isinstance(ins, Copy) and ins.from_stage is not None:
+                    _check(ins.from_stage in seen, f"COPY --from={ins.from_stage} in stage "
+                           f"{stage.name!r} names no earlier stage")
+            seen.append(stage.name)
+
+    def stage(self, name: str) -> Stage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise DockerfileError(f"no stage named {name!r}")
+
+
+def render(dockerfile: Dockerfile) -> str:
+    """The Dockerfile text: header, global ARGs, stages separated by blank lines."""
+    blocks: list[str] = []
+    top = [f"# {line}".rstrip() for line in dockerfile.header]
+    top += [a.render() for a in dockerfile.global_args]
+    if top:
+        blocks.append("\n".join(top))
+    blocks += [s.render() for s in dockerfile.stages]
+    return "\n\n".join(blocks) + "\n"

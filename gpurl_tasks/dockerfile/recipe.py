@@ -1,0 +1,399 @@
+"""The gpu-rl recipe: the Dockerfile model built from the config and the layer plan.
+
+Every gotcha of the hand-run runbook is written here, so no edit of a generated file can
+forget one (runbook sections 2, 4, 5, 6):
+
+- wheel-builder: `--index-strategy unsafe-best-match` on the uv install that mixes the CUDA
+  index with PyPI, `python -m pip wheel --no-cache-dir --no-build-isolation` (uv has no wheel
+  subcommand), `MAX_JOBS` as an ARG;
+- `FROM ${WHEEL_SOURCE} AS wheels` so exactly one wheel source is used;
+- the rl stage's apt set always includes the InfiniBand verbs userspace (NCCL over IB);
+- the sync chain: one `uv sync` RUN per plan step with identical selection flags, the last
+  one excluding nothing; no uv cache in a layer, no bytecode (it would break the size model);
+- the post-chain installs (`--no-deps` wheels, harbor) survive the final local sync because
+  that sync is `--inexact` (an exact sync would uninstall them);
+- the build asserts are separate RUNs; provenance LABELs come last so a new git sha does not
+  invalidate the cache of any layer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import gpurl_tasks
+from gpurl_tasks import provenance
+from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.model import (
+    Arg,
+    Command,
+    Comment,
+    Copy,
+    Dockerfile,
+    DockerfileError,
+    Env,
+    ImageRef,
+    Instruction,
+    Label,
+    Run,
+    Shell,
+    Stage,
+    Workdir,
+    quote_word,
+)
+from gpurl_tasks.plan_model import Plan
+from gpurl_tasks.units import format_bytes
+
+__all__ = [
+    "BOOTSTRAP_APT",
+    "IB_VERBS_APT",
+    "LOCAL_INSTALL_FLAGS",
+    "VENV",
+    "WORKDIR",
+    "render_recipe",
+]
+
+BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
+IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
+LOCAL_INSTALL_FLAGS = frozenset({"--no-install-project", "--no-install-workspace",
+                                 "--no-install-local"})
+VENV = "/opt/venv"
+WORKDIR = "/app"
+_WHEELS_TMP = "/tmp/wheels"
+_MEGATRON_IF = 'if [ "${INSTALL_MEGATRON}" = "1" ]; then'
+_REF = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
+
+
+def _args(config: Config) -> dict[str, str]:
+    """Every build ARG the recipe may use, with its default from the config."""
+    b = config.build
+    args = {
+        "BASE_IMAGE": b.base_image,
+        "UV_VERSION": b.uv_version,
+        "TORCH_VERSION": b.torch_version,
+        "FLASH_ATTN_VERSION": b.flash_attn_version,
+        "VLLM_FORK_REPO": b.vllm_fork_repo,
+        "VLLM_FORK_COMMIT": b.vllm_fork_commit,
+        "HARBOR_REPO": b.harbor_repo,
+        "HARBOR_COMMIT": b.harbor_commit,
+        "WHEEL_SOURCE": b.wheel_source,
+        "MAX_JOBS": str(b.max_jobs),
+        "GITSHA": "unknown",
+    }
+    if b.megatron_extra:
+        args["INSTALL_MEGATRON"] = "0"
+    if b.index_url:
+        args["INDEX_URL"] = b.index_url
+    return args
+
+
+def _refs(instructions: Iterable[Instruction]) -> list[str]:
+    """ARG names referenced as ${NAME}, in order of first use."""
+    names: list[str] = []
+    for ins in instructions:
+        for name in _REF.findall(ins.render()):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _with_args(body: list[Instruction], known: dict[str, str]) -> tuple[Instruction, ...]:
+    """Declare each build ARG a stage uses right before its first use in that stage.
+
+    A global ARG is visible only in FROM lines: without `ARG NAME` inside the stage the value
+    is silently empty. Declaring it late matters too: every RUN after an ARG sees it, so an ARG
+    declared at the top would tie the whole sync chain's cache to, say, HARBOR_COMMIT.
+    """
+    out: list[Instruction] = []
+    declared: set[str] = set()
+    for ins in body:
+        if isinstance(ins, Arg):
+            declared.add(ins.name)
+        else:
+            for name in _refs((ins,)):
+                if name in known and name not in declared:
+                    out.append(Arg(name=name))
+                    declared.add(name)
+        out.append(ins)
+    return tuple(out)
+
+
+def _apt(packages: Iterable[str]) -> Run:
+    return Run(commands=(
+        Command(head=("apt-get", "update")),
+        Command(head=("DEBIAN_FRONTEND=noninteractive", "apt-get", "install"),
+                groups=(("-y", "--no-install-recommends"),), unordered=tuple(packages)),
+        Command(head=("rm", "-rf", "/var/lib/apt/lists/*")),
+    ))
+
+
+def _base_stage(config: Config) -> Stage:
+    b = config.build
+    env = [
+        ("UV_COMPILE_BYTECODE", "0"),
+        ("UV_LINK_MODE", "copy"),
+        ("UV_NO_CACHE", "1"),
+        ("UV_PYTHON", config.target.python),
+        ("UV_PYTHON_DOWNLOADS", b.python_downloads),
+        ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+    ]
+    if b.index_url:
+        env += [("PIP_INDEX_URL", "${INDEX_URL}"), ("UV_DEFAULT_INDEX", "${INDEX_URL}")]
+    if b.python_downloads != "never":
+        env.append(("UV_PYTHON_INSTALL_DIR", "/opt/uv-python"))
+    body: list[Instruction] = [
+        Comment(text="No uv cache in any layer (no cache mounts under kaniko), no .pyc: the layer "
+                "planner predicts"),
+        Comment(text="each layer's size as the sum of its wheels, and bytecode would add "
+                "unplanned bytes."),
+        Env(pairs=tuple(env)),
+        _apt(BOOTSTRAP_APT),
+        Comment(text="uv from the package index (no image is pulled for it), pinned."),
+        Run(commands=(
+            Command(head=("python3", "-m", "venv", "/opt/uv")),
+            Command(head=("/opt/uv/bin/pip", "install"),
+                    groups=(("--no-cache-dir",), ("uv==${UV_VERSION}",))),
+            Command(head=("ln", "-s", "/opt/uv/bin/uv", "/usr/local/bin/uv")),
+            Command(head=("uv", "--version")),
+        )),
+    ]
+    if b.python_downloads != "never":
+        body += [
+            Comment(text="The interpreter gets its own layer, not a share of the first sync's."),
+            Run(commands=(Command(head=("uv", "python", "install", "${UV_PYTHON}")),)),
+        ]
+    return Stage(name="base", base=ImageRef(repository="${BASE_IMAGE}"),
+                 instructions=_with_args(body, _args(config)),
+                 comment="Shared bootstrap: apt basics and a pinned uv.")
+
+
+def _wheel_builder_stage(config: Config) -> Stage:
+    b = config.build
+    install = [("--python", "/opt/builder/bin/python"),
+               ("--index-strategy", "unsafe-best-match")]
+    if b.builder_extra_index_url:
+        install.append(("--extra-index-url", b.builder_extra_index_url))
+    body: list[Instruction] = [
+        _apt(b.builder_apt_packages),
+        Run(commands=(Command(head=("uv", "venv", "--seed", "/opt/builder")),)),
+        Comment(text="unsafe-best-match: uv otherwise pins every package to the first index "
+                "that has it,"),
+        Comment(text="which makes PyPI-only requirements such as setuptools>=77 unsatisfiable."),
+        Run(commands=(Command(head=("uv", "pip", "install"), groups=tuple(install),
+                              unordered=b.builder_requirements),)),
+    ]
+    specs: list[str] = []
+    for spec in b.wheel_specs:
+        if spec.startswith("./"):
+            path = spec[2:].rstrip("/")
+            body.append(Copy(sources=(f"{path}/",), dest=f"/src/{path}/"))
+            specs.append(f"/src/{path}")
+        else:
+            specs.append(spec)
+    body += [
+        Comment(text="uv has no `pip wheel`; --no-build-isolation builds against what is "
+                "installed above (torch)."),
+        Arg(name="MAX_JOBS"),
+        Run(commands=(Command(
+            head=("/opt/builder/bin/python", "-m", "pip", "wheel"),
+            groups=(("--no-cache-dir",), ("--no-build-isolation",), ("--no-deps",),
+                    ("--wheel-dir", "/wheels"), *((s,) for s in specs)),
+        ),)),
+        Workdir(path="/wheels"),
+        Run(commands=(Shell(text="sha256sum -- *.whl > MANIFEST"),)),
+    ]
+    return Stage(name="wheel-builder", base="base",
+                 instructions=_with_args(body, _args(config)),
+                 comment="Slow path (WHEEL_SOURCE=wheel-builder): compile the wheels "
+                         "(nvcc for CUDA).")
+
+
+def _rel(config: Config, path: str) -> str:
+    p = Path(path)
+    try:
+        return p.relative_to(config.root).as_posix() if p.is_absolute() else p.as_posix()
+    except ValueError:
+        raise DockerfileError(
+            f"{p} is outside the build context {config.root}",
+            hint="workspace and wheelhouse must live inside the repository") from None
+
+
+def _megatron_prefix(config: Config) -> tuple[Shell, ...]:
+    extra = config.build.megatron_extra
+    if not extra:
+        return ()
+    return (Shell(text=f"{_MEGATRON_IF} set -- --extra {extra}; fi"),)
+
+
+def _sync_run(config: Config, flags: Iterable[str], exclusions: Iterable[str]) -> Run:
+    groups = _flag_groups(flags)
+    if config.build.megatron_extra:
+        groups.append(("$@",))
+    groups += [("--no-install-package", name) for name in exclusions]
+    return Run(commands=(*_megatron_prefix(config),
+                         Command(head=("uv", "sync"), groups=tuple(groups))))
+
+
+def _flag_groups(flags: Iterable[str]) -> list[tuple[str, ...]]:
+    """Pair each `--flag` with its value so each renders on one line."""
+    groups: list[tuple[str, ...]] = []
+    for word in flags:
+        if groups and not word.startswith("-") and len(groups[-1]) == 1:
+            groups[-1] = (*groups[-1], word)
+        else:
+            groups.append((word,))
+    return groups
+
+
+def _selection(config: Config, plan: Plan) -> tuple[str, ...]:
+    """The plan's shared flags, without the megatron extra (the INSTALL_MEGATRON ARG adds it)."""
+    flags = list(plan.sync_flags)
+    extra = config.build.megatron_extra
+    for i in range(len(flags) - 1):
+        if extra and flags[i] == "--extra" and flags[i + 1] == extra:
+            del flags[i:i + 2]
+            break
+    return tuple(flags)
+
+
+def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
+    b = config.build
+    ws = _rel(config, str(config.workspace))
+    ws_prefix = "" if ws == "." else f"{ws}/"
+    selection = _selection(config, plan)
+    body: list[Instruction] = [
+        Comment(text="The InfiniBand verbs userspace is always installed: without it NCCL "
+                "silently falls back"),
+        Comment(text="to NET/Socket (the 'Could not find libnccl-net.so' line is a red herring)."),
+        _apt((*b.apt_packages, *IB_VERBS_APT)),
+        Env(pairs=(("PATH", f"{VENV}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", VENV),
+                   ("VIRTUAL_ENV", VENV))),
+        Workdir(path=WORKDIR),
+        Copy(sources=(f"{ws_prefix}pyproject.toml", f"{ws_prefix}uv.lock"), dest=f"{WORKDIR}/"),
+    ]
+    if b.megatron_extra:
+        body += [
+            Arg(name="INSTALL_MEGATRON"),
+            Run(commands=(Shell(text='case "${INSTALL_MEGATRON}" in 0|1) ;; *) echo '
+                                     '"INSTALL_MEGATRON must be 0 or 1" >&2; exit 1 ;; esac'),)),
+        ]
+    body += [
+        Comment(text=f"The layer plan: {len(plan.steps)} sync RUN(s) with identical selection "
+                "flags;"),
+        Comment(text="each defers the heavy packages of later layers, the last excludes nothing "
+                "(exactly the lock)."),
+    ]
+    for i, step in enumerate(plan.steps):
+        size = format_bytes(plan.layers[i].compressed_bytes) if i < len(plan.layers) else "?"
+        body.append(Comment(text=f"sync {i + 1}/{len(plan.steps)}: ~{size} compressed"))
+        body.append(_sync_run(config, selection, step.no_install_package))
+    globs = tuple(f"{_WHEELS_TMP}/{g}" for g in b.wheel_globs)
+    if globs:
+        body += [
+            Copy(sources=("/wheels/",), dest=f"{_WHEELS_TMP}/", from_stage="wheels"),
+            Comment(text="The compiled wheels replace nothing in the lock: --no-deps keeps the "
+                    "synced set exact."),
+            Run(commands=(Command(head=("uv", "pip", "install"),
+                                  groups=(("--no-deps",), *((g,) for g in globs))),)),
+        ]
+    if b.install_harbor:
+        body.append(Run(commands=(Command(
+            head=("uv", "pip", "install"),
+            groups=(("harbor @ git+${HARBOR_REPO}@${HARBOR_COMMIT}",),)),)))
+    final = tuple(f for f in selection if f not in LOCAL_INSTALL_FLAGS)
+    body += [
+        Copy(sources=(f"{ws}/" if ws != "." else ".",), dest=f"{WORKDIR}/"),
+        Comment(text="Local packages last; --inexact so the wheels and harbor installed above "
+                "stay installed."),
+        _sync_run(config, (*final, "--inexact"), ()),
+        Comment(text="Build asserts: a green build proves the stack imports (one RUN each)."),
+    ]
+    # -B: importing must not leave .pyc files in the assert layers (unplanned bytes).
+    body += [Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
+             for stmt in b.import_asserts]
+    if b.megatron_extra:
+        body += [Run(commands=(Shell(text=f"{_MEGATRON_IF} python -B -c {quote_word(stmt)}; fi"),))
+                 for stmt in b.megatron_asserts]
+    body += [
+        Comment(text="Provenance last: a new git sha must not invalidate any layer's cache."),
+        Arg(name="GITSHA"),
+        Label(pairs=(
+            (provenance.LABEL_GIT_SHA, "${GITSHA}"),
+            (provenance.LABEL_LOCK_HASH, lock_sha256),
+            (provenance.LABEL_PLAN_FINGERPRINT, plan.fingerprint),
+            (provenance.LABEL_PLAN_STEPS, str(len(plan.steps))),
+            (provenance.LABEL_GENERATOR, f"gpurl {gpurl_tasks.__version__}"),
+        )),
+    ]
+    return Stage(name="rl", base="base", instructions=_with_args(body, _args(config)),
+                 comment="The RL runtime: the planned sync chain, compiled wheels, asserts.")
+
+
+def _check_plan(plan: Plan) -> None:
+    if not plan.steps:
+        raise DockerfileError("the layer plan has no sync steps")
+    if plan.steps[-1].no_install_package:
+        raise DockerfileError("the last sync step must exclude nothing",
+                              hint="the final sync installs exactly the lock")
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", plan.fingerprint):
+        raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")
+
+
+_URL_FIELDS = ("index_url", "builder_extra_index_url", "vllm_fork_repo", "harbor_repo")
+
+
+def _check_no_credentials(config: Config) -> None:
+    """A URL with user:token@ would be written into a committed file and the image history."""
+    for field in _URL_FIELDS:
+        value = str(getattr(config.build, field))
+        netloc = urlsplit(value).netloc
+        if "@" in netloc:
+            safe = value.replace(netloc, "***@" + netloc.rsplit("@", 1)[1])
+            raise DockerfileError(
+                f"build.{field.replace('_', '-')} carries credentials ({safe})",
+                hint="use a URL without user:password@; give the build its credentials another "
+                     "way (kaniko: the registry auth file, uv: UV_INDEX_* environment variables)")
+
+
+def _check_config(config: Config) -> None:
+    b = config.build
+    _check_no_credentials(config)
+    ImageRef.parse(b.base_image)  # a typo fails here, not in the middle of a cluster build
+    if b.wheel_source not in ("prebuilt-wheelhouse", "wheel-builder"):
+        raise DockerfileError(f"build.wheel-source must be 'prebuilt-wheelhouse' or "
+                              f"'wheel-builder', not {b.wheel_source!r}")
+    if b.python_downloads not in ("automatic", "manual", "never"):
+        raise DockerfileError(f"build.python-downloads must be automatic, manual or never, not "
+                              f"{b.python_downloads!r}")
+
+
+def render_recipe(config: Config, plan: Plan, *, lock_sha256: str) -> Dockerfile:
+    """The whole gpu-rl (or demo) Dockerfile model for `config` and `plan`; pure."""
+    _check_config(config)
+    _check_plan(plan)
+    if not re.fullmatch(r"[0-9a-f]{64}", lock_sha256):
+        raise DockerfileError(f"lock_sha256 must be 64 hex digits, not {lock_sha256!r}")
+    args = _args(config)
+    stages = (
+        _base_stage(config),
+        _wheel_builder_stage(config),
+        Stage(name="prebuilt-wheelhouse", base=ImageRef(repository="scratch"),
+              instructions=(Copy(sources=(f"{_rel(config, str(config.build.wheelhouse))}/",),
+                                 dest="/wheels/"),),
+              comment="Fast path (default): wheels fetched into the wheelhouse before the build."),
+        Stage(name="wheels", base=ImageRef(repository="${WHEEL_SOURCE}"),
+              comment="Exactly one wheel source; kaniko needs --skip-unused-stages to skip the "
+                      "other."),
+        _rl_stage(config, plan, lock_sha256=lock_sha256),
+    )
+    used = {n for s in stages for i in s.instructions if isinstance(i, Arg) for n in [i.name]}
+    used |= {"BASE_IMAGE", "WHEEL_SOURCE"}
+    global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
+    header = (
+        f"Generated by gpurl {gpurl_tasks.__version__} from the [tool.gpurl] profile "
+        f"'{config.profile}' and the layer plan.",
+        "Do not edit: regenerate with `invoke generate` (CI runs `invoke generate --check`).",
+    )
+    return Dockerfile(stages=stages, global_args=global_args, header=header)

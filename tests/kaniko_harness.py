@@ -1,0 +1,144 @@
+"""A harness that runs the generated kaniko script for real under bash.
+
+What cannot run here is replaced by stand-ins: `crane` (served as a checksum-pinned
+tarball, like the real release asset) and the kaniko executor (delivered by the
+stand-in's `crane export`, as the real overlay does). Both record their argv. Wheels,
+MANIFEST and the crane tarball come from a real HTTP server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import http.server
+import io
+import os
+import subprocess
+import tarfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The stand-in executor: records argv, whether the auth file existed and what it held.
+EXECUTOR = r"""#!/usr/bin/env bash
+set -eu
+log="$STANDIN_LOG"
+printf 'executor' >>"$log"
+printf ' %q' "$@" >>"$log"
+printf '\n' >>"$log"
+if [ -f "$DOCKER_CONFIG/config.json" ]; then
+  cp "$DOCKER_CONFIG/config.json" "$STANDIN_AUTH_SEEN"
+fi
+printf 'token-in-env=%s\n' "${DOCKER_TOKEN:+yes}" >>"$log"
+while [ $# -gt 0 ]; do
+  if [ "$1" = --digest-file ]; then printf 'sha256:%064d' 7 >"$2"; fi
+  shift
+done
+"""
+
+# The stand-in crane: `crane export IMAGE -` writes a tar of kaniko's tree to stdout,
+# including the image's own /kaniko/.docker/config.json that the overlay would clobber.
+CRANE = r"""#!/usr/bin/env bash
+set -eu
+printf 'crane' >>"$STANDIN_LOG"
+printf ' %q' "$@" >>"$STANDIN_LOG"
+printf '\n' >>"$STANDIN_LOG"
+[ "$1" = export ] || exit 64
+cat "$STANDIN_KANIKO_TAR"
+"""
+
+
+def _tar(entries: dict[str, tuple[bytes, int]], gz: bool) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz" if gz else "w") as tar:
+        for name, (data, mode) in sorted(entries.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """A real HTTP server on a free loopback port serving `directory`."""
+    handler = functools.partial(_Quiet, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclasses.dataclass
+class Rig:
+    """One prepared run: the temp root, served files, the rendered script and its inputs."""
+
+    tmp: Path
+    root: Path
+    served: Path
+    base_url: str
+    config: Config
+    script: Path
+    log: Path
+    auth_seen: Path
+    wheels: tuple[str, str]
+
+    def run(self, env: dict[str, str], *, trace: bool = False) -> subprocess.CompletedProcess[str]:
+        base = {"PATH": os.environ["PATH"], "HOME": str(self.tmp), ROOT_ENV: str(self.root),
+                "STANDIN_LOG": str(self.log), "STANDIN_AUTH_SEEN": str(self.auth_seen),
+                "STANDIN_KANIKO_TAR": str(self.tmp / "kaniko.tar"), "TMPDIR": str(self.tmp)}
+        argv = ["bash", "-x", str(self.script)] if trace else ["bash", str(self.script)]
+        return subprocess.run(argv, env={**base, **env}, capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    def calls(self, program: str) -> list[str]:
+        if not self.log.exists():
+            return []
+        return [line for line in self.log.read_text().splitlines() if line.startswith(program)]
+
+
+@contextmanager
+def rig(tmp: Path, *, crane_sha256: str | None = None) -> Iterator[Rig]:
+    """Serve wheels + MANIFEST + a crane tarball and render the script against them."""
+    served = tmp / "served"
+    served.mkdir()
+    root = tmp / "root"
+    (root / "app" / "docker" / "wheelhouse").mkdir(parents=True)
+    crane_tgz = _tar({"crane": (CRANE.encode(), 0o755)}, gz=True)
+    (served / "crane.tgz").write_bytes(crane_tgz)
+    (tmp / "kaniko.tar").write_bytes(_tar({
+        "kaniko/executor": (EXECUTOR.encode(), 0o755),
+        "kaniko/.docker/config.json": (b"{}\n", 0o644),
+    }, gz=False))
+    with serve(served) as url:
+        config = load_config(REPO_ROOT, env={}, overrides={"build.wheel-base-url": url + "/wheels"})
+        wheels = prebuilt_wheel_names(config)
+        (served / "wheels").mkdir()
+        lines = []
+        for i, name in enumerate(wheels):
+            data = f"wheel {i} {name}".encode() * 100
+            (served / "wheels" / name).write_bytes(data)
+            lines.append(f"{hashlib.sha256(data).hexdigest()}  {name}")
+        (served / "wheels" / "MANIFEST").write_text("\n".join(lines) + "\n")
+        pins = ToolPins(crane_url=f"{url}/crane.tgz",
+                        crane_sha256=crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
+                        executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32)
+        script = tmp / "build.sh"
+        script.write_text(render_script(config, pins))
+        yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,
+                  log=tmp / "standin.log", auth_seen=tmp / "auth-seen.json", wheels=wheels)

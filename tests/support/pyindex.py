@@ -1,0 +1,122 @@
+"""Test support: build real wheels in-process and serve them as a PEP 503 index on 127.0.0.1.
+
+The wheels are genuine (METADATA, WHEEL, RECORD with hashes) so real uv resolves, locks and
+installs them; payload bytes are random so their compressed size is predictable.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import http.server
+import io
+import json
+import os
+import threading
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from packaging.utils import canonicalize_name
+
+__all__ = ["make_wheel", "serve_index"]
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def make_wheel(
+    directory: Path,
+    name: str,
+    version: str,
+    *,
+    requires: Sequence[str] = (),
+    payload_bytes: int = 0,
+    seed: int = 0,
+) -> Path:
+    """Write `name-version-py3-none-any.whl` with `payload_bytes` of incompressible data."""
+    dist = name.replace("-", "_")
+    module = f"{dist}/__init__.py"
+    files: dict[str, bytes] = {module: f"VERSION = {version!r}\n".encode()}
+    if payload_bytes:
+        rng = hashlib.sha256(f"{name}{version}{seed}".encode()).digest()
+        blocks = (payload_bytes + 31) // 32
+        data = b"".join(hashlib.sha256(rng + i.to_bytes(8, "big")).digest() for i in range(blocks))
+        files[f"{dist}/payload.bin"] = data[:payload_bytes]
+    info = f"{dist}-{version}.dist-info"
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata += [f"Requires-Dist: {req}" for req in requires]
+    files[f"{info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
+    files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: gpurl-tests\n"
+                              b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files.items())
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{dist}-{version}-py3-none-any.whl"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, data in files.items():
+            info_ = zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0))
+            info_.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info_, data)
+    target.write_bytes(buffer.getvalue())
+    return target
+
+
+def _write_simple_index(wheels: Path, root: Path) -> None:
+    """PEP 691 JSON pages (which carry file sizes, so uv records them in the lock)."""
+    projects: dict[str, list[Path]] = {}
+    for wheel in sorted(wheels.glob("*.whl")):
+        projects.setdefault(canonicalize_name(wheel.name.split("-")[0]), []).append(wheel)
+    simple = root / "simple"
+    simple.mkdir(parents=True, exist_ok=True)
+    meta = {"api-version": "1.1"}
+    (simple / "index.json").write_text(json.dumps(
+        {"meta": meta, "projects": [{"name": p} for p in sorted(projects)]}))
+    for project, files in projects.items():
+        page = simple / project
+        page.mkdir(exist_ok=True)
+        entries = [{"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
+                    "hashes": {"sha256": hashlib.sha256(f.read_bytes()).hexdigest()}}
+                   for f in files]
+        (page / "index.json").write_text(json.dumps({"meta": meta, "name": project,
+                                                     "files": entries}))
+    files_dir = root / "files"
+    files_dir.mkdir(exist_ok=True)
+    for wheel in wheels.glob("*.whl"):
+        target = files_dir / wheel.name
+        if not target.exists():
+            os.link(wheel, target)
+
+
+@contextlib.contextmanager
+def serve_index(wheels: Path, root: Path) -> Iterator[str]:
+    """Serve `wheels` as a simple index on a free 127.0.0.1 port; yields the /simple URL."""
+    _write_simple_index(wheels, root)
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".json": "application/vnd.pypi.simple.v1+json"}
+
+    def send_head(self) -> Any:
+        if self.path.startswith("/simple"):
+            self.path = self.path.split("?", 1)[0].rstrip("/") + "/index.json"
+        return super().send_head()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass

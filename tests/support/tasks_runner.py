@@ -1,0 +1,31 @@
+"""Run `invoke TASK ...` as a user would, in a subprocess, with the config steered by env vars."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["REPO_ROOT", "head_short_sha", "run_task"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def run_task(*args: str, env: Mapping[str, str] | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m invoke ARGS` in the repository root; GPURL_* from the caller's env are dropped
+    so only `env` steers the config."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GPURL_")}
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    base["HOME"] = base.get("HOME", "/root")
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT,
+                          env={**base, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def head_short_sha() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()

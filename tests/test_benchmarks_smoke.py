@@ -1,0 +1,126 @@
+"""The benchmark harness's pure parts on a small synthetic lock (timings are not checked)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import quality, rebuild_cost
+from benchmarks.common import LockInput, closure_sizes, plan_lock
+from benchmarks.history import add_to_extra, bump_package, next_version
+from benchmarks.prediction import MeasuredFileError, load_measured
+from benchmarks.report import render_markdown
+from benchmarks.run import run
+from benchmarks.synth import SYNTH_EXTRA, synthetic_lock_text
+from gpurl_tasks.lock import Lock, parse_lock
+from gpurl_tasks.sizes import PackageSize, SizeSources
+
+MB = 10**6
+
+
+def _lock(packages: int = 120, heavy: int = 6) -> Lock:
+    return parse_lock(synthetic_lock_text(packages=packages, heavy=heavy, seed=3), source="synth")
+
+
+def _item(lock: Lock, label: str = "v0") -> LockInput:
+    return LockInput(label=label, lock=lock, sources=SizeSources(), extras=(SYNTH_EXTRA,))
+
+
+def _sizes(lock: Lock) -> list[PackageSize]:
+    return closure_sizes(lock, (SYNTH_EXTRA,), SizeSources())[0]
+
+
+def test_synthetic_lock_is_reproducible_and_has_the_heavy_packages() -> None:
+    text = synthetic_lock_text(packages=120, heavy=6, seed=3)
+    assert text == synthetic_lock_text(packages=120, heavy=6, seed=3)
+    assert text != synthetic_lock_text(packages=120, heavy=6, seed=4)
+    sizes = _sizes(parse_lock(text))
+    assert sum(1 for s in sizes if s.compressed_bytes >= 100 * MB) == 6  # every heavy one, linux wheel
+
+
+def test_quality_rows_cover_the_closure_and_respect_the_cap() -> None:
+    sizes = _sizes(_lock())
+    total = sum(s.compressed_bytes for s in sizes)
+    cap = max(s.compressed_bytes for s in sizes) + 10 * MB
+    rows = {r.method: r for r in quality.quality_rows(sizes, lock="synth", cap=cap)}
+    assert rows["planner"].feasible and rows["planner"].largest <= cap
+    assert rows["planner"].layers >= rows["planner"].lower_bound
+    assert rows["single sync"].largest == total
+    for split in (quality.single_sync(sizes), quality.per_heavy_package(sizes),
+                  quality.first_fit_lock_order(sizes, cap)):
+        assert sum(split) == total
+    assert all(load <= cap for load in quality.first_fit_lock_order(sizes, cap))
+
+
+def test_a_package_over_the_cap_is_reported_not_raised() -> None:
+    sizes = _sizes(_lock())
+    biggest = max(sizes, key=lambda s: s.compressed_bytes)
+    planner = quality.quality_rows(sizes, lock="synth", cap=biggest.compressed_bytes - 1)[0]
+    assert not planner.feasible and planner.layers == 0
+    assert planner.note.startswith(f"infeasible: package {biggest.name} (")
+
+
+def test_cache_keys_change_from_the_first_changed_step_on() -> None:
+    steps = [rebuild_cost.BuildStep(instruction=f"RUN {i}", inputs="", layer_bytes=i + 1) for i in range(5)]
+    changed = [*steps[:2], rebuild_cost.BuildStep(instruction="RUN x", inputs="", layer_bytes=3), *steps[3:]]
+    old, new = rebuild_cost.cache_keys(steps), rebuild_cost.cache_keys(changed)
+    assert old[:2] == new[:2] and all(a != b for a, b in zip(old[2:], new[2:], strict=True))
+    assert rebuild_cost.rebuilt_bytes(steps, changed) == (3, 3 + 4 + 5)
+    assert rebuild_cost.rebuilt_bytes(steps, steps) == (0, 0)
+
+
+def test_rebuild_costs_of_a_small_bump() -> None:
+    base = _lock()
+    sizes = _sizes(base)
+    light = min((s for s in sizes if s.compressed_bytes < MB), key=lambda s: s.name)
+    bumped, extra = bump_package(base, light.name, light.version)
+    assert extra == {}  # sizes come from the lock, no override to carry
+    versions = [_item(base), _item(base, "same"), _item(bumped, "bumped")]
+    cap = max(s.compressed_bytes for s in sizes) + 50 * MB
+    costs = {(c.design, c.new): c for c in rebuild_cost.rebuild_costs(versions, cap=cap)}
+    for design in rebuild_cost.DESIGNS:
+        assert costs[design, "same"].bytes_rebuilt == 0
+    assert costs["current", "bumped"].fraction == 1.0
+    plan = plan_lock(versions[0], cap)
+    chain = rebuild_cost.current_steps(plan, base)  # from the generated Dockerfile's rl stage
+    assert sum(s.layer_bytes for s in chain) == plan.total_compressed_bytes
+    best = costs["slices + stable buckets + light last", "bumped"]
+    assert best.layers_rebuilt == 1 and 0 < best.fraction < 1.0
+
+
+def test_bumps_edit_the_parsed_lock() -> None:
+    assert next_version("2.9.1+cu128") == "2.9.2+cu128"
+    assert next_version("0.0.32.post1") == "0.0.32.post2"
+    base = _lock()
+    closure = {s.name for s in _sizes(base)}
+    grown = {s.name for s in _sizes(add_to_extra(base, SYNTH_EXTRA, "added-pkg", "1.0", 3 * MB))}
+    assert grown == closure | {"added-pkg"}
+    with pytest.raises(ValueError, match="no extra"):
+        add_to_extra(base, "nope", "added-pkg", "1.0", 1)
+
+
+def test_measured_layers_file(tmp_path: Path) -> None:
+    path = tmp_path / "measured.json"
+    assert load_measured(path) is None
+    path.write_text(json.dumps({"build": "demo", "layers": [
+        {"step": 0, "predicted": 110, "actual": 100}, {"step": 1, "predicted": 95, "actual": 100}]}))
+    build = load_measured(path)
+    assert build is not None
+    assert [round(x.error_percent, 6) for x in build.layers] == [10.0, -5.0]
+    assert build.max_abs_error_percent == pytest.approx(10.0)
+    path.write_text(json.dumps({"layers": [{"step": 0, "predicted": -1, "actual": 1}]}))
+    with pytest.raises(MeasuredFileError, match="predicted"):
+        load_measured(path)
+
+
+def test_report_without_real_locks_or_a_measured_build(tmp_path: Path) -> None:
+    results = run(runs=1, locks_dir=tmp_path / "no-locks", measured=tmp_path / "none.json",
+                  scratch=tmp_path, synth_packages=150, synth_heavy=5)
+    text = render_markdown(json.loads(json.dumps(results)))  # survives the JSON round trip
+    for heading in ("## 1. Planner speed", "## 2. Plan quality", "## 3. Size prediction",
+                    "## 4. Rebuild cost across a lock history"):
+        assert heading in text
+    assert "No measured build yet" in text
+    assert f"Skipped real locks: no real SkyRL lock in {tmp_path / 'no-locks'}" in text

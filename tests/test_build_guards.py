@@ -1,0 +1,212 @@
+"""Guard rails of `invoke build` on the iris backend: each refusal names its reason and
+runs nothing. The cluster is a stand-in `iris` program (it only records its argv); git,
+the bundle and the generated script are real, in a throwaway repository."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpurl_tasks import cluster_tasks, kaniko
+from gpurl_tasks.bundle import measure_bundle
+from gpurl_tasks.cluster_build import BuildEnv, BuildRequest
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.credentials import find_registry_token
+from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.gitrepo import dirty_tracked_files, ls_bundle_files, short_sha
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CANARY = "ghp_CANARYa1b2c3d4e5"
+STANDIN_IRIS = """#!/usr/bin/env bash
+printf '%s\\n' "$@" > "$IRIS_CALLED"
+name=$(for a in "$@"; do [ "$prev" = --job-name ] && echo "$a"; prev="$a"; done)
+echo "Job submitted: /alice/$name"
+"""
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "docker" / "wheelhouse").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    (root / ".gitignore").write_text("docker/wheelhouse/*\n!docker/wheelhouse/.keep\n*.whl\n")
+    (root / "docker" / "wheelhouse" / ".keep").write_text("")
+    kaniko.write_script(load_config(root, env={}))
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "init")
+    return root
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    kube = tmp_path / "kubeconfig"
+    kube.write_text("apiVersion: v1\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    iris = bindir / "iris"
+    iris.write_text(STANDIN_IRIS)
+    iris.chmod(iris.stat().st_mode | stat.S_IXUSR)
+    return {"KUBECONFIG": str(kube), "GHCR_TOKEN": CANARY, "IRIS_CALLED": str(tmp_path / "called"),
+            "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def _world(env: dict[str, str], gh: str | None = None) -> BuildEnv:
+    return BuildEnv(env=env, short_sha=short_sha, dirty_files=dirty_tracked_files,
+                    token=lambda: find_registry_token(env, gh_token=lambda: gh),
+                    bundle=lambda root: measure_bundle(root, ls_bundle_files))
+
+
+def _build(repo: Path, env: dict[str, str], *, dry_run: bool = False, gh: str | None = None,
+           **flags: object) -> None:
+    config: Config = load_config(repo, env={})
+    cluster_tasks.run_build(config, BuildRequest(**flags),  # type: ignore[arg-type]
+                            dry_run=dry_run, as_json=False, world=_world(env, gh))
+
+
+def _refused(repo: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str],
+             **flags: object) -> str:
+    with pytest.raises(GpurlError) as info:
+        _build(repo, env, **flags)
+    out = capsys.readouterr()
+    assert not Path(env["IRIS_CALLED"]).exists(), "iris ran although the build was refused"
+    assert CANARY not in str(info.value) + out.out + out.err
+    return str(info.value)
+
+
+def test_submits_and_prints_the_watch_command(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _build(repo, env)
+    argv = Path(env["IRIS_CALLED"]).read_text().splitlines()
+    assert argv[argv.index("DOCKER_TOKEN") + 1] == CANARY  # the real token reaches iris
+    out = capsys.readouterr()
+    sha = short_sha(repo)
+    assert f"next: invoke watch /alice/gpurl-kaniko-{sha} --interval 60" in out.out
+    assert CANARY not in out.out + out.err
+
+
+def test_dry_run_prints_redacted_command_and_runs_nothing(
+        repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _build(repo, env, dry_run=True)
+    out = capsys.readouterr()
+    assert not Path(env["IRIS_CALLED"]).exists()
+    assert out.out.startswith("iris --cluster=cw-us-east-02a job run ")
+    assert "-e DOCKER_TOKEN '***'" in out.out
+    assert CANARY not in out.out + out.err
+
+
+def test_kubeconfig_unset(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    del env["KUBECONFIG"]
+    msg = _refused(repo, env, capsys)
+    assert "KUBECONFIG is not set" in msg and "different cluster" in msg
+
+
+def test_kubeconfig_file_missing(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    env["KUBECONFIG"] = str(repo / "nope")
+    assert "does not exist" in _refused(repo, env, capsys)
+
+
+def test_memory_below_512gb(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    msg = _refused(repo, env, capsys, memory="256GB")
+    assert "below 512GB" in msg and "dies silently" in msg
+
+
+def test_memory_below_512gb_with_force_is_allowed(
+        repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _build(repo, env, dry_run=True, memory="256GB", force=True)
+    assert "--memory 256GB" in capsys.readouterr().out
+
+
+def test_memory_512gib_spelled_differently_is_accepted(
+        repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _build(repo, env, dry_run=True, memory="0.5TiB")
+    assert "--memory 0.5TiB" in capsys.readouterr().out
+
+
+def test_no_token(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    del env["GHCR_TOKEN"]
+    msg = _refused(repo, env, capsys)
+    assert "no registry token" in msg
+
+
+def test_token_from_gh_when_env_is_empty(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    del env["GHCR_TOKEN"]
+    _build(repo, env, dry_run=True, gh=CANARY)
+    out = capsys.readouterr()
+    assert "token from `gh auth token`" in out.err and CANARY not in out.out + out.err
+
+
+def test_docker_hub_token_for_ghcr(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    env["GHCR_TOKEN"] = "dckr_pat_" + CANARY
+    msg = _refused(repo, env, capsys)
+    assert "Docker Hub token" in msg and "ghcr.io rejects" in msg
+
+
+def test_no_commit_means_no_gitsha(tmp_path: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "fresh"
+    root.mkdir()
+    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    kaniko.write_script(load_config(root, env={}))
+    _git(root, "init", "-q")
+    assert "cannot resolve GITSHA" in _refused(root, env, capsys)
+
+
+def test_uncommitted_edits_are_noted_not_refused(
+        repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n")
+    _build(repo, env, dry_run=True)
+    assert "uncommitted edits (pyproject.toml)" in capsys.readouterr().err
+
+
+def test_wheel_in_bundle(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (repo / "extra").mkdir()
+    (repo / "extra" / "x-1.0-py3-none-any.whl").write_bytes(b"PK")
+    _git(repo, "add", "-f", "extra/x-1.0-py3-none-any.whl")
+    msg = _refused(repo, env, capsys)
+    assert "wheel file(s): extra/x-1.0-py3-none-any.whl" in msg
+
+
+def test_bundle_over_25_mib(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (repo / "big.bin").write_bytes(os.urandom(26 * 1024 * 1024))  # untracked, not ignored
+    msg = _refused(repo, env, capsys)
+    assert "over iris's hard cap of 25 MiB" in msg
+
+
+def test_stale_kaniko_script(repo: Path, env: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    script = repo / "docker" / "build_gpu_rl_kaniko.sh"
+    script.write_text(script.read_text() + "# edited\n")
+    assert "is stale" in _refused(repo, env, capsys)
+
+
+def test_local_backend_is_not_available_yet() -> None:
+    proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "local",
+                           "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode != 0
+    assert "the 'local' build backend is not available yet" in proc.stderr

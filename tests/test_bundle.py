@@ -1,0 +1,89 @@
+"""The iris workspace bundle, measured on real git repositories in temp dirs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpurl_tasks.bundle import Bundle, bundle_files, check_bundle, measure_bundle
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.gitrepo import dirty_tracked_files, ls_bundle_files, short_sha
+
+pytestmark = pytest.mark.integration
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "docker" / "wheelhouse").mkdir(parents=True)
+    (root / "pkg" / "__pycache__").mkdir(parents=True)
+    (root / ".gitignore").write_text("docker/wheelhouse/*\n!docker/wheelhouse/.keep\n*.whl\n"
+                                     "ignored.txt\n")
+    (root / "docker" / "wheelhouse" / ".keep").write_text("")
+    (root / "docker" / "wheelhouse" / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(
+        b"x" * 1000)
+    (root / "pkg" / "mod.py").write_text("x = 1\n")
+    (root / "pkg" / "__pycache__" / "mod.cpython-312.pyc").write_bytes(b"\0" * 10)
+    (root / "ignored.txt").write_text("no")
+    _git(root, "init", "-q")
+    _git(root, "add", ".gitignore", "docker/wheelhouse/.keep", "pkg/mod.py")
+    _git(root, "commit", "-qm", "init")
+    (root / "untracked.py").write_text("y = 2\n")  # not ignored: iris bundles it
+    return root
+
+
+def test_files_are_what_iris_bundles(repo: Path) -> None:
+    assert bundle_files(repo, ls_bundle_files) == (
+        ".gitignore", "docker/wheelhouse/.keep", "pkg/mod.py", "untracked.py")
+
+
+def test_gitignored_wheels_do_not_ride(repo: Path) -> None:
+    bundle = measure_bundle(repo, ls_bundle_files)
+    assert bundle.wheels == ()
+    check_bundle(bundle)
+
+
+def test_force_added_wheel_is_refused(repo: Path) -> None:
+    _git(repo, "add", "-f", "docker/wheelhouse/flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl")
+    bundle = measure_bundle(repo, ls_bundle_files)
+    with pytest.raises(BuildError, match="wheel file"):
+        check_bundle(bundle)
+
+
+def test_zip_size_is_measured_and_capped(repo: Path) -> None:
+    (repo / "noise.bin").write_bytes(os.urandom(200_000))
+    bundle = measure_bundle(repo, ls_bundle_files)
+    assert 200_000 < bundle.zip_bytes < 210_000  # random bytes do not compress
+    check_bundle(bundle, limit=bundle.zip_bytes)
+    with pytest.raises(BuildError, match="over iris's hard cap"):
+        check_bundle(bundle, limit=bundle.zip_bytes - 1)
+
+
+def test_compressible_files_count_compressed(repo: Path) -> None:
+    (repo / "zeros.txt").write_bytes(b"0" * 30 * 1024 * 1024)  # 30 MiB raw, tiny zipped
+    check_bundle(measure_bundle(repo, ls_bundle_files))
+
+
+def test_check_bundle_message_counts_wheels() -> None:
+    bundle = Bundle(files=("a.whl", "b.whl", "c.whl", "d.whl"), zip_bytes=1,
+                    wheels=("a.whl", "b.whl", "c.whl", "d.whl"))
+    with pytest.raises(BuildError, match=r"4 wheel file\(s\): a.whl, b.whl, c.whl \.\.\."):
+        check_bundle(bundle)
+
+
+def test_git_queries(repo: Path, tmp_path: Path) -> None:
+    sha = short_sha(repo)
+    assert sha is not None and len(sha) >= 7
+    assert dirty_tracked_files(repo) == []
+    (repo / "pkg" / "mod.py").write_text("x = 2\n")
+    assert dirty_tracked_files(repo) == ["pkg/mod.py"]
+    assert short_sha(tmp_path) is None

@@ -1,0 +1,72 @@
+"""The config cascade: defaults -> pyproject -> profile -> environment -> flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpurl_tasks.config import load_config
+from gpurl_tasks.errors import ConfigError
+
+PYPROJECT = """
+[tool.gpurl]
+default-profile = "a"
+[tool.gpurl.layers]
+cap = "4GB"
+[tool.gpurl.python]
+extras = ["ep"]
+[tool.gpurl.profiles.a]
+workspace = "ws"
+[tool.gpurl.profiles.a.layers]
+cap = "2GB"
+[tool.gpurl.profiles.b]
+workspace = "other"
+lock = "locks/uv.lock"
+"""
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT)
+    return tmp_path
+
+
+def test_cascade_order(root: Path) -> None:
+    assert load_config(root, env={}).layers.cap == 2 * 10**9
+    assert load_config(root, env={"GPURL_LAYERS_CAP": "3GB"}).layers.cap == 3 * 10**9
+    flags = load_config(root, env={"GPURL_LAYERS_CAP": "3GB"}, overrides={"layers.cap": "500MB"})
+    assert flags.layers.cap == 500 * 10**6
+    assert load_config(root, env={}, overrides={"layers.cap": None}).layers.cap == 2 * 10**9
+
+
+def test_profiles_and_paths(root: Path) -> None:
+    a = load_config(root, env={})
+    assert (a.profile, a.workspace, a.lock) == ("a", root / "ws", root / "ws" / "uv.lock")
+    b = load_config(root, profile="b", env={})
+    assert b.lock == root / "other" / "locks" / "uv.lock" and b.layers.cap == 4 * 10**9
+    assert load_config(root, env={"GPURL_PROFILE": "b"}).profile == "b"
+    assert a.python.extras == ("ep",)
+    assert load_config(root, env={"GPURL_PYTHON_EXTRAS": "vllm,ep"}).python.extras == ("vllm", "ep")
+
+
+def test_unknown_keys_suggest_the_right_one(root: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key 'layers\.capp'") as info:
+        load_config(root, env={}, overrides={"layers.capp": "1GB"})
+    assert info.value.hint == "did you mean 'layers.cap'?"
+    with pytest.raises(ConfigError, match="unknown profile 'aa'"):
+        load_config(root, profile="aa", env={})
+
+
+@pytest.mark.parametrize(("key", "value"), [("layers.cap", "four"), ("layers.cap", "4XB"),
+                                            ("layers.basis", "zipped"), ("verify.min-layers", "x")])
+def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
+    with pytest.raises(ConfigError):
+        load_config(root, env={}, overrides={key: value})
+
+
+def test_the_repository_config_loads_for_every_profile() -> None:
+    repo = Path(__file__).resolve().parent.parent
+    for profile in ("gpu-rl", "demo"):
+        config = load_config(repo, profile=profile, env={})
+        assert config.layers.cap > 0 and config.profile == profile

@@ -1,0 +1,224 @@
+"""generate: golden text, byte-reproducibility, atomic writes, --check, hadolint on the output."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.errors import LockError
+from gpurl_tasks.generate import (
+    StaleFileError,
+    generate,
+    profiles_with_dockerfile,
+    render_dockerfile,
+    write_atomic,
+)
+from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+
+SMALL_PYPROJECT = textwrap.dedent("""\
+    [project]
+    name = "small"
+    version = "0"
+
+    [tool.gpurl]
+    default-profile = "small"
+
+    [tool.gpurl.python]
+    extras = ["ep"]
+
+    [tool.gpurl.profiles.small]
+    workspace = "ws"
+    build.dockerfile = "docker/Dockerfile.small"
+    build.base-image = "debian:bookworm-slim"
+    build.index-url = "http://127.0.0.1:5006/simple"
+    """)
+SMALL_LOCK = b'version = 1\nrequires-python = ">=3.12"\n'
+
+
+def hand_plan(config: Config) -> Plan:
+    """A fixed three-layer plan (the planner's output shape, built by hand)."""
+    def pkg(name: str, size: int) -> PlannedPackage:
+        return PlannedPackage(name=name, version="1.0", compressed_bytes=size, installed_bytes=None)
+
+    layers = (Layer(index=0, packages=(pkg("six", 11_050), pkg("pyyaml", 828_016))),
+              Layer(index=1, packages=(pkg("torch", 3_100_000_000),)),
+              Layer(index=2, packages=(pkg("nvidia-cudnn-cu12", 2_900_000_000),)))
+    steps = (SyncStep(no_install_package=("torch", "nvidia-cudnn-cu12")),
+             SyncStep(no_install_package=("nvidia-cudnn-cu12",)),
+             SyncStep(no_install_package=()))
+    flags = sync_selection_flags(config.python, local_flags=("--no-install-project",))
+    return Plan(cap_bytes=4 * 10**9, basis="compressed", sync_flags=flags,
+                layers=layers, steps=steps, local=("small",), lower_bound_layers=2)
+
+
+@pytest.fixture
+def small_root(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text(SMALL_PYPROJECT)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "pyproject.toml").write_text('[project]\nname = "small"\n')
+    (tmp_path / "ws" / "uv.lock").write_bytes(SMALL_LOCK)
+    return tmp_path
+
+
+def test_golden_small_config(small_root: Path) -> None:
+    """Reviewers see the rendered text change in diffs; UPDATE_GOLDEN=1 rewrites the file."""
+    config = load_config(small_root, env={})
+    text = render_dockerfile(config, hand_plan(config))
+    golden = GOLDEN / "Dockerfile.small"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        write_atomic(golden, text)
+    assert text == golden.read_text(), "rendering changed: rerun with UPDATE_GOLDEN=1 and review"
+
+
+def test_generate_writes_then_check_passes_then_fails_when_stale(small_root: Path) -> None:
+    config = load_config(small_root, env={})
+    path = config.build.dockerfile
+    with pytest.raises(StaleFileError, match="missing"):
+        generate(config, check=True, planner=hand_plan)
+    first = generate(config, planner=hand_plan)
+    assert first.changed and first.steps == 3 and path.exists()
+    before = path.read_bytes()
+    again = generate(config, planner=hand_plan)
+    assert not again.changed and path.read_bytes() == before
+    assert not generate(config, check=True, planner=hand_plan).changed
+    path.write_bytes(before.replace(b"--no-install-package torch", b"", 1))
+    with pytest.raises(StaleFileError, match="stale") as err:
+        generate(config, check=True, planner=hand_plan)
+    assert err.value.exit_code != 0 and "invoke generate --profile small" in str(err.value)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["Dockerfile.small"]  # no temp files
+
+
+def test_lock_change_makes_the_file_stale(small_root: Path) -> None:
+    config = load_config(small_root, env={})
+    generate(config, planner=hand_plan)
+    (small_root / "ws" / "uv.lock").write_bytes(SMALL_LOCK + b"# changed\n")
+    with pytest.raises(StaleFileError):
+        generate(config, check=True, planner=hand_plan)
+
+
+def test_missing_lock_is_one_actionable_error(small_root: Path) -> None:
+    (small_root / "ws" / "uv.lock").unlink()
+    config = load_config(small_root, env={})
+    with pytest.raises(LockError, match=r"no uv\.lock") as err:
+        generate(config, planner=hand_plan)
+    assert err.value.hint and "uv lock" in err.value.hint
+    assert not config.build.dockerfile.exists()
+
+
+def test_write_atomic_replaces_and_reports(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "file"
+    assert write_atomic(target, "a\n")
+    assert not write_atomic(target, "a\n")
+    assert write_atomic(target, "b\n")
+    assert target.read_text() == "b\n"
+    assert [p.name for p in target.parent.iterdir()] == ["file"]
+
+
+_RENDER_SNIPPET = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_generate import hand_plan
+from gpurl_tasks.config import load_config
+from gpurl_tasks.generate import render_dockerfile
+config = load_config(Path({root!r}), profile={profile!r}, env={{}})
+sys.stdout.write(render_dockerfile(config, hand_plan(config)))
+"""
+
+
+@pytest.mark.parametrize("profile", ["gpu-rl", "demo"])
+def test_byte_identical_across_processes(profile: str) -> None:
+    """Different hash seeds must not reorder anything (sets, dicts) in the output."""
+    outputs = set()
+    for seed in ("0", "1", "12345"):
+        code = _RENDER_SNIPPET.format(tests=str(Path(__file__).parent), root=str(REPO_ROOT),
+                                      profile=profile)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+
+
+def test_every_profile_has_its_own_dockerfile() -> None:
+    profiles = profiles_with_dockerfile(REPO_ROOT)
+    assert set(profiles) >= {"gpu-rl", "demo"}
+    paths = {load_config(REPO_ROOT, profile=p, env={}).build.dockerfile for p in profiles}
+    assert len(paths) == len(profiles)
+
+
+def _hadolint() -> str:
+    found = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(found).exists():
+        if os.environ.get("CI"):
+            pytest.fail("hadolint is missing (install the lint dependency group)")
+        pytest.skip("hadolint not installed (dependency group lint)")
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("profile", ["gpu-rl", "demo"])
+def test_hadolint_is_clean_on_rendered_recipes(profile: str, tmp_path: Path) -> None:
+    """The real hadolint with the repository's .hadolint.yaml passes on each profile's file."""
+    config = load_config(REPO_ROOT, profile=profile, env={})
+    target = tmp_path / f"Dockerfile.{profile}"
+    target.write_text(render_dockerfile(config, hand_plan(config)))
+    done = subprocess.run([_hadolint(), "--config", str(REPO_ROOT / ".hadolint.yaml"),
+                           str(target)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _repo_copy(dest: Path) -> Path:
+    """The tracked files of this checkout (working-tree content) copied to `dest`."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src = REPO_ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPURL_")}
+    return subprocess.run([sys.executable, "-m", "invoke", "generate", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.integration
+def test_cli_check_passes_on_the_committed_files() -> None:
+    done = _invoke(REPO_ROOT, "--check", "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"changed": false' in done.stdout and "Dockerfile.demo" in done.stdout
+
+
+@pytest.mark.integration
+def test_cli_check_fails_on_a_stale_copy_and_generate_repairs_it(tmp_path: Path) -> None:
+    root = _repo_copy(tmp_path / "repo")
+    target = root / "docker" / "Dockerfile.demo"
+    target.write_text(target.read_text().replace("--no-install-package", "--no-install-pkg", 1))
+    stale = _invoke(root, "--check")
+    assert stale.returncode == 1
+    assert "docker/Dockerfile.demo is stale for profile 'demo'" in stale.stderr
+    assert "invoke generate --profile demo" in stale.stderr
+    assert "Traceback" not in stale.stderr
+    assert _invoke(root, "--profile", "demo").returncode == 0
+    assert target.read_bytes() == (REPO_ROOT / "docker" / "Dockerfile.demo").read_bytes()
+    assert _invoke(root, "--check").returncode == 0
+
+
+@pytest.mark.integration
+def test_cli_unknown_profile_is_one_line(tmp_path: Path) -> None:
+    done = _invoke(REPO_ROOT, "--check", "--profile", "gpu-lr")
+    assert done.returncode != 0
+    assert "unknown profile 'gpu-lr'" in done.stderr and "Traceback" not in done.stderr

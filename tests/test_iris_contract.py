@@ -1,0 +1,117 @@
+"""The iris contract: the exact argv `invoke build` produces, parsed by the real iris CLI.
+
+Runs in the `iris-contract` nox session (Python 3.12 with the pinned marin-iris release);
+elsewhere iris is not importable and these tests skip with that reason. Parsing alone
+proves nothing (`job run` passes unknown options through into the command), so the
+*parsed parameters* are compared with what was intended.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpurl_tasks import cluster_tasks
+from gpurl_tasks.cluster_build import JOB_COMMAND, BuildRequest, prepare_build
+from gpurl_tasks.config import load_config
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CANARY = "ghp_CANARYcontract0042"
+# Set by the iris-contract session to the pinned requirement; there a missing iris fails.
+PIN_ENV = "GPURL_IRIS_CONTRACT"
+
+if importlib.util.find_spec("iris") is None or importlib.util.find_spec("iris.cli") is None:
+    if os.environ.get(PIN_ENV):
+        raise RuntimeError(f"{PIN_ENV} is set but iris is not importable")
+    pytest.skip("iris (marin-iris, Python >= 3.12) is not installed; run `nox -s iris-contract`",
+                allow_module_level=True)
+
+from iris.cli.main import iris as iris_group  # noqa: E402
+
+
+def parse_job_run(argv: Sequence[str]) -> dict[str, Any]:
+    """click's make_context on the iris group, then `job`, then `run`; nothing executes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # click's protected_args
+        ctx = iris_group.make_context("iris", list(argv))
+        rest = [*ctx.protected_args, *ctx.args]
+        name, job, rest = iris_group.resolve_command(ctx, rest)
+        assert name == "job" and job is not None
+        job_ctx = job.make_context("job", rest, parent=ctx)
+        rest = [*job_ctx.protected_args, *job_ctx.args]
+        name, run, rest = job.resolve_command(job_ctx, rest)  # type: ignore[attr-defined]
+        assert name == "run" and run is not None
+        run_ctx = run.make_context("run", rest, parent=job_ctx)
+    return {"top": ctx.params, **run_ctx.params}
+
+
+def test_the_pinned_release_is_installed() -> None:
+    pin = os.environ.get(PIN_ENV)
+    if not pin:
+        pytest.skip(f"{PIN_ENV} not set (outside the iris-contract session)")
+    name, version = pin.split("==")
+    assert importlib.metadata.version(name) == version
+
+
+@pytest.fixture
+def build_argv(tmp_path: Path) -> tuple[str, ...]:
+    kube = tmp_path / "kubeconfig"
+    kube.write_text("apiVersion: v1\n")
+    env = {"KUBECONFIG": str(kube), "GPURL_REGISTRY_TOKEN": CANARY, "PATH": os.environ["PATH"]}
+    config = load_config(REPO_ROOT, env={})
+    prepared = prepare_build(config, BuildRequest(), cluster_tasks.real_world(env))
+    argv = prepared.argv("iris", reveal=True)
+    assert argv[0] == "iris"
+    return argv[1:]
+
+
+def test_build_argv_parses_to_the_intended_parameters(build_argv: tuple[str, ...]) -> None:
+    params = parse_job_run(build_argv)
+    config = load_config(REPO_ROOT, env={})
+    assert params["top"]["cluster_name"] == config.cluster.name
+    assert params["memory"] == "512GB"
+    assert params["cpu"] == 48
+    assert params["disk"] == "400GB"
+    assert params["task_image"] == "docker.io/library/ubuntu:22.04"
+    assert params["no_sync"] is True
+    assert params["no_wait"] is True
+    assert params["enable_extra_resources"] is True
+    assert params["max_retries"] == 0
+    assert params["timeout"] == 18000
+    assert params["job_name"].startswith("gpurl-kaniko-")
+    env = dict(params["env_vars"])
+    assert set(env) == {"DOCKER_USER_ID", "DOCKER_TOKEN", "BUILD_B64", "GITSHA"}
+    assert env["DOCKER_TOKEN"] == CANARY
+    assert env["DOCKER_USER_ID"] == config.registry.user
+    assert params["job_name"] == f"gpurl-kaniko-{env['GITSHA']}"
+    assert tuple(params["cmd"]) == JOB_COMMAND
+    assert params["cmd"][:2] == ("bash", "-lc")
+
+
+def test_megatron_argv_adds_its_env_pairs(tmp_path: Path) -> None:
+    kube = tmp_path / "kubeconfig"
+    kube.write_text("apiVersion: v1\n")
+    env = {"KUBECONFIG": str(kube), "GPURL_REGISTRY_TOKEN": CANARY, "PATH": os.environ["PATH"]}
+    prepared = prepare_build(load_config(REPO_ROOT, env={}), BuildRequest(megatron=True),
+                             cluster_tasks.real_world(env))
+    params = parse_job_run(prepared.argv("iris", reveal=True)[1:])
+    env_vars = dict(params["env_vars"])
+    assert env_vars["INSTALL_MEGATRON"] == "1" and env_vars["TAG_PREFIX"] == "gpu-rl-megatron"
+
+
+def test_a_misspelled_option_parses_but_is_passed_through(build_argv: tuple[str, ...]) -> None:
+    """Why parameters are checked: `--memroy` is not an error, it becomes part of the command
+    and memory silently stays at the 1GB default."""
+    argv = list(build_argv)
+    i = argv.index("--memory")
+    argv[i] = "--memroy"
+    params = parse_job_run(argv)
+    assert params["memory"] != "512GB"
+    assert params["cmd"][:2] == ("--memroy", "512GB")

@@ -1,0 +1,134 @@
+"""Parsing every iris CLI variant's output, from recorded outputs (tests/data/iris/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpurl_tasks.credentials import Secret
+from gpurl_tasks.iris import (
+    ABSENT,
+    IrisOutputError,
+    JobSpec,
+    StateCommand,
+    choose_state_commands,
+    is_not_found,
+    job_run_argv,
+    parse_command_list,
+    parse_describe_text,
+    parse_job_id,
+    parse_list_json,
+    parse_query_csv,
+    parse_summary_json,
+    query_sql,
+)
+
+DATA = Path(__file__).parent / "data" / "iris"
+JOB = "/alice/gpurl-kaniko-0123abc"
+
+
+def read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+@pytest.mark.parametrize(("name", "state", "exit_code"), [
+    ("summary-pending.json", "pending", None),
+    ("summary-running.json", "running", None),
+    ("summary-succeeded.json", "succeeded", 0),
+    ("summary-failed.json", "failed", 137),
+    ("summary-killed.json", "killed", 0),
+])
+def test_summary_json(name: str, state: str, exit_code: int | None) -> None:
+    obs = parse_summary_json(read(name))
+    assert (obs.state, obs.exit_code) == (state, exit_code)
+
+
+def test_summary_failed_carries_the_error() -> None:
+    assert parse_summary_json(read("summary-failed.json")).error == "Exit code 137: OOMKilled"
+
+
+@pytest.mark.parametrize(("name", "state"), [("list-running.json", "running"),
+                                              ("list-failed.json", "failed"),
+                                              ("list-empty.json", ABSENT)])
+def test_list_json(name: str, state: str) -> None:
+    assert parse_list_json(read(name), JOB).state == state
+
+
+def test_list_json_only_matches_the_exact_job() -> None:
+    """`--prefix` also returns /alice/gpurl-kaniko-0123abc-old; only the exact id counts."""
+    obs = parse_list_json(read("list-running.json"), JOB)
+    assert obs.state == "running" and obs.submitted_ms == 1790000000000
+    assert parse_list_json(read("list-running.json"), JOB + "-other").state == ABSENT
+
+
+@pytest.mark.parametrize(("name", "state", "exit_code"), [
+    ("query-running.csv", "running", None),
+    ("query-succeeded.csv", "succeeded", 0),
+    ("query-unschedulable.csv", "unschedulable", None),
+    ("query-empty.csv", ABSENT, None),
+])
+def test_query_csv(name: str, state: str, exit_code: int | None) -> None:
+    obs = parse_query_csv(read(name))
+    assert (obs.state, obs.exit_code) == (state, exit_code)
+
+
+def test_describe_text() -> None:
+    assert parse_describe_text(read("describe-running.txt")).state == "running"
+    failed = parse_describe_text(read("describe-worker-failed.txt"))
+    assert (failed.state, failed.exit_code, failed.error) == (
+        "worker_failed", 137, "worker w-17 lost heartbeat")
+
+
+@pytest.mark.parametrize("parse", [parse_summary_json, lambda t: parse_list_json(t, JOB),
+                                   parse_describe_text, parse_query_csv])
+@pytest.mark.parametrize("name", ["garbage.html", "summary-truncated.json"])
+def test_garbage_is_an_output_error(parse: object, name: str) -> None:
+    with pytest.raises(IrisOutputError):
+        parse(read(name))  # type: ignore[operator]
+
+
+def test_unknown_state_is_an_output_error() -> None:
+    with pytest.raises(IrisOutputError, match="unknown job state"):
+        parse_summary_json('{"state": "exploded"}')
+
+
+def test_not_found_detection() -> None:
+    assert is_not_found(read("summary-not-found.stderr"))
+    assert not is_not_found(read("transient-connection-refused.stderr"))
+
+
+def test_detects_the_pinned_release_commands() -> None:
+    chosen = choose_state_commands(parse_command_list(read("job-help-0.2.35.txt")),
+                                   parse_command_list(read("help-0.2.35.txt")))
+    assert chosen == (StateCommand.SUMMARY, StateCommand.LIST, StateCommand.QUERY)
+
+
+def test_detects_a_describe_release() -> None:
+    chosen = choose_state_commands(parse_command_list(read("job-help-describe.txt")),
+                                   {"job", "query"})
+    assert chosen == (StateCommand.DESCRIBE, StateCommand.QUERY)
+
+
+def test_query_sql_quotes_the_job_id() -> None:
+    assert query_sql("/a/b'c").endswith("WHERE job_id = '/a/b''c'")
+
+
+def test_parse_job_id_prefers_the_named_job() -> None:
+    out = "Bundle 84 KB\nSubmitted job /alice/gpurl-kaniko-0123abc\n"
+    assert parse_job_id(out, "gpurl-kaniko-0123abc") == JOB
+    assert parse_job_id("nothing here", "gpurl-kaniko-0123abc") is None
+
+
+@given(st.text(min_size=8, max_size=40, alphabet=st.characters(min_codepoint=33,
+                                                               max_codepoint=126)))
+def test_redacted_argv_never_contains_the_token(suffix: str) -> None:
+    token = "tok_" + suffix
+    spec = JobSpec(cluster="c", task_image="img", cpu=48, memory="512GB", disk="400GB",
+                   job_name="j", max_retries=0, timeout=1, env=(("DOCKER_TOKEN", Secret(token)),),
+                   command=("true",))
+    shown = job_run_argv(spec, reveal=False)
+    assert not any(token in arg for arg in shown)
+    assert job_run_argv(spec, reveal=True)[shown.index("DOCKER_TOKEN") + 1] == token

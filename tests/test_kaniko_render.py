@@ -1,0 +1,120 @@
+"""Rendering the kaniko script: byte-reproducible, stale detection, atomic writes, and
+shellcheck-clean for every config variant (real shellcheck)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.kaniko import (
+    CRANE_SHA256,
+    KANIKO_EXECUTOR,
+    cache_repo,
+    check_script,
+    prebuilt_wheel_names,
+    render_script,
+    write_script,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def config(**overrides: object) -> Config:
+    return load_config(REPO_ROOT, env={}, overrides=overrides)
+
+
+def test_committed_script_is_up_to_date() -> None:
+    check_script(config())
+
+
+def test_rendering_is_byte_reproducible() -> None:
+    assert render_script(config()) == render_script(config())
+    assert render_script(config()).encode() == (REPO_ROOT / "docker" /
+                                                "build_gpu_rl_kaniko.sh").read_bytes()
+
+
+def test_pins_are_in_the_script() -> None:
+    text = render_script(config())
+    assert f"CRANE_SHA256={CRANE_SHA256}" in text
+    assert f"EXECUTOR_IMAGE={KANIKO_EXECUTOR}" in text
+    assert "@sha256:" in KANIKO_EXECUTOR and len(CRANE_SHA256) == 64
+
+
+@pytest.mark.parametrize(("key", "value", "expect"), [
+    ("registry.host", "registry.example.com", "REGISTRY_HOST=registry.example.com"),
+    ("registry.user", "bob", "DOCKER_USER_ID=\"${DOCKER_USER_ID:-bob}\""),
+    ("cluster.cache-repo", "ghcr.io/x/cache2", "CACHE_REPO=ghcr.io/x/cache2"),
+    ("build.wheel-base-url", "https://w.example/base/", "WHEEL_BASE_URL=https://w.example/base\n"),
+    ("build.flash-attn-version", "2.9.0", "flash_attn-2.9.0-cp312-cp312-linux_x86_64.whl"),
+    ("build.vllm-fork-commit", "deadbeef1", "+gdeadbeef1.cu128"),
+])
+def test_config_values_reach_the_script(key: str, value: str, expect: str) -> None:
+    assert expect in render_script(config(**{key: value}))
+
+
+def test_default_cache_repo_hangs_off_the_image() -> None:
+    assert cache_repo(config()) == "ghcr.io/open-thoughts/openthoughts-agent/cache"
+
+
+def test_wheel_names_encode_the_abi_inputs() -> None:
+    flash, vllm = prebuilt_wheel_names(config())
+    assert flash == "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
+    assert vllm == "vllm-0.11.1+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl"
+
+
+def test_unsafe_value_is_refused() -> None:
+    with pytest.raises(BuildError, match=r"registry\.user"):
+        render_script(config(**{"registry.user": 'x"; rm -rf / #'}))
+
+
+def test_check_reports_a_stale_script(tmp_path: Path) -> None:
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    cfg = load_config(tmp_path, env={})
+    with pytest.raises(BuildError, match="does not exist"):
+        check_script(cfg)
+    path = write_script(cfg)
+    check_script(cfg)
+    assert path.stat().st_mode & stat.S_IXUSR
+    path.write_text(path.read_text().replace("--cache=true", "--cache=false"))
+    with pytest.raises(BuildError, match="is stale"):
+        check_script(cfg)
+
+
+def test_write_leaves_no_temp_files(tmp_path: Path) -> None:
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    cfg = load_config(tmp_path, env={})
+    write_script(cfg)
+    write_script(cfg)
+    assert sorted(os.listdir(tmp_path / "docker")) == ["build_gpu_rl_kaniko.sh"]
+
+
+_NAME = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
+
+
+@pytest.mark.integration
+@settings(max_examples=15, deadline=None)
+@given(user=_NAME, prefix=_NAME, host=st.sampled_from(["ghcr.io", "registry.example.com:5000"]),
+       source=st.sampled_from(["prebuilt-wheelhouse", "wheel-builder"]))
+def test_every_variant_is_shellcheck_clean(user: str, prefix: str, host: str,
+                                           source: str) -> None:
+    shellcheck = shutil.which("shellcheck") or shutil.which(
+        "shellcheck", path=str(Path(sys.executable).parent))
+    if shellcheck is None:
+        if os.environ.get("CI"):
+            raise AssertionError("shellcheck is missing (install the lint group)")
+        pytest.skip("shellcheck not installed")
+    text = render_script(config(**{"registry.user": user, "registry.tag-prefix": prefix,
+                                   "registry.host": host, "build.wheel-source": source}))
+    proc = subprocess.run([shellcheck, "-s", "bash", "-"], input=text, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stdout

@@ -1,0 +1,182 @@
+"""The generated kaniko script, run for real under bash.
+
+Stand-ins (kaniko and crane cannot run here): `crane` comes from a checksum-pinned
+tarball served on 127.0.0.1 and its `export` lays down a stand-in `/kaniko/executor`
+under a temp root (GPURL_KANIKO_ROOT); both record their argv. Wheels and MANIFEST come
+from a real HTTP server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.kaniko_harness import Rig, rig
+
+pytestmark = pytest.mark.integration
+
+GITSHA = "0123abc"
+CANARY = "ghp_CANARY7f3e9d1c5b"
+
+
+@pytest.fixture
+def r(tmp_path: Path) -> Rig:
+    if shutil.which("bash") is None or shutil.which("curl") is None:
+        pytest.skip("bash and curl are needed to run the script")
+    with rig(tmp_path) as prepared:
+        yield prepared
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {"GITSHA": GITSHA, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": "alice", **extra}
+
+
+def _executor_argv(r: Rig) -> list[str]:
+    (call,) = r.calls("executor")
+    return shlex.split(call)[1:]
+
+
+def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
+    proc = r.run(_env())
+    assert proc.returncode == 0, proc.stderr
+    argv = _executor_argv(r)
+    digest_file = argv[argv.index("--digest-file") + 1]
+    image = "ghcr.io/open-thoughts/openthoughts-agent"
+    assert argv == [
+        "--context", f"dir://{r.root}/app",
+        "--dockerfile", "docker/Dockerfile.gpu-rl",
+        "--build-arg", "WHEEL_SOURCE=prebuilt-wheelhouse",
+        "--build-arg", f"GITSHA={GITSHA}",
+        "--build-arg", "INSTALL_MEGATRON=0",
+        "--skip-unused-stages",
+        "--compressed-caching=false",
+        "--cache=true",
+        f"--cache-repo={image}/cache",
+        "--destination", f"{image}:gpu-rl-{GITSHA}",
+        "--digest-file", digest_file,
+    ]
+    assert "--single-snapshot" not in argv
+    assert f"pushed {image}:gpu-rl-{GITSHA}@sha256:{'0' * 63}7" in proc.stdout
+    for name in r.wheels:  # fetched into the context's wheelhouse before the executor ran
+        assert (r.root / "app" / "docker" / "wheelhouse" / name).is_file()
+
+
+def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
+    assert r.run(_env()).returncode == 0
+    (call,) = r.calls("crane")
+    assert shlex.split(call)[1:] == ["export", "--platform", "linux/amd64",
+                                     "registry.invalid/kaniko/executor@sha256:" + "ab" * 32, "-"]
+
+
+def test_auth_file_is_written_after_the_overlay(r: Rig) -> None:
+    """The stand-in image ships its own kaniko/.docker/config.json ({}); the executor must
+    see the registry auth, so the script wrote it after `crane export`, not before."""
+    assert r.run(_env()).returncode == 0
+    seen = json.loads(r.auth_seen.read_text())
+    auth = seen["auths"]["ghcr.io"]["auth"]
+    assert base64.b64decode(auth).decode() == f"alice:{CANARY}"
+    assert "token-in-env=\n" in r.log.read_text() + "\n"  # the token is unset before kaniko
+
+
+def test_push_floating_adds_the_floating_tag(r: Rig) -> None:
+    assert r.run(_env(PUSH_FLOATING="1")).returncode == 0
+    argv = _executor_argv(r)
+    dests = [argv[i + 1] for i, a in enumerate(argv) if a == "--destination"]
+    image = "ghcr.io/open-thoughts/openthoughts-agent"
+    assert dests == [f"{image}:gpu-rl-{GITSHA}", f"{image}:gpu-rl"]
+
+
+def test_megatron_variant_tags_and_build_arg(r: Rig) -> None:
+    assert r.run(_env(INSTALL_MEGATRON="1", TAG_PREFIX="gpu-rl-megatron")).returncode == 0
+    argv = _executor_argv(r)
+    assert "INSTALL_MEGATRON=1" in argv
+    assert argv[argv.index("--destination") + 1].endswith(f":gpu-rl-megatron-{GITSHA}")
+
+
+def test_missing_gitsha_stops_before_anything(r: Rig) -> None:
+    env = _env()
+    del env["GITSHA"]
+    proc = r.run(env)
+    assert proc.returncode != 0
+    assert "GITSHA is required" in proc.stderr
+    assert r.calls("crane") == [] and r.calls("executor") == []
+
+
+def test_single_snapshot_is_refused_with_the_reason(r: Rig) -> None:
+    proc = r.run(_env(SINGLE_SNAPSHOT="1"))
+    assert proc.returncode != 0
+    assert "SINGLE_SNAPSHOT=1 is refused" in proc.stderr
+    assert "cannot be pulled" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_missing_wheel_stops_before_the_executor(r: Rig) -> None:
+    (r.served / "wheels" / r.wheels[1]).unlink()
+    proc = r.run(_env())
+    assert proc.returncode != 0
+    assert f"wheel {r.wheels[1]} is missing" in proc.stderr
+    assert "not compiling instead" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_checksum_mismatch_stops_before_the_executor(r: Rig) -> None:
+    (r.served / "wheels" / r.wheels[0]).write_bytes(b"tampered")
+    proc = r.run(_env())
+    assert proc.returncode != 0
+    assert f"checksum mismatch for {r.wheels[0]}" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_manifest_without_an_entry_names_the_wheel(r: Rig) -> None:
+    manifest = r.served / "wheels" / "MANIFEST"
+    manifest.write_text(manifest.read_text().splitlines()[0] + "\n")
+    proc = r.run(_env())
+    assert proc.returncode != 0
+    assert f"MANIFEST at {r.base_url}/wheels has no entry for {r.wheels[1]}" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_missing_manifest_stops(r: Rig) -> None:
+    (r.served / "wheels" / "MANIFEST").unlink()
+    proc = r.run(_env())
+    assert proc.returncode != 0 and "MANIFEST is missing" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_wheel_builder_path_fetches_no_wheels(r: Rig) -> None:
+    shutil.rmtree(r.served / "wheels")
+    assert r.run(_env(WHEEL_SOURCE="wheel-builder")).returncode == 0
+    assert "WHEEL_SOURCE=wheel-builder" in _executor_argv(r)
+
+
+def test_missing_token_stops_before_the_executor(r: Rig) -> None:
+    env = _env()
+    del env["DOCKER_TOKEN"]
+    proc = r.run(env)
+    assert proc.returncode != 0 and "DOCKER_TOKEN is not set" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_canary_token_never_appears_under_bash_x(r: Rig) -> None:
+    proc = r.run(_env(), trace=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "+ " in proc.stderr  # tracing really was on
+    encoded = base64.b64encode(f"alice:{CANARY}".encode()).decode()
+    for leaked in (CANARY, encoded):
+        assert leaked not in proc.stdout
+        assert leaked not in proc.stderr
+    # tracing was switched back on after the token was consumed
+    assert f"+ {r.root}/kaniko/executor --context" in proc.stderr
+
+
+def test_crane_checksum_mismatch_stops(tmp_path: Path) -> None:
+    with rig(tmp_path, crane_sha256="0" * 64) as bad:
+        proc = bad.run(_env())
+    assert proc.returncode != 0
+    assert "crane archive checksum mismatch" in proc.stderr
+    assert bad.calls("crane") == [] and bad.calls("executor") == []

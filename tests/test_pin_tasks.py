@@ -1,0 +1,169 @@
+"""`invoke pin` end to end against a real `docker-registry` on 127.0.0.1 and a launcher file."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer
+from tests.support.registry_server import RegistryServer, free_port, running_registry
+from tests.support.tasks_runner import head_short_sha, run_task
+
+pytestmark = pytest.mark.integration
+
+OLD = "ghcr.io/open-thoughts/openthoughts-agent@sha256:" + "e8" * 32
+LAUNCHER = textwrap.dedent(f'''\
+    """Launch RL on iris."""
+
+    import os
+
+    # pinned image (updated by `invoke pin`)
+    DEFAULT_RL_DOCKER_IMAGE = "{OLD}"
+    OTHER = {{"image": DEFAULT_RL_DOCKER_IMAGE}}
+    ''')
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    with running_registry(tmp_path_factory.mktemp("registry")) as server:
+        yield server
+
+
+def five_layers(seed: int) -> list:  # type: ignore[type-arg]
+    return [tar_gz_layer({"os": b"debian"}, "ADD rootfs /")] + [
+        random_layer(50_000, f"RUN uv sync --frozen # {i}", seed=seed * 10 + i) for i in range(4)]
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> Path:
+    path = tmp_path / "cloud" / "iris" / "launch_rl_iris.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(LAUNCHER)
+    return path
+
+
+def env_for(server_host: str, launcher: Path) -> dict[str, str]:
+    return {"GPURL_REGISTRY_HOST": server_host, "GPURL_REGISTRY_REPOSITORY": "org/img",
+            "GPURL_LAUNCHER_PATH": str(launcher), "GPURL_LAYERS_CAP": "1MB",
+            "GPURL_VERIFY_HARD_LIMIT": "2MB", "GPURL_VERIFY_MIN_LAYERS": "5",
+            "HOME": str(launcher.parent)}
+
+
+def pushed(registry: RegistryServer, tag: str, seed: int) -> PushedImage:
+    return push_image(registry.url, "org/img", five_layers(seed), tag=tag)
+
+
+def test_pin_writes_the_digest_and_a_second_pin_is_a_no_op(registry: RegistryServer,
+                                                           launcher: Path) -> None:
+    image = pushed(registry, "gpu-rl-aaaaaaa", 1)
+    env = env_for(registry.host, launcher)
+    done = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-aaaaaaa", env=env)
+    assert done.returncode == 0, done.stderr
+    value = f"{registry.host}/org/img@{image.manifest_digest}"
+    text = launcher.read_text()
+    assert f'DEFAULT_RL_DOCKER_IMAGE = "{value}"' in text
+    lines = text.splitlines()
+    comment = lines[lines.index(f'DEFAULT_RL_DOCKER_IMAGE = "{value}"') - 1]
+    assert comment.startswith("# gpurl pin: gpu-rl-aaaaaaa, linux/amd64, 5 layers, largest ")
+    assert text.replace(comment + "\n", "").replace(value, OLD) == LAUNCHER
+    before = launcher.stat()
+    again = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-aaaaaaa", env=env)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+    after = launcher.stat()
+    assert launcher.read_text() == text and after.st_ino == before.st_ino  # not even rewritten
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(registry: RegistryServer,
+                                                    launcher: Path) -> None:
+    image = pushed(registry, "gpu-rl-bbbbbbb", 2)
+    done = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-bbbbbbb", "--dry-run",
+                    env=env_for(registry.host, launcher))
+    assert done.returncode == 0, done.stderr
+    assert launcher.read_text() == LAUNCHER
+    assert f'-DEFAULT_RL_DOCKER_IMAGE = "{OLD}"' in done.stdout
+    assert f'+DEFAULT_RL_DOCKER_IMAGE = "{registry.host}/org/img@{image.manifest_digest}"' \
+        in done.stdout
+    assert done.stdout.startswith("--- a/")
+
+
+def test_index_pins_the_linux_amd64_manifest_digest(registry: RegistryServer,
+                                                    launcher: Path) -> None:
+    amd64 = pushed(registry, "gpu-rl-ccccccc", 3)
+    arm = push_image(registry.url, "org/img", five_layers(4), tag=None, architecture="arm64")
+    index = push_index(registry.url, "org/img", {"linux/amd64": amd64, "linux/arm64": arm},
+                       tag="gpu-rl-ccccccc")
+    done = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-ccccccc",
+                    env=env_for(registry.host, launcher))
+    assert done.returncode == 0, done.stderr
+    text = launcher.read_text()
+    assert amd64.manifest_digest in text and index not in text
+
+
+def test_floating_tag_is_refused_before_any_network(launcher: Path) -> None:
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens here
+    done = run_task("pin", "--ref", f"{closed}/org/img:gpu-rl", env=env_for(closed, launcher))
+    assert done.returncode == 2
+    assert "refusing to pin the floating tag 'gpu-rl'" in done.stderr
+    assert "Traceback" not in done.stderr and launcher.read_text() == LAUNCHER
+
+
+def test_failing_image_needs_force(registry: RegistryServer, launcher: Path) -> None:
+    image = push_image(registry.url, "org/img", five_layers(5)[:2], tag="gpu-rl-ddddddd")
+    env = env_for(registry.host, launcher)
+    refused = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-ddddddd", env=env)
+    assert refused.returncode == 2
+    assert "fails the layer rules" in refused.stderr and "--force" in refused.stderr
+    assert launcher.read_text() == LAUNCHER
+    forced = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-ddddddd", "--force",
+                      env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert "despite failing rules" in forced.stderr
+    assert image.manifest_digest in launcher.read_text()
+
+
+def test_default_reference_and_launcher_flags(registry: RegistryServer, tmp_path: Path) -> None:
+    image = pushed(registry, f"gpu-rl-{head_short_sha()}", 6)
+    other = tmp_path / "other.py"
+    other.write_text("IMAGE = 'x'  # odd quotes kept\n")
+    done = run_task("pin", "--launcher", str(other), "--variable", "IMAGE",
+                    env=env_for(registry.host, tmp_path / "missing.py"))
+    assert done.returncode == 0, done.stderr
+    assert f"IMAGE = '{registry.host}/org/img@{image.manifest_digest}'  # odd quotes kept" \
+        in other.read_text()
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "does not exist"),
+    ("X = 1\n", "has no assignment to DEFAULT_RL_DOCKER_IMAGE"),
+    ("DEFAULT_RL_DOCKER_IMAGE = 'a'\nDEFAULT_RL_DOCKER_IMAGE = 'b'\n", "2 times (lines 1, 2)"),
+])
+def test_launcher_problems_are_clear(registry: RegistryServer, tmp_path: Path,
+                                     content: str | None, message: str) -> None:
+    pushed(registry, "gpu-rl-eeeeeee", 7)
+    path = tmp_path / "launch.py"
+    if content is not None:
+        path.write_text(content)
+    done = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-eeeeeee",
+                    env=env_for(registry.host, path))
+    assert done.returncode == 2 and message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert (path.read_text() if content is not None else None) == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["launch.py"] if content else [])
+
+
+def test_json_output(registry: RegistryServer, launcher: Path) -> None:
+    import json
+
+    image = pushed(registry, "gpu-rl-fffffff", 8)
+    env = env_for(registry.host, launcher)
+    first = json.loads(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
+                                "--json", env=env).stdout)
+    assert first["value"] == f"{registry.host}/org/img@{image.manifest_digest}"
+    assert first["changed"] and first["written"] and first["report"]["ok"]
+    assert first["report"]["layer_count"] == 5
+    second = json.loads(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
+                                 "--json", "--dry-run", env=env).stdout)
+    assert (second["changed"], second["written"], second["diff"]) == (False, False, "")

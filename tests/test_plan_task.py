@@ -1,0 +1,74 @@
+"""`invoke plan` end to end as a user runs it: JSON contract, table, and clean failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, skyrl_lock
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_plan_json_contract_on_the_real_lock() -> None:
+    lock = skyrl_lock("0b8acf049")
+    result = invoke("plan", "--lock", str(lock), "--extra", "vllm", "--size-overrides",
+                    "sizes/skyrl-train.json", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["cap_bytes"] == 4 * 10**9
+    assert len(plan["steps"]) == len(plan["layers"]) >= plan["lower_bound_layers"] >= 1
+    closure = {(p["name"], p["version"]) for p in plan["closure"]}
+    in_layers = [(p["name"], p["version"]) for layer in plan["layers"] for p in layer["packages"]]
+    assert sorted(in_layers) == sorted(closure)
+    for i, layer in enumerate(plan["layers"]):
+        assert layer["index"] == i
+        assert layer["compressed_bytes"] == sum(p["compressed_bytes"] for p in layer["packages"])
+        assert layer["compressed_bytes"] <= plan["cap_bytes"]
+        later = {p["name"] for lay in plan["layers"][i + 1:] for p in lay["packages"]}
+        assert set(plan["steps"][i]["no_install_package"]) == later
+    assert plan["steps"][-1]["no_install_package"] == []
+    assert plan["local"] == ["skyrl-gym", "skyrl-train"]
+
+
+def test_plan_table_names_layers_and_bound() -> None:
+    result = invoke("plan", "--lock", str(skyrl_lock("0b8acf049")), "--extra", "vllm",
+                    "--size-overrides", "sizes/skyrl-train.json", "--cap", "2GB")
+    assert result.returncode == 0, result.stderr
+    assert "lower bound" in result.stdout and "torch" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [("version = 1\n[[package]\n", "is not valid TOML"),
+     ("version = 7\n", "lock version 7 is not supported")],
+)
+def test_bad_lock_is_one_line_without_traceback(tmp_path: Path, content: str, expected: str) -> None:
+    bad = tmp_path / "uv.lock"
+    bad.write_text(content)
+    result = invoke("plan", "--lock", str(bad))
+    assert result.returncode != 0
+    assert expected in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_unknown_sizes_stop_the_plan_listing_each_package() -> None:
+    result = invoke("plan", "--lock", str(skyrl_lock("0b8acf049")), "--extra", "vllm",
+                    "--size-overrides", "/nonexistent/sizes.json")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    for name in ("torch==2.9.1+cu128", "flashinfer-jit-cache==0.6.3+cu128", "flash-attn==2.8.3"):
+        assert name in result.stderr
+
+
+def test_package_over_the_cap_is_named() -> None:
+    result = invoke("plan", "--lock", str(skyrl_lock("0b8acf049")), "--extra", "vllm",
+                    "--size-overrides", "sizes/skyrl-train.json", "--cap", "1GB")
+    assert result.returncode != 0
+    assert "flashinfer-jit-cache==0.6.3+cu128 (1.72 GB)" in result.stderr

@@ -1,0 +1,267 @@
+"""The rebuild decision from fingerprints: one example per rule, and hypothesis invariants.
+
+The closure part is fed as plain (name, version, artifact) tuples here; test_rebuild_git.py
+derives it from real uv.lock files in real git repositories.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpurl_tasks.config import BuildSettings, TargetSpec
+from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
+from gpurl_tasks.rebuild import ClosureEntry, Decision, Fingerprint, decide, fingerprint
+from gpurl_tasks.wheels import expected_filenames, pins_from_args
+from tests.rebuild_fixtures import APT, ARGS, SYNC_EXCLUSIONS, dockerfile
+
+CLOSURE: tuple[ClosureEntry, ...] = (
+    ("numpy", "2.2.0", "sha256:aa"),
+    ("torch", "2.11.0+cu128", "sha256:bb"),
+    ("transformers", "4.57.0", "sha256:cc"),
+    ("torchtitan", "0.2.0", "sha256:dd"),
+    ("tyro", "0.9.1", "sha256:ee"),
+)
+
+
+def fp(text: str | None = None, closure: tuple[ClosureEntry, ...] = CLOSURE,
+       extras: tuple[str, ...] = ("ep",)) -> Fingerprint:
+    inputs = parse_dockerfile_inputs(dockerfile() if text is None else text)
+    pins = pins_from_args(inputs.effective_args, BuildSettings(), TargetSpec())
+    return fingerprint(inputs, closure, extras, pins)
+
+
+def kinds(decision: Decision) -> set[str]:
+    return {r.kind for r in decision.reasons}
+
+
+def test_identical_inputs_need_nothing() -> None:
+    result = decide(fp(), fp())
+    assert result.decision == "none" and result.reasons == () and result.exit_code == 0
+
+
+def test_closure_version_bump_needs_image() -> None:
+    bumped = tuple(("transformers", "4.57.1", "sha256:c2") if e[0] == "transformers" else e
+                   for e in CLOSURE)
+    result = decide(fp(), fp(closure=bumped))
+    assert result.decision == "image" and result.exit_code == 10
+    assert [r.to_json() for r in result.reasons] == [
+        {"kind": "package", "detail": "transformers: 4.57.0 -> 4.57.1"}]
+
+
+def test_same_version_new_artifact_needs_image() -> None:
+    rehashed = tuple(("numpy", "2.2.0", "sha256:a2") if e[0] == "numpy" else e for e in CLOSURE)
+    result = decide(fp(), fp(closure=rehashed))
+    assert result.decision == "image"
+    assert result.reasons[0].detail == "numpy 2.2.0: artifact sha256:aa -> sha256:a2"
+
+
+def test_package_added_and_removed() -> None:
+    result = decide(fp(closure=CLOSURE[:3]), fp(closure=(*CLOSURE[:2], *CLOSURE[3:])))
+    assert result.decision == "image"
+    assert {r.detail for r in result.reasons} == {
+        "transformers: removed (was 4.57.0)", "torchtitan: added (0.2.0)", "tyro: added (0.9.1)"}
+
+
+def test_lock_torch_bump_invalidates_the_wheels() -> None:
+    bumped = tuple(("torch", "2.12.0+cu128", "sha256:b2") if e[0] == "torch" else e
+                   for e in CLOSURE)
+    result = decide(fp(), fp(closure=bumped))
+    assert result.decision == "wheels+image" and result.exit_code == 11
+    assert result.reasons[0].to_json() == {"kind": "torch",
+                                           "detail": "torch: 2.11.0+cu128 -> 2.12.0+cu128"}
+
+
+def test_extras_selection_change_needs_image() -> None:
+    result = decide(fp(), fp(extras=("ep", "megatron")))
+    assert result.decision == "image"
+    assert result.reasons[0].to_json() == {"kind": "extras",
+                                           "detail": "['ep'] -> ['ep', 'megatron']"}
+
+
+def test_harbor_bump_needs_image_only() -> None:
+    result = decide(fp(), fp(dockerfile({"HARBOR_COMMIT": "0123abcd"})))
+    assert result.decision == "image"
+    assert [r.to_json() for r in result.reasons] == [
+        {"kind": "harbor", "detail": "HARBOR_COMMIT: f4a6b1a0 -> 0123abcd"}]
+
+
+def test_apt_package_added_needs_image() -> None:
+    result = decide(fp(), fp(dockerfile(apt=(*APT, "numactl"))))
+    assert result.decision == "image"
+    assert [r.to_json() for r in result.reasons] == [
+        {"kind": "apt", "detail": "stage rl: added numactl"}]
+
+
+def test_layer_plan_change_needs_image() -> None:
+    plan = (SYNC_EXCLUSIONS[0], ("torch", "nvidia-nccl-cu12"), ())
+    result = decide(fp(), fp(dockerfile(exclusions=plan)))
+    assert result.decision == "image"
+    assert [r.to_json() for r in result.reasons] == [
+        {"kind": "layer-plan", "detail": "stage rl: step 2 exclusions added nvidia-nccl-cu12"}]
+
+
+def test_base_image_same_cuda_needs_image_only() -> None:
+    new = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04"
+    result = decide(fp(), fp(dockerfile({"BASE_IMAGE": new})))
+    assert result.decision == "image"
+    assert kinds(result) == {"base-image"}
+
+
+def test_base_image_with_new_cuda_invalidates_the_wheels() -> None:
+    new = "nvidia/cuda:12.9.1-cudnn-devel-ubuntu22.04"
+    result = decide(fp(), fp(dockerfile({"BASE_IMAGE": new})))
+    assert result.decision == "wheels+image"
+    assert kinds(result) == {"base-image", "prebuilt-wheels"}
+    wheel_details = [r.detail for r in result.reasons if r.kind == "prebuilt-wheels"]
+    assert len(wheel_details) == 1  # the vLLM wheel carries the CUDA label
+    assert ".cu128-" in wheel_details[0] and ".cu129-" in wheel_details[0]
+
+
+def test_vllm_fork_commit_bump_needs_wheels() -> None:
+    result = decide(fp(), fp(dockerfile({"VLLM_FORK_COMMIT": "9abcdef01"})))
+    assert result.decision == "wheels+image"
+    assert result.reasons[0].to_json() == {
+        "kind": "vllm-fork-commit", "detail": "VLLM_FORK_COMMIT: 76259c63a -> 9abcdef01"}
+    assert any("+g9abcdef01." in r.detail for r in result.reasons
+               if r.kind == "prebuilt-wheels")
+
+
+def test_flash_attn_and_torch_arg_bumps_need_wheels() -> None:
+    fa = decide(fp(), fp(dockerfile({"FLASH_ATTN_VERSION": "2.8.4"})))
+    torch = decide(fp(), fp(dockerfile({"TORCH_VERSION": "2.12.0"})))
+    assert fa.decision == torch.decision == "wheels+image"
+    assert "flash-attn" in kinds(fa) and "torch" in kinds(torch)
+
+
+def test_wheel_builder_recipe_change_needs_wheels() -> None:
+    result = decide(fp(), fp(dockerfile(builder_flags="--no-build-isolation -v")))
+    assert result.decision == "wheels+image"
+    assert kinds(result) == {"wheel-recipe-instructions"}
+
+
+def test_inert_args_are_ignored() -> None:
+    assert decide(fp(), fp(dockerfile({"MAX_JOBS": "32"}))).decision == "none"
+
+
+def test_json_shape() -> None:
+    payload = decide(fp(), fp(dockerfile({"HARBOR_COMMIT": "x"}))).to_json()
+    assert set(payload) == {"decision", "reasons"}
+    assert all(set(r) == {"kind", "detail"} for r in payload["reasons"])
+
+
+# --- invariants ------------------------------------------------------------------------
+
+_seps = st.sampled_from([" \\\n    ", " \\\n\t", "  \\\n  ", " ", "   ", " \\\n    \\\n  "])
+
+
+@st.composite
+def formatting(draw: st.DrawFn) -> str:
+    """The same baked inputs, written with other spacing, continuations, quotes and order."""
+    args = dict(draw(st.permutations(list(ARGS.items()))))
+    apt = tuple(draw(st.permutations(APT)))
+    plan = tuple(tuple(draw(st.permutations(step))) for step in SYNC_EXCLUSIONS)
+    return dockerfile(args=args, apt=apt, exclusions=plan, sep=draw(_seps),
+                      quote=draw(st.sampled_from(["", '"'])),
+                      lock_sha=draw(st.text("0123456789abcdef", min_size=64, max_size=64)))
+
+
+@given(formatting(), st.permutations(CLOSURE), st.permutations(("ep",)))
+def test_fingerprint_ignores_formatting_and_order(text: str, closure: list[ClosureEntry],
+                                                  extras: list[str]) -> None:
+    other = fp(text, tuple(closure), tuple(extras))
+    assert other.digest == fp().digest
+    assert decide(fp(), other).decision == "none"
+
+
+_changes = st.one_of(
+    st.builds(lambda k, v: ("arg", k, v),
+              st.sampled_from(sorted(set(ARGS) - {"MAX_JOBS"})),
+              st.from_regex(r"[a-z0-9.]{1,10}", fullmatch=True)),
+    st.builds(lambda p: ("apt", p, ""), st.from_regex(r"[a-z][a-z0-9-]{1,10}", fullmatch=True)),
+    st.builds(lambda p: ("exclude", p, ""), st.from_regex(r"[a-z][a-z0-9-]{1,10}",
+                                                          fullmatch=True)),
+    st.builds(lambda n, v: ("closure", n, v), st.sampled_from([e[0] for e in CLOSURE]),
+              st.from_regex(r"[0-9]\.[0-9]{1,2}\.[0-9]", fullmatch=True)),
+    st.builds(lambda n, v: ("add", n, v), st.from_regex(r"[a-z]{2,10}", fullmatch=True),
+              st.just("1.0")),
+    st.builds(lambda e: ("extra", e, ""), st.from_regex(r"[a-z]{2,8}", fullmatch=True)),
+)
+
+
+@given(_changes)
+def test_any_baked_change_changes_the_fingerprint(change: tuple[str, str, str]) -> None:
+    what, key, value = change
+    base = fp()
+    text, closure = dockerfile(), CLOSURE
+    extras: tuple[str, ...] = ("ep",)
+    if what == "arg":
+        if ARGS[key] == value:
+            return
+        text = dockerfile({key: value})
+    elif what == "apt":
+        if key in APT:
+            return
+        text = dockerfile(apt=(*APT, key))
+    elif what == "exclude":
+        if key in SYNC_EXCLUSIONS[1]:
+            return
+        text = dockerfile(exclusions=(SYNC_EXCLUSIONS[0], (*SYNC_EXCLUSIONS[1], key), ()))
+    elif what == "closure":
+        closure = tuple((n, value if n == key else v, h) for n, v, h in CLOSURE)
+        if closure == CLOSURE:
+            return
+    elif what == "add":
+        if key in {e[0] for e in CLOSURE}:
+            return
+        closure = (*CLOSURE, (key, value, "sha256:ff"))
+    elif key != "ep":
+        extras = ("ep", key)
+    else:
+        return
+    changed = fp(text, closure, extras)
+    assert changed.digest != base.digest
+    result = decide(base, changed)
+    assert result.decision in ("image", "wheels+image")
+    assert result.reasons
+
+
+def test_stage_level_arg_defaults_feed_the_pins() -> None:
+    text = dockerfile().replace("ARG VLLM_FORK_COMMIT=76259c63a\n", "").replace(
+        "ARG VLLM_FORK_COMMIT\n", "ARG VLLM_FORK_COMMIT=0fedcba98\n")
+    inputs = parse_dockerfile_inputs(text)
+    assert inputs.effective_args["VLLM_FORK_COMMIT"] == "0fedcba98"
+    assert ("wheel-builder/VLLM_FORK_COMMIT", "0fedcba98") in inputs.args
+    result = decide(fp(), fp(text))
+    assert result.decision == "wheels+image"
+    assert {"kind": "vllm-fork-commit",
+            "detail": "wheel-builder/VLLM_FORK_COMMIT: (unset) -> 0fedcba98"} in [
+        r.to_json() for r in result.reasons]
+
+
+def test_generated_dockerfile_in_the_repository_parses(repo_root: Path) -> None:
+    """The Dockerfile `invoke generate` committed: the inputs rebuild-needed relies on."""
+    path = repo_root / "docker" / "Dockerfile.gpu-rl"
+    if not path.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{path} is missing: run invoke generate")
+        pytest.skip(f"{path} not generated in this checkout")
+    inputs = parse_dockerfile_inputs(path.read_text())
+    args = inputs.effective_args
+    for name in ("BASE_IMAGE", "TORCH_VERSION", "FLASH_ATTN_VERSION", "VLLM_FORK_COMMIT",
+                 "HARBOR_COMMIT"):
+        assert args.get(name), name
+    assert inputs.target == "rl" and "wheel-builder" not in inputs.image_stages()
+    rl = next(s for s in inputs.stages if s.name == "rl")
+    assert {"rdma-core", "libibverbs1"} <= set(rl.apt)
+    assert rl.syncs and rl.syncs[-1][1] == ()  # the last sync excludes nothing
+    pins = pins_from_args(args, BuildSettings(), TargetSpec())
+    names = expected_filenames(pins)
+    assert len(inputs.wheel_globs) == 2
+    assert all(any(fnmatch.fnmatchcase(n, g) for n in names.values())
+               for g in inputs.wheel_globs)

@@ -1,0 +1,422 @@
+"""The gpu-rl recipe, inspected through dockerfile-parse (the parsed file, not the template)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import itertools
+import shlex
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpurl_tasks import provenance
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.dockerfile.lint import lint
+from gpurl_tasks.dockerfile.model import DockerfileError, render
+from gpurl_tasks.dockerfile.recipe import IB_VERBS_APT, render_recipe
+from gpurl_tasks.layers import plan_for_config, plan_layers
+from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+from gpurl_tasks.sizes import PackageSize
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCK_SHA = "ab" * 32
+LOCAL_FLAGS = ("--no-install-project",)
+
+
+# --- parsing helpers: everything below reads the rendered text back -----------------------
+
+
+@dataclasses.dataclass
+class ParsedStage:
+    name: str
+    base: str
+    instructions: list[dict[str, Any]]
+
+    def of(self, kind: str) -> list[str]:
+        return [i["value"] for i in self.instructions if i["instruction"] == kind]
+
+
+@dataclasses.dataclass
+class Parsed:
+    global_args: dict[str, str]
+    stages: list[ParsedStage]
+
+    def stage(self, name: str) -> ParsedStage:
+        return next(s for s in self.stages if s.name == name)
+
+
+def parse(text: str) -> Parsed:
+    structure = DockerfileParser(fileobj=io.BytesIO(text.encode())).structure
+    global_args: dict[str, str] = {}
+    stages: list[ParsedStage] = []
+    for entry in structure:
+        kind = entry["instruction"]
+        if kind == "FROM":
+            base, _, name = entry["value"].partition(" AS ")
+            stages.append(ParsedStage(name=name, base=base, instructions=[]))
+        elif kind == "COMMENT":
+            continue
+        elif not stages:
+            assert kind == "ARG"
+            key, _, value = entry["value"].partition("=")
+            global_args[key] = shlex.split(value)[0] if value else ""
+        else:
+            stages[-1].instructions.append(entry)
+    return Parsed(global_args=global_args, stages=stages)
+
+
+def sync_runs(stage: ParsedStage) -> list[list[str]]:
+    """The argv after `uv sync` of every sync RUN, in order."""
+    out = []
+    for value in stage.of("RUN"):
+        words = shlex.split(value)
+        if "sync" in words and words[words.index("sync") - 1] == "uv":
+            out.append(words[words.index("sync") + 1:])
+    return out
+
+
+def split_sync(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(selection flags, exclusions in order) of one `uv sync` argv."""
+    selection, exclusions = [], []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--no-install-package":
+            exclusions.append(argv[i + 1])
+            i += 2
+        else:
+            selection.append(argv[i])
+            i += 1
+    return selection, exclusions
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+
+def make_plan(config: Config, layer_names: list[list[str]]) -> Plan:
+    """A valid plan: layer i holds its names; step i defers every later layer's packages."""
+    layers = tuple(
+        Layer(index=i, packages=tuple(PlannedPackage(name=n, version="1.0",
+                                                     compressed_bytes=10**6 * (i + 1),
+                                                     installed_bytes=None) for n in names))
+        for i, names in enumerate(layer_names))
+    steps = tuple(SyncStep(no_install_package=tuple(n for later in layer_names[i + 1:]
+                                                    for n in later))
+                  for i in range(len(layer_names)))
+    return Plan(cap_bytes=4 * 10**9, basis="compressed",
+                sync_flags=sync_selection_flags(config.python, local_flags=LOCAL_FLAGS),
+                layers=layers, steps=steps, local=("skyrl-train",), lower_bound_layers=1)
+
+
+@pytest.fixture(scope="module")
+def gpu_config() -> Config:
+    return load_config(REPO_ROOT, profile="gpu-rl", env={})
+
+
+@pytest.fixture(scope="module")
+def demo_config() -> Config:
+    return load_config(REPO_ROOT, profile="demo", env={})
+
+
+@pytest.fixture(scope="module")
+def gpu(gpu_config: Config) -> Parsed:
+    plan = make_plan(gpu_config, [["six"], ["torch"], ["nvidia-cublas-cu12", "nvidia-cudnn-cu12"]])
+    return parse(render(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA)))
+
+
+# --- structure ---------------------------------------------------------------------------------
+
+
+def test_stages_in_order(gpu: Parsed) -> None:
+    assert [(s.name, s.base) for s in gpu.stages] == [
+        ("base", "${BASE_IMAGE}"),
+        ("wheel-builder", "base"),
+        ("prebuilt-wheelhouse", "scratch"),
+        ("wheels", "${WHEEL_SOURCE}"),
+        ("rl", "base"),
+    ]
+    assert gpu.stage("wheels").instructions == []
+    assert gpu.stage("prebuilt-wheelhouse").of("COPY") == ["docker/wheelhouse/ /wheels/"]
+
+
+def test_arg_defaults_come_from_config(gpu: Parsed, gpu_config: Config) -> None:
+    args = gpu.global_args
+    assert args["BASE_IMAGE"] == gpu_config.build.base_image
+    assert args["TORCH_VERSION"] == "2.11.0"
+    assert args["FLASH_ATTN_VERSION"] == "2.8.3"
+    assert args["VLLM_FORK_REPO"] == gpu_config.build.vllm_fork_repo
+    assert args["VLLM_FORK_COMMIT"] == gpu_config.build.vllm_fork_commit
+    assert args["HARBOR_COMMIT"] == gpu_config.build.harbor_commit
+    assert args["WHEEL_SOURCE"] == "prebuilt-wheelhouse"
+    assert args["INSTALL_MEGATRON"] == "0"
+    assert args["MAX_JOBS"] == str(gpu_config.build.max_jobs)
+    assert "GITSHA" in args
+
+
+def test_every_used_arg_is_declared_in_its_stage(gpu: Parsed, gpu_config: Config) -> None:
+    plan = make_plan(gpu_config, [["a"], ["b"]])
+    assert lint(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA)) == ()
+    builder = gpu.stage("wheel-builder").of("ARG")
+    assert {"MAX_JOBS", "TORCH_VERSION", "VLLM_FORK_COMMIT", "FLASH_ATTN_VERSION"} <= set(builder)
+
+
+def test_rl_apt_set_always_has_ib_verbs(gpu: Parsed, demo_config: Config) -> None:
+    def apt_set(parsed: Parsed) -> set[str]:
+        runs = [shlex.split(v) for v in parsed.stage("rl").of("RUN") if "apt-get" in v]
+        assert len(runs) == 1
+        words = runs[0]
+        start = words.index("--no-install-recommends") + 1
+        return set(words[start:words.index("&&", start)])
+
+    assert set(IB_VERBS_APT) <= apt_set(gpu)
+    assert {"git", "curl"} <= apt_set(gpu)
+    assert set(IB_VERBS_APT) == {"rdma-core", "ibverbs-providers", "libibverbs1", "librdmacm1",
+                                 "ibverbs-utils"}
+    # a profile whose apt set forgets them still gets them
+    plan = make_plan(demo_config, [["pyyaml"]])
+    demo = parse(render(render_recipe(demo_config, plan, lock_sha256=LOCK_SHA)))
+    assert set(IB_VERBS_APT) <= apt_set(demo)
+
+
+def test_wheel_builder_index_strategy_and_pip_wheel(gpu: Parsed) -> None:
+    runs = [shlex.split(v) for v in gpu.stage("wheel-builder").of("RUN")]
+    installs = [w for w in runs if w[:3] == ["uv", "pip", "install"]]
+    assert len(installs) == 1
+    mixing = installs[0]
+    assert "--extra-index-url" in mixing
+    i = mixing.index("--index-strategy")
+    assert mixing[i + 1] == "unsafe-best-match"
+    assert "torch==${TORCH_VERSION}" in mixing and "setuptools>=77" in mixing
+    wheels = [w for w in runs if w[1:4] == ["-m", "pip", "wheel"]]
+    assert len(wheels) == 1
+    assert {"--no-cache-dir", "--no-build-isolation"} <= set(wheels[0])
+    assert "git+${VLLM_FORK_REPO}@${VLLM_FORK_COMMIT}" in wheels[0]
+    assert "flash-attn==${FLASH_ATTN_VERSION}" in wheels[0]
+    assert not any(w[:3] == ["uv", "pip", "wheel"] for w in runs)
+    assert any("MANIFEST" in w for w in runs)
+
+
+def test_asserts_are_separate_runs(gpu: Parsed) -> None:
+    runs = gpu.stage("rl").of("RUN")
+    codes = [shlex.split(v)[3] for v in runs if v.startswith("python -B -c ")]
+    assert codes == [
+        "import flash_attn, flash_attn_2_cuda",
+        "import torch, transformers, vllm, skyrl_train, flash_attn, flash_attn_2_cuda",
+        "import boto3, smart_open, s3fs; boto3.client('s3', region_name='us-east-1')",
+        "from torchtitan.distributed.expert_parallel import ExpertParallel",
+    ]
+    megatron = [v for v in runs if "megatron.core" in v]
+    assert len(megatron) == 1
+    assert megatron[0].startswith('if [ "${INSTALL_MEGATRON}" = "1" ]; then python -B -c ')
+    assert "import megatron.core, megatron.bridge, transformer_engine" in megatron[0]
+
+
+def test_sync_chain_then_wheels_then_harbor_then_local(gpu: Parsed) -> None:
+    rl = gpu.stage("rl")
+    order = [(i["instruction"], i["value"]) for i in rl.instructions]
+    first_copy = order.index(("COPY", "rl/pyproject.toml rl/uv.lock /app/"))
+    syncs = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "uv sync" in v]
+    wheels_copy = order.index(("COPY", "--from=wheels /wheels/ /tmp/wheels/"))
+    wheel_install = next(k for k, (_, v) in enumerate(order) if "--no-deps" in v)
+    harbor = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
+    source = order.index(("COPY", "rl/ /app/"))
+    assert first_copy < syncs[0] < syncs[-2] < wheels_copy < wheel_install < harbor < source
+    assert syncs[-1] > source  # the local install comes after the source
+    final = sync_runs(rl)[-1]
+    assert "--inexact" in final and "--no-install-project" not in final
+    wheel_argv = shlex.split(order[wheel_install][1])
+    assert "/tmp/wheels/flash_attn-${FLASH_ATTN_VERSION}-*.whl" in wheel_argv
+
+
+def test_no_cache_and_no_bytecode(gpu: Parsed) -> None:
+    env = " ".join(gpu.stage("base").of("ENV"))
+    assert 'UV_NO_CACHE="1"' in env and 'UV_COMPILE_BYTECODE="0"' in env
+    assert 'UV_LINK_MODE="copy"' in env
+    for argv in sync_runs(gpu.stage("rl")):
+        assert "--no-cache" in argv and "--frozen" in argv
+
+
+def test_provenance_labels_come_last(gpu: Parsed) -> None:
+    rl = gpu.stage("rl").instructions
+    assert rl[-1]["instruction"] == "LABEL"
+    assert rl[-2] == {**rl[-2], "instruction": "ARG", "value": "GITSHA"}
+    labels = dict(pair.split("=", 1) for pair in shlex.split(rl[-1]["value"]))
+    assert labels[provenance.LABEL_GIT_SHA] == "${GITSHA}"
+    assert labels[provenance.LABEL_LOCK_HASH] == LOCK_SHA
+    assert labels[provenance.LABEL_PLAN_STEPS] == "3"
+    assert labels[provenance.LABEL_PLAN_FINGERPRINT].startswith("sha256:")
+    assert labels[provenance.LABEL_GENERATOR].startswith("gpurl ")
+
+
+def test_harbor_arg_is_declared_after_the_chain(gpu: Parsed) -> None:
+    """A HARBOR_COMMIT bump must not invalidate the cached sync layers (ARG scope = cache key)."""
+    rl = [(i["instruction"], i["value"]) for i in gpu.stage("rl").instructions]
+    last_chain_sync = max(k for k, (kind, v) in enumerate(rl)
+                          if kind == "RUN" and "uv sync" in v and "--inexact" not in v)
+    harbor_arg = rl.index(("ARG", "HARBOR_COMMIT"))
+    assert harbor_arg > last_chain_sync
+
+
+# --- the plan round-trips through the text -------------------------------------------------------
+
+_names = st.text(alphabet=string.ascii_lowercase + string.digits + "-", min_size=1, max_size=12
+                 ).filter(lambda s: s[0].isalpha() and not s.endswith("-"))
+
+
+@st.composite
+def layer_partitions(draw: st.DrawFn) -> list[list[str]]:
+    names = draw(st.lists(_names, min_size=1, max_size=30, unique=True))
+    count = draw(st.integers(min_value=1, max_value=len(names)))
+    cuts = sorted(draw(st.lists(st.integers(1, max(1, len(names) - 1)), min_size=count - 1,
+                                max_size=count - 1, unique=True))) if len(names) > 1 else []
+    bounds = [0, *cuts, len(names)]
+    return [names[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@settings(max_examples=60, deadline=None)
+@given(partition=layer_partitions(), megatron=st.booleans(), extras=st.sampled_from([(), ("ep",)]))
+def test_plan_steps_round_trip(gpu_config: Config, partition: list[list[str]], megatron: bool,
+                               extras: tuple[str, ...]) -> None:
+    build = dataclasses.replace(gpu_config.build, megatron_extra="megatron" if megatron else "")
+    python = dataclasses.replace(gpu_config.python, extras=extras)
+    config = dataclasses.replace(gpu_config, build=build, python=python)
+    plan = make_plan(config, partition)
+    rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).stage("rl")
+    chain = [split_sync(a) for a in sync_runs(rl) if "--inexact" not in a]
+    assert [exclusions for _, exclusions in chain] == [list(s.no_install_package)
+                                                       for s in plan.steps]
+    assert chain[-1][1] == []
+    selections = {tuple(sel) for sel, _ in chain}
+    assert len(selections) == 1
+    expected = list(plan.sync_flags) + (["$@"] if megatron else [])
+    assert list(selections.pop()) == expected
+
+
+# --- the demo goes through the same code ----------------------------------------------------------
+
+
+def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
+    plan = make_plan(demo_config, [["pyyaml", "cffi"], ["lxml"], ["pillow"]])
+    parsed = parse(render(render_recipe(demo_config, plan, lock_sha256=LOCK_SHA)))
+    assert [s.name for s in parsed.stages] == ["base", "wheel-builder", "prebuilt-wheelhouse",
+                                               "wheels", "rl"]
+    assert parsed.global_args["BASE_IMAGE"] == demo_config.build.base_image
+    assert "INSTALL_MEGATRON" not in parsed.global_args
+    builder = parsed.stage("wheel-builder")
+    assert builder.of("COPY") == ["examples/demo/ext/ /src/examples/demo/ext/"]
+    pip_wheel = next(shlex.split(v) for v in builder.of("RUN") if "pip wheel" in v)
+    assert pip_wheel[-1] == "/src/examples/demo/ext" and "--no-build-isolation" in pip_wheel
+    install = next(shlex.split(v) for v in builder.of("RUN") if v.startswith("uv pip install"))
+    assert "setuptools>=77" in install and "unsafe-best-match" in install
+    env = " ".join(parsed.stage("base").of("ENV"))
+    assert 'UV_PYTHON="3.11"' in env and 'UV_PYTHON_DOWNLOADS="never"' in env
+    assert 'PIP_INDEX_URL="${INDEX_URL}"' in env
+    rl = parsed.stage("rl")
+    assert [split_sync(a)[1] for a in sync_runs(rl)][:-1] == [["lxml", "pillow"], ["pillow"], []]
+    assert rl.of("COPY")[0] == "examples/demo/pyproject.toml examples/demo/uv.lock /app/"
+    assert not any("harbor" in v for v in rl.of("RUN"))
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+
+def test_plan_whose_last_step_excludes_is_rejected(gpu_config: Config) -> None:
+    plan = make_plan(gpu_config, [["a"], ["b"]])
+    bad = dataclasses.replace(plan, steps=(*plan.steps[:-1], SyncStep(no_install_package=("b",))))
+    with pytest.raises(DockerfileError, match="last sync step"):
+        render_recipe(gpu_config, bad, lock_sha256=LOCK_SHA)
+
+
+def test_bad_lock_hash_is_rejected(gpu_config: Config) -> None:
+    with pytest.raises(DockerfileError, match="64 hex"):
+        render_recipe(gpu_config, make_plan(gpu_config, [["a"]]), lock_sha256="nope")
+
+
+def test_workspace_outside_context_is_rejected(gpu_config: Config, tmp_path: Path) -> None:
+    config = dataclasses.replace(gpu_config, workspace=tmp_path)
+    with pytest.raises(DockerfileError, match="outside the build context"):
+        render_recipe(config, make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("base_image", "Nvidia/CUDA:12", "invalid image repository"),
+    ("wheel_source", "prebuilt", "wheel-source"),
+    ("python_downloads", "sometimes", "python-downloads"),
+])
+def test_bad_build_settings_are_rejected(gpu_config: Config, field: str, value: str,
+                                         message: str) -> None:
+    build = dataclasses.replace(gpu_config.build, **{field: value})
+    with pytest.raises(DockerfileError, match=message):
+        render_recipe(dataclasses.replace(gpu_config, build=build),
+                      make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
+
+
+def test_downloaded_interpreter_gets_its_own_layer(gpu: Parsed, demo_config: Config) -> None:
+    base = gpu.stage("base")
+    assert "uv python install ${UV_PYTHON}" in base.of("RUN")
+    assert 'UV_PYTHON_INSTALL_DIR="/opt/uv-python"' in " ".join(base.of("ENV"))
+    demo = parse(render(render_recipe(demo_config, make_plan(demo_config, [["a"]]),
+                                      lock_sha256=LOCK_SHA)))
+    assert "uv python install" not in demo.stage("base").of("RUN")
+
+
+# --- plans the real planner produces --------------------------------------------------------------
+
+
+@st.composite
+def planner_plans(draw: st.DrawFn, config: Config) -> Plan:
+    names = draw(st.lists(_names, min_size=1, max_size=25, unique=True))
+    cap = draw(st.integers(min_value=10, max_value=1000))
+    sizes = [PackageSize(name=n, version="1.0", compressed_bytes=draw(st.integers(1, cap)),
+                         installed_bytes=None, source="lock", artifact=f"{n}-1.0-py3-none-any.whl")
+             for n in names]
+    flags = sync_selection_flags(config.python, local_flags=LOCAL_FLAGS)
+    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags, local=("skyrl-train",))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_planner_plans_round_trip(gpu_config: Config, data: st.DataObject) -> None:
+    """For plans from gpurl_tasks.layers.plan_layers, the parsed chain is exactly the steps."""
+    plan = data.draw(planner_plans(gpu_config))
+    rl = parse(render(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA))).stage("rl")
+    chain = [split_sync(a) for a in sync_runs(rl) if "--inexact" not in a]
+    assert [ex for _, ex in chain] == [list(s.no_install_package) for s in plan.steps]
+    assert chain[-1][1] == []
+    assert {tuple(sel) for sel, _ in chain} == {(*plan.sync_flags, "$@")}
+
+
+def test_committed_dockerfiles_match_their_plans() -> None:
+    """docker/Dockerfile.{gpu-rl,demo}: one sync RUN per planned layer, provenance matches."""
+    for profile in ("gpu-rl", "demo"):
+        config = load_config(REPO_ROOT, profile=profile, env={})
+        plan = plan_for_config(config)
+        parsed = parse(config.build.dockerfile.read_text())
+        rl = parsed.stage("rl")
+        chain = [split_sync(a)[1] for a in sync_runs(rl) if "--inexact" not in a]
+        assert chain == [list(s.no_install_package) for s in plan.steps], profile
+        labels = dict(pair.split("=", 1) for pair in shlex.split(rl.of("LABEL")[-1]))
+        assert labels[provenance.LABEL_PLAN_FINGERPRINT] == plan.fingerprint
+        assert labels[provenance.LABEL_PLAN_STEPS] == str(len(plan.steps))
+        assert labels[provenance.LABEL_LOCK_HASH] == hashlib.sha256(
+            config.lock.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("field", ["index_url", "builder_extra_index_url", "vllm_fork_repo",
+                                   "harbor_repo"])
+def test_credentials_in_urls_are_refused_without_echoing_them(gpu_config: Config,
+                                                               field: str) -> None:
+    canary = "gpurl-canary-7f3a9c"
+    url = f"https://builder:{canary}@example.invalid/simple"
+    build = dataclasses.replace(gpu_config.build, **{field: url})
+    with pytest.raises(DockerfileError, match="carries credentials") as err:
+        render_recipe(dataclasses.replace(gpu_config, build=build),
+                      make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
+    assert canary not in str(err.value) and canary not in repr(err.value)
+    assert "example.invalid" in str(err.value)

@@ -1,0 +1,79 @@
+"""The demo's planned recipe: its RUN lines executed by real sh + real uv on the real demo lock.
+
+What a Docker build would do in the rl stage, minus the container: each sync RUN installs
+exactly its layer, the chain ends with exactly the lock, and the final local sync keeps a
+`--no-deps` wheel installed (it is --inexact; an exact sync would uninstall it).
+Needs the package index the demo lock points at (PyPI); under CI a failure to reach it fails.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
+
+from gpurl_tasks.config import load_config
+from gpurl_tasks.dockerfile.model import render
+from gpurl_tasks.dockerfile.recipe import render_recipe
+from gpurl_tasks.layers import plan_for_config
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO = REPO_ROOT / "examples" / "demo"
+def _installed(venv: Path) -> set[str]:
+    site = next(venv.glob("lib/python3*/site-packages"))
+    return {p.name.split("-")[0].lower().replace("_", "-") for p in site.glob("*.dist-info")}
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.fail("uv is not on PATH")
+    config = load_config(REPO_ROOT, profile="demo", env={})
+    plan = plan_for_config(config)
+    assert len(plan.steps) >= 3, "the demo cap should give several layers"
+    text = render(render_recipe(config, plan, lock_sha256="0" * 64))
+    structure = DockerfileParser(fileobj=io.BytesIO(text.encode())).structure
+    start = next(i for i, e in enumerate(structure) if e["value"].endswith(" AS rl"))
+    runs = [e["value"] for e in structure[start:]
+            if e["instruction"] == "RUN" and "uv sync" in e["value"]]
+    assert len(runs) == len(plan.steps) + 1
+
+    work = tmp_path / "app"
+    work.mkdir()
+    for name in ("pyproject.toml", "uv.lock"):
+        shutil.copy(DEMO / name, work / name)
+    venv = tmp_path / "venv"
+    env = {**os.environ, "UV_NO_CACHE": "1", "UV_COMPILE_BYTECODE": "0", "UV_LINK_MODE": "copy",
+           "UV_PYTHON": config.target.python, "UV_PYTHON_DOWNLOADS": "never",
+           "UV_PROJECT_ENVIRONMENT": str(venv), "VIRTUAL_ENV": str(venv)}
+    env.setdefault("UV_SYSTEM_CERTS", "1")  # this machine reaches PyPI through the system store
+
+    def sh(script: str) -> None:
+        done = subprocess.run(["sh", "-c", script], cwd=work, env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    seen: set[str] = set()
+    for i, layer in enumerate(plan.layers):
+        sh(runs[i])
+        now = _installed(venv)
+        assert now - seen == set(layer.names), f"sync {i + 1} installed the wrong packages"
+        seen = now
+
+    sh(f"{uv} pip install --no-deps six")  # stands in for the compiled --no-deps wheels
+    for name in ("src",):
+        shutil.copytree(DEMO / name, work / name)
+    sh(runs[-1])  # the final local sync, as rendered
+    final = _installed(venv)
+    assert {"six", "gpurl-demo"} <= final
+    assert final == seen | {"six", "gpurl-demo"}
+    exact = runs[-1].replace("--inexact", "")
+    sh(exact)
+    assert "six" not in _installed(venv), "an exact sync removes post-chain installs"

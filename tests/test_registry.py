@@ -1,0 +1,132 @@
+"""Pure parts of the registry client: references, plain-HTTP choice, credentials, challenges."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.image_ref import parse_reference, uses_plain_http
+from gpurl_tasks.registry_auth import Credentials, credentials_for, parse_challenge
+
+DIGEST = "sha256:" + "ab" * 32
+
+component = st.from_regex(r"[a-z0-9]{1,8}(?:[._-][a-z0-9]{1,8}){0,2}", fullmatch=True)
+repository = st.lists(component, min_size=1, max_size=3).map("/".join)
+tag = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True)
+host = st.sampled_from(["ghcr.io", "127.0.0.1:5000", "localhost:41234", "registry.example.com"])
+
+
+@given(host=host, repo=repository, tag=tag)
+def test_tag_reference_round_trips(host: str, repo: str, tag: str) -> None:
+    ref = parse_reference(f"{host}/{repo}:{tag}", default_host="unused.example")
+    assert (ref.host, ref.repository, ref.tag, ref.digest) == (host, repo, tag, None)
+    assert str(ref) == f"{host}/{repo}:{tag}"
+    assert parse_reference(str(ref), default_host="other.example") == ref
+
+
+@given(repo=repository)
+def test_digest_reference_uses_the_digest(repo: str) -> None:
+    # a first component with a dot would name a host, as with the Docker CLI; "org/" avoids it
+    ref = parse_reference(f"org/{repo}@{DIGEST}", default_host="ghcr.io")
+    assert ref.host == "ghcr.io"
+    assert ref.reference == DIGEST
+    assert ref.tag is None
+
+
+def test_tag_and_digest_together_prefer_the_digest() -> None:
+    ref = parse_reference(f"ghcr.io/org/img:gpu-rl-abc1234@{DIGEST}", default_host="x")
+    assert ref.tag == "gpu-rl-abc1234"
+    assert ref.reference == DIGEST
+
+
+@pytest.mark.parametrize("text", [
+    "ghcr.io/org/img",  # neither tag nor digest
+    "ghcr.io/Org/img:tag",  # uppercase repository
+    "ghcr.io/org/img@sha256:1234",  # short digest
+    "ghcr.io/org/img:bad tag",
+    ":tag",
+])
+def test_bad_references_raise_registry_errors(text: str) -> None:
+    with pytest.raises(RegistryError) as info:
+        parse_reference(text, default_host="ghcr.io")
+    assert repr(text) in str(info.value)
+
+
+@pytest.mark.parametrize(("host", "insecure", "plain"), [
+    ("127.0.0.1:5000", None, True),
+    ("localhost:5000", None, True),
+    ("localhost", None, True),
+    ("ghcr.io", None, False),
+    ("registry.local:5000", None, False),
+    ("ghcr.io", True, True),
+    ("127.0.0.1:5000", False, False),
+])
+def test_plain_http_only_for_loopback_unless_overridden(host: str, insecure: bool | None,
+                                                         plain: bool) -> None:
+    assert uses_plain_http(host, insecure) is plain
+
+
+def test_challenge_parsing() -> None:
+    scheme, params = parse_challenge(
+        'Bearer realm="https://ghcr.io/token",service="ghcr.io",scope="repository:o/i:pull"')
+    assert scheme == "bearer"
+    assert params == {"realm": "https://ghcr.io/token", "service": "ghcr.io",
+                      "scope": "repository:o/i:pull"}
+    assert parse_challenge('Basic realm="registry"') == ("basic", {"realm": "registry"})
+
+
+def test_environment_token_wins_over_docker_config(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"auths": {"ghcr.io": {
+        "auth": base64.b64encode(b"someone:from-file").decode()}}}))
+    env = {"GPURL_REGISTRY_TOKEN": "from-env", "HOME": str(tmp_path)}
+    creds = credentials_for("ghcr.io", env=env, user="penfever", docker_config=config)
+    assert creds is not None
+    assert (creds.username, creds.secret) == ("penfever", "from-env")
+    creds = credentials_for("ghcr.io", env={"HOME": str(tmp_path)}, docker_config=config)
+    assert creds is not None
+    assert (creds.username, creds.secret) == ("someone", "from-file")
+
+
+def test_docker_config_matches_the_host_and_scheme_prefixed_keys(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {
+        "https://ghcr.io/v1/": {"username": "u", "password": "p"},
+        "quay.io": {"auth": base64.b64encode(b"q:r").decode()},
+    }}))
+    env = {"DOCKER_CONFIG": str(tmp_path)}
+    creds = credentials_for("ghcr.io", env=env)
+    assert creds is not None and (creds.username, creds.secret) == ("u", "p")
+    assert credentials_for("docker.io", env=env) is None
+
+
+def test_no_credentials_anywhere_is_anonymous(tmp_path: Path) -> None:
+    assert credentials_for("ghcr.io", env={"HOME": str(tmp_path)}) is None
+
+
+def test_secret_is_not_in_repr() -> None:
+    creds = Credentials(username="u", secret="canary-7d1f")
+    assert "canary-7d1f" not in repr(creds)
+    assert "canary-7d1f" not in str(creds)
+
+
+def test_the_token_is_only_offered_to_the_configured_registry(tmp_path: Path) -> None:
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.release import open_client
+
+    repo = Path(__file__).resolve().parent.parent
+    config = load_config(repo, env={"GPURL_REGISTRY_HOST": "ghcr.io"})
+    env = {"GPURL_REGISTRY_TOKEN": "canary-3e1", "HOME": str(tmp_path)}
+    ours = parse_reference("ghcr.io/org/img:gpu-rl-abc1234", default_host="ghcr.io")
+    foreign = parse_reference("evil.example/org/img:gpu-rl-abc1234", default_host="ghcr.io")
+    with open_client(config, ours, env) as client:
+        assert client._credentials is not None and client._credentials.secret == "canary-3e1"
+        assert client._credentials.username == config.registry.user
+        assert client.base_url == "https://ghcr.io"
+    with open_client(config, foreign, env) as client:
+        assert client._credentials is None

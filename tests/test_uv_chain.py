@@ -1,0 +1,137 @@
+"""The planned chain run by real uv against a package index on 127.0.0.1.
+
+Real wheels are built in the test, served by a loopback HTTP index, locked by `uv lock`,
+planned by gpurl and installed step by step by `uv sync` into a fresh venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+
+from gpurl_tasks.config import PythonSelection, TargetSpec
+from gpurl_tasks.layers import local_install_flags, plan_layers
+from gpurl_tasks.lock import install_closure, load_lock
+from gpurl_tasks.plan_model import sync_selection_flags
+from gpurl_tasks.sizes import load_size_sources, package_sizes
+from gpurl_tasks.target import marker_environment, target_tags
+from tests.support.pyindex import make_wheel, serve_index
+
+pytestmark = pytest.mark.integration
+
+HOST_TARGET = TargetSpec(python=f"{sys.version_info.major}.{sys.version_info.minor}",
+                         arch="x86_64", glibc="2.36")
+MB = 1_000_000
+
+
+def _uv() -> str:
+    uv = shutil.which("uv")
+    if uv is None:
+        if os.environ.get("CI"):
+            pytest.fail("uv is not on PATH")
+        pytest.skip("uv is not on PATH")
+    return uv
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A locked project whose dependencies come from a loopback index."""
+    uv = _uv()
+    base = tmp_path_factory.mktemp("chain")
+    wheels = base / "wheels"
+    make_wheel(wheels, "heavy-a", "1.0", requires=["light-one"], payload_bytes=3 * MB)
+    make_wheel(wheels, "heavy-b", "2.0", requires=["light-two", "light-three"],
+               payload_bytes=int(2.5 * MB))
+    make_wheel(wheels, "heavy-c", "0.5", requires=["light-four"], payload_bytes=2 * MB)
+    for i, name in enumerate(["light-one", "light-two", "light-three", "light-four", "light-five"]):
+        make_wheel(wheels, name, "1.0", payload_bytes=20_000 * (i + 1))
+    make_wheel(wheels, "windows-only", "1.0", payload_bytes=10_000)
+    make_wheel(wheels, "dev-tool", "1.0", payload_bytes=10_000)
+    proj = base / "proj"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text(
+        "[project]\n"
+        'name = "chain-root"\nversion = "0.1.0"\n'
+        f'requires-python = ">={HOST_TARGET.python}"\n'
+        'dependencies = ["heavy-a", "heavy-b", "light-five", '
+        '"windows-only; sys_platform == \'win32\'"]\n'
+        "[project.optional-dependencies]\n"
+        'gpu = ["heavy-c"]\n'
+        "[dependency-groups]\n"
+        'dev = ["dev-tool"]\n'
+    )
+    with serve_index(wheels, base / "index") as url:
+        env = {**os.environ, "UV_INDEX_URL": url, "UV_CACHE_DIR": str(base / "cache"),
+               "UV_PYTHON": sys.executable, "UV_PYTHON_DOWNLOADS": "never"}
+        env.pop("PIP_FIND_LINKS", None)
+        subprocess.run([uv, "lock"], cwd=proj, env=env, check=True, capture_output=True)
+        yield proj, env
+
+
+def _installed(venv: Path, env: dict[str, str]) -> set[str]:
+    out = subprocess.run([_uv(), "pip", "list", "--python", str(venv / "bin" / "python"),
+                          "--format", "json"], env=env, check=True, capture_output=True, text=True)
+    return {entry["name"] for entry in json.loads(out.stdout)}
+
+
+def test_chain_installs_exactly_the_planned_layers(project: tuple[Path, dict[str, str]],
+                                                   tmp_path: Path) -> None:
+    proj, env = project
+    lock = load_lock(proj / "uv.lock")
+    selection = PythonSelection(extras=("gpu",))
+    closure = install_closure(lock, HOST_TARGET, selection)
+    sizes = package_sizes(closure.packages, target_tags(HOST_TARGET), load_size_sources(None, None))
+    plan = plan_layers(sizes, cap=int(3.2 * MB), basis="compressed",
+                       sync_flags=sync_selection_flags(selection,
+                                                       local_flags=local_install_flags(lock, closure)))
+    assert len(plan.steps) >= 3
+    venv = tmp_path / "venv"
+    subprocess.run([_uv(), "venv", str(venv)], env=env, check=True, capture_output=True)
+    step_env = {**env, "UV_PROJECT_ENVIRONMENT": str(venv)}
+    before = _installed(venv, env)
+    for i, layer in enumerate(plan.layers):
+        argv = [_uv(), *plan.step_argv(i)[1:]]
+        subprocess.run(argv, cwd=proj, env=step_env, check=True, capture_output=True)
+        after = _installed(venv, env)
+        assert before <= after, f"step {i} uninstalled {sorted(before - after)}"
+        assert after - before == set(layer.names), f"step {i}"
+        before = after
+    assert before == {p.name for p in closure.packages}
+    assert "windows-only" not in before and "dev-tool" not in before
+
+
+def test_closure_matches_uv_export(project: tuple[Path, dict[str, str]]) -> None:
+    proj, env = project
+    for extras, no_dev in [((), True), (("gpu",), True), (("gpu",), False)]:
+        argv = [_uv(), "export", "--frozen", "--no-hashes", "--no-header", "--no-annotate",
+                "--no-emit-project", *(["--no-dev"] if no_dev else [])]
+        for extra in extras:
+            argv += ["--extra", extra]
+        out = subprocess.run(argv, cwd=proj, env=env, check=True, capture_output=True, text=True)
+        closure = install_closure(load_lock(proj / "uv.lock"), HOST_TARGET,
+                                  PythonSelection(extras=extras, no_dev=no_dev))
+        assert {(p.name, p.version) for p in closure.packages} == _exported(out.stdout)
+
+
+def _exported(text: str) -> set[tuple[str, str]]:
+    """`uv export` requirements, markers evaluated for the host target."""
+    env = marker_environment(HOST_TARGET)
+    result = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-e")):
+            continue
+        req = Requirement(line)
+        if req.marker is None or Marker(str(req.marker)).evaluate(env):
+            (spec,) = req.specifier
+            result.add((req.name, spec.version))
+    return result

@@ -1,0 +1,145 @@
+"""`invoke verify-layers` end to end against a real `docker-registry` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpurl_tasks.provenance import LABEL_PLAN_FINGERPRINT
+from tests.support.pusher import push_image, random_layer, repeated_layer, tar_gz_layer
+from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.tasks_runner import head_short_sha, run_task
+from tests.support.token_auth import TokenService
+
+pytestmark = pytest.mark.integration
+
+CANARY = "canary-verify-91f3a7"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    with running_registry(tmp_path_factory.mktemp("registry")) as server:
+        yield server
+
+
+def env_for(server: RegistryServer, tmp: Path | None = None) -> dict[str, str]:
+    env = {"GPURL_REGISTRY_HOST": server.host, "GPURL_REGISTRY_REPOSITORY": "org/img",
+           "GPURL_LAYERS_CAP": "1MB", "GPURL_VERIFY_HARD_LIMIT": "2MB",
+           "GPURL_VERIFY_MIN_LAYERS": "5"}
+    if tmp is not None:
+        env["HOME"] = str(tmp)  # no docker config.json: anonymous
+    return env
+
+
+def six_layers() -> list:  # type: ignore[type-arg]
+    return [tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs /")] + [
+        random_layer(100_000 * (i + 1), f"RUN /bin/sh -c uv sync --frozen # step {i}", seed=i)
+        for i in range(5)]
+
+
+def test_passing_image_prints_the_table_and_exits_zero(registry: RegistryServer,
+                                                       tmp_path: Path) -> None:
+    pushed = push_image(registry.url, "org/img", six_layers(), tag="gpu-rl-1111111")
+    done = run_task("verify-layers", "--ref", f"{registry.host}/org/img:gpu-rl-1111111",
+                    env=env_for(registry, tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == f"manifest {pushed.manifest_digest} (linux/amd64)"
+    for index, layer in enumerate(pushed.layers):
+        row = next(line for line in lines if line.startswith(f"{index:>3}"))
+        assert layer.digest.removeprefix("sha256:")[:12] in row
+    assert lines[-1] == "OK: every layer rule holds"
+    assert "sizes are not predicted" in done.stdout  # no plan label on this image
+
+
+def test_oversized_layer_fails_with_json(registry: RegistryServer, tmp_path: Path) -> None:
+    """One 40 MB layer of repeated bytes, against a 10 MB cap and a 30 MB hard limit."""
+    layers = [tar_gz_layer({"a": b"a"}, "ADD a /"), repeated_layer(40_000_000, "RUN big"),
+              tar_gz_layer({"b": b"b"}, "RUN b")]
+    pushed = push_image(registry.url, "org/img", layers, tag="gpu-rl-2222222")
+    done = run_task("verify-layers", "--ref", f"{registry.host}/org/img:gpu-rl-2222222", "--json",
+                    "--cap", "10MB", "--hard-limit", "30MB", "--min-layers", "3",
+                    env=env_for(registry, tmp_path))
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["manifest_digest"] == pushed.manifest_digest
+    assert [layer["size"] for layer in report["layers"]] == [layer.size for layer in layers]
+    assert [f["code"] for f in report["findings"]] == ["hard-limit", "single-huge-layer"]
+    assert report["rules"] == {"cap": 10**7, "hard_limit": 3 * 10**7, "min_layers": 3,
+                               "tolerance": 0.25}
+    assert "fails the layer rules" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_too_few_layers_from_config(registry: RegistryServer, tmp_path: Path) -> None:
+    push_image(registry.url, "org/img", six_layers()[:3], tag="gpu-rl-3333333")
+    done = run_task("verify-layers", "--ref", f"{registry.host}/org/img:gpu-rl-3333333",
+                    env=env_for(registry, tmp_path))
+    assert done.returncode == 1
+    assert "FAIL [too-few-layers] 3 layers, fewer than the minimum 5" in done.stdout
+
+
+def test_no_reference_means_this_commits_immutable_tag(registry: RegistryServer,
+                                                       tmp_path: Path) -> None:
+    tag = f"gpu-rl-{head_short_sha()}"
+    pushed = push_image(registry.url, "org/img", six_layers(), tag=tag)
+    done = run_task("verify-layers", env=env_for(registry, tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"image    {registry.host}/org/img:{tag}"
+    assert pushed.manifest_digest in done.stdout
+
+
+def test_plan_label_without_a_matching_plan_is_a_note(registry: RegistryServer,
+                                                      tmp_path: Path) -> None:
+    push_image(registry.url, "org/img", six_layers(), tag="gpu-rl-4444444",
+               labels={LABEL_PLAN_FINGERPRINT: "sha256:" + "0" * 64})
+    done = run_task("verify-layers", "--ref", f"{registry.host}/org/img:gpu-rl-4444444",
+                    env=env_for(registry, tmp_path))
+    assert done.returncode == 0, done.stderr
+    note = next(line for line in done.stdout.splitlines() if line.startswith("note:"))
+    assert "sizes are not predicted" in note
+
+
+def test_missing_tag_is_one_clear_line(registry: RegistryServer, tmp_path: Path) -> None:
+    done = run_task("verify-layers", "--ref", f"{registry.host}/org/img:gpu-rl-0000000",
+                    env=env_for(registry, tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {registry.host}/org/img:gpu-rl-0000000 was not found")
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_bad_flag_value_is_one_clear_line(registry: RegistryServer, tmp_path: Path) -> None:
+    done = run_task("verify-layers", "--ref", f"{registry.host}/org/img:gpu-rl-1111111",
+                    "--cap", "4 bananas", env=env_for(registry, tmp_path))
+    assert done.returncode == 2
+    assert "invalid value for layers.cap" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_registry_down_is_a_clear_error(tmp_path: Path) -> None:
+    with running_registry(tmp_path / "r") as server:
+        push_image(server.url, "org/img", six_layers(), tag="gpu-rl-5555555")
+        env = env_for(server, tmp_path)
+    done = run_task("verify-layers", "--ref", f"{server.host}/org/img:gpu-rl-5555555", env=env)
+    assert done.returncode == 2
+    assert f"cannot reach the registry at http://{server.host}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_token_from_the_environment_never_appears(registry: RegistryServer,
+                                                  tmp_path: Path) -> None:
+    push_image(registry.url, "org/img", six_layers(), tag="gpu-rl-6666666")
+    with TokenService(tmp_path, username="penfever", secret=CANARY) as tokens, \
+            running_registry(tmp_path / "tok", storage=registry.storage,
+                             auth_yaml=tokens.auth_yaml()) as server:
+        env = {**env_for(server, tmp_path), "GPURL_REGISTRY_USER": "penfever"}
+        good = run_task("verify-layers", "--ref", f"{server.host}/org/img:gpu-rl-6666666",
+                        env={**env, "GPURL_REGISTRY_TOKEN": CANARY})
+        bad = run_task("verify-layers", "--ref", f"{server.host}/org/img:gpu-rl-6666666", "--json",
+                       env={**env, "GPURL_REGISTRY_TOKEN": CANARY + "-wrong"})
+        assert tokens.requests[-2]["authorized"] and not tokens.requests[-1]["authorized"]
+    assert good.returncode == 0, good.stderr
+    assert bad.returncode == 2 and "refused the credentials" in bad.stderr
+    for output in (good.stdout, good.stderr, bad.stdout, bad.stderr):
+        assert CANARY not in output

@@ -1,0 +1,331 @@
+"""The state watcher: the pure loop with a fake clock, and the iris adapter over recorded
+outputs of each CLI variant. The cluster is a stand-in runner that replays recorded
+outputs (no iris controller can run jobs here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpurl_tasks import cluster_tasks
+from gpurl_tasks.config import load_config
+from gpurl_tasks.iris import (
+    ABSENT,
+    FAILED_STATES,
+    IrisCli,
+    IrisOutputError,
+    Observation,
+    TransientIrisError,
+)
+from gpurl_tasks.proc import CommandFailed, Completed
+from gpurl_tasks.watch import (
+    EXIT_ABSENT,
+    EXIT_FAILED,
+    EXIT_SUCCEEDED,
+    EXIT_WATCHER,
+    WatcherError,
+    exit_code_for,
+    log_window_start,
+    watch,
+)
+
+DATA = Path(__file__).parent / "data" / "iris"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+JOB = "/alice/gpurl-kaniko-0123abc"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def scripted(*items: Observation | Exception):
+    it = iter(items)
+
+    def read() -> Observation:
+        item = next(it)
+        if isinstance(item, Exception):
+            raise item
+        return item
+    return read
+
+
+def obs(state: str) -> Observation:
+    return Observation(state=state)
+
+
+def test_runs_to_succeeded_printing_each_change_once() -> None:
+    clock, changes = FakeClock(), []
+    result = watch(scripted(obs("pending"), obs("pending"), obs("running"), obs("running"),
+                            obs("succeeded")),
+                   interval=60, max_duration=3600, clock=clock, sleep=clock.sleep,
+                   on_change=lambda t, o: changes.append((t, o.state)))
+    assert result.exit_code == EXIT_SUCCEEDED
+    assert changes == [(0, "pending"), (120, "running"), (240, "succeeded")]
+    assert clock.sleeps == [60, 60, 60, 60]
+
+
+@pytest.mark.parametrize("state", FAILED_STATES)
+def test_failed_terminal_states_exit_1(state: str) -> None:
+    clock = FakeClock()
+    result = watch(scripted(obs("running"), obs(state)), interval=5, max_duration=100,
+                   clock=clock, sleep=clock.sleep)
+    assert (result.exit_code, result.reason) == (EXIT_FAILED, state)
+
+
+def test_vanished_job_is_absent_not_waited_on() -> None:
+    clock = FakeClock()
+    result = watch(scripted(obs("running"), obs(ABSENT)), interval=5, max_duration=10**6,
+                   clock=clock, sleep=clock.sleep)
+    assert result.exit_code == EXIT_ABSENT and clock.now == 5
+
+
+def test_transient_failures_back_off_then_recover() -> None:
+    clock, retries = FakeClock(), []
+    err = TransientIrisError("connection refused")
+    result = watch(scripted(err, err, err, obs("running"), obs("succeeded")), interval=30,
+                   max_duration=3600, clock=clock, sleep=clock.sleep,
+                   on_retry=lambda t, m, d: retries.append(d))
+    assert result.exit_code == EXIT_SUCCEEDED
+    assert retries == [2, 4, 8]
+
+
+def test_persistent_failures_end_with_exit_3() -> None:
+    clock = FakeClock()
+    result = watch(scripted(*[IrisOutputError("garbage")] * 10), interval=30, max_duration=3600,
+                   clock=clock, sleep=clock.sleep, max_failures=4)
+    assert result.exit_code == EXIT_WATCHER and "4 times in a row" in result.reason
+
+
+def test_max_duration_ends_with_exit_3() -> None:
+    clock = FakeClock()
+    result = watch(scripted(*[obs("running")] * 100), interval=60, max_duration=300,
+                   clock=clock, sleep=clock.sleep)
+    assert result.exit_code == EXIT_WATCHER and "still running" in result.reason
+    assert clock.now <= 300
+
+
+@given(st.lists(st.sampled_from(["pending", "building", "running"]), max_size=30),
+       st.sampled_from(["succeeded", "failed", "killed", "worker_failed", "unschedulable",
+                        ABSENT]),
+       st.integers(min_value=1, max_value=600))
+def test_always_ends_with_the_terminal_states_code(active: list[str], final: str,
+                                                   interval: int) -> None:
+    clock = FakeClock()
+    states = [*active, final]
+    result = watch(scripted(*[obs(s) for s in states]), interval=interval,
+                   max_duration=10**9, clock=clock, sleep=clock.sleep)
+    assert result.exit_code == exit_code_for(final)
+    assert result.polls == len(states)
+    assert clock.sleeps == [interval] * len(active)
+
+
+def test_log_window_prefers_submission_time() -> None:
+    assert log_window_start(Observation(state="failed", submitted_ms=123),
+                            watch_started_ms=10**9, job_timeout_s=18000) == 123
+    assert log_window_start(Observation(state="failed"), watch_started_ms=10**8,
+                            job_timeout_s=18000) == 10**8 - 18000 * 1000
+
+
+# --- the adapter over recorded outputs ---------------------------------------------------
+
+
+class Replay:
+    """Stand-in runner: answers `--help` from a recorded help page and state commands
+    from a queue of recorded outputs (a str is stdout, an int a non-zero exit + stderr)."""
+
+    def __init__(self, job_help: str, states: list[str | tuple[int, str]], log: str = "") -> None:
+        self.job_help = (DATA / job_help).read_text()
+        self.top_help = (DATA / "help-0.2.35.txt").read_text()
+        self.states = list(states)
+        self.log = log
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv: Sequence[str]) -> Completed:
+        args = tuple(argv)
+        self.calls.append(args)
+        if args[1:] == ("--help",):
+            out = self.top_help
+        elif args[1:] == ("job", "--help"):
+            out = self.job_help
+        elif "logs" in args:
+            out = self.log
+        else:
+            item = self.states.pop(0)
+            if isinstance(item, tuple):
+                code, name = item
+                err = (DATA / name).read_text()
+                raise CommandFailed("iris failed", returncode=code, stdout="", stderr=err)
+            out = (DATA / item).read_text()
+        return Completed(argv=args, returncode=0, stdout=out, stderr="")
+
+
+def _cli(replay: Replay) -> IrisCli:
+    return IrisCli(replay, program="iris", cluster="cw-test")
+
+
+def _run(replay: Replay, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    clock = FakeClock()
+    code = cluster_tasks.run_watch(load_config(REPO_ROOT, env={}), JOB, interval=60,
+                                   max_duration=7200, as_json=True, cli=_cli(replay),
+                                   clock=clock, sleep=clock.sleep)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_summary_variant_to_success(capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("job-help-0.2.35.txt", ["summary-pending.json", "summary-running.json",
+                                            "summary-succeeded.json"])
+    code, out = _run(replay, capsys)
+    assert code == 0 and [e["state"] for e in out["events"]] == ["pending", "running",
+                                                                 "succeeded"]
+    assert ("iris", "--cluster=cw-test", "job", "summary", JOB, "--json") in replay.calls
+
+
+def test_summary_variant_failure_prints_the_log_tail_by_time_window(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    log = "\n".join(f"line {i}" for i in range(100))
+    replay = Replay("job-help-0.2.35.txt", ["summary-running.json", "summary-failed.json"],
+                    log=log)
+    code, out = _run(replay, capsys)
+    assert code == 1 and out["error"] == "Exit code 137: OOMKilled"
+    assert out["log_tail"] == [f"line {i}" for i in range(60, 100)]
+    (logs_call,) = [c for c in replay.calls if "logs" in c]
+    assert "--no-tail" in logs_call and "--since-ms" in logs_call and "--tail" not in logs_call
+
+
+def test_job_killed_with_no_final_log_line_still_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    """An OOM-reaped job writes nothing at the end; the state says it is over."""
+    replay = Replay("job-help-0.2.35.txt", ["summary-running.json", "summary-killed.json"],
+                    log="Building wheel for flash-attn ... still running\n")
+    code, out = _run(replay, capsys)
+    assert code == 1 and out["state"] == "killed"
+
+
+def test_vanished_job_through_not_found_error(capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("job-help-0.2.35.txt", ["summary-running.json",
+                                            (1, "summary-not-found.stderr")])
+    code, out = _run(replay, capsys)
+    assert code == 2 and out["state"] == ABSENT
+
+
+def test_nonzero_exit_and_garbage_are_retried(capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("job-help-0.2.35.txt", [(1, "transient-connection-refused.stderr"),
+                                            "garbage.html", "summary-truncated.json",
+                                            "summary-succeeded.json"])
+    code, _ = _run(replay, capsys)
+    assert code == 0
+
+
+def test_garbage_forever_is_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("job-help-0.2.35.txt", ["garbage.html"] * 10)
+    code, out = _run(replay, capsys)
+    assert code == 3 and "in a row" in str(out["reason"])
+
+
+def test_describe_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("job-help-describe.txt", ["describe-running.txt",
+                                              "describe-worker-failed.txt"])
+    code, _ = _run(replay, capsys)
+    assert code == 1
+    assert ("iris", "--cluster=cw-test", "job", "describe", JOB) in replay.calls
+
+
+def test_query_variant_when_no_job_state_command_exists(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("help-0.2.35.txt", ["query-running.csv", "query-unschedulable.csv"])
+    code, out = _run(replay, capsys)
+    assert code == 1 and out["state"] == "unschedulable"
+    assert any(c[2:4] == ("query", "-f") for c in replay.calls)
+
+
+def test_query_variant_absent(capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("help-0.2.35.txt", ["query-empty.csv"])
+    assert _run(replay, capsys)[0] == 2
+
+
+def test_list_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    job_help = (DATA / "job-help-0.2.35.txt").read_text().replace("  summary", "  xsummary")
+    tmp = DATA / "job-help-0.2.35.txt"
+    replay = Replay(tmp.name, ["list-running.json", "list-empty.json"])
+    replay.job_help = job_help
+    code, _ = _run(replay, capsys)
+    assert code == 2
+    assert ("iris", "--cluster=cw-test", "job", "list", "--json", "--prefix", JOB) in replay.calls
+
+
+def test_a_cli_without_state_commands_is_a_watcher_failure(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("job-help-0.2.35.txt", [])
+    replay.job_help = "Usage: iris job\n\nCommands:\n  run  Submit jobs.\n"
+    replay.top_help = "Usage: iris\n\nCommands:\n  job  Manage Iris jobs.\n"
+    with pytest.raises(WatcherError) as info:
+        _run(replay, capsys)
+    assert info.value.exit_code == EXIT_WATCHER and "cannot read job state" in info.value.message
+
+
+def test_missing_iris_is_exit_3() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "invoke", "watch", JOB, "--interval", "1"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+                          env={"PATH": "/nonexistent", "HOME": "/tmp"})
+    assert proc.returncode == 3
+    assert "couldn't find iris in PATH" in proc.stderr
+
+
+STANDIN_IRIS = r"""#!/usr/bin/env bash
+# Stand-in iris CLI: replays recorded outputs; one state file per `job summary` call.
+data="$IRIS_DATA"
+case "$*" in
+  "--help") cat "$data/help-0.2.35.txt" ;;
+  "job --help") cat "$data/job-help-0.2.35.txt" ;;
+  *" job summary "*)
+    n=$(cat "$IRIS_COUNTER" 2>/dev/null || echo 0)
+    echo $((n + 1)) >"$IRIS_COUNTER"
+    set -- $IRIS_STATES
+    shift "$n"
+    cat "$data/$1" ;;
+  *" job logs "*) printf '%s\n' "$*" >"$IRIS_LOGS_ARGS"; printf 'step 1\nstep 2\n' ;;
+  *) echo "unexpected: $*" >&2; exit 2 ;;
+esac
+"""
+
+
+@pytest.mark.integration
+def test_invoke_watch_through_a_standin_iris_program(tmp_path: Path) -> None:
+    """The whole path (invoke -> proc.run -> a real program on PATH); the program replays
+    recorded outputs because no iris cluster can run here."""
+    import os
+    import subprocess
+    import sys
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "iris").write_text(STANDIN_IRIS)
+    (bindir / "iris").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "IRIS_DATA": str(DATA),
+           "IRIS_COUNTER": str(tmp_path / "n"), "IRIS_LOGS_ARGS": str(tmp_path / "logs"),
+           "IRIS_STATES": "summary-pending.json summary-running.json summary-failed.json"}
+    proc = subprocess.run([sys.executable, "-m", "invoke", "watch", JOB, "--interval", "1",
+                           "--json"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          check=False, env=env, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [e["state"] for e in out["events"]] == ["pending", "running", "failed"]
+    assert out["log_tail"] == ["step 1", "step 2"]
+    assert "--no-tail" in (tmp_path / "logs").read_text()
+    assert "] failed exit=137" in proc.stderr
