@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["BuildStep", "parse_plain_progress", "stages_run"]
+__all__ = ["BuildStep", "parse_plain_progress", "stages_run", "vertex_output"]
 
 _HEADER = re.compile(r"^#(\d+) \[(?:(\S+) )?(\d+)/(\d+)\] (.+)$")
 _STATUS = re.compile(r"^#(\d+) (CACHED|DONE\b|ERROR\b)")
@@ -59,3 +59,15 @@ def parse_plain_progress(log: str) -> list[BuildStep]:
 def stages_run(steps: list[BuildStep]) -> set[str]:
     """Stages in which at least one instruction (other than FROM) really executed."""
     return {s.stage for s in steps if s.status == "done" and not s.is_from}
+
+
+def vertex_output(log: str, vertex: int) -> str:
+    """What one step printed (timestamps stripped): the reason a failed RUN failed."""
+    prefix = f"#{vertex} "
+    lines = []
+    for line in log.splitlines():
+        if line.startswith(prefix):
+            rest = line[len(prefix):]
+            head, _, tail = rest.partition(" ")
+            lines.append(tail if head.replace(".", "", 1).isdigit() else rest)
+    return "\n".join(lines)

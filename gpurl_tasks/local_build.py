@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from gpurl_tasks import hostcmd, pyindex
-from gpurl_tasks.build_log import BuildStep, parse_plain_progress, stages_run
+from gpurl_tasks.build_log import BuildStep, parse_plain_progress, stages_run, vertex_output
 from gpurl_tasks.config import Config
 from gpurl_tasks.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.errors import BuildError, ConfigError
@@ -174,9 +174,13 @@ def _run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
     steps = parse_plain_progress(log)
     if code != 0:
         failed = [s for s in steps if s.status == "error"]
-        where = f" at [{failed[0].stage} {failed[0].index}/{failed[0].total}] " \
-                f"{failed[0].instruction[:80]}" if failed else ""
-        raise BuildError(f"docker build failed{where}: {hostcmd.tail(log, 3)}",
+        if failed:
+            step = failed[0]
+            where = f" at [{step.stage} {step.index}/{step.total}] {step.instruction[:80]}"
+            said = vertex_output(log, step.vertex)
+        else:
+            where, said = "", hostcmd.tail(log, 3)
+        raise BuildError(f"docker build failed{where}:\n{hostcmd.tail(said, 6)}",
                          hint=f"full log: {log_file}" if log_file else None)
     return log, steps
 

@@ -23,8 +23,10 @@ from gpurl_tasks.errors import BuildError
 __all__ = [
     "IMAGE_PIP",
     "IMAGE_SETUPTOOLS",
+    "SEED_REQUIREMENTS",
     "LocalSetup",
     "StepResult",
+    "build_requirements",
     "cache_dir",
     "image_tool_pins",
     "index_dir",
@@ -34,6 +36,8 @@ __all__ = [
 IMAGE_PIP = "pip==25.1.1"  # served so a Dockerfile may upgrade the base's pip 23.0.1 offline
 # Build requirement of a setuptools-built C extension (>= 70.1 builds wheels without `wheel`).
 IMAGE_SETUPTOOLS = "setuptools==80.9.0"
+# `uv venv --seed` on Python < 3.12 installs pip, setuptools and wheel from the index.
+SEED_REQUIREMENTS = ("pip", "setuptools", "wheel")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,21 +167,36 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
     pins = list(image_tool_pins())
     lock_text = config.lock.read_text() if config.lock.is_file() else ""
     pins += pyindex.pins_from_lock(lock_text) if lock_text else []
+    specs = build_requirements(config)
     missing = pyindex.missing_pins(pins, directory)
-    if not missing:
+    loose = pyindex.unsatisfied(specs, directory)
+    wanted = f"{len(pins)} pins and {len(specs)} build requirements"
+    if not missing and not loose:
         _check_lock_files(lock_text, directory)
-        return "found", f"{len(pins)} pinned packages present in {directory}"
+        return "found", f"{wanted} present in {directory}"
     if dry_run:
-        return "would", f"would download {len(missing)} of {len(pins)} pins into {directory}"
+        return "would", f"would download {len(missing) + len(loose)} of {wanted} into {directory}"
     target = pyindex.DownloadTarget.for_target(python=config.target.python,
                                                glibc=config.target.glibc, arch=config.target.arch)
     pyindex.download(missing, directory, target=target)
-    still = pyindex.missing_pins(pins, directory)
+    pyindex.download(loose, directory, target=target, exact=False, with_deps=True)
+    still = pyindex.missing_pins(pins, directory) + pyindex.unsatisfied(specs, directory)
     if still:
-        raise BuildError(f"pip download left {len(still)} pins missing, e.g. {still[0]}",
+        raise BuildError(f"pip download left {len(still)} requirements missing, e.g. {still[0]}",
                          hint="check target.python / target.glibc against the lock")
     _check_lock_files(lock_text, directory)
-    return "downloaded", f"{len(missing)} of {len(pins)} pins into {directory}"
+    return "downloaded", f"{len(missing) + len(loose)} of {wanted} into {directory}"
+
+
+def build_requirements(config: Config) -> list[str]:
+    """Unpinned things a build fetches from the index: the workspace's build backend and the
+    wheel-builder stage's requirements (`build.builder-requirements`), plus uv's venv seeds."""
+    specs = list(SEED_REQUIREMENTS)
+    pyproject = config.workspace / "pyproject.toml"
+    if pyproject.is_file():
+        specs += pyindex.build_requires(pyproject.read_text())
+    specs += list(getattr(config.build, "builder_requirements", ()))
+    return sorted(set(specs))
 
 
 def _check_lock_files(lock_text: str, directory: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import html
+import json
 import shutil
 import sys
 import threading
@@ -26,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from packaging.requirements import Requirement
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -39,8 +41,10 @@ from gpurl_tasks import hostcmd
 from gpurl_tasks.errors import BuildError, ConfigError
 
 __all__ = [
+    "JSON_TYPE",
     "DownloadTarget",
     "IndexServer",
+    "build_requires",
     "download",
     "lock_files",
     "missing_pins",
@@ -48,9 +52,11 @@ __all__ = [
     "port_of",
     "project_of",
     "render_project",
+    "render_project_json",
     "render_root",
     "serve",
     "unmatched_lock_files",
+    "unsatisfied",
 ]
 
 
@@ -82,6 +88,32 @@ def render_project(files: Iterable[tuple[str, str]]) -> str:
     return f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n"
 
 
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+
+
+def render_project_json(project: str, files: Iterable[tuple[str, str, int]]) -> str:
+    """A PEP 691 JSON project page with PEP 700 sizes, so uv.lock records each file's `size`
+    (the layer planner needs them; the HTML page cannot carry them)."""
+    entries = sorted(files)
+    versions = sorted({_version_of(name) for name, _, _ in entries} - {""})
+    return json.dumps({
+        "meta": {"api-version": "1.1"},
+        "name": project,
+        "versions": versions,
+        "files": [{"filename": name, "url": f"../../files/{name}", "hashes": {"sha256": digest},
+                   "size": size} for name, digest, size in entries],
+    }, indent=1, sort_keys=True) + "\n"
+
+
+def _version_of(filename: str) -> str:
+    try:
+        if filename.endswith(".whl"):
+            return str(parse_wheel_filename(filename)[1])
+        return str(parse_sdist_filename(filename)[1])
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return ""
+
+
 def port_of(index_url: str) -> int:
     """The port of a loopback index URL like http://127.0.0.1:5006/simple."""
     parts = urlsplit(index_url)
@@ -100,12 +132,14 @@ class _Catalog:
         self._hashes: dict[tuple[str, int, int], str] = {}
         self._lock = threading.Lock()
 
-    def files(self) -> dict[str, list[tuple[str, str]]]:
-        by_project: dict[str, list[tuple[str, str]]] = {}
+    def files(self) -> dict[str, list[tuple[str, str, int]]]:
+        """project -> [(filename, sha256, size)]."""
+        by_project: dict[str, list[tuple[str, str, int]]] = {}
         for path in sorted(self.directory.iterdir()):
             project = project_of(path.name) if path.is_file() else None
             if project is not None:
-                by_project.setdefault(project, []).append((path.name, self._sha256(path)))
+                by_project.setdefault(project, []).append(
+                    (path.name, self._sha256(path), path.stat().st_size))
         return by_project
 
     def _sha256(self, path: Path) -> str:
@@ -145,18 +179,21 @@ def _handler(catalog: _Catalog) -> type[BaseHTTPRequestHandler]:
                     self.send_response(301)
                     self.send_header("Location", f"/simple/{canonicalize_name(parts[1])}/")
                     self.end_headers()
+                elif JSON_TYPE in self.headers.get("Accept", ""):
+                    self._send_text(render_project_json(parts[1], files), body, JSON_TYPE)
                 else:
-                    self._send_text(render_project(files), body)
+                    self._send_text(render_project([(n, h) for n, h, _ in files]), body)
             elif len(parts) == 2 and parts[0] == "files" and project_of(parts[1]) \
                     and (catalog.directory / parts[1]).is_file():
                 self._send_file(catalog.directory / parts[1], body)
             else:
                 self.send_error(404)
 
-        def _send_text(self, text: str, body: bool) -> None:
+        def _send_text(self, text: str, body: bool, kind: str = "text/html") -> None:
             data = text.encode()
             self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Type", f"{kind}; charset=utf-8" if kind == "text/html"
+                             else kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if body:
@@ -245,13 +282,14 @@ def _pip() -> list[str]:
 
 
 def download(pins: Sequence[str], dest: Path, *, target: DownloadTarget,
-             index_url: str | None = None, with_deps: bool = False) -> list[Path]:
+             index_url: str | None = None, with_deps: bool = False,
+             exact: bool = True) -> list[Path]:
     """`pip download` exact `name==version` pins as binary wheels for `target` into `dest`.
 
     `with_deps` also fetches their dependencies (to seed an index a new lock resolves
     against). Files already in `dest` are reused by pip. Returns the files now in `dest`.
     """
-    bad = [p for p in pins if "==" not in p]
+    bad = [p for p in pins if "==" not in p] if exact else []
     if bad:
         raise ConfigError(f"pins must be exact name==version, got {bad[0]!r}")
     dest.mkdir(parents=True, exist_ok=True)
@@ -297,6 +335,34 @@ def unmatched_lock_files(lock_text: str, directory: Path) -> list[str]:
     present = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
     return sorted(pin for pin, names in lock_files(lock_text).items()
                   if names and not names & present)
+
+
+def _present(directory: Path) -> set[tuple[str, Version]]:
+    have: set[tuple[str, Version]] = set()
+    if directory.is_dir():
+        for path in directory.iterdir():
+            name, version = project_of(path.name), _version_of(path.name)
+            if name and version:
+                have.add((name, Version(version)))
+    return have
+
+
+def unsatisfied(requirements: Iterable[str], directory: Path) -> list[str]:
+    """Requirement specs (`setuptools>=77`, `wheel`) no file in `directory` satisfies."""
+    have = _present(directory)
+    missing = []
+    for text in requirements:
+        req = Requirement(text)
+        name = str(canonicalize_name(req.name))
+        if not any(n == name and req.specifier.contains(v, prereleases=True) for n, v in have):
+            missing.append(text)
+    return missing
+
+
+def build_requires(pyproject_text: str) -> list[str]:
+    """`[build-system].requires` of a workspace: what building its own package needs."""
+    table = tomllib.loads(pyproject_text).get("build-system", {})
+    return [str(r) for r in table.get("requires", [])]
 
 
 def missing_pins(pins: Iterable[str], directory: Path) -> list[str]:
