@@ -1,19 +1,19 @@
-"""Run a program on this host: one helper so every local-path subprocess behaves the same way.
+"""Local-path process helpers on top of `gpurl_tasks.proc` (the one place that runs programs).
 
-Arguments are a list, never a shell string; the program is looked up first so a missing tool
-fails with "install X" rather than a FileNotFoundError; a non-zero exit raises `BuildError`
-carrying the command line and the tail of its output. Nothing here prints.
+Adds what the local path needs besides `proc.run`: a quiet run (setup steps report results,
+not command lines), "install X" hints for missing tools, and starting the long-lived daemons
+(dockerd, docker-registry) detached from this process. Nothing here prints.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
 
 __all__ = ["alive", "quote", "require", "run", "spawn_detached", "tail"]
@@ -31,37 +31,24 @@ def tail(text: str, lines: int = 15) -> str:
 
 def require(program: str, *, hint: str | None = None) -> str:
     """Absolute path of `program`, or a BuildError that says what to install."""
-    found = program if "/" in program and Path(program).exists() else shutil.which(program)
-    if not found:
-        raise BuildError(f"couldn't find {program!r} on PATH", hint=hint or f"install {program}")
-    return found
+    try:
+        return proc.find_program(program)
+    except proc.ProgramNotFound:
+        raise BuildError(f"couldn't find {program!r} on PATH",
+                         hint=hint or f"install {program}") from None
 
 
 def run(
     args: Sequence[str | Path],
     *,
     env: Mapping[str, str] | None = None,
-    input_bytes: bytes | None = None,
     check: bool = True,
     timeout: float | None = None,
-    cwd: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run `args` with stdout and stderr captured as text; raise BuildError when it fails."""
-    argv = [require(str(args[0])), *(str(a) for a in args[1:])]
-    try:
-        done = subprocess.run(
-            argv, env=dict(env) if env is not None else None, input=input_bytes,
-            capture_output=True, check=False, timeout=timeout, cwd=cwd,
-        )
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"`{quote(args)}` did not finish within {timeout:.0f}s") from None
-    out = done.stdout.decode(errors="replace")
-    err = done.stderr.decode(errors="replace")
-    if check and done.returncode != 0:
-        raise BuildError(
-            f"`{quote(args)}` exited with {done.returncode}: {tail(err or out, 5)}",
-        )
-    return subprocess.CompletedProcess(argv, done.returncode, out, err)
+) -> proc.Completed:
+    """`proc.run` without echoing the command line; a missing program names what to install."""
+    argv = [str(a) for a in args]
+    require(argv[0])
+    return proc.run(argv, env=env, check=check, timeout=timeout, echo=None)
 
 
 def spawn_detached(args: Sequence[str | Path], log_file: Path) -> int:

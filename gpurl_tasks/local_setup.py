@@ -185,7 +185,8 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
         raise BuildError(f"pip download left {len(still)} requirements missing, e.g. {still[0]}",
                          hint="check target.python / target.glibc against the lock")
     _check_lock_files(lock_text, directory)
-    return "downloaded", f"{len(missing) + len(loose)} of {wanted} into {directory}"
+    return "downloaded", (f"{len(missing)}/{len(pins)} pins and {len(loose)}/{len(specs)} build "
+                          f"requirements into {directory}")
 
 
 def build_requirements(config: Config) -> list[str]:

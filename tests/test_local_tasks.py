@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from local_parts import free_port
+from tests.local_parts import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

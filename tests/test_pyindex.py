@@ -13,11 +13,11 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from local_parts import free_port, need
 from packaging.utils import canonicalize_name
 
 from gpurl_tasks import pyindex
-from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
+from tests.local_parts import free_port, need
 
 PIN = "iniconfig==2.0.0"  # a tiny pure-Python wheel on PyPI
 
@@ -40,6 +40,28 @@ def test_project_page_links_files_with_their_hash() -> None:
     page = pyindex.render_project([("b-1.0-py3-none-any.whl", "ab" * 32), ("b-1.0.tar.gz", "cd")])
     assert f'href="../../files/b-1.0-py3-none-any.whl#sha256={"ab" * 32}"' in page
     assert page.index("b-1.0-py3-none-any.whl") < page.index("b-1.0.tar.gz")
+
+
+def test_json_project_page_carries_sizes_and_versions() -> None:
+    import json
+
+    page = json.loads(pyindex.render_project_json("b", [("b-1.0.tar.gz", "cd", 7),
+                                                        ("b-2.0-py3-none-any.whl", "ab", 9)]))
+    assert page["meta"]["api-version"] == "1.1"
+    assert page["versions"] == ["1.0", "2.0"]
+    assert [(f["filename"], f["size"], f["hashes"]["sha256"]) for f in page["files"]] \
+        == [("b-1.0.tar.gz", 7, "cd"), ("b-2.0-py3-none-any.whl", 9, "ab")]
+    assert page["files"][1]["url"] == "../../files/b-2.0-py3-none-any.whl"
+
+
+def test_unsatisfied_specs_and_build_requires(tmp_path: Path) -> None:
+    (tmp_path / "setuptools-80.9.0-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "uv_build-0.13.6-py3-none-any.whl").write_bytes(b"")
+    specs = ["setuptools>=77", "setuptools<70", "uv_build>=0.9,<0.14", "wheel"]
+    assert pyindex.unsatisfied(specs, tmp_path) == ["setuptools<70", "wheel"]
+    assert pyindex.build_requires('[build-system]\nrequires = ["uv_build>=0.9,<0.14"]\n') \
+        == ["uv_build>=0.9,<0.14"]
+    assert pyindex.build_requires("[project]\nname = 'x'\n") == []
 
 
 def test_port_of_accepts_only_loopback_simple_urls() -> None:
@@ -144,7 +166,7 @@ def wheel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("wheels")
     try:
         pyindex.download([PIN], dest, target=pyindex.DownloadTarget())
-    except BuildError as exc:
+    except GpurlError as exc:
         need(False, f"cannot download {PIN} from the package index: {exc}")
     return dest
 
@@ -163,6 +185,9 @@ def test_pages_and_files_over_http(served: pyindex.IndexServer, wheel_dir: Path)
     page = httpx.get(served.url + "/iniconfig/").text
     wheel = next(wheel_dir.glob("*.whl"))
     assert wheel.name in page
+    as_json = httpx.get(served.url + "/iniconfig/", headers={"Accept": pyindex.JSON_TYPE})
+    assert as_json.headers["content-type"] == pyindex.JSON_TYPE
+    assert as_json.json()["files"][0]["size"] == wheel.stat().st_size
     href = page.split('href="')[1].split("#")[0]
     got = httpx.get(f"{served.url}/iniconfig/{href}")
     assert got.content == wheel.read_bytes()
@@ -205,7 +230,9 @@ def test_sync_frozen_installs_from_the_url_the_lock_recorded(wheel_dir: Path,
         subprocess.run([_uv(), "lock", "--python", sys.executable, "--default-index", server.url],
                        cwd=project, check=True, env=_uv_env(), capture_output=True)
     lock = (project / "uv.lock").read_text()
-    assert f'url = "http://127.0.0.1:{port}/files/iniconfig-2.0.0-py3-none-any.whl"' in lock
+    wheel = next(wheel_dir.glob("iniconfig-*.whl"))
+    assert f'url = "http://127.0.0.1:{port}/files/{wheel.name}"' in lock
+    assert f"size = {wheel.stat().st_size}" in lock  # from the JSON page: the planner needs it
 
     sync = [_uv(), "sync", "--frozen", "--python", sys.executable]
     with pyindex.serve(wheel_dir, port=port):  # a new server, same port: the build's view
