@@ -494,12 +494,12 @@ ns.add_task(setup_local)
 @task(help={
     "profile": _PROFILE_HELP,
     "target": "Dockerfile stage that builds the wheels (default: wheel-builder)",
-    "source": "directory inside that stage holding the wheels and MANIFEST (default: wheelhouse)",
+    "source": "directory inside that stage holding the wheels and MANIFEST (default: wheels)",
     "dockerfile": "Dockerfile to build (default: build.dockerfile of the profile)",
     "json": "print the copied files as one JSON object on stdout",
 })
 def build_wheels(c: Context, profile: str = "demo", target: str = "wheel-builder",
-                 source: str = "wheelhouse", dockerfile: str = "", json: bool = False) -> None:
+                 source: str = "wheels", dockerfile: str = "", json: bool = False) -> None:
     """Build the wheel-builder stage and copy its wheels + MANIFEST into the wheelhouse.
 
     The wheelhouse is build.wheelhouse; later builds take WHEEL_SOURCE=prebuilt-wheelhouse.

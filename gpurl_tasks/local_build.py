@@ -262,7 +262,7 @@ def build_wheels(
     *,
     build_args: Mapping[str, str] | None = None,
     target: str = "wheel-builder",
-    source: str = "wheelhouse",
+    source: str = "wheels",
     client: str | None = None,
     context: Path | None = None,
     dockerfile: Path | None = None,

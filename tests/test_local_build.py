@@ -122,11 +122,11 @@ RUN echo "$SESSION" > /session && python3 -m venv /opt/uv \\
 FROM base AS wheel-builder
 ARG INDEX_URL
 COPY ext/ /src/ext/
-RUN /opt/uv/bin/python -m pip wheel --no-deps --index-url "$INDEX_URL" -w /wheelhouse /src/ext \\
- && cd /wheelhouse && sha256sum *.whl > MANIFEST
+RUN /opt/uv/bin/python -m pip wheel --no-deps --index-url "$INDEX_URL" -w /wheels /src/ext \\
+ && cd /wheels && sha256sum *.whl > MANIFEST
 
 FROM base AS prebuilt-wheelhouse
-COPY wheelhouse/ /wheelhouse/
+COPY wheelhouse/ /wheels/
 
 FROM ${WHEEL_SOURCE} AS wheels
 
@@ -135,9 +135,9 @@ ARG FAIL=0
 WORKDIR /app
 COPY project/pyproject.toml project/uv.lock /app/
 RUN /opt/uv/bin/uv sync --frozen --python /usr/bin/python3
-COPY --from=wheels /wheelhouse/ /wheelhouse/
+COPY --from=wheels /wheels/ /wheels/
 RUN /opt/uv/bin/uv pip install --python /app/.venv/bin/python --no-deps --no-index \\
-    /wheelhouse/*.whl
+    /wheels/*.whl
 RUN /app/.venv/bin/python -c "import iniconfig, tinyext; assert tinyext.answer() == 42; \\
 assert '$FAIL' != '1', 'deliberately broken build assert'; print('build asserts OK')"
 """
