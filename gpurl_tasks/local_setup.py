@@ -28,6 +28,7 @@ __all__ = [
     "StepResult",
     "build_requirements",
     "cache_dir",
+    "ensure_index",
     "image_tool_pins",
     "index_dir",
     "setup_local",
@@ -187,6 +188,13 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
     _check_lock_files(lock_text, directory)
     return "downloaded", (f"{len(missing)}/{len(pins)} pins and {len(loose)}/{len(specs)} build "
                           f"requirements into {directory}")
+
+
+def ensure_index(config: Config, *, cache: Path | None = None, dry_run: bool = False,
+                 ) -> StepResult:
+    """Only the package-index step of setup-local: the wheels `build.index-url` must serve."""
+    where = cache or cache_dir(config.root)
+    return _timed("package index", lambda: _index(config, where, dry_run))
 
 
 def build_requirements(config: Config) -> list[str]:
