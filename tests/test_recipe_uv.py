@@ -3,7 +3,9 @@
 What a Docker build would do in the rl stage, minus the container: each sync RUN installs
 exactly its layer, the chain ends with exactly the lock, and the final local sync keeps a
 `--no-deps` wheel installed (it is --inexact; an exact sync would uninstall it).
-Needs the package index the demo lock points at (PyPI); under CI a failure to reach it fails.
+The demo lock points at the loopback index, so the test fills it (exact pins from PyPI, as
+`invoke setup-local` does) and serves it while the RUN lines execute; under CI a failure to
+reach PyPI fails.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
+from gpurl_tasks import local_setup, pyindex
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.model import render
 from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.layers import plan_for_config
+from gpurl_tasks.local_build import serving_index
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO = REPO_ROOT / "examples" / "demo"
@@ -60,20 +64,25 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
                               text=True)
         assert done.returncode == 0, done.stderr[-2000:]
 
-    seen: set[str] = set()
-    for i, layer in enumerate(plan.layers):
-        sh(runs[i])
-        now = _installed(venv)
-        assert now - seen == set(layer.names), f"sync {i + 1} installed the wrong packages"
-        seen = now
+    cache = local_setup.cache_dir(REPO_ROOT)
+    local_setup.ensure_index(config, cache=cache)
+    pyindex.download(["six==1.17.0"], local_setup.index_dir(cache),  # the stand-in wheel below
+                     target=pyindex.DownloadTarget(python_version=config.target.python))
+    with serving_index(config.build.index_url, local_setup.index_dir(cache)):
+        seen: set[str] = set()
+        for i, layer in enumerate(plan.layers):
+            sh(runs[i])
+            now = _installed(venv)
+            assert now - seen == set(layer.names), f"sync {i + 1} installed the wrong packages"
+            seen = now
 
-    sh(f"{uv} pip install --no-deps six")  # stands in for the compiled --no-deps wheels
-    for name in ("src",):
-        shutil.copytree(DEMO / name, work / name)
-    sh(runs[-1])  # the final local sync, as rendered
-    final = _installed(venv)
-    assert {"six", "gpurl-demo"} <= final
-    assert final == seen | {"six", "gpurl-demo"}
-    exact = runs[-1].replace("--inexact", "")
-    sh(exact)
+        sh(f"{uv} pip install --no-deps six")  # stands in for the compiled --no-deps wheels
+        for name in ("src",):
+            shutil.copytree(DEMO / name, work / name)
+        sh(runs[-1])  # the final local sync, as rendered
+        final = _installed(venv)
+        assert {"six", "gpurl-demo"} <= final
+        assert final == seen | {"six", "gpurl-demo"}
+        exact = runs[-1].replace("--inexact", "")
+        sh(exact)
     assert "six" not in _installed(venv), "an exact sync removes post-chain installs"

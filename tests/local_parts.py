@@ -1,0 +1,29 @@
+"""Find the real local parts integration tests need; skip visibly, or fail under CI=true.
+
+`.ci/run` installs and starts every part, so in CI a missing part is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+__all__ = ["free_port", "need"]
+
+
+def need(present: object, reason: str) -> None:
+    """Skip (or under CI fail) the calling test when `present` is falsy."""
+    if present:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"required local part missing in CI: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (others run tests on this machine too)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
