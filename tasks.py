@@ -163,6 +163,8 @@ ns.add_task(generate)
         "dry_run": "print the full command (secrets redacted) and run nothing",
         "force": "allow --memory below 512GB",
         "json": "machine-readable output on stdout",
+        "wheel_source": "local backend: prebuilt-wheelhouse or wheel-builder (default: build.wheel-source)",
+        "push_floating": "local backend: also push the floating tag (never by default)",
     }
 )
 def build(
@@ -178,17 +180,42 @@ def build(
     dry_run: bool = False,
     force: bool = False,
     json: bool = False,
+    wheel_source: str | None = None,
+    push_floating: bool = False,
 ) -> None:
-    """Build and push the image: as an iris job running kaniko (runbook sections 2-4)."""
+    """Build and push the image: as an iris job running kaniko (runbook sections 2-4), or
+    with the local Docker engine and loopback registry (`--backend local`)."""
     from gpurl_tasks import cluster_tasks
     from gpurl_tasks.cluster_build import BuildRequest
     from gpurl_tasks.errors import BuildError
 
     with cli.clean_failures():
         config = cli.config_for(profile, backend=backend)
-        if config.backend != "iris":
-            raise BuildError(f"the {config.backend!r} build backend is not available yet",
-                             hint="use --backend iris")
+        if config.backend == "local":
+            from gpurl_tasks import pipeline, release
+            from gpurl_tasks.local_setup import setup_local
+
+            if dry_run:
+                raise BuildError("--dry-run is for the cluster backend",
+                                 hint="`invoke setup-local --dry-run` shows what the local path would do")
+            with cli.step("setup-local"):
+                setup_local(config)
+            with cli.step("build + push"):
+                result = pipeline.build_local(config, git_sha=release.head_short_sha(config.root),
+                                              wheel_source=wheel_source, push_floating=push_floating,
+                                              on_line=None if json else cli.say)
+            if json:
+                cli.emit_json({"reference": result.reference, "digest": result.digest,
+                               "pinned": result.pinned, "cached_steps": result.cached_steps,
+                               "steps": sum(1 for s in result.steps if not s.is_from),
+                               "stages_run": sorted(result.stages_run)})
+            else:
+                print(f"pushed {result.reference}\ndigest {result.digest}\n"
+                      f"next: invoke verify-layers --profile {config.profile} --ref {result.reference}")
+            return
+        if wheel_source or push_floating:
+            raise BuildError("--wheel-source and --push-floating are local-backend flags",
+                             hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
         request = BuildRequest(cluster=cluster, cpu=cpu, memory=memory, disk=disk,
                                timeout=timeout, megatron=megatron, force=force)
         cluster_tasks.run_build(config, request, dry_run=dry_run, as_json=json)
@@ -585,3 +612,26 @@ def fill_index(c: Context, pins: str, profile: str = "demo", deps: bool = False)
 
 
 ns.add_task(fill_index)
+
+
+@task(help={
+    "profile": "config profile to run end to end (default: demo, the embedded workspace)",
+    "wheel_source": "prebuilt-wheelhouse (default: compile the wheels once, then reuse them) "
+                    "or wheel-builder (compile inside the image build)",
+    "json": "print the result (plan, build, verify report, pin) as one JSON object",
+})
+def demo(c: Context, profile: str = "demo", wheel_source: str = "prebuilt-wheelhouse",
+         json: bool = False) -> None:
+    """The main job on this machine: setup-local, plan, generate, build, push, verify-layers, pin.
+
+    Each step prints what it did and its duration; a second run is fast (build cache, registry).
+    """
+    from gpurl_tasks.pipeline import run_pipeline
+
+    with cli.clean_failures():
+        result = run_pipeline(cli.config_for(profile), say=cli.say, wheel_source=wheel_source)
+        if json:
+            cli.emit_json(result.to_json())
+
+
+ns.add_task(demo)

@@ -1,0 +1,157 @@
+"""The whole pipeline on this machine, as `invoke demo` runs it: the real Docker engine with
+BuildKit, the real loopback registry and package index, the demo workspace's real packages.
+
+The tests work on a copy of the working tree (so pinning never edits this checkout) that
+shares the engine, registry and index cache with it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpurl_tasks.config import load_config
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.generate import render_dockerfile
+from gpurl_tasks.layers import plan_for_config
+from gpurl_tasks.local_build import build_and_push
+from gpurl_tasks.local_registry import manifest_digest
+from tests.conftest import REPO_ROOT
+from tests.local_parts import need
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
+CACHE = REPO_ROOT / ".cache" / "gpurl"
+
+
+def _copy_tree(dest: Path) -> Path:
+    """The working tree's tracked and unignored files, committed in a fresh repository."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO_ROOT, check=True, capture_output=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source = REPO_ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"],
+                 ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost",
+                  "commit", "-qm", "demo workspace"]):
+        subprocess.run(argv, cwd=dest, check=True)
+    return dest
+
+
+def invoke(root: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root), "GPURL_CACHE_DIR": str(CACHE)}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    need(shutil.which("docker") or shutil.which("dockerd"), "no Docker engine on this machine")
+    need(shutil.which("debootstrap") or os.environ.get("CI"), "debootstrap is not installed")
+    return _copy_tree(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="module")
+def first(tree: Path) -> dict[str, Any]:
+    """`invoke demo --json`: setup-local, plan, generate, wheels, build + push, verify, pin."""
+    done = invoke(tree, "demo", "--json")
+    assert done.returncode == 0, done.stderr[-4000:]
+    for step in ("setup-local", "plan", "generate", "wheels", "build + push", "verify-layers", "pin"):
+        assert f"<== {step}:" in done.stderr  # each step printed with its duration
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _sync_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [row for row in result["verify"]["layers"]
+            if row["instruction"] and "uv sync" in row["instruction"]
+            and "--inexact" not in row["instruction"]]
+
+
+def test_one_pushed_layer_per_planned_sync_step(first: dict[str, Any]) -> None:
+    rows = _sync_rows(first)
+    assert len(rows) == len(first["plan"]["steps"]) >= 3
+    assert first["verify"]["ok"]
+    # the sync layers are the planned ones, in order, and the rest are the other instructions
+    assert [row["sync_step"] for row in rows] == list(range(len(rows)))
+    assert first["verify"]["layer_count"] > len(rows)
+
+
+def test_sync_layers_match_the_predicted_sizes(first: dict[str, Any]) -> None:
+    for row, layer in zip(_sync_rows(first), first["plan"]["layers"], strict=True):
+        assert row["predicted"] == layer["compressed_bytes"]
+        if layer["compressed_bytes"] >= 5_000_000:
+            error = abs(row["size"] - row["predicted"]) / row["predicted"]
+            assert error <= 0.10, f"sync layer {row['sync_step']}: {row['size']} vs {row['predicted']}"
+
+
+def test_prebuilt_path_never_touches_the_wheel_builder(first: dict[str, Any]) -> None:
+    assert first["build"]["stages_run"], "the build ran nothing"
+    assert "wheel-builder" not in first["build"]["stages_run"]
+
+
+def test_pinned_digest_is_the_registrys(tree: Path, first: dict[str, Any]) -> None:
+    config = load_config(tree, profile="demo", env={})
+    source = config.launcher.path.read_text()
+    values = [node.value.value for node in ast.walk(ast.parse(source))
+              if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+              and any(isinstance(t, ast.Name) and t.id == config.launcher.variable
+                      for t in node.targets)]
+    host, _, rest = first["reference"].partition("/")
+    repository, _, tag = rest.rpartition(":")
+    assert values == [f"{host}/{repository}@{manifest_digest(host, repository, tag)}"]
+
+
+def test_second_build_comes_from_the_cache(tree: Path, first: dict[str, Any]) -> None:
+    done = invoke(tree, "build", "--backend", "local", "--profile", "demo",
+                  "--wheel-source", "prebuilt-wheelhouse", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = json.loads(done.stdout)
+    assert again["digest"] == first["digest"]  # same inputs, same image
+    assert again["cached_steps"] == again["steps"] >= len(first["plan"]["steps"]) + 3
+
+
+def test_rebuild_needed_after_pin_and_after_a_lock_change(tree: Path, first: dict[str, Any]) -> None:
+    now = invoke(tree, "rebuild-needed", "--profile", "demo", "--since", "HEAD", "--json")
+    assert now.returncode == 0, now.stdout + now.stderr
+    assert json.loads(now.stdout)["decision"] == "none"
+    lock = tree / "examples" / "demo" / "uv.lock"
+    original = lock.read_text()
+    try:
+        lock.write_text(original.replace('name = "pyyaml"\nversion = "', 'name = "pyyaml"\nversion = "0', 1))
+        changed = invoke(tree, "rebuild-needed", "--profile", "demo", "--since", "HEAD", "--json")
+        assert changed.returncode == 10, changed.stdout + changed.stderr
+        decision = json.loads(changed.stdout)
+        assert decision["decision"] == "image"
+        assert any("pyyaml" in r["detail"] for r in decision["reasons"])
+    finally:
+        lock.write_text(original)
+
+
+def test_wheel_builder_path_builds_and_imports_the_compiled_wheel(tree: Path,
+                                                                  first: dict[str, Any]) -> None:
+    done = invoke(tree, "build", "--backend", "local", "--profile", "demo",
+                  "--wheel-source", "wheel-builder", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    # the compiled wheel reached the image: its import assert is a RUN of this very build
+    assert "import gpurl_demo_ext" in done.stderr
+    assert "[wheel-builder" in done.stderr
+
+
+def test_a_broken_build_assert_fails_the_build(tree: Path, first: dict[str, Any]) -> None:
+    config = load_config(tree, profile="demo", env={}, overrides={
+        "build.import-asserts": ["import gpurl_demo_ext", "import gpurl_demo_not_there"]})
+    broken = tree / "docker" / "Dockerfile.broken"
+    broken.write_text(render_dockerfile(config, plan_for_config(config)))
+    with pytest.raises(BuildError, match="gpurl_demo_not_there"):
+        build_and_push(config, git_sha="0000000", dockerfile=broken, cache=CACHE,
+                       build_args={"WHEEL_SOURCE": "prebuilt-wheelhouse", "GITSHA": "0000000"})
