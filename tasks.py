@@ -165,6 +165,7 @@ ns.add_task(generate)
         "json": "machine-readable output on stdout",
         "wheel_source": "local backend: prebuilt-wheelhouse or wheel-builder (default: build.wheel-source)",
         "push_floating": "local backend: also push the floating tag (never by default)",
+        "no_cache": "local backend: rebuild every step (docker build --no-cache)",
     }
 )
 def build(
@@ -182,6 +183,7 @@ def build(
     json: bool = False,
     wheel_source: str | None = None,
     push_floating: bool = False,
+    no_cache: bool = False,
 ) -> None:
     """Build and push the image: as an iris job running kaniko (runbook sections 2-4), or
     with the local Docker engine and loopback registry (`--backend local`)."""
@@ -203,18 +205,19 @@ def build(
             with cli.step("build + push"):
                 result = pipeline.build_local(config, git_sha=release.head_short_sha(config.root),
                                               wheel_source=wheel_source, push_floating=push_floating,
-                                              on_line=None if json else cli.say)
+                                              no_cache=no_cache, on_line=None if json else cli.say)
             if json:
                 cli.emit_json({"reference": result.reference, "digest": result.digest,
                                "pinned": result.pinned, "cached_steps": result.cached_steps,
                                "steps": sum(1 for s in result.steps if not s.is_from),
+                               "stages": sorted(result.stages),
                                "stages_run": sorted(result.stages_run)})
             else:
                 print(f"pushed {result.reference}\ndigest {result.digest}\n"
                       f"next: invoke verify-layers --profile {config.profile} --ref {result.reference}")
             return
-        if wheel_source or push_floating:
-            raise BuildError("--wheel-source and --push-floating are local-backend flags",
+        if wheel_source or push_floating or no_cache:
+            raise BuildError("--wheel-source, --push-floating and --no-cache are local-backend flags",
                              hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
         request = BuildRequest(cluster=cluster, cpu=cpu, memory=memory, disk=disk,
                                timeout=timeout, megatron=megatron, force=force)

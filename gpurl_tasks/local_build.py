@@ -106,9 +106,12 @@ def build_command(
     tags: Sequence[str] = (),
     output: str | None = None,
     progress: str = "plain",
+    no_cache: bool = False,
 ) -> list[str]:
     """The `docker build` argv (run with DOCKER_BUILDKIT=1); pure, so tests can read it."""
     argv = [client, "build", "--network", "host", "--progress", progress, "-f", str(dockerfile)]
+    if no_cache:
+        argv.append("--no-cache")
     for key in sorted(build_args):
         argv += ["--build-arg", f"{key}={build_args[key]}"]
     if target:
@@ -207,6 +210,7 @@ def build_and_push(
     cache: Path | None = None,
     on_line: LineSink | None = None,
     log_file: Path | None = None,
+    no_cache: bool = False,
 ) -> BuildResult:
     """Build `dockerfile` (default `build.dockerfile`) with BuildKit, push, return the digest.
 
@@ -221,7 +225,8 @@ def build_and_push(
     served_from = index_dir(cache or cache_dir(config.root))
     argv = build_command(client, dockerfile=dockerfile or config.build.dockerfile,
                          context=context or config.root, build_args=args, target=target,
-                         tags=[reference, *([floating] if floating else [])], progress=progress)
+                         tags=[reference, *([floating] if floating else [])], progress=progress,
+                         no_cache=no_cache)
     start = time.monotonic()
     with serving_index(config.build.index_url, served_from):
         log, steps = _run_build(argv, on_line, log_file)

@@ -53,6 +53,7 @@ class PipelineResult:
             "plan": self.plan.to_json(),
             "build": {"cached_steps": self.build.cached_steps,
                       "steps": sum(1 for s in self.build.steps if not s.is_from),
+                      "stages": sorted(self.build.stages),
                       "stages_run": sorted(self.build.stages_run),
                       "seconds": round(self.build.seconds, 1)},
             "verify": report_json(self.report),
@@ -75,11 +76,13 @@ def ensure_wheels(config: Config, say: Say) -> str:
 
 
 def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None,
-                push_floating: bool = False, on_line: Say | None = None) -> BuildResult:
+                push_floating: bool = False, no_cache: bool = False,
+                on_line: Say | None = None) -> BuildResult:
     """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args."""
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
     return local_build.build_and_push(config, git_sha=git_sha, build_args=args,
-                                      push_floating=push_floating, on_line=on_line)
+                                      push_floating=push_floating, no_cache=no_cache,
+                                      on_line=on_line)
 
 
 class _Steps:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,3 +23,21 @@ def skyrl_lock(commit: str) -> Path:
     if not path.exists():
         pytest.skip(f"real SkyRL lock not present at {path}")
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def local_parts(request: pytest.FixtureRequest) -> None:
+    """Before any Docker test: `invoke setup-local` for the demo profile (engine, BuildKit client,
+    loopback registry, base image, package index), as a user would run it. Idempotent."""
+    if not any(item.get_closest_marker("docker") for item in request.session.items):
+        return
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.errors import GpurlError
+    from gpurl_tasks.local_setup import setup_local
+
+    try:
+        setup_local(load_config(REPO_ROOT, profile="demo", env={}))
+    except GpurlError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"setup-local failed in CI: {exc}")
+        print(f"\nsetup-local failed, Docker tests will skip: {exc}", file=sys.stderr)
