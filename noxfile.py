@@ -99,6 +99,23 @@ def pin(session: nox.Session) -> None:
     session.run("invoke", "pin", *_ref_as_flag(session.posargs))
 
 
+# --- build and end to end ----------------------------------------------------------------
+
+
+@nox.session(default=False)
+def build(session: nox.Session) -> None:
+    """Build and push the image (args: `invoke build` flags, e.g. --dry-run, --backend local)."""
+    _sync(session)
+    session.run("invoke", "build", *session.posargs)
+
+
+@nox.session(default=False)
+def e2e(session: nox.Session) -> None:
+    """The end-to-end tests alone: real Docker engine, loopback registry and index (`-m docker`)."""
+    _sync(session, "test")
+    session.run("pytest", "-m", "docker", *session.posargs)
+
+
 # --- benchmarks ---------------------------------------------------------------------------
 
 
