@@ -437,9 +437,10 @@ ns.add_task(rebuild_needed, name="rebuild-needed")
 )
 def check_wheels(c: Context, source: str | None = None, json: bool = False,
                  profile: str | None = None) -> None:
-    """Check the prebuilt vLLM-fork and flash-attn wheels against the Dockerfile's pins.
+    """Check the prebuilt wheels: one per build.wheel_globs entry, against the Dockerfile's pins.
 
-    Names, tags, fork commit, torch/CUDA labels; in a directory also each wheel's own
+    Names, tags, fork commit, torch/CUDA labels (vLLM fork, flash-attn), installable tags for
+    every profile's wheels; in a directory also each wheel's own
     .dist-info (catches renamed wheels) and the sha256 in its MANIFEST. Exit codes: 0 all
     match, 3 mismatches (one line each, expected vs found), 1 usage error, 2 unreadable input.
     """
