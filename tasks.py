@@ -467,9 +467,10 @@ ns.add_task(rebuild_needed, name="rebuild-needed")
 )
 def check_wheels(c: Context, source: str | None = None, json: bool = False,
                  profile: str | None = None) -> None:
-    """Check the prebuilt vLLM-fork and flash-attn wheels against the Dockerfile's pins.
+    """Check the prebuilt wheels: one per build.wheel_globs entry, against the Dockerfile's pins.
 
-    Names, tags, fork commit, torch/CUDA labels; in a directory also each wheel's own
+    Names, tags, fork commit, torch/CUDA labels (vLLM fork, flash-attn), installable tags for
+    every profile's wheels; in a directory also each wheel's own
     .dist-info (catches renamed wheels) and the sha256 in its MANIFEST. Exit codes: 0 all
     match, 3 mismatches (one line each, expected vs found), 1 usage error, 2 unreadable input.
     """
@@ -526,32 +527,43 @@ ns.add_task(setup_local)
     "target": "Dockerfile stage that builds the wheels (default: wheel-builder)",
     "source": "directory inside that stage holding the wheels and MANIFEST (default: wheels)",
     "dockerfile": "Dockerfile to build (default: build.dockerfile of the profile)",
-    "json": "print the copied files as one JSON object on stdout",
+    "json": "print the copied files and the wheel check as one JSON object on stdout",
 })
 def build_wheels(c: Context, profile: str = "demo", target: str = "wheel-builder",
                  source: str = "wheels", dockerfile: str = "", json: bool = False) -> None:
-    """Build the wheel-builder stage and copy its wheels + MANIFEST into the wheelhouse.
+    """Build the wheel-builder stage, copy its wheels + MANIFEST into the wheelhouse, check them.
 
     The wheelhouse is build.wheelhouse; later builds take WHEEL_SOURCE=prebuilt-wheelhouse.
+    The result then goes through check-wheels' check (one wheel per build.wheel_globs entry,
+    installable tags, MANIFEST sha256): exit 3 with one line per mismatch when it fails.
     """
     from pathlib import Path
 
+    from invoke.exceptions import Exit
+
     from gpurl_tasks import local_build
+    from gpurl_tasks.wheels import check_source
 
     with cli.clean_failures():
-        config = cli.config_for(profile)
+        # --dockerfile becomes build.dockerfile, so the check reads the Dockerfile just built.
+        config = cli.config_for(
+            profile, build__dockerfile=str(Path(dockerfile).resolve()) if dockerfile else None)
         with cli.step(f"build-wheels ({target})"):
             result = local_build.build_wheels(
                 config, target=target, source=source,
-                dockerfile=Path(dockerfile).resolve() if dockerfile else None,
                 build_args={"WHEEL_SOURCE": "wheel-builder"},
                 on_line=None if json else cli.say)
-        if json:
-            cli.emit_json({"files": [str(p) for p in result.files],
-                           "seconds": round(result.seconds, 1)})
-        else:
-            for path in result.files:
-                cli.say(f"  {path}")
+        report = check_source(config, str(config.build.wheelhouse))
+    if json:
+        cli.emit_json({"files": [str(p) for p in result.files],
+                       "seconds": round(result.seconds, 1), "check": report.to_json()})
+    else:
+        for path in result.files:
+            cli.say(f"  {path}")
+        for line in report.lines():
+            cli.say(line)
+    if report.mismatches:
+        raise Exit(code=3)
 
 
 ns.add_task(build_wheels)

@@ -1,20 +1,23 @@
-"""The prebuilt vLLM-fork and flash-attn wheels must match the Dockerfile's pins.
+"""The prebuilt compiled wheels must match what the profile's build installs.
 
-The fast build path installs whatever `docker/wheelhouse/*.whl` holds, so a wheel built for
-another fork commit, torch, CUDA or Python would be baked in silently. The expected names are
-derived from the Dockerfile ARGs (falling back to the config for an ARG the file lacks):
+The fast build path installs whatever the wheelhouse holds, so a wheel built for another
+fork commit, torch, CUDA or Python would be baked in silently. The expected set is one wheel
+per `build.wheel_globs` entry (its `${ARG}`s filled from the Dockerfile ARGs, falling back to
+the config): each glob must match exactly one wheel whose tags the target interpreter accepts
+(cp3XY, abi3, manylinux up to the target glibc). For the gpu-rl pair the expected names are
+derived from the pins as well:
 
     vllm-{vllm_version}+g{VLLM_FORK_COMMIT}.{CUDA_TAG}-cp312-cp312-linux_x86_64.whl
     flash_attn-{FLASH_ATTN_VERSION}-cp312-cp312-linux_x86_64.whl
 
-(what `pip wheel` writes for the fork checkout and for flash-attn==VERSION). Found names are
-parsed with `packaging.utils.parse_wheel_filename` and checked field by field: the fork commit
-(`g<sha>`, either spelling a prefix of the other), the flash-attn version, any CUDA or torch
-label against the pins, and a tag the target interpreter accepts (cp312, abi3, manylinux).
-Each wheel pattern the Dockerfile installs (`vllm-*g${VLLM_FORK_COMMIT}*.whl`, ...) must match
-exactly one wheel. A wheel's torch ABI is not in its name: rebuild-needed reports a torch
-change as wheels+image instead. A MANIFEST lists one wheel per line as `sha256sum` prints
-it: `<sha256>  <filename>`.
+(what `pip wheel` writes for the fork checkout and for flash-attn==VERSION); a glob those
+names match is that pinned wheel, checked field by field: the fork commit (`g<sha>`, either
+spelling a prefix of the other), the flash-attn version, any CUDA or torch label against the
+pins. Any other glob (the demo's `gpurl_demo_ext-*.whl`) is checked for tags, .dist-info and
+MANIFEST only. Each wheel pattern the Dockerfile installs must match exactly one wheel too.
+A wheel's torch ABI is not in its name: rebuild-needed reports a torch change as
+wheels+image instead. A MANIFEST lists one wheel per line as `sha256sum` prints it:
+`<sha256>  <filename>`.
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ __all__ = [
     "WheelCheckError",
     "WheelPins",
     "WheelReport",
+    "WheelSpec",
     "check_source",
     "check_wheels",
+    "configured_globs",
     "expected_filenames",
     "parse_manifest",
     "pins_from_args",
@@ -56,6 +61,7 @@ __all__ = [
     "read_wheelhouse",
     "redact_url",
     "target_wheel_tags",
+    "wheel_specs",
 ]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
@@ -186,10 +192,12 @@ def _label_problems(project: str, version: Version, pins: WheelPins) -> list[str
     return problems
 
 
-def _check_one(project: str, wheel: FoundWheel, version: Version, tags: frozenset[Tag],
-               pins: WheelPins, expected: str) -> list[Mismatch]:
-    out = [Mismatch(project=project, expected=expected, found=wheel.filename, problem=p)
-           for p in _label_problems(project, version, pins)]
+def _check_one(spec: WheelSpec, wheel: FoundWheel, version: Version, tags: frozenset[Tag],
+               pins: WheelPins) -> list[Mismatch]:
+    """Label checks for the pinned pair; tags, .dist-info and MANIFEST for every wheel."""
+    project, expected = spec.label, spec.expected
+    out = ([Mismatch(project=project, expected=expected, found=wheel.filename, problem=p)
+            for p in _label_problems(project, version, pins)] if spec.pinned else [])
     if not tags & target_wheel_tags(pins):
         found_tags = ".".join(sorted(str(t) for t in tags))
         out.append(Mismatch(project=project, expected=expected, found=wheel.filename,
@@ -216,26 +224,98 @@ def _check_one(project: str, wheel: FoundWheel, version: Version, tags: frozense
     return out
 
 
-def check_wheels(pins: WheelPins, found: Sequence[FoundWheel],
-                 globs: Sequence[str] = ()) -> tuple[Mismatch, ...]:
-    """Every way `found` fails the pins (and the Dockerfile's install patterns `globs`)."""
+@dataclasses.dataclass(**_KW)
+class WheelSpec:
+    """One wheel the build installs: its project, install glob and what to print as expected.
+
+    `pinned` specs are the vLLM-fork/flash-attn pair, checked field by field against the pins;
+    any other spec (a profile's own compiled wheel) is checked for tags, .dist-info and
+    MANIFEST only. A spec whose glob starts with a wildcard has no project and claims wheels
+    by glob alone.
+    """
+
+    project: str | None
+    glob: str | None
+    expected: str
+    pinned: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.project or "?"
+
+
+def _glob_project(pattern: str) -> str | None:
+    """The distribution a wheel glob names ("gpurl_demo_ext-*.whl" -> "gpurl-demo-ext")."""
+    head = pattern.split("-", 1)[0]
+    if not head or any(c in head for c in "*?[") or head == pattern:
+        return None
+    return str(canonicalize_name(head))
+
+
+def wheel_specs(pins: WheelPins, expected_globs: Sequence[str] | None) -> tuple[WheelSpec, ...]:
+    """One spec per expected glob; None means the gpu-rl pair, identified by project alone.
+
+    A glob that the pins' vLLM or flash-attn filename matches is that pinned wheel, so the
+    gpu-rl profile keeps every fork-commit and version check; other globs are generic.
+    """
+    names = expected_filenames(pins)
+    if expected_globs is None:
+        return tuple(WheelSpec(project=p, glob=None, expected=n, pinned=True)
+                     for p, n in names.items())
+    specs = []
+    for pattern in expected_globs:
+        pinned = next((p for p, n in names.items() if fnmatch.fnmatchcase(n, pattern)), None)
+        if pinned is not None:
+            specs.append(WheelSpec(project=pinned, glob=pattern, expected=names[pinned],
+                                   pinned=True))
+        else:
+            specs.append(WheelSpec(project=_glob_project(pattern), glob=pattern,
+                                   expected=pattern))
+    return tuple(specs)
+
+
+def _claim(specs: Sequence[WheelSpec], project: str, filename: str) -> WheelSpec | None:
+    """The spec a wheel belongs to: same project first, else the first glob it matches."""
+    return (next((s for s in specs if s.project == project), None)
+            or next((s for s in specs if s.glob and fnmatch.fnmatchcase(filename, s.glob)),
+                    None))
+
+
+def _pattern_problems(names: Sequence[str], patterns: Sequence[tuple[str, str]],
+                      specs: Sequence[WheelSpec], pins: WheelPins) -> list[Mismatch]:
+    """Each install pattern (with who asked for it) must match exactly one wheel."""
     expected = expected_filenames(pins)
+    out = []
+    for pattern, owner in patterns:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if len(hits) == 1:
+            continue
+        project = next((s.label for s in specs if s.glob == pattern), None) or next(
+            (p for p, n in expected.items() if fnmatch.fnmatchcase(n, pattern)), "?")
+        out.append(Mismatch(
+            project=project, expected=f"one wheel matching {pattern}",
+            found=", ".join(hits) or "none",
+            problem=f"{owner} matches " + ("no wheel" if not hits else "several wheels")))
+    return out
+
+
+def check_wheels(pins: WheelPins, found: Sequence[FoundWheel], globs: Sequence[str] = (),
+                 *, expected_globs: Sequence[str] | None = None) -> tuple[Mismatch, ...]:
+    """Every way `found` fails the expected wheels and the Dockerfile's install patterns `globs`.
+
+    `expected_globs` (a profile's `build.wheel_globs`, ARGs substituted) is the expected set,
+    one wheel per glob; None keeps the gpu-rl pair derived from the pins alone.
+    """
+    specs = wheel_specs(pins, expected_globs)
     mismatches = [Mismatch(project="?", expected=f"the file {w.filename}", found="none",
                            problem="listed in the MANIFEST but absent from the wheelhouse")
                   for w in found if not w.present]
     found = [w for w in found if w.present]
-    names = [w.filename for w in found]
-    for pattern in globs:
-        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
-        if len(hits) != 1:
-            project = next((p for p, n in expected.items() if fnmatch.fnmatchcase(n, pattern)),
-                           "?")
-            mismatches.append(Mismatch(
-                project=project, expected=f"one wheel matching {pattern}",
-                found=", ".join(hits) or "none",
-                problem="the Dockerfile's install pattern matches "
-                        + ("no wheel" if not hits else "several wheels")))
-    seen: dict[str, int] = {VLLM: 0, FLASH_ATTN: 0}
+    patterns = [(g, "the Dockerfile's install pattern") for g in globs]
+    patterns += [(s.glob, "the configured wheel glob") for s in specs
+                 if s.glob is not None and s.glob not in globs]
+    mismatches += _pattern_problems([w.filename for w in found], patterns, specs, pins)
+    seen: dict[WheelSpec, int] = dict.fromkeys(specs, 0)
     for wheel in sorted(found, key=lambda w: w.filename):
         try:
             name, version, _build, tags = parse_wheel_filename(wheel.filename)
@@ -244,19 +324,20 @@ def check_wheels(pins: WheelPins, found: Sequence[FoundWheel],
                                        found=wheel.filename, problem=f"unparseable ({exc})"))
             continue
         project = str(canonicalize_name(name))
-        if project not in expected:
-            mismatches.append(Mismatch(project=project, expected=" or ".join(expected.values()),
+        spec = _claim(specs, project, wheel.filename)
+        if spec is None:
+            mismatches.append(Mismatch(project=project,
+                                       expected=" or ".join(s.expected for s in specs),
                                        found=wheel.filename, problem="unexpected wheel"))
             continue
-        seen[project] += 1
-        mismatches += _check_one(project, wheel, version, frozenset(tags), pins,
-                                 expected[project])
-    for project, count in seen.items():
+        seen[spec] += 1
+        mismatches += _check_one(spec, wheel, version, frozenset(tags), pins)
+    for spec, count in seen.items():
         if count == 0:
-            mismatches.append(Mismatch(project=project, expected=expected[project],
+            mismatches.append(Mismatch(project=spec.label, expected=spec.expected,
                                        found="nothing", problem="missing"))
         elif count > 1:
-            mismatches.append(Mismatch(project=project, expected=f"one {project} wheel",
+            mismatches.append(Mismatch(project=spec.label, expected=f"one {spec.label} wheel",
                                        found=f"{count}",
                                        problem="several wheels of one project in the wheelhouse"))
     return tuple(mismatches)
@@ -360,7 +441,6 @@ def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
     return [FoundWheel(filename=name, manifest_sha256=digest) for name, digest in entries.items()]
 
 
-
 @dataclasses.dataclass(**_KW)
 class WheelReport:
     """What check-wheels prints: the expected names, what was found, every mismatch."""
@@ -381,8 +461,33 @@ class WheelReport:
                 "found": list(self.found), "mismatches": [m.to_json() for m in self.mismatches]}
 
 
+def _pin_args(pins: WheelPins) -> dict[str, str]:
+    return {"VLLM_VERSION": pins.vllm_version, "VLLM_FORK_COMMIT": pins.vllm_fork_commit,
+            "FLASH_ATTN_VERSION": pins.flash_attn_version, "TORCH_VERSION": pins.torch_version,
+            "CUDA_TAG": pins.cuda_tag, "PYTHON_VERSION": pins.python}
+
+
+def configured_globs(build: BuildSettings, args: Mapping[str, str],
+                     pins: WheelPins) -> tuple[str, ...]:
+    """`build.wheel_globs` with `${ARG}` filled from the Dockerfile ARGs, else from the pins.
+
+    An ARG neither knows stays as written, so the glob matches nothing and says so.
+    """
+    values = {**_pin_args(pins), **args}
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return values.get(name, match.group(0))
+
+    return tuple(re.sub(r"\$\{(\w+)\}|\$(\w+)", fill, g) for g in build.wheel_globs)
+
+
 def check_source(config: Config, source: str | None) -> WheelReport:
-    """Check a wheelhouse directory, MANIFEST file or URL against the working-tree Dockerfile."""
+    """Check a wheelhouse directory, MANIFEST file or URL against the profile's wheel globs.
+
+    The expected set is one wheel per `build.wheel_globs` entry (pins from the working-tree
+    Dockerfile's ARGs); the Dockerfile's own install patterns must each match one wheel too.
+    """
     from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
 
     try:
@@ -392,12 +497,15 @@ def check_source(config: Config, source: str | None) -> WheelReport:
                               f"{exc.strerror}", hint="run invoke generate first") from None
     inputs = parse_dockerfile_inputs(text)
     pins = pins_from_args(inputs.effective_args, config.build, config.target)
+    expected = configured_globs(config.build, inputs.effective_args, pins)
     where = source or str(config.build.wheelhouse)
     if where.startswith(("http://", "https://")) or Path(where).is_file():
         found = read_manifest(where)
     else:
         found = read_wheelhouse(Path(where))
     shown = redact_url(where) if where.startswith(("http://", "https://")) else where
-    return WheelReport(source=shown, expected=expected_filenames(pins),
+    return WheelReport(source=shown,
+                       expected={s.label: s.expected for s in wheel_specs(pins, expected)},
                        found=tuple(w.filename for w in found if w.present),
-                       mismatches=check_wheels(pins, found, inputs.wheel_globs))
+                       mismatches=check_wheels(pins, found, inputs.wheel_globs,
+                                               expected_globs=expected))

@@ -11,9 +11,11 @@ import base64
 import functools
 import hashlib
 import http.server
+import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks.config import BuildSettings, TargetSpec, load_config
+from gpurl_tasks.config import BuildSettings, Config, TargetSpec, load_config
 from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
 from gpurl_tasks.wheels import (
     FoundWheel,
@@ -31,13 +33,16 @@ from gpurl_tasks.wheels import (
     WheelCheckError,
     check_source,
     check_wheels,
+    configured_globs,
     expected_filenames,
     parse_manifest,
     pins_from_args,
     read_manifest,
     read_wheelhouse,
+    wheel_specs,
 )
 from tests.rebuild_fixtures import dockerfile
+from tests.support.pyindex import make_wheel
 
 PINS = pins_from_args(parse_dockerfile_inputs(dockerfile()).effective_args, BuildSettings(),
                       TargetSpec())
@@ -290,7 +295,6 @@ def test_check_source_reads_the_configured_dockerfile(tmp_path: Path) -> None:
     assert os.path.basename(report.source) == "wh"
 
 
-
 @pytest.mark.integration
 def test_manifest_url_credentials_never_appear(http_root: tuple[Path, str]) -> None:
     root, base = http_root
@@ -308,3 +312,153 @@ def test_manifest_url_credentials_never_appear(http_root: tuple[Path, str]) -> N
     with pytest.raises(WheelCheckError) as info:
         read_manifest(closed)
     assert canary not in str(info.value)
+
+
+# --- config-driven expected set: the demo profile's own compiled wheel ------------------
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_TAG = "cp311-cp311-linux_x86_64"
+
+
+def demo_config(**overrides: object) -> Config:
+    """The real demo profile, reading the committed docker/Dockerfile.demo."""
+    return load_config(REPO_ROOT, profile="demo", env={}, overrides=overrides)
+
+
+def demo_wheel(directory: Path, *, version: str = "0.1.0", tag: str = DEMO_TAG) -> Path:
+    return make_wheel(directory, "gpurl-demo-ext", version, tag=tag)
+
+
+def test_demo_profile_expects_its_own_wheel_not_the_gpu_rl_pair(tmp_path: Path) -> None:
+    wheel = demo_wheel(tmp_path)
+    assert wheel.name == f"gpurl_demo_ext-0.1.0-{DEMO_TAG}.whl"
+    sha256sum_manifest(tmp_path)
+    report = check_source(demo_config(), str(tmp_path))
+    assert report.expected == {"gpurl-demo-ext": "gpurl_demo_ext-*.whl"}
+    assert report.mismatches == ()
+    assert report.found == (wheel.name,)
+    assert report.to_json()["ok"] is True
+    gpu_rl = check_source(load_config(REPO_ROOT, profile="gpu-rl", env={}), str(tmp_path))
+    assert f"gpurl-demo-ext: unexpected wheel: expected {GOOD_VLLM} or {GOOD_FA}, " \
+           f"found {wheel.name}" in problems(gpu_rl.mismatches)
+
+
+@pytest.mark.parametrize(("tag", "accepted"), [
+    ("cp311-cp311-manylinux_2_28_x86_64", True),
+    ("cp311-abi3-manylinux_2_36_x86_64", True),
+    ("cp312-cp312-linux_x86_64", False),  # the demo targets python 3.11
+    ("cp311-cp311-linux_aarch64", False),
+    ("cp311-cp311-manylinux_2_38_x86_64", False),  # newer than the target's glibc 2.36
+])
+def test_demo_wheel_tags_must_install_on_the_target(tmp_path: Path, tag: str,
+                                                    accepted: bool) -> None:
+    wheel = demo_wheel(tmp_path, tag=tag)
+    lines = problems(check_source(demo_config(), str(tmp_path)).mismatches)
+    if accepted:
+        assert lines == []
+    else:
+        assert lines == [f"gpurl-demo-ext: tag {tag} does not install on cp311 linux_x86_64: "
+                         f"expected gpurl_demo_ext-*.whl, found {wheel.name}"]
+
+
+def test_demo_wheel_missing_or_doubled(tmp_path: Path) -> None:
+    (tmp_path / ".keep").touch()
+    lines = problems(check_source(demo_config(), str(tmp_path)).mismatches)
+    assert lines == [
+        "gpurl-demo-ext: the Dockerfile's install pattern matches no wheel: expected one "
+        "wheel matching gpurl_demo_ext-*.whl, found none",
+        "gpurl-demo-ext: missing: expected gpurl_demo_ext-*.whl, found nothing"]
+    old, new = demo_wheel(tmp_path, version="0.0.9"), demo_wheel(tmp_path)
+    lines = problems(check_source(demo_config(), str(tmp_path)).mismatches)
+    assert lines[0] == ("gpurl-demo-ext: the Dockerfile's install pattern matches several "
+                        f"wheels: expected one wheel matching gpurl_demo_ext-*.whl, found "
+                        f"{old.name}, {new.name}")
+    assert "gpurl-demo-ext: several wheels of one project in the wheelhouse: expected one " \
+           "gpurl-demo-ext wheel, found 2" in lines
+
+
+def test_demo_wheel_renamed_or_off_manifest_is_caught(tmp_path: Path) -> None:
+    built = demo_wheel(tmp_path, version="0.2.0")
+    renamed = built.rename(tmp_path / built.name.replace("0.2.0", "0.1.0"))
+    sha256sum_manifest(tmp_path)
+    with zipfile.ZipFile(renamed, "a") as zf:
+        zf.writestr("extra.txt", "changed after the MANIFEST was written")
+    lines = problems(check_source(demo_config(), str(tmp_path)).mismatches)
+    assert any(line.startswith("gpurl-demo-ext: ") and "was renamed" in line
+               and "found 0.2.0" in line for line in lines)
+    assert any("sha256 differs from the MANIFEST" in line for line in lines)
+
+
+def test_a_configured_glob_the_dockerfile_lacks_is_still_expected(tmp_path: Path) -> None:
+    """The expected set comes from build.wheel_globs, not only from the Dockerfile's RUNs."""
+    demo_wheel(tmp_path)
+    config = demo_config(**{"build.wheel-globs": ["gpurl_demo_ext-*.whl", "extra_ext-*.whl"]})
+    report = check_source(config, str(tmp_path))
+    assert report.expected == {"gpurl-demo-ext": "gpurl_demo_ext-*.whl",
+                               "extra-ext": "extra_ext-*.whl"}
+    assert problems(report.mismatches) == [
+        "extra-ext: the configured wheel glob matches no wheel: expected one wheel matching "
+        "extra_ext-*.whl, found none",
+        "extra-ext: missing: expected extra_ext-*.whl, found nothing"]
+
+
+def test_configured_globs_take_the_dockerfile_args_then_the_pins() -> None:
+    build = BuildSettings(wheel_globs=("vllm-*g${VLLM_FORK_COMMIT}*.whl",
+                                       "flash_attn-$FLASH_ATTN_VERSION-*.whl",
+                                       "x-${NOT_AN_ARG}-*.whl"))
+    assert configured_globs(build, {"VLLM_FORK_COMMIT": "abcdef1"}, PINS) == (
+        "vllm-*gabcdef1*.whl", "flash_attn-2.8.3-*.whl", "x-${NOT_AN_ARG}-*.whl")
+
+
+def test_gpu_rl_globs_keep_the_pinned_checks() -> None:
+    """The default globs resolve to the vLLM/flash-attn specs: fork commit still checked."""
+    expected = configured_globs(BuildSettings(), {}, PINS)
+    assert [(s.project, s.pinned) for s in wheel_specs(PINS, expected)] == [
+        ("vllm", True), ("flash-attn", True)]
+    wrong = GOOD_VLLM.replace("g76259c63a", "g1234567ab")
+    found = [FoundWheel(filename=wrong), FoundWheel(filename=GOOD_FA)]
+    lines = problems(check_wheels(PINS, found, GLOBS, expected_globs=expected))
+    assert f"vllm: fork commit 1234567ab is not 76259c63a: expected {GOOD_VLLM}, " \
+           f"found {wrong}" in lines
+    assert check_wheels(PINS, [FoundWheel(filename=GOOD_VLLM), FoundWheel(filename=GOOD_FA)],
+                        GLOBS, expected_globs=expected) == ()
+
+
+@given(st.lists(st.from_regex(r"[a-z][a-z0-9]{0,4}(_[a-z0-9]{1,4}){0,2}", fullmatch=True)
+                .filter(lambda p: p not in ("vllm", "flash_attn")),
+                min_size=1, max_size=4, unique=True))
+def test_one_matching_wheel_per_glob_passes(projects: list[str]) -> None:
+    """Invariant: one target-tagged wheel per configured glob is exactly a clean check.
+
+    Names are valid, normalised wheel names other than the pinned pair (whose globs bring
+    the fork-commit and version checks).
+    """
+    globs = [f"{p}-*.whl" for p in projects]
+    found = [FoundWheel(filename=f"{p}-1.0-cp312-cp312-linux_x86_64.whl") for p in projects]
+    assert check_wheels(PINS, found, expected_globs=globs) == ()
+    assert [m.problem for m in check_wheels(PINS, found[1:], expected_globs=globs)] == [
+        "the configured wheel glob matches no wheel", "missing"]
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=False, timeout=600,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.integration
+def test_check_wheels_task_follows_the_profile(tmp_path: Path) -> None:
+    wheel = demo_wheel(tmp_path)
+    done = invoke("check-wheels", "--profile", "demo", "--source", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [f"wheels in {tmp_path}: OK",
+                                        "  expected gpurl_demo_ext-*.whl"]
+    wheel.rename(tmp_path / wheel.name.replace("cp311-cp311", "cp310-cp310"))
+    done = invoke("check-wheels", "--profile", "demo", "--source", str(tmp_path), "--json")
+    assert done.returncode == 3
+    report = json.loads(done.stdout)
+    assert report["ok"] is False
+    assert [m["problem"] for m in report["mismatches"]] == [
+        "tag cp310-cp310-linux_x86_64 does not install on cp311 linux_x86_64",
+        f"{wheel.name.replace('cp311-cp311', 'cp310-cp310')} was renamed: its WHEEL tags "
+        "differ from its filename"]

@@ -38,8 +38,13 @@ def make_wheel(
     requires: Sequence[str] = (),
     payload_bytes: int = 0,
     seed: int = 0,
+    tag: str = "py3-none-any",
 ) -> Path:
-    """Write `name-version-py3-none-any.whl` with `payload_bytes` of incompressible data."""
+    """Write `name-version-TAG.whl` with `payload_bytes` of incompressible data.
+
+    `tag` (one `python-abi-platform` triple) goes into the filename and the WHEEL file; any
+    tag but the pure default marks the wheel as platlib, as a compiled wheel is.
+    """
     dist = name.replace("-", "_")
     module = f"{dist}/__init__.py"
     files: dict[str, bytes] = {module: f"VERSION = {version!r}\n".encode()}
@@ -52,12 +57,13 @@ def make_wheel(
     metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     metadata += [f"Requires-Dist: {req}" for req in requires]
     files[f"{info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
-    files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: gpurl-tests\n"
-                              b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    purelib = "true" if tag == "py3-none-any" else "false"
+    files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: gpurl-tests\n"
+                              f"Root-Is-Purelib: {purelib}\nTag: {tag}\n").encode()
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files.items())
     files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"{dist}-{version}-py3-none-any.whl"
+    target = directory / f"{dist}-{version}-{tag}.whl"
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
         for path, data in files.items():
