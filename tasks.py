@@ -302,7 +302,7 @@ ns.add_task(gen_kaniko)
 # --- registry: verify and pin -----------------------------------------------------------
 
 _RULE_HELP = {
-    "cap": "target cap per layer, e.g. 4GB (default: layers.cap from config)",
+    "cap": "target cap per layer, e.g. 4GB (default: verify.cap, else layers.cap)",
     "hard_limit": "no layer may reach this size, e.g. 8GB (default: verify.hard-limit)",
     "min_layers": "the image needs at least this many layers (default: verify.min-layers)",
 }
@@ -310,9 +310,8 @@ _RULE_HELP = {
 
 def _rule_overrides(cap: str | None, hard_limit: str | None,
                     min_layers: str | None) -> dict[str, str | None]:
-    """Rule flags as config overrides (config keys are dashed: verify.hard-limit)."""
-    return {"layers__cap": cap, "verify__hard-limit": hard_limit,
-            "verify__min-layers": min_layers}
+    """Rule flags as config overrides (the verify section's keys)."""
+    return {"verify__cap": cap, "verify__hard_limit": hard_limit, "verify__min_layers": min_layers}
 
 
 @task(auto_shortflags=False, help={

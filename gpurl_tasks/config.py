@@ -168,6 +168,7 @@ class VerifySettings:
 
     hard_limit: int = 8 * 10**9
     min_layers: int = 20
+    cap: int | None = None  # every layer's target; None: layers.cap (a small demo cap is for sync layers)
 
 
 @dataclasses.dataclass(**_KW)
@@ -208,7 +209,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "launcher": LauncherSettings,
 }
 _TOP_KEYS = ("workspace", "lock", "backend")
-_SIZE_KEYS = {("layers", "cap"), ("verify", "hard_limit")}
+_SIZE_KEYS = {("layers", "cap"), ("verify", "hard_limit"), ("verify", "cap")}
 # Paths relative to the repository root; the rest of the paths are relative to the workspace.
 _ROOT_RELATIVE = {("layers", "size_overrides"), ("layers", "size_cache"), ("build", "dockerfile"),
                   ("build", "kaniko_script"), ("build", "wheelhouse")}
@@ -278,7 +279,7 @@ def _convert(section: str, name: str, hint: Any, value: Any, where: str) -> Any:
             return Path(value) if value not in (None, "") else None
         return str(value)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid value for {text} in {where}: {exc}") from None
+        raise ConfigError(f"invalid value for {text}: {exc}") from None
 
 
 def load_config(

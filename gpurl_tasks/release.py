@@ -75,7 +75,7 @@ def resolve_reference(config: Config, text: str | None) -> ImageRef:
 
 
 def rules_for(config: Config) -> Rules:
-    return Rules(cap=config.layers.cap, hard_limit=config.verify.hard_limit,
+    return Rules(cap=config.verify.cap or config.layers.cap, hard_limit=config.verify.hard_limit,
                  min_layers=config.verify.min_layers)
 
 

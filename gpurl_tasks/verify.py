@@ -7,7 +7,8 @@ images with every layer under ~4 GB and more than 20 layers pull, while one 16.6
 pushed manifest catches it before a launch does.
 
 Predicted sizes: layers map to Dockerfile instructions through the config's `history`
-(entries without `empty_layer`, in order); the sync layers are the ones made by `uv sync`, and
+(entries without `empty_layer`, in order); the sync layers are the chain's `uv sync` RUNs (they
+all carry `--no-install-project`; the later sync that installs the local source does not), and
 sync layer i is predicted by `Plan.layers[i]` when the image's plan-fingerprint label matches.
 """
 
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 SYNC_MARKER = "uv sync"
+CHAIN_MARKER = "--no-install-project"  # every planned sync has it; the final local sync does not
 HUGE_SHARE = 0.5  # one layer holding at least this share of the image is the one-layer symptom
 UNEXPECTED_CAUSES = (
     "a package cache left in the layer (uv needs --no-cache / UV_NO_CACHE=1 without a cache mount)",
@@ -116,7 +118,8 @@ def _instructions(image: PulledImage) -> tuple[list[str | None], str | None]:
 def _predictions(image: PulledImage, instructions: list[str | None], plan: Plan | None,
                  plan_note: str | None) -> tuple[dict[int, tuple[int, int | None]], str | None]:
     """layer index -> (sync step, predicted bytes or None), and a note when none apply."""
-    sync = [i for i, text in enumerate(instructions) if text and SYNC_MARKER in text]
+    sync = [i for i, text in enumerate(instructions)
+            if text and SYNC_MARKER in text and CHAIN_MARKER in text]
     steps: dict[int, tuple[int, int | None]] = {i: (n, None) for n, i in enumerate(sync)}
     label = image.labels.get(LABEL_PLAN_FINGERPRINT)
     if not label:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -101,7 +102,7 @@ def test_ok_exactly_when_every_rule_holds(sizes: list[int], cap: int, hard: int,
     assert flagged == {i for i, s in enumerate(sizes) if s > cap or s >= hard}
 
 
-SYNC = "RUN /bin/sh -c uv sync --frozen --no-cache --extra ep"
+SYNC = "RUN /bin/sh -c uv sync --frozen --no-cache --extra ep --no-install-project"
 
 
 def sync_image(sync_sizes: list[int], fingerprint: str | None) -> PulledImage:
@@ -191,3 +192,19 @@ def test_bar_is_proportional_to_the_cap() -> None:
 
 def test_causes_are_the_three_named_in_the_design() -> None:
     assert len(UNEXPECTED_CAUSES) == 3
+
+
+def test_the_local_source_sync_after_the_chain_is_not_a_planned_layer() -> None:
+    """The generated Dockerfile ends with `uv sync --inexact` (no --no-install-project) to install
+    the workspace source; only the chain's syncs map to plan layers."""
+    p = plan([GB, GB])
+    base = sync_image([GB, GB], p.fingerprint)
+    extra = HistoryEntry(created_by="RUN /bin/sh -c uv sync --frozen --no-cache --inexact",
+                         empty_layer=False)
+    with_local = dataclasses.replace(
+        base, history=(*base.history, extra),
+        layers=(*base.layers, Descriptor(media_type="x", digest=digest(77), size=2_000)))
+    report = check_layers(with_local, Rules(cap=4 * GB, hard_limit=8 * GB, min_layers=1), p)
+    assert [r.sync_step for r in report.rows if r.sync_step is not None] == [0, 1]
+    assert [r.predicted for r in report.rows if r.predicted is not None] == [GB, GB]
+    assert report.rows[-1].sync_step is None

@@ -36,7 +36,8 @@ def env_for(server: RegistryServer, tmp: Path | None = None) -> dict[str, str]:
 
 def six_layers() -> list:  # type: ignore[type-arg]
     return [tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs /")] + [
-        random_layer(100_000 * (i + 1), f"RUN /bin/sh -c uv sync --frozen # step {i}", seed=i)
+        random_layer(100_000 * (i + 1),
+                     f"RUN /bin/sh -c uv sync --frozen --no-install-project # step {i}", seed=i)
         for i in range(5)]
 
 
@@ -114,7 +115,7 @@ def test_bad_flag_value_is_one_clear_line(registry: RegistryServer, tmp_path: Pa
     done = run_task("verify-layers", "--ref", f"{registry.host}/org/img:gpu-rl-1111111",
                     "--cap", "4 bananas", env=env_for(registry, tmp_path))
     assert done.returncode == 2
-    assert "invalid value for layers.cap" in done.stderr and "Traceback" not in done.stderr
+    assert "invalid value for verify.cap" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_registry_down_is_a_clear_error(tmp_path: Path) -> None:
