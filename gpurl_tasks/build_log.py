@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 __all__ = ["BuildStep", "parse_plain_progress", "stages_run", "vertex_output"]
 
-_HEADER = re.compile(r"^#(\d+) \[(?:(\S+) )?(\d+)/(\d+)\] (.+)$")
+_HEADER = re.compile(r"^#(\d+) \[(?:(\S+)\s+)?(\d+)/(\d+)\] (.+)$")  # "[rl  9/13]": padded
 _STATUS = re.compile(r"^#(\d+) (CACHED|DONE\b|ERROR\b)")
 
 
