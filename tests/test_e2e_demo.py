@@ -112,17 +112,22 @@ def test_pinned_digest_is_the_registrys(tree: Path, first: dict[str, Any]) -> No
 
 
 def test_second_build_comes_from_the_cache(tree: Path, first: dict[str, Any]) -> None:
+    """Everything up to the workspace source is reused; the source layers after it are rebuilt
+    only because `pin` just edited the launcher file inside the workspace."""
     done = invoke(tree, "build", "--backend", "local", "--profile", "demo",
                   "--wheel-source", "prebuilt-wheelhouse", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     again = json.loads(done.stdout)
-    assert again["cached_steps"] == again["steps"] >= len(first["plan"]["steps"]) + 3
-    # every layer blob is the one already in the registry: nothing to push, nothing to pull
-    # (the manifest digest itself differs: the image config records its creation time)
     verified = invoke(tree, "verify-layers", "--profile", "demo", "--ref", again["reference"], "--json")
     assert verified.returncode == 0, verified.stderr
-    layers = [row["digest"] for row in json.loads(verified.stdout)["layers"]]
-    assert layers == [row["digest"] for row in first["verify"]["layers"]]
+    before = first["verify"]["layers"]
+    after = json.loads(verified.stdout)["layers"]
+    source_copy = next(i for i, row in enumerate(before)
+                       if (row["instruction"] or "").startswith("COPY examples/demo/ "))
+    # every layer below the source copy (base, apt, uv, the sync chain, the wheels) is the same blob
+    assert [r["digest"] for r in after[:source_copy]] == [r["digest"] for r in before[:source_copy]]
+    assert again["cached_steps"] >= source_copy >= len(first["plan"]["steps"]) + 4
+    print(f"second build: {again['cached_steps']} of {again['steps']} steps cached")
 
 
 def test_rebuild_needed_after_pin_and_after_a_lock_change(tree: Path, first: dict[str, Any]) -> None:
