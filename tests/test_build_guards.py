@@ -204,9 +204,18 @@ def test_stale_kaniko_script(repo: Path, env: dict[str, str],
     assert "is stale" in _refused(repo, env, capsys)
 
 
-def test_local_backend_is_not_available_yet() -> None:
+def test_local_backend_refuses_cluster_only_dry_run_before_doing_anything() -> None:
     proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "local",
                            "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True,
                           check=False)
     assert proc.returncode != 0
-    assert "the 'local' build backend is not available yet" in proc.stderr
+    assert "--dry-run is for the cluster backend" in proc.stderr
+    assert "==> setup-local" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:
+    proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "iris",
+                           "--no-cache", "--dry-run"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode != 0
+    assert "are local-backend flags" in proc.stderr
