@@ -10,7 +10,6 @@ unknown stops the plan with one message listing every such package. Nothing is g
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -64,14 +63,27 @@ class SizeSources:
     overrides_path: Path | None = None
 
 
-@functools.lru_cache(maxsize=16)
-def _ranks(supported: tuple[Tag, ...]) -> dict[Tag, int]:
-    return {tag: i for i, tag in enumerate(supported)}
+_RANKS: dict[int, tuple[Sequence[Tag], dict[Tag, int]]] = {}
+
+
+def _ranks(supported: Sequence[Tag]) -> dict[Tag, int]:
+    """Tag -> priority, built once per tag sequence (target_tags returns one cached tuple).
+
+    Keyed by identity: hashing or comparing a 771-tag tuple per package cost more than the
+    lookups themselves (the planner benchmark's profile).
+    """
+    hit = _RANKS.get(id(supported))
+    if hit is None or hit[0] is not supported:
+        if len(_RANKS) > 32:
+            _RANKS.clear()
+        hit = (supported, {tag: i for i, tag in enumerate(supported)})
+        _RANKS[id(supported)] = hit
+    return hit[1]
 
 
 def select_wheel(package: LockedPackage, supported: Sequence[Tag]) -> Artifact | None:
     """The wheel an installer picks: the one whose best tag ranks highest for the target."""
-    rank = _ranks(tuple(supported))
+    rank = _ranks(supported)
     best: tuple[int, str, Artifact] | None = None
     for wheel in package.wheels:
         try:
