@@ -136,7 +136,7 @@ def generate(c: Context, check: bool = False, profile: str | None = None, json: 
 
     with cli.clean_failures():
         names = (profile,) if profile else profiles_with_dockerfile(cli.REPO_ROOT)
-        results = [run_generate(cli.config_for(name), check=check) for name in names]
+        results = [run_generate(cli.config_for(name, committed=True), check=check) for name in names]
         if json:
             cli.emit_json({"check": check, "files": [r.to_json() for r in results]})
         for r in results:
@@ -293,7 +293,7 @@ def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> N
     from gpurl_tasks import cluster_tasks
 
     with cli.clean_failures():
-        cli.say(cluster_tasks.generate_script(cli.config_for(profile), check=check))
+        cli.say(cluster_tasks.generate_script(cli.config_for(profile, committed=True), check=check))
 
 
 ns.add_task(gen_kaniko)

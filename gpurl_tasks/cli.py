@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -24,11 +25,18 @@ __all__ = ["REPO_ROOT", "ConfigError", "clean_failures", "config_for", "emit_jso
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def config_for(profile: str | None = None, **overrides: Any) -> Config:
-    """Resolve the config for a task; flag names map to dotted keys ("layers__size_cache")."""
+def config_for(profile: str | None = None, *, committed: bool = False,
+               **overrides: Any) -> Config:
+    """Resolve the config for a task; flag names map to dotted keys ("layers__size_cache").
+
+    `committed`: pyproject only, no GPURL_* variables, for files that are generated and
+    committed (they must not depend on whoever runs the generator).
+    """
     dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
                                  for k, v in overrides.items()}
-    return load_config(REPO_ROOT, profile=profile, overrides=dotted)
+    env = {"GPURL_PROFILE": os.environ["GPURL_PROFILE"]} if "GPURL_PROFILE" in os.environ else {}
+    return load_config(REPO_ROOT, profile=profile, overrides=dotted,
+                       env=env if committed else None)
 
 
 @contextlib.contextmanager

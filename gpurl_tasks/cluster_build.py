@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpurl_tasks import kaniko
 from gpurl_tasks.bundle import Bundle, check_bundle
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.credentials import Secret, TokenSource, looks_like_docker_hub
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.iris import JobSpec, job_run_argv
@@ -132,7 +132,8 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
     if not config.registry.user:
         raise BuildError("no registry user: the push authenticates as USER:TOKEN",
                          hint="set [tool.gpurl.registry] user or GPURL_REGISTRY_USER")
-    kaniko.check_script(config)
+    # the committed script is rendered from pyproject alone, never from GPURL_* variables
+    kaniko.check_script(load_config(config.root, profile=config.profile, env={}))
     gitsha = world.short_sha(config.root)
     if not gitsha:
         raise BuildError(
@@ -176,5 +177,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
     )
     notes.append(f"registry token from {token.source}")
     return PreparedBuild(spec=spec, gitsha=gitsha, image_tag=f"{config.registry.image}:"
-                         f"{prefix}-{gitsha}", secrets=(token.token,), notes=tuple(notes),
+                         f"{prefix}-{gitsha}", notes=tuple(notes),
+                         # the token, and USER:TOKEN as the registry auth file carries it (base64)
+                         secrets=(token.token, Secret(f"{config.registry.user}:{token.token.reveal()}")),
                          bundle=bundle)

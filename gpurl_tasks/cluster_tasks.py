@@ -104,6 +104,9 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
               clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> int:
     """Watch `job_id` to a terminal state; return the exit code (see watch.py)."""
+    if interval <= 0 or max_duration <= 0:
+        raise WatcherError(f"--interval ({interval:g}) and --max-duration ({max_duration:g}) "
+                           "must be positive seconds")
     started_ms = int(time.time() * 1000)
     try:
         iris = cli or _iris(config, os.environ, cluster)
@@ -133,6 +136,8 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
         except IrisError as exc:
             log_tail = [f"(could not fetch the log: {exc.message})"]
         say(f"--- last {len(log_tail)} log lines (since {since} ms) ---")
+        known = find_registry_token(os.environ, gh_token=lambda: None)
+        log_tail = [redact(line, [known.token] if known else []) for line in log_tail]
         for line in log_tail:
             say(line)
     if as_json:

@@ -227,6 +227,10 @@ def load_lock(path: Path) -> Lock:
     except FileNotFoundError:
         raise LockError(f"no lock file at {path}",
                         hint="run `uv lock` in the workspace or pass --lock PATH") from None
+    except OSError as exc:
+        raise LockError(f"cannot read the lock file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise LockError(f"{path} is not a text file (uv.lock is UTF-8 TOML)") from None
     return parse_lock(text, source=str(path))
 
 

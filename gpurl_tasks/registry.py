@@ -232,6 +232,9 @@ class RegistryClient:
                 request_headers["Authorization"] = auth
             try:
                 response = self._http.request(method, url, headers=request_headers)
+            except httpx.InvalidURL as exc:
+                raise RegistryError(f"{url} is not a valid registry URL for {ref}: {exc}",
+                                    hint="check registry.host and the image reference") from None
             except httpx.TransportError as exc:
                 if attempt >= self._attempts:
                     raise RegistryError(
@@ -280,9 +283,16 @@ class RegistryClient:
         if scheme != "bearer" or not params.get("realm"):
             raise self._refusal(ref, response)
         query = {"service": params.get("service", ""), "scope": params.get("scope") or scope}
-        headers = {"Authorization": self._credentials.basic_header()} if self._credentials else {}
+        realm = httpx.URL(params["realm"]) if params["realm"].startswith(("http://", "https://")) \
+            else None
+        if realm is None:
+            raise RegistryError(f"{self.host} named an invalid token service {params['realm']!r}")
+        # credentials travel only over TLS, or in the clear to a token service on loopback
+        safe = realm.scheme == "https" or realm.host in ("127.0.0.1", "localhost", "::1")
+        headers = ({"Authorization": self._credentials.basic_header()}
+                   if self._credentials and safe else {})
         try:
-            answer = self._http.get(params["realm"], params=query, headers=headers)
+            answer = self._http.get(realm, params=query, headers=headers)
         except httpx.TransportError as exc:
             raise RegistryError(f"cannot reach the token service of {self.host} for {ref} "
                                 f"({type(exc).__name__})") from None
@@ -295,7 +305,7 @@ class RegistryClient:
                                 f"{answer.status_code} for {ref}")
         try:
             body = answer.json()
-            token = body.get("token") or body.get("access_token")
+            token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
         except ValueError:
             token = None
         if not isinstance(token, str) or not token:

@@ -150,6 +150,8 @@ def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bo
     except FileNotFoundError:
         raise PinError(f"the launcher file {path} does not exist",
                        hint="set launcher.path in the config or pass --launcher") from None
+    except OSError as exc:
+        raise PinError(f"cannot read the launcher file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise PinError(f"the launcher file {path} is not UTF-8 text") from None
     largest = report.largest

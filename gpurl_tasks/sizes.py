@@ -96,11 +96,16 @@ def select_wheel(package: LockedPackage, supported: Sequence[Tag]) -> Artifact |
     return best[2] if best else None
 
 
-def _read_json_object(path: Path, what: str) -> dict[str, object]:
+def _read_json_object(path: Path, what: str, *, optional: bool) -> dict[str, object]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        return {}
+        if optional:
+            return {}
+        raise SizeError(f"{what} {path} does not exist",
+                        hint="check the path, or create it holding {}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SizeError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
     except json.JSONDecodeError as exc:
         raise SizeError(f"{what} {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -112,7 +117,7 @@ def load_size_sources(overrides: Path | None, cache: Path | None) -> SizeSources
     """Read the override file and the probe cache; a missing file is an empty table."""
     table: dict[str, int] = {}
     if overrides is not None:
-        for key, value in _read_json_object(overrides, "size override file").items():
+        for key, value in _read_json_object(overrides, "size override file", optional=False).items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SizeError(f"size override {key!r} in {overrides} must be a byte count, "
                                 f"got {value!r}")
@@ -120,7 +125,7 @@ def load_size_sources(overrides: Path | None, cache: Path | None) -> SizeSources
             table[canonicalize_name(name) + (f"=={version.strip()}" if version else "")] = value
     probed: dict[str, Mapping[str, int]] = {}
     if cache is not None:
-        for url, entry in _read_json_object(cache, "size cache").items():
+        for url, entry in _read_json_object(cache, "size cache", optional=True).items():
             if isinstance(entry, dict) and isinstance(entry.get("compressed"), int):
                 probed[url] = {k: v for k, v in entry.items() if isinstance(v, int)}
     return SizeSources(overrides=table, probed=probed, overrides_path=overrides)

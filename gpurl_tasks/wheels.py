@@ -436,6 +436,8 @@ def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
             text = path.read_text()
         except OSError as exc:
             raise WheelCheckError(f"cannot read MANIFEST {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise WheelCheckError(f"{path} is not a MANIFEST (lines of `sha256  filename`)") from None
         source = str(path)
     entries = parse_manifest(text, source=source)
     return [FoundWheel(filename=name, manifest_sha256=digest) for name, digest in entries.items()]

@@ -219,3 +219,18 @@ def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:
                           text=True, check=False)
     assert proc.returncode != 0
     assert "are local-backend flags" in proc.stderr
+
+
+def test_environment_overrides_do_not_make_committed_files_stale(tmp_path: Path) -> None:
+    """GPURL_* variables change what a task does, never the committed generated files:
+    `build --dry-run` with GPURL_REGISTRY_USER set still passes the script freshness check."""
+    kube = tmp_path / "kubeconfig"
+    kube.write_text("apiVersion: v1\n")
+    env = {**os.environ, "GPURL_REGISTRY_USER": "alice", "GPURL_LAYERS_CAP": "1GB",
+           "KUBECONFIG": str(kube), "GPURL_REGISTRY_TOKEN": "ghp_" + "c" * 36 + "canary"}
+    for argv in (["gen-kaniko", "--check"], ["generate", "--check"], ["build", "--dry-run"]):
+        proc = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, (argv, proc.stderr)
+        assert "canary" not in proc.stdout + proc.stderr
+    assert "DOCKER_USER_ID alice" in proc.stdout

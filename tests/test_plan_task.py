@@ -59,9 +59,11 @@ def test_bad_lock_is_one_line_without_traceback(tmp_path: Path, content: str, ex
     assert result.stdout == ""
 
 
-def test_unknown_sizes_stop_the_plan_listing_each_package() -> None:
+def test_unknown_sizes_stop_the_plan_listing_each_package(tmp_path: Path) -> None:
+    empty = tmp_path / "sizes.json"
+    empty.write_text("{}")
     result = invoke("plan", "--lock", str(skyrl_lock("0b8acf049")), "--extra", "vllm",
-                    "--size-overrides", "/nonexistent/sizes.json")
+                    "--size-overrides", str(empty))
     assert result.returncode != 0 and "Traceback" not in result.stderr
     for name in ("torch==2.9.1+cu128", "flashinfer-jit-cache==0.6.3+cu128", "flash-attn==2.8.3"):
         assert name in result.stderr

@@ -69,14 +69,23 @@ def test_unknown_sizes_are_all_listed_with_the_remedy(tmp_path: Path) -> None:
     pkgs = [_pkg("torch", [("torch-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", None)]),
             _pkg("flash-attn", [], sdist=True),
             _pkg("ok", [("ok-1.0-py3-none-any.whl", 5)])]
+    overrides = tmp_path / "overrides.json"
+    overrides.write_text("{}")
     with pytest.raises(SizeError) as info:
-        package_sizes(pkgs, TAGS, load_size_sources(tmp_path / "missing.json", None))
+        package_sizes(pkgs, TAGS, load_size_sources(overrides, None))
     err = info.value
     assert "2 package size(s) unknown" in err.message
     assert "torch==1.0 (wheel has no size in the lock)" in err.message
     assert "flash-attn==1.0 (no wheel for the target and only an sdist" in err.message
     assert "ok==" not in err.message
-    assert err.hint is not None and "missing.json" in err.hint and "--probe" in err.hint
+    assert err.hint is not None and "overrides.json" in err.hint and "--probe" in err.hint
+
+
+def test_a_named_override_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    """A typo in --size-overrides must not silently drop every override."""
+    with pytest.raises(SizeError, match=r"missing\.json does not exist"):
+        load_size_sources(tmp_path / "missing.json", None)
+    assert load_size_sources(None, tmp_path / "no-cache-yet.json").probed == {}
 
 
 @pytest.mark.parametrize("content", ['{"a": "big"}', '{"a": -1}', "[1]", "{nope"])
