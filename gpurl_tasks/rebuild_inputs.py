@@ -1,6 +1,6 @@
 """Read the baked inputs at a commit and in the working tree, then ask rebuild.py to compare.
 
-The edge of `rebuild-needed`: git (through gitutil), the config cascade at each point, the
+The edge of `rebuild-needed`: git (through gitrepo), the config cascade at each point, the
 lock's install closure (through lock.py), and the default `--since` taken from the launcher's
 provenance comment. Everything it returns is plain data for the task to print.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpurl_tasks import gitutil
+from gpurl_tasks import gitrepo
 from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
 from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
@@ -89,9 +89,9 @@ def default_since(config: Config, repo: Path) -> tuple[str, str]:
     sha = provenance_commit(text, config.launcher.variable, config.registry.tag_prefix)
     if sha is not None:
         try:
-            gitutil.resolve_commit(repo, sha)
+            gitrepo.resolve_commit(repo, sha)
             return sha, f"provenance comment in {config.launcher.path.name}"
-        except gitutil.GitError:
+        except gitrepo.GitError:
             pass
     return "HEAD~1", "HEAD~1 (no pinned-image provenance found)"
 
@@ -120,7 +120,7 @@ class RebuildReport:
 def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str]) -> Config:
     """The config cascade as committed at `commit`; the current one if it cannot be read."""
     rel = current.root.relative_to(repo)
-    text = gitutil.show_file(repo, commit, (rel / "pyproject.toml").as_posix())
+    text = gitrepo.show_file(repo, commit, (rel / "pyproject.toml").as_posix())
     if text is None:
         return current
     with tempfile.TemporaryDirectory(prefix="gpurl-since-") as tmp:
@@ -160,16 +160,16 @@ def rebuild_needed(config: Config, *, since: str | None = None,
                    closure_fn: ClosureFn = closure_entries) -> RebuildReport:
     """Compare the baked inputs at `since` (default: see default_since) and the working tree."""
     env = os.environ if env is None else env
-    repo = gitutil.toplevel(config.root)
+    repo = gitrepo.toplevel(config.root)
     ref, source = (since, "--since") if since else default_since(config, repo)
-    commit = gitutil.resolve_commit(repo, ref)
+    commit = gitrepo.resolve_commit(repo, ref)
     new_fp = _fingerprint(
         _read(config.build.dockerfile, "Dockerfile", ConfigError, "run invoke generate first"),
         _read(config.lock, "lock", LockError, "run uv lock in the workspace"), config, closure_fn)
     old_config = _config_at(repo, commit, config, env)
-    old_docker = gitutil.show_file(repo, commit,
+    old_docker = gitrepo.show_file(repo, commit,
                                    old_config.build.dockerfile.relative_to(repo).as_posix())
-    old_lock = gitutil.show_file(repo, commit, old_config.lock.relative_to(repo).as_posix())
+    old_lock = gitrepo.show_file(repo, commit, old_config.lock.relative_to(repo).as_posix())
     old_fp = _fingerprint(old_docker, old_lock, old_config, closure_fn)
     return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
                          since_source=source, old=old_fp, new=new_fp)

@@ -10,14 +10,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
-import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gpurl_tasks import gitrepo
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import ConfigError, GpurlError, PinError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.image_ref import ImageRef, parse_reference
+from gpurl_tasks.layers import plan_for_config
 from gpurl_tasks.pin import (
     Provenance,
     check_immutable,
@@ -52,15 +53,11 @@ PlanLoader = Callable[[Config], tuple[Plan | None, str | None]]
 
 def head_short_sha(root: Path) -> str:
     """`git rev-parse --short HEAD` in `root`: the sha the build tags the image with."""
-    try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True,
-                              capture_output=True, text=True)
-    except FileNotFoundError:
-        raise ConfigError("git is not installed; pass the image reference explicitly") from None
-    except subprocess.CalledProcessError:
+    sha = gitrepo.short_sha(root)
+    if not sha:
         raise ConfigError(f"{root} is not a git checkout with a commit",
-                          hint="pass the image reference explicitly") from None
-    return done.stdout.strip()
+                          hint="pass the image reference explicitly")
+    return sha
 
 
 def default_reference(config: Config, short_sha: str) -> str:
@@ -99,13 +96,7 @@ def open_client(config: Config, ref: ImageRef, env: Mapping[str, str] | None = N
 def load_plan(config: Config) -> tuple[Plan | None, str | None]:
     """The plan for the current config, or (None, why not): predictions are optional."""
     try:
-        from gpurl_tasks.layers import (  # type: ignore[attr-defined,import-not-found,unused-ignore]
-            plan_for_config,
-        )
-
         plan: Plan = plan_for_config(config)
-    except ImportError:
-        return None, "the layer planner is not available: sizes are not predicted"
     except GpurlError as exc:
         return None, f"the plan could not be computed ({exc.message}): sizes are not predicted"
     return plan, None

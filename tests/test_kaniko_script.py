@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.kaniko_harness import Rig, rig
+from tests.local_parts import need
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +27,7 @@ CANARY = "ghp_CANARY7f3e9d1c5b"
 
 @pytest.fixture
 def r(tmp_path: Path) -> Rig:
-    if shutil.which("bash") is None or shutil.which("curl") is None:
-        pytest.skip("bash and curl are needed to run the script")
+    need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
     with rig(tmp_path) as prepared:
         yield prepared
 
