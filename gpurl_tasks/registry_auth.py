@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpurl_tasks.credentials import find_registry_token
 from gpurl_tasks.errors import RegistryError
 
 __all__ = ["Credentials", "credential_hint", "credentials_for", "parse_challenge"]
@@ -38,15 +39,16 @@ def credentials_for(
     user: str = "",
     docker_config: Path | None = None,
 ) -> Credentials | None:
-    """Find credentials: GPURL_REGISTRY_TOKEN (+ user) first, then docker's config.json auths.
+    """Find credentials: the token `invoke build` uses (GPURL_REGISTRY_TOKEN, else GHCR_TOKEN;
+    one lookup in credentials.py), then docker's config.json auths.
 
     `docker_config` defaults to $DOCKER_CONFIG/config.json or ~/.docker/config.json.
     Credential helpers (credsStore) are not consulted; set the token variable instead.
     """
-    token = env.get("GPURL_REGISTRY_TOKEN", "")
-    if token:
+    found = find_registry_token(env, gh_token=lambda: None)  # no `gh` subprocess for a read
+    if found:
         return Credentials(username=env.get("GPURL_REGISTRY_USER") or user or "gpurl",
-                           secret=token, source="GPURL_REGISTRY_TOKEN")
+                           secret=found.token.reveal(), source=found.source.strip("$`"))
     if docker_config is None:
         base = env.get("DOCKER_CONFIG") or str(Path(env.get("HOME", "~")).expanduser() / ".docker")
         docker_config = Path(base) / "config.json"
