@@ -197,13 +197,20 @@ def build(
             from gpurl_tasks import pipeline, release
             from gpurl_tasks.local_setup import setup_local
 
+            git_sha = release.head_short_sha(config.root)
             if dry_run:
-                raise BuildError("--dry-run is for the cluster backend",
-                                 hint="`invoke setup-local --dry-run` shows what the local path would do")
+                lines = pipeline.describe_local_build(config, git_sha=git_sha,
+                                                      wheel_source=wheel_source,
+                                                      push_floating=push_floating, no_cache=no_cache)
+                if json:
+                    cli.emit_json({"dry_run": True, "commands": lines})
+                else:
+                    print("\n".join(lines))
+                return
             with cli.step("setup-local"):
                 setup_local(config)
             with cli.step("build + push"):
-                result = pipeline.build_local(config, git_sha=release.head_short_sha(config.root),
+                result = pipeline.build_local(config, git_sha=git_sha,
                                               wheel_source=wheel_source, push_floating=push_floating,
                                               no_cache=no_cache, on_line=None if json else cli.say)
             if json:
@@ -633,16 +640,24 @@ ns.add_task(fill_index)
     "wheel_source": "prebuilt-wheelhouse (default: compile the wheels once, then reuse them) "
                     "or wheel-builder (compile inside the image build)",
     "json": "print the result (plan, build, verify report, pin) as one JSON object",
+    "dry_run": "say what every step would do; start, build, push and write nothing",
 })
 def demo(c: Context, profile: str = "demo", wheel_source: str = "prebuilt-wheelhouse",
-         json: bool = False) -> None:
+         json: bool = False, dry_run: bool = False) -> None:
     """The main job on this machine: setup-local, plan, generate, build, push, verify-layers, pin.
 
     Each step prints what it did and its duration; a second run is fast (build cache, registry).
     """
-    from gpurl_tasks.pipeline import run_pipeline
+    from gpurl_tasks.pipeline import describe_pipeline, run_pipeline
 
     with cli.clean_failures():
+        if dry_run:
+            lines = describe_pipeline(cli.config_for(profile), wheel_source=wheel_source)
+            if json:
+                cli.emit_json({"dry_run": True, "steps": lines})
+            else:
+                print("\n".join(lines))
+            return
         result = run_pipeline(cli.config_for(profile), say=cli.say, wheel_source=wheel_source)
         if json:
             cli.emit_json(result.to_json())

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gpurl_tasks import local_build, release
 from gpurl_tasks.config import Config
-from gpurl_tasks.errors import BuildError
+from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.generate import generate
 from gpurl_tasks.layers import plan_for_config
 from gpurl_tasks.local_build import BuildResult
@@ -24,7 +25,8 @@ from gpurl_tasks.plan_report import render_plan
 from gpurl_tasks.verify import Report, render_table, report_json
 from gpurl_tasks.wheels import check_source
 
-__all__ = ["PipelineResult", "StepTime", "build_local", "ensure_wheels", "run_pipeline"]
+__all__ = ["PipelineResult", "StepTime", "build_local", "describe_local_build", "describe_pipeline",
+           "ensure_wheels", "run_pipeline"]
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -104,6 +106,46 @@ class _Steps:
         self.times.append(StepTime(name=name, seconds=round(seconds, 2), detail=detail))
         self.say(f"<== {name}: {detail} ({seconds:.1f}s) ✓")
         return value
+
+
+def describe_local_build(config: Config, *, git_sha: str, wheel_source: str | None = None,
+                         push_floating: bool = False, no_cache: bool = False) -> list[str]:
+    """What `build_local` would run, as printable lines (no engine, registry or index touched)."""
+    args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
+    local_build.check_build_args(args)
+    reference = local_build.image_reference(config, git_sha)
+    argv = local_build.build_command("docker", dockerfile=config.build.dockerfile,
+                                     context=config.root, build_args=args, target=None,
+                                     tags=[reference], no_cache=no_cache)
+    lines = ["DOCKER_BUILDKIT=1 " + shlex.join(argv), f"docker push {reference}"]
+    if push_floating:
+        lines.append(f"docker push {config.registry.image}:{config.registry.floating_tag}")
+    return lines
+
+
+def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhouse") -> list[str]:
+    """`invoke demo --dry-run`: every step and what it would do; reads, never writes."""
+    git_sha = release.head_short_sha(config.root)
+    lines = ["setup-local:"]
+    lines += [f"  {s.name:<16} {s.status:<10} {s.detail}"
+              for s in setup_local(config, dry_run=True).steps]
+    planned = plan_for_config(config)
+    lines.append(f"plan: {len(planned.steps)} sync layer(s) under {planned.cap_bytes:,} bytes")
+    try:
+        generate(config, check=True, planner=lambda _: planned)
+        lines.append(f"generate: {config.build.dockerfile.name} is up to date")
+    except GpurlError:
+        lines.append(f"generate: would rewrite {config.build.dockerfile.name}")
+    if wheel_source == "prebuilt-wheelhouse":
+        ok = not check_source(config, str(config.build.wheelhouse)).mismatches
+        lines.append("wheels: the wheelhouse matches the pins" if ok else
+                     "wheels: would build the wheel-builder stage into the wheelhouse")
+    lines += [f"build + push: {line}" for line in
+              describe_local_build(config, git_sha=git_sha, wheel_source=wheel_source)]
+    reference = local_build.image_reference(config, git_sha)
+    lines.append(f"verify-layers: {reference}")
+    lines.append(f"pin: {config.launcher.variable} in {config.launcher.path}")
+    return lines
 
 
 def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,

@@ -4,6 +4,7 @@ the bundle and the generated script are real, in a throwaway repository."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -204,13 +205,18 @@ def test_stale_kaniko_script(repo: Path, env: dict[str, str],
     assert "is stale" in _refused(repo, env, capsys)
 
 
-def test_local_backend_refuses_cluster_only_dry_run_before_doing_anything() -> None:
+def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
     proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "local",
-                           "--dry-run"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode != 0
-    assert "--dry-run is for the cluster backend" in proc.stderr
-    assert "==> setup-local" not in proc.stderr and "Traceback" not in proc.stderr
+                           "--profile", "demo", "--dry-run", "--json"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    commands = json.loads(proc.stdout)["commands"]
+    build, push = commands
+    assert build.startswith("DOCKER_BUILDKIT=1 docker build --network host")
+    assert "--build-arg WHEEL_SOURCE=wheel-builder" in build
+    assert "--tag 127.0.0.1:5005/gpurl/demo:demo-" in build
+    assert push.startswith("docker push 127.0.0.1:5005/gpurl/demo:demo-")
+    assert "==> setup-local" not in proc.stderr
 
 
 def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:

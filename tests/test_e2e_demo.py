@@ -167,3 +167,14 @@ def test_a_broken_build_assert_fails_the_build(tree: Path, first: dict[str, Any]
     with pytest.raises(BuildError, match="gpurl_demo_not_there"):
         build_and_push(config, git_sha="0000000", dockerfile=broken, cache=CACHE,
                        build_args={"WHEEL_SOURCE": "prebuilt-wheelhouse", "GITSHA": "0000000"})
+
+
+def test_demo_dry_run_describes_every_step_and_writes_nothing(tree: Path, first: dict[str, Any]) -> None:
+    launcher = load_config(tree, profile="demo", env={}).launcher.path
+    before = launcher.read_bytes()
+    done = invoke(tree, "demo", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    for step in ("setup-local:", "plan:", "generate:", "wheels:", "build + push:", "verify-layers:",
+                 "pin:"):
+        assert step in done.stdout
+    assert launcher.read_bytes() == before
