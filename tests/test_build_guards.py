@@ -21,6 +21,7 @@ from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.credentials import find_registry_token
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.gitrepo import dirty_tracked_files, ls_bundle_files, short_sha
+from tests.support.git import git
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CANARY = "ghp_CANARYa1b2c3d4e5"
@@ -31,12 +32,6 @@ echo "Job submitted: /alice/$name"
 """
 
 
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
@@ -45,9 +40,9 @@ def repo(tmp_path: Path) -> Path:
     (root / ".gitignore").write_text("docker/wheelhouse/*\n!docker/wheelhouse/.keep\n*.whl\n")
     (root / "docker" / "wheelhouse" / ".keep").write_text("")
     kaniko.write_script(load_config(root, env={}))
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "init")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "init")
     return root
 
 
@@ -170,7 +165,7 @@ def test_no_commit_means_no_gitsha(tmp_path: Path, env: dict[str, str],
     root.mkdir()
     shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
     kaniko.write_script(load_config(root, env={}))
-    _git(root, "init", "-q")
+    git(root, "init", "-q")
     assert "cannot resolve GITSHA" in _refused(root, env, capsys)
 
 
@@ -186,7 +181,7 @@ def test_wheel_in_bundle(repo: Path, env: dict[str, str],
         capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "extra").mkdir()
     (repo / "extra" / "x-1.0-py3-none-any.whl").write_bytes(b"PK")
-    _git(repo, "add", "-f", "extra/x-1.0-py3-none-any.whl")
+    git(repo, "add", "-f", "extra/x-1.0-py3-none-any.whl")
     msg = _refused(repo, env, capsys)
     assert "wheel file(s): extra/x-1.0-py3-none-any.whl" in msg
 

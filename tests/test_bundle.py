@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,14 +10,9 @@ import pytest
 from gpurl_tasks.bundle import Bundle, bundle_files, check_bundle, measure_bundle
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.gitrepo import dirty_tracked_files, ls_bundle_files, short_sha
+from tests.support.git import git
 
 pytestmark = pytest.mark.integration
-
-
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
 
 
 @pytest.fixture
@@ -34,9 +28,9 @@ def repo(tmp_path: Path) -> Path:
     (root / "pkg" / "mod.py").write_text("x = 1\n")
     (root / "pkg" / "__pycache__" / "mod.cpython-312.pyc").write_bytes(b"\0" * 10)
     (root / "ignored.txt").write_text("no")
-    _git(root, "init", "-q")
-    _git(root, "add", ".gitignore", "docker/wheelhouse/.keep", "pkg/mod.py")
-    _git(root, "commit", "-qm", "init")
+    git(root, "init", "-q")
+    git(root, "add", ".gitignore", "docker/wheelhouse/.keep", "pkg/mod.py")
+    git(root, "commit", "-qm", "init")
     (root / "untracked.py").write_text("y = 2\n")  # not ignored: iris bundles it
     return root
 
@@ -53,7 +47,7 @@ def test_gitignored_wheels_do_not_ride(repo: Path) -> None:
 
 
 def test_force_added_wheel_is_refused(repo: Path) -> None:
-    _git(repo, "add", "-f", "docker/wheelhouse/flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl")
+    git(repo, "add", "-f", "docker/wheelhouse/flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl")
     bundle = measure_bundle(repo, ls_bundle_files)
     with pytest.raises(BuildError, match="wheel file"):
         check_bundle(bundle)
