@@ -26,7 +26,8 @@ def _sync(session: nox.Session, *groups: str) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (unit, property and integration tests against real local parts)."""
     _sync(session, "test")
-    session.run("pytest", *session.posargs)
+    # the iris contract needs Python 3.12 and the pinned release: its own session runs it
+    session.run("pytest", "--ignore=tests/test_iris_contract.py", *session.posargs)
 
 
 @nox.session
