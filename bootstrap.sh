@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-APT_PACKAGES=(git docker.io docker-registry debootstrap)
+APT_PACKAGES=(git curl openssl docker.io docker-registry debootstrap)
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   missing=()
