@@ -63,9 +63,12 @@ def plan_layers(
                         ", ".join(sorted({n for n in names if names.count(n) > 1})))
     too_big = [s for s in sizes if _weight(s, basis) > cap]
     if too_big:
+        biggest_first = sorted(too_big, key=lambda s: (-_weight(s, basis), s.name))
         listed = ", ".join(f"{s.name}=={s.version} ({format_bytes(_weight(s, basis))})"
-                           for s in sorted(too_big, key=lambda s: s.name))
-        raise PlanError(f"package larger than the {format_bytes(cap)} layer cap: {listed}",
+                           for s in biggest_first[:10])
+        if len(too_big) > 10:
+            listed += f" and {len(too_big) - 10} more"
+        raise PlanError(f"{len(too_big)} package(s) larger than the {format_bytes(cap)} layer cap: {listed}",
                         hint="raise the cap (--cap) or split the package out of the image")
     total = sum(_weight(s, basis) for s in sizes)
     lower_bound = max(1, math.ceil(total / cap))
