@@ -27,8 +27,9 @@ from gpurl_tasks.build_log import BuildStep, parse_plain_progress, stages_run, v
 from gpurl_tasks.config import Config
 from gpurl_tasks.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.errors import BuildError, ConfigError
-from gpurl_tasks.local_registry import manifest_digest
+from gpurl_tasks.image_ref import parse_reference
 from gpurl_tasks.local_setup import cache_dir, index_dir
+from gpurl_tasks.registry import RegistryClient
 
 __all__ = [
     "EXPORT_STAGE",
@@ -66,7 +67,7 @@ class BuildResult:
     @property
     def pinned(self) -> str:
         """`REGISTRY/REPO@sha256:...`: what a launcher pins."""
-        return f"{self.reference.rsplit(':', 1)[0]}@{self.digest}"
+        return f"{parse_reference(self.reference, default_host='').name}@{self.digest}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,9 +232,9 @@ def build_and_push(
     with serving_index(config.build.index_url, served_from):
         log, steps = _run_build(argv, on_line, log_file)
     digest = _push(client, reference)
-    host, _, rest = reference.partition("/")
-    repository, _, tag = rest.rpartition(":")
-    registry_digest = manifest_digest(host, repository, tag)
+    ref = parse_reference(reference, default_host=config.registry.host)
+    with RegistryClient(ref.host, insecure=config.registry.insecure) as registry:
+        registry_digest = registry.resolve(ref)
     if registry_digest != digest:
         raise BuildError(f"pushed {reference} as {digest} but the registry serves "
                          f"{registry_digest}", hint="another push raced this one; rebuild")

@@ -18,10 +18,8 @@ from gpurl_tasks.engine import wait_until
 from gpurl_tasks.errors import BuildError, ConfigError
 
 __all__ = [
-    "MANIFEST_TYPES",
     "RegistryPaths",
     "loopback_port",
-    "manifest_digest",
     "probe_registry",
     "registry_config",
     "start_registry",
@@ -119,23 +117,5 @@ def start_registry(paths: RegistryPaths, port: int, *, timeout: float = 30) -> i
     return pid
 
 
-MANIFEST_TYPES = ", ".join((
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-))
 
 
-def manifest_digest(host: str, repository: str, reference: str) -> str:
-    """The registry's `Docker-Content-Digest` for repository:reference on a plain-HTTP host."""
-    url = f"http://{host}/v2/{repository}/manifests/{reference}"
-    try:
-        response = httpx.head(url, headers={"Accept": MANIFEST_TYPES}, timeout=30)
-    except httpx.HTTPError as exc:
-        raise BuildError(f"registry {host} did not answer: {exc}") from None
-    digest = response.headers.get("Docker-Content-Digest", "")
-    if response.status_code != 200 or not digest.startswith("sha256:"):
-        raise BuildError(f"registry {host} has no manifest for {repository}:{reference} "
-                         f"(HTTP {response.status_code})")
-    return str(digest)

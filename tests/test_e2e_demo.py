@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gpurl_tasks.config import load_config
@@ -23,7 +24,7 @@ from gpurl_tasks.errors import BuildError
 from gpurl_tasks.generate import render_dockerfile
 from gpurl_tasks.layers import plan_for_config
 from gpurl_tasks.local_build import build_and_push
-from gpurl_tasks.local_registry import manifest_digest
+from gpurl_tasks.registry import ACCEPT_MANIFESTS
 from tests.conftest import REPO_ROOT
 from tests.local_parts import need
 
@@ -108,7 +109,9 @@ def test_pinned_digest_is_the_registrys(tree: Path, first: dict[str, Any]) -> No
                       for t in node.targets)]
     host, _, rest = first["reference"].partition("/")
     repository, _, tag = rest.rpartition(":")
-    assert values == [f"{host}/{repository}@{manifest_digest(host, repository, tag)}"]
+    answer = httpx.head(f"http://{host}/v2/{repository}/manifests/{tag}",
+                        headers={"Accept": ACCEPT_MANIFESTS}, timeout=30)
+    assert values == [f"{host}/{repository}@{answer.headers['Docker-Content-Digest']}"]
 
 
 def test_second_build_comes_from_the_cache(tree: Path, first: dict[str, Any]) -> None:

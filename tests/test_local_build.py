@@ -28,6 +28,7 @@ from gpurl_tasks import base_image, engine, local_build, local_registry, local_s
 from gpurl_tasks.build_log import parse_plain_progress, stages_run, vertex_output
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
+from gpurl_tasks.registry import ACCEPT_MANIFESTS
 from tests.local_parts import free_port, need
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -257,7 +258,7 @@ def _build(ws: Workspace, sha: str, **kwargs: object) -> local_build.BuildResult
 def _registry_manifest(ws: Workspace, tag: str) -> httpx.Response:
     registry = ws.config.registry
     return httpx.get(f"http://{registry.host}/v2/{registry.repository}/manifests/{tag}",
-                     headers={"Accept": local_registry.MANIFEST_TYPES})
+                     headers={"Accept": ACCEPT_MANIFESTS})
 
 
 @pytest.fixture(scope="module")
