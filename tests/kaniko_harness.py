@@ -9,20 +9,18 @@ MANIFEST and the crane tarball come from a real HTTP server on 127.0.0.1.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import http.server
 import io
 import os
 import subprocess
 import tarfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
+from tests.support.rangeserver import serve_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,25 +61,6 @@ def _tar(entries: dict[str, tuple[bytes, int]], gz: bool) -> bytes:
             info.size, info.mode = len(data), mode
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextmanager
-def serve(directory: Path) -> Iterator[str]:
-    """A real HTTP server on a free loopback port serving `directory`."""
-    handler = functools.partial(_Quiet, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @dataclasses.dataclass
@@ -125,7 +104,7 @@ def rig(tmp: Path, *, crane_sha256: str | None = None) -> Iterator[Rig]:
         "kaniko/executor": (EXECUTOR.encode(), 0o755),
         "kaniko/.docker/config.json": (b"{}\n", 0o644),
     }, gz=False))
-    with serve(served) as url:
+    with serve_files(served) as url:
         config = load_config(REPO_ROOT, env={}, overrides={"build.wheel-base-url": url + "/wheels"})
         wheels = prebuilt_wheel_names(config)
         (served / "wheels").mkdir()
