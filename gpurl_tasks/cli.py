@@ -7,11 +7,12 @@ human output are printed; the modules below never print or exit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from invoke.exceptions import Exit
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import ConfigError, GpurlError
 
-__all__ = ["REPO_ROOT", "ConfigError", "clean_failures", "config_for", "emit_json", "say", "step"]
+__all__ = ["REPO_ROOT", "ConfigError", "StepRecord", "clean_failures", "config_for", "emit_json",
+           "say", "step"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,14 +63,27 @@ def emit_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
 
 
+@dataclasses.dataclass
+class StepRecord:
+    """What a step did (set `detail` inside the block) and how long it took (after it)."""
+
+    detail: str = ""
+    seconds: float = 0.0
+
+
 @contextlib.contextmanager
-def step(name: str) -> Iterator[None]:
-    """Print a step's start and its end with duration and a tick or a cross."""
-    say(f"==> {name}")
+def step(name: str, *, out: Callable[[str], None] = say) -> Iterator[StepRecord]:
+    """Print a step's start and its end with its detail, duration and a tick or a cross."""
+    out(f"==> {name}")
+    record = StepRecord()
     start = time.monotonic()
     try:
-        yield
+        yield record
     except BaseException:
-        say(f"<== {name}: failed after {time.monotonic() - start:.1f}s ✗")
+        out(f"<== {name}: failed after {time.monotonic() - start:.1f}s ✗")
         raise
-    say(f"<== {name}: done in {time.monotonic() - start:.1f}s ✓")
+    record.seconds = time.monotonic() - start
+    if record.detail:
+        out(f"<== {name}: {record.detail} ({record.seconds:.1f}s) ✓")
+    else:
+        out(f"<== {name}: done in {record.seconds:.1f}s ✓")

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import shlex
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gpurl_tasks import local_build, release
+from gpurl_tasks.cli import step
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.generate import generate
@@ -95,16 +95,10 @@ class _Steps:
         self.times: list[StepTime] = []
 
     def run(self, name: str, action: Callable[[], tuple[T, str]]) -> T:
-        self.say(f"==> {name}")
-        start = time.monotonic()
-        try:
-            value, detail = action()
-        except BaseException:
-            self.say(f"<== {name}: failed after {time.monotonic() - start:.1f}s ✗")
-            raise
-        seconds = time.monotonic() - start
-        self.times.append(StepTime(name=name, seconds=round(seconds, 2), detail=detail))
-        self.say(f"<== {name}: {detail} ({seconds:.1f}s) ✓")
+        with step(name, out=self.say) as record:
+            value, record.detail = action()
+        self.times.append(StepTime(name=name, seconds=round(record.seconds, 2),
+                                   detail=record.detail))
         return value
 
 
