@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
@@ -219,11 +220,12 @@ def _key(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _known_keys() -> list[str]:
+@functools.cache
+def _known_keys() -> tuple[str, ...]:
     keys = list(_TOP_KEYS)
     for section, cls in _SECTIONS.items():
         keys += [f"{section}.{_key(f.name)}" for f in dataclasses.fields(cls)]
-    return keys
+    return tuple(keys)
 
 
 def _unknown(key: str, where: str) -> ConfigError:
