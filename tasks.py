@@ -43,8 +43,8 @@ def plan(
     """Plan the uv sync chain: which packages each layer installs, each layer under the cap."""
     from pathlib import Path
 
-    from gpurl_tasks.layers import plan_for_config
-    from gpurl_tasks.plan_report import render_plan
+    from gpurl_tasks.plan.planner import plan_for_config
+    from gpurl_tasks.plan.report import render_plan
 
     with cli.clean_failures():
         config = cli.config_for(profile, python__extras=extra or None, layers__cap=cap,
@@ -87,10 +87,10 @@ def sizes(
     """Show which wheel sizes are unknown; with --probe, fetch and cache them."""
     from pathlib import Path
 
-    from gpurl_tasks import probe as probing
-    from gpurl_tasks.lock import install_closure, load_lock
-    from gpurl_tasks.sizes import load_size_sources, urls_to_probe
-    from gpurl_tasks.target import target_tags
+    from gpurl_tasks.plan import probe as probing
+    from gpurl_tasks.plan.lock import install_closure, load_lock
+    from gpurl_tasks.plan.sizes import load_size_sources, urls_to_probe
+    from gpurl_tasks.plan.target import target_tags
 
     with cli.clean_failures():
         config = cli.config_for(profile, python__extras=extra or None)
@@ -131,8 +131,8 @@ def generate(c: Context, check: bool = False, profile: str | None = None, json: 
 
     The megatron variant is not a separate file: build with `--build-arg INSTALL_MEGATRON=1`.
     """
-    from gpurl_tasks.generate import generate as run_generate
-    from gpurl_tasks.generate import profiles_with_dockerfile
+    from gpurl_tasks.dockerfile.generate import generate as run_generate
+    from gpurl_tasks.dockerfile.generate import profiles_with_dockerfile
 
     with cli.clean_failures():
         names = (profile,) if profile else profiles_with_dockerfile(cli.REPO_ROOT)
@@ -187,15 +187,16 @@ def build(
 ) -> None:
     """Build and push the image: as an iris job running kaniko (runbook sections 2-4), or
     with the local Docker engine and loopback registry (`--backend local`)."""
-    from gpurl_tasks import cluster_tasks
-    from gpurl_tasks.cluster_build import BuildRequest
+    from gpurl_tasks.cluster import jobs
+    from gpurl_tasks.cluster.submit import BuildRequest
     from gpurl_tasks.errors import BuildError
 
     with cli.clean_failures():
         config = cli.config_for(profile, backend=backend)
         if config.backend == "local":
-            from gpurl_tasks import pipeline, release
-            from gpurl_tasks.local_setup import setup_local
+            from gpurl_tasks.local import pipeline
+            from gpurl_tasks.local.setup import setup_local
+            from gpurl_tasks.oci import release
 
             git_sha = release.head_short_sha(config.root)
             if dry_run:
@@ -228,7 +229,7 @@ def build(
                              hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
         request = BuildRequest(cluster=cluster, cpu=cpu, memory=memory, disk=disk,
                                timeout=timeout, megatron=megatron, force=force)
-        cluster_tasks.run_build(config, request, dry_run=dry_run, as_json=json)
+        jobs.run_build(config, request, dry_run=dry_run, as_json=json)
 
 
 ns.add_task(build)
@@ -256,10 +257,10 @@ def watch(
     """Poll an iris job's state until terminal. Exit 0 succeeded, 1 failed, 2 absent, 3 stuck."""
     from invoke.exceptions import Exit
 
-    from gpurl_tasks import cluster_tasks
+    from gpurl_tasks.cluster import jobs
 
     with cli.clean_failures():
-        code = cluster_tasks.run_watch(cli.config_for(profile), job, interval=interval,
+        code = jobs.run_watch(cli.config_for(profile), job, interval=interval,
                                        max_duration=max_duration, as_json=json, cluster=cluster)
     if code:
         raise Exit(code=code)
@@ -279,10 +280,10 @@ ns.add_task(watch)
 def kill(c: Context, job: str, cluster: str | None = None, profile: str | None = None,
          dry_run: bool = False) -> None:
     """Stop one iris job (`iris job kill JOB`)."""
-    from gpurl_tasks import cluster_tasks
+    from gpurl_tasks.cluster import jobs
 
     with cli.clean_failures():
-        cluster_tasks.kill_job(cli.config_for(profile), job, dry_run=dry_run, cluster=cluster)
+        jobs.kill_job(cli.config_for(profile), job, dry_run=dry_run, cluster=cluster)
 
 
 ns.add_task(kill)
@@ -297,10 +298,10 @@ ns.add_task(kill)
 )
 def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> None:
     """Generate docker/build_gpu_rl_kaniko.sh (the in-cluster kaniko build script)."""
-    from gpurl_tasks import cluster_tasks
+    from gpurl_tasks.cluster import jobs
 
     with cli.clean_failures():
-        cli.say(cluster_tasks.generate_script(cli.config_for(profile, committed=True), check=check))
+        cli.say(jobs.generate_script(cli.config_for(profile, committed=True), check=check))
 
 
 ns.add_task(gen_kaniko)
@@ -344,7 +345,7 @@ def verify_layers(
     image is named. When the image's plan-fingerprint label
     matches the current plan, each uv sync layer is shown next to its predicted size.
     """
-    from gpurl_tasks import release, verify
+    from gpurl_tasks.oci import release, verify
 
     with cli.clean_failures():
         config = cli.config_for(profile, **_rule_overrides(cap, hard_limit, min_layers))
@@ -394,7 +395,7 @@ def pin(
     import datetime as dt
     from pathlib import Path
 
-    from gpurl_tasks import release, verify
+    from gpurl_tasks.oci import release, verify
 
     with cli.clean_failures():
         config = cli.config_for(
@@ -444,7 +445,7 @@ def rebuild_needed(c: Context, since: str | None = None, json: bool = False,
     """
     from invoke.exceptions import Exit
 
-    from gpurl_tasks.rebuild_inputs import rebuild_needed as run
+    from gpurl_tasks.rebuild.inputs import rebuild_needed as run
 
     with cli.clean_failures():
         report = run(cli.config_for(profile), since=since)
@@ -482,7 +483,7 @@ def check_wheels(c: Context, source: str | None = None, json: bool = False,
     """
     from invoke.exceptions import Exit
 
-    from gpurl_tasks.wheels import check_source
+    from gpurl_tasks.dockerfile.wheels import check_source
 
     with cli.clean_failures():
         report = check_source(cli.config_for(profile), source)
@@ -512,7 +513,7 @@ def setup_local(c: Context, profile: str = "demo", dry_run: bool = False, json: 
 
     Idempotent: a second run finds everything and changes nothing.
     """
-    from gpurl_tasks.local_setup import setup_local as run_setup
+    from gpurl_tasks.local.setup import setup_local as run_setup
 
     with cli.clean_failures():
         config = cli.config_for(profile)
@@ -547,15 +548,15 @@ def build_wheels(c: Context, profile: str = "demo", target: str = "wheel-builder
 
     from invoke.exceptions import Exit
 
-    from gpurl_tasks import local_build
-    from gpurl_tasks.wheels import check_source
+    from gpurl_tasks.dockerfile.wheels import check_source
+    from gpurl_tasks.local import builder
 
     with cli.clean_failures():
         # --dockerfile becomes build.dockerfile, so the check reads the Dockerfile just built.
         config = cli.config_for(
             profile, build__dockerfile=str(Path(dockerfile).resolve()) if dockerfile else None)
         with cli.step(f"build-wheels ({target})"):
-            result = local_build.build_wheels(
+            result = builder.build_wheels(
                 config, target=target, source=source,
                 build_args={"WHEEL_SOURCE": "wheel-builder"},
                 on_line=None if json else cli.say)
@@ -588,13 +589,13 @@ def serve_index(c: Context, profile: str = "demo", directory: str = "") -> None:
     import time
     from pathlib import Path
 
-    from gpurl_tasks import local_setup, pyindex
+    from gpurl_tasks.local import pyindex, setup
 
     with cli.clean_failures():
         config = cli.config_for(profile)
         port = pyindex.port_of(config.build.index_url)
-        where = Path(directory) if directory else local_setup.index_dir(
-            local_setup.cache_dir(config.root))
+        where = Path(directory) if directory else setup.index_dir(
+            setup.cache_dir(config.root))
         def stop(signum: int, frame: object) -> None:
             raise KeyboardInterrupt
 
@@ -619,11 +620,11 @@ ns.add_task(serve_index)
 })
 def fill_index(c: Context, pins: str, profile: str = "demo", deps: bool = False) -> None:
     """Download wheels for the profile's target platform into the loopback index directory."""
-    from gpurl_tasks import local_setup, pyindex
+    from gpurl_tasks.local import pyindex, setup
 
     with cli.clean_failures():
         config = cli.config_for(profile)
-        where = local_setup.index_dir(local_setup.cache_dir(config.root))
+        where = setup.index_dir(setup.cache_dir(config.root))
         target = pyindex.DownloadTarget.for_target(
             python=config.target.python, glibc=config.target.glibc, arch=config.target.arch)
         wanted = [p.strip() for p in pins.split(",") if p.strip()]
@@ -648,7 +649,7 @@ def demo(c: Context, profile: str = "demo", wheel_source: str = "prebuilt-wheelh
 
     Each step prints what it did and its duration; a second run is fast (build cache, registry).
     """
-    from gpurl_tasks.pipeline import describe_pipeline, run_pipeline
+    from gpurl_tasks.local.pipeline import describe_pipeline, run_pipeline
 
     with cli.clean_failures():
         if dry_run:

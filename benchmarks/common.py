@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gpurl_tasks.config import PythonSelection, TargetSpec
-from gpurl_tasks.layers import local_install_flags, plan_layers
-from gpurl_tasks.lock import Lock, install_closure
-from gpurl_tasks.plan_model import Plan, sync_selection_flags
-from gpurl_tasks.sizes import PackageSize, SizeSources, package_sizes
-from gpurl_tasks.target import target_tags
+from gpurl_tasks.plan.lock import Lock, install_closure
+from gpurl_tasks.plan.model import Plan, sync_selection_flags
+from gpurl_tasks.plan.planner import local_install_flags, plan_layers
+from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
+from gpurl_tasks.plan.target import target_tags
 
 __all__ = [
     "REAL_COMMITS",

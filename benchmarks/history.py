@@ -12,7 +12,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from gpurl_tasks.lock import Artifact, Dependency, Lock, LockedPackage
+from gpurl_tasks.plan.lock import Artifact, Dependency, Lock, LockedPackage
 
 __all__ = ["add_to_extra", "bump_package", "newest_upload", "next_version"]
 

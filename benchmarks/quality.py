@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpurl_tasks.errors import PlanError
-from gpurl_tasks.layers import plan_layers
-from gpurl_tasks.sizes import PackageSize
+from gpurl_tasks.plan.planner import plan_layers
+from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.units import format_bytes
 
 __all__ = [

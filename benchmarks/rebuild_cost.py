@@ -37,11 +37,11 @@ from benchmarks.common import REPO_ROOT, TARGET, LockInput, closure_sizes
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.model import Comment, Copy, Run
 from gpurl_tasks.dockerfile.recipe import render_recipe
-from gpurl_tasks.layers import plan_layers
-from gpurl_tasks.lock import Lock
-from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep
-from gpurl_tasks.sizes import PackageSize, select_wheel
-from gpurl_tasks.target import target_tags
+from gpurl_tasks.plan.lock import Lock
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep
+from gpurl_tasks.plan.planner import plan_layers
+from gpurl_tasks.plan.sizes import PackageSize, select_wheel
+from gpurl_tasks.plan.target import target_tags
 
 __all__ = [
     "DESIGNS",

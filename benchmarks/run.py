@@ -31,9 +31,9 @@ from benchmarks.history import add_to_extra, bump_package, newest_upload
 from benchmarks.report import render_markdown
 from benchmarks.synth import SYNTH_EXTRA, synthetic_lock_text
 from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.lock import load_lock
-from gpurl_tasks.plan_model import Plan
-from gpurl_tasks.sizes import SizeSources, load_size_sources
+from gpurl_tasks.plan.lock import load_lock
+from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.sizes import SizeSources, load_size_sources
 
 __all__ = ["bump_sequence", "closure_changes", "main", "run"]
 

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import TARGET
-from gpurl_tasks import lock as lock_module
 from gpurl_tasks.config import PythonSelection
-from gpurl_tasks.layers import local_install_flags, plan_layers
-from gpurl_tasks.lock import install_closure, load_lock
-from gpurl_tasks.plan_model import Plan, sync_selection_flags
-from gpurl_tasks.sizes import load_size_sources, package_sizes
-from gpurl_tasks.target import target_tags
+from gpurl_tasks.plan import lock as lock_module
+from gpurl_tasks.plan.lock import install_closure, load_lock
+from gpurl_tasks.plan.model import Plan, sync_selection_flags
+from gpurl_tasks.plan.planner import local_install_flags, plan_layers
+from gpurl_tasks.plan.sizes import load_size_sources, package_sizes
+from gpurl_tasks.plan.target import target_tags
 
 __all__ = ["STAGES", "SpeedResult", "plan_file", "profile_plan", "time_planner"]
 

@@ -3,6 +3,7 @@
 Every command is a list (never a shell string), the program is looked up first so a
 missing tool fails with "couldn't find X in PATH" instead of a traceback, the command
 line is echoed as `+ cmd` with secrets redacted, and the exit status is always checked.
+Long-lived daemons (dockerd, docker-registry) are started detached from here too.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from gpurl_tasks.credentials import Secret, redact
-from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.errors import BuildError, GpurlError
+from gpurl_tasks.redact import Secret, redact
 
-__all__ = ["CommandFailed", "Completed", "ProgramNotFound", "find_program", "format_command",
-           "run"]
+__all__ = ["CommandFailed", "Completed", "ProgramNotFound", "alive", "find_program", "format_command",
+           "require", "run", "run_quiet", "spawn_detached", "tail"]
 
 
 class ProgramNotFound(GpurlError):
@@ -112,3 +113,58 @@ def run(
                             returncode=proc.returncode, stdout=result.stdout,
                             stderr=result.stderr, hint=f"the command was: {shown}")
     return result
+
+
+def tail(text: str, lines: int = 15) -> str:
+    """The last `lines` lines of a program's output: where the reason for a failure usually is."""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def require(program: str, *, hint: str | None = None) -> str:
+    """Absolute path of `program`, or a BuildError that says what to install."""
+    try:
+        return find_program(program)
+    except ProgramNotFound:
+        raise BuildError(f"couldn't find {program!r} on PATH",
+                         hint=hint or f"install {program}") from None
+
+
+def run_quiet(
+    args: Sequence[str | Path],
+    *,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    timeout: float | None = None,
+) -> Completed:
+    """`run` without echoing the command line (setup steps report results, not commands);
+    a missing program names what to install."""
+    argv = [str(a) for a in args]
+    require(argv[0])
+    return run(argv, env=env, check=check, timeout=timeout, echo=None)
+
+
+def spawn_detached(args: Sequence[str | Path], log_file: Path) -> int:
+    """Start a long-lived daemon detached from us (own session, reparented); its pid.
+
+    A short-lived `sh` starts it in the background and exits, so no `Popen` object of ours
+    outlives the call and the daemon keeps running after this process ends.
+    """
+    argv = [require(str(args[0])), *(str(a) for a in args[1:])]
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", '"$@" >>"$GPURL_LOG" 2>&1 </dev/null & echo $!', "sh", *argv],
+        env={**os.environ, "GPURL_LOG": str(log_file)}, capture_output=True, text=True,
+        check=False, start_new_session=True,
+    )
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
+        raise BuildError(f"could not start `{format_command(argv)}`: {tail(done.stderr, 3)}")
+    return int(done.stdout.strip())
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie that nobody reaped counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

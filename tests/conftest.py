@@ -35,7 +35,7 @@ def local_parts(request: pytest.FixtureRequest) -> None:
         return
     from gpurl_tasks.config import load_config
     from gpurl_tasks.errors import GpurlError
-    from gpurl_tasks.local_setup import setup_local
+    from gpurl_tasks.local.setup import setup_local
 
     try:
         setup_local(load_config(REPO_ROOT, profile="demo", env={}))

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from gpurl_tasks.cluster.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
 from tests.support.rangeserver import serve_files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

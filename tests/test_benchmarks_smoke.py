@@ -14,8 +14,8 @@ from benchmarks.prediction import MeasuredFileError, load_measured
 from benchmarks.report import render_markdown
 from benchmarks.run import run
 from benchmarks.synth import SYNTH_EXTRA, synthetic_lock_text
-from gpurl_tasks.lock import Lock, parse_lock
-from gpurl_tasks.sizes import PackageSize, SizeSources
+from gpurl_tasks.plan.lock import Lock, parse_lock
+from gpurl_tasks.plan.sizes import PackageSize, SizeSources
 
 MB = 10**6
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks import cluster_tasks, kaniko
-from gpurl_tasks.bundle import measure_bundle
-from gpurl_tasks.cluster_build import BuildEnv, BuildRequest
+from gpurl_tasks.cluster import jobs, kaniko
+from gpurl_tasks.cluster.bundle import measure_bundle
+from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.credentials import find_registry_token
 from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.gitrepo import dirty_tracked_files, ls_bundle_files, short_sha
+from gpurl_tasks.git import dirty_tracked_files, ls_bundle_files, short_sha
+from gpurl_tasks.redact import find_registry_token
 from tests.support.git import git
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def _world(env: dict[str, str], gh: str | None = None) -> BuildEnv:
 def _build(repo: Path, env: dict[str, str], *, dry_run: bool = False, gh: str | None = None,
            **flags: object) -> None:
     config: Config = load_config(repo, env={})
-    cluster_tasks.run_build(config, BuildRequest(**flags),  # type: ignore[arg-type]
+    jobs.run_build(config, BuildRequest(**flags),  # type: ignore[arg-type]
                             dry_run=dry_run, as_json=False, world=_world(env, gh))
 
 

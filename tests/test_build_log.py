@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpurl_tasks.build_log import parse_plain_progress, stages_run
+from gpurl_tasks.local.build_log import parse_plain_progress, stages_run
 
 LOG = """\
 #4 [base 1/2] FROM docker.io/gpurl/bookworm-python:3.11

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks import base_image, engine
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.local import base_image, engine
 from tests.local_parts import need
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.bundle import Bundle, bundle_files, check_bundle, measure_bundle
+from gpurl_tasks.cluster.bundle import Bundle, bundle_files, check_bundle, measure_bundle
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.gitrepo import dirty_tracked_files, ls_bundle_files, short_sha
+from gpurl_tasks.git import dirty_tracked_files, ls_bundle_files, short_sha
 from tests.support.git import git
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpurl_tasks import base_image, engine, hostcmd, local_registry, local_setup
+from gpurl_tasks import proc
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.local import base_image, engine, registry_server, setup
 from tests.local_parts import free_port, need
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def test_mirror_from_deb822_sources_skips_other_suites() -> None:
 
 
 def test_registry_config_binds_loopback_and_keeps_storage_where_asked(tmp_path: Path) -> None:
-    text = local_registry.registry_config(tmp_path / "data", 5123)
+    text = registry_server.registry_config(tmp_path / "data", 5123)
     assert "addr: 127.0.0.1:5123" in text
     assert f"rootdirectory: {tmp_path / 'data'}" in text
     assert "auth" not in text
@@ -46,20 +47,20 @@ def test_registry_config_binds_loopback_and_keeps_storage_where_asked(tmp_path: 
 @pytest.mark.parametrize("host", ["ghcr.io", "127.0.0.1", "10.0.0.1:5000", "localhost:x"])
 def test_loopback_port_rejects_non_loopback_hosts(host: str) -> None:
     with pytest.raises(ConfigError):
-        local_registry.loopback_port(host)
-    assert local_registry.loopback_port("127.0.0.1:5005") == 5005
+        registry_server.loopback_port(host)
+    assert registry_server.loopback_port("127.0.0.1:5005") == 5005
 
 
 def test_cache_dir_prefers_the_environment(tmp_path: Path) -> None:
-    assert local_setup.cache_dir(tmp_path, {}) == tmp_path / ".cache" / "gpurl"
-    assert local_setup.cache_dir(tmp_path, {"GPURL_CACHE_DIR": str(tmp_path / "c")}) \
+    assert setup.cache_dir(tmp_path, {}) == tmp_path / ".cache" / "gpurl"
+    assert setup.cache_dir(tmp_path, {"GPURL_CACHE_DIR": str(tmp_path / "c")}) \
         == tmp_path / "c"
 
 
 def test_image_tool_pins_carry_the_uv_gpurl_runs() -> None:
     from importlib.metadata import version
 
-    assert f"uv=={version('uv')}" in local_setup.image_tool_pins()
+    assert f"uv=={version('uv')}" in setup.image_tool_pins()
 
 
 def test_explicit_client_is_tried_first(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,15 +70,15 @@ def test_explicit_client_is_tried_first(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_missing_program_says_what_to_install() -> None:
     with pytest.raises(BuildError, match="couldn't find 'gpurl-no-such-tool'") as caught:
-        hostcmd.run(["gpurl-no-such-tool", "--version"])
+        proc.run_quiet(["gpurl-no-such-tool", "--version"])
     assert caught.value.hint == "install gpurl-no-such-tool"
 
 
 def test_spawned_daemon_outlives_the_call_and_is_seen_exiting(tmp_path: Path) -> None:
-    pid = hostcmd.spawn_detached(["sleep", "30"], tmp_path / "log")
-    assert hostcmd.alive(pid)
+    pid = proc.spawn_detached(["sleep", "30"], tmp_path / "log")
+    assert proc.alive(pid)
     os.kill(pid, signal.SIGTERM)
-    assert engine.wait_until(lambda: None if hostcmd.alive(pid) else "gone", timeout=10) \
+    assert engine.wait_until(lambda: None if proc.alive(pid) else "gone", timeout=10) \
         == "gone"
 
 
@@ -99,10 +100,10 @@ def test_buildkit_client_is_found_and_a_buildx_less_client_is_rejected() -> None
 def test_registry_starts_once_and_refuses_a_foreign_port(tmp_path: Path) -> None:
     need(shutil.which("docker-registry"), "docker-registry is not installed")
     port = free_port()
-    paths = local_registry.RegistryPaths(tmp_path, port)
-    pid = local_registry.start_registry(paths, port)
+    paths = registry_server.RegistryPaths(tmp_path, port)
+    pid = registry_server.start_registry(paths, port)
     try:
-        assert local_registry.probe_registry(port) == "registry/2.0"
+        assert registry_server.probe_registry(port) == "registry/2.0"
         assert int(paths.pid.read_text()) == pid
         assert str(tmp_path) in paths.config.read_text()
         response = httpx.get(f"http://127.0.0.1:{port}/v2/_catalog")
@@ -135,11 +136,11 @@ def test_setup_local_twice_finds_everything_the_first_run_made(tmp_path: Path) -
         "lock": str(lock),
     })
     cache = tmp_path / "cache"
-    planned = local_setup.setup_local(config, cache=cache, dry_run=True)
+    planned = setup.setup_local(config, cache=cache, dry_run=True)
     assert not cache.exists()  # a dry run writes nothing
     assert {s.name: s.status for s in planned.steps}["registry"] == "would"
 
-    first = local_setup.setup_local(config, cache=cache)
+    first = setup.setup_local(config, cache=cache)
     try:
         status = {s.name: s.status for s in first.steps}
         assert status["registry"] == "started"
@@ -147,16 +148,16 @@ def test_setup_local_twice_finds_everything_the_first_run_made(tmp_path: Path) -
         assert status["engine"] in ("found", "started", "installed")
         assert status["base image"] in ("found", "pulled", "built")
         assert first.steps[-1].detail.startswith("4/4 pins")  # uv, pip, setuptools, the lock's
-        second = local_setup.setup_local(config, cache=cache)
+        second = setup.setup_local(config, cache=cache)
         assert [s.status for s in second.steps] == ["found"] * 5
         assert second.client == first.client
         assert all(s.seconds >= 0 for s in second.steps)
 
         lock.write_text(_LOCK.format(port=index_port, wheel="iniconfig-2.0.0-cp311-x.whl"))
         with pytest.raises(BuildError, match="none of their recorded files"):
-            local_setup.setup_local(config, cache=cache)
+            setup.setup_local(config, cache=cache)
     finally:
-        pid = int(local_registry.RegistryPaths(cache, port).pid.read_text())
+        pid = int(registry_server.RegistryPaths(cache, port).pid.read_text())
         os.kill(pid, signal.SIGTERM)
 
 

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.errors import LockError
-from gpurl_tasks.files import write_atomic
-from gpurl_tasks.generate import (
+from gpurl_tasks.dockerfile.generate import (
     StaleFileError,
     generate,
     profiles_with_dockerfile,
     render_dockerfile,
 )
-from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+from gpurl_tasks.errors import LockError
+from gpurl_tasks.files import write_atomic
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -130,7 +130,7 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_generate import hand_plan
 from gpurl_tasks.config import load_config
-from gpurl_tasks.generate import render_dockerfile
+from gpurl_tasks.dockerfile.generate import render_dockerfile
 config = load_config(Path({root!r}), profile={profile!r}, env={{}})
 sys.stdout.write(render_dockerfile(config, hand_plan(config)))
 """

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from gpurl_tasks import cluster_tasks
-from gpurl_tasks.cluster_build import JOB_COMMAND, BuildRequest, prepare_build
+from gpurl_tasks.cluster import jobs
+from gpurl_tasks.cluster.submit import JOB_COMMAND, BuildRequest, prepare_build
 from gpurl_tasks.config import load_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +66,7 @@ def build_argv(tmp_path: Path) -> tuple[str, ...]:
     kube.write_text("apiVersion: v1\n")
     env = {"KUBECONFIG": str(kube), "GPURL_REGISTRY_TOKEN": CANARY, "PATH": os.environ["PATH"]}
     config = load_config(REPO_ROOT, env={})
-    prepared = prepare_build(config, BuildRequest(), cluster_tasks.real_world(env))
+    prepared = prepare_build(config, BuildRequest(), jobs.real_world(env))
     argv = prepared.argv("iris", reveal=True)
     assert argv[0] == "iris"
     return argv[1:]
@@ -100,7 +100,7 @@ def test_megatron_argv_adds_its_env_pairs(tmp_path: Path) -> None:
     kube.write_text("apiVersion: v1\n")
     env = {"KUBECONFIG": str(kube), "GPURL_REGISTRY_TOKEN": CANARY, "PATH": os.environ["PATH"]}
     prepared = prepare_build(load_config(REPO_ROOT, env={}), BuildRequest(megatron=True),
-                             cluster_tasks.real_world(env))
+                             jobs.real_world(env))
     params = parse_job_run(prepared.argv("iris", reveal=True)[1:])
     env_vars = dict(params["env_vars"])
     assert env_vars["INSTALL_MEGATRON"] == "1" and env_vars["TAG_PREFIX"] == "gpu-rl-megatron"

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks.credentials import Secret
-from gpurl_tasks.iris import (
+from gpurl_tasks.cluster.iris import (
     ABSENT,
     IrisOutputError,
     JobSpec,
@@ -25,6 +24,7 @@ from gpurl_tasks.iris import (
     parse_summary_json,
     query_sql,
 )
+from gpurl_tasks.redact import Secret
 
 DATA = Path(__file__).parent / "data" / "iris"
 JOB = "/alice/gpurl-kaniko-0123abc"

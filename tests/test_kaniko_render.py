@@ -14,9 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.errors import BuildError
-from gpurl_tasks.kaniko import (
+from gpurl_tasks.cluster.kaniko import (
     CRANE_SHA256,
     KANIKO_EXECUTOR,
     cache_repo,
@@ -25,6 +23,8 @@ from gpurl_tasks.kaniko import (
     render_script,
     write_script,
 )
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.errors import BuildError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

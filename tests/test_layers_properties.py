@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpurl_tasks.config import PythonSelection, TargetSpec
-from gpurl_tasks.layers import plan_layers
-from gpurl_tasks.lock import install_closure, parse_lock
-from gpurl_tasks.plan_model import Plan, sync_selection_flags
-from gpurl_tasks.sizes import PackageSize, SizeSources, package_sizes
-from gpurl_tasks.target import target_tags
+from gpurl_tasks.plan.lock import install_closure, parse_lock
+from gpurl_tasks.plan.model import Plan, sync_selection_flags
+from gpurl_tasks.plan.planner import plan_layers
+from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
+from gpurl_tasks.plan.target import target_tags
 from tests.locks import lock_texts
 
 TARGET = TargetSpec()

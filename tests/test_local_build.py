@@ -24,11 +24,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks import base_image, engine, local_build, local_registry, local_setup, pyindex
-from gpurl_tasks.build_log import parse_plain_progress, stages_run, vertex_output
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
-from gpurl_tasks.registry import ACCEPT_MANIFESTS
+from gpurl_tasks.local import base_image, builder, engine, pyindex, registry_server, setup
+from gpurl_tasks.local.build_log import parse_plain_progress, stages_run, vertex_output
+from gpurl_tasks.oci.registry import ACCEPT_MANIFESTS
 from tests.local_parts import free_port, need
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def _config(tmp: Path, **overrides: str) -> Config:
 
 @given(sha=_SHA)
 def test_reference_is_the_immutable_prefix_sha_tag(sha: str) -> None:
-    reference = local_build.image_reference(_config(Path()), sha)
+    reference = builder.image_reference(_config(Path()), sha)
     assert reference == f"127.0.0.1:5999/t/r:demo-{sha}"
     assert not reference.endswith(":demo")
 
@@ -88,18 +88,18 @@ def test_reference_is_the_immutable_prefix_sha_tag(sha: str) -> None:
 @pytest.mark.parametrize("sha", ["", "latest", "ABCDEF12", "abc", "g" * 8, "a" * 41])
 def test_reference_rejects_what_is_not_a_git_sha(sha: str) -> None:
     with pytest.raises(ConfigError):
-        local_build.image_reference(_config(Path()), sha)
+        builder.image_reference(_config(Path()), sha)
 
 
 @pytest.mark.parametrize("value", ["1", "true", "YES"])
 def test_single_snapshot_is_refused(value: str) -> None:
     with pytest.raises(BuildError, match="one layer"):
-        local_build.check_build_args({"SINGLE_SNAPSHOT": value})
-    local_build.check_build_args({"SINGLE_SNAPSHOT": "0", "WHEEL_SOURCE": "wheel-builder"})
+        builder.check_build_args({"SINGLE_SNAPSHOT": value})
+    builder.check_build_args({"SINGLE_SNAPSHOT": "0", "WHEEL_SOURCE": "wheel-builder"})
 
 
 def test_build_command_uses_host_network_and_plain_progress() -> None:
-    argv = local_build.build_command("/usr/bin/docker", dockerfile=Path("D"), context=Path("."),
+    argv = builder.build_command("/usr/bin/docker", dockerfile=Path("D"), context=Path("."),
                                      build_args={"B": "2", "A": "1"}, target="final",
                                      tags=["r:t"])
     assert argv[:6] == ["/usr/bin/docker", "build", "--network", "host", "--progress", "plain"]
@@ -189,8 +189,8 @@ def registry_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
     need(shutil.which("docker-registry"), "docker-registry is not installed")
     port = free_port()
-    paths = local_registry.RegistryPaths(tmp_path_factory.mktemp("registry"), port)
-    pid = local_registry.start_registry(paths, port)
+    paths = registry_server.RegistryPaths(tmp_path_factory.mktemp("registry"), port)
+    pid = registry_server.start_registry(paths, port)
     yield port
     os.kill(pid, signal.SIGTERM)
 
@@ -213,15 +213,15 @@ def workspace(client: str, registry_port: int,
         need(engine.can_self_install(), f"base image {base} is absent and cannot be built here")
         base_image.debootstrap_import(client, base, mirror=base_image.debian_mirror())
 
-    wheels = local_setup.index_dir(cache)
+    wheels = setup.index_dir(cache)
     try:
-        pyindex.download([*local_setup.image_tool_pins(), "iniconfig==2.0.0"], wheels,
+        pyindex.download([*setup.image_tool_pins(), "iniconfig==2.0.0"], wheels,
                          target=pyindex.DownloadTarget.for_target(python="3.11", glibc="2.36",
                                                                  arch="x86_64"))
     except GpurlError as exc:
         need(False, f"cannot download wheels for the index: {exc}")
 
-    uv_version = local_setup.image_tool_pins()[0].split("==")[1]
+    uv_version = setup.image_tool_pins()[0].split("==")[1]
     (context / "wheelhouse").mkdir(parents=True)
     (context / "Dockerfile").write_text(DOCKERFILE.replace("UV_VERSION", uv_version))
     (context / "ext").mkdir()
@@ -248,8 +248,8 @@ def workspace(client: str, registry_port: int,
         subprocess.run([client, "rmi", image], capture_output=True)
 
 
-def _build(ws: Workspace, sha: str, **kwargs: object) -> local_build.BuildResult:
-    return local_build.build_and_push(
+def _build(ws: Workspace, sha: str, **kwargs: object) -> builder.BuildResult:
+    return builder.build_and_push(
         ws.config, git_sha=sha, client=ws.client, context=ws.context, cache=ws.cache,
         target="final", **kwargs,  # type: ignore[arg-type]
     )
@@ -262,14 +262,14 @@ def _registry_manifest(ws: Workspace, tag: str) -> httpx.Response:
 
 
 @pytest.fixture(scope="module")
-def wheels(workspace: Workspace) -> local_build.WheelsResult:
-    return local_build.build_wheels(workspace.config, client=workspace.client,
+def wheels(workspace: Workspace) -> builder.WheelsResult:
+    return builder.build_wheels(workspace.config, client=workspace.client,
                                     context=workspace.context, cache=workspace.cache,
                                     build_args=workspace.args(WHEEL_SOURCE="wheel-builder"))
 
 
 @pytest.fixture(scope="module")
-def prebuilt(workspace: Workspace, wheels: local_build.WheelsResult) -> local_build.BuildResult:
+def prebuilt(workspace: Workspace, wheels: builder.WheelsResult) -> builder.BuildResult:
     return _build(workspace, "abc1234",
                   build_args=workspace.args(WHEEL_SOURCE="prebuilt-wheelhouse"))
 
@@ -277,7 +277,7 @@ def prebuilt(workspace: Workspace, wheels: local_build.WheelsResult) -> local_bu
 @pytest.mark.integration
 @pytest.mark.docker
 def test_build_wheels_exports_compiled_wheel_and_manifest(
-        workspace: Workspace, wheels: local_build.WheelsResult) -> None:
+        workspace: Workspace, wheels: builder.WheelsResult) -> None:
     names = {p.name for p in wheels.files}
     wheel = next(p for p in wheels.files if p.suffix == ".whl")
     assert re.match(r"tinyext-0\.1\.0-cp311-cp311-linux_x86_64\.whl$", wheel.name)
@@ -292,7 +292,7 @@ def test_build_wheels_exports_compiled_wheel_and_manifest(
 @pytest.mark.integration
 @pytest.mark.docker
 def test_prebuilt_build_skips_wheel_builder_and_pushes_the_registry_digest(
-        workspace: Workspace, prebuilt: local_build.BuildResult) -> None:
+        workspace: Workspace, prebuilt: builder.BuildResult) -> None:
     assert "wheel-builder" not in prebuilt.stages  # not even a cached step of it in the log
     assert {"final", "prebuilt-wheelhouse"} <= prebuilt.stages
     assert "final" in prebuilt.stages_run
@@ -309,7 +309,7 @@ def test_prebuilt_build_skips_wheel_builder_and_pushes_the_registry_digest(
 @pytest.mark.integration
 @pytest.mark.docker
 def test_floating_tag_is_pushed_only_when_asked(
-        workspace: Workspace, prebuilt: local_build.BuildResult) -> None:
+        workspace: Workspace, prebuilt: builder.BuildResult) -> None:
     floating = workspace.config.registry.floating_tag
     assert prebuilt.floating is None
     assert _registry_manifest(workspace, floating).status_code == 404
@@ -323,7 +323,7 @@ def test_floating_tag_is_pushed_only_when_asked(
 @pytest.mark.integration
 @pytest.mark.docker
 def test_second_build_comes_from_the_cache(
-        workspace: Workspace, prebuilt: local_build.BuildResult) -> None:
+        workspace: Workspace, prebuilt: builder.BuildResult) -> None:
     second = _build(workspace, "abc1235",
                     build_args=workspace.args(WHEEL_SOURCE="prebuilt-wheelhouse"))
     runnable = [s for s in second.steps if not s.is_from]
@@ -335,7 +335,7 @@ def test_second_build_comes_from_the_cache(
 @pytest.mark.integration
 @pytest.mark.docker
 def test_wheel_builder_source_runs_that_stage_and_its_wheel_imports(
-        workspace: Workspace, wheels: local_build.WheelsResult) -> None:
+        workspace: Workspace, wheels: builder.WheelsResult) -> None:
     wheelhouse = workspace.config.build.wheelhouse
     aside = wheelhouse.with_name("wheelhouse.aside")
     wheelhouse.rename(aside)  # an empty wheelhouse proves the wheel came from the stage
@@ -354,7 +354,7 @@ def test_wheel_builder_source_runs_that_stage_and_its_wheel_imports(
 @pytest.mark.integration
 @pytest.mark.docker
 def test_a_broken_build_assert_fails_the_build(workspace: Workspace,
-                                               prebuilt: local_build.BuildResult) -> None:
+                                               prebuilt: builder.BuildResult) -> None:
     with pytest.raises(BuildError, match=r"docker build failed at \[final 6/6\]") as caught:
         _build(workspace, "abc1237", build_args=workspace.args(
             WHEEL_SOURCE="prebuilt-wheelhouse", FAIL="1"))

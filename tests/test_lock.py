@@ -6,7 +6,7 @@ import pytest
 
 from gpurl_tasks.config import PythonSelection, TargetSpec
 from gpurl_tasks.errors import LockError
-from gpurl_tasks.lock import install_closure, parse_lock
+from gpurl_tasks.plan.lock import install_closure, parse_lock
 from tests.locks import GenPackage, render_lock
 
 TARGET = TargetSpec()

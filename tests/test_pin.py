@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
 from gpurl_tasks.files import write_atomic
-from gpurl_tasks.image_ref import ImageRef, parse_reference
-from gpurl_tasks.pin import (
+from gpurl_tasks.oci.pin import (
     PIN_MARKER,
     Provenance,
     check_immutable,
@@ -28,6 +27,7 @@ from gpurl_tasks.pin import (
     rewrite_assignment,
     unified_diff,
 )
+from gpurl_tasks.oci.ref import ImageRef, parse_reference
 
 VAR = "DEFAULT_RL_DOCKER_IMAGE"
 OLD = "ghcr.io/open-thoughts/openthoughts-agent@sha256:" + "e8" * 32

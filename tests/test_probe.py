@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gpurl_tasks.errors import SizeError
-from gpurl_tasks.probe import probe_url, write_cache
+from gpurl_tasks.plan.probe import probe_url, write_cache
 from tests.support.pyindex import make_wheel
 from tests.support.rangeserver import serve_files
 

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from gpurl_tasks.cluster_tasks import kill_job
+from gpurl_tasks.cluster.jobs import kill_job
 from gpurl_tasks.config import load_config
-from gpurl_tasks.credentials import Secret, find_registry_token, looks_like_docker_hub, redact
 from gpurl_tasks.errors import IrisError
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, find_program, format_command, run
+from gpurl_tasks.redact import Secret, find_registry_token, looks_like_docker_hub, redact
 
 CANARY = "ghp_CANARYproc0099"
 

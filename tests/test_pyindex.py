@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.utils import canonicalize_name
 
-from gpurl_tasks import pyindex
 from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
+from gpurl_tasks.local import pyindex
 from tests.local_parts import free_port, need
 
 PIN = "iniconfig==2.0.0"  # a tiny pure-Python wheel on PyPI

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpurl_tasks.config import BuildSettings, TargetSpec
-from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
-from gpurl_tasks.rebuild import ClosureEntry, Decision, Fingerprint, decide, fingerprint
-from gpurl_tasks.wheels import expected_filenames, pins_from_args
+from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
+from gpurl_tasks.dockerfile.wheels import expected_filenames, pins_from_args
+from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
 from tests.rebuild_fixtures import APT, ARGS, SYNC_EXCLUSIONS, dockerfile
 
 CLOSURE: tuple[ClosureEntry, ...] = (

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from gpurl_tasks.config import BuildSettings, PythonSelection, TargetSpec
-from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
-from gpurl_tasks.rebuild import Fingerprint, decide, fingerprint
-from gpurl_tasks.rebuild_inputs import closure_entries
-from gpurl_tasks.wheels import pins_from_args
+from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
+from gpurl_tasks.dockerfile.wheels import pins_from_args
+from gpurl_tasks.rebuild.fingerprint import Fingerprint, decide, fingerprint
+from gpurl_tasks.rebuild.inputs import closure_entries
 from tests.conftest import skyrl_lock
 from tests.rebuild_fixtures import dockerfile
 

@@ -16,14 +16,14 @@ from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpurl_tasks import provenance
 from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.dockerfile import provenance
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import IB_VERBS_APT, render_recipe
-from gpurl_tasks.layers import plan_for_config, plan_layers
-from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
-from gpurl_tasks.sizes import PackageSize
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+from gpurl_tasks.plan.planner import plan_for_config, plan_layers
+from gpurl_tasks.plan.sizes import PackageSize
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCK_SHA = "ab" * 32

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
-from gpurl_tasks import local_setup, pyindex
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.model import render
 from gpurl_tasks.dockerfile.recipe import render_recipe
-from gpurl_tasks.layers import plan_for_config
-from gpurl_tasks.local_build import serving_index
+from gpurl_tasks.local import pyindex, setup
+from gpurl_tasks.local.builder import serving_index
+from gpurl_tasks.plan.planner import plan_for_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO = REPO_ROOT / "examples" / "demo"
@@ -64,11 +64,11 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
                               text=True)
         assert done.returncode == 0, done.stderr[-2000:]
 
-    cache = local_setup.cache_dir(REPO_ROOT)
-    local_setup.ensure_index(config, cache=cache)
-    pyindex.download(["six==1.17.0"], local_setup.index_dir(cache),  # the stand-in wheel below
+    cache = setup.cache_dir(REPO_ROOT)
+    setup.ensure_index(config, cache=cache)
+    pyindex.download(["six==1.17.0"], setup.index_dir(cache),  # the stand-in wheel below
                      target=pyindex.DownloadTarget(python_version=config.target.python))
-    with serving_index(config.build.index_url, local_setup.index_dir(cache)):
+    with serving_index(config.build.index_url, setup.index_dir(cache)):
         seen: set[str] = set()
         for i, layer in enumerate(plan.layers):
             sh(runs[i])

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpurl_tasks.errors import RegistryError
-from gpurl_tasks.image_ref import parse_reference, uses_plain_http
-from gpurl_tasks.registry_auth import Credentials, credentials_for, parse_challenge
+from gpurl_tasks.oci.auth import Credentials, credentials_for, parse_challenge
+from gpurl_tasks.oci.ref import parse_reference, uses_plain_http
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -117,7 +117,7 @@ def test_secret_is_not_in_repr() -> None:
 
 def test_the_token_is_only_offered_to_the_configured_registry(tmp_path: Path) -> None:
     from gpurl_tasks.config import load_config
-    from gpurl_tasks.release import open_client
+    from gpurl_tasks.oci.release import open_client
 
     repo = Path(__file__).resolve().parent.parent
     config = load_config(repo, env={"GPURL_REGISTRY_HOST": "ghcr.io"})

@@ -9,9 +9,9 @@ import pytest
 
 from gpurl_tasks.config import TargetSpec
 from gpurl_tasks.errors import SizeError
-from gpurl_tasks.lock import Artifact, LockedPackage
-from gpurl_tasks.sizes import load_size_sources, package_sizes, select_wheel
-from gpurl_tasks.target import target_tags
+from gpurl_tasks.plan.lock import Artifact, LockedPackage
+from gpurl_tasks.plan.sizes import load_size_sources, package_sizes, select_wheel
+from gpurl_tasks.plan.target import target_tags
 
 TAGS = target_tags(TargetSpec(python="3.12", arch="x86_64", glibc="2.35"))
 

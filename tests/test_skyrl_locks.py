@@ -10,9 +10,9 @@ import pytest
 from packaging.requirements import Requirement
 
 from gpurl_tasks.config import PythonSelection, TargetSpec, load_config
-from gpurl_tasks.layers import plan_for_config
-from gpurl_tasks.lock import install_closure, load_lock
-from gpurl_tasks.target import marker_environment
+from gpurl_tasks.plan.lock import install_closure, load_lock
+from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.target import marker_environment
 from tests.conftest import REPO_ROOT, SHARED_LOCKS, skyrl_lock
 
 pytestmark = pytest.mark.integration

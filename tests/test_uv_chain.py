@@ -19,11 +19,11 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 
 from gpurl_tasks.config import PythonSelection, TargetSpec
-from gpurl_tasks.layers import local_install_flags, plan_layers
-from gpurl_tasks.lock import install_closure, load_lock
-from gpurl_tasks.plan_model import sync_selection_flags
-from gpurl_tasks.sizes import load_size_sources, package_sizes
-from gpurl_tasks.target import marker_environment, target_tags
+from gpurl_tasks.plan.lock import install_closure, load_lock
+from gpurl_tasks.plan.model import sync_selection_flags
+from gpurl_tasks.plan.planner import local_install_flags, plan_layers
+from gpurl_tasks.plan.sizes import load_size_sources, package_sizes
+from gpurl_tasks.plan.target import marker_environment, target_tags
 from tests.support.pyindex import make_wheel, serve_index
 
 pytestmark = pytest.mark.integration

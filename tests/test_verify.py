@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks.image_ref import ImageRef
-from gpurl_tasks.plan_model import Layer, Plan, PlannedPackage, SyncStep
-from gpurl_tasks.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.registry import Descriptor, HistoryEntry, PulledImage
-from gpurl_tasks.verify import UNEXPECTED_CAUSES, Rules, check_layers, render_table, report_json
+from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
+from gpurl_tasks.oci.ref import ImageRef
+from gpurl_tasks.oci.registry import Descriptor, HistoryEntry, PulledImage
+from gpurl_tasks.oci.verify import UNEXPECTED_CAUSES, Rules, check_layers, render_table, report_json
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep
 
 GB = 10**9
 RULES = Rules(cap=4 * GB, hard_limit=8 * GB, min_layers=20)

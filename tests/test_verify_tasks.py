@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.provenance import LABEL_PLAN_FINGERPRINT
+from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from tests.support.pusher import push_image, random_layer, repeated_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, running_registry
 from tests.support.tasks_runner import head_short_sha, run_task

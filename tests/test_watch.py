@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks import cluster_tasks
-from gpurl_tasks.config import load_config
-from gpurl_tasks.iris import (
+from gpurl_tasks.cluster import jobs
+from gpurl_tasks.cluster.iris import (
     ABSENT,
     FAILED_STATES,
     IrisCli,
@@ -22,8 +21,7 @@ from gpurl_tasks.iris import (
     Observation,
     TransientIrisError,
 )
-from gpurl_tasks.proc import CommandFailed, Completed
-from gpurl_tasks.watch import (
+from gpurl_tasks.cluster.watch import (
     EXIT_ABSENT,
     EXIT_FAILED,
     EXIT_SUCCEEDED,
@@ -33,6 +31,8 @@ from gpurl_tasks.watch import (
     log_window_start,
     watch,
 )
+from gpurl_tasks.config import load_config
+from gpurl_tasks.proc import CommandFailed, Completed
 
 DATA = Path(__file__).parent / "data" / "iris"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -179,7 +179,7 @@ def _cli(replay: Replay) -> IrisCli:
 
 def _run(replay: Replay, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
     clock = FakeClock()
-    code = cluster_tasks.run_watch(load_config(REPO_ROOT, env={}), JOB, interval=60,
+    code = jobs.run_watch(load_config(REPO_ROOT, env={}), JOB, interval=60,
                                    max_duration=7200, as_json=True, cli=_cli(replay),
                                    clock=clock, sleep=clock.sleep)
     return code, json.loads(capsys.readouterr().out)

@@ -26,8 +26,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpurl_tasks.config import BuildSettings, Config, TargetSpec, load_config
-from gpurl_tasks.dockerfile_inputs import parse_dockerfile_inputs
-from gpurl_tasks.wheels import (
+from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
+from gpurl_tasks.dockerfile.wheels import (
     FoundWheel,
     Mismatch,
     WheelCheckError,

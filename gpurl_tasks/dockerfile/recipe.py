@@ -24,8 +24,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import gpurl_tasks
-from gpurl_tasks import provenance
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile import provenance
 from gpurl_tasks.dockerfile.model import (
     Arg,
     Command,
@@ -43,7 +43,7 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
     quote_word,
 )
-from gpurl_tasks.plan_model import Plan
+from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.units import format_bytes
 
 __all__ = [

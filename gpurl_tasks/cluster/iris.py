@@ -1,0 +1,370 @@
+"""iris CLI adapter: compose `job run`, read job state, fetch logs, kill one job.
+
+The iris CLI changed across releases: `job summary --json` and `job list --json` exist
+only in a window of releases, later ones have `job describe`; `iris query` exists
+throughout. `IrisCli.state_commands()` reads `iris job --help` once and picks the best
+command available. Parsers are pure functions over the CLI's text so recorded outputs
+can test every variant. A job the controller has no record of reads as `absent`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import enum
+import io
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpurl_tasks.errors import IrisError
+from gpurl_tasks.proc import CommandFailed, Completed
+from gpurl_tasks.redact import Secret
+
+__all__ = [
+    "ABSENT",
+    "ACTIVE_STATES",
+    "FAILED_STATES",
+    "STATES",
+    "TERMINAL_STATES",
+    "IrisCli",
+    "IrisOutputError",
+    "JobSpec",
+    "Observation",
+    "StateCommand",
+    "TransientIrisError",
+    "choose_state_commands",
+    "is_not_found",
+    "job_run_argv",
+    "parse_command_list",
+    "parse_describe_text",
+    "parse_job_id",
+    "parse_list_json",
+    "parse_query_csv",
+    "parse_summary_json",
+    "query_sql",
+]
+
+ACTIVE_STATES = ("pending", "building", "running")
+FAILED_STATES = ("failed", "killed", "worker_failed", "unschedulable")
+ABSENT = "absent"
+TERMINAL_STATES = ("succeeded", *FAILED_STATES, ABSENT)
+STATES = (*ACTIVE_STATES, *TERMINAL_STATES)
+# JobState enum numbers as stored in the controller database (`iris query`).
+_STATE_NUMBERS = {1: "pending", 2: "building", 3: "running", 4: "succeeded", 5: "failed",
+                  6: "killed", 7: "worker_failed", 8: "unschedulable"}
+_NOT_FOUND = re.compile(r"not[ _]found|no such job|unknown job|does not exist", re.IGNORECASE)
+
+
+class TransientIrisError(IrisError):
+    """The CLI failed in a way that may pass (network, controller restart): retry."""
+
+
+class IrisOutputError(TransientIrisError):
+    """The CLI printed something we cannot read as a job state."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Observation:
+    """One reading of a job's state; `submitted_ms` is known to some commands only."""
+
+    state: str
+    exit_code: int | None = None
+    error: str = ""
+    submitted_ms: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class StateCommand(enum.Enum):
+    """The ways to read a job's state, best first."""
+
+    SUMMARY = "job summary --json"
+    LIST = "job list --json"
+    DESCRIBE = "job describe"
+    QUERY = "query"
+
+
+# --- composing `job run` ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class JobSpec:
+    """Everything `iris job run` needs for the kaniko build job."""
+
+    cluster: str
+    task_image: str
+    cpu: int | float
+    memory: str
+    disk: str
+    job_name: str
+    max_retries: int
+    timeout: int
+    env: tuple[tuple[str, str | Secret], ...]
+    command: tuple[str, ...]
+    extra_resources: bool = True
+    no_sync: bool = True
+    no_wait: bool = True
+
+
+def _number(value: int | float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def job_run_argv(spec: JobSpec, *, reveal: bool) -> tuple[str, ...]:
+    """`--cluster=X job run ... -- CMD`; secrets are revealed only when `reveal` is set."""
+    argv = [f"--cluster={spec.cluster}", "job", "run", "--task-image", spec.task_image]
+    if spec.no_sync:
+        argv.append("--no-sync")
+    if spec.extra_resources:
+        argv.append("--enable-extra-resources")
+    argv += ["--cpu", _number(spec.cpu), "--memory", spec.memory, "--disk", spec.disk,
+             "--job-name", spec.job_name, "--max-retries", str(spec.max_retries),
+             "--timeout", str(spec.timeout)]
+    for key, value in spec.env:
+        shown = value.reveal() if isinstance(value, Secret) and reveal else str(value)
+        argv += ["-e", key, shown]
+    if spec.no_wait:
+        argv.append("--no-wait")
+    return (*argv, "--", *spec.command)
+
+
+_JOB_ID = re.compile(r"(?<![\w/])(/[A-Za-z0-9_.@-]+/[A-Za-z0-9_.@/-]+)")
+
+
+def parse_job_id(stdout: str, job_name: str) -> str | None:
+    """The `/<user>/<name>` id `job run` prints, preferring one that ends in `job_name`."""
+    found: list[str] = _JOB_ID.findall(stdout)
+    for candidate in found:
+        if candidate.rstrip("/").endswith("/" + job_name):
+            return candidate.rstrip("/")
+    return None
+
+
+# --- which state commands exist ----------------------------------------------------------
+
+
+def parse_command_list(help_text: str) -> set[str]:
+    """Sub-command names from a click `--help` page's `Commands:` section."""
+    names: set[str] = set()
+    in_commands = False
+    for line in help_text.splitlines():
+        if line.strip() == "Commands:":
+            in_commands = True
+            continue
+        if in_commands:
+            match = re.match(r"^  (\S+)", line)
+            if match:
+                names.add(match.group(1))
+            elif line.strip() and not line.startswith(" "):
+                in_commands = False
+    return names
+
+
+def choose_state_commands(
+    job_commands: set[str], top_commands: set[str]
+) -> tuple[StateCommand, ...]:
+    """The state commands this CLI offers, best first (empty: none we can use)."""
+    chosen = []
+    if "summary" in job_commands:
+        chosen.append(StateCommand.SUMMARY)
+    if "list" in job_commands:
+        chosen.append(StateCommand.LIST)
+    if "describe" in job_commands:
+        chosen.append(StateCommand.DESCRIBE)
+    if "query" in top_commands:
+        chosen.append(StateCommand.QUERY)
+    return tuple(chosen)
+
+
+# --- parsing state -----------------------------------------------------------------------
+
+
+def _normalise(raw: Any, source: str) -> str:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw in _STATE_NUMBERS:
+            return _STATE_NUMBERS[raw]
+        raise IrisOutputError(f"{source}: unknown job state number {raw!r}")
+    text = str(raw).strip().lower().removeprefix("job_state_")
+    if text.isdigit():
+        return _normalise(int(text), source)
+    if text not in STATES or text == ABSENT:
+        raise IrisOutputError(f"{source}: unknown job state {raw!r}")
+    return text
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _load_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        snippet = text.strip()[:80]
+        raise IrisOutputError(f"{source}: not JSON ({exc.msg}): {snippet!r}") from None
+
+
+def parse_summary_json(text: str) -> Observation:
+    """`iris job summary ID --json`: lowercase `state`, `exit_code`, `error`, `tasks[]`."""
+    data = _load_json(text, "job summary")
+    if not isinstance(data, dict) or "state" not in data:
+        raise IrisOutputError("job summary: JSON has no 'state'")
+    state = _normalise(data["state"], "job summary")
+    exit_code = _int_or_none(data.get("exit_code")) if state not in ACTIVE_STATES else None
+    error = str(data.get("error") or "")
+    if not error:
+        error = next((str(t.get("error")) for t in data.get("tasks", [])
+                      if isinstance(t, dict) and t.get("error")), "")
+    return Observation(state=state, exit_code=exit_code, error=error)
+
+
+def parse_list_json(text: str, job_id: str) -> Observation:
+    """`iris job list --json`: a list of JobStatus dicts; the job missing means `absent`."""
+    data = _load_json(text, "job list")
+    if not isinstance(data, list):
+        raise IrisOutputError("job list: JSON is not a list")
+    for item in data:
+        if isinstance(item, dict) and item.get("job_id") == job_id:
+            state = _normalise(item.get("state", "JOB_STATE_UNSPECIFIED"), "job list")
+            submitted = item.get("submitted_at")
+            submitted_ms = (_int_or_none(submitted.get("epoch_ms"))
+                            if isinstance(submitted, dict) else None)
+            exit_code = _int_or_none(item.get("exit_code")) if state not in ACTIVE_STATES else None
+            return Observation(state=state, exit_code=exit_code,
+                               error=str(item.get("error") or ""), submitted_ms=submitted_ms)
+    return Observation(state=ABSENT)
+
+
+_DESCRIBE_STATE = re.compile(r"^\s*(?:job\s+)?state\s*:\s*([A-Za-z_]+)",
+                             re.IGNORECASE | re.MULTILINE)
+_DESCRIBE_EXIT = re.compile(r"\bexit(?:[ _]code)?\s*[=:]\s*(-?\d+)", re.IGNORECASE)
+_DESCRIBE_ERROR = re.compile(r"^\s*error\s*:\s*(.+)$", re.IGNORECASE | re.MULTILINE)
+
+
+def parse_describe_text(text: str) -> Observation:
+    """`iris job describe ID`: a text page with a `State: <name>` line."""
+    match = _DESCRIBE_STATE.search(text)
+    if not match:
+        raise IrisOutputError(f"job describe: no 'State:' line in {text.strip()[:80]!r}")
+    state = _normalise(match.group(1), "job describe")
+    exit_match = _DESCRIBE_EXIT.search(text)
+    error_match = _DESCRIBE_ERROR.search(text)
+    return Observation(
+        state=state,
+        exit_code=int(exit_match.group(1)) if exit_match and state not in ACTIVE_STATES else None,
+        error=error_match.group(1).strip() if error_match else "",
+    )
+
+
+def query_sql(job_id: str) -> str:
+    """The SQL for `iris query`; the id is quoted as an SQL string literal."""
+    literal = job_id.replace("'", "''")
+    return ("SELECT job_id, state, exit_code, error, submitted_at_ms FROM jobs "
+            f"WHERE job_id = '{literal}'")
+
+
+def parse_query_csv(text: str) -> Observation:
+    """`iris query -f csv`: a header and zero or one row; no row means `absent`."""
+    rows = list(csv.reader(io.StringIO(text.strip())))
+    if not rows or "state" not in rows[0]:
+        raise IrisOutputError(f"query: no CSV header with 'state' in {text.strip()[:80]!r}")
+    header = rows[0]
+    if len(rows) == 1:
+        return Observation(state=ABSENT)
+    record = dict(zip(header, rows[1], strict=False))
+    state = _normalise(record.get("state", ""), "query")
+    return Observation(
+        state=state,
+        exit_code=_int_or_none(record.get("exit_code")) if state not in ACTIVE_STATES else None,
+        error=record.get("error", "") or "",
+        submitted_ms=_int_or_none(record.get("submitted_at_ms")),
+    )
+
+
+def is_not_found(stderr: str) -> bool:
+    """Does a failed command say the controller has no record of the job?"""
+    return bool(_NOT_FOUND.search(stderr))
+
+
+# --- the adapter -------------------------------------------------------------------------
+
+Runner = Callable[[Sequence[str]], Completed]
+
+
+class IrisCli:
+    """Runs the iris CLI for one cluster through `runner` (proc.run in production)."""
+
+    def __init__(self, runner: Runner, *, program: str = "iris", cluster: str) -> None:
+        self._run = runner
+        self._base = (program, f"--cluster={cluster}")
+        self._program = program
+        self._commands: tuple[StateCommand, ...] | None = None
+
+    def _call(self, *args: str) -> Completed:
+        try:
+            return self._run([*self._base, *args])
+        except CommandFailed as exc:
+            raise TransientIrisError(exc.message) from None
+
+    def state_commands(self) -> tuple[StateCommand, ...]:
+        """Detected once from `iris --help` and `iris job --help`."""
+        if self._commands is None:
+            try:
+                top = self._run([self._program, "--help"]).stdout
+                job = self._run([self._program, "job", "--help"]).stdout
+            except CommandFailed as exc:
+                raise IrisError(f"`iris --help` failed: {exc.message}",
+                                hint="check the iris installation") from None
+            self._commands = choose_state_commands(parse_command_list(job),
+                                                   parse_command_list(top))
+            if not self._commands:
+                raise IrisError("this iris CLI has none of `job summary`, `job list`, "
+                                "`job describe`, `query`: cannot read job state",
+                                hint="install a supported marin-iris release")
+        return self._commands
+
+    def read_state(self, job_id: str) -> Observation:
+        """The job's state through the best available command."""
+        command = self.state_commands()[0]
+        args: tuple[str, ...]
+        if command is StateCommand.SUMMARY:
+            args = ("job", "summary", job_id, "--json")
+        elif command is StateCommand.LIST:
+            args = ("job", "list", "--json", "--prefix", job_id)
+        elif command is StateCommand.DESCRIBE:
+            args = ("job", "describe", job_id)
+        else:
+            args = ("query", "-f", "csv", query_sql(job_id))
+        try:
+            result = self._run([*self._base, *args])
+        except CommandFailed as exc:
+            if is_not_found(exc.stderr) or is_not_found(exc.stdout):
+                return Observation(state=ABSENT)
+            raise TransientIrisError(exc.message) from None
+        if command is StateCommand.SUMMARY:
+            return parse_summary_json(result.stdout)
+        if command is StateCommand.LIST:
+            return parse_list_json(result.stdout, job_id)
+        if command is StateCommand.DESCRIBE:
+            return parse_describe_text(result.stdout)
+        return parse_query_csv(result.stdout)
+
+    def logs(self, job_id: str, *, since_ms: int) -> str:
+        """The job's log from `since_ms` on, earliest first (time window, never --tail)."""
+        return self._call("job", "logs", job_id, "--since-ms", str(since_ms), "--no-tail").stdout
+
+    def kill(self, job_id: str) -> str:
+        """Stop this one job (job-scoped; nothing cluster-wide)."""
+        try:
+            return self._run([*self._base, "job", "kill", job_id]).stdout
+        except CommandFailed as exc:
+            raise IrisError(f"could not kill {job_id}: {exc.message}") from None

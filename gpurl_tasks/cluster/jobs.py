@@ -1,0 +1,173 @@
+"""Glue between tasks.py and the cluster modules: wire real adapters, print results.
+
+Kept out of tasks.py so the tasks stay one-liners and this wiring can be tested.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpurl_tasks import git
+from gpurl_tasks.cli import emit_json, say
+from gpurl_tasks.cluster import kaniko
+from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
+from gpurl_tasks.cluster.iris import IrisCli, Observation, parse_job_id
+from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest, PreparedBuild, prepare_build
+from gpurl_tasks.cluster.watch import EXIT_FAILED, WatcherError, log_window_start, watch
+from gpurl_tasks.config import Config
+from gpurl_tasks.errors import BuildError, GpurlError, IrisError
+from gpurl_tasks.proc import CommandFailed, find_program, run
+from gpurl_tasks.redact import TokenSource, find_registry_token, redact
+
+__all__ = ["IRIS_ENV", "generate_script", "iris_program", "kill_job", "real_world", "run_build",
+           "run_watch"]
+
+# The iris binary to drive (the runbook insists on one specific cw-capable install).
+IRIS_ENV = "GPURL_IRIS"
+LOG_TAIL_LINES = 40
+
+
+def iris_program(env: Mapping[str, str]) -> str:
+    return env.get(IRIS_ENV, "") or "iris"
+
+
+def _gh_token() -> str | None:
+    if shutil.which("gh") is None:
+        return None
+    try:
+        return run(["gh", "auth", "token"], echo=None).stdout.strip() or None
+    except CommandFailed:
+        return None
+
+
+def real_world(env: Mapping[str, str]) -> BuildEnv:
+    """The production adapters: os.environ, git, the token lookup, the bundle measure."""
+
+    def token() -> TokenSource | None:
+        return find_registry_token(env, gh_token=_gh_token)
+
+    def bundle(root: Any) -> Bundle:
+        return measure_bundle(root, git.ls_bundle_files)
+
+    return BuildEnv(env=env, short_sha=git.short_sha, dirty_files=git.dirty_tracked_files,
+                    token=token, bundle=bundle)
+
+
+def run_build(config: Config, request: BuildRequest, *, dry_run: bool, as_json: bool,
+              world: BuildEnv | None = None) -> PreparedBuild:
+    """Guard rails, then print (dry run) or submit the job and say how to watch it."""
+    world = world or real_world(os.environ)
+    prepared = prepare_build(config, request, world)
+    program = iris_program(world.env)
+    for note in prepared.notes:
+        say(f"note: {note}")
+    say(f"bundle: {len(prepared.bundle.files)} files, {prepared.bundle.zip_bytes} bytes zipped")
+    if dry_run:
+        if as_json:
+            emit_json({"dry_run": True, "argv": list(prepared.argv(program, reveal=False)),
+                       "image": prepared.image_tag, "job_name": prepared.spec.job_name})
+        else:
+            print(prepared.display(program))
+        return prepared
+    find_program(program, path=world.env.get("PATH"))
+    try:
+        result = run(prepared.argv(program, reveal=True), cwd=config.root, env=dict(world.env),
+                     secrets=prepared.secrets, echo=lambda line: say(line))
+    except CommandFailed as exc:
+        raise BuildError(f"iris job run failed: {exc.message}",
+                         hint="see the output above; nothing was pushed") from None
+    job_id = parse_job_id(result.stdout + "\n" + result.stderr, prepared.spec.job_name)
+    shown = job_id or f"/<user>/{prepared.spec.job_name}"
+    watch_cmd = f"invoke watch {shown} --interval 60"
+    if as_json:
+        emit_json({"job_id": job_id, "image": prepared.image_tag, "watch": watch_cmd})
+    else:
+        say(redact(result.stdout.strip(), prepared.secrets))
+        print(f"submitted {shown} -> {prepared.image_tag}")
+        print(f"next: {watch_cmd}")
+    return prepared
+
+
+def _iris(config: Config, env: Mapping[str, str], cluster: str | None) -> IrisCli:
+    program = iris_program(env)
+    find_program(program, path=env.get("PATH"))
+    return IrisCli(lambda argv: run(argv, echo=None, timeout=300), program=program,
+                   cluster=cluster or config.cluster.name)
+
+
+def run_watch(config: Config, job_id: str, *, interval: float, max_duration: float,
+              as_json: bool, cluster: str | None = None,
+              cli: IrisCli | None = None,
+              clock: Callable[[], float] = time.monotonic,
+              sleep: Callable[[float], None] = time.sleep) -> int:
+    """Watch `job_id` to a terminal state; return the exit code (see watch.py)."""
+    if interval <= 0 or max_duration <= 0:
+        raise WatcherError(f"--interval ({interval:g}) and --max-duration ({max_duration:g}) "
+                           "must be positive seconds")
+    started_ms = int(time.time() * 1000)
+    try:
+        iris = cli or _iris(config, os.environ, cluster)
+        commands = iris.state_commands()
+    except GpurlError as exc:
+        raise WatcherError(exc.message, hint=exc.hint) from None
+    say(f"watching {job_id} via `iris {commands[0].value}` every {interval:g}s")
+    events: list[dict[str, Any]] = []
+
+    def on_change(elapsed: float, obs: Observation) -> None:
+        events.append({"elapsed_s": round(elapsed, 1), "state": obs.state})
+        extra = f" exit={obs.exit_code}" if obs.exit_code is not None else ""
+        extra += f" error={obs.error}" if obs.error else ""
+        say(f"[{elapsed:7.0f}s] {obs.state}{extra}")
+
+    def on_retry(elapsed: float, message: str, delay: float) -> None:
+        say(f"[{elapsed:7.0f}s] iris failed ({message}); retrying in {delay:g}s")
+
+    result = watch(lambda: iris.read_state(job_id), interval=interval, max_duration=max_duration,
+                   clock=clock, sleep=sleep, on_change=on_change, on_retry=on_retry)
+    log_tail: list[str] = []
+    if result.exit_code == EXIT_FAILED:
+        since = log_window_start(result.observation, watch_started_ms=started_ms,
+                                 job_timeout_s=config.cluster.timeout)
+        try:
+            log_tail = iris.logs(job_id, since_ms=since).splitlines()[-LOG_TAIL_LINES:]
+        except IrisError as exc:
+            log_tail = [f"(could not fetch the log: {exc.message})"]
+        say(f"--- last {len(log_tail)} log lines (since {since} ms) ---")
+        known = find_registry_token(os.environ, gh_token=lambda: None)
+        log_tail = [redact(line, [known.token] if known else []) for line in log_tail]
+        for line in log_tail:
+            say(line)
+    if as_json:
+        obs = result.observation
+        emit_json({"job_id": job_id, "exit_code": result.exit_code, "reason": result.reason,
+                   "state": obs.state if obs else None,
+                   "job_exit_code": obs.exit_code if obs else None,
+                   "error": obs.error if obs else None, "elapsed_s": round(result.elapsed, 1),
+                   "events": events, "log_tail": log_tail})
+    else:
+        say(f"{job_id}: {result.reason} after {result.elapsed:.0f}s")
+    return result.exit_code
+
+
+def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None = None) -> None:
+    """Stop one job, never anything cluster-wide."""
+    if not job_id.startswith("/") or job_id.rstrip("/").count("/") < 2:
+        raise IrisError(f"{job_id!r} is not a job id like /USER/NAME",
+                        hint="kill is job-scoped; pass the id `invoke build` printed")
+    if dry_run:
+        print(f"iris --cluster={cluster or config.cluster.name} job kill {job_id}")
+        return
+    _iris(config, os.environ, cluster).kill(job_id)
+    say(f"killed {job_id}")
+
+
+def generate_script(config: Config, *, check: bool) -> str:
+    """Write (or with `check`, verify) docker/build_gpu_rl_kaniko.sh."""
+    if check:
+        kaniko.check_script(config)
+        return f"{config.build.kaniko_script} is up to date"
+    return f"wrote {kaniko.write_script(config)}"

@@ -1,0 +1,183 @@
+"""`invoke build` on the cluster: guard rails, then the `iris job run` that runs kaniko.
+
+Each refusal names the runbook's reason, because every one of them is a build that
+would otherwise fail late (a silent OOM, a push rejected after an hour) or never start.
+Side effects come in through the small `BuildEnv` so tests can point each at a real
+local part (a git repo in a temp dir) or a stand-in (the cluster).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import shlex
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from gpurl_tasks.cluster import kaniko
+from gpurl_tasks.cluster.bundle import Bundle, check_bundle
+from gpurl_tasks.cluster.iris import JobSpec, job_run_argv
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.redact import Secret, TokenSource, looks_like_docker_hub
+from gpurl_tasks.units import parse_size
+
+__all__ = [
+    "JOB_COMMAND",
+    "MIN_MEMORY",
+    "BuildEnv",
+    "BuildRequest",
+    "PreparedBuild",
+    "prepare_build",
+]
+
+MIN_MEMORY = "512GB"
+# The pod command iris runs: decode the script shipped in BUILD_B64 and exec it.
+JOB_COMMAND = ("bash", "-lc",
+               'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BuildRequest:
+    """The flags of `invoke build`; None means "from the config"."""
+
+    cluster: str | None = None
+    cpu: float | None = None
+    memory: str | None = None
+    disk: str | None = None
+    timeout: int | None = None
+    megatron: bool = False
+    force: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildEnv:
+    """The outside world the guard rails read (environment, git, token, bundle)."""
+
+    env: Mapping[str, str]
+    short_sha: Callable[[Path], str | None]
+    dirty_files: Callable[[Path], list[str]]
+    token: Callable[[], TokenSource | None]
+    bundle: Callable[[Path], Bundle]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PreparedBuild:
+    """A build that passed every guard rail: the job, its argv, and notes for the user."""
+
+    spec: JobSpec
+    gitsha: str
+    image_tag: str
+    secrets: tuple[Secret, ...]
+    notes: tuple[str, ...]
+    bundle: Bundle
+
+    def argv(self, program: str, *, reveal: bool) -> tuple[str, ...]:
+        """The full command; secrets appear only with `reveal=True` (for execution)."""
+        return (program, *job_run_argv(self.spec, reveal=reveal))
+
+    def display(self, program: str = "iris") -> str:
+        """The command line for humans: shell-quoted, secrets redacted."""
+        return shlex.join(self.argv(program, reveal=False))
+
+
+def _check_kubeconfig(env: Mapping[str, str]) -> None:
+    path = env.get("KUBECONFIG", "")
+    why = ("every CoreWeave call needs KUBECONFIG in the same shell; the default kubeconfig "
+           "points at a different cluster and gives misleading '0 pods / not found'")
+    if not path:
+        raise BuildError("KUBECONFIG is not set: " + why,
+                         hint="export KUBECONFIG=~/.kube/<the cluster's kubeconfig>")
+    missing = [p for p in path.split(":") if p and not Path(p).expanduser().is_file()]
+    if missing:
+        raise BuildError(f"KUBECONFIG points at {missing[0]}, which does not exist: " + why)
+
+
+def _check_memory(memory: str, force: bool) -> None:
+    try:
+        wanted = parse_size(memory, binary_gb=True)
+    except ValueError as exc:
+        raise BuildError(f"--memory: {exc}") from None
+    if wanted < parse_size(MIN_MEMORY, binary_gb=True) and not force:
+        raise BuildError(
+            f"--memory {memory} is below {MIN_MEMORY}: a 256GB build dies silently (pod reaped, "
+            "no error log) at the wheel-packaging / snapshot step",
+            hint=f"use --memory {MIN_MEMORY}, or --force if you know this build is smaller",
+        )
+
+
+def _check_token(found: TokenSource | None, registry_host: str) -> TokenSource:
+    if found is None:
+        raise BuildError(
+            f"no registry token for {registry_host}: the push is the build's last step and "
+            "fails after the whole build without one",
+            hint="set GPURL_REGISTRY_TOKEN or GHCR_TOKEN, or log in with `gh auth login`",
+        )
+    if registry_host == "ghcr.io" and looks_like_docker_hub(found.token):
+        raise BuildError(
+            f"the token from {found.source} looks like a Docker Hub token (dckr_pat_...), "
+            "which ghcr.io rejects at push time",
+            hint="use a GitHub token with write:packages, e.g. GHCR_TOKEN=$(gh auth token)",
+        )
+    return found
+
+
+def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> PreparedBuild:
+    """Run every guard rail and compose the job; raise BuildError naming the first refusal."""
+    cluster = config.cluster
+    memory = request.memory or cluster.memory
+    _check_kubeconfig(world.env)
+    _check_memory(memory, request.force)
+    token = _check_token(world.token(), config.registry.host)
+    if not config.registry.user:
+        raise BuildError("no registry user: the push authenticates as USER:TOKEN",
+                         hint="set [tool.gpurl.registry] user or GPURL_REGISTRY_USER")
+    # the committed script is rendered from pyproject alone, never from GPURL_* variables
+    kaniko.check_script(load_config(config.root, profile=config.profile, env={}))
+    gitsha = world.short_sha(config.root)
+    if not gitsha:
+        raise BuildError(
+            "cannot resolve GITSHA from git (`git rev-parse --short HEAD` failed): the image "
+            "is pushed as the immutable tag PREFIX-GITSHA and the build script requires it",
+            hint=f"run from a git checkout with at least one commit ({config.root})",
+        )
+    notes: list[str] = []
+    dirty = world.dirty_files(config.root)
+    if dirty:
+        notes.append(f"{len(dirty)} tracked file(s) have uncommitted edits ({', '.join(dirty[:3])}"
+                     f"{' ...' if len(dirty) > 3 else ''}); iris bundles the working tree, so "
+                     f"they ARE in this build although the tag says {gitsha}")
+    bundle = world.bundle(config.root)
+    check_bundle(bundle)
+
+    script = kaniko.render_script(config)
+    env: list[tuple[str, str | Secret]] = [
+        ("DOCKER_USER_ID", config.registry.user),
+        ("DOCKER_TOKEN", token.token),
+        ("BUILD_B64", base64.b64encode(script.encode()).decode()),
+        ("GITSHA", gitsha),
+    ]
+    prefix = config.registry.tag_prefix
+    job_name = f"gpurl-kaniko-{gitsha}"
+    if request.megatron:
+        prefix = f"{config.registry.tag_prefix}-megatron"
+        env += [("INSTALL_MEGATRON", "1"), ("TAG_PREFIX", prefix)]
+        job_name = f"gpurl-kaniko-megatron-{gitsha}"
+    spec = JobSpec(
+        cluster=request.cluster or cluster.name,
+        task_image=cluster.task_image,
+        cpu=request.cpu if request.cpu is not None else cluster.cpu,
+        memory=memory,
+        disk=request.disk or cluster.disk,
+        job_name=job_name,
+        max_retries=cluster.max_retries,
+        timeout=request.timeout if request.timeout is not None else cluster.timeout,
+        env=tuple(env),
+        command=JOB_COMMAND,
+    )
+    notes.append(f"registry token from {token.source}")
+    return PreparedBuild(spec=spec, gitsha=gitsha, image_tag=f"{config.registry.image}:"
+                         f"{prefix}-{gitsha}", notes=tuple(notes),
+                         # the token, and USER:TOKEN as the registry auth file carries it (base64)
+                         secrets=(token.token, Secret(f"{config.registry.user}:{token.token.reveal()}")),
+                         bundle=bundle)

@@ -1,0 +1,127 @@
+"""Watch an iris job by polling its *state* until it is terminal.
+
+Never a log-string watch: a clean kill or an OOM-reaped pod emits no final log line, so
+waiting for one can hang forever. The loop is pure apart from the injected `read_state`,
+`clock` and `sleep`, so tests drive it with a fake clock. Exit codes: 0 succeeded;
+1 failed, killed, worker_failed or unschedulable; 2 absent (no record of the job);
+3 the watcher itself could not conclude (CLI kept failing, or the time budget ran out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from gpurl_tasks.cluster.iris import ABSENT, FAILED_STATES, Observation, TransientIrisError
+from gpurl_tasks.errors import IrisError
+
+__all__ = [
+    "EXIT_ABSENT",
+    "EXIT_FAILED",
+    "EXIT_SUCCEEDED",
+    "EXIT_WATCHER",
+    "WatchResult",
+    "WatcherError",
+    "exit_code_for",
+    "log_window_start",
+    "watch",
+]
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_ABSENT = 2
+EXIT_WATCHER = 3
+
+
+class WatcherError(IrisError):
+    """The watcher itself could not work (no iris, no usable state command)."""
+
+    exit_code = EXIT_WATCHER
+
+
+def exit_code_for(state: str) -> int:
+    """The watcher's exit code for a terminal state."""
+    if state == "succeeded":
+        return EXIT_SUCCEEDED
+    if state in FAILED_STATES:
+        return EXIT_FAILED
+    if state == ABSENT:
+        return EXIT_ABSENT
+    raise ValueError(f"{state!r} is not a terminal state")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class WatchResult:
+    """How the watch ended: the exit code, the last reading, and why."""
+
+    exit_code: int
+    observation: Observation | None
+    elapsed: float
+    reason: str
+    polls: int
+
+
+def watch(
+    read_state: Callable[[], Observation],
+    *,
+    interval: float,
+    max_duration: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    on_change: Callable[[float, Observation], None] = lambda _t, _o: None,
+    on_retry: Callable[[float, str, float], None] = lambda _t, _m, _d: None,
+    max_failures: int = 6,
+    backoff_base: float = 2.0,
+    backoff_cap: float = 60.0,
+) -> WatchResult:
+    """Poll every `interval` seconds until terminal or `max_duration` has passed.
+
+    Transient CLI failures are retried with exponential backoff (base, doubling, capped);
+    `max_failures` in a row end the watch with EXIT_WATCHER.
+    """
+    if interval <= 0 or max_duration <= 0:
+        raise ValueError("interval and max_duration must be positive")
+    start = clock()
+    last: Observation | None = None
+    failures = 0
+    polls = 0
+    while True:
+        elapsed = clock() - start
+        try:
+            polls += 1
+            observation = read_state()
+        except TransientIrisError as exc:
+            failures += 1
+            if failures >= max_failures:
+                return WatchResult(exit_code=EXIT_WATCHER, observation=last, elapsed=elapsed,
+                                   polls=polls,
+                                   reason=f"iris failed {failures} times in a row: {exc.message}")
+            delay = min(backoff_cap, backoff_base * 2 ** (failures - 1))
+            if elapsed + delay > max_duration:
+                return WatchResult(exit_code=EXIT_WATCHER, observation=last, elapsed=elapsed,
+                                   polls=polls, reason=f"gave up after {elapsed:.0f}s; last "
+                                   f"error: {exc.message}")
+            on_retry(elapsed, exc.message, delay)
+            sleep(delay)
+            continue
+        failures = 0
+        if last is None or observation.state != last.state:
+            on_change(elapsed, observation)
+        last = observation
+        if observation.terminal:
+            return WatchResult(exit_code=exit_code_for(observation.state), observation=observation,
+                               elapsed=elapsed, polls=polls, reason=observation.state)
+        if elapsed + interval > max_duration:
+            return WatchResult(exit_code=EXIT_WATCHER, observation=observation, elapsed=elapsed,
+                               polls=polls, reason=f"still {observation.state} after "
+                               f"{elapsed:.0f}s (--max-duration {max_duration:.0f}s)")
+        sleep(interval)
+
+
+def log_window_start(observation: Observation | None, *, watch_started_ms: int,
+                     job_timeout_s: int) -> int:
+    """Epoch ms to fetch logs from: the submission time when known, else the earliest the
+    job could have started (its timeout before the watch began)."""
+    if observation is not None and observation.submitted_ms:
+        return observation.submitted_ms
+    return max(0, watch_started_ms - job_timeout_s * 1000)

@@ -1,0 +1,513 @@
+"""The prebuilt compiled wheels must match what the profile's build installs.
+
+The fast build path installs whatever the wheelhouse holds, so a wheel built for another
+fork commit, torch, CUDA or Python would be baked in silently. The expected set is one wheel
+per `build.wheel_globs` entry (its `${ARG}`s filled from the Dockerfile ARGs, falling back to
+the config): each glob must match exactly one wheel whose tags the target interpreter accepts
+(cp3XY, abi3, manylinux up to the target glibc). For the gpu-rl pair the expected names are
+derived from the pins as well:
+
+    vllm-{vllm_version}+g{VLLM_FORK_COMMIT}.{CUDA_TAG}-cp312-cp312-linux_x86_64.whl
+    flash_attn-{FLASH_ATTN_VERSION}-cp312-cp312-linux_x86_64.whl
+
+(what `pip wheel` writes for the fork checkout and for flash-attn==VERSION); a glob those
+names match is that pinned wheel, checked field by field: the fork commit (`g<sha>`, either
+spelling a prefix of the other), the flash-attn version, any CUDA or torch label against the
+pins. Any other glob (the demo's `gpurl_demo_ext-*.whl`) is checked for tags, .dist-info and
+MANIFEST only. Each wheel pattern the Dockerfile installs must match exactly one wheel too.
+A wheel's torch ABI is not in its name: rebuild-needed reports a torch change as
+wheels+image instead. A MANIFEST lists one wheel per line as `sha256sum` prints it:
+`<sha256>  <filename>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import re
+import zipfile
+from collections.abc import Mapping, Sequence
+from email.parser import HeaderParser
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from packaging.tags import Tag
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from gpurl_tasks.config import BuildSettings, Config, TargetSpec
+from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.plan.target import target_tags
+
+__all__ = [
+    "FoundWheel",
+    "Mismatch",
+    "WheelCheckError",
+    "WheelPins",
+    "WheelReport",
+    "WheelSpec",
+    "check_source",
+    "check_wheels",
+    "configured_globs",
+    "expected_filenames",
+    "parse_manifest",
+    "pins_from_args",
+    "read_manifest",
+    "read_wheelhouse",
+    "redact_url",
+    "target_wheel_tags",
+    "wheel_specs",
+]
+
+_KW = {"frozen": True, "kw_only": True, "slots": True}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+VLLM, FLASH_ATTN = "vllm", "flash-attn"
+
+
+class WheelCheckError(GpurlError):
+    """The wheelhouse or MANIFEST cannot be read at all (as opposed to holding wrong wheels)."""
+
+
+@dataclasses.dataclass(**_KW)
+class WheelPins:
+    """What the prebuilt wheels were compiled for."""
+
+    vllm_version: str
+    vllm_fork_commit: str
+    flash_attn_version: str
+    torch_version: str
+    cuda_tag: str  # "cu128"
+    python: str  # "3.12"
+    arch: str  # "x86_64"
+    glibc: str  # "2.28": the newest manylinux the target accepts
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def platform(self) -> str:
+        return f"linux_{self.arch}"
+
+
+def _cuda_from_image(image: str) -> str | None:
+    match = re.search(r"cuda:(\d+)\.(\d+)", image)
+    return f"cu{match.group(1)}{match.group(2)}" if match else None
+
+
+def pins_from_args(args: Mapping[str, str], build: BuildSettings, target: TargetSpec) -> WheelPins:
+    """Pins from Dockerfile ARG defaults; an ARG the Dockerfile lacks falls back to the config."""
+    cuda = args.get("CUDA_TAG") or _cuda_from_image(args.get("BASE_IMAGE", "")) or build.cuda_tag
+    return WheelPins(
+        vllm_version=args.get("VLLM_VERSION", build.vllm_version),
+        vllm_fork_commit=args.get("VLLM_FORK_COMMIT", build.vllm_fork_commit),
+        flash_attn_version=args.get("FLASH_ATTN_VERSION", build.flash_attn_version),
+        torch_version=args.get("TORCH_VERSION", build.torch_version),
+        cuda_tag=cuda,
+        python=args.get("PYTHON_VERSION", target.python),
+        arch=target.arch,
+        glibc=target.glibc,
+    )
+
+
+def expected_filenames(pins: WheelPins) -> dict[str, str]:
+    """{project: the wheel filename the pins call for}, in the documented convention."""
+    tail = f"{pins.python_tag}-{pins.python_tag}-{pins.platform}.whl"
+    return {
+        VLLM: f"vllm-{pins.vllm_version}+g{pins.vllm_fork_commit}.{pins.cuda_tag}-{tail}",
+        FLASH_ATTN: f"flash_attn-{pins.flash_attn_version}-{tail}",
+    }
+
+
+def target_wheel_tags(pins: WheelPins) -> frozenset[Tag]:
+    """Every tag a CPython of the pinned version on the target's Linux would install."""
+    return frozenset(target_tags(TargetSpec(python=pins.python, os="linux", arch=pins.arch,
+                                            glibc=pins.glibc)))
+
+
+@dataclasses.dataclass(**_KW)
+class FoundWheel:
+    """A wheel present in a wheelhouse or listed in a MANIFEST."""
+
+    filename: str
+    sha256: str | None = None  # of the file when it is local
+    manifest_sha256: str | None = None  # what the MANIFEST claims
+    in_manifest: bool | None = None  # None: no MANIFEST to compare with
+    metadata_version: str | None = None  # from the wheel's own .dist-info, when local
+    metadata_tags: tuple[str, ...] = ()
+    present: bool = True  # False: listed in the wheelhouse's MANIFEST, but no such file
+
+
+@dataclasses.dataclass(**_KW)
+class Mismatch:
+    """One problem, printed as one line with what was expected and what was found."""
+
+    project: str
+    expected: str
+    found: str
+    problem: str
+
+    def line(self) -> str:
+        return f"{self.project}: {self.problem}: expected {self.expected}, found {self.found}"
+
+    def to_json(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+def _commit_matches(label_commit: str, pinned: str) -> bool:
+    a, b = label_commit.lower(), pinned.lower()
+    return len(min(a, b, key=len)) >= 7 and (a.startswith(b) or b.startswith(a))
+
+
+def _label_problems(project: str, version: Version, pins: WheelPins) -> list[str]:
+    """What the version (and its local label, when the build wrote one) says against the pins.
+
+    A `cuNNN` or `torchX.Y` label is optional (pip wheel of flash-attn writes none, vLLM only
+    for a non-default CUDA) but must agree with the pins when present.
+    """
+    local = version.local or ""
+    problems: list[str] = []
+    cuda = re.search(r"(?:^|\.)(cu\d{3,})", local)
+    found_cuda = cuda.group(1) if cuda else None
+    if found_cuda is not None and found_cuda != pins.cuda_tag:
+        problems.append(f"built for {found_cuda}, not {pins.cuda_tag}")
+    if project == VLLM:
+        parts = local.split(".") if local else []
+        commits = [p[1:] for p in parts if re.fullmatch(r"g[0-9a-f]{7,40}", p)]
+        if not commits:
+            problems.append(f"no fork commit (g<sha>) in the local version label {local!r}")
+        elif not any(_commit_matches(c, pins.vllm_fork_commit) for c in commits):
+            problems.append(f"fork commit {commits[0]} is not {pins.vllm_fork_commit}")
+    else:
+        if version.public != pins.flash_attn_version:
+            problems.append(f"version {version.public} is not {pins.flash_attn_version}")
+        torch = re.search(r"torch(\d+(?:\.\d+)*)", local)
+        if torch is not None and not (pins.torch_version + ".").startswith(torch.group(1) + "."):
+            problems.append(f"built for torch {torch.group(1)}, not {pins.torch_version}")
+    return problems
+
+
+def _check_one(spec: WheelSpec, wheel: FoundWheel, version: Version, tags: frozenset[Tag],
+               pins: WheelPins) -> list[Mismatch]:
+    """Label checks for the pinned pair; tags, .dist-info and MANIFEST for every wheel."""
+    project, expected = spec.label, spec.expected
+    out = ([Mismatch(project=project, expected=expected, found=wheel.filename, problem=p)
+            for p in _label_problems(project, version, pins)] if spec.pinned else [])
+    if not tags & target_wheel_tags(pins):
+        found_tags = ".".join(sorted(str(t) for t in tags))
+        out.append(Mismatch(project=project, expected=expected, found=wheel.filename,
+                            problem=f"tag {found_tags} does not install on {pins.python_tag} "
+                                    f"{pins.platform}"))
+    if wheel.metadata_version is not None and wheel.metadata_version != str(version):
+        out.append(Mismatch(project=project, expected=str(version), found=wheel.metadata_version,
+                            problem=f"{wheel.filename} was renamed: its .dist-info version "
+                                    "differs from its filename"))
+    if wheel.metadata_tags and not {str(t) for t in tags} <= set(wheel.metadata_tags):
+        out.append(Mismatch(project=project, expected=".".join(sorted(str(t) for t in tags)),
+                            found=".".join(wheel.metadata_tags),
+                            problem=f"{wheel.filename} was renamed: its WHEEL tags differ "
+                                    "from its filename"))
+    if wheel.manifest_sha256 is not None and not _SHA256.fullmatch(wheel.manifest_sha256):
+        out.append(Mismatch(project=project, expected="a 64-hex-digit sha256",
+                            found=wheel.manifest_sha256, problem="MANIFEST sha256 is malformed"))
+    elif wheel.sha256 and wheel.manifest_sha256 and wheel.sha256 != wheel.manifest_sha256:
+        out.append(Mismatch(project=project, expected=wheel.manifest_sha256, found=wheel.sha256,
+                            problem=f"{wheel.filename} sha256 differs from the MANIFEST"))
+    if wheel.in_manifest is False:
+        out.append(Mismatch(project=project, expected=f"a MANIFEST line for {wheel.filename}",
+                            found="none", problem="wheel is not listed in the MANIFEST"))
+    return out
+
+
+@dataclasses.dataclass(**_KW)
+class WheelSpec:
+    """One wheel the build installs: its project, install glob and what to print as expected.
+
+    `pinned` specs are the vLLM-fork/flash-attn pair, checked field by field against the pins;
+    any other spec (a profile's own compiled wheel) is checked for tags, .dist-info and
+    MANIFEST only. A spec whose glob starts with a wildcard has no project and claims wheels
+    by glob alone.
+    """
+
+    project: str | None
+    glob: str | None
+    expected: str
+    pinned: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.project or "?"
+
+
+def _glob_project(pattern: str) -> str | None:
+    """The distribution a wheel glob names ("gpurl_demo_ext-*.whl" -> "gpurl-demo-ext")."""
+    head = pattern.split("-", 1)[0]
+    if not head or any(c in head for c in "*?[") or head == pattern:
+        return None
+    return str(canonicalize_name(head))
+
+
+def wheel_specs(pins: WheelPins, expected_globs: Sequence[str] | None) -> tuple[WheelSpec, ...]:
+    """One spec per expected glob; None means the gpu-rl pair, identified by project alone.
+
+    A glob that the pins' vLLM or flash-attn filename matches is that pinned wheel, so the
+    gpu-rl profile keeps every fork-commit and version check; other globs are generic.
+    """
+    names = expected_filenames(pins)
+    if expected_globs is None:
+        return tuple(WheelSpec(project=p, glob=None, expected=n, pinned=True)
+                     for p, n in names.items())
+    specs = []
+    for pattern in expected_globs:
+        pinned = next((p for p, n in names.items() if fnmatch.fnmatchcase(n, pattern)), None)
+        if pinned is not None:
+            specs.append(WheelSpec(project=pinned, glob=pattern, expected=names[pinned],
+                                   pinned=True))
+        else:
+            specs.append(WheelSpec(project=_glob_project(pattern), glob=pattern,
+                                   expected=pattern))
+    return tuple(specs)
+
+
+def _claim(specs: Sequence[WheelSpec], project: str, filename: str) -> WheelSpec | None:
+    """The spec a wheel belongs to: same project first, else the first glob it matches."""
+    return (next((s for s in specs if s.project == project), None)
+            or next((s for s in specs if s.glob and fnmatch.fnmatchcase(filename, s.glob)),
+                    None))
+
+
+def _pattern_problems(names: Sequence[str], patterns: Sequence[tuple[str, str]],
+                      specs: Sequence[WheelSpec], pins: WheelPins) -> list[Mismatch]:
+    """Each install pattern (with who asked for it) must match exactly one wheel."""
+    expected = expected_filenames(pins)
+    out = []
+    for pattern, owner in patterns:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if len(hits) == 1:
+            continue
+        project = next((s.label for s in specs if s.glob == pattern), None) or next(
+            (p for p, n in expected.items() if fnmatch.fnmatchcase(n, pattern)), "?")
+        out.append(Mismatch(
+            project=project, expected=f"one wheel matching {pattern}",
+            found=", ".join(hits) or "none",
+            problem=f"{owner} matches " + ("no wheel" if not hits else "several wheels")))
+    return out
+
+
+def check_wheels(pins: WheelPins, found: Sequence[FoundWheel], globs: Sequence[str] = (),
+                 *, expected_globs: Sequence[str] | None = None) -> tuple[Mismatch, ...]:
+    """Every way `found` fails the expected wheels and the Dockerfile's install patterns `globs`.
+
+    `expected_globs` (a profile's `build.wheel_globs`, ARGs substituted) is the expected set,
+    one wheel per glob; None keeps the gpu-rl pair derived from the pins alone.
+    """
+    specs = wheel_specs(pins, expected_globs)
+    mismatches = [Mismatch(project="?", expected=f"the file {w.filename}", found="none",
+                           problem="listed in the MANIFEST but absent from the wheelhouse")
+                  for w in found if not w.present]
+    found = [w for w in found if w.present]
+    patterns = [(g, "the Dockerfile's install pattern") for g in globs]
+    patterns += [(s.glob, "the configured wheel glob") for s in specs
+                 if s.glob is not None and s.glob not in globs]
+    mismatches += _pattern_problems([w.filename for w in found], patterns, specs, pins)
+    seen: dict[WheelSpec, int] = dict.fromkeys(specs, 0)
+    for wheel in sorted(found, key=lambda w: w.filename):
+        try:
+            name, version, _build, tags = parse_wheel_filename(wheel.filename)
+        except (InvalidWheelFilename, InvalidVersion) as exc:
+            mismatches.append(Mismatch(project="?", expected="a valid wheel filename",
+                                       found=wheel.filename, problem=f"unparseable ({exc})"))
+            continue
+        project = str(canonicalize_name(name))
+        spec = _claim(specs, project, wheel.filename)
+        if spec is None:
+            mismatches.append(Mismatch(project=project,
+                                       expected=" or ".join(s.expected for s in specs),
+                                       found=wheel.filename, problem="unexpected wheel"))
+            continue
+        seen[spec] += 1
+        mismatches += _check_one(spec, wheel, version, frozenset(tags), pins)
+    for spec, count in seen.items():
+        if count == 0:
+            mismatches.append(Mismatch(project=spec.label, expected=spec.expected,
+                                       found="nothing", problem="missing"))
+        elif count > 1:
+            mismatches.append(Mismatch(project=spec.label, expected=f"one {spec.label} wheel",
+                                       found=f"{count}",
+                                       problem="several wheels of one project in the wheelhouse"))
+    return tuple(mismatches)
+
+
+def parse_manifest(text: str, *, source: str) -> dict[str, str]:
+    """`sha256sum` output -> {filename: sha256}; a malformed line is an error naming it."""
+    entries: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2:
+            raise WheelCheckError(f"{source}:{number}: expected '<sha256>  <filename>', "
+                                  f"got {raw!r}", hint="write the MANIFEST with sha256sum *.whl")
+        digest, filename = parts[0].lower(), parts[1].lstrip("*").strip()
+        entries[Path(filename).name] = digest
+    return entries
+
+
+def _dist_info(path: Path) -> tuple[str | None, tuple[str, ...]]:
+    """(Version from METADATA, Tag lines from WHEEL) of a wheel file, read from its zip."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            meta = next((n for n in names if n.endswith(".dist-info/METADATA")), None)
+            wheel = next((n for n in names if n.endswith(".dist-info/WHEEL")), None)
+            version = (HeaderParser().parsestr(zf.read(meta).decode()).get("Version")
+                       if meta else None)
+            tags = tuple(sorted(
+                line.split(":", 1)[1].strip() for line in zf.read(wheel).decode().splitlines()
+                if line.startswith("Tag:"))) if wheel else ()
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
+        raise WheelCheckError(f"{path} is not a readable wheel: {exc}") from None
+    return version, tags
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_wheelhouse(directory: Path) -> list[FoundWheel]:
+    """The wheels in `directory` with their sha256 and .dist-info; MANIFEST checked if present."""
+    if not directory.is_dir():
+        raise WheelCheckError(f"wheelhouse {directory} is not a directory",
+                              hint="pass a directory of wheels, a MANIFEST file or its URL")
+    manifest_path = directory / "MANIFEST"
+    manifest = (parse_manifest(manifest_path.read_text(), source=str(manifest_path))
+                if manifest_path.is_file() else None)
+    found = []
+    for path in sorted(directory.glob("*.whl")):
+        version, tags = _dist_info(path)
+        found.append(FoundWheel(
+            filename=path.name, sha256=_sha256(path),
+            manifest_sha256=manifest.get(path.name) if manifest is not None else None,
+            in_manifest=(path.name in manifest) if manifest is not None else None,
+            metadata_version=version, metadata_tags=tags))
+    present = {w.filename for w in found}
+    found += [FoundWheel(filename=name, manifest_sha256=digest, in_manifest=True, present=False)
+              for name, digest in sorted((manifest or {}).items()) if name not in present]
+    return found
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials or query (either may carry a token): safe to print."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
+    """The wheels a MANIFEST lists, from a local file or an http(s) URL (names and sha256 only)."""
+    if location.startswith(("http://", "https://")):
+        import httpx
+
+        url = location if not location.endswith("/") else location + "MANIFEST"
+        shown = redact_url(url)
+        try:
+            response = httpx.get(url, timeout=timeout, follow_redirects=True)
+        except httpx.HTTPError as exc:
+            raise WheelCheckError(f"cannot fetch {shown}: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise WheelCheckError(f"{shown} answered HTTP {response.status_code}",
+                                  hint="check the wheel base URL and that MANIFEST is published")
+        text, source = response.text, shown
+    else:
+        path = Path(location)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise WheelCheckError(f"cannot read MANIFEST {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise WheelCheckError(f"{path} is not a MANIFEST (lines of `sha256  filename`)") from None
+        source = str(path)
+    entries = parse_manifest(text, source=source)
+    return [FoundWheel(filename=name, manifest_sha256=digest) for name, digest in entries.items()]
+
+
+@dataclasses.dataclass(**_KW)
+class WheelReport:
+    """What check-wheels prints: the expected names, what was found, every mismatch."""
+
+    source: str
+    expected: dict[str, str]
+    found: tuple[str, ...]
+    mismatches: tuple[Mismatch, ...]
+
+    def lines(self) -> list[str]:
+        head = f"wheels in {self.source}: " + ("OK" if not self.mismatches else
+                                                f"{len(self.mismatches)} mismatch(es)")
+        return [head, *(f"  expected {n}" for n in self.expected.values()),
+                *(f"  {m.line()}" for m in self.mismatches)]
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": not self.mismatches, "source": self.source, "expected": self.expected,
+                "found": list(self.found), "mismatches": [m.to_json() for m in self.mismatches]}
+
+
+def _pin_args(pins: WheelPins) -> dict[str, str]:
+    return {"VLLM_VERSION": pins.vllm_version, "VLLM_FORK_COMMIT": pins.vllm_fork_commit,
+            "FLASH_ATTN_VERSION": pins.flash_attn_version, "TORCH_VERSION": pins.torch_version,
+            "CUDA_TAG": pins.cuda_tag, "PYTHON_VERSION": pins.python}
+
+
+def configured_globs(build: BuildSettings, args: Mapping[str, str],
+                     pins: WheelPins) -> tuple[str, ...]:
+    """`build.wheel_globs` with `${ARG}` filled from the Dockerfile ARGs, else from the pins.
+
+    An ARG neither knows stays as written, so the glob matches nothing and says so.
+    """
+    values = {**_pin_args(pins), **args}
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return values.get(name, match.group(0))
+
+    return tuple(re.sub(r"\$\{(\w+)\}|\$(\w+)", fill, g) for g in build.wheel_globs)
+
+
+def check_source(config: Config, source: str | None) -> WheelReport:
+    """Check a wheelhouse directory, MANIFEST file or URL against the profile's wheel globs.
+
+    The expected set is one wheel per `build.wheel_globs` entry (pins from the working-tree
+    Dockerfile's ARGs); the Dockerfile's own install patterns must each match one wheel too.
+    """
+    from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
+
+    try:
+        text = config.build.dockerfile.read_text()
+    except OSError as exc:
+        raise WheelCheckError(f"cannot read the Dockerfile {config.build.dockerfile}: "
+                              f"{exc.strerror}", hint="run invoke generate first") from None
+    inputs = parse_dockerfile_inputs(text)
+    pins = pins_from_args(inputs.effective_args, config.build, config.target)
+    expected = configured_globs(config.build, inputs.effective_args, pins)
+    where = source or str(config.build.wheelhouse)
+    if where.startswith(("http://", "https://")) or Path(where).is_file():
+        found = read_manifest(where)
+    else:
+        found = read_wheelhouse(Path(where))
+    shown = redact_url(where) if where.startswith(("http://", "https://")) else where
+    return WheelReport(source=shown,
+                       expected={s.label: s.expected for s in wheel_specs(pins, expected)},
+                       found=tuple(w.filename for w in found if w.present),
+                       mismatches=check_wheels(pins, found, inputs.wheel_globs,
+                                               expected_globs=expected))

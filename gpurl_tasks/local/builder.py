@@ -1,0 +1,315 @@
+"""The local backend: build with BuildKit on this machine's engine, push, return the digest.
+
+Same rules as the cluster path where they apply: the image is tagged with the immutable
+`REGISTRY/REPO:PREFIX-GITSHA`, never squashed into a single snapshot, and the floating tag
+is pushed only when asked. The build runs with `--network host` so RUN steps reach the
+loopback package index (served here for the duration of the build when `build.index-url`
+points at 127.0.0.1) and the loopback registry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from gpurl_tasks import proc
+from gpurl_tasks.config import Config
+from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.local import pyindex
+from gpurl_tasks.local.build_log import BuildStep, parse_plain_progress, stages_run, vertex_output
+from gpurl_tasks.local.engine import BUILDKIT_ENV, find_buildkit_client
+from gpurl_tasks.local.setup import cache_dir, index_dir
+from gpurl_tasks.oci.ref import parse_reference
+from gpurl_tasks.oci.registry import RegistryClient
+
+__all__ = [
+    "EXPORT_STAGE",
+    "BuildResult",
+    "WheelsResult",
+    "build_and_push",
+    "build_command",
+    "build_wheels",
+    "check_build_args",
+    "export_dockerfile",
+    "image_reference",
+    "serving_index",
+]
+
+_SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+_PUSH_DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+_TRUE = {"1", "true", "yes", "on"}
+LineSink = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    """A pushed image: its immutable tag, the registry's digest, and what the build did."""
+
+    reference: str  # REGISTRY/REPO:PREFIX-GITSHA
+    digest: str  # sha256:..., as the registry reports it
+    log: str  # the plain-progress build log
+    steps: tuple[BuildStep, ...]
+    cached_steps: int  # instructions (FROM excluded) whose result came from the build cache
+    stages: frozenset[str]  # every stage the build graph touched (ran or came from cache)
+    stages_run: frozenset[str]  # stages in which some instruction really executed
+    floating: str | None  # the floating reference when it was pushed too
+    seconds: float
+
+    @property
+    def pinned(self) -> str:
+        """`REGISTRY/REPO@sha256:...`: what a launcher pins."""
+        return f"{parse_reference(self.reference, default_host='').name}@{self.digest}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelsResult:
+    """Wheels (and MANIFEST) exported from the wheel-builder stage into the wheelhouse."""
+
+    files: tuple[Path, ...]
+    log: str
+    steps: tuple[BuildStep, ...]
+    seconds: float
+
+
+def image_reference(config: Config, git_sha: str) -> str:
+    """`REGISTRY/REPO:PREFIX-GITSHA`; the git sha must be a real (short or full) hex sha."""
+    if not _SHA_RE.match(git_sha):
+        raise ConfigError(f"git sha {git_sha!r} is not 7-40 lowercase hex digits",
+                          hint="pass `git rev-parse --short HEAD`")
+    return f"{config.registry.image}:{config.registry.tag_prefix}-{git_sha}"
+
+
+def check_build_args(build_args: Mapping[str, str]) -> None:
+    """Refuse build args that would defeat the layer plan (a single-snapshot image)."""
+    if str(build_args.get("SINGLE_SNAPSHOT", "0")).lower() in _TRUE:
+        raise BuildError(
+            "SINGLE_SNAPSHOT would collapse the image into one layer that cannot be pulled",
+            hint="drop SINGLE_SNAPSHOT; the layer plan keeps every layer under the cap",
+        )
+
+
+def build_command(
+    client: str,
+    *,
+    dockerfile: Path,
+    context: Path,
+    build_args: Mapping[str, str],
+    target: str | None,
+    tags: Sequence[str] = (),
+    output: str | None = None,
+    progress: str = "plain",
+    no_cache: bool = False,
+) -> list[str]:
+    """The `docker build` argv (run with DOCKER_BUILDKIT=1); pure, so tests can read it."""
+    argv = [client, "build", "--network", "host", "--progress", progress, "-f", str(dockerfile)]
+    if no_cache:
+        argv.append("--no-cache")
+    for key in sorted(build_args):
+        argv += ["--build-arg", f"{key}={build_args[key]}"]
+    if target:
+        argv += ["--target", target]
+    for tag in tags:
+        argv += ["--tag", tag]
+    if output:
+        argv += ["--output", output]
+    return [*argv, str(context)]
+
+
+def _index_answers(url: str) -> bool:
+    try:
+        return httpx.get(url.rstrip("/") + "/", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def serving_index(index_url: str, directory: Path) -> Iterator[str | None]:
+    """Serve `directory` at the loopback `index_url` unless an index already answers there.
+
+    Yields the URL being served, or None when `index_url` is empty (the build uses PyPI).
+    """
+    if not index_url:
+        yield None
+        return
+    port = pyindex.port_of(index_url)
+    if _index_answers(index_url):
+        yield index_url
+        return
+    with pyindex.serve(directory, port=port):
+        yield index_url
+
+
+def _stream(argv: list[str], env: Mapping[str, str], on_line: LineSink | None,
+            log_file: Path | None) -> tuple[int, str]:
+    """Run argv with stdout+stderr merged, passing each line on; (exit code, whole log)."""
+    lines: list[str] = []
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(log_file.open("w")) if log_file else None
+        proc = stack.enter_context(subprocess.Popen(
+            argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, text=True, errors="replace"))
+        try:
+            for line in proc.stdout or ():
+                lines.append(line)
+                if sink:
+                    sink.write(line)
+                if on_line:
+                    on_line(line.rstrip("\n"))
+        except BaseException:
+            proc.kill()
+            raise
+        code = proc.wait()
+    return code, "".join(lines)
+
+
+def _run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
+               ) -> tuple[str, list[BuildStep]]:
+    proc.require(argv[0])
+    code, log = _stream(argv, {**os.environ, **BUILDKIT_ENV}, on_line, log_file)
+    steps = parse_plain_progress(log)
+    if code != 0:
+        failed = [s for s in steps if s.status == "error"]
+        if failed:
+            step = failed[0]
+            where = f" at [{step.stage} {step.index}/{step.total}] {step.instruction[:80]}"
+            said = vertex_output(log, step.vertex)
+        else:
+            where, said = "", proc.tail(log, 3)
+        raise BuildError(f"docker build failed{where}:\n{proc.tail(said, 6)}",
+                         hint=f"full log: {log_file}" if log_file else None)
+    return log, steps
+
+
+def _push(client: str, reference: str) -> str:
+    done = proc.run_quiet([client, "push", reference], timeout=3600)
+    found = _PUSH_DIGEST.search(done.stdout)
+    if not found:
+        raise BuildError(f"`docker push {reference}` printed no digest")
+    return found.group(1)
+
+
+def build_and_push(
+    config: Config,
+    *,
+    git_sha: str,
+    build_args: Mapping[str, str] | None = None,
+    target: str | None = None,
+    progress: str = "plain",
+    push_floating: bool = False,
+    client: str | None = None,
+    context: Path | None = None,
+    dockerfile: Path | None = None,
+    cache: Path | None = None,
+    on_line: LineSink | None = None,
+    log_file: Path | None = None,
+    no_cache: bool = False,
+) -> BuildResult:
+    """Build `dockerfile` (default `build.dockerfile`) with BuildKit, push, return the digest.
+
+    The digest is the one `docker push` reports, cross-checked against the registry's
+    `Docker-Content-Digest` for the tag; a mismatch is an error, not a warning.
+    """
+    args = dict(build_args or {})
+    check_build_args(args)
+    reference = image_reference(config, git_sha)
+    floating = f"{config.registry.image}:{config.registry.floating_tag}" if push_floating else None
+    client = client or find_buildkit_client()[0]
+    served_from = index_dir(cache or cache_dir(config.root))
+    argv = build_command(client, dockerfile=dockerfile or config.build.dockerfile,
+                         context=context or config.root, build_args=args, target=target,
+                         tags=[reference, *([floating] if floating else [])], progress=progress,
+                         no_cache=no_cache)
+    start = time.monotonic()
+    with serving_index(config.build.index_url, served_from):
+        log, steps = _run_build(argv, on_line, log_file)
+    digest = _push(client, reference)
+    ref = parse_reference(reference, default_host=config.registry.host)
+    with RegistryClient(ref.host, insecure=config.registry.insecure) as registry:
+        registry_digest = registry.resolve(ref)
+    if registry_digest != digest:
+        raise BuildError(f"pushed {reference} as {digest} but the registry serves "
+                         f"{registry_digest}", hint="another push raced this one; rebuild")
+    if floating:
+        _push(client, floating)
+    return BuildResult(
+        reference=reference, digest=digest, log=log, steps=tuple(steps),
+        cached_steps=sum(1 for s in steps if s.status == "cached" and not s.is_from),
+        stages=frozenset(s.stage for s in steps), stages_run=frozenset(stages_run(steps)),
+        floating=floating,
+        seconds=time.monotonic() - start,
+    )
+
+
+EXPORT_STAGE = "gpurl-wheel-export"
+
+
+def export_dockerfile(text: str, target: str, source: str) -> str:
+    """`text` plus a scratch stage holding only `target`'s `source` directory.
+
+    Exporting the wheel-builder stage itself with `--output type=local` copies its whole root
+    filesystem out of the engine (430 MB for the demo base; a base with device nodes in /dev
+    stalled the 20.10 engine's export outright); the scratch stage exports just the wheels.
+    """
+    return (f"{text.rstrip()}\n\nFROM scratch AS {EXPORT_STAGE}\n"
+            f"COPY --from={target} /{source.strip('/')}/ /\n")
+
+
+def build_wheels(
+    config: Config,
+    *,
+    build_args: Mapping[str, str] | None = None,
+    target: str = "wheel-builder",
+    source: str = "wheels",
+    client: str | None = None,
+    context: Path | None = None,
+    dockerfile: Path | None = None,
+    cache: Path | None = None,
+    on_line: LineSink | None = None,
+) -> WheelsResult:
+    """Build `target`, export its `/source` dir's wheels + MANIFEST with `--output type=local`
+    into `build.wheelhouse` (replacing the wheels there, each file written via temp + rename).
+    """
+    args = dict(build_args or {})
+    check_build_args(args)
+    client = client or find_buildkit_client()[0]
+    base = cache or cache_dir(config.root)
+    base.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    source_file = dockerfile or config.build.dockerfile
+    with tempfile.TemporaryDirectory(prefix="gpurl-wheels-", dir=base) as tmp:
+        export_file = Path(tmp) / "Dockerfile.export"
+        export_file.write_text(export_dockerfile(source_file.read_text(), target, source))
+        argv = build_command(client, dockerfile=export_file, context=context or config.root,
+                             build_args=args, target=EXPORT_STAGE,
+                             output=f"type=local,dest={tmp}/out")
+        with serving_index(config.build.index_url, index_dir(base)):
+            log, steps = _run_build(argv, on_line, None)
+        exported = Path(tmp) / "out"
+        found = sorted(p for p in exported.iterdir() if p.is_file()
+                       and (p.suffix == ".whl" or p.name.startswith("MANIFEST")))
+        if not any(p.suffix == ".whl" for p in found):
+            raise BuildError(f"target {target!r} left no wheels in /{source.strip('/')}",
+                             hint="the wheel-builder stage must write its wheels and MANIFEST "
+                                  f"to /{source.strip('/')}")
+        wheelhouse = config.build.wheelhouse
+        wheelhouse.mkdir(parents=True, exist_ok=True)
+        for old in wheelhouse.glob("*.whl"):
+            old.unlink()
+        copied = []
+        for path in found:
+            partial = wheelhouse / f".{path.name}.partial"
+            shutil.copyfile(path, partial)
+            partial.replace(wheelhouse / path.name)
+            copied.append(wheelhouse / path.name)
+    return WheelsResult(files=tuple(copied), log=log, steps=tuple(steps),
+                        seconds=time.monotonic() - start)

@@ -1,0 +1,202 @@
+"""The main job on one machine: setup-local, plan, generate, wheels, build + push, verify, pin.
+
+Every step is the same code the individual tasks run (nothing here re-implements a step); this
+module only orders them, times them and collects what a user or a test needs to see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import shlex
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from gpurl_tasks.cli import step
+from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.generate import generate
+from gpurl_tasks.dockerfile.wheels import check_source
+from gpurl_tasks.errors import BuildError, GpurlError
+from gpurl_tasks.local import builder
+from gpurl_tasks.local.builder import BuildResult
+from gpurl_tasks.local.setup import setup_local
+from gpurl_tasks.oci import release
+from gpurl_tasks.oci.verify import Report, render_table, report_json
+from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.report import render_plan
+
+__all__ = ["PipelineResult", "StepTime", "build_local", "describe_local_build", "describe_pipeline",
+           "ensure_wheels", "run_pipeline"]
+
+Say = Callable[[str], None]
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepTime:
+    name: str
+    seconds: float
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PipelineResult:
+    plan: Plan
+    build: BuildResult
+    report: Report
+    pinned: str | None  # the value written into the launcher (None: already pinned there)
+    steps: tuple[StepTime, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reference": self.build.reference,
+            "digest": self.build.digest,
+            "pinned": self.pinned,
+            "plan": self.plan.to_json(),
+            "build": {"cached_steps": self.build.cached_steps,
+                      "steps": sum(1 for s in self.build.steps if not s.is_from),
+                      "stages": sorted(self.build.stages),
+                      "stages_run": sorted(self.build.stages_run),
+                      "seconds": round(self.build.seconds, 1)},
+            "verify": report_json(self.report),
+            "steps": [dataclasses.asdict(s) for s in self.steps],
+        }
+
+
+def ensure_wheels(config: Config, say: Say) -> str:
+    """The prebuilt wheelhouse matches the Dockerfile's pins; compile it first if it does not."""
+    report = check_source(config, str(config.build.wheelhouse))
+    if not report.mismatches:
+        return f"{len(report.found)} prebuilt wheel(s) match the pins"
+    say("wheelhouse does not match the pins; building the wheel-builder stage")
+    builder.build_wheels(config, build_args={"WHEEL_SOURCE": "wheel-builder"})
+    report = check_source(config, str(config.build.wheelhouse))
+    if report.mismatches:
+        raise BuildError("the freshly built wheels do not match the Dockerfile's pins:\n"
+                         + "\n".join(report.lines()))
+    return f"built {len(report.found)} wheel(s) with the wheel-builder stage"
+
+
+def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None,
+                push_floating: bool = False, no_cache: bool = False,
+                on_line: Say | None = None) -> BuildResult:
+    """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args."""
+    args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
+    return builder.build_and_push(config, git_sha=git_sha, build_args=args,
+                                      push_floating=push_floating, no_cache=no_cache,
+                                      on_line=on_line)
+
+
+class _Steps:
+    """Runs named steps, printing each one's start, outcome and duration."""
+
+    def __init__(self, say: Say) -> None:
+        self.say = say
+        self.times: list[StepTime] = []
+
+    def run(self, name: str, action: Callable[[], tuple[T, str]]) -> T:
+        with step(name, out=self.say) as record:
+            value, record.detail = action()
+        self.times.append(StepTime(name=name, seconds=round(record.seconds, 2),
+                                   detail=record.detail))
+        return value
+
+
+def describe_local_build(config: Config, *, git_sha: str, wheel_source: str | None = None,
+                         push_floating: bool = False, no_cache: bool = False) -> list[str]:
+    """What `build_local` would run, as printable lines (no engine, registry or index touched)."""
+    args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
+    builder.check_build_args(args)
+    reference = builder.image_reference(config, git_sha)
+    argv = builder.build_command("docker", dockerfile=config.build.dockerfile,
+                                     context=config.root, build_args=args, target=None,
+                                     tags=[reference], no_cache=no_cache)
+    lines = ["DOCKER_BUILDKIT=1 " + shlex.join(argv), f"docker push {reference}"]
+    if push_floating:
+        lines.append(f"docker push {config.registry.image}:{config.registry.floating_tag}")
+    return lines
+
+
+def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhouse") -> list[str]:
+    """`invoke demo --dry-run`: every step and what it would do; reads, never writes."""
+    git_sha = release.head_short_sha(config.root)
+    lines = ["setup-local:"]
+    lines += [f"  {s.name:<16} {s.status:<10} {s.detail}"
+              for s in setup_local(config, dry_run=True).steps]
+    planned = plan_for_config(config)
+    lines.append(f"plan: {len(planned.steps)} sync layer(s) under {planned.cap_bytes:,} bytes")
+    try:
+        generate(config, check=True, planner=lambda _: planned)
+        lines.append(f"generate: {config.build.dockerfile.name} is up to date")
+    except GpurlError:
+        lines.append(f"generate: would rewrite {config.build.dockerfile.name}")
+    if wheel_source == "prebuilt-wheelhouse":
+        ok = not check_source(config, str(config.build.wheelhouse)).mismatches
+        lines.append("wheels: the wheelhouse matches the pins" if ok else
+                     "wheels: would build the wheel-builder stage into the wheelhouse")
+    lines += [f"build + push: {line}" for line in
+              describe_local_build(config, git_sha=git_sha, wheel_source=wheel_source)]
+    reference = builder.image_reference(config, git_sha)
+    lines.append(f"verify-layers: {reference}")
+    lines.append(f"pin: {config.launcher.variable} in {config.launcher.path}")
+    return lines
+
+
+def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
+                 wheel_source: str = "prebuilt-wheelhouse") -> PipelineResult:
+    """Run every step in order; each prints its name, what it did and its duration."""
+    steps = _Steps(say)
+
+    def setup() -> tuple[None, str]:
+        result = setup_local(config)
+        for s in result.steps:
+            say(f"    {s.name:<16} {s.status:<10} {s.detail}")
+        return None, ", ".join(f"{s.name} {s.status}" for s in result.steps)
+
+    def plan() -> tuple[Plan, str]:
+        planned = plan_for_config(config)
+        say(render_plan(planned))
+        return planned, f"{len(planned.steps)} sync layer(s), lower bound {planned.lower_bound_layers}"
+
+    steps.run("setup-local", setup)
+    planned = steps.run("plan", plan)
+    steps.run("generate", lambda: (None, _generate(config, planned)))
+    if wheel_source == "prebuilt-wheelhouse":
+        steps.run("wheels", lambda: (None, ensure_wheels(config, say)))
+    git_sha = release.head_short_sha(config.root)
+    built = steps.run("build + push", lambda: _build(config, git_sha, wheel_source))
+    report = steps.run("verify-layers", lambda: _verify(config, built.reference, say))
+    pinned = steps.run("pin", lambda: _pin(config, built.reference, today or dt.date.today()))
+    total = sum(t.seconds for t in steps.times)
+    say(f"done in {total:.1f}s: {built.reference} -> {built.digest}")
+    return PipelineResult(plan=planned, build=built, report=report, pinned=pinned,
+                          steps=tuple(steps.times))
+
+
+def _generate(config: Config, planned: Plan) -> str:
+    result = generate(config, planner=lambda _: planned)
+    return f"{'wrote' if result.changed else 'unchanged'} {result.path.name}"
+
+
+def _build(config: Config, git_sha: str, wheel_source: str) -> tuple[BuildResult, str]:
+    built = build_local(config, git_sha=git_sha, wheel_source=wheel_source)
+    return built, f"pushed {built.reference} ({built.cached_steps} cached steps)"
+
+
+def _verify(config: Config, reference: str, say: Say) -> tuple[Report, str]:
+    report = release.verify_reference(config, reference)
+    say(render_table(report))
+    if not report.ok:
+        raise BuildError("the pushed image fails the layer rules; not pinning it",
+                         hint="see the FAIL lines above")
+    return report, f"{len(report.rows)} layers, every rule holds"
+
+
+def _pin(config: Config, reference: str, today: dt.date) -> tuple[str | None, str]:
+    _, change = release.pin_reference(config, reference, force=False, today=today)
+    written = release.apply_pin(change)
+    shown = change.path.relative_to(config.root) if change.path.is_relative_to(config.root) \
+        else change.path
+    return (change.value if written else None,
+            f"{'pinned' if written else 'already pinned'} {change.value} in {shown}")

@@ -1,0 +1,238 @@
+"""`setup-local`: everything the local path needs, each step idempotent and timed.
+
+Steps, in order: a Docker engine answers; a client that runs BuildKit builds; a registry on
+127.0.0.1 at the port of `registry.host`; the base image `build.base-image`; the wheels the
+loopback index (`build.index-url`) serves: uv, pip and every pin of the workspace lock. Each step
+returns what it found or did; `dry_run` reports what it would do and changes nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpurl_tasks.config import Config
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.local import base_image, engine, pyindex, registry_server
+
+__all__ = [
+    "IMAGE_PIP",
+    "IMAGE_SETUPTOOLS",
+    "SEED_REQUIREMENTS",
+    "LocalSetup",
+    "StepResult",
+    "build_requirements",
+    "cache_dir",
+    "ensure_index",
+    "image_tool_pins",
+    "index_dir",
+    "setup_local",
+]
+
+IMAGE_PIP = "pip==25.1.1"  # served so a Dockerfile may upgrade the base's pip 23.0.1 offline
+# Build requirement of a setuptools-built C extension (>= 70.1 builds wheels without `wheel`).
+IMAGE_SETUPTOOLS = "setuptools==80.9.0"
+# `uv venv --seed` on Python < 3.12 installs pip, setuptools and wheel from the index.
+SEED_REQUIREMENTS = ("pip", "setuptools", "wheel")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepResult:
+    """One step's outcome: `status` is found / started / installed / built / pulled / downloaded /
+    would."""
+
+    name: str
+    status: str
+    detail: str
+    seconds: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "status": self.status, "detail": self.detail,
+                "seconds": round(self.seconds, 2)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSetup:
+    """The result of `setup_local`: the steps and the BuildKit client later builds use."""
+
+    steps: tuple[StepResult, ...]
+    client: str
+    cache: Path
+
+    def as_dict(self) -> dict[str, object]:
+        return {"client": self.client, "cache": str(self.cache),
+                "steps": [s.as_dict() for s in self.steps]}
+
+
+def cache_dir(root: Path, env: Mapping[str, str] | None = None) -> Path:
+    """Where the local path keeps state: $GPURL_CACHE_DIR, else <repo>/.cache/gpurl."""
+    env = os.environ if env is None else env
+    explicit = env.get("GPURL_CACHE_DIR")
+    return Path(explicit).resolve() if explicit else root / ".cache" / "gpurl"
+
+
+def index_dir(cache: Path) -> Path:
+    """Where the wheels served by the loopback package index live."""
+    return cache / "pyindex"
+
+
+def _timed(name: str, action: Callable[[], tuple[str, str]]) -> StepResult:
+    start = time.monotonic()
+    status, detail = action()
+    return StepResult(name=name, status=status, detail=detail, seconds=time.monotonic() - start)
+
+
+def _engine(cache: Path, dry_run: bool) -> tuple[str, str]:
+    for client in ("docker", "/usr/bin/docker"):
+        version = engine.engine_answers(client)
+        if version:
+            return "found", f"Docker engine {version} answers"
+    if not engine.can_self_install():
+        raise BuildError("no Docker engine answers",
+                         hint="install Docker Engine and start it (https://docs.docker.com/engine/"
+                              "install/), then run setup-local again")
+    missing = not Path("/usr/sbin/dockerd").exists() and shutil.which("dockerd") is None
+    log = cache / "dockerd.log"
+    if dry_run:
+        verb = "would apt-get install docker.io and start" if missing else "would start"
+        return "would", f"{verb} dockerd (log {log})"
+    if missing:
+        engine.apt_install("docker.io")
+    version = engine.start_dockerd(log)
+    return ("installed" if missing else "started"), f"dockerd {version} (log {log})"
+
+
+def _client(found: list[str], dry_run: bool) -> tuple[str, str]:
+    if dry_run and not engine.engine_answers("docker") and not engine.engine_answers(
+            "/usr/bin/docker"):
+        found.append("/usr/bin/docker")
+        return "would", "would probe docker clients for BuildKit once the engine runs"
+    client, rejected = engine.find_buildkit_client()
+    found.append(client)
+    skipped = f" (skipped {'; '.join(rejected)})" if rejected else ""
+    return "found", f"{client} runs BuildKit builds{skipped}"
+
+
+def _registry(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
+    port = registry_server.loopback_port(config.registry.host)
+    api = registry_server.probe_registry(port)
+    if api:
+        return "found", f"registry ({api}) answers on 127.0.0.1:{port}"
+    paths = registry_server.RegistryPaths(cache, port)
+    installed = engine.ensure_program("docker-registry", "docker-registry", dry_run=dry_run)
+    done = f"{installed}; " if installed else ""
+    if dry_run:
+        return "would", (f"{done}would start docker-registry on 127.0.0.1:{port} "
+                         f"(storage {paths.storage})")
+    pid = registry_server.start_registry(paths, port)
+    return "started", (f"{done}docker-registry pid {pid} on 127.0.0.1:{port} "
+                       f"(storage {paths.storage})")
+
+
+def _base(config: Config, client: str, cache: Path, dry_run: bool) -> tuple[str, str]:
+    name = config.build.base_image
+    found = base_image.image_id(client, name) if engine.engine_answers(client) else None
+    if found:
+        return "found", f"{name} is present ({found[:19]})"
+    mirror = base_image.debian_mirror()
+    if dry_run:
+        return "would", (f"would pull {name}, else debootstrap bookworm from {mirror} "
+                         f"with {','.join(base_image.BASE_PACKAGES)} and docker import it")
+    reason = base_image.try_pull(client, name)
+    if reason is None:
+        return "pulled", f"pulled {name}"
+    if not engine.can_self_install():
+        raise BuildError(f"cannot pull {name}: {reason}",
+                         hint="pull or build the base image yourself, or set build.base-image")
+    engine.ensure_program("debootstrap", "debootstrap", dry_run=False)
+    image = base_image.debootstrap_import(client, name, mirror=mirror, workdir=cache)
+    return "built", (f"pull failed ({reason}); built {name} ({image[:19]}) with debootstrap "
+                     f"from {mirror}")
+
+
+def image_tool_pins() -> tuple[str, ...]:
+    """What the image needs besides the lock: uv (the version gpurl runs), pip, setuptools."""
+    return (f"uv=={importlib.metadata.version('uv')}", IMAGE_PIP, IMAGE_SETUPTOOLS)
+
+
+def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
+    if not config.build.index_url:
+        return "found", "build.index-url is empty: builds install from the public index"
+    pyindex.port_of(config.build.index_url)  # validate before downloading anything
+    directory = index_dir(cache)
+    pins = list(image_tool_pins())
+    lock_text = config.lock.read_text() if config.lock.is_file() else ""
+    pins += pyindex.pins_from_lock(lock_text) if lock_text else []
+    specs = build_requirements(config)
+    missing = pyindex.missing_pins(pins, directory)
+    loose = pyindex.unsatisfied(specs, directory)
+    wanted = f"{len(pins)} pins and {len(specs)} build requirements"
+    if not missing and not loose:
+        _check_lock_files(lock_text, directory)
+        return "found", f"{wanted} present in {directory}"
+    if dry_run:
+        return "would", f"would download {len(missing) + len(loose)} of {wanted} into {directory}"
+    target = pyindex.DownloadTarget.for_target(python=config.target.python,
+                                               glibc=config.target.glibc, arch=config.target.arch)
+    pyindex.download(missing, directory, target=target)
+    pyindex.download(loose, directory, target=target, exact=False, with_deps=True)
+    still = pyindex.missing_pins(pins, directory) + pyindex.unsatisfied(specs, directory)
+    if still:
+        raise BuildError(f"pip download left {len(still)} requirements missing, e.g. {still[0]}",
+                         hint="check target.python / target.glibc against the lock")
+    _check_lock_files(lock_text, directory)
+    return "downloaded", (f"{len(missing)}/{len(pins)} pins and {len(loose)}/{len(specs)} build "
+                          f"requirements into {directory}")
+
+
+def ensure_index(config: Config, *, cache: Path | None = None, dry_run: bool = False,
+                 ) -> StepResult:
+    """Only the package-index step of setup-local: the wheels `build.index-url` must serve."""
+    where = cache or cache_dir(config.root)
+    return _timed("package index", lambda: _index(config, where, dry_run))
+
+
+def build_requirements(config: Config) -> list[str]:
+    """Unpinned things a build fetches from the index: the workspace's build backend and the
+    wheel-builder stage's requirements (`build.builder-requirements`), plus uv's venv seeds."""
+    specs = list(SEED_REQUIREMENTS)
+    pyproject = config.workspace / "pyproject.toml"
+    if pyproject.is_file():
+        specs += pyindex.build_requires(pyproject.read_text())
+    specs += list(getattr(config.build, "builder_requirements", ()))
+    return sorted(set(specs))
+
+
+def _check_lock_files(lock_text: str, directory: Path) -> None:
+    unmatched = pyindex.unmatched_lock_files(lock_text, directory) if lock_text else []
+    if unmatched:
+        raise BuildError(
+            f"{len(unmatched)} lock pins have none of their recorded files in {directory}, "
+            f"e.g. {unmatched[0]}",
+            hint="the lock was resolved for another platform than target.*; align them",
+        )
+
+
+def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = False,
+                ) -> LocalSetup:
+    """Run (or with `dry_run`, describe) every setup step; raise BuildError on the first failure."""
+    registry_server.loopback_port(config.registry.host)  # bad config fails before any side effect
+    if config.build.index_url:
+        pyindex.port_of(config.build.index_url)
+    cache = cache or cache_dir(config.root)
+    if not dry_run:
+        cache.mkdir(parents=True, exist_ok=True)
+    client: list[str] = []
+    steps = [
+        _timed("engine", lambda: _engine(cache, dry_run)),
+        _timed("buildkit client", lambda: _client(client, dry_run)),
+        _timed("registry", lambda: _registry(config, cache, dry_run)),
+    ]
+    steps.append(_timed("base image", lambda: _base(config, client[0], cache, dry_run)))
+    steps.append(_timed("package index", lambda: _index(config, cache, dry_run)))
+    return LocalSetup(steps=tuple(steps), client=client[0], cache=cache)

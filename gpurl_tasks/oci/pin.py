@@ -1,0 +1,176 @@
+"""Pin an immutable image digest into the launcher file, touching nothing else.
+
+The assignment is located with `ast` (never a loose regex), so comments, strings that merely
+mention the variable, other assignments and odd formatting are left byte for byte; only the
+value's source span and a provenance comment directly above the statement change. The write
+is atomic (temp file in the same directory, fsync, rename), so a kill leaves the old file or
+the new one, never half of each. A second pin of the same digest changes nothing.
+
+Which digest is pinned: the linux/amd64 *image manifest* digest, not the index digest. The
+cluster's nodes are linux/amd64 and containerd, given an index, picks that same manifest; but
+with `imagePullPolicy: IfNotPresent` the node keeps whatever it pulled under the reference it
+was given, so the reference should name exactly the bytes verify-layers measured. An index can
+gain or carry other entries (other platforms, build attestations) that were never verified;
+the manifest digest names one layer list, the one checked. It is also what the runbook pins
+(`crane manifest --platform linux/amd64 ... | sha256`). Kaniko pushes a single manifest, in
+which case the tag's digest and the manifest digest are the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime as dt
+import difflib
+import os
+import re
+
+from gpurl_tasks.config import RegistrySettings
+from gpurl_tasks.errors import PinError
+from gpurl_tasks.oci.ref import ImageRef
+from gpurl_tasks.units import format_bytes
+
+__all__ = [
+    "PIN_MARKER",
+    "Provenance",
+    "check_immutable",
+    "pinned_value",
+    "provenance_comment",
+    "rewrite_assignment",
+    "unified_diff",
+]
+
+PIN_MARKER = "# gpurl pin:"
+_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Provenance:
+    """What the comment above the pinned assignment records."""
+
+    tag: str | None
+    layer_count: int
+    largest_bytes: int
+    total_bytes: int
+    date: dt.date
+
+
+def check_immutable(ref: ImageRef, registry: RegistrySettings) -> None:
+    """Refuse floating tags: only a digest or the immutable PREFIX-GITSHA tag may be pinned."""
+    if ref.digest:
+        return
+    tag = ref.tag or ""
+    if tag == registry.floating_tag:
+        raise PinError(
+            f"refusing to pin the floating tag {tag!r} ({ref}): it moves with every push and "
+            "goes stale on nodes under imagePullPolicy: IfNotPresent",
+            hint=f"pin the immutable {registry.tag_prefix}-<gitsha> tag or a @sha256: digest")
+    if not re.fullmatch(rf"{re.escape(registry.tag_prefix)}-[0-9a-f]{{7,40}}", tag):
+        raise PinError(
+            f"refusing to pin {ref}: {tag!r} is not an immutable "
+            f"{registry.tag_prefix}-<gitsha> tag",
+            hint="pass the tag the build pushed (e.g. from `git rev-parse --short HEAD`) "
+                 "or a @sha256: digest")
+
+
+def pinned_value(ref: ImageRef, manifest_digest: str) -> str:
+    """`host/repository@sha256:...`, the string the launcher holds."""
+    return f"{ref.name}@{manifest_digest}"
+
+
+def provenance_comment(info: Provenance) -> str:
+    tag = info.tag or "pinned by digest"
+    return (f"{PIN_MARKER} {tag}, linux/amd64, {info.layer_count} layers, largest "
+            f"{format_bytes(info.largest_bytes)}, total {format_bytes(info.total_bytes)}, "
+            f"{info.date.isoformat()}")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines with their own endings, split the way the tokenizer counts them."""
+    return _LINE_RE.findall(text)
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    if isinstance(node, ast.AnnAssign):
+        return [node.target]
+    return []
+
+
+def _names_in(target: ast.expr) -> list[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _find_assignment(tree: ast.Module, variable: str, where: str) -> ast.Assign | ast.AnnAssign:
+    found: list[ast.Assign | ast.AnnAssign] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        for target in _targets(node):
+            if variable not in _names_in(target):
+                continue
+            if not isinstance(target, ast.Name) or len(_targets(node)) != 1:
+                raise PinError(f"{where}:{node.lineno}: {variable} is assigned together with "
+                               "other names; gpurl only rewrites `NAME = \"...\"`")
+            found.append(node)
+    if not found:
+        raise PinError(f"{where} has no assignment to {variable}",
+                       hint="check launcher.path and launcher.variable in the config")
+    if len(found) > 1:
+        lines = ", ".join(str(n.lineno) for n in sorted(found, key=lambda n: n.lineno))
+        raise PinError(f"{where} assigns {variable} {len(found)} times (lines {lines})",
+                       hint="keep exactly one assignment so the pin is unambiguous")
+    node = found[0]
+    if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        raise PinError(f"{where}:{node.lineno}: {variable} is not assigned a plain string literal")
+    return node
+
+
+def _offset(lines: list[str], lineno: int, col_bytes: int) -> int:
+    """ast (1-based line, UTF-8 byte column) -> index into the text."""
+    start = sum(len(line) for line in lines[: lineno - 1])
+    return start + len(lines[lineno - 1].encode()[:col_bytes].decode())
+
+
+def rewrite_assignment(source: str, variable: str, value: str, comment: str, *,
+                       where: str = "the launcher") -> str:
+    """Return `source` with `variable`'s string value set to `value` and `comment` above it.
+
+    Unchanged when the value is already `value` and a provenance comment is present
+    (idempotent: the date in an existing comment is not refreshed by a no-op pin).
+    """
+    if not value.isprintable() or any(c in value for c in "\"'\\"):
+        raise PinError(f"refusing to write {value!r} into {where}: it needs escaping")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise PinError(f"{where} is not valid Python ({exc.msg}, line {exc.lineno})") from None
+    node = _find_assignment(tree, variable, where)
+    literal = node.value
+    assert isinstance(literal, ast.Constant) and literal.end_lineno is not None
+    lines = _lines(source)
+    stmt_line = node.lineno - 1
+    above = stmt_line
+    while above > 0 and lines[above - 1].lstrip().startswith(PIN_MARKER):
+        above -= 1
+    if literal.value == value and above < stmt_line:
+        return source
+    start = _offset(lines, literal.lineno, literal.col_offset)
+    end = _offset(lines, literal.end_lineno, literal.end_col_offset or 0)
+    old_literal = source[start:end]
+    quote = "'" if old_literal.lstrip("rRuU")[:1] == "'" and "'" not in value else '"'
+    new_source = source[:start] + f"{quote}{value}{quote}" + source[end:]
+    lines = _lines(new_source)
+    line = lines[stmt_line]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    ending = line[len(line.rstrip("\r\n")):] or os.linesep
+    lines[above:stmt_line] = [f"{indent}{comment}{ending}"]
+    return "".join(lines)
+
+
+def unified_diff(old: str, new: str, path: str) -> str:
+    return "".join(difflib.unified_diff(_lines(old), _lines(new), fromfile=f"a/{path}",
+                                        tofile=f"b/{path}"))
+
+

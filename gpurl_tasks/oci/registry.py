@@ -1,0 +1,376 @@
+"""OCI distribution client: tag -> digest, manifest/index, layer sizes, image config, auth.
+
+Only what verify-layers and pin need, spoken over httpx: every request has a timeout, is
+retried a bounded number of times on connection errors, 429 (honouring Retry-After) and 5xx,
+and every manifest or config body is checked against the sha256 it was fetched by, so a
+truncated or tampered response is an error and never a silently wrong answer.
+
+Auth follows the registry's challenge: anonymous first; on 401 the `WWW-Authenticate` header
+says Basic (send the credentials) or Bearer (fetch a token from the realm, as ghcr.io does).
+Credentials never appear in an exception message, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.oci.auth import Credentials, credential_hint, parse_challenge
+from gpurl_tasks.oci.ref import DIGEST_RE, ImageRef, uses_plain_http
+
+__all__ = [
+    "ACCEPT_MANIFESTS",
+    "Descriptor",
+    "HistoryEntry",
+    "PulledImage",
+    "RegistryClient",
+]
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+_INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
+_IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
+ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+_MAX_DOCUMENT = 16 * 2**20  # manifests and configs are small; refuse to buffer more
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Descriptor:
+    """A content descriptor from a manifest or index."""
+
+    media_type: str
+    digest: str
+    size: int
+    platform: str | None = None  # "os/arch[/variant]" for index entries
+
+    @staticmethod
+    def from_json(obj: Mapping[str, Any]) -> Descriptor:
+        plat = obj.get("platform")
+        platform = None
+        if isinstance(plat, Mapping):
+            platform = "/".join(str(p) for p in (plat.get("os"), plat.get("architecture"),
+                                                 plat.get("variant")) if p)
+        return Descriptor(media_type=str(obj.get("mediaType", "")), digest=str(obj["digest"]),
+                          size=int(obj["size"]), platform=platform)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class HistoryEntry:
+    """One entry of the image config's `history`: the instruction that made a layer (or not)."""
+
+    created_by: str
+    empty_layer: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PulledImage:
+    """What verify and pin need from a pushed image, all from the registry."""
+
+    ref: ImageRef
+    top_digest: str  # what the tag resolves to: an index or a manifest
+    top_media_type: str
+    manifest_digest: str  # the linux/amd64 image manifest
+    layers: tuple[Descriptor, ...]
+    config_digest: str
+    labels: Mapping[str, str]
+    history: tuple[HistoryEntry, ...]
+    platforms: tuple[str, ...] = ()  # platforms listed by the index, empty for a single image
+
+    @property
+    def is_index(self) -> bool:
+        return self.top_media_type in _INDEX_TYPES
+
+
+class RegistryClient:
+    """One registry host; reuse an instance for a run so tokens and connections are shared."""
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        credentials: Credentials | None = None,
+        insecure: bool | None = None,
+        timeout: float = 30.0,
+        attempts: int = 4,
+        backoff: float = 0.5,
+        max_wait: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.host = host
+        self.base_url = f"{'http' if uses_plain_http(host, insecure) else 'https'}://{host}"
+        self._credentials = credentials
+        self._attempts = max(1, attempts)
+        self._backoff = backoff
+        self._max_wait = max_wait
+        self._sleep = sleep
+        self._tokens: dict[str, str] = {}
+        self._use_basic = False
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=True,
+                                  transport=transport, headers={"User-Agent": "gpurl"})
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # --- public API -------------------------------------------------------------------
+
+    def resolve(self, ref: ImageRef) -> str:
+        """The digest a tag (or digest) points at, from Docker-Content-Digest."""
+        if ref.digest:
+            return ref.digest
+        response = self._request("HEAD", ref, f"manifests/{ref.reference}",
+                                 headers={"Accept": ACCEPT_MANIFESTS})
+        digest = str(response.headers.get("Docker-Content-Digest", ""))
+        if DIGEST_RE.match(digest):
+            return digest
+        return self.manifest(ref)[0]  # header missing: digest the body ourselves
+
+    def manifest(
+        self, ref: ImageRef, reference: str | None = None
+    ) -> tuple[str, str, dict[str, Any]]:
+        """Fetch a manifest or index -> (digest, media type, parsed JSON), digest-checked."""
+        reference = reference or ref.reference
+        response = self._request("GET", ref, f"manifests/{reference}",
+                                 headers={"Accept": ACCEPT_MANIFESTS})
+        body = response.content
+        actual = "sha256:" + hashlib.sha256(body).hexdigest()
+        expected = reference if reference.startswith("sha256:") else (
+            response.headers.get("Docker-Content-Digest") or actual)
+        if actual != expected:
+            raise RegistryError(
+                f"manifest of {ref} does not match its digest: expected {expected}, "
+                f"received {len(body)} bytes hashing to {actual}",
+                hint="the response was truncated or altered in transit; retry, and check any "
+                     "proxy between here and the registry")
+        document = _json_document(body, f"manifest of {ref}")
+        media_type = str(document.get("mediaType") or response.headers.get("Content-Type", ""))
+        media_type = media_type.split(";")[0].strip()
+        if document.get("schemaVersion") == 1 or "signatures" in document:
+            raise RegistryError(f"{ref} is a schema 1 manifest, which gpurl does not read",
+                                hint="push it again with a current builder (kaniko, buildx)")
+        if media_type not in _INDEX_TYPES + _IMAGE_TYPES:
+            media_type = OCI_INDEX if "manifests" in document else OCI_MANIFEST
+        return actual, media_type, document
+
+    def blob_json(self, ref: ImageRef, digest: str) -> dict[str, Any]:
+        """Fetch a small JSON blob (the image config), checked against its digest."""
+        response = self._request("GET", ref, f"blobs/{digest}")
+        body = response.content
+        actual = "sha256:" + hashlib.sha256(body).hexdigest()
+        if actual != digest:
+            raise RegistryError(f"config blob {digest} of {ref} hashes to {actual}",
+                                hint="the response was truncated or altered in transit; retry")
+        return _json_document(body, f"config blob of {ref}")
+
+    def pull(self, ref: ImageRef, *, platform: str = "linux/amd64") -> PulledImage:
+        """Resolve `ref`, follow an index to `platform`, read layers, labels and history."""
+        top_digest = self.resolve(ref)
+        digest, media_type, document = self.manifest(ref, top_digest)
+        platforms: tuple[str, ...] = ()
+        manifest_digest, manifest = digest, document
+        if media_type in _INDEX_TYPES:
+            entries = [Descriptor.from_json(m) for m in document.get("manifests", [])]
+            platforms = tuple(e.platform or "?" for e in entries)
+            chosen = _choose_platform(entries, platform)
+            if chosen is None:
+                raise RegistryError(
+                    f"{ref} has no {platform} image; its index lists "
+                    f"{', '.join(platforms) or 'nothing'}",
+                    hint="the cluster runs linux/amd64: build for that platform")
+            manifest_digest, sub_type, manifest = self.manifest(ref, chosen.digest)
+            if sub_type not in _IMAGE_TYPES:
+                raise RegistryError(f"{ref}: the {platform} entry is not an image manifest")
+        try:
+            layers = tuple(Descriptor.from_json(layer) for layer in manifest["layers"])
+            config_digest = str(manifest["config"]["digest"])
+        except (KeyError, TypeError, ValueError):
+            raise RegistryError(f"manifest {manifest_digest} of {ref} has no layers/config "
+                                "in the expected shape") from None
+        config = self.blob_json(ref, config_digest)
+        inner = config.get("config") or {}
+        labels = {str(k): str(v) for k, v in (inner.get("Labels") or {}).items()}
+        history = tuple(
+            HistoryEntry(created_by=str(h.get("created_by", "")),
+                         empty_layer=bool(h.get("empty_layer", False)))
+            for h in config.get("history") or [] if isinstance(h, Mapping))
+        return PulledImage(ref=ref,
+                           top_digest=top_digest, top_media_type=media_type,
+                           manifest_digest=manifest_digest, layers=layers,
+                           config_digest=config_digest, labels=labels, history=history,
+                           platforms=platforms)
+
+    # --- transport ---------------------------------------------------------------------
+
+    def _request(self, method: str, ref: ImageRef, path: str,
+                 headers: Mapping[str, str] | None = None) -> httpx.Response:
+        url = f"{self.base_url}/v2/{ref.repository}/{path}"
+        scope = f"repository:{ref.repository}:pull"
+        authenticated = False
+        attempt = 0
+        while True:
+            attempt += 1
+            request_headers = dict(headers or {})
+            auth = self._auth_header(scope)
+            if auth:
+                request_headers["Authorization"] = auth
+            try:
+                response = self._http.request(method, url, headers=request_headers)
+            except httpx.InvalidURL as exc:
+                raise RegistryError(f"{url} is not a valid registry URL for {ref}: {exc}",
+                                    hint="check registry.host and the image reference") from None
+            except httpx.TransportError as exc:
+                if attempt >= self._attempts:
+                    raise RegistryError(
+                        f"cannot reach the registry at {self.base_url} for {ref} after "
+                        f"{attempt} attempts ({type(exc).__name__})",
+                        hint="check that the registry is up and the host is right "
+                             "(registry.host; registry.insecure for plain HTTP)") from None
+                self._sleep(self._delay(attempt, None))
+                continue
+            status = response.status_code
+            if status == 401 and not authenticated:
+                authenticated = True  # one challenge round per request; a second 401 is final
+                attempt -= 1
+                self._authenticate(ref, response, scope)
+                continue
+            if status == 429 or status >= 500:
+                if attempt >= self._attempts:
+                    raise RegistryError(
+                        f"the registry answered {status} for {ref} after {attempt} attempts",
+                        hint="the registry is overloaded or failing; try again later")
+                self._sleep(self._delay(attempt, response.headers.get("Retry-After")))
+                continue
+            if status in (401, 403, 404):
+                raise self._refusal(ref, response)
+            if status >= 400:
+                raise RegistryError(f"the registry answered {status} for {ref} ({path})"
+                                    f"{_error_codes(response)}")
+            if len(response.content) > _MAX_DOCUMENT:
+                raise RegistryError(f"{ref}: {path} is larger than {_MAX_DOCUMENT} bytes")
+            return response
+
+    def _auth_header(self, scope: str) -> str | None:
+        if scope in self._tokens:
+            return f"Bearer {self._tokens[scope]}"
+        if self._use_basic and self._credentials:
+            return self._credentials.basic_header()
+        return None
+
+    def _authenticate(self, ref: ImageRef, response: httpx.Response, scope: str) -> None:
+        scheme, params = parse_challenge(response.headers.get("WWW-Authenticate", ""))
+        if scheme == "basic":
+            if not self._credentials:
+                raise self._refusal(ref, response)
+            self._use_basic = True
+            return
+        if scheme != "bearer" or not params.get("realm"):
+            raise self._refusal(ref, response)
+        query = {"service": params.get("service", ""), "scope": params.get("scope") or scope}
+        realm = httpx.URL(params["realm"]) if params["realm"].startswith(("http://", "https://")) \
+            else None
+        if realm is None:
+            raise RegistryError(f"{self.host} named an invalid token service {params['realm']!r}")
+        # credentials travel only over TLS, or in the clear to a token service on loopback
+        safe = realm.scheme == "https" or realm.host in ("127.0.0.1", "localhost", "::1")
+        headers = ({"Authorization": self._credentials.basic_header()}
+                   if self._credentials and safe else {})
+        try:
+            answer = self._http.get(realm, params=query, headers=headers)
+        except httpx.TransportError as exc:
+            raise RegistryError(f"cannot reach the token service of {self.host} for {ref} "
+                                f"({type(exc).__name__})") from None
+        if answer.status_code in (401, 403):
+            raise RegistryError(
+                f"the token service of {self.host} refused the credentials for {ref} "
+                f"({answer.status_code})", hint=credential_hint(self.host, self._credentials))
+        if answer.status_code != 200:
+            raise RegistryError(f"the token service of {self.host} answered "
+                                f"{answer.status_code} for {ref}")
+        try:
+            body = answer.json()
+            token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+        except ValueError:
+            token = None
+        if not isinstance(token, str) or not token:
+            raise RegistryError(f"the token service of {self.host} returned no token for {ref}")
+        self._tokens[scope] = token
+
+    def _refusal(self, ref: ImageRef, response: httpx.Response) -> RegistryError:
+        status = response.status_code
+        codes = _error_codes(response)
+        if status == 401:
+            return RegistryError(f"{self.host} asks for authentication to read {ref}{codes}",
+                                 hint=credential_hint(self.host, self._credentials))
+        if status == 403:
+            return RegistryError(f"{self.host} denies access to {ref}{codes}",
+                                 hint="the credentials are valid but lack read access to "
+                                      f"{ref.repository} (a PAT needs read:packages)")
+        return RegistryError(f"{ref} was not found on {self.host}{codes}",
+                             hint="check that the build pushed this tag, and registry.host / "
+                                  "registry.repository in the config")
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            seconds = _retry_after_seconds(retry_after)
+            if seconds is not None:
+                return min(max(seconds, 0.0), self._max_wait)
+        delay: float = self._backoff * 2.0 ** (attempt - 1) * (1 + random.random() / 4)
+        return min(delay, self._max_wait)
+
+
+def _choose_platform(entries: list[Descriptor], platform: str) -> Descriptor | None:
+    exact = [e for e in entries if e.platform == platform]
+    if exact:
+        return exact[0]
+    prefixed = [e for e in entries if (e.platform or "").startswith(platform + "/")]
+    return prefixed[0] if prefixed else None
+
+
+def _json_document(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise RegistryError(f"the {what} is not valid JSON ({len(body)} bytes)",
+                            hint="the response may have been truncated; retry") from None
+    if not isinstance(document, dict):
+        raise RegistryError(f"the {what} is not a JSON object")
+    return document
+
+
+def _error_codes(response: httpx.Response) -> str:
+    """The registry's error codes (e.g. MANIFEST_UNKNOWN), never the raw body."""
+    try:
+        errors = response.json().get("errors") or []
+        codes = sorted({str(e.get("code")) for e in errors if isinstance(e, dict)})
+    except (ValueError, AttributeError, httpx.ResponseNotRead):
+        return ""
+    return f" ({', '.join(codes)})" if codes else ""
+
+
+def _retry_after_seconds(value: str) -> float | None:
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return float(when.timestamp() - time.time())
+

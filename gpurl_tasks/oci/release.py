@@ -1,0 +1,183 @@
+"""The verify-then-pin flow behind `invoke verify-layers` and `invoke pin`.
+
+Glue only: it turns the config into a reference, a registry client and rules, asks the
+registry for the image, applies the pure checks in verify.py and prepares the launcher edit
+in pin.py. The tasks print and exit; nothing here does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from gpurl_tasks import git
+from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
+from gpurl_tasks.errors import ConfigError, GpurlError, PinError
+from gpurl_tasks.files import write_atomic
+from gpurl_tasks.oci.auth import credentials_for
+from gpurl_tasks.oci.pin import (
+    Provenance,
+    check_immutable,
+    pinned_value,
+    provenance_comment,
+    rewrite_assignment,
+    unified_diff,
+)
+from gpurl_tasks.oci.ref import ImageRef, parse_reference
+from gpurl_tasks.oci.registry import PulledImage, RegistryClient
+from gpurl_tasks.oci.verify import Report, Rules, check_layers
+from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.planner import plan_for_config
+
+__all__ = [
+    "PinChange",
+    "apply_pin",
+    "default_reference",
+    "head_short_sha",
+    "load_plan",
+    "open_client",
+    "pin_reference",
+    "prepare_pin",
+    "resolve_reference",
+    "rules_for",
+    "verify_image",
+    "verify_reference",
+]
+
+PlanLoader = Callable[[Config], tuple[Plan | None, str | None]]
+
+
+def head_short_sha(root: Path) -> str:
+    """`git rev-parse --short HEAD` in `root`: the sha the build tags the image with."""
+    sha = git.short_sha(root)
+    if not sha:
+        raise ConfigError(f"{root} is not a git checkout with a commit",
+                          hint="pass the image reference explicitly")
+    return sha
+
+
+def default_reference(config: Config, short_sha: str) -> str:
+    """`REGISTRY/REPO:PREFIX-<sha>`, the immutable tag a build of that commit pushes."""
+    return f"{config.registry.image}:{config.registry.tag_prefix}-{short_sha}"
+
+
+def resolve_reference(config: Config, text: str | None) -> ImageRef:
+    """The reference a task works on: as given, or the current commit's immutable tag."""
+    text = text or default_reference(config, head_short_sha(config.root))
+    return parse_reference(text, default_host=config.registry.host)
+
+
+def rules_for(config: Config) -> Rules:
+    return Rules(cap=config.verify.cap or config.layers.cap, hard_limit=config.verify.hard_limit,
+                 min_layers=config.verify.min_layers)
+
+
+def open_client(config: Config, ref: ImageRef, env: Mapping[str, str] | None = None
+                ) -> RegistryClient:
+    """A client for the reference's host.
+
+    GPURL_REGISTRY_TOKEN belongs to the configured registry only: for any other host it is
+    withheld (only that host's docker config.json entry applies), so a reference to a foreign
+    registry can never make its token service receive the team's token.
+    """
+    env = os.environ if env is None else env
+    ours = ref.host == config.registry.host
+    if not ours:
+        env = {k: v for k, v in env.items() if k not in ("GPURL_REGISTRY_TOKEN",
+                                                          "GPURL_REGISTRY_USER")}
+    credentials = credentials_for(ref.host, env=env, user=config.registry.user if ours else "")
+    return RegistryClient(ref.host, credentials=credentials, insecure=config.registry.insecure)
+
+
+def load_plan(config: Config) -> tuple[Plan | None, str | None]:
+    """The plan for the current config, or (None, why not): predictions are optional."""
+    try:
+        plan: Plan = plan_for_config(config)
+    except GpurlError as exc:
+        return None, f"the plan could not be computed ({exc.message}): sizes are not predicted"
+    return plan, None
+
+
+def verify_image(config: Config, ref: ImageRef, client: RegistryClient, *,
+                 plan_loader: PlanLoader = load_plan) -> tuple[PulledImage, Report]:
+    """Pull the image's manifest and config and apply the layer rules."""
+    image = client.pull(ref)
+    plan, note = (None, None)
+    if image.labels.get(LABEL_PLAN_FINGERPRINT):
+        plan, note = plan_loader(config)
+    return image, check_layers(image, rules_for(config), plan, plan_note=note)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PinChange:
+    """A prepared launcher edit: `diff` is empty when the launcher already holds the pin."""
+
+    path: Path
+    value: str
+    old: str
+    new: str
+    diff: str
+
+    @property
+    def changed(self) -> bool:
+        return self.old != self.new
+
+
+def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bool,
+                today: dt.date) -> PinChange:
+    """Check the reference and rules, and compute the new launcher text (nothing written)."""
+    check_immutable(image.ref, config.registry)
+    if not report.ok and not force:
+        failing = "; ".join(f.message for f in report.findings if f.failing)
+        raise PinError(f"refusing to pin {image.ref}: it fails the layer rules: {failing}",
+                       hint="fix the build, or pass --force to pin it anyway")
+    path = config.launcher.path
+    try:
+        old = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise PinError(f"the launcher file {path} does not exist",
+                       hint="set launcher.path in the config or pass --launcher") from None
+    except OSError as exc:
+        raise PinError(f"cannot read the launcher file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise PinError(f"the launcher file {path} is not UTF-8 text") from None
+    largest = report.largest
+    comment = provenance_comment(Provenance(
+        tag=image.ref.tag, layer_count=len(report.rows), total_bytes=report.total,
+        largest_bytes=largest.size if largest else 0, date=today))
+    # The linux/amd64 manifest digest, not the index digest: see the module docstring of pin.py.
+    value = pinned_value(image.ref, image.manifest_digest)
+    new = rewrite_assignment(old, config.launcher.variable, value, comment, where=str(path))
+    shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
+    return PinChange(path=path, value=value, old=old, new=new,
+                     diff=unified_diff(old, new, str(shown)))
+
+
+def apply_pin(change: PinChange) -> bool:
+    """Write the prepared edit atomically; False when there was nothing to change."""
+    if not change.changed:
+        return False
+    write_atomic(change.path, change.new)
+    return True
+
+
+def verify_reference(config: Config, text: str | None, *,
+                     env: Mapping[str, str] | None = None) -> Report:
+    """`invoke verify-layers`: the report for `text` (default: this commit's tag)."""
+    ref = resolve_reference(config, text)
+    with open_client(config, ref, env) as client:
+        return verify_image(config, ref, client)[1]
+
+
+def pin_reference(config: Config, text: str | None, *, force: bool, today: dt.date,
+                  env: Mapping[str, str] | None = None) -> tuple[Report, PinChange]:
+    """`invoke pin`: refuse floating tags before any network, verify, prepare the edit."""
+    ref = resolve_reference(config, text)
+    check_immutable(ref, config.registry)
+    with open_client(config, ref, env) as client:
+        image, report = verify_image(config, ref, client)
+    return report, prepare_pin(config, image, report, force=force, today=today)

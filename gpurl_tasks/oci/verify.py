@@ -1,0 +1,264 @@
+"""The layer rules a pushed image must meet, and their table/JSON rendering (pure).
+
+Why these rules (DESIGN.md section 4): containerd pulls a few layers at a time and gives up on
+a blob that shows no progress, GHCR caps a layer at 10 GB, and the team's experience is that
+images with every layer under ~4 GB and more than 20 layers pull, while one 16.6 GB layer
+(the --single-snapshot symptom) does not. The build succeeds either way; only a check of the
+pushed manifest catches it before a launch does.
+
+Predicted sizes: layers map to Dockerfile instructions through the config's `history`
+(entries without `empty_layer`, in order); the sync layers are the chain's `uv sync` RUNs (they
+all carry `--no-install-project`; the later sync that installs the local source does not), and
+sync layer i is predicted by `Plan.layers[i]` when the image's plan-fingerprint label matches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
+from gpurl_tasks.oci.registry import PulledImage
+from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.units import format_bytes
+
+__all__ = [
+    "UNEXPECTED_CAUSES",
+    "Finding",
+    "LayerRow",
+    "Report",
+    "Rules",
+    "check_layers",
+    "render_table",
+    "report_json",
+]
+
+SYNC_MARKER = "uv sync"
+CHAIN_MARKER = "--no-install-project"  # every planned sync has it; the final local sync does not
+HUGE_SHARE = 0.5  # one layer holding at least this share of the image is the one-layer symptom
+UNEXPECTED_CAUSES = (
+    "a package cache left in the layer (uv needs --no-cache / UV_NO_CACHE=1 without a cache mount)",
+    "a package uninstalled and reinstalled by a later sync (every sync needs identical "
+    "--extra/--group flags; the exclusion sets may only shrink)",
+    "bytecode compiled into the layer (--compile-bytecode / UV_COMPILE_BYTECODE)",
+)
+_BAR = 20
+_PARTIAL = " ▏▎▍▌▋▊▉"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Rules:
+    """Thresholds from config.layers.cap and config.verify, overridable by flags."""
+
+    cap: int
+    hard_limit: int
+    min_layers: int
+    tolerance: float = 0.25  # a sync layer this much above its prediction is flagged
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LayerRow:
+    index: int
+    digest: str
+    size: int
+    instruction: str | None  # created_by from history, None when history does not map
+    sync_step: int | None = None
+    predicted: int | None = None
+
+    @property
+    def error(self) -> float | None:
+        """(actual - predicted) / predicted, None without a prediction."""
+        if self.predicted is None or self.predicted <= 0:
+            return None
+        return (self.size - self.predicted) / self.predicted
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Finding:
+    code: str  # hard-limit | cap | too-few-layers | single-huge-layer | unexpected-content
+    message: str
+    failing: bool
+    layer: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Report:
+    reference: str
+    top_digest: str
+    manifest_digest: str
+    is_index: bool
+    rules: Rules
+    rows: tuple[LayerRow, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.failing for f in self.findings)
+
+    @property
+    def total(self) -> int:
+        return sum(r.size for r in self.rows)
+
+    @property
+    def largest(self) -> LayerRow | None:
+        return max(self.rows, key=lambda r: r.size, default=None)
+
+
+def _instructions(image: PulledImage) -> tuple[list[str | None], str | None]:
+    made = [h.created_by for h in image.history if not h.empty_layer]
+    if len(made) != len(image.layers):
+        note = (f"the image config's history names {len(made)} layer-making instructions for "
+                f"{len(image.layers)} layers, so layers are not mapped to instructions")
+        return [None] * len(image.layers), note
+    return list(made), None
+
+
+def _predictions(image: PulledImage, instructions: list[str | None], plan: Plan | None,
+                 plan_note: str | None) -> tuple[dict[int, tuple[int, int | None]], str | None]:
+    """layer index -> (sync step, predicted bytes or None), and a note when none apply."""
+    sync = [i for i, text in enumerate(instructions)
+            if text and SYNC_MARKER in text and CHAIN_MARKER in text]
+    steps: dict[int, tuple[int, int | None]] = {i: (n, None) for n, i in enumerate(sync)}
+    label = image.labels.get(LABEL_PLAN_FINGERPRINT)
+    if not label:
+        return steps, f"the image has no {LABEL_PLAN_FINGERPRINT} label: sizes are not predicted"
+    if plan is None:
+        return steps, plan_note or "no plan available: sizes are not predicted"
+    if plan.fingerprint != label:
+        return steps, (f"the image was built from plan {label[:19]}, the config now plans "
+                       f"{plan.fingerprint[:19]}: sizes are not predicted")
+    if len(sync) != len(plan.layers):
+        return steps, (f"the image has {len(sync)} uv sync layers, the plan {len(plan.layers)}: "
+                       "sizes are not predicted")
+    return {i: (n, plan.layers[n].compressed_bytes) for n, i in enumerate(sync)}, None
+
+
+def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
+                 plan_note: str | None = None) -> Report:
+    """Apply the rules to a pulled image; `plan` adds predicted sizes when it matches."""
+    instructions, history_note = _instructions(image)
+    predicted, prediction_note = _predictions(image, instructions, plan, plan_note)
+    rows = tuple(
+        LayerRow(index=i, digest=d.digest, size=d.size, instruction=instructions[i],
+                 sync_step=predicted[i][0] if i in predicted else None,
+                 predicted=predicted[i][1] if i in predicted else None)
+        for i, d in enumerate(image.layers))
+    findings: list[Finding] = []
+    for row in rows:
+        size = format_bytes(row.size)
+        if row.size >= rules.hard_limit:
+            findings.append(Finding(
+                code="hard-limit", layer=row.index, failing=True,
+                message=f"layer {row.index} is {size}, at or above the hard limit "
+                        f"{format_bytes(rules.hard_limit)}: registries and the cluster's "
+                        "containerd cannot move it reliably"))
+        elif row.size > rules.cap:
+            findings.append(Finding(
+                code="cap", layer=row.index, failing=True,
+                message=f"layer {row.index} is {size}, above the cap {format_bytes(rules.cap)}"))
+    total = sum(r.size for r in rows)
+    largest = max(rows, key=lambda r: r.size, default=None)
+    if largest and total and largest.size > rules.cap and largest.size / total >= HUGE_SHARE:
+        findings.append(Finding(
+            code="single-huge-layer", layer=largest.index, failing=True,
+            message=f"single huge layer: layer {largest.index} holds "
+                    f"{largest.size / total:.0%} of the image ({format_bytes(largest.size)} of "
+                    f"{format_bytes(total)}); this is the --single-snapshot symptom, the image "
+                    "will not pull on the cluster (ImagePullBackOff)"))
+    if len(rows) < rules.min_layers:
+        findings.append(Finding(
+            code="too-few-layers", failing=True,
+            message=f"{len(rows)} layers, fewer than the minimum {rules.min_layers}: "
+                    "the environment is not split into enough sync layers"))
+    for row in rows:
+        error = row.error
+        if error is not None and error > rules.tolerance:
+            findings.append(Finding(
+                code="unexpected-content", layer=row.index, failing=False,
+                message=f"sync layer {row.sync_step} (layer {row.index}) is {error:.0%} larger "
+                        f"than predicted ({format_bytes(row.size)} vs "
+                        f"{format_bytes(row.predicted)}): unexpected content; likely "
+                        + "; or ".join(UNEXPECTED_CAUSES)))
+    notes = tuple(n for n in (history_note, prediction_note) if n)
+    return Report(reference=str(image.ref), top_digest=image.top_digest,
+                  manifest_digest=image.manifest_digest, is_index=image.is_index, rules=rules,
+                  rows=rows, findings=tuple(findings), notes=notes)
+
+
+def _bar(size: int, cap: int) -> str:
+    if size > cap:
+        return "█" * _BAR + "▶"
+    eighths = round(size / cap * _BAR * 8) if cap else 0
+    full, part = divmod(eighths, 8)
+    return ("█" * full + (_PARTIAL[part] if part else "")).ljust(_BAR + 1)
+
+
+def _short_instruction(text: str | None, width: int = 52) -> str:
+    if text is None:
+        return ""
+    text = re.sub(r"^(RUN )?(\|\d+ (\S+=\S* )*)?/bin/(ba)?sh -c (#\(nop\) ?)?", r"\1",
+                  text.strip())
+    text = re.sub(r"\s+# buildkit$", "", text)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_table(report: Report) -> str:
+    """The human table: index, short digest, size, a bar against the cap, predictions."""
+    rules = report.rules
+    lines = [f"image    {report.reference}"]
+    if report.is_index:
+        lines.append(f"index    {report.top_digest}")
+    lines.append(f"manifest {report.manifest_digest} (linux/amd64)")
+    lines.append(f"rules    cap {format_bytes(rules.cap)} · hard limit "
+                 f"{format_bytes(rules.hard_limit)} · at least {rules.min_layers} layers")
+    lines.append("")
+    flagged = {f.layer for f in report.findings if f.layer is not None}
+    header = (f"{'#':>3}  {'digest':<12}  {'size':>9}  {'vs cap':<{_BAR + 1}}  "
+              f"{'predicted':>9}  {'error':>7}  instruction")
+    lines.append(header)
+    for row in report.rows:
+        predicted = format_bytes(row.predicted) if row.predicted is not None else ""
+        error = f"{row.error:+.1%}" if row.error is not None else ""
+        mark = "!" if row.index in flagged else " "
+        lines.append(
+            f"{row.index:>3}{mark} {row.digest.removeprefix('sha256:')[:12]:<12}  "
+            f"{format_bytes(row.size):>9}  {_bar(row.size, rules.cap)}  {predicted:>9}  "
+            f"{error:>7}  {_short_instruction(row.instruction)}".rstrip())
+    largest = report.largest
+    lines.append("")
+    lines.append(f"total {format_bytes(report.total)} in {len(report.rows)} layers"
+                 + (f", largest {format_bytes(largest.size)} (layer {largest.index})"
+                    if largest else ""))
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    for finding in report.findings:
+        lines.append(f"{'FAIL' if finding.failing else 'WARN'} [{finding.code}] {finding.message}")
+    lines.append("OK: every layer rule holds" if report.ok else "FAILED: see the FAIL lines above")
+    return "\n".join(lines)
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The machine form of a report (verify-layers --json)."""
+    largest = report.largest
+    return {
+        "reference": report.reference,
+        "top_digest": report.top_digest,
+        "manifest_digest": report.manifest_digest,
+        "is_index": report.is_index,
+        "ok": report.ok,
+        "rules": dataclasses.asdict(report.rules),
+        "total_bytes": report.total,
+        "layer_count": len(report.rows),
+        "largest_bytes": largest.size if largest else 0,
+        "layers": [
+            {"index": r.index, "digest": r.digest, "size": r.size, "instruction": r.instruction,
+             "sync_step": r.sync_step, "predicted": r.predicted,
+             "error_percent": None if r.error is None else round(r.error * 100, 1)}
+            for r in report.rows
+        ],
+        "findings": [dataclasses.asdict(f) for f in report.findings],
+        "notes": list(report.notes),
+    }

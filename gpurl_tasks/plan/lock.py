@@ -1,0 +1,340 @@
+"""uv.lock as data, and the install closure `uv sync --frozen` would produce for a target.
+
+Parsing is pure (text -> frozen values) and rejects malformed input with the key path of the
+problem. The closure walks the lock's dependency graph from the root project with marker
+evaluation for the *target* environment. uv records which optional extras are active with
+encoded conflict markers (`extra == 'extra-11-skyrl-train-vllm'`); they are evaluated with
+set semantics: an extra is "equal" when it is among the activated ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.utils import canonicalize_name
+
+from gpurl_tasks.config import PythonSelection, TargetSpec
+from gpurl_tasks.errors import LockError
+from gpurl_tasks.plan.target import marker_environment
+
+__all__ = [
+    "LOCAL_SOURCE_KINDS",
+    "Artifact",
+    "Closure",
+    "Dependency",
+    "Lock",
+    "LockedPackage",
+    "install_closure",
+    "load_lock",
+    "parse_lock",
+]
+
+_KW = {"frozen": True, "kw_only": True, "slots": True}
+SOURCE_KINDS = ("registry", "git", "url", "path", "directory", "editable", "virtual")
+# Installed from the workspace source after the chain, never by a sync step of the chain.
+LOCAL_SOURCE_KINDS = frozenset({"path", "directory", "editable", "virtual"})
+SUPPORTED_REVISIONS = range(1, 6)  # 1-3 seen in the wild, 4-5 written by uv 0.13
+
+
+@dataclasses.dataclass(**_KW)
+class Artifact:
+    """A wheel or sdist entry: the file uv would download."""
+
+    url: str | None
+    filename: str
+    hash: str | None
+    size: int | None
+
+
+@dataclasses.dataclass(**_KW)
+class Dependency:
+    """An edge of the graph; version/source disambiguate forked packages."""
+
+    name: str
+    extras: tuple[str, ...] = ()
+    marker: str | None = None
+    version: str | None = None
+    source: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass(**_KW)
+class LockedPackage:
+    name: str
+    version: str | None
+    source_kind: str
+    source: Mapping[str, str]
+    dependencies: tuple[Dependency, ...]
+    optional_dependencies: Mapping[str, tuple[Dependency, ...]]
+    dev_dependencies: Mapping[str, tuple[Dependency, ...]]
+    wheels: tuple[Artifact, ...]
+    sdist: Artifact | None
+    resolution_markers: tuple[str, ...] = ()
+
+    @property
+    def is_local(self) -> bool:
+        return self.source_kind in LOCAL_SOURCE_KINDS
+
+    @property
+    def key(self) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
+        return (self.name, self.version, tuple(sorted(self.source.items())))
+
+
+@dataclasses.dataclass(**_KW)
+class Lock:
+    version: int
+    revision: int
+    requires_python: str | None
+    packages: tuple[LockedPackage, ...]
+    members: tuple[str, ...]  # workspace members listed in [manifest]
+    source: str  # where the text came from, for messages
+    _by_name: dict[str, tuple[LockedPackage, ...]] = dataclasses.field(
+        init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index: dict[str, list[LockedPackage]] = {}
+        for pkg in self.packages:
+            index.setdefault(pkg.name, []).append(pkg)
+        object.__setattr__(self, "_by_name", {k: tuple(v) for k, v in index.items()})
+
+    def by_name(self, name: str) -> tuple[LockedPackage, ...]:
+        return self._by_name.get(canonicalize_name(name), ())
+
+
+@dataclasses.dataclass(**_KW)
+class Closure:
+    """What a sync installs: packages from indexes/git/URLs, and local ones installed later."""
+
+    packages: tuple[LockedPackage, ...]  # sorted by name
+    local: tuple[LockedPackage, ...]  # sorted by name
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str, source: str) -> Any:
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise LockError(f"{source}: {where} must be a {names}, got {type(value).__name__}")
+    return value
+
+
+def _artifact(raw: Any, where: str, source: str) -> Artifact:
+    _expect(raw, dict, where, source)
+    url = raw.get("url")
+    path = raw.get("path") or raw.get("filename")
+    if url is None and path is None:
+        raise LockError(f"{source}: {where} has neither 'url' nor 'path'")
+    filename = unquote(str(url or path).rsplit("/", 1)[-1].split("#", 1)[0])
+    size = raw.get("size")
+    if size is not None and (not isinstance(size, int) or size < 0):
+        raise LockError(f"{source}: {where}.size must be a non-negative integer, got {size!r}")
+    return Artifact(url=url, filename=filename, hash=raw.get("hash"), size=size)
+
+
+def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
+    deps = []
+    for i, entry in enumerate(_expect(raw or [], list, where, source)):
+        here = f"{where}[{i}]"
+        _expect(entry, dict, here, source)
+        if "name" not in entry:
+            raise LockError(f"{source}: {here} has no 'name'")
+        marker = entry.get("marker")
+        if marker is not None:
+            try:
+                Marker(marker)
+            except InvalidMarker as exc:
+                raise LockError(f"{source}: {here}.marker is invalid: {exc}") from None
+        deps.append(Dependency(
+            name=canonicalize_name(entry["name"]),
+            extras=tuple(sorted(canonicalize_name(e) for e in entry.get("extra", []))),
+            marker=marker,
+            version=entry.get("version"),
+            source=tuple(sorted((str(k), str(v)) for k, v in (entry.get("source") or {}).items())),
+        ))
+    return tuple(deps)
+
+
+def _package(raw: Any, index: int, source: str) -> LockedPackage:
+    where = f"package[{index}]"
+    _expect(raw, dict, where, source)
+    if "name" not in raw:
+        raise LockError(f"{source}: {where} has no 'name'")
+    where = f"package[{index}] ({raw['name']})"
+    src = _expect(raw.get("source", {}), dict, f"{where}.source", source)
+    kinds = [k for k in SOURCE_KINDS if k in src]
+    if len(kinds) != 1:
+        raise LockError(f"{source}: {where}.source must name exactly one of {', '.join(SOURCE_KINDS)}")
+    optional: dict[str, tuple[Dependency, ...]] = {
+        canonicalize_name(extra): _dependencies(deps, f"{where}.optional-dependencies.{extra}", source)
+        for extra, deps in _expect(raw.get("optional-dependencies", {}), dict, where, source).items()
+    }
+    dev: dict[str, tuple[Dependency, ...]] = {
+        canonicalize_name(group): _dependencies(deps, f"{where}.dev-dependencies.{group}", source)
+        for group, deps in _expect(raw.get("dev-dependencies", {}), dict, where, source).items()
+    }
+    wheels = tuple(
+        _artifact(w, f"{where}.wheels[{i}]", source)
+        for i, w in enumerate(_expect(raw.get("wheels", []), list, f"{where}.wheels", source))
+    )
+    sdist = _artifact(raw["sdist"], f"{where}.sdist", source) if "sdist" in raw else None
+    return LockedPackage(
+        name=canonicalize_name(raw["name"]),
+        version=raw.get("version"),
+        source_kind=kinds[0],
+        source={str(k): str(v) for k, v in src.items()},
+        dependencies=_dependencies(raw.get("dependencies"), f"{where}.dependencies", source),
+        optional_dependencies=optional,
+        dev_dependencies=dev,
+        wheels=wheels,
+        sdist=sdist,
+        resolution_markers=tuple(raw.get("resolution-markers", [])),
+    )
+
+
+def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
+    """Parse uv.lock text; raise LockError with the key path of anything malformed."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LockError(f"{source} is not valid TOML: {exc}") from None
+    version = data.get("version")
+    if version != 1:
+        raise LockError(f"{source}: lock version {version!r} is not supported (expected 1)",
+                        hint="regenerate it with a uv release that writes version = 1")
+    revision = data.get("revision", 1)
+    if revision not in SUPPORTED_REVISIONS:
+        raise LockError(f"{source}: lock revision {revision!r} is not supported (1 to 5)",
+                        hint="upgrade gpurl, or lock with the uv release pinned in pyproject")
+    raw_packages = _expect(data.get("package", []), list, "package", source)
+    packages = tuple(_package(raw, i, source) for i, raw in enumerate(raw_packages))
+    manifest = data.get("manifest", {})
+    members = tuple(canonicalize_name(m) for m in manifest.get("members", []))
+    return Lock(version=1, revision=revision, requires_python=data.get("requires-python"),
+                packages=packages, members=members, source=source)
+
+
+def load_lock(path: Path) -> Lock:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise LockError(f"no lock file at {path}",
+                        hint="run `uv lock` in the workspace or pass --lock PATH") from None
+    except OSError as exc:
+        raise LockError(f"cannot read the lock file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise LockError(f"{path} is not a text file (uv.lock is UTF-8 TOML)") from None
+    return parse_lock(text, source=str(path))
+
+
+# --- closure ------------------------------------------------------------------------------
+
+_EXTRA_ATOM = re.compile(r"""\bextra\s*(==|!=)\s*(['"])([^'"]*)\2""")
+
+
+@functools.lru_cache(maxsize=8192)
+def _compiled(marker: str) -> Marker:
+    """Rewrite `extra == 'x'` into the set form `'x' in extras` that packaging evaluates."""
+    def repl(match: re.Match[str]) -> str:
+        op = "in" if match.group(1) == "==" else "not in"
+        return f"'{canonicalize_name(match.group(3))}' {op} extras"
+
+    return Marker(_EXTRA_ATOM.sub(repl, marker))
+
+
+def _conflict_names(root: str, extras: Iterable[str], groups: Iterable[str]) -> frozenset[str]:
+    """uv's encoded names for activated root extras and groups (`extra-<len>-<pkg>-<name>`)."""
+    names: set[str] = {canonicalize_name(e) for e in extras} | {canonicalize_name(g) for g in groups}
+    names |= {f"extra-{len(root)}-{root}-{canonicalize_name(e)}" for e in extras}
+    names |= {f"group-{len(root)}-{root}-{canonicalize_name(g)}" for g in groups}
+    return frozenset(names)
+
+
+def _roots(lock: Lock) -> tuple[LockedPackage, ...]:
+    roots = tuple(p for p in lock.packages
+                  if p.source_kind in ("editable", "virtual") and p.source.get(p.source_kind) == ".")
+    if not roots:
+        raise LockError(f"{lock.source}: no root project (a package with source editable or "
+                        "virtual '.') found", hint="is this the workspace's own uv.lock?")
+    return roots
+
+
+def _resolve(lock: Lock, dep: Dependency, parent: LockedPackage) -> LockedPackage:
+    candidates = lock.by_name(dep.name)
+    if dep.version is not None:
+        candidates = tuple(p for p in candidates if p.version == dep.version)
+    if dep.source and len(candidates) > 1:
+        candidates = tuple(p for p in candidates if tuple(sorted(p.source.items())) == dep.source)
+    if len(candidates) != 1:
+        found = "no package" if not candidates else f"{len(candidates)} packages"
+        raise LockError(f"{lock.source}: {parent.name} depends on {dep.name} "
+                        f"{dep.version or ''} but the lock has {found} matching it".replace("  ", " "))
+    return candidates[0]
+
+
+def install_closure(lock: Lock, target: TargetSpec, selection: PythonSelection) -> Closure:
+    """Packages `uv sync --frozen` installs for the target with the selected extras and groups."""
+    roots = _roots(lock)
+    root_name = roots[0].name
+    groups = set(selection.groups)
+    if not selection.no_dev:
+        groups.add("dev")
+    for extra in selection.extras:
+        if not any(canonicalize_name(extra) in r.optional_dependencies for r in roots):
+            known = sorted({e for r in roots for e in r.optional_dependencies})
+            raise LockError(f"extra {extra!r} is not defined by {root_name}",
+                            hint=f"known extras: {', '.join(known) or 'none'}")
+    for group in selection.groups:
+        if not any(canonicalize_name(group) in r.dev_dependencies for r in roots):
+            known = sorted({g for r in roots for g in r.dev_dependencies})
+            raise LockError(f"dependency group {group!r} is not defined by {root_name}",
+                            hint=f"known groups: {', '.join(known) or 'none'}")
+    env = marker_environment(target)
+    env["extras"] = _conflict_names(root_name, selection.extras, groups)
+    env["dependency_groups"] = frozenset()
+
+    def applies(dep: Dependency) -> bool:
+        return dep.marker is None or _compiled(dep.marker).evaluate(env, context="lock_file")
+
+    seen: dict[tuple[Any, ...], set[str]] = {}
+    chosen: dict[tuple[Any, ...], LockedPackage] = {}
+    queue: list[tuple[LockedPackage, frozenset[str]]] = []
+    for root in roots:
+        queue.append((root, frozenset(str(canonicalize_name(e)) for e in selection.extras)))
+        for group in sorted(groups):
+            for dep in root.dev_dependencies.get(canonicalize_name(group), ()):
+                if applies(dep):
+                    queue.append((_resolve(lock, dep, root), frozenset(dep.extras)))
+    while queue:
+        pkg, extras = queue.pop()
+        done = seen.setdefault(pkg.key, set())
+        new_extras = set(extras) - done
+        if pkg.key in chosen and not new_extras:
+            continue
+        first_visit = pkg.key not in chosen
+        chosen[pkg.key] = pkg
+        done |= new_extras
+        edges = list(pkg.dependencies) if first_visit else []
+        for extra in sorted(new_extras):
+            edges += pkg.optional_dependencies.get(extra, ())
+        for dep in edges:
+            if applies(dep):
+                queue.append((_resolve(lock, dep, pkg), frozenset(dep.extras)))
+
+    by_name: dict[str, LockedPackage] = {}
+    for pkg in chosen.values():
+        other = by_name.setdefault(pkg.name, pkg)
+        if other is not pkg:
+            raise LockError(f"{lock.source}: two versions of {pkg.name} ({other.version}, "
+                            f"{pkg.version}) both apply to the target",
+                            hint="the extras selected may be declared as conflicting in pyproject")
+    ordered = sorted(by_name.values(), key=lambda p: p.name)
+    return Closure(packages=tuple(p for p in ordered if not p.is_local),
+                   local=tuple(p for p in ordered if p.is_local))

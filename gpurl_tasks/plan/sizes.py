@@ -1,0 +1,183 @@
+"""Size model: which artifact uv installs for the target, and how big its layer bytes are.
+
+Compressed layer bytes ~= the wheel file's size (measured within 0.05% on real CUDA wheels,
+DESIGN.md section 4), so the wheel `size` in uv.lock is the compressed prediction. Sizes are
+missing for some indexes (the PyTorch index), sdists and git sources; they come from, in order,
+an override file, the lock, a probe cache written by `invoke sizes --probe`. What is still
+unknown stops the plan with one message listing every such package. Nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from gpurl_tasks.errors import SizeError
+from gpurl_tasks.plan.lock import Artifact, LockedPackage
+
+__all__ = [
+    "INSTALLED_PER_COMPRESSED",
+    "PackageSize",
+    "SizeSources",
+    "load_size_sources",
+    "package_sizes",
+    "select_wheel",
+    "urls_to_probe",
+]
+
+# Installed (uncompressed) bytes per compressed byte when the exact figure was not probed.
+# Measured 1.35-1.5x on CUDA wheels (DESIGN.md section 4); the upper-middle value keeps an
+# installed-basis cap on the safe side.
+INSTALLED_PER_COMPRESSED = 1.45
+
+_KW = {"frozen": True, "kw_only": True, "slots": True}
+
+
+@dataclasses.dataclass(**_KW)
+class PackageSize:
+    name: str
+    version: str
+    compressed_bytes: int
+    installed_bytes: int | None  # exact (probed) or None
+    source: str  # "override" | "lock" | "probe"
+    artifact: str | None  # filename uv installs, None for overrides of unbuilt sources
+
+    @property
+    def installed_estimate(self) -> int:
+        if self.installed_bytes is not None:
+            return self.installed_bytes
+        return round(self.compressed_bytes * INSTALLED_PER_COMPRESSED)
+
+
+@dataclasses.dataclass(**_KW)
+class SizeSources:
+    """Override table (by "name" or "name==version") and probe cache (by artifact URL)."""
+
+    overrides: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    probed: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    overrides_path: Path | None = None
+
+
+_RANKS: dict[int, tuple[Sequence[Tag], dict[Tag, int]]] = {}
+
+
+def _ranks(supported: Sequence[Tag]) -> dict[Tag, int]:
+    """Tag -> priority, built once per tag sequence (target_tags returns one cached tuple).
+
+    Keyed by identity: hashing or comparing a 771-tag tuple per package cost more than the
+    lookups themselves (the planner benchmark's profile).
+    """
+    hit = _RANKS.get(id(supported))
+    if hit is None or hit[0] is not supported:
+        if len(_RANKS) > 32:
+            _RANKS.clear()
+        hit = (supported, {tag: i for i, tag in enumerate(supported)})
+        _RANKS[id(supported)] = hit
+    return hit[1]
+
+
+def select_wheel(package: LockedPackage, supported: Sequence[Tag]) -> Artifact | None:
+    """The wheel an installer picks: the one whose best tag ranks highest for the target."""
+    rank = _ranks(supported)
+    best: tuple[int, str, Artifact] | None = None
+    for wheel in package.wheels:
+        try:
+            _, _, _, wheel_tags = parse_wheel_filename(wheel.filename)
+        except InvalidWheelFilename:
+            continue
+        ranks = [rank[t] for t in wheel_tags if t in rank]
+        if ranks and (best is None or (min(ranks), wheel.filename) < best[:2]):
+            best = (min(ranks), wheel.filename, wheel)
+    return best[2] if best else None
+
+
+def _read_json_object(path: Path, what: str, *, optional: bool) -> dict[str, object]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        if optional:
+            return {}
+        raise SizeError(f"{what} {path} does not exist",
+                        hint="check the path, or create it holding {}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SizeError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SizeError(f"{what} {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SizeError(f"{what} {path} must hold a JSON object")
+    return data
+
+
+def load_size_sources(overrides: Path | None, cache: Path | None) -> SizeSources:
+    """Read the override file and the probe cache; a missing file is an empty table."""
+    table: dict[str, int] = {}
+    if overrides is not None:
+        for key, value in _read_json_object(overrides, "size override file", optional=False).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SizeError(f"size override {key!r} in {overrides} must be a byte count, "
+                                f"got {value!r}")
+            name, _, version = key.partition("==")
+            table[canonicalize_name(name) + (f"=={version.strip()}" if version else "")] = value
+    probed: dict[str, Mapping[str, int]] = {}
+    if cache is not None:
+        for url, entry in _read_json_object(cache, "size cache", optional=True).items():
+            if isinstance(entry, dict) and isinstance(entry.get("compressed"), int):
+                probed[url] = {k: v for k, v in entry.items() if isinstance(v, int)}
+    return SizeSources(overrides=table, probed=probed, overrides_path=overrides)
+
+
+def package_sizes(
+    packages: Iterable[LockedPackage], supported: Sequence[Tag], sources: SizeSources
+) -> list[PackageSize]:
+    """Sizes for every package, or one SizeError naming every package still unknown."""
+    result: list[PackageSize] = []
+    unknown: list[str] = []
+    for pkg in packages:
+        version = pkg.version or "?"
+        wheel = select_wheel(pkg, supported)
+        artifact = wheel or pkg.sdist
+        probe = sources.probed.get(artifact.url or "", {}) if artifact else {}
+        installed = probe.get("installed") if wheel else None
+        override = sources.overrides.get(f"{pkg.name}=={version}", sources.overrides.get(pkg.name))
+        if override is not None:
+            size, origin = override, "override"
+        elif wheel is not None and wheel.size is not None:
+            size, origin = wheel.size, "lock"
+        elif wheel is not None and "compressed" in probe:
+            size, origin = probe["compressed"], "probe"
+        else:
+            why = ("no wheel for the target and only an sdist (built in the image)" if wheel is None
+                   and pkg.sdist else "wheel has no size in the lock" if wheel
+                   else f"{pkg.source_kind} source with no wheel")
+            unknown.append(f"{pkg.name}=={version} ({why})")
+            continue
+        result.append(PackageSize(name=pkg.name, version=version, compressed_bytes=size,
+                                  installed_bytes=installed, source=origin,
+                                  artifact=artifact.filename if artifact else None))
+    if unknown:
+        where = sources.overrides_path or "a size override file"
+        raise SizeError(
+            f"{len(unknown)} package size(s) unknown: " + "; ".join(unknown),
+            hint=f"add them to {where} as {{\"name\": bytes}} or {{\"name==version\": bytes}}, "
+                 "or run `invoke sizes --probe` for wheels with a URL",
+        )
+    return result
+
+
+def urls_to_probe(
+    packages: Iterable[LockedPackage], supported: Sequence[Tag], sources: SizeSources
+) -> list[str]:
+    """Wheel URLs whose compressed or installed size is not known yet, sorted."""
+    urls = set()
+    for pkg in packages:
+        wheel = select_wheel(pkg, supported)
+        if wheel is None or not wheel.url or not wheel.url.startswith(("http://", "https://")):
+            continue
+        if "installed" not in sources.probed.get(wheel.url, {}):
+            urls.add(wheel.url)
+    return sorted(urls)

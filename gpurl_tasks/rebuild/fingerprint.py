@@ -1,0 +1,270 @@
+"""Does a change need a new image? A fingerprint of the baked inputs, compared at two points.
+
+Baked inputs are what the image carries and a live `/app` sync cannot replace (runbook
+section 9): the Dockerfile's ARG defaults, base images, apt sets, `uv sync` chain and other
+instructions of the stages that reach the image; the lock's install closure for the target
+and the selected extras (name, version, chosen artifact); and the selected extras themselves.
+Source-only changes leave all of these equal. Everything here is pure: callers pass text
+and already-computed closures (see rebuild_inputs.py for reading them from git).
+
+Decision rules: wheels+image when a wheel pin ARG (fork commit, flash-attn, torch, CUDA,
+Python), the lock's torch, the expected wheel names, or a stage that does not reach the
+image (the wheel-builder on the prebuilt path: it is how the wheels are compiled) changed;
+image for any other baked input; none otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpurl_tasks.dockerfile.inputs import DockerfileInputs, StageInputs
+from gpurl_tasks.dockerfile.wheels import WheelPins, expected_filenames
+
+__all__ = [
+    "DECISIONS",
+    "EXIT_CODES",
+    "ClosureEntry",
+    "Decision",
+    "Fingerprint",
+    "Reason",
+    "decide",
+    "fingerprint",
+]
+
+_KW = {"frozen": True, "kw_only": True, "slots": True}
+
+NONE, IMAGE, WHEELS = "none", "image", "wheels+image"
+DECISIONS = (NONE, IMAGE, WHEELS)
+EXIT_CODES = {NONE: 0, IMAGE: 10, WHEELS: 11}
+
+ClosureEntry = tuple[str, str | None, str | None]  # (name, version, chosen artifact hash/source)
+
+# ARGs whose change invalidates the prebuilt wheels, with the reason kind they report.
+_WHEEL_ARGS = {
+    "VLLM_FORK_COMMIT": "vllm-fork-commit",
+    "VLLM_FORK_REPO": "vllm-fork-repo",
+    "VLLM_VERSION": "vllm-version",
+    "FLASH_ATTN_VERSION": "flash-attn",
+    "TORCH_VERSION": "torch",
+    "CUDA_TAG": "cuda",
+    "PYTHON_VERSION": "python",
+}
+_IMAGE_ARGS = {"BASE_IMAGE": "base-image", "HARBOR_COMMIT": "harbor", "HARBOR_REPO": "harbor"}
+# ARGs that change how a build runs but not what it produces.
+_INERT_ARGS = frozenset({"MAX_JOBS", "GITSHA"})
+# Lock packages the prebuilt wheels are compiled against (their ABI).
+_WHEEL_ABI_PACKAGES = frozenset({"torch"})
+
+
+@dataclasses.dataclass(**_KW)
+class Reason:
+    """One changed input: `kind` names the input, `detail` says from what to what."""
+
+    kind: str
+    detail: str
+    decision: str  # the decision this reason alone forces
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "detail": self.detail}
+
+
+@dataclasses.dataclass(**_KW)
+class Fingerprint:
+    """The baked inputs at one point; `digest` is a stable sha256 over all of them."""
+
+    dockerfile: DockerfileInputs
+    closure: tuple[ClosureEntry, ...]  # sorted by name
+    extras: tuple[str, ...]  # sorted
+    wheels: tuple[tuple[str, str], ...]  # (project, expected prebuilt wheel filename)
+    missing: tuple[str, ...] = ()  # "dockerfile" and/or "lock" when absent at this point
+
+    def canonical(self) -> dict[str, Any]:
+        image = self.dockerfile.image_stages()
+        return {
+            "args": dict(self.dockerfile.args),
+            "stages": [dataclasses.asdict(s) | {"in_image": s.name in image}
+                       for s in self.dockerfile.stages],
+            "target": self.dockerfile.target,
+            "closure": [list(e) for e in self.closure],
+            "extras": list(self.extras),
+            "wheels": dict(self.wheels),
+            "missing": list(self.missing),
+        }
+
+    @property
+    def digest(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+@dataclasses.dataclass(**_KW)
+class Decision:
+    """The answer: none | image | wheels+image, and every reason behind it."""
+
+    decision: str
+    reasons: tuple[Reason, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.decision]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"decision": self.decision, "reasons": [r.to_json() for r in self.reasons]}
+
+
+def fingerprint(dockerfile: DockerfileInputs, closure: Iterable[ClosureEntry],
+                extras: Iterable[str], pins: WheelPins,
+                missing: Iterable[str] = ()) -> Fingerprint:
+    """Collect the baked inputs; the closure may come in any order and with duplicates."""
+    return Fingerprint(
+        missing=tuple(sorted(set(missing))),
+        dockerfile=dockerfile,
+        closure=tuple(sorted(set(closure), key=lambda e: (e[0], e[1] or "", e[2] or ""))),
+        extras=tuple(sorted(set(extras))),
+        wheels=tuple(sorted(expected_filenames(pins).items())),
+    )
+
+
+def _arg_reasons(old: Mapping[str, str], new: Mapping[str, str]) -> list[Reason]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        base = key.rsplit("/", 1)[-1]
+        if base in _INERT_ARGS:
+            continue
+        if base in _WHEEL_ARGS:
+            kind, level = _WHEEL_ARGS[base], WHEELS
+        else:
+            kind, level = _IMAGE_ARGS.get(base, "build-arg"), IMAGE
+        out.append(Reason(kind=kind, detail=f"{key}: {before or '(unset)'} -> {after or '(unset)'}",
+                          decision=level))
+    return out
+
+
+def _listdiff(before: Iterable[str], after: Iterable[str]) -> str:
+    b, a = set(before), set(after)
+    parts = []
+    if a - b:
+        parts.append("added " + ", ".join(sorted(a - b)))
+    if b - a:
+        parts.append("removed " + ", ".join(sorted(b - a)))
+    return "; ".join(parts)
+
+
+def _sync_text(step: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
+    flags, excluded = step
+    return " ".join(flags) + (f" excluding {len(excluded)}" if excluded else "")
+
+
+def _stage_reasons(old: StageInputs | None, new: StageInputs | None, *,
+                   in_image: bool) -> list[Reason]:
+    level = IMAGE if in_image else WHEELS
+    either = new or old
+    name = either.name if either is not None else "?"
+    prefix = "" if in_image else "wheel-recipe-"
+    if old is None or new is None:
+        state = "added" if old is None else "removed"
+        return [Reason(kind=prefix + "stage", detail=f"stage {name} {state}", decision=level)]
+    out = []
+    if old.from_text != new.from_text:
+        out.append(Reason(kind=prefix + "base-image",
+                          detail=f"stage {name}: FROM {old.from_text} -> {new.from_text}",
+                          decision=level))
+    if old.apt != new.apt:
+        out.append(Reason(kind=prefix + "apt",
+                          detail=f"stage {name}: {_listdiff(old.apt, new.apt)}", decision=level))
+    if old.syncs != new.syncs:
+        details = []
+        if len(old.syncs) != len(new.syncs):
+            details.append(f"{len(old.syncs)} -> {len(new.syncs)} sync steps")
+        for i, (a, b) in enumerate(zip(old.syncs, new.syncs, strict=False)):
+            if a[0] != b[0]:
+                details.append(f"step {i + 1} flags {_sync_text(a)} -> {_sync_text(b)}")
+            if a[1] != b[1]:
+                details.append(f"step {i + 1} exclusions {_listdiff(a[1], b[1])}")
+        out.append(Reason(kind=prefix + "layer-plan",
+                          detail=f"stage {name}: " + "; ".join(details), decision=level))
+    if old.other != new.other:
+        gone = [x for x in old.other if x not in new.other]
+        came = [x for x in new.other if x not in old.other]
+        detail = "; ".join([f"- {x}" for x in gone] + [f"+ {x}" for x in came]) or "reordered"
+        out.append(Reason(kind=prefix + "instructions", detail=f"stage {name}: {detail}",
+                          decision=level))
+    return out
+
+
+def _closure_reasons(old: Iterable[ClosureEntry], new: Iterable[ClosureEntry]) -> list[Reason]:
+    before = {e[0]: e for e in old}
+    after = {e[0]: e for e in new}
+    out = []
+    for name in sorted(set(before) | set(after)):
+        a, b = before.get(name), after.get(name)
+        if a == b:
+            continue
+        level = WHEELS if name in _WHEEL_ABI_PACKAGES else IMAGE
+        kind = "torch" if name in _WHEEL_ABI_PACKAGES else "package"
+        if a is None and b is not None:
+            detail = f"{name}: added ({b[1]})"
+        elif b is None and a is not None:
+            detail = f"{name}: removed (was {a[1]})"
+        elif a is not None and b is not None and a[1] != b[1]:
+            detail = f"{name}: {a[1]} -> {b[1]}"
+        elif a is not None and b is not None:
+            detail = f"{name} {b[1]}: artifact {a[2]} -> {b[2]}"
+        out.append(Reason(kind=kind, detail=detail, decision=level))
+    return out
+
+
+def _missing_reasons(old: Fingerprint, new: Fingerprint) -> list[Reason]:
+    """An input absent at one point cannot be compared: say so once instead of diffing."""
+    out = []
+    for what, level in (("dockerfile", WHEELS), ("lock", IMAGE)):
+        if what in old.missing or what in new.missing:
+            where = "at --since" if what in old.missing else "in the working tree"
+            if what in old.missing and what in new.missing:
+                where = "at both points"
+            out.append(Reason(kind=f"missing-{what}", decision=level,
+                              detail=f"the {what} is absent {where}; nothing to compare with"))
+    return out
+
+
+def decide(old: Fingerprint, new: Fingerprint) -> Decision:
+    """Compare the baked inputs at two points; the strongest reason sets the decision."""
+    reasons = _missing_reasons(old, new)
+    if "dockerfile" in old.missing or "dockerfile" in new.missing:
+        return _decision(reasons + _closure_reasons(old.closure, new.closure))
+    reasons += _arg_reasons(old.dockerfile.arg_map, new.dockerfile.arg_map)
+    old_stages = {s.name: s for s in old.dockerfile.stages}
+    new_stages = {s.name: s for s in new.dockerfile.stages}
+    image = old.dockerfile.image_stages() | new.dockerfile.image_stages()
+    if old.dockerfile.target != new.dockerfile.target:
+        reasons.append(Reason(kind="target-stage", decision=IMAGE,
+                              detail=f"{old.dockerfile.target} -> {new.dockerfile.target}"))
+    for name in list(dict.fromkeys([*old_stages, *new_stages])):
+        reasons += _stage_reasons(old_stages.get(name), new_stages.get(name),
+                                  in_image=name in image)
+    if old.extras != new.extras:
+        reasons.append(Reason(kind="extras", decision=IMAGE,
+                              detail=f"{list(old.extras)} -> {list(new.extras)}"))
+    if "lock" not in old.missing and "lock" not in new.missing:
+        reasons += _closure_reasons(old.closure, new.closure)
+    old_wheels, new_wheels = dict(old.wheels), dict(new.wheels)
+    for project in sorted(set(old_wheels) | set(new_wheels)):
+        if old_wheels.get(project) != new_wheels.get(project):
+            reasons.append(Reason(
+                kind="prebuilt-wheels", decision=WHEELS,
+                detail=f"published {old_wheels.get(project)} no longer matches; "
+                       f"build {new_wheels.get(project)}"))
+    return _decision(reasons)
+
+
+def _decision(reasons: list[Reason]) -> Decision:
+    order = {level: i for i, level in enumerate(DECISIONS)}
+    decision = max((r.decision for r in reasons), key=order.__getitem__, default=NONE)
+    return Decision(decision=decision, reasons=tuple(reasons))

@@ -1,0 +1,175 @@
+"""Read the baked inputs at a commit and in the working tree, then ask rebuild.py to compare.
+
+The edge of `rebuild-needed`: git (through gitrepo), the config cascade at each point, the
+lock's install closure (through lock.py), and the default `--since` taken from the launcher's
+provenance comment. Everything it returns is plain data for the task to print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpurl_tasks import git
+from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
+from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
+from gpurl_tasks.dockerfile.wheels import pins_from_args
+from gpurl_tasks.errors import ConfigError, GpurlError, LockError
+from gpurl_tasks.oci.pin import PIN_MARKER
+from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
+
+__all__ = [
+    "ClosureFn",
+    "RebuildReport",
+    "closure_entries",
+    "default_since",
+    "provenance_commit",
+    "rebuild_needed",
+]
+
+ClosureFn = Callable[[str, TargetSpec, PythonSelection], Iterable[ClosureEntry]]
+_PROVENANCE = re.compile(r"gpurl-git-sha:\s*([0-9a-fA-F]{7,40})\b")
+_NEAR = 6  # lines either side of the assignment searched for the provenance comment
+
+
+def closure_entries(lock_text: str, target: TargetSpec,
+                    selection: PythonSelection) -> list[ClosureEntry]:
+    """(name, version, artifact) for every non-local package the image installs.
+
+    The artifact is the hash of the wheel uv would pick for the target (the sdist's when no
+    wheel fits); a package without hashes (git, url) is identified by its source instead.
+    """
+    from gpurl_tasks.plan.lock import install_closure, parse_lock
+    from gpurl_tasks.plan.sizes import select_wheel
+    from gpurl_tasks.plan.target import target_tags
+
+    lock = parse_lock(lock_text)
+    tags = target_tags(target)
+    out: list[ClosureEntry] = []
+    for pkg in install_closure(lock, target, selection).packages:
+        artifact = select_wheel(pkg, tags) or pkg.sdist
+        ident = artifact.hash if artifact is not None and artifact.hash else None
+        if ident is None:
+            ident = ",".join(f"{k}={v}" for k, v in sorted(pkg.source.items())) or None
+        out.append((pkg.name, pkg.version, ident))
+    return out
+
+
+def provenance_commit(launcher_text: str, variable: str, tag_prefix: str) -> str | None:
+    """The commit the pinned image was built from, from the comments near `variable`.
+
+    Either an explicit `gpurl-git-sha: <sha>` or the immutable `<tag_prefix>-<sha>` tag that
+    `invoke pin` writes in its `# gpurl pin:` comment.
+    """
+    lines = launcher_text.splitlines()
+    assign = re.compile(rf"^\s*{re.escape(variable)}\s*(?::[^=]*)?=")
+    tag = re.compile(rf"{re.escape(PIN_MARKER)}\s*{re.escape(tag_prefix)}-([0-9a-f]{{7,40}})\b")
+    for i, line in enumerate(lines):
+        if assign.match(line):
+            near = lines[max(0, i - _NEAR): i + _NEAR + 1]
+            for pattern in (_PROVENANCE, tag):
+                for text in near:
+                    match = pattern.search(text.strip())
+                    if match:
+                        return match.group(1).lower()
+    return None
+
+
+def default_since(config: Config, repo: Path) -> tuple[str, str]:
+    """(ref, where it came from): the pinned image's recorded commit if known, else HEAD~1."""
+    try:
+        text = config.launcher.path.read_text()
+    except OSError:
+        text = ""
+    sha = provenance_commit(text, config.launcher.variable, config.registry.tag_prefix)
+    if sha is not None:
+        try:
+            git.resolve_commit(repo, sha)
+            return sha, f"provenance comment in {config.launcher.path.name}"
+        except git.GitError:
+            pass
+    return "HEAD~1", "HEAD~1 (no pinned-image provenance found)"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RebuildReport:
+    """The decision plus where the comparison started, for printing and --json."""
+
+    decision: Decision
+    since_ref: str
+    since_commit: str
+    since_source: str
+    old: Fingerprint
+    new: Fingerprint
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.decision.to_json(),
+            "since": {"ref": self.since_ref, "commit": self.since_commit,
+                      "source": self.since_source},
+            "fingerprint": {"since": self.old.digest, "now": self.new.digest},
+            "expected_wheels": dict(self.new.wheels),
+        }
+
+
+def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str]) -> Config:
+    """The config cascade as committed at `commit`; the current one if it cannot be read."""
+    rel = current.root.relative_to(repo)
+    text = git.show_file(repo, commit, (rel / "pyproject.toml").as_posix())
+    if text is None:
+        return current
+    with tempfile.TemporaryDirectory(prefix="gpurl-since-") as tmp:
+        Path(tmp, "pyproject.toml").write_text(text)
+        try:
+            old = load_config(Path(tmp), profile=current.profile, env=env)
+        except ConfigError:
+            return current
+        root = Path(tmp).resolve()
+
+    def moved(path: Path) -> Path:  # paths resolved under the temp dir belong under root
+        return current.root / path.relative_to(root) if path.is_relative_to(root) else path
+
+    return dataclasses.replace(
+        old, root=current.root, workspace=moved(old.workspace), lock=moved(old.lock),
+        build=dataclasses.replace(old.build, dockerfile=moved(old.build.dockerfile)))
+
+
+def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
+                 closure_fn: ClosureFn) -> Fingerprint:
+    inputs = parse_dockerfile_inputs(dockerfile or "")
+    closure = list(closure_fn(lock, config.target, config.python)) if lock is not None else []
+    pins = pins_from_args(inputs.effective_args, config.build, config.target)
+    missing = [name for name, text in (("dockerfile", dockerfile), ("lock", lock)) if text is None]
+    return fingerprint(inputs, closure, config.python.extras, pins, missing)
+
+
+def _read(path: Path, what: str, error: type[GpurlError], hint: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise error(f"cannot read the {what} {path}: {exc.strerror}", hint=hint) from None
+
+
+def rebuild_needed(config: Config, *, since: str | None = None,
+                   env: Mapping[str, str] | None = None,
+                   closure_fn: ClosureFn = closure_entries) -> RebuildReport:
+    """Compare the baked inputs at `since` (default: see default_since) and the working tree."""
+    env = os.environ if env is None else env
+    repo = git.toplevel(config.root)
+    ref, source = (since, "--since") if since else default_since(config, repo)
+    commit = git.resolve_commit(repo, ref)
+    new_fp = _fingerprint(
+        _read(config.build.dockerfile, "Dockerfile", ConfigError, "run invoke generate first"),
+        _read(config.lock, "lock", LockError, "run uv lock in the workspace"), config, closure_fn)
+    old_config = _config_at(repo, commit, config, env)
+    old_docker = git.show_file(repo, commit,
+                                   old_config.build.dockerfile.relative_to(repo).as_posix())
+    old_lock = git.show_file(repo, commit, old_config.lock.relative_to(repo).as_posix())
+    old_fp = _fingerprint(old_docker, old_lock, old_config, closure_fn)
+    return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
+                         since_source=source, old=old_fp, new=new_fp)
