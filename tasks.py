@@ -196,9 +196,8 @@ def build(
         if config.backend == "local":
             from gpurl_tasks.local import pipeline
             from gpurl_tasks.local.setup import setup_local
-            from gpurl_tasks.oci import release
 
-            git_sha = release.head_short_sha(config.root)
+            git_sha = git.head_sha(config.root)
             if dry_run:
                 lines = pipeline.describe_local_build(config, git_sha=git_sha,
                                                       wheel_source=wheel_source,

@@ -82,6 +82,11 @@ class RegistrySettings:
         """`host/repository`, the name tags and digests hang off."""
         return f"{self.host}/{self.repository}"
 
+    def immutable_reference(self, git_sha: str, *, prefix: str | None = None) -> str:
+        """`host/repository:PREFIX-<git sha>`: the one spelling of the tag a build pushes and
+        pin accepts (the megatron variant passes its own prefix)."""
+        return f"{self.image}:{prefix or self.tag_prefix}-{git_sha}"
+
 
 @dataclasses.dataclass(**_KW)
 class BuildSettings:

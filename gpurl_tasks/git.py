@@ -3,15 +3,17 @@ files as they were at a commit (rebuild-needed compares baked inputs at two poin
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.proc import CommandFailed, run
+from gpurl_tasks.proc import CommandFailed, Completed, ProgramNotFound, run
 
-__all__ = ["GitError", "dirty_tracked_files", "ls_bundle_files", "resolve_commit", "short_sha",
+__all__ = ["GitError", "dirty_tracked_files", "head_sha", "ls_bundle_files", "resolve_commit", "short_sha",
            "show_file", "toplevel"]
+
+
+class GitError(GpurlError):
+    """git is missing, the directory is not a repository, or a ref does not resolve."""
 
 
 def short_sha(root: Path) -> str | None:
@@ -21,6 +23,15 @@ def short_sha(root: Path) -> str | None:
     except CommandFailed:
         return None
     return out.strip() or None
+
+
+def head_sha(root: Path) -> str:
+    """`git rev-parse --short HEAD` in `root`: the sha a build tags the image with."""
+    sha = short_sha(root)
+    if not sha:
+        raise GitError(f"{root} is not a git checkout with a commit",
+                       hint="pass the image reference explicitly")
+    return sha
 
 
 def dirty_tracked_files(root: Path) -> list[str]:
@@ -37,16 +48,11 @@ def ls_bundle_files(root: Path) -> list[str]:
     return [name for name in out.split("\0") if name]
 
 
-class GitError(GpurlError):
-    """git is missing, the directory is not a repository, or a ref does not resolve."""
-
-
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("git")
-    if exe is None:
-        raise GitError("couldn't find git in PATH", hint="install git (apt-get install git)")
-    return subprocess.run([exe, "-C", str(repo), *args], capture_output=True, text=True,
-                          check=False)
+def _git(repo: Path, *args: str) -> Completed:
+    try:
+        return run(["git", "-C", str(repo), *args], check=False, echo=None)
+    except ProgramNotFound:
+        raise GitError("couldn't find git in PATH", hint="install git (apt-get install git)") from None
 
 
 def toplevel(path: Path) -> Path:

@@ -8,6 +8,7 @@ Long-lived daemons (dockerd, docker-registry) are started detached from here too
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -21,7 +22,7 @@ from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.redact import Secret, redact
 
 __all__ = ["CommandFailed", "Completed", "ProgramNotFound", "alive", "find_program", "format_command",
-           "require", "run", "run_quiet", "spawn_detached", "tail"]
+           "pipe", "require", "run", "run_quiet", "spawn_detached", "stream", "tail"]
 
 
 class ProgramNotFound(GpurlError):
@@ -168,3 +169,53 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stream(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+           on_line: Callable[[str], None] | None = None,
+           log_file: Path | None = None) -> tuple[int, str]:
+    """Run `argv` with stdout and stderr merged, passing each line on as it comes (long builds
+    show progress); the log is kept whole and, with `log_file`, written there too.
+    Returns (exit status, whole log); the caller decides what a failure means."""
+    program = require(argv[0])
+    lines: list[str] = []
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(log_file.open("w")) if log_file else None
+        child = stack.enter_context(subprocess.Popen(
+            [program, *argv[1:]], env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, errors="replace"))
+        try:
+            for line in child.stdout or ():
+                lines.append(line)
+                if sink:
+                    sink.write(line)
+                if on_line:
+                    on_line(line.rstrip("\n"))
+        except BaseException:
+            child.kill()
+            raise
+        code = child.wait()
+    return code, "".join(lines)
+
+
+def pipe(first: Sequence[str], second: Sequence[str], *, timeout: float | None = None,
+         ) -> Completed:
+    """`first | second` without a shell (e.g. `tar -c | docker import -`); raises CommandFailed
+    when either side fails, with the second's stderr."""
+    producer = subprocess.Popen([require(first[0]), *first[1:]], stdout=subprocess.PIPE)
+    try:
+        done = subprocess.run([require(second[0]), *second[1:]], stdin=producer.stdout,
+                              capture_output=True, check=False, timeout=timeout)
+    finally:
+        if producer.stdout is not None:
+            producer.stdout.close()
+        producer.wait()
+    result = Completed(argv=(*first, "|", *second), returncode=done.returncode or producer.returncode,
+                       stdout=done.stdout.decode(errors="replace"),
+                       stderr=done.stderr.decode(errors="replace"))
+    if result.returncode != 0:
+        raise CommandFailed(f"`{format_command(first)} | {format_command(second)}` failed: "
+                            f"{tail(result.stderr, 3)}", returncode=result.returncode,
+                            stdout=result.stdout, stderr=result.stderr)
+    return result

@@ -14,20 +14,22 @@ from hypothesis import strategies as st
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import (
     Arg,
+    ArgImage,
     Command,
     Copy,
     Dockerfile,
     DockerfileError,
     Env,
-    ImageRef,
     Label,
     Run,
     Shell,
     Stage,
     Workdir,
+    image,
     quote_word,
     render,
 )
+from gpurl_tasks.imageref import parse_reference
 
 DIGEST = "sha256:" + "e8b48241b548da570a319ff421e72787692ee87dae2408c99a2d0c6794186177"
 
@@ -42,13 +44,19 @@ DIGEST = "sha256:" + "e8b48241b548da570a319ff421e72787692ee87dae2408c99a2d0c6794
     "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
 ])
 def test_image_ref_round_trips(text: str) -> None:
-    assert ImageRef.parse(text).render() == text
+    assert str(image(text)) == text
 
 
 def test_image_ref_parts() -> None:
-    ref = ImageRef.parse(f"127.0.0.1:5005/gpurl/demo:demo-abc@{DIGEST}")
-    assert (ref.repository, ref.tag, ref.digest) == (
-        "127.0.0.1:5005/gpurl/demo", "demo-abc", DIGEST)
+    ref = image(f"127.0.0.1:5005/gpurl/demo:demo-abc@{DIGEST}")
+    assert (ref.host, ref.repository, ref.tag, ref.digest) == (
+        "127.0.0.1:5005", "gpurl/demo", "demo-abc", DIGEST)
+
+
+def test_from_lines_and_registry_share_one_grammar() -> None:
+    """`a__b` is a valid repository component for Docker; a FROM line and a registry lookup
+    must agree on it (they once had two grammars)."""
+    assert str(image("org/a__b:1")) == str(parse_reference("org/a__b:1", bare=True)) == "org/a__b:1"
 
 
 @pytest.mark.parametrize("text", [
@@ -60,7 +68,7 @@ def test_image_ref_parts() -> None:
 ])
 def test_image_ref_rejects(text: str) -> None:
     with pytest.raises(DockerfileError):
-        ImageRef.parse(text)
+        image(text)
 
 
 def test_long_commands_go_one_group_per_line_and_unordered_words_sorted() -> None:
@@ -105,14 +113,14 @@ def test_variables_and_globs_stay_live() -> None:
 
 
 def test_validation_errors() -> None:
-    base = ImageRef.parse("debian:bookworm")
+    base = image("debian:bookworm")
     with pytest.raises(DockerfileError, match="duplicate stage"):
         Dockerfile(stages=(Stage(name="a", base=base), Stage(name="a", base=base)))
     with pytest.raises(DockerfileError, match="names no earlier stage"):
         Dockerfile(stages=(Stage(name="a", base=base, instructions=(
             Copy(sources=("/x",), dest="/y", from_stage="b"),)),))
     with pytest.raises(DockerfileError, match="not a global ARG"):
-        Dockerfile(stages=(Stage(name="a", base=ImageRef(repository="${BASE}")),))
+        Dockerfile(stages=(Stage(name="a", base=ArgImage(name="BASE")),))
     with pytest.raises(DockerfileError, match="later"):
         Dockerfile(stages=(Stage(name="a", base="b"), Stage(name="b", base=base)))
     with pytest.raises(DockerfileError, match="absolute"):
@@ -126,7 +134,7 @@ def test_validation_errors() -> None:
 
 
 def test_lint_catches_a_global_arg_not_redeclared_in_its_stage() -> None:
-    stage = Stage(name="s", base=ImageRef(repository="${BASE}"), instructions=(
+    stage = Stage(name="s", base=ArgImage(name="BASE"), instructions=(
         Run(commands=(Command(head=("echo", "${TORCH_VERSION}")),)),
         Arg(name="LATER"),
         Run(commands=(Shell(text='test -n "${LATER}"'),)),
@@ -148,7 +156,7 @@ def test_render_is_parseable_and_stable() -> None:
         global_args=(Arg(name="BASE", default="debian:bookworm"),),
         header=("generated",),
         stages=(
-            Stage(name="one", base=ImageRef(repository="${BASE}"), comment="first", instructions=(
+            Stage(name="one", base=ArgImage(name="BASE"), comment="first", instructions=(
                 Workdir(path="/w"),
                 Run(commands=(Command(head=("touch", "a b")), Shell(text="echo ok > /w/log"))),
             )),

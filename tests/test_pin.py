@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
 from gpurl_tasks.files import write_atomic
+from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.pin import (
     PIN_MARKER,
     Provenance,
@@ -27,7 +28,6 @@ from gpurl_tasks.oci.pin import (
     rewrite_assignment,
     unified_diff,
 )
-from gpurl_tasks.oci.ref import ImageRef, parse_reference
 
 VAR = "DEFAULT_RL_DOCKER_IMAGE"
 OLD = "ghcr.io/open-thoughts/openthoughts-agent@sha256:" + "e8" * 32

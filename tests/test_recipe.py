@@ -345,7 +345,7 @@ def test_workspace_outside_context_is_rejected(gpu_config: Config, tmp_path: Pat
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("base_image", "Nvidia/CUDA:12", "invalid image repository"),
+    ("base_image", "Nvidia/CUDA:12", "invalid repository name"),
     ("wheel_source", "prebuilt", "wheel-source"),
     ("python_downloads", "sometimes", "python-downloads"),
 ])

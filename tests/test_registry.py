@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.imageref import InvalidReference, parse_reference, uses_plain_http
 from gpurl_tasks.oci.auth import Credentials, credentials_for, parse_challenge
-from gpurl_tasks.oci.ref import parse_reference, uses_plain_http
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -52,8 +51,8 @@ def test_tag_and_digest_together_prefer_the_digest() -> None:
     "ghcr.io/org/img:bad tag",
     ":tag",
 ])
-def test_bad_references_raise_registry_errors(text: str) -> None:
-    with pytest.raises(RegistryError) as info:
+def test_bad_references_raise_clear_errors(text: str) -> None:
+    with pytest.raises(InvalidReference) as info:
         parse_reference(text, default_host="ghcr.io")
     assert repr(text) in str(info.value)
 

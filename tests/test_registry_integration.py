@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import Credentials
-from gpurl_tasks.oci.ref import ImageRef, parse_reference
 from gpurl_tasks.oci.registry import RegistryClient
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import (

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.oci.ref import ImageRef
+from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.oci.registry import Descriptor, HistoryEntry, PulledImage
 from gpurl_tasks.oci.verify import UNEXPECTED_CAUSES, Rules, check_layers, render_table, report_json
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep

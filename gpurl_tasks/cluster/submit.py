@@ -176,8 +176,9 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
         command=JOB_COMMAND,
     )
     notes.append(f"registry token from {token.source}")
-    return PreparedBuild(spec=spec, gitsha=gitsha, image_tag=f"{config.registry.image}:"
-                         f"{prefix}-{gitsha}", notes=tuple(notes),
+    return PreparedBuild(spec=spec, gitsha=gitsha,
+                         image_tag=config.registry.immutable_reference(gitsha, prefix=prefix),
+                         notes=tuple(notes),
                          # the token, and USER:TOKEN as the registry auth file carries it (base64)
                          secrets=(token.token, Secret(f"{config.registry.user}:{token.token.reveal()}")),
                          bundle=bundle)

@@ -13,9 +13,11 @@ import json
 import re
 
 from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.imageref import ImageRef, InvalidReference, parse_reference
 
 __all__ = [
     "Arg",
+    "ArgImage",
     "Cmd",
     "Command",
     "Comment",
@@ -32,6 +34,7 @@ __all__ = [
     "Stage",
     "User",
     "Workdir",
+    "image",
     "quote_word",
     "render",
 ]
@@ -47,12 +50,6 @@ class DockerfileError(GpurlError):
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STAGE = re.compile(r"[a-z][a-z0-9_.-]*")
-_VAR_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
-_REPO = re.compile(
-    r"(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
-)
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./${}*?-]+")
 
 
@@ -62,46 +59,26 @@ def _check(condition: bool, message: str) -> None:
 
 
 @dataclasses.dataclass(**_KW)
-class ImageRef:
-    """`repo[:tag][@sha256:...]`, `scratch`, or a whole `${ARG}` reference for a FROM line."""
+class ArgImage:
+    """A FROM whose whole image is a build arg, `${NAME}` (the base image, the wheel source)."""
 
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
+    name: str
 
     def __post_init__(self) -> None:
-        is_var = bool(_VAR_REF.fullmatch(self.repository))
-        _check(is_var or bool(_REPO.fullmatch(self.repository)),
-               f"invalid image repository {self.repository!r}")
-        _check(self.tag is None or bool(_TAG.fullmatch(self.tag)),
-               f"invalid image tag {self.tag!r}")
-        _check(self.digest is None or bool(_DIGEST.fullmatch(self.digest)),
-               f"invalid image digest {self.digest!r}: expected sha256: and 64 lowercase hex")
-        _check(not (is_var and (self.tag or self.digest)),
-               f"an ${{ARG}} image reference cannot carry a tag or digest: {self.repository!r}")
-
-    @classmethod
-    def parse(cls, text: str) -> ImageRef:
-        """Parse `repo`, `repo:tag`, `repo@sha256:...` or `repo:tag@sha256:...`."""
-        rest, _, digest = text.partition("@")
-        slash = rest.rfind("/")
-        colon = rest.rfind(":")
-        tag = None
-        if colon > slash:
-            rest, tag = rest[:colon], rest[colon + 1:]
-        return cls(repository=rest, tag=tag, digest=digest or None)
-
-    @property
-    def is_variable(self) -> bool:
-        return bool(_VAR_REF.fullmatch(self.repository))
+        _check(bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name)),
+               f"invalid build arg name {self.name!r}")
 
     def render(self) -> str:
-        text = self.repository
-        if self.tag:
-            text += f":{self.tag}"
-        if self.digest:
-            text += f"@{self.digest}"
-        return text
+        return f"${{{self.name}}}"
+
+
+def image(text: str) -> ImageRef:
+    """A FROM image as written (`debian:bookworm`, `scratch`, `host:5000/repo:tag@sha256:...`),
+    in the one image-reference grammar; a bad one is a DockerfileError."""
+    try:
+        return parse_reference(text, bare=True)
+    except InvalidReference as exc:
+        raise DockerfileError(exc.message, hint=exc.hint) from None
 
 
 def quote_word(word: str) -> str:
@@ -316,7 +293,7 @@ class Stage:
     """`FROM base AS name` and its instructions; `base` is an image or an earlier stage."""
 
     name: str
-    base: ImageRef | str  # str: the name of an earlier stage
+    base: ImageRef | ArgImage | str  # str: the name of an earlier stage
     instructions: tuple[Instruction, ...] = ()
     comment: str = ""
 
@@ -324,7 +301,8 @@ class Stage:
         _check(bool(_STAGE.fullmatch(self.name)), f"invalid stage name {self.name!r}")
 
     def render(self) -> str:
-        base = self.base.render() if isinstance(self.base, ImageRef) else self.base
+        base = self.base if isinstance(self.base, str) else (
+            self.base.render() if isinstance(self.base, ArgImage) else str(self.base))
         head = [f"# {line}".rstrip() for line in self.comment.splitlines()]
         lines = [*head, f"FROM {base} AS {self.name}"]
         lines += [i.render() for i in self.instructions]
@@ -349,8 +327,8 @@ class Dockerfile:
             if isinstance(stage.base, str):
                 _check(stage.base in seen, f"stage {stage.name!r} builds on unknown or later "
                        f"stage {stage.base!r}")
-            elif stage.base.is_variable:
-                var = stage.base.repository[2:-1]
+            elif isinstance(stage.base, ArgImage):
+                var = stage.base.name
                 _check(var in arg_names, f"stage {stage.name!r} uses ${{{var}}} in FROM, which "
                        "is not a global ARG")
             for ins in stage.instructions:

@@ -28,19 +28,20 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile import provenance
 from gpurl_tasks.dockerfile.model import (
     Arg,
+    ArgImage,
     Command,
     Comment,
     Copy,
     Dockerfile,
     DockerfileError,
     Env,
-    ImageRef,
     Instruction,
     Label,
     Run,
     Shell,
     Stage,
     Workdir,
+    image,
     quote_word,
 )
 from gpurl_tasks.plan.model import Plan
@@ -164,7 +165,7 @@ def _base_stage(config: Config) -> Stage:
             Comment(text="The interpreter gets its own layer, not a share of the first sync's."),
             Run(commands=(Command(head=("uv", "python", "install", "${UV_PYTHON}")),)),
         ]
-    return Stage(name="base", base=ImageRef(repository="${BASE_IMAGE}"),
+    return Stage(name="base", base=ArgImage(name="BASE_IMAGE"),
                  instructions=_with_args(body, _args(config)),
                  comment="Shared bootstrap: apt basics and a pinned uv.")
 
@@ -360,7 +361,7 @@ def _check_no_credentials(config: Config) -> None:
 def _check_config(config: Config) -> None:
     b = config.build
     _check_no_credentials(config)
-    ImageRef.parse(b.base_image)  # a typo fails here, not in the middle of a cluster build
+    image(b.base_image)  # a typo fails here, not in the middle of a cluster build
     if b.wheel_source not in ("prebuilt-wheelhouse", "wheel-builder"):
         raise DockerfileError(f"build.wheel-source must be 'prebuilt-wheelhouse' or "
                               f"'wheel-builder', not {b.wheel_source!r}")
@@ -379,11 +380,11 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str) -> Dockerfile
     stages = (
         _base_stage(config),
         _wheel_builder_stage(config),
-        Stage(name="prebuilt-wheelhouse", base=ImageRef(repository="scratch"),
+        Stage(name="prebuilt-wheelhouse", base=image("scratch"),
               instructions=(Copy(sources=(f"{_rel(config, str(config.build.wheelhouse))}/",),
                                  dest="/wheels/"),),
               comment="Fast path (default): wheels fetched into the wheelhouse before the build."),
-        Stage(name="wheels", base=ImageRef(repository="${WHEEL_SOURCE}"),
+        Stage(name="wheels", base=ArgImage(name="WHEEL_SOURCE"),
               comment="Exactly one wheel source; kaniko needs --skip-unused-stages to skip the "
                       "other."),
         _rl_stage(config, plan, lock_sha256=lock_sha256),

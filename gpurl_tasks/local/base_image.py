@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -120,19 +119,13 @@ def debootstrap_import(
                     if item.is_file():
                         item.unlink()
         changes = [arg for change in IMPORT_CHANGES for arg in ("--change", change)]
-        tar = subprocess.Popen([proc.require("tar"), "-C", str(root), "-c", "."],
-                               stdout=subprocess.PIPE)
         try:
-            done = subprocess.run([client, "import", *changes, "-", name], stdin=tar.stdout,
-                                  capture_output=True, check=False, timeout=1200)
+            proc.pipe([proc.require("tar"), "-C", str(root), "-c", "."],
+                      [client, "import", *changes, "-", name], timeout=1200)
+        except proc.CommandFailed as exc:
+            raise BuildError(f"docker import of {name} failed: {exc.message}") from None
         finally:
-            if tar.stdout is not None:
-                tar.stdout.close()
-            tar.wait()
-        shutil.rmtree(root, ignore_errors=True)
-    if done.returncode != 0 or tar.returncode != 0:
-        raise BuildError(f"docker import of {name} failed: "
-                         f"{proc.tail(done.stderr.decode(errors='replace'), 3)}")
+            shutil.rmtree(root, ignore_errors=True)
     found = image_id(client, name)
     if found is None:
         raise BuildError(f"{name} is missing right after docker import")

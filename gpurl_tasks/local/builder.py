@@ -13,7 +13,6 @@ import contextlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,11 +24,12 @@ import httpx
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.files import write_atomic
+from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local import pyindex
 from gpurl_tasks.local.build_log import BuildStep, parse_plain_progress, stages_run, vertex_output
 from gpurl_tasks.local.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir
-from gpurl_tasks.oci.ref import parse_reference
 from gpurl_tasks.oci.registry import RegistryClient
 
 __all__ = [
@@ -86,7 +86,7 @@ def image_reference(config: Config, git_sha: str) -> str:
     if not _SHA_RE.match(git_sha):
         raise ConfigError(f"git sha {git_sha!r} is not 7-40 lowercase hex digits",
                           hint="pass `git rev-parse --short HEAD`")
-    return f"{config.registry.image}:{config.registry.tag_prefix}-{git_sha}"
+    return config.registry.immutable_reference(git_sha)
 
 
 def check_build_args(build_args: Mapping[str, str]) -> None:
@@ -149,33 +149,10 @@ def serving_index(index_url: str, directory: Path) -> Iterator[str | None]:
         yield index_url
 
 
-def _stream(argv: list[str], env: Mapping[str, str], on_line: LineSink | None,
-            log_file: Path | None) -> tuple[int, str]:
-    """Run argv with stdout+stderr merged, passing each line on; (exit code, whole log)."""
-    lines: list[str] = []
-    with contextlib.ExitStack() as stack:
-        sink = stack.enter_context(log_file.open("w")) if log_file else None
-        proc = stack.enter_context(subprocess.Popen(
-            argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, text=True, errors="replace"))
-        try:
-            for line in proc.stdout or ():
-                lines.append(line)
-                if sink:
-                    sink.write(line)
-                if on_line:
-                    on_line(line.rstrip("\n"))
-        except BaseException:
-            proc.kill()
-            raise
-        code = proc.wait()
-    return code, "".join(lines)
-
-
 def _run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
                ) -> tuple[str, list[BuildStep]]:
-    proc.require(argv[0])
-    code, log = _stream(argv, {**os.environ, **BUILDKIT_ENV}, on_line, log_file)
+    code, log = proc.stream(argv, env={**os.environ, **BUILDKIT_ENV}, on_line=on_line,
+                            log_file=log_file)
     steps = parse_plain_progress(log)
     if code != 0:
         failed = [s for s in steps if s.status == "error"]
@@ -288,7 +265,7 @@ def build_wheels(
     source_file = dockerfile or config.build.dockerfile
     with tempfile.TemporaryDirectory(prefix="gpurl-wheels-", dir=base) as tmp:
         export_file = Path(tmp) / "Dockerfile.export"
-        export_file.write_text(export_dockerfile(source_file.read_text(), target, source))
+        write_atomic(export_file, export_dockerfile(source_file.read_text(), target, source))
         argv = build_command(client, dockerfile=export_file, context=context or config.root,
                              build_args=args, target=EXPORT_STAGE,
                              output=f"type=local,dest={tmp}/out")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.files import write_atomic
 
 __all__ = [
     "BUILDKIT_ENV",
@@ -129,7 +130,7 @@ def probe_buildkit(client: str) -> str | None:
     """None when `DOCKER_BUILDKIT=1 client build` runs a real (empty) build, else the reason."""
     with tempfile.TemporaryDirectory(prefix="gpurl-probe-") as tmp:
         dockerfile = Path(tmp) / "Dockerfile"
-        dockerfile.write_text("FROM scratch\nENV GPURL_PROBE=1\n")
+        write_atomic(dockerfile, "FROM scratch\nENV GPURL_PROBE=1\n")
         done = proc.run_quiet(
             [client, "build", "--progress", "plain", "--output", f"type=local,dest={tmp}/out",
              "-f", str(dockerfile), tmp],

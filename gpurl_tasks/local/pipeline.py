@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gpurl_tasks import git
 from gpurl_tasks.cli import step
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.generate import generate
@@ -120,7 +121,7 @@ def describe_local_build(config: Config, *, git_sha: str, wheel_source: str | No
 
 def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhouse") -> list[str]:
     """`invoke demo --dry-run`: every step and what it would do; reads, never writes."""
-    git_sha = release.head_short_sha(config.root)
+    git_sha = git.head_sha(config.root)
     lines = ["setup-local:"]
     lines += [f"  {s.name:<16} {s.status:<10} {s.detail}"
               for s in setup_local(config, dry_run=True).steps]
@@ -164,7 +165,7 @@ def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
     steps.run("generate", lambda: (None, _generate(config, planned)))
     if wheel_source == "prebuilt-wheelhouse":
         steps.run("wheels", lambda: (None, ensure_wheels(config, say)))
-    git_sha = release.head_short_sha(config.root)
+    git_sha = git.head_sha(config.root)
     built = steps.run("build + push", lambda: _build(config, git_sha, wheel_source))
     report = steps.run("verify-layers", lambda: _verify(config, built.reference, say))
     pinned = steps.run("pin", lambda: _pin(config, built.reference, today or dt.date.today()))

@@ -39,6 +39,7 @@ from packaging.version import Version
 
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.imageref import is_loopback
 
 __all__ = [
     "JSON_TYPE",
@@ -117,7 +118,7 @@ def _version_of(filename: str) -> str:
 def port_of(index_url: str) -> int:
     """The port of a loopback index URL like http://127.0.0.1:5006/simple."""
     parts = urlsplit(index_url)
-    if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost") \
+    if parts.scheme != "http" or not is_loopback(parts.hostname or "") \
             or parts.port is None or parts.path.rstrip("/") != "/simple":
         raise ConfigError(f"build.index-url {index_url!r} is not a loopback index",
                           hint="use http://127.0.0.1:PORT/simple for the local path")

@@ -15,6 +15,8 @@ import httpx
 
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.files import write_atomic
+from gpurl_tasks.imageref import is_loopback, split_host_port
 from gpurl_tasks.local.engine import wait_until
 
 __all__ = [
@@ -25,18 +27,15 @@ __all__ = [
     "start_registry",
 ]
 
-_LOOPBACK = ("127.0.0.1", "localhost")
-
-
 def loopback_port(host: str) -> int:
     """The port of a loopback registry host like `127.0.0.1:5005`; ConfigError otherwise."""
-    name, _, port = host.rpartition(":")
-    if name not in _LOOPBACK or not port.isdigit():
+    name, port = split_host_port(host)
+    if not is_loopback(name) or port is None:
         raise ConfigError(
             f"registry.host {host!r} is not a loopback registry with a port",
             hint="the local backend pushes to e.g. 127.0.0.1:5005 (profile 'demo')",
         )
-    return int(port)
+    return port
 
 
 def registry_config(storage: Path, port: int) -> str:
@@ -92,15 +91,13 @@ def start_registry(paths: RegistryPaths, port: int, *, timeout: float = 30) -> i
     """Start `docker-registry serve` in the background and wait until /v2/ answers; its pid."""
     binary = proc.require("docker-registry", hint="apt-get install docker-registry")
     paths.storage.mkdir(parents=True, exist_ok=True)
-    tmp = paths.config.with_suffix(".tmp")
-    tmp.write_text(registry_config(paths.storage, port))
-    tmp.replace(paths.config)
+    write_atomic(paths.config, registry_config(paths.storage, port))
     stale = _alive(paths.pid)
     if stale is not None:  # ours, but not answering: replace it
         with contextlib.suppress(ProcessLookupError):
             os.kill(stale, 15)
     pid = proc.spawn_detached([binary, "serve", paths.config], paths.log)
-    paths.pid.write_text(f"{pid}\n")
+    write_atomic(paths.pid, f"{pid}\n")
 
     def probe() -> str | None:
         if not proc.alive(pid):

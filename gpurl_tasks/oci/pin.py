@@ -27,7 +27,7 @@ import re
 
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
-from gpurl_tasks.oci.ref import ImageRef
+from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.units import format_bytes
 
 __all__ = [

@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 
 from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.imageref import DIGEST_RE, ImageRef, is_loopback, uses_plain_http
 from gpurl_tasks.oci.auth import Credentials, credential_hint, parse_challenge
-from gpurl_tasks.oci.ref import DIGEST_RE, ImageRef, uses_plain_http
 
 __all__ = [
     "ACCEPT_MANIFESTS",
@@ -288,7 +288,7 @@ class RegistryClient:
         if realm is None:
             raise RegistryError(f"{self.host} named an invalid token service {params['realm']!r}")
         # credentials travel only over TLS, or in the clear to a token service on loopback
-        safe = realm.scheme == "https" or realm.host in ("127.0.0.1", "localhost", "::1")
+        safe = realm.scheme == "https" or is_loopback(realm.host)
         headers = ({"Authorization": self._credentials.basic_header()}
                    if self._credentials and safe else {})
         try:

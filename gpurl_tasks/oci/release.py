@@ -16,8 +16,9 @@ from pathlib import Path
 from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.errors import ConfigError, GpurlError, PinError
+from gpurl_tasks.errors import GpurlError, PinError
 from gpurl_tasks.files import write_atomic
+from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import credentials_for
 from gpurl_tasks.oci.pin import (
     Provenance,
@@ -27,7 +28,6 @@ from gpurl_tasks.oci.pin import (
     rewrite_assignment,
     unified_diff,
 )
-from gpurl_tasks.oci.ref import ImageRef, parse_reference
 from gpurl_tasks.oci.registry import PulledImage, RegistryClient
 from gpurl_tasks.oci.verify import Report, Rules, check_layers
 from gpurl_tasks.plan.model import Plan
@@ -37,7 +37,6 @@ __all__ = [
     "PinChange",
     "apply_pin",
     "default_reference",
-    "head_short_sha",
     "load_plan",
     "open_client",
     "pin_reference",
@@ -51,23 +50,14 @@ __all__ = [
 PlanLoader = Callable[[Config], tuple[Plan | None, str | None]]
 
 
-def head_short_sha(root: Path) -> str:
-    """`git rev-parse --short HEAD` in `root`: the sha the build tags the image with."""
-    sha = git.short_sha(root)
-    if not sha:
-        raise ConfigError(f"{root} is not a git checkout with a commit",
-                          hint="pass the image reference explicitly")
-    return sha
-
-
 def default_reference(config: Config, short_sha: str) -> str:
     """`REGISTRY/REPO:PREFIX-<sha>`, the immutable tag a build of that commit pushes."""
-    return f"{config.registry.image}:{config.registry.tag_prefix}-{short_sha}"
+    return config.registry.immutable_reference(short_sha)
 
 
 def resolve_reference(config: Config, text: str | None) -> ImageRef:
     """The reference a task works on: as given, or the current commit's immutable tag."""
-    text = text or default_reference(config, head_short_sha(config.root))
+    text = text or default_reference(config, git.head_sha(config.root))
     return parse_reference(text, default_host=config.registry.host)
 
 
