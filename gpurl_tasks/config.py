@@ -16,7 +16,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from gpurl_tasks.errors import ConfigError
 from gpurl_tasks.units import parse_size
@@ -31,10 +31,16 @@ __all__ = [
     "RegistrySettings",
     "TargetSpec",
     "VerifySettings",
+    "load_committed_config",
     "load_config",
 ]
 
 _KW = {"frozen": True, "kw_only": True}
+
+Backend = Literal["iris", "local"]
+SizeBasis = Literal["compressed", "installed"]
+WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
+PythonDownloads = Literal["automatic", "manual", "never"]
 
 
 @dataclasses.dataclass(**_KW)
@@ -61,7 +67,7 @@ class LayerSettings:
     """How the Python environment is split into layers."""
 
     cap: int = 4 * 10**9  # decimal bytes; written "4GB" in config
-    basis: str = "compressed"  # "compressed" | "installed"
+    basis: SizeBasis = "compressed"
     size_overrides: Path | None = None  # JSON {"name" | "name==version": compressed bytes}
     size_cache: Path | None = None  # JSON written by `invoke sizes --probe`
 
@@ -104,7 +110,7 @@ class BuildSettings:
     vllm_version: str = "0.11.1"
     harbor_repo: str = "https://github.com/laude-institute/harbor.git"
     harbor_commit: str = "f4a6b1a0"
-    wheel_source: str = "prebuilt-wheelhouse"  # or "wheel-builder" (slow nvcc path)
+    wheel_source: WheelSource = "prebuilt-wheelhouse"  # wheel-builder: the slow nvcc path
     wheel_base_url: str = "https://huggingface.co/datasets/laion/gpu-rl-build-wheels/resolve/main"
     max_jobs: int = 8
     megatron_extra: str = "megatron"
@@ -121,7 +127,7 @@ class BuildSettings:
     index_url: str = ""  # empty: uv's default; the demo points it at a loopback index
     # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
     uv_version: str = "0.13.9"  # uv is pip-installed into /opt/uv inside the image
-    python_downloads: str = "automatic"  # UV_PYTHON_DOWNLOADS in the image; "never" for the demo
+    python_downloads: PythonDownloads = "automatic"  # UV_PYTHON_DOWNLOADS; "never" for the demo
     builder_apt_packages: tuple[str, ...] = ("build-essential", "git", "ninja-build")
     builder_extra_index_url: str = "https://download.pytorch.org/whl/cu128"
     builder_requirements: tuple[str, ...] = (
@@ -193,7 +199,7 @@ class Config:
     profile: str
     workspace: Path
     lock: Path
-    backend: str = "iris"
+    backend: Backend = "iris"
     python: PythonSelection = PythonSelection()
     target: TargetSpec = TargetSpec()
     layers: LayerSettings = LayerSettings()
@@ -215,10 +221,10 @@ _SECTIONS: dict[str, type[Any]] = {
     "launcher": LauncherSettings,
 }
 _TOP_KEYS = ("workspace", "lock", "backend")
-_SIZE_KEYS = {("layers", "cap"), ("verify", "hard_limit"), ("verify", "cap")}
+_SIZE_KEYS = {"layers.cap", "verify.hard-limit", "verify.cap"}
 # Paths relative to the repository root; the rest of the paths are relative to the workspace.
-_ROOT_RELATIVE = {("layers", "size_overrides"), ("layers", "size_cache"), ("build", "dockerfile"),
-                  ("build", "kaniko_script"), ("build", "wheelhouse")}
+_ROOT_RELATIVE = {"layers.size-overrides", "layers.size-cache", "build.dockerfile",
+                  "build.kaniko-script", "build.wheelhouse"}
 
 
 def _key(name: str) -> str:
@@ -247,8 +253,8 @@ def _flatten(table: Mapping[str, Any], where: str) -> dict[str, Any]:
             continue
         if key in _TOP_KEYS:
             flat[key] = value
-        elif key in _SECTIONS and isinstance(value, Mapping):
-            for sub, subvalue in value.items():
+        elif key in _SECTIONS:
+            for sub, subvalue in _table(value, f"{where[:-1]}.{key}]").items():
                 flat[f"{key}.{sub}"] = subvalue
         else:
             raise _unknown(key, where)
@@ -258,35 +264,87 @@ def _flatten(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     return flat
 
 
-def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """GPURL_<SECTION>_<KEY> variables as {dotted key: (value, variable name)}."""
     by_var = {"GPURL_" + k.upper().replace(".", "_").replace("-", "_"): k for k in _known_keys()}
-    return {by_var[name]: value for name, value in env.items() if name in by_var}
+    return {by_var[name]: (value, name) for name, value in env.items() if name in by_var}
 
 
-def _convert(section: str, name: str, hint: Any, value: Any, where: str) -> Any:
-    text = f"{section}.{_key(name)}"
-    try:
-        if (section, name) in _SIZE_KEYS:
-            return parse_size(value)
-        if hint in (bool, bool | None):
-            if isinstance(value, bool) or value is None:
-                return value
-            if str(value).lower() in ("1", "true", "yes", "on"):
-                return True
-            if str(value).lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(f"{value!r} is not a boolean")
-        if hint is int:
-            return int(value)
-        if hint == tuple[str, ...]:
-            if isinstance(value, str):
-                return tuple(v.strip() for v in value.split(",") if v.strip())
-            return tuple(str(v) for v in value)
-        if hint in (Path, Path | None):
-            return Path(value) if value not in (None, "") else None
-        return str(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid value for {text}: {exc}") from None
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table, not {value!r}")
+    return value
+
+
+def _type_name(hint: Any) -> str:
+    if get_origin(hint) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(hint))
+    names = {bool: "a boolean", int: "an integer", str: "a string", Path: "a path string",
+             tuple[str, ...]: "a list of strings"}
+    return names.get(hint) or names.get(next((a for a in get_args(hint) if a is not type(None)),
+                                              str), "a value")
+
+
+def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool) -> Any:
+    """One config value as its typed field, or a ConfigError naming the key path, where it
+    came from, the expected type and the value found. `text`: the value came from an
+    environment variable or a flag (a string to parse); TOML values must have the right type."""
+
+    def bad(expected: str, detail: str = "") -> ConfigError:
+        return ConfigError(f"{dotted} in {where} must be {expected}, not {value!r}{detail}")
+
+    optional = type(None) in get_args(hint)
+    base = next((a for a in get_args(hint) if a is not type(None)), hint) if optional else hint
+    if value is None or (optional and text and value == ""):
+        if optional:
+            return None
+        raise bad(_type_name(base))
+    if dotted in _SIZE_KEYS:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise bad('a size like "4GB" or a byte count')
+        try:
+            size = parse_size(value)
+        except (TypeError, ValueError) as exc:
+            raise bad('a size like "4GB" or a byte count', f" ({exc})") from None
+        if size <= 0:
+            raise bad("a positive size")
+        return size
+    if get_origin(base) is Literal:
+        choices = get_args(base)
+        if value in choices:
+            return value
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        raise ConfigError(f"{dotted} in {where} must be {_type_name(base)}, not {value!r}",
+                          hint=f"did you mean {close[0]!r}?" if close else None)
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if text and str(value).lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return str(value).lower() in ("1", "true", "yes", "on")
+        raise bad("a boolean")
+    if base is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif text and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            number = int(value)
+        else:
+            raise bad("an integer")
+        if number < 0:
+            raise bad("a non-negative integer")
+        return number
+    if base == tuple[str, ...]:
+        if text and isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise bad("a list of strings")
+    if not isinstance(value, str):
+        raise bad(_type_name(base))
+    if base is Path:
+        if not value:
+            raise bad("a path, not empty")
+        return Path(value)
+    return value
 
 
 def load_config(
@@ -310,9 +368,12 @@ def load_config(
         raise ConfigError(f"no pyproject.toml in {root}", hint="run from the gpurl checkout") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{pyproject} is not valid TOML: {exc}") from None
-    tool = data.get("tool", {}).get("gpurl", {})
-    profiles = tool.get("profiles", {})
-    name = profile or env.get("GPURL_PROFILE") or tool.get("default-profile") or "default"
+    tool = _table(_table(data.get("tool", {}), "[tool]").get("gpurl", {}), "[tool.gpurl]")
+    profiles = _table(tool.get("profiles", {}), "[tool.gpurl.profiles]")
+    default = tool.get("default-profile", "default")
+    if not isinstance(default, str) or not default:
+        raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {default!r}")
+    name = profile or env.get("GPURL_PROFILE") or default
     if profiles and name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=1)
         raise ConfigError(
@@ -320,42 +381,54 @@ def load_config(
             hint=f"did you mean {close[0]!r}?" if close else f"choose one of {sorted(profiles)}",
         )
 
-    merged = _flatten(tool, "[tool.gpurl]")
-    merged.update(_flatten(profiles.get(name, {}), f"[tool.gpurl.profiles.{name}]"))
-    merged.update(_from_env(env))
+    # every value with where it came from: errors name the place, and strings from the
+    # environment or flags are parsed while TOML values must already have the right type
+    merged: dict[str, tuple[Any, str, bool]] = {}
+    for table, where in ((tool, "[tool.gpurl]"),
+                         (profiles.get(name, {}), f"[tool.gpurl.profiles.{name}]")):
+        merged.update({k: (v, where, False)
+                       for k, v in _flatten(_table(table, where), where).items()})
+    merged.update({k: (v, f"${var}", True) for k, (v, var) in _from_env(env).items()})
     for key, value in (overrides or {}).items():
         if value is None:
             continue
         if key not in _known_keys():
             raise _unknown(key, "the command line")
-        merged[key] = value
+        merged[key] = (value, "the command line", not isinstance(value, bool | int | list | tuple))
 
-    workspace = (root / str(merged.get("workspace", "."))).resolve()
-    lock = workspace / str(merged.get("lock", "uv.lock"))
+    top_hints = get_type_hints(Config)
+
+    def top(key: str, default: Any) -> Any:
+        if key not in merged:
+            return default
+        value, where, text = merged[key]
+        return _convert(key, top_hints[key], value, where, text=text)
+
+    workspace = (root / top("workspace", Path("."))).resolve()
+    lock = workspace / top("lock", Path("uv.lock"))
+    backend = top("backend", "iris")
     sections: dict[str, Any] = {}
     for section, cls in _SECTIONS.items():
         hints = get_type_hints(cls)
         kwargs: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             dotted = f"{section}.{_key(field.name)}"
-            if dotted not in merged:
-                continue
-            value = _convert(section, field.name, hints[field.name], merged[dotted], dotted)
-            if isinstance(value, Path) and not value.is_absolute():
-                value = (root if (section, field.name) in _ROOT_RELATIVE else workspace) / value
-            kwargs[field.name] = value
-        for field in dataclasses.fields(cls):  # default paths resolve the same way
-            if field.name not in kwargs and isinstance(field.default, Path):
-                base = root if (section, field.name) in _ROOT_RELATIVE else workspace
+            base = root if dotted in _ROOT_RELATIVE else workspace
+            if dotted in merged:
+                value, where, text = merged[dotted]
+                value = _convert(dotted, hints[field.name], value, where, text=text)
+                kwargs[field.name] = base / value if isinstance(value, Path) else value
+            elif isinstance(field.default, Path):  # default paths resolve the same way
                 kwargs[field.name] = base / field.default
         sections[section] = cls(**kwargs)
-    layers = sections["layers"]
-    if layers.basis not in ("compressed", "installed"):
-        raise ConfigError(f"layers.basis must be 'compressed' or 'installed', not {layers.basis!r}")
-    if layers.cap <= 0:
-        raise ConfigError("layers.cap must be positive")
-    backend = str(merged.get("backend", "iris"))
-    if backend not in ("iris", "local"):
-        raise ConfigError(f"backend must be 'iris' or 'local', not {backend!r}")
     return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
                   **sections)
+
+
+def load_committed_config(root: Path, profile: str) -> Config:
+    """The config as committed: pyproject.toml alone, no GPURL_* variables and no flags.
+
+    Files that are generated and committed (Dockerfiles, the kaniko script, slice files) must
+    not depend on whoever runs the generator.
+    """
+    return load_config(root, profile=profile, env={})

@@ -7,11 +7,12 @@ either, which matters for the launcher pin, generated files and the size cache a
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["sha256_of", "write_atomic"]
 
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None) -> bool:
@@ -46,3 +47,9 @@ def write_atomic(path: Path, text: str, *, mode: int | None = None) -> bool:
         finally:
             os.close(dir_fd)
     return True
+
+
+def sha256_of(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read in chunks (wheels are hundreds of MB)."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()

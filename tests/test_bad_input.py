@@ -25,7 +25,7 @@ CASES = [
     (["plan", "--lock", "{junk}/missing.lock"], "no lock file at"),
     (["plan", "--size-overrides", "{junk}/dir"], "cannot read size override file"),
     (["plan", "--size-overrides", "{junk}/missing.json"], "size override file"),
-    (["plan", "--cap", "4 bananas"], "invalid value for layers.cap"),
+    (["plan", "--cap", "4 bananas"], "layers.cap in the command line must be a size"),
     (["plan", "--extra", "no-such-extra"], "extra 'no-such-extra' is not defined"),
     (["plan", "--profile", "gpu_rl"], "unknown profile 'gpu_rl'"),
     (["check-wheels", "--source", "{junk}/binary"], "is not a MANIFEST"),

@@ -17,7 +17,7 @@ from pathlib import Path
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, check_bundle
 from gpurl_tasks.cluster.iris import JobSpec, job_run_argv
-from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.redact import Secret, TokenSource, looks_like_docker_hub
 from gpurl_tasks.units import parse_size
@@ -133,7 +133,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
         raise BuildError("no registry user: the push authenticates as USER:TOKEN",
                          hint="set [tool.gpurl.registry] user or GPURL_REGISTRY_USER")
     # the committed script is rendered from pyproject alone, never from GPURL_* variables
-    kaniko.check_script(load_config(config.root, profile=config.profile, env={}))
+    kaniko.check_script(load_committed_config(config.root, config.profile))
     gitsha = world.short_sha(config.root)
     if not gitsha:
         raise BuildError(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import hashlib
 import re
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -42,6 +41,7 @@ from packaging.version import InvalidVersion, Version
 
 from gpurl_tasks.config import BuildSettings, Config, TargetSpec
 from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.files import sha256_of
 from gpurl_tasks.plan.target import target_tags
 
 __all__ = [
@@ -376,14 +376,6 @@ def _dist_info(path: Path) -> tuple[str | None, tuple[str, ...]]:
     return version, tags
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def read_wheelhouse(directory: Path) -> list[FoundWheel]:
     """The wheels in `directory` with their sha256 and .dist-info; MANIFEST checked if present."""
     if not directory.is_dir():
@@ -396,7 +388,7 @@ def read_wheelhouse(directory: Path) -> list[FoundWheel]:
     for path in sorted(directory.glob("*.whl")):
         version, tags = _dist_info(path)
         found.append(FoundWheel(
-            filename=path.name, sha256=_sha256(path),
+            filename=path.name, sha256=sha256_of(path),
             manifest_sha256=manifest.get(path.name) if manifest is not None else None,
             in_manifest=(path.name in manifest) if manifest is not None else None,
             metadata_version=version, metadata_tags=tags))

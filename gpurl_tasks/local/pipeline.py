@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gpurl_tasks import git
-from gpurl_tasks.cli import step
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.dockerfile.wheels import check_source
@@ -26,19 +25,13 @@ from gpurl_tasks.oci.verify import Report, render_table, report_json
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.planner import plan_for_config
 from gpurl_tasks.plan.report import render_plan
+from gpurl_tasks.steps import StepRecord, timed
 
-__all__ = ["PipelineResult", "StepTime", "build_local", "describe_local_build", "describe_pipeline",
+__all__ = ["PipelineResult", "build_local", "describe_local_build", "describe_pipeline",
            "ensure_wheels", "run_pipeline"]
 
 Say = Callable[[str], None]
 T = TypeVar("T")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StepTime:
-    name: str
-    seconds: float
-    detail: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -47,7 +40,7 @@ class PipelineResult:
     build: BuildResult
     report: Report
     pinned: str | None  # the value written into the launcher (None: already pinned there)
-    steps: tuple[StepTime, ...]
+    steps: tuple[StepRecord, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +54,7 @@ class PipelineResult:
                       "stages_run": sorted(self.build.stages_run),
                       "seconds": round(self.build.seconds, 1)},
             "verify": report_json(self.report),
-            "steps": [dataclasses.asdict(s) for s in self.steps],
+            "steps": [s.to_json() for s in self.steps],
         }
 
 
@@ -94,13 +87,12 @@ class _Steps:
 
     def __init__(self, say: Say) -> None:
         self.say = say
-        self.times: list[StepTime] = []
+        self.times: list[StepRecord] = []
 
     def run(self, name: str, action: Callable[[], tuple[T, str]]) -> T:
-        with step(name, out=self.say) as record:
+        with timed(name, self.say) as record:
             value, record.detail = action()
-        self.times.append(StepTime(name=name, seconds=round(record.seconds, 2),
-                                   detail=record.detail))
+        self.times.append(record)
         return value
 
 

@@ -14,7 +14,6 @@ platform (pip is the ordinary client that can download wheels for another platfo
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import html
 import json
 import shutil
@@ -38,8 +37,11 @@ from packaging.utils import (
 from packaging.version import Version
 
 from gpurl_tasks import proc
+from gpurl_tasks.config import TargetSpec
 from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.files import sha256_of
 from gpurl_tasks.imageref import is_loopback
+from gpurl_tasks.plan.target import platform_tags
 
 __all__ = [
     "JSON_TYPE",
@@ -148,11 +150,7 @@ class _Catalog:
         key = (path.name, stat.st_size, stat.st_mtime_ns)
         with self._lock:
             if key not in self._hashes:
-                digest = hashlib.sha256()
-                with path.open("rb") as handle:
-                    for chunk in iter(lambda: handle.read(1 << 20), b""):
-                        digest.update(chunk)
-                self._hashes[key] = digest.hexdigest()
+                self._hashes[key] = sha256_of(path)
             return self._hashes[key]
 
 
@@ -259,10 +257,8 @@ class DownloadTarget:
     def for_target(cls, *, python: str, glibc: str, arch: str) -> DownloadTarget:
         """Every manylinux tag a glibc `glibc` machine of `arch` accepts (pip does not expand
         `manylinux_2_X` platforms itself), newest first."""
-        major, minor = (int(x) for x in glibc.split(".")[:2])
-        tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 4, -1)]
-        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-        tags += [f"{name}_{arch}" for floor, name in legacy.items() if minor >= floor]
+        spec = TargetSpec(python=python, os="linux", arch=arch, glibc=glibc)
+        tags = [t for t in platform_tags(spec) if t.startswith("manylinux")]
         return cls(python_version=python, platforms=tuple(tags))
 
     def pip_args(self) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +18,13 @@ from pathlib import Path
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.local import base_image, engine, pyindex, registry_server
+from gpurl_tasks.steps import StepRecord, timed
 
 __all__ = [
     "IMAGE_PIP",
     "IMAGE_SETUPTOOLS",
     "SEED_REQUIREMENTS",
     "LocalSetup",
-    "StepResult",
     "build_requirements",
     "cache_dir",
     "ensure_index",
@@ -42,31 +41,16 @@ SEED_REQUIREMENTS = ("pip", "setuptools", "wheel")
 
 
 @dataclass(frozen=True, kw_only=True)
-class StepResult:
-    """One step's outcome: `status` is found / started / installed / built / pulled / downloaded /
-    would."""
-
-    name: str
-    status: str
-    detail: str
-    seconds: float
-
-    def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "status": self.status, "detail": self.detail,
-                "seconds": round(self.seconds, 2)}
-
-
-@dataclass(frozen=True, kw_only=True)
 class LocalSetup:
     """The result of `setup_local`: the steps and the BuildKit client later builds use."""
 
-    steps: tuple[StepResult, ...]
+    steps: tuple[StepRecord, ...]
     client: str
     cache: Path
 
     def as_dict(self) -> dict[str, object]:
         return {"client": self.client, "cache": str(self.cache),
-                "steps": [s.as_dict() for s in self.steps]}
+                "steps": [s.to_json() for s in self.steps]}
 
 
 def cache_dir(root: Path, env: Mapping[str, str] | None = None) -> Path:
@@ -81,10 +65,10 @@ def index_dir(cache: Path) -> Path:
     return cache / "pyindex"
 
 
-def _timed(name: str, action: Callable[[], tuple[str, str]]) -> StepResult:
-    start = time.monotonic()
-    status, detail = action()
-    return StepResult(name=name, status=status, detail=detail, seconds=time.monotonic() - start)
+def _timed(name: str, action: Callable[[], tuple[str, str]]) -> StepRecord:
+    with timed(name) as record:
+        record.status, record.detail = action()
+    return record
 
 
 def _engine(cache: Path, dry_run: bool) -> tuple[str, str]:
@@ -191,7 +175,7 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
 
 
 def ensure_index(config: Config, *, cache: Path | None = None, dry_run: bool = False,
-                 ) -> StepResult:
+                 ) -> StepRecord:
     """Only the package-index step of setup-local: the wheels `build.index-url` must serve."""
     where = cache or cache_dir(config.root)
     return _timed("package index", lambda: _index(config, where, dry_run))

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from gpurl_tasks.config import PythonSelection
-from gpurl_tasks.plan.sizes import INSTALLED_PER_COMPRESSED
+from gpurl_tasks.plan.sizes import installed_estimate
 
 __all__ = ["Layer", "Plan", "PlannedPackage", "SyncStep", "sync_selection_flags"]
 
@@ -30,10 +30,7 @@ class PlannedPackage:
 
     @property
     def installed_estimate(self) -> int:
-        """Exact installed size when probed, else the documented compressed-size factor."""
-        if self.installed_bytes is not None:
-            return self.installed_bytes
-        return round(self.compressed_bytes * INSTALLED_PER_COMPRESSED)
+        return installed_estimate(self.compressed_bytes, self.installed_bytes)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -24,6 +24,7 @@ __all__ = [
     "INSTALLED_PER_COMPRESSED",
     "PackageSize",
     "SizeSources",
+    "installed_estimate",
     "load_size_sources",
     "package_sizes",
     "select_wheel",
@@ -38,6 +39,13 @@ INSTALLED_PER_COMPRESSED = 1.45
 _KW = {"frozen": True, "kw_only": True, "slots": True}
 
 
+def installed_estimate(compressed_bytes: int, installed_bytes: int | None) -> int:
+    """Exact installed size when probed, else the measured compressed-to-installed factor."""
+    if installed_bytes is not None:
+        return installed_bytes
+    return round(compressed_bytes * INSTALLED_PER_COMPRESSED)
+
+
 @dataclasses.dataclass(**_KW)
 class PackageSize:
     name: str
@@ -49,9 +57,7 @@ class PackageSize:
 
     @property
     def installed_estimate(self) -> int:
-        if self.installed_bytes is not None:
-            return self.installed_bytes
-        return round(self.compressed_bytes * INSTALLED_PER_COMPRESSED)
+        return installed_estimate(self.compressed_bytes, self.installed_bytes)
 
 
 @dataclasses.dataclass(**_KW)

@@ -20,6 +20,7 @@ from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
+from gpurl_tasks.files import write_atomic
 from gpurl_tasks.oci.pin import PIN_MARKER
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
 
@@ -124,7 +125,7 @@ def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str])
     if text is None:
         return current
     with tempfile.TemporaryDirectory(prefix="gpurl-since-") as tmp:
-        Path(tmp, "pyproject.toml").write_text(text)
+        write_atomic(Path(tmp, "pyproject.toml"), text)
         try:
             old = load_config(Path(tmp), profile=current.profile, env=env)
         except ConfigError:

@@ -1,0 +1,51 @@
+"""The one step record and timer: what a step did, how it ended and how long it took.
+
+Every long piece of work (setup-local's steps, the main job's pipeline, a task's build) is
+reported through `timed`, so progress looks the same everywhere. Nothing here prints: the
+caller passes where the start and end lines go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["StepRecord", "timed"]
+
+
+@dataclasses.dataclass
+class StepRecord:
+    """One step: set `detail` (and `status`, e.g. found / started / would) inside the block;
+    `seconds` is filled in after it."""
+
+    name: str
+    status: str = ""
+    detail: str = ""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "detail": self.detail,
+                "seconds": round(self.seconds, 2)}
+
+
+@contextlib.contextmanager
+def timed(name: str, out: Callable[[str], None] | None = None) -> Iterator[StepRecord]:
+    """Time a step; with `out`, say its start and its end with the detail, duration and a tick
+    (or a cross when it raised)."""
+    if out:
+        out(f"==> {name}")
+    record = StepRecord(name=name)
+    start = time.monotonic()
+    try:
+        yield record
+    except BaseException:
+        if out:
+            out(f"<== {name}: failed after {time.monotonic() - start:.1f}s ✗")
+        raise
+    record.seconds = time.monotonic() - start
+    if out:
+        shown = record.detail or "done"
+        out(f"<== {name}: {shown} ({record.seconds:.1f}s) ✓")
