@@ -7,22 +7,37 @@ human output are printed; the modules below never print or exit.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, get_args
 
 from invoke.exceptions import Exit
 
+from gpurl_tasks import proc
 from gpurl_tasks.config import Config, load_committed_config, load_config
 from gpurl_tasks.errors import ConfigError, GpurlError
 from gpurl_tasks.steps import StepRecord, timed
 
-__all__ = ["REPO_ROOT", "ConfigError", "clean_failures", "config_for", "emit_json",
-           "say", "step"]
+__all__ = [
+    "REPO_ROOT",
+    "ConfigError",
+    "Outcome",
+    "choice",
+    "clean_failures",
+    "config_for",
+    "emit_json",
+    "finish",
+    "path_flag",
+    "positional",
+    "say",
+    "step",
+    "text_flag",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,3 +82,64 @@ def emit_json(obj: Any) -> None:
 def step(name: str, *, out: Callable[[str], None] = say) -> AbstractContextManager[StepRecord]:
     """A timed step whose start and end lines go to stderr (see `steps.timed`)."""
     return timed(name, out)
+
+
+class Outcome(Protocol):
+    """What a task's one function returns: its human text, its JSON and its exit code (an
+    outcome may also carry `failure`, the one stderr line a non-zero exit ends with)."""
+
+    @property
+    def exit_code(self) -> int: ...
+
+    def human(self) -> str: ...
+
+    def to_json(self) -> Any: ...
+
+
+def finish(outcome: Outcome, *, as_json: bool) -> None:
+    """Print a task's outcome (one JSON object, or its human text) and exit with its code."""
+    if as_json:
+        emit_json(outcome.to_json())
+    else:
+        text = outcome.human()
+        if text:
+            print(text)
+    if outcome.exit_code:
+        raise Exit(getattr(outcome, "failure", None), code=outcome.exit_code)
+
+
+def path_flag(value: str | None) -> str | None:
+    """A path flag as the config cascade takes it: relative to where the user typed it."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise ConfigError("a path flag is empty", hint="leave the flag out to use the config")
+    return str(Path(value).resolve())
+
+
+def text_flag(flag: str, value: str | None) -> str | None:
+    """An optional text flag: absent is None (the default applies); empty is an error, never a
+    silent fallback to the default (`--ref ''` must not pin another image than asked)."""
+    if value is not None and not value.strip():
+        raise ConfigError(f"{flag} is empty", hint=f"leave {flag} out to use its default")
+    return value
+
+
+def choice(flag: str, value: str | None, choices: Any) -> str | None:
+    """An enumerated flag (a Literal of the config) checked once, with a "did you mean" hint."""
+    allowed = get_args(choices)
+    if value is None or value in allowed:
+        return value
+    close = difflib.get_close_matches(value, allowed, n=1)
+    raise ConfigError(f"{flag} must be one of {', '.join(map(repr, allowed))}, not {value!r}",
+                      hint=f"did you mean {close[0]!r}?" if close else None)
+
+
+def positional(task: str, value: str) -> str:
+    """A task's required positional argument. invoke hands `TASK --help` to it as its value, so
+    `--help` there shows the task's help (as `invoke --help TASK` does) instead of running."""
+    if value in ("-h", "--help"):
+        shown = proc.run([sys.executable, "-m", "invoke", "--help", task], cwd=REPO_ROOT,
+                         echo=None)
+        raise Exit(shown.stdout.rstrip("\n"), code=0)
+    return value

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["StepRecord", "timed"]
+__all__ = ["DryRun", "StepRecord", "timed"]
 
 
 @dataclasses.dataclass
@@ -49,3 +49,18 @@ def timed(name: str, out: Callable[[str], None] | None = None) -> Iterator[StepR
     if out:
         shown = record.detail or "done"
         out(f"<== {name}: {shown} ({record.seconds:.1f}s) ✓")
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    """A `--dry-run` outcome: what each step would do, as printable lines; nothing was done."""
+
+    lines: tuple[str, ...]
+    key: str = "steps"
+    exit_code: int = 0
+
+    def human(self) -> str:
+        return "\n".join(self.lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dry_run": True, self.key: list(self.lines)}

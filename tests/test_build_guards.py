@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpurl_tasks.cli import say
 from gpurl_tasks.cluster import jobs, kaniko
 from gpurl_tasks.cluster.bundle import measure_bundle
 from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest
@@ -68,8 +69,9 @@ def _world(env: dict[str, str], gh: str | None = None) -> BuildEnv:
 def _build(repo: Path, env: dict[str, str], *, dry_run: bool = False, gh: str | None = None,
            **flags: object) -> None:
     config: Config = load_config(repo, env={})
-    jobs.run_build(config, BuildRequest(**flags),  # type: ignore[arg-type]
-                            dry_run=dry_run, as_json=False, world=_world(env, gh))
+    outcome = jobs.run_build(config, BuildRequest(**flags),  # type: ignore[arg-type]
+                             dry_run=dry_run, say=say, world=_world(env, gh))
+    print(outcome.human())  # what the task prints
 
 
 def _refused(repo: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str],

@@ -23,7 +23,7 @@ from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.generate import render_dockerfile
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.local.builder import build_and_push
-from gpurl_tasks.oci.registry import ACCEPT_MANIFESTS
+from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
 from gpurl_tasks.plan.planner import plan_for_config
 from tests.conftest import REPO_ROOT
 from tests.local_parts import need

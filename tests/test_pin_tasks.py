@@ -71,7 +71,7 @@ def test_pin_writes_the_digest_and_a_second_pin_is_a_no_op(registry: RegistrySer
     assert text.replace(comment + "\n", "").replace(value, OLD) == LAUNCHER
     before = launcher.stat()
     again = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-aaaaaaa", env=env)
-    assert again.returncode == 0 and "nothing to do" in again.stderr
+    assert again.returncode == 0 and "nothing to do" in again.stdout
     after = launcher.stat()
     assert launcher.read_text() == text and after.st_ino == before.st_ino  # not even rewritten
 

@@ -96,6 +96,5 @@ def test_kill_is_job_scoped(repo_root: object, capsys: pytest.CaptureFixture[str
     for bad in ("", "/", "/alice", "alice/job", "--all"):
         with pytest.raises(IrisError, match="is not a job id"):
             kill_job(config, bad, dry_run=True)
-    kill_job(config, "/alice/gpurl-kaniko-0123abc", dry_run=True)
-    assert capsys.readouterr().out == (
-        "iris --cluster=cw-us-east-02a job kill /alice/gpurl-kaniko-0123abc\n")
+    assert kill_job(config, "/alice/gpurl-kaniko-0123abc", dry_run=True).human() == (
+        "iris --cluster=cw-us-east-02a job kill /alice/gpurl-kaniko-0123abc")

@@ -56,10 +56,10 @@ def test_closure_matches_uv_export(commit: str, extra: str, tmp_path: Path) -> N
 
 @pytest.mark.parametrize("commit", COMMITS)
 def test_vllm_plan_fits_4gb(commit: str) -> None:
-    config = load_config(REPO_ROOT, profile="gpu-rl", env={},
-                         overrides={"python.extras": ["vllm"], "layers.cap": "4GB"})
-    plan = plan_for_config(config, lock=skyrl_lock(commit),
-                           size_overrides=REPO_ROOT / "sizes" / "skyrl-train.json")
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={
+        "python.extras": ["vllm"], "layers.cap": "4GB", "lock": str(skyrl_lock(commit)),
+        "layers.size-overrides": str(REPO_ROOT / "sizes" / "skyrl-train.json")})
+    plan = plan_for_config(config)
     assert all(layer.compressed_bytes <= 4 * 10**9 for layer in plan.layers)
     assert len(plan.layers) == plan.lower_bound_layers
     assert set(plan.local) == {"skyrl-gym", "skyrl-train"}

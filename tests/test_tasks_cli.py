@@ -1,24 +1,41 @@
-"""Every invoke task is documented: a docstring, and help text for every flag."""
+"""Every invoke task explains itself: `invoke TASK --help` shows its help (never runs it), and
+`invoke --list` shows a first docstring line that stands on its own."""
 
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import pytest
 
 import tasks
+from tests.support.tasks_runner import REPO_ROOT
 
 TASKS = sorted(tasks.ns.tasks.items())
 
 
 @pytest.mark.parametrize(("name", "task"), TASKS, ids=[name for name, _ in TASKS])
-def test_task_has_docstring_and_help_for_every_flag(name: str, task: object) -> None:
+def test_task_help_shows_every_flag_and_runs_nothing(name: str, task: object) -> None:
+    """`--help` after the task name, also for tasks with a positional JOB (invoke would
+    otherwise take `--help` as the job id and run the task)."""
+    done = subprocess.run([sys.executable, "-m", "invoke", name, "--help"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    shown = done.stdout + done.stderr
+    assert done.returncode == 0, shown
+    assert f"[--core-opts] {name} [--options]" in shown
     body = task.body  # type: ignore[attr-defined]
-    assert inspect.getdoc(body), f"{name} has no docstring"
-    params = [p.rstrip("_") for p in inspect.signature(body).parameters if p != "c"]  # json_ -> --json
-    missing = [p for p in params if p not in task.help]  # type: ignore[attr-defined]
-    assert not missing, f"{name}: no help for {missing}"
+    params = [p.rstrip("_").replace("_", "-") for p in inspect.signature(body).parameters
+              if p != "c"]
+    assert [p for p in params if f"--{p}" not in shown] == []
+    assert "error:" not in shown
 
 
-def test_the_user_entry_points_exist() -> None:
-    assert {"plan", "sizes"} <= set(tasks.ns.task_names)
+def test_list_lines_stand_alone() -> None:
+    """The first docstring line is what `invoke --list` shows: a whole sentence."""
+    done = subprocess.run([sys.executable, "-m", "invoke", "--list"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60, check=True)
+    for name, task in TASKS:
+        first = inspect.getdoc(task.body).splitlines()[0]  # type: ignore[attr-defined,union-attr]
+        assert first.endswith((".", ")")), f"{name}: {first!r} is cut mid-sentence"
+        assert name in done.stdout

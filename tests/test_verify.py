@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.imageref import ImageRef
-from gpurl_tasks.oci.registry import Descriptor, HistoryEntry, PulledImage
+from gpurl_tasks.oci.image import Descriptor, HistoryEntry, PulledImage
 from gpurl_tasks.oci.verify import UNEXPECTED_CAUSES, Rules, check_layers, render_table, report_json
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep
 

@@ -179,10 +179,9 @@ def _cli(replay: Replay) -> IrisCli:
 
 def _run(replay: Replay, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
     clock = FakeClock()
-    code = jobs.run_watch(load_config(REPO_ROOT, env={}), JOB, interval=60,
-                                   max_duration=7200, as_json=True, cli=_cli(replay),
-                                   clock=clock, sleep=clock.sleep)
-    return code, json.loads(capsys.readouterr().out)
+    outcome = jobs.run_watch(load_config(REPO_ROOT, env={}), JOB, interval=60,
+                             max_duration=7200, cli=_cli(replay), clock=clock, sleep=clock.sleep)
+    return outcome.exit_code, json.loads(json.dumps(outcome.to_json()))
 
 
 def test_summary_variant_to_success(capsys: pytest.CaptureFixture[str]) -> None:

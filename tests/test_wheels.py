@@ -31,16 +31,14 @@ from gpurl_tasks.dockerfile.wheels import (
     FoundWheel,
     Mismatch,
     WheelCheckError,
-    check_source,
     check_wheels,
     configured_globs,
     expected_filenames,
     parse_manifest,
     pins_from_args,
-    read_manifest,
-    read_wheelhouse,
     wheel_specs,
 )
+from gpurl_tasks.rebuild.wheelhouse import check_source, read_manifest, read_wheelhouse
 from tests.rebuild_fixtures import dockerfile
 from tests.support.pyindex import make_wheel
 

@@ -1,10 +1,12 @@
-"""Glue between tasks.py and the cluster modules: wire real adapters, print results.
+"""The cluster tasks' one functions: wire the real adapters (environment, git, token, iris)
+into submit, watch and kill, and return outcomes for the task to print.
 
-Kept out of tasks.py so the tasks stay one-liners and this wiring can be tested.
+Progress goes through the `say` callback the task passes; nothing here prints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -12,23 +14,27 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpurl_tasks import git
-from gpurl_tasks.cli import emit_json, say
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
 from gpurl_tasks.cluster.iris import IrisCli, Observation, parse_job_id
 from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest, PreparedBuild, prepare_build
-from gpurl_tasks.cluster.watch import EXIT_FAILED, WatcherError, log_window_start, watch
+from gpurl_tasks.cluster.watch import EXIT_FAILED, WatcherError, WatchResult, log_window_start, watch
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, GpurlError, IrisError
 from gpurl_tasks.proc import CommandFailed, find_program, run
 from gpurl_tasks.redact import TokenSource, find_registry_token, redact
 
-__all__ = ["IRIS_ENV", "generate_script", "iris_program", "kill_job", "real_world", "run_build",
-           "run_watch"]
+__all__ = ["IRIS_ENV", "KillOutcome", "Submission", "WatchOutcome", "generate_script", "iris_program",
+           "kill_job", "real_world", "run_build", "run_watch"]
 
 # The iris binary to drive (the runbook insists on one specific cw-capable install).
 IRIS_ENV = "GPURL_IRIS"
 LOG_TAIL_LINES = 40
+Say = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    """The default `say`: progress goes nowhere."""
 
 
 def iris_program(env: Mapping[str, str]) -> str:
@@ -57,9 +63,37 @@ def real_world(env: Mapping[str, str]) -> BuildEnv:
                     token=token, bundle=bundle)
 
 
-def run_build(config: Config, request: BuildRequest, *, dry_run: bool, as_json: bool,
-              world: BuildEnv | None = None) -> PreparedBuild:
-    """Guard rails, then print (dry run) or submit the job and say how to watch it."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Submission:
+    """A submitted (or, with --dry-run, composed) build job."""
+
+    prepared: PreparedBuild
+    program: str
+    job_id: str | None = None  # None: dry run, or iris printed no id
+    dry_run: bool = False
+    exit_code: int = 0
+
+    @property
+    def watch_command(self) -> str:
+        return f"invoke watch {self.job_id or f'/<user>/{self.prepared.spec.job_name}'} --interval 60"
+
+    def human(self) -> str:
+        if self.dry_run:
+            return self.prepared.display(self.program)
+        return (f"submitted {self.job_id or self.prepared.spec.job_name} -> "
+                f"{self.prepared.image_tag}\nnext: {self.watch_command}")
+
+    def to_json(self) -> dict[str, Any]:
+        if self.dry_run:
+            return {"dry_run": True, "argv": list(self.prepared.argv(self.program, reveal=False)),
+                    "image": self.prepared.image_tag, "job_name": self.prepared.spec.job_name}
+        return {"job_id": self.job_id, "image": self.prepared.image_tag,
+                "watch": self.watch_command}
+
+
+def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say = _quiet,
+              world: BuildEnv | None = None) -> Submission:
+    """Guard rails, then compose (dry run) or submit the job."""
     world = world or real_world(os.environ)
     prepared = prepare_build(config, request, world)
     program = iris_program(world.env)
@@ -67,29 +101,17 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, as_json: 
         say(f"note: {note}")
     say(f"bundle: {len(prepared.bundle.files)} files, {prepared.bundle.zip_bytes} bytes zipped")
     if dry_run:
-        if as_json:
-            emit_json({"dry_run": True, "argv": list(prepared.argv(program, reveal=False)),
-                       "image": prepared.image_tag, "job_name": prepared.spec.job_name})
-        else:
-            print(prepared.display(program))
-        return prepared
+        return Submission(prepared=prepared, program=program, dry_run=True)
     find_program(program, path=world.env.get("PATH"))
     try:
         result = run(prepared.argv(program, reveal=True), cwd=config.root, env=dict(world.env),
-                     secrets=prepared.secrets, echo=lambda line: say(line))
+                     secrets=prepared.secrets, echo=say)
     except CommandFailed as exc:
         raise BuildError(f"iris job run failed: {exc.message}",
                          hint="see the output above; nothing was pushed") from None
+    say(redact(result.stdout.strip(), prepared.secrets))
     job_id = parse_job_id(result.stdout + "\n" + result.stderr, prepared.spec.job_name)
-    shown = job_id or f"/<user>/{prepared.spec.job_name}"
-    watch_cmd = f"invoke watch {shown} --interval 60"
-    if as_json:
-        emit_json({"job_id": job_id, "image": prepared.image_tag, "watch": watch_cmd})
-    else:
-        say(redact(result.stdout.strip(), prepared.secrets))
-        print(f"submitted {shown} -> {prepared.image_tag}")
-        print(f"next: {watch_cmd}")
-    return prepared
+    return Submission(prepared=prepared, program=program, job_id=job_id)
 
 
 def _iris(config: Config, env: Mapping[str, str], cluster: str | None) -> IrisCli:
@@ -99,12 +121,37 @@ def _iris(config: Config, env: Mapping[str, str], cluster: str | None) -> IrisCl
                    cluster=cluster or config.cluster.name)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WatchOutcome:
+    """How a watch ended (exit codes in watch.py), with the state changes and a log tail."""
+
+    job_id: str
+    result: WatchResult
+    events: tuple[dict[str, Any], ...]
+    log_tail: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+    def human(self) -> str:
+        return f"{self.job_id}: {self.result.reason} after {self.result.elapsed:.0f}s"
+
+    def to_json(self) -> dict[str, Any]:
+        obs = self.result.observation
+        return {"job_id": self.job_id, "exit_code": self.exit_code, "reason": self.result.reason,
+                "state": obs.state if obs else None,
+                "job_exit_code": obs.exit_code if obs else None,
+                "error": obs.error if obs else None, "elapsed_s": round(self.result.elapsed, 1),
+                "events": list(self.events), "log_tail": list(self.log_tail)}
+
+
 def run_watch(config: Config, job_id: str, *, interval: float, max_duration: float,
-              as_json: bool, cluster: str | None = None,
+              say: Say = _quiet, cluster: str | None = None,
               cli: IrisCli | None = None,
               clock: Callable[[], float] = time.monotonic,
-              sleep: Callable[[float], None] = time.sleep) -> int:
-    """Watch `job_id` to a terminal state; return the exit code (see watch.py)."""
+              sleep: Callable[[float], None] = time.sleep) -> WatchOutcome:
+    """Watch `job_id` by state to a terminal one; a failed job's log tail is fetched, redacted."""
     if interval <= 0 or max_duration <= 0:
         raise WatcherError(f"--interval ({interval:g}) and --max-duration ({max_duration:g}) "
                            "must be positive seconds")
@@ -141,28 +188,34 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
         log_tail = [redact(line, [known.token] if known else []) for line in log_tail]
         for line in log_tail:
             say(line)
-    if as_json:
-        obs = result.observation
-        emit_json({"job_id": job_id, "exit_code": result.exit_code, "reason": result.reason,
-                   "state": obs.state if obs else None,
-                   "job_exit_code": obs.exit_code if obs else None,
-                   "error": obs.error if obs else None, "elapsed_s": round(result.elapsed, 1),
-                   "events": events, "log_tail": log_tail})
-    else:
-        say(f"{job_id}: {result.reason} after {result.elapsed:.0f}s")
-    return result.exit_code
+    return WatchOutcome(job_id=job_id, result=result, events=tuple(events),
+                        log_tail=tuple(log_tail))
 
 
-def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None = None) -> None:
+@dataclasses.dataclass(frozen=True)
+class KillOutcome:
+    """A stopped job, or with --dry-run the command that would stop it."""
+
+    text: str
+    exit_code: int = 0
+
+    def human(self) -> str:
+        return self.text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"result": self.text}
+
+
+def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None = None,
+             ) -> KillOutcome:
     """Stop one job, never anything cluster-wide."""
     if not job_id.startswith("/") or job_id.rstrip("/").count("/") < 2:
         raise IrisError(f"{job_id!r} is not a job id like /USER/NAME",
                         hint="kill is job-scoped; pass the id `invoke build` printed")
     if dry_run:
-        print(f"iris --cluster={cluster or config.cluster.name} job kill {job_id}")
-        return
+        return KillOutcome(f"iris --cluster={cluster or config.cluster.name} job kill {job_id}")
     _iris(config, os.environ, cluster).kill(job_id)
-    say(f"killed {job_id}")
+    return KillOutcome(f"killed {job_id}")
 
 
 def generate_script(config: Config, *, check: bool) -> str:

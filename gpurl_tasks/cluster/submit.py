@@ -48,6 +48,7 @@ class BuildRequest:
     timeout: int | None = None
     megatron: bool = False
     force: bool = False
+    local_only: tuple[str, ...] = ()  # local-backend flags that were given: refused here
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -124,6 +125,9 @@ def _check_token(found: TokenSource | None, registry_host: str) -> TokenSource:
 
 def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> PreparedBuild:
     """Run every guard rail and compose the job; raise BuildError naming the first refusal."""
+    if request.local_only:
+        raise BuildError(f"{', '.join(request.local_only)} are local-backend flags",
+                         hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
     cluster = config.cluster
     memory = request.memory or cluster.memory
     _check_kubeconfig(world.env)

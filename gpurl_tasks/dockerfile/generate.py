@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import render_recipe
@@ -97,3 +97,29 @@ def profiles_with_dockerfile(root: Path) -> tuple[str, ...]:
     """Every profile in [tool.gpurl.profiles], in file order: each has a generated Dockerfile."""
     data = tomllib.loads((root / "pyproject.toml").read_text())
     return tuple(data.get("tool", {}).get("gpurl", {}).get("profiles", {}))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class GenerateSummary:
+    """`invoke generate`'s outcome over one or every profile."""
+
+    root: Path
+    check: bool
+    results: tuple[GenerateResult, ...]
+    exit_code: int = 0
+
+    def human(self) -> str:
+        def verb(r: GenerateResult) -> str:
+            return "up to date" if not r.changed else ("would change" if self.check else "written")
+        return "\n".join(f"{r.path.relative_to(self.root)}: {verb(r)} ({r.steps} sync layers)"
+                         for r in self.results)
+
+    def to_json(self) -> dict[str, object]:
+        return {"check": self.check, "files": [r.to_json() for r in self.results]}
+
+
+def generate_profiles(root: Path, profile: str | None, *, check: bool) -> GenerateSummary:
+    """Generate (or check) `profile`'s Dockerfile, or every profile's, from the committed config."""
+    names = (profile,) if profile else profiles_with_dockerfile(root)
+    results = tuple(generate(load_committed_config(root, name), check=check) for name in names)
+    return GenerateSummary(root=root, check=check, results=results)

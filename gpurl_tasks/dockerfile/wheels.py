@@ -25,11 +25,8 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
-import zipfile
 from collections.abc import Mapping, Sequence
-from email.parser import HeaderParser
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from packaging.tags import Tag
 from packaging.utils import (
@@ -39,9 +36,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from gpurl_tasks.config import BuildSettings, Config, TargetSpec
+from gpurl_tasks.config import BuildSettings, TargetSpec
 from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.files import sha256_of
 from gpurl_tasks.plan.target import target_tags
 
 __all__ = [
@@ -49,17 +45,12 @@ __all__ = [
     "Mismatch",
     "WheelCheckError",
     "WheelPins",
-    "WheelReport",
     "WheelSpec",
-    "check_source",
     "check_wheels",
     "configured_globs",
     "expected_filenames",
     "parse_manifest",
     "pins_from_args",
-    "read_manifest",
-    "read_wheelhouse",
-    "redact_url",
     "target_wheel_tags",
     "wheel_specs",
 ]
@@ -359,102 +350,6 @@ def parse_manifest(text: str, *, source: str) -> dict[str, str]:
     return entries
 
 
-def _dist_info(path: Path) -> tuple[str | None, tuple[str, ...]]:
-    """(Version from METADATA, Tag lines from WHEEL) of a wheel file, read from its zip."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-            meta = next((n for n in names if n.endswith(".dist-info/METADATA")), None)
-            wheel = next((n for n in names if n.endswith(".dist-info/WHEEL")), None)
-            version = (HeaderParser().parsestr(zf.read(meta).decode()).get("Version")
-                       if meta else None)
-            tags = tuple(sorted(
-                line.split(":", 1)[1].strip() for line in zf.read(wheel).decode().splitlines()
-                if line.startswith("Tag:"))) if wheel else ()
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
-        raise WheelCheckError(f"{path} is not a readable wheel: {exc}") from None
-    return version, tags
-
-
-def read_wheelhouse(directory: Path) -> list[FoundWheel]:
-    """The wheels in `directory` with their sha256 and .dist-info; MANIFEST checked if present."""
-    if not directory.is_dir():
-        raise WheelCheckError(f"wheelhouse {directory} is not a directory",
-                              hint="pass a directory of wheels, a MANIFEST file or its URL")
-    manifest_path = directory / "MANIFEST"
-    manifest = (parse_manifest(manifest_path.read_text(), source=str(manifest_path))
-                if manifest_path.is_file() else None)
-    found = []
-    for path in sorted(directory.glob("*.whl")):
-        version, tags = _dist_info(path)
-        found.append(FoundWheel(
-            filename=path.name, sha256=sha256_of(path),
-            manifest_sha256=manifest.get(path.name) if manifest is not None else None,
-            in_manifest=(path.name in manifest) if manifest is not None else None,
-            metadata_version=version, metadata_tags=tags))
-    present = {w.filename for w in found}
-    found += [FoundWheel(filename=name, manifest_sha256=digest, in_manifest=True, present=False)
-              for name, digest in sorted((manifest or {}).items()) if name not in present]
-    return found
-
-
-def redact_url(url: str) -> str:
-    """The URL without credentials or query (either may carry a token): safe to print."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
-    """The wheels a MANIFEST lists, from a local file or an http(s) URL (names and sha256 only)."""
-    if location.startswith(("http://", "https://")):
-        import httpx
-
-        url = location if not location.endswith("/") else location + "MANIFEST"
-        shown = redact_url(url)
-        try:
-            response = httpx.get(url, timeout=timeout, follow_redirects=True)
-        except httpx.HTTPError as exc:
-            raise WheelCheckError(f"cannot fetch {shown}: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise WheelCheckError(f"{shown} answered HTTP {response.status_code}",
-                                  hint="check the wheel base URL and that MANIFEST is published")
-        text, source = response.text, shown
-    else:
-        path = Path(location)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise WheelCheckError(f"cannot read MANIFEST {path}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise WheelCheckError(f"{path} is not a MANIFEST (lines of `sha256  filename`)") from None
-        source = str(path)
-    entries = parse_manifest(text, source=source)
-    return [FoundWheel(filename=name, manifest_sha256=digest) for name, digest in entries.items()]
-
-
-@dataclasses.dataclass(**_KW)
-class WheelReport:
-    """What check-wheels prints: the expected names, what was found, every mismatch."""
-
-    source: str
-    expected: dict[str, str]
-    found: tuple[str, ...]
-    mismatches: tuple[Mismatch, ...]
-
-    def lines(self) -> list[str]:
-        head = f"wheels in {self.source}: " + ("OK" if not self.mismatches else
-                                                f"{len(self.mismatches)} mismatch(es)")
-        return [head, *(f"  expected {n}" for n in self.expected.values()),
-                *(f"  {m.line()}" for m in self.mismatches)]
-
-    def to_json(self) -> dict[str, object]:
-        return {"ok": not self.mismatches, "source": self.source, "expected": self.expected,
-                "found": list(self.found), "mismatches": [m.to_json() for m in self.mismatches]}
-
-
 def _pin_args(pins: WheelPins) -> dict[str, str]:
     return {"VLLM_VERSION": pins.vllm_version, "VLLM_FORK_COMMIT": pins.vllm_fork_commit,
             "FLASH_ATTN_VERSION": pins.flash_attn_version, "TORCH_VERSION": pins.torch_version,
@@ -476,30 +371,3 @@ def configured_globs(build: BuildSettings, args: Mapping[str, str],
     return tuple(re.sub(r"\$\{(\w+)\}|\$(\w+)", fill, g) for g in build.wheel_globs)
 
 
-def check_source(config: Config, source: str | None) -> WheelReport:
-    """Check a wheelhouse directory, MANIFEST file or URL against the profile's wheel globs.
-
-    The expected set is one wheel per `build.wheel_globs` entry (pins from the working-tree
-    Dockerfile's ARGs); the Dockerfile's own install patterns must each match one wheel too.
-    """
-    from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
-
-    try:
-        text = config.build.dockerfile.read_text()
-    except OSError as exc:
-        raise WheelCheckError(f"cannot read the Dockerfile {config.build.dockerfile}: "
-                              f"{exc.strerror}", hint="run invoke generate first") from None
-    inputs = parse_dockerfile_inputs(text)
-    pins = pins_from_args(inputs.effective_args, config.build, config.target)
-    expected = configured_globs(config.build, inputs.effective_args, pins)
-    where = source or str(config.build.wheelhouse)
-    if where.startswith(("http://", "https://")) or Path(where).is_file():
-        found = read_manifest(where)
-    else:
-        found = read_wheelhouse(Path(where))
-    shown = redact_url(where) if where.startswith(("http://", "https://")) else where
-    return WheelReport(source=shown,
-                       expected={s.label: s.expected for s in wheel_specs(pins, expected)},
-                       found=tuple(w.filename for w in found if w.present),
-                       mismatches=check_wheels(pins, found, inputs.wheel_globs,
-                                               expected_globs=expected))

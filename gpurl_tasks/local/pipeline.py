@@ -15,19 +15,20 @@ from typing import Any, TypeVar
 from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.generate import generate
-from gpurl_tasks.dockerfile.wheels import check_source
 from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
-from gpurl_tasks.local.builder import BuildResult
+from gpurl_tasks.local.builder import BuildResult, WheelsResult
 from gpurl_tasks.local.setup import setup_local
 from gpurl_tasks.oci import release
 from gpurl_tasks.oci.verify import Report, render_table, report_json
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.planner import plan_for_config
 from gpurl_tasks.plan.report import render_plan
-from gpurl_tasks.steps import StepRecord, timed
+from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
+from gpurl_tasks.steps import DryRun, StepRecord, timed
 
-__all__ = ["PipelineResult", "build_local", "describe_local_build", "describe_pipeline",
+__all__ = ["LocalBuild", "PipelineResult", "WheelsBuilt", "build_local", "build_task",
+           "build_wheels_task", "demo_task", "describe_local_build", "describe_pipeline",
            "ensure_wheels", "run_pipeline"]
 
 Say = Callable[[str], None]
@@ -41,6 +42,18 @@ class PipelineResult:
     report: Report
     pinned: str | None  # the value written into the launcher (None: already pinned there)
     steps: tuple[StepRecord, ...]
+    profile: str
+    exit_code: int = 0
+
+    def human(self) -> str:
+        """What to run next for what was built (the steps printed their own progress)."""
+        ref, profile = self.build.reference, self.profile
+        return "\n".join([
+            "next:",
+            f"  invoke verify-layers --profile {profile} --ref {ref}   # or: nox -s verify-layers -- {ref}",
+            f"  invoke pin --profile {profile} --ref {ref}",
+            f"  invoke rebuild-needed --profile {profile}",
+        ])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,7 +177,7 @@ def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
     total = sum(t.seconds for t in steps.times)
     say(f"done in {total:.1f}s: {built.reference} -> {built.digest}")
     return PipelineResult(plan=planned, build=built, report=report, pinned=pinned,
-                          steps=tuple(steps.times))
+                          steps=tuple(steps.times), profile=config.profile)
 
 
 def _generate(config: Config, planned: Plan) -> str:
@@ -193,3 +206,78 @@ def _pin(config: Config, reference: str, today: dt.date) -> tuple[str | None, st
         else change.path
     return (change.value if written else None,
             f"{'pinned' if written else 'already pinned'} {change.value} in {shown}")
+
+
+def demo_task(config: Config, *, wheel_source: str, dry_run: bool, say: Say,
+              ) -> PipelineResult | DryRun:
+    """`invoke demo`: the whole pipeline, or with `dry_run` what each step would do."""
+    if dry_run:
+        return DryRun(tuple(describe_pipeline(config, wheel_source=wheel_source)))
+    return run_pipeline(config, say=say, wheel_source=wheel_source)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LocalBuild:
+    """`invoke build --backend local`'s outcome."""
+
+    result: BuildResult
+    profile: str
+    exit_code: int = 0
+
+    def human(self) -> str:
+        r = self.result
+        return (f"pushed {r.reference}\ndigest {r.digest}\n"
+                f"next: invoke verify-layers --profile {self.profile} --ref {r.reference}")
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.result
+        return {"reference": r.reference, "digest": r.digest, "pinned": r.pinned,
+                "cached_steps": r.cached_steps,
+                "steps": sum(1 for s in r.steps if not s.is_from),
+                "stages": sorted(r.stages), "stages_run": sorted(r.stages_run)}
+
+
+def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_floating: bool,
+               no_cache: bool, say: Say, stream: bool) -> LocalBuild | DryRun:
+    """setup-local, then build and push (or with `dry_run`, the commands it would run)."""
+    git_sha = git.head_sha(config.root)
+    if dry_run:
+        return DryRun(tuple(describe_local_build(
+            config, git_sha=git_sha, wheel_source=wheel_source, push_floating=push_floating,
+            no_cache=no_cache)), key="commands")
+    with timed("setup-local", say):
+        setup_local(config)
+    with timed("build + push", say):
+        result = build_local(config, git_sha=git_sha, wheel_source=wheel_source,
+                             push_floating=push_floating, no_cache=no_cache,
+                             on_line=say if stream else None)
+    return LocalBuild(result=result, profile=config.profile)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WheelsBuilt:
+    """`invoke build-wheels`' outcome: the exported files and the wheel check on them."""
+
+    result: WheelsResult
+    report: WheelReport
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code
+
+    def human(self) -> str:
+        return "\n".join([*(f"  {path}" for path in self.result.files), self.report.human()])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": [str(p) for p in self.result.files],
+                "seconds": round(self.result.seconds, 1), "check": self.report.to_json()}
+
+
+def build_wheels_task(config: Config, *, target: str, source: str, say: Say,
+                      stream: bool) -> WheelsBuilt:
+    """Build the wheel-builder stage, export its wheels into the wheelhouse, check them."""
+    with timed(f"build-wheels ({target})", say):
+        result = builder.build_wheels(config, target=target, source=source,
+                                      build_args={"WHEEL_SOURCE": "wheel-builder"},
+                                      on_line=say if stream else None)
+    return WheelsBuilt(result=result, report=check_source(config, str(config.build.wheelhouse)))

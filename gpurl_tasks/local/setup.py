@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shutil
+import signal
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpurl_tasks.config import Config
-from gpurl_tasks.errors import BuildError
+from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.local import base_image, engine, pyindex, registry_server
 from gpurl_tasks.steps import StepRecord, timed
 
@@ -48,7 +50,13 @@ class LocalSetup:
     client: str
     cache: Path
 
-    def as_dict(self) -> dict[str, object]:
+    exit_code = 0
+
+    def human(self) -> str:
+        return "\n".join(f"  {s.name:<16} {s.status:<10} {s.seconds:6.1f}s  {s.detail}"
+                         for s in self.steps)
+
+    def to_json(self) -> dict[str, object]:
         return {"client": self.client, "cache": str(self.cache),
                 "steps": [s.to_json() for s in self.steps]}
 
@@ -220,3 +228,49 @@ def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = Fa
     steps.append(_timed("base image", lambda: _base(config, client[0], cache, dry_run)))
     steps.append(_timed("package index", lambda: _index(config, cache, dry_run)))
     return LocalSetup(steps=tuple(steps), client=client[0], cache=cache)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexFilled:
+    """`invoke fill-index`' outcome: what the index directory now holds."""
+
+    files: tuple[Path, ...]
+    directory: Path
+    exit_code: int = 0
+
+    def human(self) -> str:
+        return f"{len(self.files)} files in {self.directory}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"directory": str(self.directory), "files": [p.name for p in self.files]}
+
+
+def fill_index(config: Config, pins: str, *, deps: bool, say: Callable[[str], None]) -> IndexFilled:
+    """Download `pins` (comma-separated exact pins) for the target into the loopback index."""
+    where = index_dir(cache_dir(config.root))
+    target = pyindex.DownloadTarget.for_target(
+        python=config.target.python, glibc=config.target.glibc, arch=config.target.arch)
+    wanted = [p.strip() for p in pins.split(",") if p.strip()]
+    if not wanted:
+        raise ConfigError("--pins names no package", hint="e.g. --pins 'rich==13.9.4,attrs==25.3.0'")
+    with timed(f"fill-index ({len(wanted)} pins)", say):
+        files = pyindex.download(wanted, where, target=target, with_deps=deps)
+    return IndexFilled(files=tuple(files), directory=where)
+
+
+def serve_index(config: Config, directory: str, *, say: Callable[[str], None]) -> None:
+    """Serve the loopback index at build.index-url until SIGINT or SIGTERM."""
+    port = pyindex.port_of(config.build.index_url)
+    where = Path(directory) if directory else index_dir(cache_dir(config.root))
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)  # also when started in the background by a shell
+    signal.signal(signal.SIGTERM, stop)
+    with pyindex.serve(where, port=port) as server:
+        say(f"serving {where} at {server.url} (Ctrl-C to stop)")
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            say("stopped")

@@ -12,7 +12,6 @@ Credentials never appear in an exception message, a log line or a repr.
 
 from __future__ import annotations
 
-import dataclasses
 import email.utils
 import hashlib
 import json
@@ -26,70 +25,22 @@ import httpx
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import DIGEST_RE, ImageRef, is_loopback, uses_plain_http
 from gpurl_tasks.oci.auth import Credentials, credential_hint, parse_challenge
+from gpurl_tasks.oci.image import (
+    ACCEPT_MANIFESTS,
+    IMAGE_TYPES,
+    INDEX_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Descriptor,
+    PulledImage,
+    parse_config,
+    parse_index,
+    parse_manifest,
+)
 
-__all__ = [
-    "ACCEPT_MANIFESTS",
-    "Descriptor",
-    "HistoryEntry",
-    "PulledImage",
-    "RegistryClient",
-]
+__all__ = ["RegistryClient"]
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-_INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
-_IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
-ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 _MAX_DOCUMENT = 16 * 2**20  # manifests and configs are small; refuse to buffer more
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Descriptor:
-    """A content descriptor from a manifest or index."""
-
-    media_type: str
-    digest: str
-    size: int
-    platform: str | None = None  # "os/arch[/variant]" for index entries
-
-    @staticmethod
-    def from_json(obj: Mapping[str, Any]) -> Descriptor:
-        plat = obj.get("platform")
-        platform = None
-        if isinstance(plat, Mapping):
-            platform = "/".join(str(p) for p in (plat.get("os"), plat.get("architecture"),
-                                                 plat.get("variant")) if p)
-        return Descriptor(media_type=str(obj.get("mediaType", "")), digest=str(obj["digest"]),
-                          size=int(obj["size"]), platform=platform)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class HistoryEntry:
-    """One entry of the image config's `history`: the instruction that made a layer (or not)."""
-
-    created_by: str
-    empty_layer: bool
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class PulledImage:
-    """What verify and pin need from a pushed image, all from the registry."""
-
-    ref: ImageRef
-    top_digest: str  # what the tag resolves to: an index or a manifest
-    top_media_type: str
-    manifest_digest: str  # the linux/amd64 image manifest
-    layers: tuple[Descriptor, ...]
-    config_digest: str
-    labels: Mapping[str, str]
-    history: tuple[HistoryEntry, ...]
-    platforms: tuple[str, ...] = ()  # platforms listed by the index, empty for a single image
-
-    @property
-    def is_index(self) -> bool:
-        return self.top_media_type in _INDEX_TYPES
 
 
 class RegistryClient:
@@ -165,7 +116,7 @@ class RegistryClient:
         if document.get("schemaVersion") == 1 or "signatures" in document:
             raise RegistryError(f"{ref} is a schema 1 manifest, which gpurl does not read",
                                 hint="push it again with a current builder (kaniko, buildx)")
-        if media_type not in _INDEX_TYPES + _IMAGE_TYPES:
+        if media_type not in INDEX_TYPES + IMAGE_TYPES:
             media_type = OCI_INDEX if "manifests" in document else OCI_MANIFEST
         return actual, media_type, document
 
@@ -185,8 +136,8 @@ class RegistryClient:
         digest, media_type, document = self.manifest(ref, top_digest)
         platforms: tuple[str, ...] = ()
         manifest_digest, manifest = digest, document
-        if media_type in _INDEX_TYPES:
-            entries = [Descriptor.from_json(m) for m in document.get("manifests", [])]
+        if media_type in INDEX_TYPES:
+            entries = list(parse_index(document, f"index {digest} of {ref}"))
             platforms = tuple(e.platform or "?" for e in entries)
             chosen = _choose_platform(entries, platform)
             if chosen is None:
@@ -195,21 +146,13 @@ class RegistryClient:
                     f"{', '.join(platforms) or 'nothing'}",
                     hint="the cluster runs linux/amd64: build for that platform")
             manifest_digest, sub_type, manifest = self.manifest(ref, chosen.digest)
-            if sub_type not in _IMAGE_TYPES:
+            if sub_type not in IMAGE_TYPES:
                 raise RegistryError(f"{ref}: the {platform} entry is not an image manifest")
-        try:
-            layers = tuple(Descriptor.from_json(layer) for layer in manifest["layers"])
-            config_digest = str(manifest["config"]["digest"])
-        except (KeyError, TypeError, ValueError):
-            raise RegistryError(f"manifest {manifest_digest} of {ref} has no layers/config "
-                                "in the expected shape") from None
-        config = self.blob_json(ref, config_digest)
-        inner = config.get("config") or {}
-        labels = {str(k): str(v) for k, v in (inner.get("Labels") or {}).items()}
-        history = tuple(
-            HistoryEntry(created_by=str(h.get("created_by", "")),
-                         empty_layer=bool(h.get("empty_layer", False)))
-            for h in config.get("history") or [] if isinstance(h, Mapping))
+        parsed = parse_manifest(manifest, f"manifest {manifest_digest} of {ref}")
+        layers, config_digest = parsed.layers, parsed.config_digest
+        config = parse_config(self.blob_json(ref, config_digest),
+                              f"config {config_digest} of {ref}")
+        labels, history = config.labels, config.history
         return PulledImage(ref=ref,
                            top_digest=top_digest, top_media_type=media_type,
                            manifest_digest=manifest_digest, layers=layers,

@@ -12,6 +12,7 @@ import datetime as dt
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from gpurl_tasks import git
 from gpurl_tasks.config import Config
@@ -20,6 +21,7 @@ from gpurl_tasks.errors import GpurlError, PinError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import credentials_for
+from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.pin import (
     Provenance,
     check_immutable,
@@ -28,8 +30,8 @@ from gpurl_tasks.oci.pin import (
     rewrite_assignment,
     unified_diff,
 )
-from gpurl_tasks.oci.registry import PulledImage, RegistryClient
-from gpurl_tasks.oci.verify import Report, Rules, check_layers
+from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.oci.verify import Report, Rules, check_layers, report_json
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.planner import plan_for_config
 
@@ -171,3 +173,37 @@ def pin_reference(config: Config, text: str | None, *, force: bool, today: dt.da
     with open_client(config, ref, env) as client:
         image, report = verify_image(config, ref, client)
     return report, prepare_pin(config, image, report, force=force, today=today)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PinOutcome:
+    """`invoke pin`'s outcome: the prepared edit, whether it was written, and the rules."""
+
+    change: PinChange
+    report: Report
+    written: bool
+    dry_run: bool
+    exit_code: int = 0
+
+    def human(self) -> str:
+        change = self.change
+        if self.dry_run:
+            return change.diff.rstrip("\n") or f"{change.path}: already pinned to {change.value}"
+        if self.written:
+            return f"pinned {change.value} in {change.path}"
+        return f"{change.path} already pins {change.value}; nothing to do"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.change.value, "path": str(self.change.path),
+                "changed": self.change.changed, "written": self.written, "dry_run": self.dry_run,
+                "diff": self.change.diff, "report": report_json(self.report)}
+
+
+def pin_task(config: Config, text: str | None, *, force: bool, dry_run: bool, today: dt.date,
+             warn: Callable[[str], None]) -> PinOutcome:
+    """Verify `text` (default: this commit's tag), then write the pin unless `dry_run`."""
+    report, change = pin_reference(config, text, force=force, today=today)
+    if not report.ok:
+        warn(f"warning: pinning {report.reference} despite failing rules (--force)")
+    written = False if dry_run else apply_pin(change)
+    return PinOutcome(change=change, report=report, written=written, dry_run=dry_run)

@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.oci.registry import PulledImage
+from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.units import format_bytes
 
@@ -104,6 +104,21 @@ class Report:
     @property
     def largest(self) -> LayerRow | None:
         return max(self.rows, key=lambda r: r.size, default=None)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    @property
+    def failure(self) -> str | None:
+        """The one stderr line a failing check ends with (also under --json)."""
+        return None if self.ok else f"verify-layers: {self.reference} fails the layer rules"
+
+    def human(self) -> str:
+        return render_table(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return report_json(self)
 
 
 def _instructions(image: PulledImage) -> tuple[list[str | None], str | None]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import PlanError
@@ -108,14 +107,11 @@ def local_install_flags(lock: Lock, closure: Closure) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def plan_for_config(
-    config: Config, *, lock: Path | None = None, size_overrides: Path | None = None
-) -> Plan:
-    """Load the lock and sizes named by the config (or the given paths) and plan the chain."""
-    parsed = load_lock(lock or config.lock)
+def plan_for_config(config: Config) -> Plan:
+    """Load the lock and sizes the config names and plan the chain."""
+    parsed = load_lock(config.lock)
     closure = install_closure(parsed, config.target, config.python)
-    sources = load_size_sources(size_overrides or config.layers.size_overrides,
-                                config.layers.size_cache)
+    sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
     sizes = package_sizes(closure.packages, target_tags(config.target), sources)
     flags = sync_selection_flags(config.python, local_flags=local_install_flags(parsed, closure))
     return plan_layers(sizes, cap=config.layers.cap, basis=config.layers.basis, sync_flags=flags,

@@ -7,17 +7,24 @@ Results go into a JSON cache keyed by URL (`layers.size-cache`), written atomica
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from gpurl_tasks.errors import SizeError
+from gpurl_tasks.config import Config
+from gpurl_tasks.errors import ConfigError, SizeError
 from gpurl_tasks.files import write_atomic
+from gpurl_tasks.plan.lock import install_closure, load_lock
+from gpurl_tasks.plan.sizes import load_size_sources, urls_to_probe
+from gpurl_tasks.plan.target import target_tags
 
-__all__ = ["central_directory_installed_size", "probe_url", "probe_urls", "write_cache"]
+__all__ = ["SizeSurvey", "central_directory_installed_size", "probe_url", "probe_urls", "survey_sizes",
+           "write_cache"]
 
 _EOCD = b"PK\x05\x06"
 _ZIP64_LOCATOR = b"PK\x06\x07"
@@ -109,3 +116,42 @@ def write_cache(path: Path, entries: dict[str, dict[str, int]]) -> None:
             raise SizeError(f"size cache {path} is not valid JSON: {exc}") from None
     current.update(entries)
     write_atomic(path, json.dumps(current, indent=2, sort_keys=True) + "\n")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SizeSurvey:
+    """`invoke sizes`: the wheel URLs whose size nothing records, and what a probe found."""
+
+    to_probe: tuple[str, ...]
+    probed: dict[str, dict[str, int]] | None = None  # None: nothing was fetched
+    cache: Path | None = None
+    exit_code: int = 0
+
+    def human(self) -> str:
+        if self.probed is not None:
+            return f"probed {len(self.probed)} wheel(s) into {self.cache}"
+        if not self.to_probe:
+            return "every wheel size is known (lock, overrides or probe cache)"
+        head = (f"{len(self.to_probe)} wheel(s) the target installs have no size in the lock, "
+                "the overrides or the probe cache; `invoke sizes --probe` fetches them:")
+        return "\n".join([head, *(f"  {url}" for url in self.to_probe)])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"to_probe": list(self.to_probe)} if self.probed is None else self.probed
+
+
+def survey_sizes(config: Config, *, probe: bool, dry_run: bool,
+                 progress: Callable[[str], None] = lambda _: None) -> SizeSurvey:
+    """The closure's wheels without a known size; with `probe` (not `dry_run`), fetch them into
+    layers.size-cache."""
+    closure = install_closure(load_lock(config.lock), config.target, config.python)
+    sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
+    urls = tuple(urls_to_probe(closure.packages, target_tags(config.target), sources))
+    if not probe or dry_run:
+        return SizeSurvey(to_probe=urls)
+    cache = config.layers.size_cache
+    if cache is None:
+        raise ConfigError("layers.size-cache is not set; nowhere to store probed sizes")
+    found = probe_urls(urls, progress=lambda url: progress(f"probing {url}"))
+    write_cache(cache, found)
+    return SizeSurvey(to_probe=urls, probed=found, cache=cache)

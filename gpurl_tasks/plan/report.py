@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.units import format_bytes
 
-__all__ = ["bar", "render_plan"]
+__all__ = ["PlanView", "bar", "render_plan", "render_steps"]
 
 _BAR_WIDTH = 20
 
@@ -41,3 +44,29 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
         f"fingerprint {plan.fingerprint}",
     ]
     return "\n".join(lines)
+
+
+def render_steps(plan: Plan) -> str:
+    """The sync chain in words: the flags every step shares, and what each step defers."""
+    lines = [f"every step: uv sync {' '.join(plan.sync_flags)}"]
+    for i, step in enumerate(plan.steps):
+        deferred = len(step.no_install_package)
+        count = len(plan.layers[i].packages) if i < len(plan.layers) else 0
+        lines.append(f"  step {i}: installs layer {i} ({count} package{'s' * (count != 1)}); "
+                     + (f"defers {deferred} package{'s' * (deferred != 1)} of later layers "
+                        "(--no-install-package)" if deferred else "excludes nothing"))
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanView:
+    """`invoke plan`'s outcome: the table and the chain, or the plan's JSON contract."""
+
+    plan: Plan
+    exit_code: int = 0
+
+    def human(self) -> str:
+        return f"{render_plan(self.plan)}\n{render_steps(self.plan)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return self.plan.to_json()

@@ -108,6 +108,16 @@ class RebuildReport:
     old: Fingerprint
     new: Fingerprint
 
+    @property
+    def exit_code(self) -> int:
+        return self.decision.exit_code
+
+    def human(self) -> str:
+        lines = [f"rebuild: {self.decision.decision}  (since {self.since_ref} = "
+                 f"{self.since_commit[:12]}, from {self.since_source})"]
+        lines += [f"  - {r.kind}: {r.detail}" for r in self.decision.reasons]
+        return "\n".join(lines)
+
     def to_json(self) -> dict[str, Any]:
         return {
             **self.decision.to_json(),

@@ -1,0 +1,156 @@
+"""An image as the registry describes it, parsed into typed values once, at the edge.
+
+Pure: the registry client (`oci.registry`) fetches documents and hands their JSON here; verify
+and pin read only these types. A document of another shape (a `layers` entry that is not an
+object, a negative size, an index whose `manifests` is not a list) is rejected with one line
+naming the document and the field, never accepted or turned into a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.imageref import DIGEST_RE, ImageRef
+
+__all__ = [
+    "ACCEPT_MANIFESTS",
+    "IMAGE_TYPES",
+    "INDEX_TYPES",
+    "OCI_INDEX",
+    "OCI_MANIFEST",
+    "Descriptor",
+    "HistoryEntry",
+    "ImageConfig",
+    "Manifest",
+    "PulledImage",
+    "parse_config",
+    "parse_index",
+    "parse_manifest",
+]
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
+IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
+ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+
+
+def _field(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = doc.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise RegistryError(f"{where}: field {key!r} is {value!r}, not the expected "
+                            f"{getattr(kind, '__name__', 'value')}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Descriptor:
+    """A content descriptor from a manifest or index."""
+
+    media_type: str
+    digest: str
+    size: int
+    platform: str | None = None  # "os/arch[/variant]" for index entries
+
+    @staticmethod
+    def from_json(obj: Any, where: str) -> Descriptor:
+        if not isinstance(obj, Mapping):
+            raise RegistryError(f"{where} is {obj!r}, not an object")
+        digest = _field(obj, "digest", str, where)
+        if not DIGEST_RE.match(digest):
+            raise RegistryError(f"{where}: digest {digest!r} is not sha256:<64 hex>")
+        size = _field(obj, "size", int, where)
+        if size < 0:
+            raise RegistryError(f"{where}: size {size} is negative")
+        media_type = obj.get("mediaType", "")
+        if not isinstance(media_type, str):
+            raise RegistryError(f"{where}: mediaType is {media_type!r}, not a string")
+        plat = obj.get("platform")
+        platform = None
+        if isinstance(plat, Mapping):
+            platform = "/".join(str(p) for p in (plat.get("os"), plat.get("architecture"),
+                                                 plat.get("variant")) if p)
+        return Descriptor(media_type=media_type, digest=digest, size=size, platform=platform)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Manifest:
+    """An image manifest: its layers in order and its config blob."""
+
+    layers: tuple[Descriptor, ...]
+    config_digest: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class HistoryEntry:
+    """One entry of the image config's `history`: the instruction that made a layer (or not)."""
+
+    created_by: str
+    empty_layer: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ImageConfig:
+    """What gpurl reads from an image config: its labels and its build history."""
+
+    labels: Mapping[str, str]
+    history: tuple[HistoryEntry, ...]
+
+
+def parse_manifest(doc: Mapping[str, Any], where: str) -> Manifest:
+    layers = _field(doc, "layers", list, where)
+    config = Descriptor.from_json(doc.get("config"), f"{where}: config")
+    return Manifest(layers=tuple(Descriptor.from_json(layer, f"{where}: layers[{i}]")
+                                 for i, layer in enumerate(layers)),
+                    config_digest=config.digest)
+
+
+def parse_index(doc: Mapping[str, Any], where: str) -> tuple[Descriptor, ...]:
+    entries = _field(doc, "manifests", list, where)
+    return tuple(Descriptor.from_json(e, f"{where}: manifests[{i}]") for i, e in enumerate(entries))
+
+
+def parse_config(doc: Mapping[str, Any], where: str) -> ImageConfig:
+    inner = doc.get("config") or {}
+    if not isinstance(inner, Mapping):
+        raise RegistryError(f"{where}: field 'config' is {inner!r}, not an object")
+    labels = inner.get("Labels") or {}
+    if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
+        raise RegistryError(f"{where}: config.Labels is {labels!r}, not an object of strings")
+    raw_history = doc.get("history") or []
+    if not isinstance(raw_history, list):
+        raise RegistryError(f"{where}: field 'history' is {raw_history!r}, not a list")
+    history = []
+    for i, entry in enumerate(raw_history):
+        if not isinstance(entry, Mapping):
+            raise RegistryError(f"{where}: history[{i}] is {entry!r}, not an object")
+        created_by, empty = entry.get("created_by", ""), entry.get("empty_layer", False)
+        if not isinstance(created_by, str) or not isinstance(empty, bool):
+            raise RegistryError(f"{where}: history[{i}] has created_by {created_by!r} and "
+                                f"empty_layer {empty!r}; expected a string and a boolean")
+        history.append(HistoryEntry(created_by=created_by, empty_layer=empty))
+    return ImageConfig(labels={str(k): v for k, v in labels.items()}, history=tuple(history))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PulledImage:
+    """What verify and pin need from a pushed image, all from the registry."""
+
+    ref: ImageRef
+    top_digest: str  # what the tag resolves to: an index or a manifest
+    top_media_type: str
+    manifest_digest: str  # the linux/amd64 image manifest
+    layers: tuple[Descriptor, ...]
+    config_digest: str
+    labels: Mapping[str, str]
+    history: tuple[HistoryEntry, ...]
+    platforms: tuple[str, ...] = ()  # platforms listed by the index, empty for a single image
+
+    @property
+    def is_index(self) -> bool:
+        return self.top_media_type in INDEX_TYPES

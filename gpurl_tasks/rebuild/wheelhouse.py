@@ -1,0 +1,160 @@
+"""Read prebuilt wheels where they are (a wheelhouse directory, a MANIFEST file or its URL) and
+check them against the pins (`dockerfile.wheels` holds the pure rules).
+
+The edge of the wheel check: file hashing, each wheel's own .dist-info read from its zip, and
+a MANIFEST fetched over HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from email.parser import HeaderParser
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
+from gpurl_tasks.dockerfile.wheels import (
+    FoundWheel,
+    Mismatch,
+    WheelCheckError,
+    check_wheels,
+    configured_globs,
+    parse_manifest,
+    pins_from_args,
+    wheel_specs,
+)
+from gpurl_tasks.files import sha256_of
+
+__all__ = ["WheelReport", "check_source", "read_manifest", "read_wheelhouse", "redact_url"]
+
+
+def _dist_info(path: Path) -> tuple[str | None, tuple[str, ...]]:
+    """(Version from METADATA, Tag lines from WHEEL) of a wheel file, read from its zip."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            meta = next((n for n in names if n.endswith(".dist-info/METADATA")), None)
+            wheel = next((n for n in names if n.endswith(".dist-info/WHEEL")), None)
+            version = (HeaderParser().parsestr(zf.read(meta).decode()).get("Version")
+                       if meta else None)
+            tags = tuple(sorted(
+                line.split(":", 1)[1].strip() for line in zf.read(wheel).decode().splitlines()
+                if line.startswith("Tag:"))) if wheel else ()
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
+        raise WheelCheckError(f"{path} is not a readable wheel: {exc}") from None
+    return version, tags
+
+
+def read_wheelhouse(directory: Path) -> list[FoundWheel]:
+    """The wheels in `directory` with their sha256 and .dist-info; MANIFEST checked if present."""
+    if not directory.is_dir():
+        raise WheelCheckError(f"wheelhouse {directory} is not a directory",
+                              hint="pass a directory of wheels, a MANIFEST file or its URL")
+    manifest_path = directory / "MANIFEST"
+    manifest = (parse_manifest(manifest_path.read_text(), source=str(manifest_path))
+                if manifest_path.is_file() else None)
+    found = []
+    for path in sorted(directory.glob("*.whl")):
+        version, tags = _dist_info(path)
+        found.append(FoundWheel(
+            filename=path.name, sha256=sha256_of(path),
+            manifest_sha256=manifest.get(path.name) if manifest is not None else None,
+            in_manifest=(path.name in manifest) if manifest is not None else None,
+            metadata_version=version, metadata_tags=tags))
+    present = {w.filename for w in found}
+    found += [FoundWheel(filename=name, manifest_sha256=digest, in_manifest=True, present=False)
+              for name, digest in sorted((manifest or {}).items()) if name not in present]
+    return found
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials or query (either may carry a token): safe to print."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
+    """The wheels a MANIFEST lists, from a local file or an http(s) URL (names and sha256 only)."""
+    if location.startswith(("http://", "https://")):
+        url = location if not location.endswith("/") else location + "MANIFEST"
+        shown = redact_url(url)
+        try:
+            response = httpx.get(url, timeout=timeout, follow_redirects=True)
+        except httpx.HTTPError as exc:
+            raise WheelCheckError(f"cannot fetch {shown}: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise WheelCheckError(f"{shown} answered HTTP {response.status_code}",
+                                  hint="check the wheel base URL and that MANIFEST is published")
+        text, source = response.text, shown
+    else:
+        path = Path(location)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise WheelCheckError(f"cannot read MANIFEST {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise WheelCheckError(f"{path} is not a MANIFEST (lines of `sha256  filename`)") from None
+        source = str(path)
+    entries = parse_manifest(text, source=source)
+    return [FoundWheel(filename=name, manifest_sha256=digest) for name, digest in entries.items()]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class WheelReport:
+    """What check-wheels prints: the expected names, what was found, every mismatch."""
+
+    source: str
+    expected: dict[str, str]
+    found: tuple[str, ...]
+    mismatches: tuple[Mismatch, ...]
+
+    def lines(self) -> list[str]:
+        head = f"wheels in {self.source}: " + ("OK" if not self.mismatches else
+                                                f"{len(self.mismatches)} mismatch(es)")
+        return [head, *(f"  expected {n}" for n in self.expected.values()),
+                *(f"  {m.line()}" for m in self.mismatches)]
+
+    @property
+    def exit_code(self) -> int:
+        return 3 if self.mismatches else 0
+
+    def human(self) -> str:
+        return "\n".join(self.lines())
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": not self.mismatches, "source": self.source, "expected": self.expected,
+                "found": list(self.found), "mismatches": [m.to_json() for m in self.mismatches]}
+
+
+def check_source(config: Config, source: str | None) -> WheelReport:
+    """Check a wheelhouse directory, MANIFEST file or URL against the profile's wheel globs.
+
+    The expected set is one wheel per `build.wheel_globs` entry (pins from the working-tree
+    Dockerfile's ARGs); the Dockerfile's own install patterns must each match one wheel too.
+    """
+    try:
+        text = config.build.dockerfile.read_text()
+    except OSError as exc:
+        raise WheelCheckError(f"cannot read the Dockerfile {config.build.dockerfile}: "
+                              f"{exc.strerror}", hint="run invoke generate first") from None
+    inputs = parse_dockerfile_inputs(text)
+    pins = pins_from_args(inputs.effective_args, config.build, config.target)
+    expected = configured_globs(config.build, inputs.effective_args, pins)
+    where = source or str(config.build.wheelhouse)
+    if where.startswith(("http://", "https://")) or Path(where).is_file():
+        found = read_manifest(where)
+    else:
+        found = read_wheelhouse(Path(where))
+    shown = redact_url(where) if where.startswith(("http://", "https://")) else where
+    return WheelReport(source=shown,
+                       expected={s.label: s.expected for s in wheel_specs(pins, expected)},
+                       found=tuple(w.filename for w in found if w.present),
+                       mismatches=check_wheels(pins, found, inputs.wheel_globs,
+                                               expected_globs=expected))

@@ -1,0 +1,99 @@
+"""The layout holds: imports point one way down the pipeline, processes run only through
+`proc`, and the pure modules reach no network, process or terminal. Read from the source."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gpurl_tasks"
+# A module may import its own layer and the ones before it; cluster and local are siblings.
+LAYERS = {"basics": 0, "plan": 1, "dockerfile": 2, "oci": 3, "rebuild": 4, "cluster": 5,
+          "local": 5}
+EDGE_IMPORTS = {"subprocess", "httpx", "socket", "http.server", "urllib.request"}
+PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.model", "plan.report",
+        "dockerfile.model", "dockerfile.recipe", "dockerfile.lint", "dockerfile.inputs",
+        "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.verify", "oci.pin",
+        "rebuild.fingerprint", "cluster.watch", "imageref", "units", "errors", "steps",
+        "config"]
+
+
+def _modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = ast.parse(path.read_text())
+    return found
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> str:
+    head = module.split(".")[0]
+    return head if head in LAYERS else "basics"
+
+
+def _imports(tree: ast.Module) -> list[str]:
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "gpurl_tasks":
+                names += [f"gpurl_tasks.{a.name}" for a in node.names]
+            else:
+                names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_one_way(module: str) -> None:
+    mine = _layer(module)
+    for target in _imports(MODULES[module]):
+        if not target.startswith("gpurl_tasks."):
+            continue
+        theirs = _layer(target.removeprefix("gpurl_tasks."))
+        assert LAYERS.get(theirs, 0) < LAYERS.get(mine, 0) or theirs == mine \
+            or theirs == "basics", f"{module} ({mine}) imports {target} ({theirs})"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_proc_starts_processes(module: str) -> None:
+    if module == "proc":
+        return
+    assert "subprocess" not in _imports(MODULES[module])
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m not in ("cli", "proc")))
+def test_only_cli_prints(module: str) -> None:
+    """cli prints outcomes and proc echoes `+ command`; everything else reports through
+    return values or a `say` callback the task passes."""
+    calls = [n for n in ast.walk(MODULES[module]) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id == "print"]
+    assert not calls, f"{module} prints"
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_modules_touch_no_network_process_or_terminal(module: str) -> None:
+    tree = MODULES[module]
+    assert not EDGE_IMPORTS & set(_imports(tree)), f"{module} imports an edge"
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id in ("print", "input")]
+    assert not calls, f"{module} prints"
+
+
+def test_the_top_level_holds_only_basics_and_subpackages() -> None:
+    top = {p.name for p in PACKAGE.iterdir() if not p.name.startswith(("_", "."))}
+    basics = {"config.py", "errors.py", "proc.py", "files.py", "units.py", "cli.py", "git.py",
+              "redact.py", "imageref.py", "steps.py"}
+    assert top - {"__pycache__"} == basics | {n for n in LAYERS if n != "basics"}
+
+
+def test_every_subpackage_says_what_it_owns() -> None:
+    for name in LAYERS:
+        if name != "basics":
+            doc = ast.get_docstring(MODULES[name]) or ""
+            assert "Imports" in doc, f"gpurl_tasks/{name}/__init__.py does not say what it imports"
