@@ -15,8 +15,6 @@ from invoke.tasks import task
 
 from gpurl_tasks import cli
 
-ns = Collection()
-
 _PROFILE = "config profile from [tool.gpurl.profiles] (default: default-profile, or $GPURL_PROFILE)"
 _JSON = "print exactly one JSON object on stdout instead of the human output"
 _RULES = {
@@ -24,11 +22,6 @@ _RULES = {
     "hard_limit": "no layer may reach this size, e.g. 8GB (default: verify.hard-limit)",
     "min_layers": "the image needs at least this many layers (default: verify.min-layers)",
 }
-
-
-def _add(*tasks: object) -> None:
-    for t in tasks:
-        ns.add_task(t)  # type: ignore[arg-type]
 
 
 @task(iterable=["extra"], help={
@@ -303,5 +296,5 @@ def demo(c: Context, profile: str = "demo", wheel_source: str = "prebuilt-wheelh
                              say=cli.say), as_json=json)
 
 
-_add(plan, sizes, generate, build, watch, kill, gen_kaniko, verify_layers, pin, rebuild_needed,
-     check_wheels, setup_local, build_wheels, serve_index, fill_index, demo)
+ns = Collection(plan, sizes, generate, build, watch, kill, gen_kaniko, verify_layers, pin,
+                rebuild_needed, check_wheels, setup_local, build_wheels, serve_index, fill_index, demo)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from gpurl_tasks.errors import ConfigError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.units import parse_size
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "VerifySettings",
     "load_committed_config",
     "load_config",
+    "load_profile_names",
 ]
 
 _KW = {"frozen": True, "kw_only": True}
@@ -114,16 +116,8 @@ class BuildSettings:
     wheel_base_url: str = "https://huggingface.co/datasets/laion/gpu-rl-build-wheels/resolve/main"
     max_jobs: int = 8
     megatron_extra: str = "megatron"
-    apt_packages: tuple[str, ...] = (
-        "ca-certificates",
-        "curl",
-        "git",
-        "ibverbs-providers",
-        "ibverbs-utils",
-        "libibverbs1",
-        "librdmacm1",
-        "rdma-core",
-    )
+    apt_packages: tuple[str, ...] = ("ca-certificates", "curl", "git", "ibverbs-providers",
+                                     "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
     index_url: str = ""  # empty: uv's default; the demo points it at a loopback index
     # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
     uv_version: str = "0.13.9"  # uv is pip-installed into /opt/uv inside the image
@@ -347,6 +341,22 @@ def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool) -> A
     return value
 
 
+def _tool_table(root: Path) -> Mapping[str, Any]:
+    """[tool.gpurl] of root/pyproject.toml, checked to be a table."""
+    pyproject = root / "pyproject.toml"
+    try:
+        data = tomllib.loads(read_text(pyproject, what="pyproject.toml", error=ConfigError,
+                                       missing_hint="run from the gpurl checkout"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{pyproject} is not valid TOML: {exc}") from None
+    return _table(_table(data.get("tool", {}), "[tool]").get("gpurl", {}), "[tool.gpurl]")
+
+
+def load_profile_names(root: Path) -> tuple[str, ...]:
+    """Every profile in [tool.gpurl.profiles], in file order."""
+    return tuple(_table(_tool_table(root.resolve()).get("profiles", {}), "[tool.gpurl.profiles]"))
+
+
 def load_config(
     root: Path,
     *,
@@ -361,14 +371,7 @@ def load_config(
     """
     env = os.environ if env is None else env
     root = root.resolve()
-    pyproject = root / "pyproject.toml"
-    try:
-        data = tomllib.loads(pyproject.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no pyproject.toml in {root}", hint="run from the gpurl checkout") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{pyproject} is not valid TOML: {exc}") from None
-    tool = _table(_table(data.get("tool", {}), "[tool]").get("gpurl", {}), "[tool.gpurl]")
+    tool = _tool_table(root)
     profiles = _table(tool.get("profiles", {}), "[tool.gpurl.profiles]")
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:

@@ -1,4 +1,5 @@
-"""The one way gpurl writes a file: temp file in the same directory, fsync, rename.
+"""The one way gpurl writes a file (temp file in the same directory, fsync, rename) and the one
+way it reads a text file (a clear error for a missing, unreadable or non-UTF-8 file).
 
 A crash or a kill at any moment leaves either the old file or the new one, never half of
 either, which matters for the launcher pin, generated files and the size cache alike.
@@ -12,7 +13,9 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["sha256_of", "write_atomic"]
+from gpurl_tasks.errors import GpurlError
+
+__all__ = ["read_text", "sha256_of", "write_atomic"]
 
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None) -> bool:
@@ -53,3 +56,21 @@ def sha256_of(path: Path) -> str:
     """The hex sha256 of a file's bytes, read in chunks (wheels are hundreds of MB)."""
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def read_text(path: Path, *, what: str, error: type[GpurlError] = GpurlError,
+              missing_hint: str | None = None) -> str:
+    """The UTF-8 text of a file gpurl reads (config, lock, Dockerfile, launcher, MANIFEST, slice
+    files), or one `error` naming the file: missing, unreadable, or not UTF-8 (with the byte
+    and its offset, so the user can find it)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"the {what} {path} does not exist", hint=missing_hint) from None
+    except OSError as exc:
+        raise error(f"cannot read the {what} {path}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"the {what} {path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at "
+                    f"offset {exc.start}", hint="save it as UTF-8") from None

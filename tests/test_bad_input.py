@@ -21,14 +21,14 @@ def junk(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 CASES = [
     (["plan", "--lock", "{junk}/dir"], "cannot read the lock file"),
-    (["plan", "--lock", "{junk}/binary"], "is not a text file"),
-    (["plan", "--lock", "{junk}/missing.lock"], "no lock file at"),
+    (["plan", "--lock", "{junk}/binary"], "is not UTF-8 text: byte 0x80 at offset"),
+    (["plan", "--lock", "{junk}/missing.lock"], "missing.lock does not exist"),
     (["plan", "--size-overrides", "{junk}/dir"], "cannot read size override file"),
     (["plan", "--size-overrides", "{junk}/missing.json"], "size override file"),
     (["plan", "--cap", "4 bananas"], "layers.cap in the command line must be a size"),
     (["plan", "--extra", "no-such-extra"], "extra 'no-such-extra' is not defined"),
     (["plan", "--profile", "gpu_rl"], "unknown profile 'gpu_rl'"),
-    (["check-wheels", "--source", "{junk}/binary"], "is not a MANIFEST"),
+    (["check-wheels", "--source", "{junk}/binary"], "binary is not UTF-8 text"),
     (["watch", "/someone/job", "--interval", "0"], "must be positive seconds"),
     (["verify-layers", "--ref", "localhost:99999/x:y"], "localhost:99999"),
     (["rebuild-needed", "--since", "no-such-ref"], "no-such-ref"),

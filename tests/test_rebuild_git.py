@@ -401,7 +401,7 @@ def test_dockerfile_absent_at_since_is_one_reason(repo: Repo) -> None:
 
 def test_missing_lock_in_working_tree_is_a_clear_error(repo: Repo) -> None:
     (repo.root / "rl/uv.lock").unlink()
-    with pytest.raises(LockError, match="cannot read the lock"):
+    with pytest.raises(LockError, match=r"the lock .* does not exist"):
         rebuild_needed(repo.config(), since="HEAD", env=ENV)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.wheels import FLASH_ATTN, VLLM, expected_filenames, pins_from_args
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.files import write_atomic
+from gpurl_tasks.files import read_text, write_atomic
 
 __all__ = [
     "CRANE_SHA256",
@@ -254,9 +254,9 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
 def check_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> None:
     """Raise when the committed script differs from what the config renders."""
     path = config.build.kaniko_script
-    if not path.exists():
-        raise BuildError(f"{path} does not exist", hint="run `invoke gen-kaniko` and commit it")
-    if path.read_text() != render_script(config, pins):
+    text = read_text(path, what="kaniko script", error=BuildError,
+                     missing_hint="run `invoke gen-kaniko` and commit it")
+    if text != render_script(config, pins):
         raise BuildError(f"{path} is stale: it differs from what the config renders",
                          hint="run `invoke gen-kaniko` and commit the result")
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from gpurl_tasks.config import Config, load_committed_config
+from gpurl_tasks.config import Config, load_committed_config, load_profile_names
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import render_recipe
@@ -95,8 +94,7 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
 
 def profiles_with_dockerfile(root: Path) -> tuple[str, ...]:
     """Every profile in [tool.gpurl.profiles], in file order: each has a generated Dockerfile."""
-    data = tomllib.loads((root / "pyproject.toml").read_text())
-    return tuple(data.get("tool", {}).get("gpurl", {}).get("profiles", {}))
+    return load_profile_names(root)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

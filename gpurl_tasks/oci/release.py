@@ -18,7 +18,7 @@ from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import GpurlError, PinError
-from gpurl_tasks.files import write_atomic
+from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import credentials_for
 from gpurl_tasks.oci.image import PulledImage
@@ -128,15 +128,8 @@ def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bo
         raise PinError(f"refusing to pin {image.ref}: it fails the layer rules: {failing}",
                        hint="fix the build, or pass --force to pin it anyway")
     path = config.launcher.path
-    try:
-        old = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise PinError(f"the launcher file {path} does not exist",
-                       hint="set launcher.path in the config or pass --launcher") from None
-    except OSError as exc:
-        raise PinError(f"cannot read the launcher file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise PinError(f"the launcher file {path} is not UTF-8 text") from None
+    old = read_text(path, what="launcher file", error=PinError,
+                    missing_hint="set launcher.path in the config or pass --launcher")
     largest = report.largest
     comment = provenance_comment(Provenance(
         tag=image.ref.tag, layer_count=len(report.rows), total_bytes=report.total,

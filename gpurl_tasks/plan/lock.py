@@ -23,6 +23,7 @@ from packaging.utils import canonicalize_name
 
 from gpurl_tasks.config import PythonSelection, TargetSpec
 from gpurl_tasks.errors import LockError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.plan.target import marker_environment
 
 __all__ = [
@@ -222,15 +223,8 @@ def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
 
 
 def load_lock(path: Path) -> Lock:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise LockError(f"no lock file at {path}",
-                        hint="run `uv lock` in the workspace or pass --lock PATH") from None
-    except OSError as exc:
-        raise LockError(f"cannot read the lock file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise LockError(f"{path} is not a text file (uv.lock is UTF-8 TOML)") from None
+    text = read_text(path, what="lock file", error=LockError,
+                     missing_hint="run `uv lock` in the workspace or pass --lock PATH")
     return parse_lock(text, source=str(path))
 
 

@@ -20,7 +20,7 @@ from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
-from gpurl_tasks.files import write_atomic
+from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.oci.pin import PIN_MARKER
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
 
@@ -84,9 +84,9 @@ def provenance_commit(launcher_text: str, variable: str, tag_prefix: str) -> str
 def default_since(config: Config, repo: Path) -> tuple[str, str]:
     """(ref, where it came from): the pinned image's recorded commit if known, else HEAD~1."""
     try:
-        text = config.launcher.path.read_text()
-    except OSError:
-        text = ""
+        text = read_text(config.launcher.path, what="launcher file")
+    except GpurlError:
+        text = ""  # no readable launcher: no pinned provenance to start from
     sha = provenance_commit(text, config.launcher.variable, config.registry.tag_prefix)
     if sha is not None:
         try:
@@ -160,10 +160,7 @@ def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
 
 
 def _read(path: Path, what: str, error: type[GpurlError], hint: str) -> str:
-    try:
-        return path.read_text()
-    except OSError as exc:
-        raise error(f"cannot read the {what} {path}: {exc.strerror}", hint=hint) from None
+    return read_text(path, what=what, error=error, missing_hint=hint)
 
 
 def rebuild_needed(config: Config, *, since: str | None = None,

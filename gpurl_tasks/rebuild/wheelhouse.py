@@ -27,7 +27,7 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
     wheel_specs,
 )
-from gpurl_tasks.files import sha256_of
+from gpurl_tasks.files import read_text, sha256_of
 
 __all__ = ["WheelReport", "check_source", "read_manifest", "read_wheelhouse", "redact_url"]
 
@@ -95,12 +95,7 @@ def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
         text, source = response.text, shown
     else:
         path = Path(location)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise WheelCheckError(f"cannot read MANIFEST {path}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise WheelCheckError(f"{path} is not a MANIFEST (lines of `sha256  filename`)") from None
+        text = read_text(path, what="MANIFEST", error=WheelCheckError)
         source = str(path)
     entries = parse_manifest(text, source=source)
     return [FoundWheel(filename=name, manifest_sha256=digest) for name, digest in entries.items()]
@@ -139,11 +134,8 @@ def check_source(config: Config, source: str | None) -> WheelReport:
     The expected set is one wheel per `build.wheel_globs` entry (pins from the working-tree
     Dockerfile's ARGs); the Dockerfile's own install patterns must each match one wheel too.
     """
-    try:
-        text = config.build.dockerfile.read_text()
-    except OSError as exc:
-        raise WheelCheckError(f"cannot read the Dockerfile {config.build.dockerfile}: "
-                              f"{exc.strerror}", hint="run invoke generate first") from None
+    text = read_text(config.build.dockerfile, what="Dockerfile", error=WheelCheckError,
+                     missing_hint="run invoke generate first")
     inputs = parse_dockerfile_inputs(text)
     pins = pins_from_args(inputs.effective_args, config.build, config.target)
     expected = configured_globs(config.build, inputs.effective_args, pins)
