@@ -29,10 +29,10 @@ _RULES = {
     "cap": "largest allowed layer, e.g. 4GB (config key: layers.cap)",
     "size_overrides": "JSON of sizes the lock lacks (config key: layers.size-overrides)",
     "basis": "size the cap applies to: compressed or installed", "json": _JSON,
-    "profile": _PROFILE})
+    "repack": "plan afresh, ignoring the committed slice files", "profile": _PROFILE})
 def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
          cap: str | None = None, size_overrides: str | None = None, basis: str | None = None,
-         json: bool = False, profile: str | None = None) -> None:
+         json: bool = False, repack: bool = False, profile: str | None = None) -> None:
     """Plan the uv sync chain: which packages each layer installs, each layer under the cap."""
     from gpurl_tasks.plan.planner import plan_for_config
     from gpurl_tasks.plan.report import PlanView
@@ -41,7 +41,9 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
         config = cli.config_for(profile, lock=cli.path_flag(lock), python__extras=extra or None,
                                 layers__cap=cap, layers__basis=basis,
                                 layers__size_overrides=cli.path_flag(size_overrides))
-        cli.finish(PlanView(plan_for_config(config)), as_json=json)
+        # another lock than the profile's own is planned afresh: the committed slices are not its
+        cli.finish(PlanView(plan_for_config(config, repack=repack or lock is not None)),
+                   as_json=json)
 
 
 @task(iterable=["extra"], help={
@@ -60,15 +62,17 @@ def sizes(c: Context, probe: bool = False, lock: str | None = None,
                    as_json=json)
 
 
-@task(help={"check": "fail (exit 1) when a committed Dockerfile is stale",
+@task(help={"check": "fail (exit 1) when a committed Dockerfile or slice file is stale",
+            "repack": "pack the layers afresh instead of keeping the committed slices",
             "profile": "only this profile (default: every profile)", "json": _JSON})
-def generate(c: Context, check: bool = False, profile: str | None = None,
+def generate(c: Context, check: bool = False, repack: bool = False, profile: str | None = None,
              json: bool = False) -> None:
-    """Render each profile's Dockerfile from the committed config and its layer plan."""
+    """Render each profile's Dockerfile and slice files from the committed config and plan."""
     from gpurl_tasks.dockerfile.generate import generate_profiles
 
     with cli.clean_failures():
-        cli.finish(generate_profiles(cli.REPO_ROOT, profile, check=check), as_json=json)
+        cli.finish(generate_profiles(cli.REPO_ROOT, profile, check=check, repack=repack),
+                   as_json=json)
 
 
 @task(help={

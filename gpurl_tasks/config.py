@@ -103,6 +103,7 @@ class BuildSettings:
     dockerfile: Path = Path("docker/Dockerfile.gpu-rl")
     kaniko_script: Path = Path("docker/build_gpu_rl_kaniko.sh")
     wheelhouse: Path = Path("docker/wheelhouse")
+    slices: Path = Path("docker/layers")  # slice files go to <slices>/<profile>/NN-label.txt
     base_image: str = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
     torch_version: str = "2.11.0"
     cuda_tag: str = "cu128"
@@ -218,7 +219,7 @@ _TOP_KEYS = ("workspace", "lock", "backend")
 _SIZE_KEYS = {"layers.cap", "verify.hard-limit", "verify.cap"}
 # Paths relative to the repository root; the rest of the paths are relative to the workspace.
 _ROOT_RELATIVE = {"layers.size-overrides", "layers.size-cache", "build.dockerfile",
-                  "build.kaniko-script", "build.wheelhouse"}
+                  "build.kaniko-script", "build.wheelhouse", "build.slices"}
 
 
 def _key(name: str) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.proc import CommandFailed, Completed, ProgramNotFound, run
 
-__all__ = ["GitError", "dirty_tracked_files", "head_sha", "ls_bundle_files", "resolve_commit", "short_sha",
-           "show_file", "toplevel"]
+__all__ = ["GitError", "dirty_tracked_files", "file_history", "head_sha", "ls_bundle_files",
+           "resolve_commit", "short_sha", "show_file", "toplevel"]
 
 
 class GitError(GpurlError):
@@ -74,6 +74,17 @@ def resolve_commit(repo: Path, ref: str) -> str:
                        hint="pass --since with a commit, tag or branch that exists "
                             "(a shallow clone may lack the history: git fetch --unshallow)")
     return done.stdout.strip()
+
+
+def file_history(path: Path, *, limit: int) -> tuple[Path, list[str]]:
+    """(repository root, the newest `limit` commits that changed `path`, newest first); no
+    repository or no history gives an empty list, never an error."""
+    try:
+        repo = toplevel(path.parent)
+    except GitError:
+        return path.parent, []
+    done = _git(repo, "log", f"-n{limit}", "--format=%H", "--", str(path.resolve()))
+    return repo, done.stdout.split() if done.returncode == 0 else []
 
 
 def show_file(repo: Path, commit: str, path: str) -> str | None:

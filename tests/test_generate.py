@@ -20,7 +20,7 @@ from gpurl_tasks.dockerfile.generate import (
 )
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.files import write_atomic
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, sync_selection_flags
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -48,17 +48,17 @@ SMALL_LOCK = b'version = 1\nrequires-python = ">=3.12"\n'
 def hand_plan(config: Config) -> Plan:
     """A fixed three-layer plan (the planner's output shape, built by hand)."""
     def pkg(name: str, size: int) -> PlannedPackage:
-        return PlannedPackage(name=name, version="1.0", compressed_bytes=size, installed_bytes=None)
+        return PlannedPackage(name=name, version="1.0", compressed_bytes=size, installed_bytes=None,
+                              requirement=f"{name}==1.0 --hash=sha256:{'0' * 64}",
+                              index="http://127.0.0.1:5006/simple")
 
-    layers = (Layer(index=0, packages=(pkg("six", 11_050), pkg("pyyaml", 828_016))),
-              Layer(index=1, packages=(pkg("torch", 3_100_000_000),)),
-              Layer(index=2, packages=(pkg("nvidia-cudnn-cu12", 2_900_000_000),)))
-    steps = (SyncStep(no_install_package=("torch", "nvidia-cudnn-cu12")),
-             SyncStep(no_install_package=("nvidia-cudnn-cu12",)),
-             SyncStep(no_install_package=()))
+    layers = (Layer(index=0, name="00-nvidia-cudnn-cu12",
+                    packages=(pkg("nvidia-cudnn-cu12", 2_900_000_000),)),
+              Layer(index=1, name="01-torch", packages=(pkg("torch", 3_100_000_000),)),
+              Layer(index=2, name="02-tail", packages=(pkg("six", 11_050), pkg("pyyaml", 828_016))))
     flags = sync_selection_flags(config.python, local_flags=("--no-install-project",))
     return Plan(cap_bytes=4 * 10**9, basis="compressed", sync_flags=flags,
-                layers=layers, steps=steps, local=("small",), lower_bound_layers=2)
+                layers=layers, local=("small",), lower_bound_layers=2)
 
 
 @pytest.fixture
@@ -91,11 +91,23 @@ def test_generate_writes_then_check_passes_then_fails_when_stale(small_root: Pat
     again = generate(config, planner=hand_plan)
     assert not again.changed and path.read_bytes() == before
     assert not generate(config, check=True, planner=hand_plan).changed
-    path.write_bytes(before.replace(b"--no-install-package torch", b"", 1))
+    path.write_bytes(before.replace(b"02-tail", b"02-tails", 1))
     with pytest.raises(StaleFileError, match="stale") as err:
         generate(config, check=True, planner=hand_plan)
     assert err.value.exit_code != 0 and "invoke generate --profile small" in str(err.value)
-    assert sorted(p.name for p in path.parent.iterdir()) == ["Dockerfile.small"]  # no temp files
+    assert sorted(p.name for p in path.parent.iterdir()) == ["Dockerfile.small", "layers"]
+    slices = path.parent / "layers" / "small"
+    assert sorted(p.name for p in slices.iterdir()) == [
+        "00-nvidia-cudnn-cu12.txt", "01-torch.txt", "02-tail.txt"]  # no temp files
+    generate(config, planner=hand_plan)
+    tail = slices / "02-tail.txt"
+    tail.write_text(tail.read_text().replace("six==1.0", "six==0.9"))
+    with pytest.raises(StaleFileError, match="02-tail.txt"):  # a stale slice fails the check
+        generate(config, check=True, planner=hand_plan)
+    (slices / "07-old.txt").write_text("# left from an older plan\n")
+    generate(config, planner=hand_plan)  # rewrites the slice, removes the leftover
+    assert not (slices / "07-old.txt").exists() and "six==1.0" in tail.read_text()
+    assert generate(config, check=True, planner=hand_plan).slices == ()
 
 
 def test_lock_change_makes_the_file_stale(small_root: Path) -> None:
@@ -206,10 +218,10 @@ def test_cli_check_passes_on_the_committed_files() -> None:
 def test_cli_check_fails_on_a_stale_copy_and_generate_repairs_it(tmp_path: Path) -> None:
     root = _repo_copy(tmp_path / "repo")
     target = root / "docker" / "Dockerfile.demo"
-    target.write_text(target.read_text().replace("--no-install-package", "--no-install-pkg", 1))
+    target.write_text(target.read_text().replace("--require-hashes", "--require-hash", 1))
     stale = _invoke(root, "--check")
     assert stale.returncode == 1
-    assert "docker/Dockerfile.demo is stale for profile 'demo'" in stale.stderr
+    assert "docker/Dockerfile.demo missing or stale for profile 'demo'" in stale.stderr
     assert "invoke generate --profile demo" in stale.stderr
     assert "Traceback" not in stale.stderr
     assert _invoke(root, "--profile", "demo").returncode == 0

@@ -21,7 +21,13 @@ from gpurl_tasks.dockerfile import provenance
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import IB_VERBS_APT, render_recipe
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+from gpurl_tasks.plan.model import (
+    Layer,
+    Plan,
+    PlannedPackage,
+    ProvidedPackage,
+    sync_selection_flags,
+)
 from gpurl_tasks.plan.planner import plan_for_config, plan_layers
 from gpurl_tasks.plan.sizes import PackageSize
 
@@ -72,6 +78,19 @@ def parse(text: str) -> Parsed:
     return Parsed(global_args=global_args, stages=stages)
 
 
+def slice_runs(stage: ParsedStage) -> list[tuple[str, str]]:
+    """(the COPY'd slice file, the file the next RUN installs) for every slice, in order."""
+    order = [(i["instruction"], i["value"]) for i in stage.instructions]
+    out = []
+    for k, (kind, value) in enumerate(order):
+        if kind == "COPY" and "/tmp/gpurl-layers/" in value:
+            run = shlex.split(order[k + 1][1])
+            assert run[:5] == ["uv", "pip", "install", "--no-deps", "--require-hashes"] or \
+                run[:4] == ["uv", "pip", "install", "--no-deps"], run
+            out.append((value.split()[0], run[run.index("-r") + 1]))
+    return out
+
+
 def sync_runs(stage: ParsedStage) -> list[list[str]]:
     """The argv after `uv sync` of every sync RUN, in order."""
     out = []
@@ -99,19 +118,20 @@ def split_sync(argv: list[str]) -> tuple[list[str], list[str]]:
 # --- fixtures ---------------------------------------------------------------------------------
 
 
-def make_plan(config: Config, layer_names: list[list[str]]) -> Plan:
-    """A valid plan: layer i holds its names; step i defers every later layer's packages."""
+def make_plan(config: Config, layer_names: list[list[str]],
+              provided: tuple[str, ...] = ()) -> Plan:
+    """A valid plan: slice i (named NN-<its first package>) holds its names."""
     layers = tuple(
-        Layer(index=i, packages=tuple(PlannedPackage(name=n, version="1.0",
-                                                     compressed_bytes=10**6 * (i + 1),
-                                                     installed_bytes=None) for n in names))
+        Layer(index=i, name=f"{i:02d}-{names[0]}",
+              packages=tuple(PlannedPackage(name=n, version="1.0",
+                                            compressed_bytes=10**6 * (i + 1),
+                                            installed_bytes=None, requirement=f"{n}==1.0")
+                             for n in names))
         for i, names in enumerate(layer_names))
-    steps = tuple(SyncStep(no_install_package=tuple(n for later in layer_names[i + 1:]
-                                                    for n in later))
-                  for i in range(len(layer_names)))
     return Plan(cap_bytes=4 * 10**9, basis="compressed",
                 sync_flags=sync_selection_flags(config.python, local_flags=LOCAL_FLAGS),
-                layers=layers, steps=steps, local=("skyrl-train",), lower_bound_layers=1)
+                layers=layers, local=("skyrl-train",), lower_bound_layers=1,
+                provided=tuple(ProvidedPackage(name=n, version="1") for n in provided))
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +225,9 @@ def test_wheel_builder_index_strategy_and_pip_wheel(gpu: Parsed) -> None:
 def test_asserts_are_separate_runs(gpu: Parsed) -> None:
     runs = gpu.stage("rl").of("RUN")
     codes = [shlex.split(v)[3] for v in runs if v.startswith("python -B -c ")]
+    compiled = codes.pop(0)  # first: the compiled wheels are what is installed, nothing reverted
+    assert "/tmp/wheels/vllm-*g${VLLM_FORK_COMMIT}*.whl" in compiled
+    assert "m.version(n) != v" in compiled
     assert codes == [
         "import flash_attn, flash_attn_2_cuda",
         "import torch, transformers, vllm, skyrl_train, flash_attn, flash_attn_2_cuda",
@@ -217,18 +240,19 @@ def test_asserts_are_separate_runs(gpu: Parsed) -> None:
     assert "import megatron.core, megatron.bridge, transformer_engine" in megatron[0]
 
 
-def test_sync_chain_then_wheels_then_harbor_then_local(gpu: Parsed) -> None:
+def test_slices_then_wheels_then_harbor_then_the_one_sync(gpu: Parsed) -> None:
     rl = gpu.stage("rl")
     order = [(i["instruction"], i["value"]) for i in rl.instructions]
-    first_copy = order.index(("COPY", "rl/pyproject.toml rl/uv.lock /app/"))
+    slices = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "-r /tmp/gpurl-layers/" in v]
     syncs = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "uv sync" in v]
     wheels_copy = order.index(("COPY", "--from=wheels /wheels/ /tmp/wheels/"))
-    wheel_install = next(k for k, (_, v) in enumerate(order) if "--no-deps" in v)
+    wheel_install = next(k for k, (_, v) in enumerate(order) if "/tmp/wheels/" in v and "RUN" == _)
     harbor = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
     source = order.index(("COPY", "rl/ /app/"))
-    assert first_copy < syncs[0] < syncs[-2] < wheels_copy < wheel_install < harbor < source
-    assert syncs[-1] > source  # the local install comes after the source
-    final = sync_runs(rl)[-1]
+    assert len(syncs) == 1 and len(slices) == 3
+    assert slices[-1] < wheels_copy < wheel_install < harbor < source < syncs[0]
+    assert not any("uv.lock" in v for kind, v in order[:source] if kind == "COPY")  # no slice
+    final = sync_runs(rl)[-1]  # depends on the whole lock
     assert "--inexact" in final and "--no-install-project" not in final
     wheel_argv = shlex.split(order[wheel_install][1])
     assert "/tmp/wheels/flash_attn-${FLASH_ATTN_VERSION}-*.whl" in wheel_argv
@@ -240,6 +264,8 @@ def test_no_cache_and_no_bytecode(gpu: Parsed) -> None:
     assert 'UV_LINK_MODE="copy"' in env
     for argv in sync_runs(gpu.stage("rl")):
         assert "--no-cache" in argv and "--frozen" in argv
+    assert [s for s, _ in slice_runs(gpu.stage("rl"))] == [
+        f"docker/layers/gpu-rl/{n}.txt" for n in ("00-six", "01-torch", "02-nvidia-cublas-cu12")]
 
 
 def test_provenance_labels_come_last(gpu: Parsed) -> None:
@@ -254,11 +280,11 @@ def test_provenance_labels_come_last(gpu: Parsed) -> None:
     assert labels[provenance.LABEL_GENERATOR].startswith("gpurl ")
 
 
-def test_harbor_arg_is_declared_after_the_chain(gpu: Parsed) -> None:
-    """A HARBOR_COMMIT bump must not invalidate the cached sync layers (ARG scope = cache key)."""
+def test_harbor_arg_is_declared_after_the_slices(gpu: Parsed) -> None:
+    """A HARBOR_COMMIT bump must not invalidate the cached slice layers (ARG scope = cache key)."""
     rl = [(i["instruction"], i["value"]) for i in gpu.stage("rl").instructions]
     last_chain_sync = max(k for k, (kind, v) in enumerate(rl)
-                          if kind == "RUN" and "uv sync" in v and "--inexact" not in v)
+                          if kind == "RUN" and "/tmp/gpurl-layers/" in v)
     harbor_arg = rl.index(("ARG", "HARBOR_COMMIT"))
     assert harbor_arg > last_chain_sync
 
@@ -281,21 +307,20 @@ def layer_partitions(draw: st.DrawFn) -> list[list[str]]:
 
 @settings(max_examples=60, deadline=None)
 @given(partition=layer_partitions(), megatron=st.booleans(), extras=st.sampled_from([(), ("ep",)]))
-def test_plan_steps_round_trip(gpu_config: Config, partition: list[list[str]], megatron: bool,
-                               extras: tuple[str, ...]) -> None:
+def test_plan_slices_round_trip(gpu_config: Config, partition: list[list[str]], megatron: bool,
+                                extras: tuple[str, ...]) -> None:
     build = dataclasses.replace(gpu_config.build, megatron_extra="megatron" if megatron else "")
     python = dataclasses.replace(gpu_config.python, extras=extras)
     config = dataclasses.replace(gpu_config, build=build, python=python)
-    plan = make_plan(config, partition)
+    plan = make_plan(config, partition, provided=("flash-attn", "vllm"))
     rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).stage("rl")
-    chain = [split_sync(a) for a in sync_runs(rl) if "--inexact" not in a]
-    assert [exclusions for _, exclusions in chain] == [list(s.no_install_package)
-                                                       for s in plan.steps]
-    assert chain[-1][1] == []
-    selections = {tuple(sel) for sel, _ in chain}
-    assert len(selections) == 1
-    expected = list(plan.sync_flags) + (["$@"] if megatron else [])
-    assert list(selections.pop()) == expected
+    assert slice_runs(rl) == [(f"docker/layers/gpu-rl/{layer.name}.txt",
+                               f"/tmp/gpurl-layers/{layer.name}.txt") for layer in plan.layers]
+    (final,) = sync_runs(rl)
+    selection, exclusions = split_sync(final)
+    assert exclusions == ["flash-attn", "vllm"]  # the compiled wheels' packages, every time
+    expected = [f for f in plan.sync_flags if not f.startswith("--no-install-")]
+    assert selection == [*expected, "--inexact", *(["$@"] if megatron else [])]
 
 
 # --- the demo goes through the same code ----------------------------------------------------------
@@ -318,18 +343,20 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     assert 'UV_PYTHON="3.11"' in env and 'UV_PYTHON_DOWNLOADS="never"' in env
     assert 'PIP_INDEX_URL="${INDEX_URL}"' in env
     rl = parsed.stage("rl")
-    assert [split_sync(a)[1] for a in sync_runs(rl)][:-1] == [["lxml", "pillow"], ["pillow"], []]
-    assert rl.of("COPY")[0] == "examples/demo/pyproject.toml examples/demo/uv.lock /app/"
+    assert [s for s, _ in slice_runs(rl)] == [
+        f"docker/layers/demo/{n}.txt" for n in ("00-pyyaml", "01-lxml", "02-pillow")]
+    assert rl.of("COPY")[-1] == "examples/demo/ /app/"
     assert not any("harbor" in v for v in rl.of("RUN"))
 
 
 # --- validation -----------------------------------------------------------------------------------
 
 
-def test_plan_whose_last_step_excludes_is_rejected(gpu_config: Config) -> None:
+def test_plan_with_clashing_slice_names_is_rejected(gpu_config: Config) -> None:
     plan = make_plan(gpu_config, [["a"], ["b"]])
-    bad = dataclasses.replace(plan, steps=(*plan.steps[:-1], SyncStep(no_install_package=("b",))))
-    with pytest.raises(DockerfileError, match="last sync step"):
+    bad = dataclasses.replace(plan, layers=tuple(dataclasses.replace(layer, name="00-a")
+                                                 for layer in plan.layers))
+    with pytest.raises(DockerfileError, match="unique NN-label"):
         render_recipe(gpu_config, bad, lock_sha256=LOCK_SHA)
 
 
@@ -383,27 +410,26 @@ def planner_plans(draw: st.DrawFn, config: Config) -> Plan:
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_planner_plans_round_trip(gpu_config: Config, data: st.DataObject) -> None:
-    """For plans from gpurl_tasks.layers.plan_layers, the parsed chain is exactly the steps."""
+    """For plans from the real planner, the parsed slices are exactly the plan's layers."""
     plan = data.draw(planner_plans(gpu_config))
     rl = parse(render(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA))).stage("rl")
-    chain = [split_sync(a) for a in sync_runs(rl) if "--inexact" not in a]
-    assert [ex for _, ex in chain] == [list(s.no_install_package) for s in plan.steps]
-    assert chain[-1][1] == []
-    assert {tuple(sel) for sel, _ in chain} == {(*plan.sync_flags, "$@")}
+    assert [s for s, _ in slice_runs(rl)] == [f"docker/layers/gpu-rl/{layer.name}.txt"
+                                             for layer in plan.layers]
+    assert len(sync_runs(rl)) == 1
 
 
 def test_committed_dockerfiles_match_their_plans() -> None:
-    """docker/Dockerfile.{gpu-rl,demo}: one sync RUN per planned layer, provenance matches."""
+    """docker/Dockerfile.{gpu-rl,demo}: one slice per planned layer, provenance matches."""
     for profile in ("gpu-rl", "demo"):
         config = load_config(REPO_ROOT, profile=profile, env={})
         plan = plan_for_config(config)
         parsed = parse(config.build.dockerfile.read_text())
         rl = parsed.stage("rl")
-        chain = [split_sync(a)[1] for a in sync_runs(rl) if "--inexact" not in a]
-        assert chain == [list(s.no_install_package) for s in plan.steps], profile
+        assert [s for s, _ in slice_runs(rl)] == [
+            f"docker/layers/{profile}/{layer.name}.txt" for layer in plan.layers], profile
         labels = dict(pair.split("=", 1) for pair in shlex.split(rl.of("LABEL")[-1]))
         assert labels[provenance.LABEL_PLAN_FINGERPRINT] == plan.fingerprint
-        assert labels[provenance.LABEL_PLAN_STEPS] == str(len(plan.steps))
+        assert labels[provenance.LABEL_PLAN_STEPS] == str(len(plan.layers))
         assert labels[provenance.LABEL_LOCK_HASH] == hashlib.sha256(
             config.lock.read_bytes()).hexdigest()
 

@@ -1,7 +1,9 @@
-"""The planned chain run by real uv against a package index on 127.0.0.1.
+"""The planned slices run by real uv against a package index on 127.0.0.1.
 
-Real wheels are built in the test, served by a loopback HTTP index, locked by `uv lock`,
-planned by gpurl and installed step by step by `uv sync` into a fresh venv.
+Real wheels are built in the test, served by a loopback HTTP index, locked by `uv lock`
+(registry packages and a direct-URL wheel), planned by gpurl, written as slice files, installed
+slice by slice with `uv pip install --no-deps --require-hashes` into a fresh venv; then the
+final `uv sync --frozen` must find nothing to install or uninstall but the project itself.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from gpurl_tasks.config import PythonSelection, TargetSpec
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.model import sync_selection_flags
 from gpurl_tasks.plan.planner import local_install_flags, plan_layers
-from gpurl_tasks.plan.sizes import load_size_sources, package_sizes
+from gpurl_tasks.plan.sizes import SizeSources, package_sizes
+from gpurl_tasks.plan.slices import SliceLine, render_slice, slice_line
 from gpurl_tasks.plan.target import marker_environment, target_tags
 from tests.support.pyindex import make_wheel, serve_index
 
@@ -56,20 +59,23 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, di
         make_wheel(wheels, name, "1.0", payload_bytes=20_000 * (i + 1))
     make_wheel(wheels, "windows-only", "1.0", payload_bytes=10_000)
     make_wheel(wheels, "dev-tool", "1.0", payload_bytes=10_000)
+    make_wheel(wheels, "url-pkg", "1.0", payload_bytes=30_000)
     proj = base / "proj"
     proj.mkdir()
-    (proj / "pyproject.toml").write_text(
-        "[project]\n"
-        'name = "chain-root"\nversion = "0.1.0"\n'
-        f'requires-python = ">={HOST_TARGET.python}"\n'
-        'dependencies = ["heavy-a", "heavy-b", "light-five", '
-        '"windows-only; sys_platform == \'win32\'"]\n'
-        "[project.optional-dependencies]\n"
-        'gpu = ["heavy-c"]\n'
-        "[dependency-groups]\n"
-        'dev = ["dev-tool"]\n'
-    )
     with serve_index(wheels, base / "index") as url:
+        files = url.removesuffix("/simple") + "/files"
+        (proj / "pyproject.toml").write_text(
+            "[project]\n"
+            'name = "chain-root"\nversion = "0.1.0"\n'
+            f'requires-python = ">={HOST_TARGET.python}"\n'
+            'dependencies = ["heavy-a", "heavy-b", "light-five", '
+            '"windows-only; sys_platform == \'win32\'", '
+            f'"url-pkg @ {files}/url_pkg-1.0-py3-none-any.whl"]\n'
+            "[project.optional-dependencies]\n"
+            'gpu = ["heavy-c"]\n'
+            "[dependency-groups]\n"
+            'dev = ["dev-tool"]\n'
+        )
         env = {**os.environ, "UV_INDEX_URL": url, "UV_CACHE_DIR": str(base / "cache"),
                "UV_PYTHON": sys.executable, "UV_PYTHON_DOWNLOADS": "never"}
         env.pop("PIP_FIND_LINKS", None)
@@ -83,29 +89,40 @@ def _installed(venv: Path, env: dict[str, str]) -> set[str]:
     return {entry["name"] for entry in json.loads(out.stdout)}
 
 
-def test_chain_installs_exactly_the_planned_layers(project: tuple[Path, dict[str, str]],
-                                                   tmp_path: Path) -> None:
+def test_slices_install_the_plan_and_the_final_sync_finds_nothing_to_do(
+        project: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     proj, env = project
     lock = load_lock(proj / "uv.lock")
     selection = PythonSelection(extras=("gpu",))
     closure = install_closure(lock, HOST_TARGET, selection)
-    sizes = package_sizes(closure.packages, target_tags(HOST_TARGET), load_size_sources(None, None))
-    plan = plan_layers(sizes, cap=int(3.2 * MB), basis="compressed",
-                       sync_flags=sync_selection_flags(selection,
-                                                       local_flags=local_install_flags(lock, closure)))
-    assert len(plan.steps) >= 3
+    assert {p.source_kind for p in closure.packages} == {"registry", "url"}
+    sizes = package_sizes(closure.packages, target_tags(HOST_TARGET),
+                          SizeSources(overrides={"url-pkg": 30_000}))  # a URL source has no size
+    flags = sync_selection_flags(selection, local_flags=local_install_flags(lock, closure))
+    plan = plan_layers(sizes, cap=int(3.2 * MB), basis="compressed", sync_flags=flags,
+                       lines={p.name: slice_line(p) for p in closure.packages})
+    assert len(plan.layers) >= 3
     venv = tmp_path / "venv"
     subprocess.run([_uv(), "venv", str(venv)], env=env, check=True, capture_output=True)
-    step_env = {**env, "UV_PROJECT_ENVIRONMENT": str(venv)}
+    step_env = {**env, "UV_PROJECT_ENVIRONMENT": str(venv), "VIRTUAL_ENV": str(venv)}
     before = _installed(venv, env)
-    for i, layer in enumerate(plan.layers):
-        argv = [_uv(), *plan.step_argv(i)[1:]]
-        subprocess.run(argv, cwd=proj, env=step_env, check=True, capture_output=True)
+    for layer in plan.layers:
+        path = tmp_path / f"{layer.name}.txt"
+        path.write_text(render_slice(SliceLine(requirement=p.requirement, index=p.index,
+                                               hashed=p.hashed) for p in layer.packages))
+        argv = [_uv(), "pip", "install", "--python", str(venv / "bin" / "python"), "--no-deps",
+                *(["--require-hashes"] if layer.hashed else []), "-r", str(path)]
+        subprocess.run(argv, env=step_env, check=True, capture_output=True)
         after = _installed(venv, env)
-        assert before <= after, f"step {i} uninstalled {sorted(before - after)}"
-        assert after - before == set(layer.names), f"step {i}"
+        assert before <= after and after - before == set(layer.names), layer.name
         before = after
     assert before == {p.name for p in closure.packages}
+    final = [f for f in flags if not f.startswith("--no-install-")]
+    done = subprocess.run([_uv(), "sync", *final, "--inexact"], cwd=proj, env=step_env,
+                          check=True, capture_output=True, text=True)
+    changes = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()[:2] in ("+ ", "- ")]
+    assert changes == [], done.stderr  # the project is virtual: nothing at all to do
+    assert f"Checked {len(closure.packages)} packages" in done.stderr
     assert "windows-only" not in before and "dev-tool" not in before
 
 
@@ -132,6 +149,9 @@ def _exported(text: str) -> set[tuple[str, str]]:
             continue
         req = Requirement(line)
         if req.marker is None or Marker(str(req.marker)).evaluate(env):
+            if req.url:  # a direct-URL wheel: the version is in its file name
+                result.add((req.name, req.url.rsplit("/", 1)[1].split("-")[1]))
+                continue
             (spec,) = req.specifier
             result.add((req.name, spec.version))
     return result

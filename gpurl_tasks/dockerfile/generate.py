@@ -1,7 +1,10 @@
-"""Render a profile's Dockerfile and write it atomically, or check the committed one is current.
+"""Render a profile's Dockerfile and its slice files and write them atomically, or check the
+committed ones are current: the one writer of generated build files.
 
 The edge around the pure recipe: it reads the lock (for its hash), asks the planner for the
-plan, lints the model, and either replaces the file via temp file + rename or compares bytes.
+plan (which keeps the committed slices' assignment), checks the compiled wheels against what
+the lock's dependents require, lints the model, and either replaces each file via temp file +
+rename (removing slice files the plan no longer has) or compares bytes.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from gpurl_tasks.config import Config, load_committed_config, load_profile_names
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import render_recipe
+from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import GpurlError, LockError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.planner import plan_for_config, slices_dir
+from gpurl_tasks.plan.slices import SliceLine, render_slice
 
 __all__ = [
     "GenerateResult",
@@ -45,12 +50,15 @@ class GenerateResult:
 
     profile: str
     path: Path
-    changed: bool  # the file was (or, with check, would be) rewritten
-    steps: int  # sync RUNs in the chain
+    changed: bool  # the Dockerfile was (or, with check, would be) rewritten
+    steps: int  # slice layers in the plan
+    slices: tuple[Path, ...] = ()  # slice files written (or, with check, that would change)
+    notes: tuple[str, ...] = ()  # provided packages: lock vs compiled version
 
     def to_json(self) -> dict[str, object]:
         return {"profile": self.profile, "path": str(self.path), "changed": self.changed,
-                "steps": self.steps}
+                "steps": self.steps, "slices_changed": [str(p) for p in self.slices],
+                "provided": list(self.notes)}
 
 
 def lock_sha256(lock: Path) -> str:
@@ -71,25 +79,62 @@ def render_dockerfile(config: Config, plan: Plan) -> str:
     return render(dockerfile)
 
 
+def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
+    """Every slice file the plan calls for, with its text."""
+    where = slices_dir(config)
+    return {where / f"{layer.name}.txt":
+            render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
+                         for p in layer.packages)
+            for layer in plan.layers}
+
+
+def _check_compiled(config: Config, plan: Plan) -> tuple[str, ...]:
+    """The provided packages' lock vs compiled versions; a dependent's unmet specifier fails."""
+    if not plan.provided:
+        return ()
+    pins = pins_from_args({}, config.build, config.target)  # the ARG defaults are the config's
+    lines, problems = check_provided(plan.provided, pins, config.build.wheel_globs)
+    if problems:
+        raise DockerfileError("the compiled wheels break the lock's requirements: "
+                              + "; ".join(problems),
+                              hint="build the fork at a version the lock allows, or re-lock "
+                                   "the workspace against the fork's version")
+    return tuple(lines)
+
+
 def generate(config: Config, *, check: bool = False, planner: Planner | None = None
              ) -> GenerateResult:
-    """Write config.build.dockerfile, or with `check` raise StaleFileError when it is stale."""
+    """Write the Dockerfile and the slice files, or with `check` raise StaleFileError when one is
+    stale (a slice left over from an older plan counts as stale)."""
     plan = (planner or plan_for_config)(config)
+    notes = _check_compiled(config, plan)
     text = render_dockerfile(config, plan)
     path = config.build.dockerfile
+    files = slice_files(config, plan)
+    leftover = sorted(set(slices_dir(config).glob("*.txt")) - set(files)) \
+        if slices_dir(config).is_dir() else []
+    stale_slices = tuple(p for p, body in files.items()
+                         if not p.exists() or p.read_bytes() != body.encode()) + tuple(leftover)
     current = path.read_bytes() if path.exists() else None
     changed = current != text.encode()
     if check:
-        if changed:
-            shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
-            state = "missing" if current is None else "stale"
-            raise StaleFileError(f"{shown} is {state} for profile {config.profile!r}",
+        stale = ([path] if changed else []) + list(stale_slices)
+        if stale:
+            shown = ", ".join(str(p.relative_to(config.root) if p.is_relative_to(config.root)
+                                  else p) for p in stale[:4])
+            state = "missing or stale" if current is not None else "missing"
+            raise StaleFileError(f"{shown} {state} for profile {config.profile!r}"
+                                 + (f" (+{len(stale) - 4} more)" if len(stale) > 4 else ""),
                                  hint=f"run `invoke generate --profile {config.profile}` and "
                                       "commit the result")
     else:
+        for slice_path, body in files.items():
+            write_atomic(slice_path, body)
+        for old in leftover:
+            old.unlink()
         write_atomic(path, text)
     return GenerateResult(profile=config.profile, path=path, changed=changed,
-                          steps=len(plan.steps))
+                          steps=len(plan.layers), slices=stale_slices, notes=notes)
 
 
 def profiles_with_dockerfile(root: Path) -> tuple[str, ...]:
@@ -107,17 +152,31 @@ class GenerateSummary:
     exit_code: int = 0
 
     def human(self) -> str:
-        def verb(r: GenerateResult) -> str:
-            return "up to date" if not r.changed else ("would change" if self.check else "written")
-        return "\n".join(f"{r.path.relative_to(self.root)}: {verb(r)} ({r.steps} sync layers)"
-                         for r in self.results)
+        def verb(changed: bool) -> str:
+            return "up to date" if not changed else ("would change" if self.check else "written")
+        lines = []
+        for r in self.results:
+            lines.append(f"{r.path.relative_to(self.root)}: {verb(r.changed)} ({r.steps} slice "
+                         f"layers; {len(r.slices)} slice file(s) {verb(True)})"
+                         if r.slices else
+                         f"{r.path.relative_to(self.root)}: {verb(r.changed)} ({r.steps} slice "
+                         "layers, slices up to date)")
+            lines += [f"  provided: {note}" for note in r.notes]
+        return "\n".join(lines)
 
     def to_json(self) -> dict[str, object]:
         return {"check": self.check, "files": [r.to_json() for r in self.results]}
 
 
-def generate_profiles(root: Path, profile: str | None, *, check: bool) -> GenerateSummary:
-    """Generate (or check) `profile`'s Dockerfile, or every profile's, from the committed config."""
+def generate_profiles(root: Path, profile: str | None, *, check: bool,
+                      repack: bool = False) -> GenerateSummary:
+    """Generate (or check) `profile`'s Dockerfile and slices, or every profile's, from the
+    committed config. `repack` packs the layers afresh instead of keeping the committed slices."""
     names = (profile,) if profile else profiles_with_dockerfile(root)
-    results = tuple(generate(load_committed_config(root, name), check=check) for name in names)
+
+    def planner(config: Config) -> Plan:
+        return plan_for_config(config, repack=repack)
+
+    results = tuple(generate(load_committed_config(root, name), check=check, planner=planner)
+                    for name in names)
     return GenerateSummary(root=root, check=check, results=results)

@@ -44,13 +44,14 @@ from gpurl_tasks.dockerfile.model import (
     image,
     quote_word,
 )
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.model import Layer, Plan
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
     "BOOTSTRAP_APT",
     "IB_VERBS_APT",
     "LOCAL_INSTALL_FLAGS",
+    "SLICE_DIR",
     "VENV",
     "WORKDIR",
     "render_recipe",
@@ -63,6 +64,7 @@ LOCAL_INSTALL_FLAGS = frozenset({"--no-install-project", "--no-install-workspace
 VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"
+SLICE_DIR = "/tmp/gpurl-layers"
 _MEGATRON_IF = 'if [ "${INSTALL_MEGATRON}" = "1" ]; then'
 _REF = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
@@ -259,10 +261,32 @@ def _selection(config: Config, plan: Plan) -> tuple[str, ...]:
     return tuple(flags)
 
 
+def _slice_run(layer: Layer) -> Run:
+    """Install one slice: exactly its pinned artifacts, nothing they depend on."""
+    groups: list[tuple[str, ...]] = [("--no-deps",)]
+    if layer.hashed:
+        groups.append(("--require-hashes",))
+    if len(layer.indexes) > 1:  # each pin names its version and hashes; any listed index may serve it
+        groups.append(("--index-strategy", "unsafe-best-match"))
+    groups.append(("-r", f"{SLICE_DIR}/{layer.name}.txt"))
+    return Run(commands=(Command(head=("uv", "pip", "install"), groups=tuple(groups)),))
+
+
+def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
+    """Each compiled wheel is what is installed: no sync replaced or reverted it."""
+    stmt = ("import glob, os, importlib.metadata as m; "
+            f"found = [os.path.basename(w).split('-')[:2] for g in {list(globs)!r} "
+            "for w in glob.glob(g)]; "
+            "bad = [(n, v, m.version(n)) for n, v in found if m.version(n) != v]; "
+            "assert found and not bad, ('compiled wheel not installed', found, bad); "
+            "print('compiled wheels installed:', ', '.join('=='.join(f) for f in found))")
+    return Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
+
+
 def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
     b = config.build
     ws = _rel(config, str(config.workspace))
-    ws_prefix = "" if ws == "." else f"{ws}/"
+    slices = _rel(config, str(config.build.slices / config.profile))
     selection = _selection(config, plan)
     body: list[Instruction] = [
         Comment(text="The InfiniBand verbs userspace is always installed: without it NCCL "
@@ -272,7 +296,6 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
         Env(pairs=(("PATH", f"{VENV}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", VENV),
                    ("VIRTUAL_ENV", VENV))),
         Workdir(path=WORKDIR),
-        Copy(sources=(f"{ws_prefix}pyproject.toml", f"{ws_prefix}uv.lock"), dest=f"{WORKDIR}/"),
     ]
     if b.megatron_extra:
         body += [
@@ -281,21 +304,30 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
                                      '"INSTALL_MEGATRON must be 0 or 1" >&2; exit 1 ;; esac'),)),
         ]
     body += [
-        Comment(text=f"The layer plan: {len(plan.steps)} sync RUN(s) with identical selection "
-                "flags;"),
-        Comment(text="each defers the heavy packages of later layers, the last excludes nothing "
-                "(exactly the lock)."),
+        Comment(text=f"The layer plan: {len(plan.layers)} slice(s) of uv.lock, each a COPY of its "
+                "own file and one install,"),
+        Comment(text="so a lock bump rebuilds only the layers whose pins changed (and those above "
+                "them)."),
+        Run(commands=(Command(head=("uv", "venv", VENV)),)),
     ]
-    for i, step in enumerate(plan.steps):
-        size = format_bytes(plan.layers[i].compressed_bytes) if i < len(plan.layers) else "?"
-        body.append(Comment(text=f"sync {i + 1}/{len(plan.steps)}: ~{size} compressed"))
-        body.append(_sync_run(config, selection, step.no_install_package))
+    for layer in plan.layers:
+        body += [
+            Comment(text=f"slice {layer.index + 1}/{len(plan.layers)} {layer.name}: "
+                    f"{len(layer.packages)} package(s), ~{format_bytes(layer.compressed_bytes)} "
+                    "compressed"),
+            Copy(sources=(f"{slices}/{layer.name}.txt",), dest=f"{SLICE_DIR}/"),
+            _slice_run(layer),
+        ]
     globs = tuple(f"{_WHEELS_TMP}/{g}" for g in b.wheel_globs)
+    provided = plan.final_exclusions
     if globs:
         body += [
             Copy(sources=("/wheels/",), dest=f"{_WHEELS_TMP}/", from_stage="wheels"),
-            Comment(text="The compiled wheels replace nothing in the lock: --no-deps keeps the "
-                    "synced set exact."),
+            Comment(text="The compiled wheels provide "
+                    + (", ".join(provided) if provided else "packages the lock does not pin")
+                    + "; the final sync excludes them,"),
+            Comment(text="so the lock's copies are never installed, built or put back over "
+                    "them."),
             Run(commands=(Command(head=("uv", "pip", "install"),
                                   groups=(("--no-deps",), *((g,) for g in globs))),)),
         ]
@@ -306,11 +338,15 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
     final = tuple(f for f in selection if f not in LOCAL_INSTALL_FLAGS)
     body += [
         Copy(sources=(f"{ws}/" if ws != "." else ".",), dest=f"{WORKDIR}/"),
-        Comment(text="Local packages last; --inexact so the wheels and harbor installed above "
-                "stay installed."),
-        _sync_run(config, (*final, "--inexact"), ()),
+        Comment(text="The lock still rules: this sync finds the slices' packages in place and "
+                "installs only"),
+        Comment(text="the local packages; --inexact keeps the compiled wheels and harbor "
+                "installed above."),
+        _sync_run(config, (*final, "--inexact"), provided),
         Comment(text="Build asserts: a green build proves the stack imports (one RUN each)."),
     ]
+    if globs:
+        body.append(_compiled_wheels_assert(globs))
     # -B: importing must not leave .pyc files in the assert layers (unplanned bytes).
     body += [Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
              for stmt in b.import_asserts]
@@ -324,20 +360,22 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
             (provenance.LABEL_GIT_SHA, "${GITSHA}"),
             (provenance.LABEL_LOCK_HASH, lock_sha256),
             (provenance.LABEL_PLAN_FINGERPRINT, plan.fingerprint),
-            (provenance.LABEL_PLAN_STEPS, str(len(plan.steps))),
+            (provenance.LABEL_PLAN_STEPS, str(len(plan.layers))),
             (provenance.LABEL_GENERATOR, f"gpurl {gpurl_tasks.__version__}"),
         )),
     ]
     return Stage(name="rl", base="base", instructions=_with_args(body, _args(config)),
-                 comment="The RL runtime: the planned sync chain, compiled wheels, asserts.")
+                 comment="The RL runtime: the planned slices, compiled wheels, the final sync, "
+                         "asserts.")
 
 
 def _check_plan(plan: Plan) -> None:
-    if not plan.steps:
-        raise DockerfileError("the layer plan has no sync steps")
-    if plan.steps[-1].no_install_package:
-        raise DockerfileError("the last sync step must exclude nothing",
-                              hint="the final sync installs exactly the lock")
+    if not plan.layers:
+        raise DockerfileError("the layer plan has no layers")
+    names = [layer.name for layer in plan.layers]
+    if len(set(names)) != len(names) or not all(re.fullmatch(r"\d{2,3}-[a-z0-9._-]+", n)
+                                                for n in names):
+        raise DockerfileError(f"slice names must be unique NN-label names, not {names!r}")
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", plan.fingerprint):
         raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")
 

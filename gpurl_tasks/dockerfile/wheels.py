@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag
 from packaging.utils import (
     InvalidWheelFilename,
@@ -38,6 +39,8 @@ from packaging.version import InvalidVersion, Version
 
 from gpurl_tasks.config import BuildSettings, TargetSpec
 from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.plan.model import ProvidedPackage
+from gpurl_tasks.plan.planner import glob_project
 from gpurl_tasks.plan.target import target_tags
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "WheelCheckError",
     "WheelPins",
     "WheelSpec",
+    "check_provided",
     "check_wheels",
     "configured_globs",
     "expected_filenames",
@@ -235,14 +239,6 @@ class WheelSpec:
         return self.project or "?"
 
 
-def _glob_project(pattern: str) -> str | None:
-    """The distribution a wheel glob names ("gpurl_demo_ext-*.whl" -> "gpurl-demo-ext")."""
-    head = pattern.split("-", 1)[0]
-    if not head or any(c in head for c in "*?[") or head == pattern:
-        return None
-    return str(canonicalize_name(head))
-
-
 def wheel_specs(pins: WheelPins, expected_globs: Sequence[str] | None) -> tuple[WheelSpec, ...]:
     """One spec per expected glob; None means the gpu-rl pair, identified by project alone.
 
@@ -260,7 +256,7 @@ def wheel_specs(pins: WheelPins, expected_globs: Sequence[str] | None) -> tuple[
             specs.append(WheelSpec(project=pinned, glob=pattern, expected=names[pinned],
                                    pinned=True))
         else:
-            specs.append(WheelSpec(project=_glob_project(pattern), glob=pattern,
+            specs.append(WheelSpec(project=glob_project(pattern), glob=pattern,
                                    expected=pattern))
     return tuple(specs)
 
@@ -371,3 +367,28 @@ def configured_globs(build: BuildSettings, args: Mapping[str, str],
     return tuple(re.sub(r"\$\{(\w+)\}|\$(\w+)", fill, g) for g in build.wheel_globs)
 
 
+
+
+def check_provided(provided: Sequence[ProvidedPackage], pins: WheelPins,
+                   globs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(lines saying lock vs compiled version, problems) for every provided package whose
+    compiled version the pins name (the gpu-rl pair): the compiled wheel must satisfy every
+    specifier the lock's dependents place on it, or the image breaks what the lock promised."""
+    names = expected_filenames(pins)
+    expected_by_glob = {glob_project(g) for g in globs}
+    lines: list[str] = []
+    problems: list[str] = []
+    for package in provided:
+        filename = names.get(package.name)
+        if filename is None or package.name not in expected_by_glob:
+            lines.append(f"{package.name}: lock {package.version}, compiled wheel from "
+                         f"{', '.join(g for g in globs if glob_project(g) == package.name)} "
+                         "(its version is checked by check-wheels and the image's assert)")
+            continue
+        compiled = parse_wheel_filename(filename)[1]
+        lines.append(f"{package.name}: lock {package.version}, compiled {compiled}")
+        for dependent, specifier in package.requirements:
+            if not SpecifierSet(specifier).contains(compiled, prereleases=True):
+                problems.append(f"{package.name} {compiled} (compiled) does not satisfy "
+                                f"{dependent}'s requirement {package.name}{specifier}")
+    return lines, problems

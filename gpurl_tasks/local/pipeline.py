@@ -131,7 +131,7 @@ def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhous
     lines += [f"  {s.name:<16} {s.status:<10} {s.detail}"
               for s in setup_local(config, dry_run=True).steps]
     planned = plan_for_config(config)
-    lines.append(f"plan: {len(planned.steps)} sync layer(s) under {planned.cap_bytes:,} bytes")
+    lines.append(f"plan: {len(planned.layers)} slice layer(s) under {planned.cap_bytes:,} bytes")
     try:
         generate(config, check=True, planner=lambda _: planned)
         lines.append(f"generate: {config.build.dockerfile.name} is up to date")
@@ -163,7 +163,8 @@ def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
     def plan() -> tuple[Plan, str]:
         planned = plan_for_config(config)
         say(render_plan(planned))
-        return planned, f"{len(planned.steps)} sync layer(s), lower bound {planned.lower_bound_layers}"
+        return planned, (f"{len(planned.layers)} slice layer(s), lower bound "
+                         f"{planned.lower_bound_layers}")
 
     steps.run("setup-local", setup)
     planned = steps.run("plan", plan)

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
+from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.units import format_bytes
@@ -34,13 +35,14 @@ __all__ = [
     "report_json",
 ]
 
-SYNC_MARKER = "uv sync"
-CHAIN_MARKER = "--no-install-project"  # every planned sync has it; the final local sync does not
+SLICE_MARKER = f"{SLICE_DIR}/"  # every planned slice's install reads its file from there
+FINAL_SYNC_MARKERS = ("uv sync", "--inexact")  # the one sync after the slices
+FINAL_SYNC_SLACK = 64_000  # local packages only; more means the slices missed something
 HUGE_SHARE = 0.5  # one layer holding at least this share of the image is the one-layer symptom
 UNEXPECTED_CAUSES = (
     "a package cache left in the layer (uv needs --no-cache / UV_NO_CACHE=1 without a cache mount)",
-    "a package uninstalled and reinstalled by a later sync (every sync needs identical "
-    "--extra/--group flags; the exclusion sets may only shrink)",
+    "a package installed twice (a slice line in another form than the lock records, e.g. "
+    "`name @ <wheel url>` for a registry package, which the final sync reinstalls)",
     "bytecode compiled into the layer (--compile-bytecode / UV_COMPILE_BYTECODE)",
 )
 _BAR = 20
@@ -134,7 +136,7 @@ def _predictions(image: PulledImage, instructions: list[str | None], plan: Plan 
                  plan_note: str | None) -> tuple[dict[int, tuple[int, int | None]], str | None]:
     """layer index -> (sync step, predicted bytes or None), and a note when none apply."""
     sync = [i for i, text in enumerate(instructions)
-            if text and SYNC_MARKER in text and CHAIN_MARKER in text]
+            if text and "uv pip install" in text and SLICE_MARKER in text]
     steps: dict[int, tuple[int, int | None]] = {i: (n, None) for n, i in enumerate(sync)}
     label = image.labels.get(LABEL_PLAN_FINGERPRINT)
     if not label:
@@ -145,7 +147,7 @@ def _predictions(image: PulledImage, instructions: list[str | None], plan: Plan 
         return steps, (f"the image was built from plan {label[:19]}, the config now plans "
                        f"{plan.fingerprint[:19]}: sizes are not predicted")
     if len(sync) != len(plan.layers):
-        return steps, (f"the image has {len(sync)} uv sync layers, the plan {len(plan.layers)}: "
+        return steps, (f"the image has {len(sync)} slice layers, the plan {len(plan.layers)}: "
                        "sizes are not predicted")
     return {i: (n, plan.layers[n].compressed_bytes) for n, i in enumerate(sync)}, None
 
@@ -192,10 +194,18 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
         if error is not None and error > rules.tolerance:
             findings.append(Finding(
                 code="unexpected-content", layer=row.index, failing=False,
-                message=f"sync layer {row.sync_step} (layer {row.index}) is {error:.0%} larger "
+                message=f"slice {row.sync_step} (layer {row.index}) is {error:.0%} larger "
                         f"than predicted ({format_bytes(row.size)} vs "
                         f"{format_bytes(row.predicted)}): unexpected content; likely "
                         + "; or ".join(UNEXPECTED_CAUSES)))
+    for row in rows:
+        text = row.instruction or ""
+        if all(marker in text for marker in FINAL_SYNC_MARKERS) and row.size > FINAL_SYNC_SLACK:
+            findings.append(Finding(
+                code="final-sync-installed", layer=row.index, failing=False,
+                message=f"the final uv sync (layer {row.index}) added {format_bytes(row.size)}: "
+                        "it should find every slice's package in place and add only the local "
+                        "packages; the slices missed or misstated something (regenerate them)"))
     notes = tuple(n for n in (history_note, prediction_note) if n)
     return Report(reference=str(image.ref), top_digest=image.top_digest,
                   manifest_digest=image.manifest_digest, is_index=image.is_index, rules=rules,

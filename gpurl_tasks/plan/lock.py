@@ -33,9 +33,11 @@ __all__ = [
     "Dependency",
     "Lock",
     "LockedPackage",
+    "Requirement",
     "install_closure",
     "load_lock",
     "parse_lock",
+    "requirements_on",
 ]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
@@ -67,6 +69,16 @@ class Dependency:
 
 
 @dataclasses.dataclass(**_KW)
+class Requirement:
+    """A `[package.metadata] requires-dist` entry: what a workspace package asks of a dependency
+    (uv records the specifiers only there, for the project and its local members)."""
+
+    name: str
+    specifier: str = ""
+    marker: str | None = None
+
+
+@dataclasses.dataclass(**_KW)
 class LockedPackage:
     name: str
     version: str | None
@@ -78,6 +90,7 @@ class LockedPackage:
     wheels: tuple[Artifact, ...]
     sdist: Artifact | None
     resolution_markers: tuple[str, ...] = ()
+    requires_dist: tuple[Requirement, ...] = ()
 
     @property
     def is_local(self) -> bool:
@@ -163,6 +176,21 @@ def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
     return tuple(deps)
 
 
+def _requirements(raw: Any, where: str, source: str) -> tuple[Requirement, ...]:
+    entries = _expect(_expect(raw, dict, where, source).get("requires-dist", []), list,
+                      f"{where}.requires-dist", source)
+    found = []
+    for i, entry in enumerate(entries):
+        here = f"{where}.requires-dist[{i}]"
+        _expect(entry, dict, here, source)
+        name, specifier = entry.get("name"), entry.get("specifier", "")
+        if not isinstance(name, str) or not isinstance(specifier, str):
+            raise LockError(f"{source}: {here} needs a string 'name' (and 'specifier')")
+        found.append(Requirement(name=canonicalize_name(name), specifier=specifier,
+                                 marker=entry.get("marker")))
+    return tuple(found)
+
+
 def _package(raw: Any, index: int, source: str) -> LockedPackage:
     where = f"package[{index}]"
     _expect(raw, dict, where, source)
@@ -197,6 +225,7 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
         wheels=wheels,
         sdist=sdist,
         resolution_markers=tuple(raw.get("resolution-markers", [])),
+        requires_dist=_requirements(raw.get("metadata", {}), f"{where}.metadata", source),
     )
 
 
@@ -332,3 +361,21 @@ def install_closure(lock: Lock, target: TargetSpec, selection: PythonSelection) 
     ordered = sorted(by_name.values(), key=lambda p: p.name)
     return Closure(packages=tuple(p for p in ordered if not p.is_local),
                    local=tuple(p for p in ordered if p.is_local))
+
+
+def requirements_on(lock: Lock, closure: Closure, target: TargetSpec, selection: PythonSelection,
+                    name: str) -> tuple[tuple[str, str], ...]:
+    """(dependent, specifier) for each requirement a workspace package of the closure places on
+    `name` that applies to the target (the root project with the selected extras)."""
+    roots = {p.key for p in _roots(lock)}
+    found = []
+    for pkg in closure.local:
+        env = marker_environment(target)
+        extras = selection.extras if pkg.key in roots else ()
+        env["extras"] = frozenset(canonicalize_name(e) for e in extras)
+        for req in pkg.requires_dist:
+            if req.name != canonicalize_name(name) or not req.specifier:
+                continue
+            if req.marker is None or _compiled(req.marker).evaluate(env, context="lock_file"):
+                found.append((pkg.name, req.specifier))
+    return tuple(sorted(set(found)))

@@ -1,6 +1,9 @@
 """The layer plan as data: what the planner produces and the Dockerfile recipe consumes.
 
-Kept apart from the planning algorithm (layers.py) so readers of a plan (the generator,
+Each layer is one slice file (`docker/layers/<profile>/<name>.txt`) installed with `uv pip
+install --no-deps`; one `uv sync --frozen` with the profile's selection flags follows and must
+find nothing left to do. Packages the compiled wheels provide are in no layer and excluded from
+that sync. Kept apart from the algorithm (planner.py) so readers of a plan (the generator,
 verify-layers, rebuild-needed, benchmarks) depend only on these frozen types.
 """
 
@@ -14,34 +17,40 @@ from typing import Any
 from gpurl_tasks.config import PythonSelection
 from gpurl_tasks.plan.sizes import installed_estimate
 
-__all__ = ["Layer", "Plan", "PlannedPackage", "SyncStep", "sync_selection_flags"]
+__all__ = ["Layer", "Plan", "PlannedPackage", "ProvidedPackage", "sync_selection_flags"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
 
 
 @dataclasses.dataclass(**_KW)
 class PlannedPackage:
-    """One package the chain installs, with its predicted sizes."""
+    """One package a slice installs, its predicted sizes and its slice line."""
 
     name: str
     version: str
     compressed_bytes: int
     installed_bytes: int | None  # exact (probed from the wheel's zip directory) or None
+    requirement: str = ""  # the slice line (see slices.py)
+    index: str | None = None  # the index a registry package comes from
+    hashed: bool = True
 
     @property
     def installed_estimate(self) -> int:
         return installed_estimate(self.compressed_bytes, self.installed_bytes)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"name": self.name, "version": self.version,
+                "compressed_bytes": self.compressed_bytes, "installed_bytes": self.installed_bytes}
 
 
 @dataclasses.dataclass(**_KW)
 class Layer:
-    """The packages one sync step installs (one image layer)."""
+    """The packages one slice installs (one image layer), and why it sits where it does."""
 
     index: int
     packages: tuple[PlannedPackage, ...]
+    name: str = ""  # the slice file's stem, NN-label
+    reason: str = ""
 
     @property
     def compressed_bytes(self) -> int:
@@ -56,19 +65,34 @@ class Layer:
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.packages)
 
+    @property
+    def indexes(self) -> tuple[str, ...]:
+        return tuple(sorted({p.index for p in self.packages if p.index}))
+
+    @property
+    def hashed(self) -> bool:
+        """Every line carries a hash, so the install can run with --require-hashes."""
+        return all(p.hashed for p in self.packages)
+
 
 @dataclasses.dataclass(**_KW)
-class SyncStep:
-    """One `uv sync` in the chain: the selection flags are shared, only exclusions differ."""
+class ProvidedPackage:
+    """A distribution the compiled wheels provide: never installed from the lock."""
 
-    no_install_package: tuple[str, ...]
+    name: str
+    version: str  # what the lock pins
+    requirements: tuple[tuple[str, str], ...] = ()  # (dependent, specifier) from the lock
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "lock_version": self.version,
+                "requirements": [{"dependent": d, "specifier": s} for d, s in self.requirements]}
 
 
 def sync_selection_flags(selection: PythonSelection, *, local_flags: tuple[str, ...]) -> tuple[str, ...]:
-    """The flags every sync in the chain carries, identical from first to last.
+    """The selection flags of the final `uv sync` (the same the chain of old used throughout).
 
-    Identical selection is load-bearing: uv sync is exact, so a sync with different
-    extras or groups would uninstall the difference and leave dead bytes in a lower layer.
+    The sync is exact: a selection other than the slices' would uninstall the difference and
+    leave dead bytes in a lower layer, so the flags come from the config alone.
     """
     flags: list[str] = ["--frozen", "--no-cache"]
     if selection.no_dev:
@@ -83,15 +107,16 @@ def sync_selection_flags(selection: PythonSelection, *, local_flags: tuple[str, 
 
 @dataclasses.dataclass(**_KW)
 class Plan:
-    """A complete chain: `steps[i]` installs `layers[i]`; local packages come after the chain."""
+    """Slices in build order, then the final sync; local packages come with the source."""
 
     cap_bytes: int
     basis: str  # "compressed" | "installed": which size the cap applies to
-    sync_flags: tuple[str, ...]  # shared by every step, see sync_selection_flags
+    sync_flags: tuple[str, ...]  # the final sync's selection (see sync_selection_flags)
     layers: tuple[Layer, ...]
-    steps: tuple[SyncStep, ...]
     local: tuple[str, ...]  # root project, workspace members, path/editable packages
     lower_bound_layers: int
+    provided: tuple[ProvidedPackage, ...] = ()
+    history: int = 0  # lock versions the ordering learned from (0: ordered by size)
 
     @property
     def closure(self) -> tuple[PlannedPackage, ...]:
@@ -102,12 +127,10 @@ class Plan:
     def total_compressed_bytes(self) -> int:
         return sum(layer.compressed_bytes for layer in self.layers)
 
-    def step_argv(self, index: int) -> tuple[str, ...]:
-        """The `uv sync` argv of one step, exclusions sorted for stable output."""
-        argv = ["uv", "sync", *self.sync_flags]
-        for name in self.steps[index].no_install_package:
-            argv += ["--no-install-package", name]
-        return tuple(argv)
+    @property
+    def final_exclusions(self) -> tuple[str, ...]:
+        """What the final sync must not install: the packages the compiled wheels provide."""
+        return tuple(sorted(p.name for p in self.provided))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,26 +141,32 @@ class Plan:
             "sync_flags": list(self.sync_flags),
             "closure": [{"name": p.name, "version": p.version} for p in self.closure],
             "local": list(self.local),
+            "provided": [p.to_json() for p in self.provided],
+            "history_versions": self.history,
             "layers": [
                 {
                     "index": layer.index,
+                    "slice": layer.name,
+                    "why": layer.reason,
                     "packages": [p.to_json() for p in layer.packages],
                     "compressed_bytes": layer.compressed_bytes,
                     "installed_bytes": layer.installed_bytes,
                 }
                 for layer in self.layers
             ],
-            "steps": [{"no_install_package": list(s.no_install_package)} for s in self.steps],
+            "final_sync": {"flags": list(self.sync_flags),
+                           "no_install_package": list(self.final_exclusions)},
             "fingerprint": self.fingerprint,
         }
 
     @property
     def fingerprint(self) -> str:
-        """sha256 over what decides the layers' contents: flags, steps and pinned versions."""
+        """sha256 over what decides the layers' contents: slices, their pins, the final sync."""
         canonical = {
             "sync_flags": list(self.sync_flags),
-            "layers": [[f"{p.name}=={p.version}" for p in layer.packages] for layer in self.layers],
-            "steps": [list(s.no_install_package) for s in self.steps],
+            "layers": [[layer.name, *(f"{p.name}=={p.version}" for p in layer.packages)]
+                       for layer in self.layers],
+            "provided": list(self.final_exclusions),
             "local": list(self.local),
         }
         blob = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()

@@ -1,35 +1,57 @@
-"""The bucket planner: split the install closure into layers no larger than the cap.
+"""The layer planner: split the install closure into slices no larger than the cap, ordered so
+that what changes least sits lowest, and keep the committed assignment when re-planning.
 
-Algorithm: for k = ceil(total / cap), k + 1, ... try longest-processing-time packing (largest
-package first, always into the currently lightest bucket) and keep the first k that fits.
-Bin packing is NP-hard; LPT is simple, deterministic and balanced (its largest bucket is within
-4/3 of the best possible), and on real locks it reaches the lower bound because a few CUDA
-wheels dominate and hundreds of small packages fill the gaps. The bucket holding the most
-packages (the light remainder) becomes the first sync; heavier buckets follow.
+A changed layer invalidates every layer above it (Docker's and kaniko's cache keys chain the
+parent), so the order decides what a lock bump costs:
 
-The chain: step k runs `uv sync` with the shared selection flags and `--no-install-package`
-for every package of the buckets after k. Exclusions only shrink and the last step has none,
-so the final sync installs exactly the lock and nothing is uninstalled on the way.
+- **Fresh packing** (no committed slices, or `generate --repack`): the smallest packages, up to
+  5% of the environment (never above the cap), form a light *tail* that goes last: most bumps
+  move small packages, and new packages land there too. The heavy rest is packed longest-
+  processing-time first (largest package into the lightest bucket) for k = lower bound,
+  lower bound + 1, ... and the first k that fits is kept. With lock history, packages whose
+  version never changed are packed apart from those that did, and buckets go up the image in
+  order of how often their packages changed; without history, by size.
+- **Re-planning** (committed slices present): every package still in the closure keeps its
+  slice (a version bump edits one line); new packages join the last slice; removed ones drop;
+  only a slice the change pushes over the cap is split.
+
+Packages the compiled wheels provide are in no slice; the final sync excludes them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import PlanError
-from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, SyncStep, sync_selection_flags
+from gpurl_tasks.plan.history import version_changes
+from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, sync_selection_flags
 from gpurl_tasks.plan.sizes import PackageSize, load_size_sources, package_sizes
+from gpurl_tasks.plan.slices import Assignment, SliceLine, read_assignment, slice_line, slice_name
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.units import format_bytes
 
-__all__ = ["local_install_flags", "plan_for_config", "plan_layers"]
+__all__ = ["TAIL", "TAIL_SHARE", "assignment_of", "glob_project", "local_install_flags", "plan_for_config", "plan_layers",
+           "provided_names", "slices_dir"]
+
+TAIL = "tail"
+TAIL_SHARE = 0.05  # the light tail's budget: a share of the environment, never above the cap
+
+Bucket = tuple[str, list[PackageSize]]  # (label, members)
 
 
 def _weight(size: PackageSize, basis: str) -> int:
     return size.installed_estimate if basis == "installed" else size.compressed_bytes
+
+
+def _load(members: Sequence[PackageSize], basis: str) -> int:
+    return sum(_weight(s, basis) for s in members)
 
 
 def _pack(sizes: Sequence[PackageSize], k: int, cap: int, basis: str) -> list[list[PackageSize]] | None:
@@ -45,6 +67,94 @@ def _pack(sizes: Sequence[PackageSize], k: int, cap: int, basis: str) -> list[li
     return buckets
 
 
+def _fewest_buckets(sizes: Sequence[PackageSize], cap: int, basis: str) -> list[list[PackageSize]]:
+    """LPT with the fewest buckets it manages, heaviest bucket first; [] for no packages."""
+    if not sizes:
+        return []
+    lower = max(1, math.ceil(_load(sizes, basis) / cap))
+    for k in range(lower, len(sizes) + 1):
+        buckets = _pack(sizes, k, cap, basis)
+        if buckets is not None:
+            kept = [b for b in buckets if b]
+            return sorted(kept, key=lambda b: (-_load(b, basis), min(s.name for s in b)))
+    raise AssertionError("one package per bucket always fits")  # sizes were checked against cap
+
+
+def _label(members: Sequence[PackageSize], basis: str, taken: set[str]) -> str:
+    """A stable name for a new slice: its heaviest package (unique among the slices)."""
+    anchor = max(members, key=lambda s: (_weight(s, basis), s.name)).name
+    label = re.sub(r"[^a-z0-9._-]", "-", anchor.lower())
+    while label in taken:
+        label += "-2"
+    taken.add(label)
+    return label
+
+
+def _fresh(sizes: Sequence[PackageSize], cap: int, basis: str,
+           changes: Mapping[str, int]) -> list[Bucket]:
+    """Heavy buckets, least changing first, then the light tail."""
+    total = _load(sizes, basis)
+    budget = min(cap, TAIL_SHARE * total)
+    tail: list[PackageSize] = []
+    for size in sorted(sizes, key=lambda s: (_weight(s, basis), s.name)):
+        if _load(tail, basis) + _weight(size, basis) > budget:
+            break
+        tail.append(size)
+    in_tail = {s.name for s in tail}
+    heavy = [s for s in sizes if s.name not in in_tail]
+    bound = max(1, math.ceil(total / cap)) + 1  # the layer budget, tail included
+
+    def churn(bucket: list[PackageSize]) -> tuple[int, int, str]:
+        return (max((changes.get(s.name, 0) for s in bucket), default=0),
+                -_load(bucket, basis), min(s.name for s in bucket))
+
+    stable = _fewest_buckets([s for s in heavy if not changes.get(s.name)], cap, basis)
+    moving = _fewest_buckets([s for s in heavy if changes.get(s.name)], cap, basis)
+    heavy_buckets = stable + sorted(moving, key=churn)
+    if len(heavy_buckets) + bool(tail) > bound:  # keeping them apart costs a layer: mix them
+        heavy_buckets = sorted(_fewest_buckets(heavy, cap, basis), key=churn)
+    taken = {TAIL}
+    buckets = [(_label(b, basis, taken), b) for b in heavy_buckets]
+    return [*buckets, (TAIL, tail)] if tail else buckets
+
+
+def _replan(sizes: Sequence[PackageSize], previous: Assignment, cap: int,
+            basis: str) -> list[Bucket]:
+    """The committed assignment kept; new packages join the last slice; only a slice over the
+    cap is split (its first part keeps the slice's name)."""
+    members: dict[str, list[PackageSize]] = {label: [] for label in previous.labels}
+    last = previous.labels[-1]
+    for size in sizes:
+        members[previous.member.get(size.name, last)].append(size)
+    taken = set(previous.labels)
+    buckets: list[Bucket] = []
+    for label in previous.labels:
+        bucket = members[label]
+        if _load(bucket, basis) <= cap:
+            buckets.append((label, bucket))
+            continue
+        first, *rest = _fewest_buckets(bucket, cap, basis)
+        buckets += [(label, first), *((_label(b, basis, taken), b) for b in rest)]
+    return [(label, bucket) for label, bucket in buckets if bucket]
+
+
+def _reason(label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
+            changes: Mapping[str, int], history: int, basis: str) -> str:
+    origin = "kept from the committed slices; " if kept else ""
+    if label == TAIL or last:
+        largest = max((_weight(s, basis) for s in bucket), default=0)
+        return (f"{origin}last: the light tail ({len(bucket)} packages up to "
+                f"{format_bytes(largest)} each) where new packages land, so a small bump "
+                "rebuilds only this layer")
+    if not history:
+        return f"{origin}heavy packages, ordered by size (no lock history to learn from)"
+    moved = sorted(((changes.get(s.name, 0), s.name) for s in bucket), reverse=True)
+    if not moved or moved[0][0] == 0:
+        return f"{origin}stable: no package changed version in {history} lock versions"
+    busiest = ", ".join(f"{name} {n}x" for n, name in moved[:3] if n)
+    return f"{origin}changes: {busiest} in {history} lock versions, so it sits above the stable ones"
+
+
 def plan_layers(
     sizes: Sequence[PackageSize],
     *,
@@ -52,8 +162,14 @@ def plan_layers(
     basis: str,
     sync_flags: tuple[str, ...],
     local: tuple[str, ...] = (),
+    provided: tuple[ProvidedPackage, ...] = (),
+    previous: Assignment | None = None,
+    changes: Mapping[str, int] | None = None,
+    history: int = 0,
+    lines: Mapping[str, SliceLine] | None = None,
 ) -> Plan:
-    """Pure planner: sizes of the closure -> the chain of syncs. Deterministic for equal input."""
+    """Pure planner: sizes of the closure (and the committed layout) -> the slices. Deterministic
+    for equal input, whatever the input order."""
     if cap <= 0:
         raise PlanError(f"layer cap must be positive, got {cap}")
     names = [s.name for s in sizes]
@@ -69,36 +185,43 @@ def plan_layers(
             listed += f" and {len(too_big) - 10} more"
         raise PlanError(f"{len(too_big)} package(s) larger than the {format_bytes(cap)} layer cap: {listed}",
                         hint="raise the cap (--cap) or split the package out of the image")
-    total = sum(_weight(s, basis) for s in sizes)
-    lower_bound = max(1, math.ceil(total / cap))
-    buckets: list[list[PackageSize]] | None = None
-    for k in range(lower_bound, max(lower_bound, len(sizes)) + 1):
-        buckets = _pack(sizes, k, cap, basis)
-        if buckets is not None:
-            break
-    assert buckets is not None  # k == len(sizes) always fits: one package per bucket
-    buckets = [b for b in buckets if b] or [[]]
-    first = max(buckets, key=lambda b: (len(b), -sum(_weight(s, basis) for s in b),
-                                        min((s.name for s in b), default="")))
-    rest = sorted((b for b in buckets if b is not first),
-                  key=lambda b: (-sum(_weight(s, basis) for s in b), min(s.name for s in b)))
+    changes = changes or {}
+    ordered = sorted(sizes, key=lambda s: s.name)
+    kept = bool(previous)
+    buckets = (_replan(ordered, previous, cap, basis) if previous
+               else _fresh(ordered, cap, basis, changes))
+    lines = lines or {}
+
+    def planned(s: PackageSize) -> PlannedPackage:
+        line = lines.get(s.name)
+        return PlannedPackage(name=s.name, version=s.version, compressed_bytes=s.compressed_bytes,
+                              installed_bytes=s.installed_bytes,
+                              requirement=line.requirement if line else f"{s.name}=={s.version}",
+                              index=line.index if line else None,
+                              hashed=line.hashed if line else True)
+
     layers = tuple(
-        Layer(index=i, packages=tuple(
-            PlannedPackage(name=s.name, version=s.version, compressed_bytes=s.compressed_bytes,
-                           installed_bytes=s.installed_bytes)
-            for s in sorted(bucket, key=lambda s: s.name)))
-        for i, bucket in enumerate([first, *rest])
+        Layer(index=i, name=slice_name(i, label),
+              reason=_reason(label, bucket, last=i == len(buckets) - 1, kept=kept,
+                             changes=changes, history=history, basis=basis),
+              packages=tuple(planned(s) for s in sorted(bucket, key=lambda s: s.name)))
+        for i, (label, bucket) in enumerate(buckets)
     )
-    steps = tuple(
-        SyncStep(no_install_package=tuple(sorted(n for later in layers[i + 1:] for n in later.names)))
-        for i in range(len(layers))
-    )
-    return Plan(cap_bytes=cap, basis=basis, sync_flags=sync_flags, layers=layers, steps=steps,
-                local=local, lower_bound_layers=lower_bound)
+    return Plan(cap_bytes=cap, basis=basis, sync_flags=sync_flags, layers=layers, local=local,
+                lower_bound_layers=max(1, math.ceil(_load(sizes, basis) / cap)),
+                provided=provided, history=history)
+
+
+def assignment_of(plan: Plan) -> Assignment:
+    """The layout a plan's slice files record (what `read_assignment` reads back)."""
+    labels = tuple(layer.name.split("-", 1)[1] for layer in plan.layers)
+    return Assignment(labels=labels, member={p.name: label for layer, label
+                                             in zip(plan.layers, labels, strict=True)
+                                             for p in layer.packages})
 
 
 def local_install_flags(lock: Lock, closure: Closure) -> tuple[str, ...]:
-    """Flags that keep local sources out of the chain; they are installed with the source."""
+    """Flags that keep local sources out of the slices' environment until the source is copied."""
     flags = ["--no-install-project"]
     if lock.members:
         flags.append("--no-install-workspace")
@@ -107,12 +230,49 @@ def local_install_flags(lock: Lock, closure: Closure) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def plan_for_config(config: Config) -> Plan:
-    """Load the lock and sizes the config names and plan the chain."""
+def glob_project(pattern: str) -> str | None:
+    """The distribution a wheel glob names: "flash_attn-${V}-*.whl" -> "flash-attn"."""
+    head = pattern.rsplit("/", 1)[-1].split("-", 1)[0]
+    if not head or any(c in head for c in "*?[$") or head == pattern:
+        return None
+    return str(canonicalize_name(head))
+
+
+def provided_names(wheel_globs: Sequence[str]) -> tuple[str, ...]:
+    """The distributions the compiled wheels provide (each glob names its project)."""
+    names = []
+    for pattern in wheel_globs:
+        name = glob_project(pattern)
+        if name is None:
+            raise PlanError(f"wheel glob {pattern!r} does not name its distribution",
+                            hint="start each build.wheel-globs entry with the project name, "
+                                 "e.g. 'vllm-*.whl'")
+        names.append(name)
+    return tuple(sorted(set(names)))
+
+
+def slices_dir(config: Config) -> Path:
+    """Where the profile's committed slice files live: build.slices/<profile>."""
+    return config.build.slices / config.profile
+
+
+def plan_for_config(config: Config, *, repack: bool = False) -> Plan:
+    """Load the lock, sizes and committed slices the config names and plan the layers."""
     parsed = load_lock(config.lock)
     closure = install_closure(parsed, config.target, config.python)
+    wanted = set(provided_names(config.build.wheel_globs))
+    provided = tuple(
+        ProvidedPackage(name=p.name, version=p.version or "",
+                        requirements=requirements_on(parsed, closure, config.target,
+                                                     config.python, p.name))
+        for p in closure.packages if p.name in wanted)
+    installed = [p for p in closure.packages if p.name not in wanted]
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
-    sizes = package_sizes(closure.packages, target_tags(config.target), sources)
+    sizes = package_sizes(installed, target_tags(config.target), sources)
     flags = sync_selection_flags(config.python, local_flags=local_install_flags(parsed, closure))
+    previous = None if repack else read_assignment(slices_dir(config))
+    changes, history = ({}, 0) if previous else version_changes(config.lock)
     return plan_layers(sizes, cap=config.layers.cap, basis=config.layers.basis, sync_flags=flags,
-                       local=tuple(p.name for p in closure.local))
+                       local=tuple(p.name for p in closure.local), provided=provided,
+                       previous=previous or None, changes=changes, history=history,
+                       lines={p.name: slice_line(p) for p in installed})

@@ -36,25 +36,26 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
     largest = max((layer.compressed_bytes for layer in plan.layers), default=0)
     lines += [
         "-" * len(head),
-        f"{len(plan.layers)} sync layer(s) for {len(plan.closure)} packages, "
+        f"{len(plan.layers)} slice layer(s) for {len(plan.closure)} packages, "
         f"{format_bytes(plan.total_compressed_bytes)} compressed; lower bound "
         f"{plan.lower_bound_layers}; largest {format_bytes(largest)}; cap "
         f"{format_bytes(plan.cap_bytes)} ({plan.basis})",
-        f"local (installed with the source after the chain): {', '.join(plan.local) or 'none'}",
+        f"local (installed with the source by the final sync): {', '.join(plan.local) or 'none'}",
         f"fingerprint {plan.fingerprint}",
     ]
     return "\n".join(lines)
 
 
 def render_steps(plan: Plan) -> str:
-    """The sync chain in words: the flags every step shares, and what each step defers."""
-    lines = [f"every step: uv sync {' '.join(plan.sync_flags)}"]
-    for i, step in enumerate(plan.steps):
-        deferred = len(step.no_install_package)
-        count = len(plan.layers[i].packages) if i < len(plan.layers) else 0
-        lines.append(f"  step {i}: installs layer {i} ({count} package{'s' * (count != 1)}); "
-                     + (f"defers {deferred} package{'s' * (deferred != 1)} of later layers "
-                        "(--no-install-package)" if deferred else "excludes nothing"))
+    """Why each slice sits where it does, and the final sync that checks them."""
+    lines = [f"  {layer.name}: {layer.reason}" for layer in plan.layers]
+    lines.append(f"then: uv sync {' '.join(plan.sync_flags)} --inexact"
+                 + "".join(f" --no-install-package {n}" for n in plan.final_exclusions)
+                 + " (installs the local packages; finds every slice's package in place)")
+    for p in plan.provided:
+        wanted = "; ".join(f"{d} requires {s}" for d, s in p.requirements) or "no specifier"
+        lines.append(f"provided by the compiled wheels, never installed from the lock: "
+                     f"{p.name} (lock {p.version}; {wanted})")
     return "\n".join(lines)
 
 
