@@ -109,114 +109,93 @@ def _find(pairs: list[dict[str, Any]], **match: object) -> dict[str, Any] | None
 def _cell(p: dict[str, Any] | None) -> str:
     if p is None:
         return "-"
-    mark = " (replanned)" if p["replanned"] else ""
+    mark = "" if p["closure_changed"] else " (closure unchanged)"
     mark += f", {p['moved']} moved" if p["moved"] else ""
     share = f"{_pct(p['fraction'])} ({format_bytes(p['bytes_rebuilt'])}"
     return f"{share}, {p['layers_rebuilt']}/{p['layers']}){mark}"
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def summary(pairs: list[dict[str, Any]], design: str) -> dict[str, Any]:
+    """Per design: no-op bumps (closure unchanged), and median/mean/worst of the others."""
+    mine = [p for p in pairs if p["design"] == design]
+    noop = [p for p in mine if not p["closure_changed"]]
+    moved = [p["fraction"] for p in mine if p["closure_changed"]]
+    return {"bumps": len(mine), "noop": len(noop),
+            "noop_worst": max((p["fraction"] for p in noop), default=0.0),
+            "changed": len(moved), "median": _median(moved) if moved else 0.0,
+            "mean": sum(moved) / len(moved) if moved else 0.0, "worst": max(moved, default=0.0),
+            "layers": max((p["layers"] for p in mine), default=0)}
+
+
 def _rebuild(data: dict[str, Any]) -> list[str]:
     pairs = data["pairs"]
     designs = list(dict.fromkeys(p["design"] for p in pairs))
-    out = ["## 4. Rebuild cost across a lock history", ""]
-    up = data["newest_upload"]
-    if len(data["order"]) > 1:
-        out.append("Order of the real locks: " + " then ".join(
-            f"{c} (newest artifact uploaded {up[c]})" for c in data["order"]) +
-            ". A lock cannot be older than the newest file it pins, so the order follows from the contents.")
-    ch = data["real_changes"]
-    if ch:
-        out.append(f" Between them the `vllm` closure has {ch['changed']} packages at a new version, "
-                   f"{ch['added']} added, {ch['removed']} removed and {ch['unchanged']} unchanged; the "
-                   f"packages over 100 MB at a new version: {', '.join(ch['heavy_changed']) or 'none'}.")
-    out += ["", "Generated bumps start from the newest real lock: one small package bumped, then torch "
-            "bumped (+1% size), then a 3 MB package added to the `vllm` extra.", "",
-            "Counted: compressed bytes of the Python environment's layers (the chain) that miss the build "
-            "cache, i.e. the builder reinstalls and every node pulls again, as a share of those layers' "
-            "total in the new version. Not counted: the base image and apt layers, and the layers after "
-            "the chain (compiled wheels, harbor, local packages, asserts), which any lock change rebuilds "
-            "in every design here. "
-            "A step's cache key chains its parent's key, its instruction and the files it copies. Cells: "
-            "share (bytes, layers rebuilt / layers), then how many packages present in both versions sit "
-            "in a different layer.",
-            "",
-            "Designs: **current** = the rl stage of the Dockerfile `invoke generate` writes for each "
-            "version's plan (`COPY pyproject.toml uv.lock`, then one `uv sync` per layer); "
-            "**slices** = per layer `COPY slice-k.txt` + `uv pip install --no-deps --require-hashes -r "
-            "slice-k.txt`, final `uv sync --frozen` installs nothing; **stable buckets** = packages keep "
-            "their layer across versions; **light last** = packages up to "
-            f"{format_bytes(data['light_threshold'])} packed into their own layers after the heavy ones; "
-            "**independent slices** = each slice built in its own stage and copied in (an upper bound: "
-            "assumes byte-identical blobs for unchanged layers, not verified for kaniko).", ""]
+    out = ["## 4. Rebuild cost across a lock history", "",
+           "Counted: compressed bytes of the Python environment's layers that miss the build cache "
+           "(the builder reinstalls them and every node pulls them again), as a share of those layers "
+           "in the new version. A step's cache key chains its parent's key, its instruction and the "
+           "files it copies, as in Docker and kaniko. The compiled wheels' packages (vllm, flash-attn) "
+           "are in no layer: they come from the wheels. Cells: share (bytes, layers rebuilt / layers).",
+           "",
+           "Designs: **chain (before)** = the previous Dockerfile (`COPY pyproject.toml uv.lock`, then "
+           "one `uv sync` per layer); **slices, repacked** = slice files packed afresh every version; "
+           "**slices (this design)** = the rl stage `invoke generate` writes now, each version "
+           "re-planned from the previous slices.", "",
+           f"Sequences: {data['history_note']}", ""]
+    if data.get("estimated_sizes"):
+        out += ["Sizes the history's locks lack and no measurement gives were estimated "
+                f"(`benchmarks/data/history-sizes.json`): {', '.join(data['estimated_sizes'])}.", ""]
     for sequence in dict.fromkeys(p["sequence"] for p in pairs):
         for cap in dict.fromkeys(p["cap"] for p in pairs if p["sequence"] == sequence):
+            chosen = [p for p in pairs if p["sequence"] == sequence and p["cap"] == cap]
             out += [f"### {sequence}, cap {format_bytes(cap)}", ""]
-            steps = dict.fromkeys((p["old"], p["new"]) for p in pairs if p["sequence"] == sequence)
+            rows = [[d, str(s["bumps"]), f"{s['noop']} ({_pct(s['noop_worst'])} worst)",
+                     _pct(s["median"]), _pct(s["mean"]), _pct(s["worst"]), str(s["layers"])]
+                    for d in designs for s in [summary(chosen, d)]]
+            out += _table(["design", "bumps", "closure unchanged", "median", "mean", "worst",
+                           "layers"], rows)
+            out.append("")
+            steps = dict.fromkeys((p["old"], p["new"]) for p in chosen)
             out += _table(["change", *designs],
                           [[f"{old} -> {new}",
-                            *(_cell(_find(pairs, sequence=sequence, cap=cap, design=d, old=old, new=new))
-                              for d in designs)] for old, new in steps])
+                            *(_cell(_find(chosen, design=d, old=old, new=new)) for d in designs)]
+                           for old, new in steps])
     return out
 
 
 def _findings(results: dict[str, Any]) -> list[str]:
-    out = ["## Where the current design is weak, and what would improve it", ""]
+    out = ["## Targets of the cache-stable layers (issue 17)", ""]
     rebuild = results["rebuild"]
     if not rebuild:
         return [*out, "Not computed: the real locks are absent.", ""]
-    pairs = [p for p in rebuild["pairs"] if p["sequence"] == "generated bumps"]
-    cap = max(p["cap"] for p in pairs)
-    steps = list(dict.fromkeys(p["new"] for p in pairs))
-    small, torch, added = steps[0], steps[1], steps[2]
-
-    def get(design: str, new: str, at: int = cap) -> dict[str, Any]:
-        found = _find(pairs, cap=at, design=design, new=new)
-        assert found is not None
-        return found
-
-    cur = get("current", small)
-    sl = get("slices", small)
-    moved = get("slices", torch)["moved"]
-    best = "slices + stable buckets + light last"
-    out.append(f"1. **Any lock change rebuilds the whole Python environment.** Every `uv sync` step follows "
-               f"`COPY pyproject.toml uv.lock`, so {small} alone costs {_pct(cur['fraction'])} of the chain "
-               f"({format_bytes(cur['bytes_rebuilt'])} at a {format_bytes(cap)} cap): the builder "
-               "reinstalls it and every node pulls it again. The same holds for every pair in the tables "
-               "above.")
-    out.append(f"2. **Slice files alone do not fix it** ({_pct(sl['fraction'])} for the same bump). The "
-               "planner spreads the long tail of small packages over every layer (LPT fills gaps with them) "
-               "and puts the layer with the most packages first, so a small bump lands in an early layer "
-               "and invalidates every layer after it. Re-packing each version also moves packages between "
-               f"layers ({moved} packages change layer when only torch is bumped), changing slices that did "
-               "not need to change.")
-    lines = [f"{label}: {_pct(get(best, new)['fraction'])} ({format_bytes(get(best, new)['bytes_rebuilt'])})"
-             for label, new in (("small bump", small), ("torch bump", torch), ("added package", added))]
-    layers_now, layers_best = get("current", small)["layers"], get(best, small)["layers"]
-    out.append(f"3. **Change: slice files + stable bucket assignment + the long tail last.** Install each "
-               "layer from its own slice (DESIGN.md section 3), keep each package in the layer it had in "
-               f"the previous plan, and pack packages up to {format_bytes(rebuild['light_threshold'])} into "
-               f"layers placed after the heavy ones. At {format_bytes(cap)}: " + "; ".join(lines) +
-               f". Cost: {layers_best} layers instead of {layers_now}.")
-    small_cap = min(p["cap"] for p in pairs)
-    if small_cap != cap:
-        t = get(best, torch, small_cap)
-        out.append(f"4. A smaller cap limits what a heavy bump drags along: at {format_bytes(small_cap)} the "
-                   f"torch bump rebuilds {_pct(t['fraction'])} ({format_bytes(t['bytes_rebuilt'])}) with the "
-                   "same design, since only the layers from torch's layer on are invalidated.")
-    ind = _find(pairs, cap=cap, design="independent slices + stable buckets + light last", new=torch)
-    if ind:
-        out.append(f"5. Building each slice in its own stage and copying it in would make layers "
-                   f"independent (torch bump {_pct(ind['fraction'])}, {format_bytes(ind['bytes_rebuilt'])}), "
-                   "if the builder writes byte-identical blobs for unchanged layers; that is unverified for "
-                   "kaniko.")
-    real = [p for p in rebuild["pairs"] if p["sequence"] == "real history" and p["cap"] == cap]
-    if real:
-        lo = min(p["fraction"] for p in real)
-        heavy = (rebuild["real_changes"] or {}).get("heavy_changed", [])
-        out.append(f"6. Between the two real locks no design helps much (best {_pct(lo)}): "
-                   f"{len(heavy)} packages over 100 MB changed version ({', '.join(heavy)}), so every "
-                   "heavy layer holds a changed package. The gains above are for the frequent small steps "
-                   "between such upgrades.")
+    pairs = [p for p in rebuild["pairs"] if p["cap"] == 4 * 10**9]
+    gen = [p for p in pairs if p["sequence"] == "generated bumps"]
+    hist = [p for p in pairs if p["sequence"].startswith("lock history")]
+    new, old = "slices (this design)", "chain (before)"
+    small = next((p for p in gen if p["design"] == new), None)
+    small_before = next((p for p in gen if p["design"] == old), None)
+    s_new, s_old = summary(hist, new), summary(hist, old)
+    if small and small_before:
+        out.append(f"- One small package bumped ({small['new']}): {_pct(small['fraction'])} "
+                   f"({format_bytes(small['bytes_rebuilt'])}) of the Python layers; before "
+                   f"{_pct(small_before['fraction'])}. Target: at most 10%.")
+    out.append(f"- Bumps whose install closure did not change: {s_new['noop']} of {s_new['bumps']}; "
+               f"worst {_pct(s_new['noop_worst'])} rebuilt (before: worst {_pct(s_old['noop_worst'])})."
+               " Target: 0 bytes.")
+    out.append(f"- Bumps that change the closure ({s_new['changed']}): median {_pct(s_new['median'])}, "
+               f"mean {_pct(s_new['mean'])}, worst {_pct(s_new['worst'])} (before: median "
+               f"{_pct(s_old['median'])}, mean {_pct(s_old['mean'])}, worst {_pct(s_old['worst'])}). "
+               "Target: median at most 10%.")
+    for item in rebuild["layer_counts"]:
+        out.append(f"- Layers at {format_bytes(item['cap'])} for {item['lock']}: {item['layers']} "
+                   f"(lower bound {item['lower_bound']}, so at most {item['lower_bound'] + 1} allowed); "
+                   f"largest {format_bytes(item['largest'])}.")
     return [*out, ""]
 
 
@@ -245,17 +224,14 @@ def _headlines(results: dict[str, Any]) -> list[str]:
                f"largest per-layer error {pred['max_abs_error_percent']:.2f}% ({pred['build']})."))
     rb = results["rebuild"]
     if rb:
-        pairs = [p for p in rb["pairs"] if p["sequence"] == "generated bumps"]
-        cap = max(p["cap"] for p in pairs)
-        first = pairs[0]["new"]
-        cur = _find(pairs, cap=cap, design="current", new=first)
-        best = _find(pairs, cap=cap, design="slices + stable buckets + light last", new=first)
-        if cur and best:
-            out.append(f"- Rebuild cost of one small bump ({first}) at {format_bytes(cap)}: current "
-                       f"design {_pct(cur['fraction'])} of the Python layers "
-                       f"({format_bytes(cur['bytes_rebuilt'])}); "
-                       f"slices + stable buckets + light last {_pct(best['fraction'])} "
-                       f"({format_bytes(best['bytes_rebuilt'])}).")
+        gen = [p for p in rb["pairs"] if p["sequence"] == "generated bumps" and p["cap"] == 4 * 10**9]
+        new = next((p for p in gen if p["design"] == "slices (this design)"), None)
+        old = next((p for p in gen if p["design"] == "chain (before)"), None)
+        if new and old:
+            out.append(f"- Rebuild cost of one small bump ({new['new']}) at 4 GB: "
+                       f"{_pct(new['fraction'])} of the Python layers "
+                       f"({format_bytes(new['bytes_rebuilt'])}); the chain before "
+                       f"{_pct(old['fraction'])} ({format_bytes(old['bytes_rebuilt'])}).")
     return [*out, ""]
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import sys
+import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +44,8 @@ REBUILD_CAPS = (4 * GB, 2 * GB)
 EXTRA = "vllm"
 SMALL_BUMP = "certifi"  # a small pure-Python package every closure of the real locks holds
 ADDED = ("extra-plugin", "1.0.0", 3 * 10**6)  # name, version, wheel bytes
+HISTORY_ARCHIVE = REPO_ROOT.parent / "shared" / "data" / "skyrl-train-lock-history.tar.xz"
+HISTORY_SIZES = REPO_ROOT / "benchmarks" / "data" / "history-sizes.json"
 
 
 def _write(path: Path, text: str) -> None:
@@ -104,19 +107,51 @@ def _quality(real: list[LockInput]) -> list[dict[str, Any]]:
     return rows
 
 
-def _rebuild(real: list[LockInput], texts: dict[str, str]) -> dict[str, Any]:
-    uploads = {c: newest_upload(t) for c, t in texts.items()}
-    sequences = {"real history": real, "generated bumps": bump_sequence(real[-1])}
-    if len(real) < 2:
-        del sequences["real history"]
-    changes = ({"old": real[0].label, "new": real[1].label,
-                **closure_changes(plan_lock(real[0], 4 * GB), plan_lock(real[1], 4 * GB))}
-               if len(real) > 1 else None)
+def history_versions(scratch: Path, sources: SizeSources,
+                     archive: Path = HISTORY_ARCHIVE) -> tuple[list[LockInput], list[str]]:
+    """The shared lock history (oldest first) as lock inputs, and the sizes estimated for it."""
+    if not archive.exists():
+        return [], []
+    where = scratch / "history"
+    with tarfile.open(archive) as tar:
+        tar.extractall(where, filter="data")
+    root = next(p.parent for p in where.rglob("ORDER"))
+    order = [line.split()[0] for line in (root / "ORDER").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    estimated = json.loads(HISTORY_SIZES.read_text())
+    merged = with_overrides(sources, estimated)
+    return ([LockInput(label=c, lock=load_lock(root / f"{c}.uv.lock"), sources=merged,
+                       extras=(EXTRA,)) for c in order],
+            [f"{k} {v / 10**6:.0f} MB" for k, v in sorted(estimated.items())])
+
+
+def _rebuild(real: list[LockInput], texts: dict[str, str], scratch: Path) -> dict[str, Any]:
+    history, estimated = history_versions(scratch, real[0].sources)
+    sequences: dict[str, tuple[list[LockInput], list[LockInput]]] = {
+        "generated bumps": (bump_sequence(real[-1]), [])}
+    notes = ["**generated bumps** start from the newest real lock: one small package bumped, "
+             "torch bumped (+1% size), a 3 MB package added to the `vllm` extra"]
+    if history:
+        tail = [*history, *real]  # the two shared locks are newer than the history's 20
+        sequences["lock history, ordered by size"] = (tail, [])
+        half = len(history) // 2
+        sequences["lock history, order learned from the first half"] = (tail[half:], tail[:half])
+        notes.append(f"**lock history** = the {len(history)} oldest versions of SkyRL's lock "
+                     f"({history[0].label} .. {history[-1].label}) then the two shared locks "
+                     f"({', '.join(r.label for r in real)}); the first plan is packed by size, or "
+                     f"with the churn learned from the first {half} versions (as `generate "
+                     "--repack` learns from git history)")
     pairs = [{"sequence": name, "cap": cap, **cost.to_json()}
-             for name, seq in sequences.items() for cap in REBUILD_CAPS
-             for cost in rebuild_cost.rebuild_costs(seq, cap=cap)]
-    return {"order": list(texts), "newest_upload": uploads, "real_changes": changes, "pairs": pairs,
-            "light_threshold": rebuild_cost.LIGHT_THRESHOLD}
+             for name, (seq, learn) in sequences.items() for cap in REBUILD_CAPS
+             for cost in rebuild_cost.rebuild_costs(seq, cap=cap, learn=learn)]
+    counts = []
+    for item in real:
+        planned = rebuild_cost.plan_version(item, 4 * GB)
+        counts.append({"lock": item.label, "cap": 4 * GB, "layers": len(planned.layers),
+                       "lower_bound": planned.lower_bound_layers,
+                       "largest": max(layer.compressed_bytes for layer in planned.layers)})
+    return {"order": list(texts), "pairs": pairs, "history_note": "; ".join(notes) + ".",
+            "estimated_sizes": estimated, "layer_counts": counts}
 
 
 def run(*, runs: int, locks_dir: Path, measured: Path, scratch: Path,
@@ -145,7 +180,7 @@ def run(*, runs: int, locks_dir: Path, measured: Path, scratch: Path,
         "prediction": measured_build.to_json() if measured_build else None,
         "measured_path": str(measured.relative_to(REPO_ROOT)) if measured.is_relative_to(REPO_ROOT)
         else str(measured),
-        "rebuild": _rebuild(real, texts) if real else None,
+        "rebuild": _rebuild(real, texts, scratch) if real else None,
     }
 
 

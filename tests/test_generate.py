@@ -102,7 +102,7 @@ def test_generate_writes_then_check_passes_then_fails_when_stale(small_root: Pat
     generate(config, planner=hand_plan)
     tail = slices / "02-tail.txt"
     tail.write_text(tail.read_text().replace("six==1.0", "six==0.9"))
-    with pytest.raises(StaleFileError, match="02-tail.txt"):  # a stale slice fails the check
+    with pytest.raises(StaleFileError, match=r"02-tail\.txt"):  # a stale slice fails the check
         generate(config, check=True, planner=hand_plan)
     (slices / "07-old.txt").write_text("# left from an older plan\n")
     generate(config, planner=hand_plan)  # rewrites the slice, removes the leftover

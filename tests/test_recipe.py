@@ -246,7 +246,7 @@ def test_slices_then_wheels_then_harbor_then_the_one_sync(gpu: Parsed) -> None:
     slices = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "-r /tmp/gpurl-layers/" in v]
     syncs = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "uv sync" in v]
     wheels_copy = order.index(("COPY", "--from=wheels /wheels/ /tmp/wheels/"))
-    wheel_install = next(k for k, (_, v) in enumerate(order) if "/tmp/wheels/" in v and "RUN" == _)
+    wheel_install = next(k for k, (_, v) in enumerate(order) if "/tmp/wheels/" in v and _ == "RUN")
     harbor = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
     source = order.index(("COPY", "rl/ /app/"))
     assert len(syncs) == 1 and len(slices) == 3

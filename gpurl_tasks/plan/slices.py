@@ -101,6 +101,7 @@ class Assignment:
 
     labels: tuple[str, ...]
     member: Mapping[str, str]  # package name -> label
+    lines: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)  # label -> pins
 
     def __bool__(self) -> bool:
         return bool(self.labels)
@@ -119,9 +120,13 @@ def read_assignment(directory: Path) -> Assignment:
         found.append((int(match.group(1)), match.group(2), path))
     labels: list[str] = []
     member: dict[str, str] = {}
+    lines: dict[str, frozenset[str]] = {}
     for _, label, path in sorted(found):
         labels.append(label)
-        for raw in read_text(path, what="slice file", error=PlanError).splitlines():
+        text = read_text(path, what="slice file", error=PlanError)
+        lines[label] = frozenset(ln.strip() for ln in text.splitlines()
+                                 if ln.strip() and not ln.startswith(("#", "-")))
+        for raw in text.splitlines():
             line = raw.strip()
             if not line or line.startswith(("#", "-")):
                 continue
@@ -130,4 +135,4 @@ def read_assignment(directory: Path) -> Assignment:
                 raise PlanError(f"{path}: cannot read the package of {line[:60]!r}",
                                 hint="slice files are generated; run `invoke generate --repack`")
             member[canonicalize_name(name.group(1))] = label
-    return Assignment(labels=tuple(labels), member=member)
+    return Assignment(labels=tuple(labels), member=member, lines=lines)
