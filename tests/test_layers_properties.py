@@ -88,6 +88,8 @@ def test_replanning_an_unchanged_closure_gives_identical_slices(weights: list[in
        st.data())
 def test_a_version_bump_edits_one_line_of_one_slice(weights: list[int], cap: int,
                                                     data: st.DataObject) -> None:
+    """Unless the cap forces a split, or the bump is in the lowest slice (then every layer is
+    rebuilt anyway and a fresh packing costs nothing), one line of one slice changes."""
     sizes = _sizes(weights)
     first = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=())
     i = data.draw(st.integers(0, len(sizes) - 1))
@@ -100,7 +102,8 @@ def test_a_version_bump_edits_one_line_of_one_slice(weights: list[int], cap: int
     assert all(layer.compressed_bytes <= cap for layer in second.layers)
     before, after = _slices(first), _slices(second)
     home = next(layer for layer in first.layers if sizes[i].name in layer.names)
-    if home.compressed_bytes - sizes[i].compressed_bytes + grown <= cap:  # no repack forced
+    lowest = home.index == 0  # every layer is rebuilt anyway: the planner may pack afresh
+    if home.compressed_bytes - sizes[i].compressed_bytes + grown <= cap and not lowest:
         changed = [name for name in after if before.get(name) != after[name]]
         assert changed == [home.name] and set(before) == set(after)
         diff = set(before[home.name].splitlines()) ^ set(after[home.name].splitlines())

@@ -1,8 +1,9 @@
 """The demo's planned recipe: its RUN lines executed by real sh + real uv on the real demo lock.
 
-What a Docker build would do in the rl stage, minus the container: each sync RUN installs
-exactly its layer, the chain ends with exactly the lock, and the final local sync keeps a
-`--no-deps` wheel installed (it is --inexact; an exact sync would uninstall it).
+What a Docker build would do in the rl stage, minus the container: each slice RUN installs
+exactly its layer from the committed slice file, the slices together are exactly the lock, the
+final sync installs only the local package and keeps a `--no-deps` wheel installed (it is
+--inexact; an exact sync would uninstall it).
 The demo lock points at the loopback index, so the test fills it (exact pins from PyPI, as
 `invoke setup-local` does) and serves it while the RUN lines execute; under CI a failure to
 reach PyPI fails.
@@ -21,7 +22,7 @@ from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.model import render
-from gpurl_tasks.dockerfile.recipe import render_recipe
+from gpurl_tasks.dockerfile.recipe import SLICE_DIR, render_recipe
 from gpurl_tasks.local import pyindex, setup
 from gpurl_tasks.local.builder import serving_index
 from gpurl_tasks.plan.planner import plan_for_config
@@ -41,13 +42,21 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
         pytest.fail("uv is not on PATH")
     config = load_config(REPO_ROOT, profile="demo", env={})
     plan = plan_for_config(config)
-    assert len(plan.steps) >= 3, "the demo cap should give several layers"
+    assert len(plan.layers) >= 3, "the demo cap should give several layers"
     text = render(render_recipe(config, plan, lock_sha256="0" * 64))
     structure = DockerfileParser(fileobj=io.BytesIO(text.encode())).structure
     start = next(i for i, e in enumerate(structure) if e["value"].endswith(" AS rl"))
-    runs = [e["value"] for e in structure[start:]
-            if e["instruction"] == "RUN" and "uv sync" in e["value"]]
-    assert len(runs) == len(plan.steps) + 1
+    rl = structure[start:]
+    slices = tmp_path / "layers"
+    copies = [e["value"].split()[0] for e in rl if e["instruction"] == "COPY"
+              and e["value"].endswith(f"{SLICE_DIR}/")]
+    runs = [e["value"].replace(f"{SLICE_DIR}/", f"{slices}/") for e in rl
+            if e["instruction"] == "RUN" and ("uv sync" in e["value"] or SLICE_DIR in e["value"]
+                                              or e["value"] == "uv venv /opt/venv")]
+    assert runs[0] == "uv venv /opt/venv" and len(runs) == len(plan.layers) + 2
+    slices.mkdir()
+    for source in copies:  # the committed slice files, as the COPYs put them
+        shutil.copy(REPO_ROOT / source, slices)
 
     work = tmp_path / "app"
     work.mkdir()
@@ -59,30 +68,33 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
            "UV_PROJECT_ENVIRONMENT": str(venv), "VIRTUAL_ENV": str(venv)}
     env.setdefault("UV_SYSTEM_CERTS", "1")  # this machine reaches PyPI through the system store
 
-    def sh(script: str) -> None:
+    def sh(script: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(["sh", "-c", script], cwd=work, env=env, capture_output=True,
                               text=True)
         assert done.returncode == 0, done.stderr[-2000:]
+        return done
 
     cache = setup.cache_dir(REPO_ROOT)
     setup.ensure_index(config, cache=cache)
     pyindex.download(["six==1.17.0"], setup.index_dir(cache),  # the stand-in wheel below
                      target=pyindex.DownloadTarget(python_version=config.target.python))
     with serving_index(config.build.index_url, setup.index_dir(cache)):
+        sh(runs[0].replace("/opt/venv", str(venv)))
         seen: set[str] = set()
         for i, layer in enumerate(plan.layers):
-            sh(runs[i])
+            sh(runs[i + 1])
             now = _installed(venv)
-            assert now - seen == set(layer.names), f"sync {i + 1} installed the wrong packages"
+            assert now - seen == set(layer.names), f"slice {layer.name} installed the wrong packages"
             seen = now
 
         sh(f"{uv} pip install --no-deps six")  # stands in for the compiled --no-deps wheels
         for name in ("src",):
             shutil.copytree(DEMO / name, work / name)
-        sh(runs[-1])  # the final local sync, as rendered
+        done = sh(runs[-1])  # the final sync, as rendered
+        changed = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()[:2] in ("+ ", "- ")]
+        assert [c.split("==")[0] for c in changed] == ["+ gpurl-demo"], done.stderr  # local only
         final = _installed(venv)
-        assert {"six", "gpurl-demo"} <= final
         assert final == seen | {"six", "gpurl-demo"}
         exact = runs[-1].replace("--inexact", "")
         sh(exact)
-    assert "six" not in _installed(venv), "an exact sync removes post-chain installs"
+    assert "six" not in _installed(venv), "an exact sync removes post-slice installs"
