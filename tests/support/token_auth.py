@@ -61,7 +61,8 @@ class TokenService:
                         user = name
                 service.requests.append({"scope": query.get("scope", [""])[0],
                                          "service": query.get("service", [""])[0],
-                                         "authorized": user is not None})
+                                         "authorized": user is not None,
+                                         "authorization": auth})
                 if user is None:
                     body = b'{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}'
                     self.send_response(401)
