@@ -115,8 +115,8 @@ CONFIGS = [
     ("[tool.gpurl.cluster]\ncpu = 1e400\n", "cluster.cpu in [tool.gpurl] must be an integer"),
     ('[tool.gpurl]\ndefault-profile = ""\n', "default-profile in [tool.gpurl] must be a profile"),
     ('[tool.gpurl.launcher]\npath = ""\n', "launcher.path in [tool.gpurl] must be a path, not empty"),
-    ("[tool.gpurl.layers]\ncap = -5\n", "layers.cap in [tool.gpurl] must be a size like \"4GB\" or a byte count, "
-     "not -5"),
+    ("[tool.gpurl.layers]\ncap = -5\n",
+     'layers.cap in [tool.gpurl] must be a size like "4GB" or a byte count, not -5'),
     ('[tool.gpurl.profiles.a.layers]\ncap = "4 GB of bananas"\n[tool.gpurl]\ndefault-profile = "a"\n',
      "layers.cap in [tool.gpurl.profiles.a] must be a size"),
 ]
