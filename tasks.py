@@ -108,7 +108,8 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
                                   push_floating=push_floating, no_cache=no_cache, say=cli.say,
                                   stream=verbose), as_json=json)
             return
-        request = BuildRequest(cluster=cluster, cpu=cpu, memory=memory, disk=disk, timeout=timeout,
+        request = BuildRequest(cluster=cluster, cpu=cli.positive_flag("--cpu", cpu, float), memory=memory,
+                               disk=disk, timeout=cli.positive_flag("--timeout", timeout, int),
                                megatron=megatron, force=force, local_only=tuple(
                                    f for f, on in (("--wheel-source", source),
                                                    ("--push-floating", push_floating),

@@ -14,16 +14,19 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, get_args
+from typing import Any, Protocol, TypeVar, get_args
 
 from invoke.exceptions import Exit
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config, load_committed_config, load_config
 from gpurl_tasks.errors import ConfigError, GpurlError
+from gpurl_tasks.redact import known_secrets, redact
 from gpurl_tasks.steps import StepRecord, timed
 
 __all__ = [
+    "DEBUG_ENV",
+    "INTERNAL_ERROR_EXIT",
     "REPO_ROOT",
     "ConfigError",
     "Outcome",
@@ -34,12 +37,14 @@ __all__ = [
     "finish",
     "path_flag",
     "positional",
+    "positive_flag",
     "say",
     "step",
     "text_flag",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_N = TypeVar("_N", int, float)
 
 
 def config_for(profile: str | None = None, *, committed: bool = False,
@@ -57,16 +62,37 @@ def config_for(profile: str | None = None, *, committed: bool = False,
     return load_config(REPO_ROOT, profile=profile, overrides=dotted)
 
 
+# An exception gpurl did not expect (a bug, not bad input) exits with its own code, so a
+# script can tell the two apart; GPURL_DEBUG=1 shows its traceback.
+INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE in sysexits.h
+DEBUG_ENV = "GPURL_DEBUG"
+
+
+def _redacted(text: str) -> str:
+    """`text` without any registry secret from the environment (no `gh` call on this path)."""
+    return redact(text, known_secrets(os.environ, gh_token=lambda: None))
+
+
 @contextlib.contextmanager
 def clean_failures() -> Iterator[None]:
-    """Turn a GpurlError into one actionable line and a non-zero exit, never a traceback."""
+    """The top-level handler of every task: a GpurlError becomes one actionable line and its
+    exit code; any other exception one "internal error" line and INTERNAL_ERROR_EXIT (its
+    traceback with GPURL_DEBUG=1). Never a traceback for input a user can give."""
     try:
         yield
     except GpurlError as exc:
         line = f"error: {exc.message}"
         if exc.hint:
             line += f"\n  hint: {exc.hint}"
-        raise Exit(line, code=exc.exit_code) from None
+        raise Exit(_redacted(line), code=exc.exit_code) from None
+    except (Exit, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # the one place a bug is caught: see INTERNAL_ERROR_EXIT
+        if os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
+            raise
+        detail = _redacted(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
+        raise Exit(f"internal error: {detail}; set {DEBUG_ENV}=1 for the traceback",
+                   code=INTERNAL_ERROR_EXIT) from None
 
 
 def say(message: str = "") -> None:
@@ -123,6 +149,22 @@ def text_flag(flag: str, value: str | None) -> str | None:
     if value is not None and not value.strip():
         raise ConfigError(f"{flag} is empty", hint=f"leave {flag} out to use its default")
     return value
+
+
+def positive_flag(flag: str, value: str | float | None, kind: type[_N]) -> _N | None:
+    """An optional numeric flag as `kind`, finite and above zero. invoke hands a flag whose
+    default is None over as text, so it is converted here; `--cpu -4` or `--timeout x` is an
+    error, never passed on."""
+    if value is None:
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not 0 < number < float("inf"):
+        raise ConfigError(f"{flag} must be a positive {'integer' if kind is int else 'number'},"
+                          f" not {value!r}", hint=f"leave {flag} out to use the config")
+    return number
 
 
 def choice(flag: str, value: str | None, choices: Any) -> str | None:

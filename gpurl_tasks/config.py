@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from gpurl_tasks.errors import ConfigError
+from gpurl_tasks.errors import ConfigError, shown
 from gpurl_tasks.files import read_text
 from gpurl_tasks.units import parse_size
 
@@ -267,7 +267,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
 
 def _table(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where} must be a table, not {value!r}")
+        raise ConfigError(f"{where} must be a table, not {shown(value)}")
     return value
 
 
@@ -286,7 +286,7 @@ def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool) -> A
     environment variable or a flag (a string to parse); TOML values must have the right type."""
 
     def bad(expected: str, detail: str = "") -> ConfigError:
-        return ConfigError(f"{dotted} in {where} must be {expected}, not {value!r}{detail}")
+        return ConfigError(f"{dotted} in {where} must be {expected}, not {shown(value)}{detail}")
 
     optional = type(None) in get_args(hint)
     base = next((a for a in get_args(hint) if a is not type(None)), hint) if optional else hint
@@ -309,7 +309,7 @@ def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool) -> A
         if value in choices:
             return value
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-        raise ConfigError(f"{dotted} in {where} must be {_type_name(base)}, not {value!r}",
+        raise ConfigError(f"{dotted} in {where} must be {_type_name(base)}, not {shown(value)}",
                           hint=f"did you mean {close[0]!r}?" if close else None)
     if base is bool:
         if isinstance(value, bool):
@@ -376,7 +376,7 @@ def load_config(
     profiles = _table(tool.get("profiles", {}), "[tool.gpurl.profiles]")
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
-        raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {default!r}")
+        raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
     name = profile or env.get("GPURL_PROFILE") or default
     if profiles and name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=1)

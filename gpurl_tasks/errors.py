@@ -16,6 +16,7 @@ __all__ = [
     "PlanError",
     "RegistryError",
     "SizeError",
+    "shown",
 ]
 
 
@@ -63,3 +64,9 @@ class BuildError(GpurlError):
 
 class PinError(GpurlError):
     """The launcher pin cannot be written safely."""
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters, for quoting bad input in one error line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 5]}...{text[-2:]}"

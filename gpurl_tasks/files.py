@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpurl_tasks.errors import GpurlError
 
-__all__ = ["read_text", "sha256_of", "write_atomic"]
+__all__ = ["decode_text", "read_text", "sha256_of", "write_atomic"]
 
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None) -> bool:
@@ -69,8 +69,13 @@ def read_text(path: Path, *, what: str, error: type[GpurlError] = GpurlError,
         raise error(f"the {what} {path} does not exist", hint=missing_hint) from None
     except OSError as exc:
         raise error(f"cannot read the {what} {path}: {exc.strerror}") from None
+    return decode_text(data, what=f"{what} {path}", error=error)
+
+
+def decode_text(data: bytes, *, what: str, error: type[GpurlError] = GpurlError) -> str:
+    """`data` as UTF-8, or one `error` naming `what` and the first bad byte with its offset."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"the {what} {path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at "
+        raise error(f"the {what} is not UTF-8 text: byte 0x{data[exc.start]:02x} at "
                     f"offset {exc.start}", hint="save it as UTF-8") from None

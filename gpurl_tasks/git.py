@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.files import decode_text
 from gpurl_tasks.proc import CommandFailed, Completed, ProgramNotFound, run
 
 __all__ = ["GitError", "dirty_tracked_files", "file_history", "head_sha", "ls_bundle_files",
@@ -48,9 +49,9 @@ def ls_bundle_files(root: Path) -> list[str]:
     return [name for name in out.split("\0") if name]
 
 
-def _git(repo: Path, *args: str) -> Completed:
+def _git(repo: Path, *args: str, errors: str = "replace") -> Completed:
     try:
-        return run(["git", "-C", str(repo), *args], check=False, echo=None)
+        return run(["git", "-C", str(repo), *args], check=False, echo=None, errors=errors)
     except ProgramNotFound:
         raise GitError("couldn't find git in PATH", hint="install git (apt-get install git)") from None
 
@@ -92,7 +93,8 @@ def show_file(repo: Path, commit: str, path: str) -> str | None:
     spec = f"{commit}:{path}"
     if _git(repo, "cat-file", "-e", spec).returncode != 0:
         return None
-    done = _git(repo, "show", spec)
+    done = _git(repo, "show", spec, errors="surrogateescape")
     if done.returncode != 0:
         raise GitError(f"git show {spec} failed: {done.stderr.strip()}")
-    return done.stdout
+    return decode_text(done.stdout.encode("utf-8", "surrogateescape"), what=f"file {spec}",
+                       error=GitError)

@@ -83,11 +83,13 @@ def run(
     timeout: float | None = None,
     echo: Callable[[str], None] | None = _echo_stderr,
     path: str | None = None,
+    errors: str = "replace",
 ) -> Completed:
     """Run `argv` and capture its output; raise CommandFailed on a non-zero exit if `check`.
 
     `env` replaces the environment when given; `path` is where the program is looked up
     (default: PATH of `env`, else of this process). Output and messages are redacted.
+    `errors` decodes the output ("surrogateescape" keeps undecodable bytes recoverable).
     """
     secrets = tuple(secrets)
     lookup = path if path is not None else (env or os.environ).get("PATH")
@@ -98,7 +100,7 @@ def run(
     try:
         proc = subprocess.run(
             [program, *argv[1:]], cwd=cwd, env=dict(env) if env is not None else None,
-            capture_output=True, text=True, errors="replace", timeout=timeout, check=False,
+            capture_output=True, text=True, errors=errors, timeout=timeout, check=False,
         )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["REDACTED", "Secret", "TokenSource", "find_registry_token", "looks_like_docker_hub",
-           "redact"]
+__all__ = ["REDACTED", "Secret", "TokenSource", "find_registry_token", "known_secrets",
+           "looks_like_docker_hub", "redact"]
 
 REDACTED = "***"
 _DOCKER_HUB_PREFIX = "dckr_pat_"
@@ -49,14 +50,32 @@ class TokenSource:
     source: str
 
 
+def _base64_forms(raw: bytes) -> list[str]:
+    """The base64 text `raw` shows wherever it sits in an encoded stream: at each of the three
+    byte alignments, the characters that depend on `raw` alone (the first and last partial
+    quantum depend on neighbouring bytes, so they are left out)."""
+    forms = [base64.b64encode(raw).decode().rstrip("=")]
+    for shift in (1, 2):
+        encoded = base64.b64encode(b"\0" * shift + raw).decode().rstrip("=")
+        start = (shift * 8 + 5) // 6  # first character with no bits of the prefix
+        end = (shift + len(raw)) * 8 // 6  # characters made entirely of known bits
+        forms.append(encoded[start:end])
+    forms.append(base64.b64encode(raw).decode()[: len(raw) * 8 // 6])
+    return forms
+
+
 def _forms(value: str) -> list[str]:
-    """The value plus the encodings it is commonly shipped in (base64 with and without a user)."""
-    forms = [value, base64.b64encode(value.encode()).decode()]
+    """The value and the encodings it ships in: URL-encoded (as in a URL or a form), base64 at
+    any alignment (alone, inside `user:token` and inside any longer base64 text), and the
+    base64 of the URL-encoded value."""
+    quoted = urllib.parse.quote(value, safe="")
+    forms = [value, quoted, urllib.parse.quote_plus(value, safe="")]
+    forms += _base64_forms(value.encode()) + _base64_forms(quoted.encode())
     return [f for f in forms if len(f) >= 4]
 
 
 def redact(text: str, secrets: Iterable[str | Secret]) -> str:
-    """`text` with every secret (and its base64) replaced by a placeholder."""
+    """`text` with every secret, in every form `_forms` lists, replaced by a placeholder."""
     values: list[str] = []
     for secret in secrets:
         raw = secret.reveal() if isinstance(secret, Secret) else secret
@@ -65,6 +84,18 @@ def redact(text: str, secrets: Iterable[str | Secret]) -> str:
     for value in sorted(set(values), key=len, reverse=True):
         text = text.replace(value, REDACTED)
     return text
+
+
+def known_secrets(env: Mapping[str, str], *, gh_token: Callable[[], str | None],
+                  users: Iterable[str] = ()) -> tuple[Secret, ...]:
+    """Every registry secret gpurl could have used, from every source (both token variables
+    and `gh auth token`), plus `user:token` for each known user: what output is redacted of."""
+    tokens = [env.get(name, "").strip() for name in ("GPURL_REGISTRY_TOKEN", "GHCR_TOKEN")]
+    tokens.append((gh_token() or "").strip())
+    names = {u for u in (*users, env.get("GPURL_REGISTRY_USER", ""), "gpurl") if u}
+    found = [t for t in tokens if t]
+    return tuple(Secret(v) for v in dict.fromkeys(
+        found + [f"{user}:{token}" for token in found for user in sorted(names)]))
 
 
 def looks_like_docker_hub(token: Secret) -> bool:

@@ -23,7 +23,7 @@ CASES = [
     (["plan", "--lock", "{junk}/dir"], "cannot read the lock file"),
     (["plan", "--lock", "{junk}/binary"], "is not UTF-8 text: byte 0x80 at offset"),
     (["plan", "--lock", "{junk}/missing.lock"], "missing.lock does not exist"),
-    (["plan", "--size-overrides", "{junk}/dir"], "cannot read size override file"),
+    (["plan", "--size-overrides", "{junk}/dir"], "cannot read the size override file"),
     (["plan", "--size-overrides", "{junk}/missing.json"], "size override file"),
     (["plan", "--cap", "4 bananas"], "layers.cap in the command line must be a size"),
     (["plan", "--extra", "no-such-extra"], "extra 'no-such-extra' is not defined"),

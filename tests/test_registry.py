@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import InvalidReference, parse_reference, uses_plain_http
 from gpurl_tasks.oci.auth import Credentials, credentials_for, parse_challenge
 
@@ -85,10 +86,12 @@ def test_environment_token_wins_over_docker_config(tmp_path: Path) -> None:
     config.write_text(json.dumps({"auths": {"ghcr.io": {
         "auth": base64.b64encode(b"someone:from-file").decode()}}}))
     env = {"GPURL_REGISTRY_TOKEN": "from-env", "HOME": str(tmp_path)}
-    creds = credentials_for("ghcr.io", env=env, user="penfever", docker_config=config)
+    creds = credentials_for("ghcr.io", registry_host="ghcr.io", env=env, user="penfever",
+                            docker_config=config)
     assert creds is not None
     assert (creds.username, creds.secret) == ("penfever", "from-env")
-    creds = credentials_for("ghcr.io", env={"HOME": str(tmp_path)}, docker_config=config)
+    creds = credentials_for("ghcr.io", registry_host="ghcr.io", env={"HOME": str(tmp_path)},
+                            docker_config=config)
     assert creds is not None
     assert (creds.username, creds.secret) == ("someone", "from-file")
 
@@ -99,13 +102,13 @@ def test_docker_config_matches_the_host_and_scheme_prefixed_keys(tmp_path: Path)
         "quay.io": {"auth": base64.b64encode(b"q:r").decode()},
     }}))
     env = {"DOCKER_CONFIG": str(tmp_path)}
-    creds = credentials_for("ghcr.io", env=env)
+    creds = credentials_for("ghcr.io", registry_host="ghcr.io", env=env)
     assert creds is not None and (creds.username, creds.secret) == ("u", "p")
-    assert credentials_for("docker.io", env=env) is None
+    assert credentials_for("docker.io", registry_host="ghcr.io", env=env) is None
 
 
 def test_no_credentials_anywhere_is_anonymous(tmp_path: Path) -> None:
-    assert credentials_for("ghcr.io", env={"HOME": str(tmp_path)}) is None
+    assert credentials_for("ghcr.io", registry_host="ghcr.io", env={"HOME": str(tmp_path)}) is None
 
 
 def test_secret_is_not_in_repr() -> None:
@@ -129,3 +132,34 @@ def test_the_token_is_only_offered_to_the_configured_registry(tmp_path: Path) ->
         assert client.base_url == "https://ghcr.io"
     with open_client(config, foreign, env) as client:
         assert client._credentials is None
+
+
+@pytest.mark.parametrize("variable", ["GPURL_REGISTRY_TOKEN", "GHCR_TOKEN", "gh auth token"])
+def test_a_token_goes_to_the_configured_host_only(tmp_path: Path, variable: str) -> None:
+    """Every source of the team's token is withheld from a foreign host, which gets its own
+    config.json entry (not the token, even though the token is set) or nothing."""
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {
+        "quay.io": {"auth": base64.b64encode(b"q:from-file").decode()}}}))
+    env = {"DOCKER_CONFIG": str(tmp_path)}
+    gh = (lambda: "canary-gh") if variable == "gh auth token" else (lambda: None)
+    if variable != "gh auth token":
+        env[variable] = "canary-env"
+    ours = credentials_for("ghcr.io", registry_host="ghcr.io", env=env, gh_token=gh)
+    assert ours is not None and ours.secret in ("canary-env", "canary-gh")
+    quay = credentials_for("quay.io", registry_host="ghcr.io", env=env, gh_token=gh)
+    assert quay is not None and (quay.username, quay.secret) == ("q", "from-file")
+    assert credentials_for("evil.example", registry_host="ghcr.io", env=env, gh_token=gh) is None
+
+
+@pytest.mark.parametrize("body", ["{not json", json.dumps({"auths": {"ghcr.io": {"auth": "%%%"}}}),
+                                  json.dumps({"auths": {"ghcr.io": {"auth": "bm9jb2xvbg=="}}})])
+def test_a_broken_docker_config_is_one_clear_error(tmp_path: Path, body: str) -> None:
+    (tmp_path / "config.json").write_text(body)
+    with pytest.raises(RegistryError, match=r"config\.json"):
+        credentials_for("ghcr.io", registry_host="ghcr.io", env={"DOCKER_CONFIG": str(tmp_path)})
+
+
+def test_a_docker_config_that_is_not_utf8_names_the_byte(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_bytes(b'{"auths": {"\xe9": {}}}')
+    with pytest.raises(RegistryError, match=r"not UTF-8 text: byte 0xe9 at offset 12"):
+        credentials_for("ghcr.io", registry_host="ghcr.io", env={"DOCKER_CONFIG": str(tmp_path)})

@@ -22,7 +22,7 @@ from gpurl_tasks.cluster.watch import EXIT_FAILED, WatcherError, WatchResult, lo
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, GpurlError, IrisError
 from gpurl_tasks.proc import CommandFailed, find_program, run
-from gpurl_tasks.redact import TokenSource, find_registry_token, redact
+from gpurl_tasks.redact import TokenSource, find_registry_token, known_secrets, redact
 
 __all__ = ["IRIS_ENV", "KillOutcome", "Submission", "WatchOutcome", "generate_script", "iris_program",
            "kill_job", "real_world", "run_build", "run_watch"]
@@ -184,8 +184,8 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
         except IrisError as exc:
             log_tail = [f"(could not fetch the log: {exc.message})"]
         say(f"--- last {len(log_tail)} log lines (since {since} ms) ---")
-        known = find_registry_token(os.environ, gh_token=lambda: None)
-        log_tail = [redact(line, [known.token] if known else []) for line in log_tail]
+        known = known_secrets(os.environ, gh_token=_gh_token, users=[config.registry.user])
+        log_tail = [redact(line, known) for line in log_tail]
         for line in log_tail:
             say(line)
     return WatchOutcome(job_id=job_id, result=result, events=tuple(events),

@@ -24,7 +24,7 @@ import httpx
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError
-from gpurl_tasks.files import write_atomic
+from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local import pyindex
 from gpurl_tasks.local.build_log import BuildStep, parse_plain_progress, stages_run, vertex_output
@@ -265,7 +265,8 @@ def build_wheels(
     source_file = dockerfile or config.build.dockerfile
     with tempfile.TemporaryDirectory(prefix="gpurl-wheels-", dir=base) as tmp:
         export_file = Path(tmp) / "Dockerfile.export"
-        write_atomic(export_file, export_dockerfile(source_file.read_text(), target, source))
+        write_atomic(export_file, export_dockerfile(
+            read_text(source_file, what="Dockerfile", error=BuildError), target, source))
         argv = build_command(client, dockerfile=export_file, context=context or config.root,
                              build_args=args, target=EXPORT_STAGE,
                              output=f"type=local,dest={tmp}/out")

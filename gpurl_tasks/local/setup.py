@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.local import base_image, engine, pyindex, registry_server
 from gpurl_tasks.steps import StepRecord, timed
 
@@ -158,7 +159,8 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
     pyindex.port_of(config.build.index_url)  # validate before downloading anything
     directory = index_dir(cache)
     pins = list(image_tool_pins())
-    lock_text = config.lock.read_text() if config.lock.is_file() else ""
+    lock_text = read_text(config.lock, what="lock file", error=ConfigError) \
+        if config.lock.is_file() else ""
     pins += pyindex.pins_from_lock(lock_text) if lock_text else []
     specs = build_requirements(config)
     missing = pyindex.missing_pins(pins, directory)
@@ -195,7 +197,8 @@ def build_requirements(config: Config) -> list[str]:
     specs = list(SEED_REQUIREMENTS)
     pyproject = config.workspace / "pyproject.toml"
     if pyproject.is_file():
-        specs += pyindex.build_requires(pyproject.read_text())
+        specs += pyindex.build_requires(read_text(pyproject, what="pyproject.toml",
+                                                  error=ConfigError))
     specs += list(getattr(config.build, "builder_requirements", ()))
     return sorted(set(specs))
 

@@ -1,19 +1,23 @@
-"""Registry credentials: where they come from, and the `WWW-Authenticate` challenge syntax.
+"""Registry credentials: which go to which host, and the `WWW-Authenticate` challenge syntax.
 
-GPURL_REGISTRY_TOKEN (with the configured user) wins; otherwise docker's config.json `auths`
-entry for the host. The secret is kept out of every repr, str and message.
+The team's token (GPURL_REGISTRY_TOKEN, GHCR_TOKEN or `gh auth token`, with the configured user)
+goes to the configured registry host only; every host, the configured one included when no
+token is set, gets its own docker config.json `auths` entry or nothing. The secret is kept out
+of every repr, str and message.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.redact import find_registry_token
 
 __all__ = ["Credentials", "credential_hint", "credentials_for", "parse_challenge"]
@@ -35,27 +39,34 @@ class Credentials:
 def credentials_for(
     host: str,
     *,
+    registry_host: str,
     env: Mapping[str, str],
     user: str = "",
     docker_config: Path | None = None,
+    gh_token: Callable[[], str | None] = lambda: None,
 ) -> Credentials | None:
-    """Find credentials: the token `invoke build` uses (GPURL_REGISTRY_TOKEN, else GHCR_TOKEN;
-    one lookup in credentials.py), then docker's config.json auths.
+    """The credentials for `host`: the team's token when `host` is `registry_host` (the
+    configured registry), else (and when no token is set) docker's config.json entry for `host`.
 
     `docker_config` defaults to $DOCKER_CONFIG/config.json or ~/.docker/config.json.
     Credential helpers (credsStore) are not consulted; set the token variable instead.
+    `gh_token` is not asked by default (no `gh` subprocess for a read).
     """
-    found = find_registry_token(env, gh_token=lambda: None)  # no `gh` subprocess for a read
-    if found:
-        return Credentials(username=env.get("GPURL_REGISTRY_USER") or user or "gpurl",
-                           secret=found.token.reveal(), source=found.source.strip("$`"))
+    if host == registry_host:
+        found = find_registry_token(env, gh_token=gh_token)
+        if found:
+            return Credentials(username=env.get("GPURL_REGISTRY_USER") or user or "gpurl",
+                               secret=found.token.reveal(), source=found.source.strip("$`"))
     if docker_config is None:
         base = env.get("DOCKER_CONFIG") or str(Path(env.get("HOME", "~")).expanduser() / ".docker")
         docker_config = Path(base) / "config.json"
-    try:
-        data = json.loads(docker_config.read_text())
-    except (OSError, ValueError):
+    if not docker_config.is_file():
         return None
+    try:
+        data = json.loads(read_text(docker_config, what="docker config", error=RegistryError))
+    except ValueError:
+        raise RegistryError(f"the docker config {docker_config} is not valid JSON",
+                            hint="fix or remove it (docker login writes it)") from None
     auths = data.get("auths") if isinstance(data, dict) else None
     if not isinstance(auths, dict):
         return None
@@ -65,8 +76,11 @@ def credentials_for(
             continue
         if entry.get("auth"):
             try:
-                username, _, secret = base64.b64decode(entry["auth"]).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
+                username, sep, secret = base64.b64decode(
+                    str(entry["auth"]), validate=True).decode().partition(":")
+            except (binascii.Error, ValueError):
+                sep = ""
+            if not sep:
                 raise RegistryError(f"the auth entry for {host} in {docker_config} is not "
                                     "valid base64 of user:token") from None
             return Credentials(username=username, secret=secret, source=str(docker_config))

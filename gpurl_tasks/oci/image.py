@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.errors import RegistryError, shown
 from gpurl_tasks.imageref import DIGEST_RE, ImageRef
 
 __all__ = [
@@ -43,7 +43,7 @@ ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIF
 def _field(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = doc.get(key)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise RegistryError(f"{where}: field {key!r} is {value!r}, not the expected "
+        raise RegistryError(f"{where}: field {shown(key)} is {shown(value)}, not the expected "
                             f"{getattr(kind, '__name__', 'value')}")
     return value
 
@@ -60,16 +60,16 @@ class Descriptor:
     @staticmethod
     def from_json(obj: Any, where: str) -> Descriptor:
         if not isinstance(obj, Mapping):
-            raise RegistryError(f"{where} is {obj!r}, not an object")
+            raise RegistryError(f"{where} is {shown(obj)}, not an object")
         digest = _field(obj, "digest", str, where)
         if not DIGEST_RE.match(digest):
-            raise RegistryError(f"{where}: digest {digest!r} is not sha256:<64 hex>")
+            raise RegistryError(f"{where}: digest {shown(digest)} is not sha256:<64 hex>")
         size = _field(obj, "size", int, where)
         if size < 0:
             raise RegistryError(f"{where}: size {size} is negative")
         media_type = obj.get("mediaType", "")
         if not isinstance(media_type, str):
-            raise RegistryError(f"{where}: mediaType is {media_type!r}, not a string")
+            raise RegistryError(f"{where}: mediaType is {shown(media_type)}, not a string")
         plat = obj.get("platform")
         platform = None
         if isinstance(plat, Mapping):
@@ -118,21 +118,21 @@ def parse_index(doc: Mapping[str, Any], where: str) -> tuple[Descriptor, ...]:
 def parse_config(doc: Mapping[str, Any], where: str) -> ImageConfig:
     inner = doc.get("config") or {}
     if not isinstance(inner, Mapping):
-        raise RegistryError(f"{where}: field 'config' is {inner!r}, not an object")
+        raise RegistryError(f"{where}: field 'config' is {shown(inner)}, not an object")
     labels = inner.get("Labels") or {}
     if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
-        raise RegistryError(f"{where}: config.Labels is {labels!r}, not an object of strings")
+        raise RegistryError(f"{where}: config.Labels is {shown(labels)}, not an object of strings")
     raw_history = doc.get("history") or []
     if not isinstance(raw_history, list):
-        raise RegistryError(f"{where}: field 'history' is {raw_history!r}, not a list")
+        raise RegistryError(f"{where}: field 'history' is {shown(raw_history)}, not a list")
     history = []
     for i, entry in enumerate(raw_history):
         if not isinstance(entry, Mapping):
-            raise RegistryError(f"{where}: history[{i}] is {entry!r}, not an object")
+            raise RegistryError(f"{where}: history[{i}] is {shown(entry)}, not an object")
         created_by, empty = entry.get("created_by", ""), entry.get("empty_layer", False)
         if not isinstance(created_by, str) or not isinstance(empty, bool):
-            raise RegistryError(f"{where}: history[{i}] has created_by {created_by!r} and "
-                                f"empty_layer {empty!r}; expected a string and a boolean")
+            raise RegistryError(f"{where}: history[{i}] has created_by {shown(created_by)} and "
+                                f"empty_layer {shown(empty)}; expected a string and a boolean")
         history.append(HistoryEntry(created_by=created_by, empty_layer=empty))
     return ImageConfig(labels={str(k): v for k, v in labels.items()}, history=tuple(history))
 

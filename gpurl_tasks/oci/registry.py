@@ -187,6 +187,9 @@ class RegistryClient:
                              "(registry.host; registry.insecure for plain HTTP)") from None
                 self._sleep(self._delay(attempt, None))
                 continue
+            except httpx.HTTPError as exc:  # a redirect loop, a body that is not what it says
+                raise RegistryError(f"the registry at {self.base_url} sent an unusable answer "
+                                    f"for {ref} ({path}): {_fault(exc)}") from None
             status = response.status_code
             if status == 401 and not authenticated:
                 authenticated = True  # one challenge round per request; a second 401 is final
@@ -226,9 +229,12 @@ class RegistryClient:
         if scheme != "bearer" or not params.get("realm"):
             raise self._refusal(ref, response)
         query = {"service": params.get("service", ""), "scope": params.get("scope") or scope}
-        realm = httpx.URL(params["realm"]) if params["realm"].startswith(("http://", "https://")) \
-            else None
-        if realm is None:
+        try:
+            realm = httpx.URL(params["realm"]) if params["realm"].startswith(
+                ("http://", "https://")) else None
+        except (httpx.InvalidURL, ValueError):
+            realm = None
+        if realm is None or not realm.host:
             raise RegistryError(f"{self.host} named an invalid token service {params['realm']!r}")
         # credentials travel only over TLS, or in the clear to a token service on loopback
         safe = realm.scheme == "https" or is_loopback(realm.host)
@@ -236,9 +242,9 @@ class RegistryClient:
                    if self._credentials and safe else {})
         try:
             answer = self._http.get(realm, params=query, headers=headers)
-        except httpx.TransportError as exc:
-            raise RegistryError(f"cannot reach the token service of {self.host} for {ref} "
-                                f"({type(exc).__name__})") from None
+        except httpx.HTTPError as exc:
+            raise RegistryError(f"cannot get a token from the token service of {self.host} "
+                                f"({realm.host}) for {ref}: {_fault(exc)}") from None
         if answer.status_code in (401, 403):
             raise RegistryError(
                 f"the token service of {self.host} refused the credentials for {ref} "
@@ -295,6 +301,17 @@ def _json_document(body: bytes, what: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise RegistryError(f"the {what} is not a JSON object")
     return document
+
+
+def _fault(exc: httpx.HTTPError) -> str:
+    """What went wrong in transport, in words (never the request's headers)."""
+    words = {httpx.TooManyRedirects: "too many redirects (a redirect loop)",
+             httpx.DecodingError: "the body does not decode as its Content-Encoding says",
+             httpx.UnsupportedProtocol: "a redirect to an unsupported URL scheme"}
+    for kind, text in words.items():
+        if isinstance(exc, kind):
+            return text
+    return type(exc).__name__
 
 
 def _error_codes(response: httpx.Response) -> str:

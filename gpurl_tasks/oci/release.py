@@ -70,18 +70,13 @@ def rules_for(config: Config) -> Rules:
 
 def open_client(config: Config, ref: ImageRef, env: Mapping[str, str] | None = None
                 ) -> RegistryClient:
-    """A client for the reference's host.
-
-    GPURL_REGISTRY_TOKEN belongs to the configured registry only: for any other host it is
-    withheld (only that host's docker config.json entry applies), so a reference to a foreign
-    registry can never make its token service receive the team's token.
-    """
+    """A client for the reference's host, with the credentials `oci.auth` allows it: the
+    team's token only when it is the configured registry, so a reference to a foreign registry
+    can never make it (or its token service) receive that token."""
     env = os.environ if env is None else env
     ours = ref.host == config.registry.host
-    if not ours:
-        env = {k: v for k, v in env.items() if k not in ("GPURL_REGISTRY_TOKEN",
-                                                          "GPURL_REGISTRY_USER")}
-    credentials = credentials_for(ref.host, env=env, user=config.registry.user if ours else "")
+    credentials = credentials_for(ref.host, registry_host=config.registry.host, env=env,
+                                  user=config.registry.user if ours else "")
     return RegistryClient(ref.host, credentials=credentials, insecure=config.registry.insecure)
 
 

@@ -18,7 +18,7 @@ import httpx
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import ConfigError, SizeError
-from gpurl_tasks.files import write_atomic
+from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.sizes import load_size_sources, urls_to_probe
 from gpurl_tasks.plan.target import target_tags
@@ -111,7 +111,7 @@ def write_cache(path: Path, entries: dict[str, dict[str, int]]) -> None:
     current: dict[str, object] = {}
     if path.exists():
         try:
-            current = json.loads(path.read_text())
+            current = json.loads(read_text(path, what="size cache", error=SizeError))
         except json.JSONDecodeError as exc:
             raise SizeError(f"size cache {path} is not valid JSON: {exc}") from None
     current.update(entries)

@@ -18,6 +18,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from gpurl_tasks.errors import SizeError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.plan.lock import Artifact, LockedPackage
 
 __all__ = [
@@ -103,15 +104,12 @@ def select_wheel(package: LockedPackage, supported: Sequence[Tag]) -> Artifact |
 
 
 def _read_json_object(path: Path, what: str, *, optional: bool) -> dict[str, object]:
+    if optional and not path.exists():
+        return {}
+    text = read_text(path, what=what, error=SizeError,
+                     missing_hint="check the path, or create it holding {}")
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        if optional:
-            return {}
-        raise SizeError(f"{what} {path} does not exist",
-                        hint="check the path, or create it holding {}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SizeError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SizeError(f"{what} {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import zipfile
+import zlib
 from email.parser import HeaderParser
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -44,7 +45,9 @@ def _dist_info(path: Path) -> tuple[str | None, tuple[str, ...]]:
             tags = tuple(sorted(
                 line.split(":", 1)[1].strip() for line in zf.read(wheel).decode().splitlines()
                 if line.startswith("Tag:"))) if wheel else ()
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
+    # a damaged zip shows as any of these (a bad CRC, an unknown method, encryption, truncation)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError,
+            zlib.error) as exc:
         raise WheelCheckError(f"{path} is not a readable wheel: {exc}") from None
     return version, tags
 
@@ -55,7 +58,8 @@ def read_wheelhouse(directory: Path) -> list[FoundWheel]:
         raise WheelCheckError(f"wheelhouse {directory} is not a directory",
                               hint="pass a directory of wheels, a MANIFEST file or its URL")
     manifest_path = directory / "MANIFEST"
-    manifest = (parse_manifest(manifest_path.read_text(), source=str(manifest_path))
+    manifest = (parse_manifest(read_text(manifest_path, what="MANIFEST", error=WheelCheckError),
+                               source=str(manifest_path))
                 if manifest_path.is_file() else None)
     found = []
     for path in sorted(directory.glob("*.whl")):

@@ -2,14 +2,16 @@
 
 Everything is forwarded to the real registry except the faults a test scripts: a status
 (429 with Retry-After, 500), a truncated body (full Content-Length, half the bytes, then the
-connection closes), a corrupted body (one byte flipped, headers unchanged), or a connection
-dropped without any answer. The log records when each request arrived, so a test can check
-that Retry-After was honoured.
+connection closes), a corrupted body (one byte flipped, headers unchanged), a connection
+dropped without any answer, a redirect to itself (a loop), a body labelled gzip that is not,
+or a document of the test's choosing ("serve": `body` with its own Docker-Content-Digest).
+The log records when each request arrived, so a test can check that Retry-After was honoured.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import http.client
 import threading
 import time
@@ -23,10 +25,12 @@ class Fault:
     """Apply `kind` to the next `times` requests whose path contains `path`."""
 
     path: str
-    kind: str  # "429" | "500" | "truncate" | "corrupt" | "drop"
+    kind: str  # "429" | "500" | "truncate" | "corrupt" | "drop" | "loop" | "gzip" | "serve"
     times: int = 1
     retry_after: str = "1"
     method: str | None = None
+    body: bytes = b""  # "serve": the document to answer with
+    content_type: str = "application/vnd.oci.image.manifest.v1+json"
 
 
 class FaultProxy:
@@ -50,6 +54,9 @@ class FaultProxy:
                 if fault and fault.kind == "drop":
                     self.close_connection = True
                     self.connection.close()
+                    return
+                if fault and fault.kind in ("loop", "gzip", "serve"):
+                    self._answer(fault)
                     return
                 if fault and fault.kind in ("429", "500"):
                     body = b'{"errors":[{"code":"TOOMANYREQUESTS"}]}' if fault.kind == "429" \
@@ -91,6 +98,22 @@ class FaultProxy:
                 if fault and fault.kind == "corrupt" and body:
                     body = body[:-2] + bytes([body[-2] ^ 0x01]) + body[-1:]
                 self.wfile.write(body)
+
+            def _answer(self, fault: Fault) -> None:
+                body = b"" if fault.kind == "loop" else (
+                    fault.body if fault.kind == "serve" else b"this is not gzip at all")
+                self.send_response(307 if fault.kind == "loop" else 200)
+                if fault.kind == "loop":
+                    self.send_header("Location", self.path)
+                if fault.kind == "gzip":
+                    self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Type", fault.content_type)
+                self.send_header("Docker-Content-Digest",
+                                 "sha256:" + hashlib.sha256(body).hexdigest())
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
 
             do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _handle
 

@@ -45,6 +45,7 @@ class TokenService:
                              check=True, capture_output=True).stdout
         self._x5c = base64.b64encode(der).decode()
         self.requests: list[dict[str, object]] = []
+        self.authorizations: list[str] = []  # each request's Authorization header, as sent
         service = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -62,6 +63,7 @@ class TokenService:
                 service.requests.append({"scope": query.get("scope", [""])[0],
                                          "service": query.get("service", [""])[0],
                                          "authorized": user is not None})
+                service.authorizations.append(auth)
                 if user is None:
                     body = b'{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}'
                     self.send_response(401)
