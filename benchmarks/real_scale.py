@@ -220,6 +220,7 @@ def _bump_copy(say: Callable[[str], None]) -> Path:
     workspace = BUMP_DIR / config.workspace.relative_to(REPO_ROOT)
     shutil.copytree(config.workspace, workspace, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO_ROOT / "pyproject.toml", BUMP_DIR / "pyproject.toml")
+    shutil.copytree(REPO_ROOT / "sizes", BUMP_DIR / "sizes")  # layers.size-overrides lives there
     wheelhouse = BUMP_DIR / config.build.wheelhouse.relative_to(REPO_ROOT)
     wheelhouse.mkdir(parents=True)
     (wheelhouse / ".keep").touch()
