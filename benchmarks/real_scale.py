@@ -396,8 +396,9 @@ def render_section(data: dict[str, Any] | None) -> str:
         f"{_size(mem['host_used_peak_bytes'])} (from {_size(mem['host_used_before_bytes'])}).",
         "",
         f"After bumping one small package ({bump['package']} to {bump['to_version']}, a copy of the "
-        f"workspace re-locked): {bump['run_steps_rebuilt']} of {bump['run_steps']} RUN steps and "
-        f"{bump['sync_steps_rebuilt']} of {bump['sync_layers']} sync layers rebuilt in "
+        f"workspace re-locked): {bump['run_steps_rebuilt']} of {bump['run_steps']} RUN steps rebuilt, "
+        f"{bump['sync_steps_rebuilt']} of them `uv sync` RUNs (the {bump['sync_layers']}-layer chain, "
+        f"then the local package's sync), in "
         f"{bump['build_seconds']:.1f}s, pushed in {bump['push_seconds']:.1f}s; "
         f"{bump['layers_new']} blobs the registry did not have, **{_size(bump['new_bytes'])}** "
         f"new bytes, of which {_size(bump['new_python_bytes'])} in Python layers = "
