@@ -125,3 +125,10 @@ def bench(session: nox.Session) -> None:
     """Planner benchmarks (speed, plan quality, size prediction, rebuild cost) -> benchmarks/REPORT.md."""
     _sync(session)
     session.run("python", "-m", "benchmarks.run", *session.posargs)
+
+
+@nox.session(name="bench-heavy", default=False)
+def bench_heavy(session: nox.Session) -> None:
+    """Real scale: build the heavy profile (torch + CUDA wheels) here, measure (`-- --clean` removes)."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.real_scale", *session.posargs)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import prediction, quality, rebuild_cost, speed
+from benchmarks import prediction, quality, real_scale, rebuild_cost, speed
 from benchmarks.common import (
     REPO_ROOT,
     SHARED_LOCKS,
@@ -202,7 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (GpurlError, prediction.MeasuredFileError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
-    markdown = render_markdown(results)
+    # The real-scale section comes from `nox -s bench-heavy`'s last run (benchmarks/data/).
+    results["real_scale"] = real_scale.load_data()
+    markdown = real_scale.splice_section(render_markdown(results),
+                                         real_scale.render_section(results["real_scale"]))
     _write(args.out / "report.json", json.dumps(results, indent=2, sort_keys=True) + "\n")
     _write(args.report, markdown)
     print(markdown)

@@ -64,6 +64,8 @@ class BuildResult:
     stages_run: frozenset[str]  # stages in which some instruction really executed
     floating: str | None  # the floating reference when it was pushed too
     seconds: float
+    build_seconds: float = 0.0  # of `seconds`: the docker build
+    push_seconds: float = 0.0  # of `seconds`: the push(es) and the registry cross-check
 
     @property
     def pinned(self) -> str:
@@ -209,6 +211,7 @@ def build_and_push(
     start = time.monotonic()
     with serving_index(config.build.index_url, served_from):
         log, steps = _run_build(argv, on_line, log_file)
+    built = time.monotonic()
     digest = _push(client, reference)
     ref = parse_reference(reference, default_host=config.registry.host)
     with RegistryClient(ref.host, insecure=config.registry.insecure) as registry:
@@ -224,6 +227,8 @@ def build_and_push(
         stages=frozenset(s.stage for s in steps), stages_run=frozenset(stages_run(steps)),
         floating=floating,
         seconds=time.monotonic() - start,
+        build_seconds=built - start,
+        push_seconds=time.monotonic() - built,
     )
 
 
