@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpurl_tasks.dockerfile.recipe import SLICE_DIR
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "heavy"
 DATA = REPO_ROOT / "benchmarks" / "data" / "real-scale.json"
@@ -97,7 +99,9 @@ def _tree_rss(roots: Sequence[int]) -> int:
 
 def _host_used() -> int:
     info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-    kib = lambda key: int(info[key].split()[0]) * 1024  # noqa: E731
+    def kib(key: str) -> int:
+        return int(info[key].split()[0]) * 1024
+
     return kib("MemTotal") - kib("MemAvailable")
 
 
@@ -147,14 +151,14 @@ def _du(path: Path) -> int:
 
 
 def _installed_sizes(client: str, reference: str) -> list[int]:
-    """Uncompressed bytes of the sync chain's layers, oldest first, from the engine's history."""
+    """Uncompressed bytes of the slice layers, oldest first, from the engine's history."""
     out = subprocess.run([client, "history", "--no-trunc", "--human=false", "--format",
                           "{{.Size}}\t{{.CreatedBy}}", reference],
                          check=True, capture_output=True, text=True).stdout
     sizes = []
     for line in reversed(out.splitlines()):
         size, _, created = line.partition("\t")
-        if "uv sync" in created and "--no-install-project" in created:
+        if "uv pip install" in created and f"{SLICE_DIR}/" in created:
             sizes.append(int(size))
     return sizes
 
@@ -163,7 +167,7 @@ def _registry_layers(config: Any) -> dict[str, int]:
     """Every layer blob of every tag of the profile's repository in the registry: digest -> size."""
     import httpx
 
-    from gpurl_tasks.oci.ref import parse_reference
+    from gpurl_tasks.imageref import parse_reference
     from gpurl_tasks.oci.registry import RegistryClient
 
     host, repo = config.registry.host, config.registry.repository
@@ -246,6 +250,7 @@ def _bump_copy(say: Callable[[str], None]) -> Path:
 def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every step for real and return the figures (see the module docstring)."""
     _default_cache()
+    from gpurl_tasks import git
     from gpurl_tasks.config import load_config
     from gpurl_tasks.dockerfile.generate import generate
     from gpurl_tasks.local.engine import find_buildkit_client
@@ -267,7 +272,7 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     say(render_plan(plan))
     with _timed(times, "generate --check", say):
         generate(config, check=True, planner=lambda _: plan)
-    sha = release.head_short_sha(REPO_ROOT)
+    sha = git.head_sha(REPO_ROOT)
     logs = OUT / "heavy-logs"
     runs: dict[str, Any] = {}
     with MemorySampler() as memory:
@@ -291,7 +296,7 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     bump_plan = plan_for_config(bump_config)
     generate(bump_config, planner=lambda _: bump_plan)
     with MemorySampler() as bump_memory, _timed(times, "bump build + push", say):
-        bumped = _build(bump_config, release.head_short_sha(bump_root), no_cache=False,
+        bumped = _build(bump_config, git.head_sha(bump_root), no_cache=False,
                         log=logs / "bump.log")
     bump_report = release.verify_reference(bump_config, bumped.reference)
     sync_rows = [r for r in bump_report.rows if r.sync_step is not None]
@@ -299,7 +304,7 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     python_bytes = sum(r.size for r in sync_rows)
     new_python = sum(r.size for r in sync_rows if r.digest in new)
     run_steps = [s for s in bumped.steps if not s.is_from and s.instruction.startswith("RUN")]
-    sync_ran = [s for s in run_steps if "uv sync" in s.instruction and s.status != "cached"]
+    sync_ran = [s for s in run_steps if SLICE_DIR in s.instruction and s.status != "cached"]
     bump = {
         "package": BUMP[0], "to_version": BUMP[1], "reference": bumped.reference,
         "build_seconds": round(bumped.build_seconds, 1), "push_seconds": round(bumped.push_seconds, 1),
@@ -397,15 +402,13 @@ def render_section(data: dict[str, Any] | None) -> str:
         "",
         f"After bumping one small package ({bump['package']} to {bump['to_version']}, a copy of the "
         f"workspace re-locked): {bump['run_steps_rebuilt']} of {bump['run_steps']} RUN steps rebuilt, "
-        f"{bump['sync_steps_rebuilt']} of them `uv sync` RUNs (the {bump['sync_layers']}-layer chain, "
-        f"then the local package's sync), in "
+        f"{bump['sync_steps_rebuilt']} of the {bump['sync_layers']} slice installs, in "
         f"{bump['build_seconds']:.1f}s, pushed in {bump['push_seconds']:.1f}s; "
         f"{bump['layers_new']} blobs the registry did not have, **{_size(bump['new_bytes'])}** "
         f"new bytes, of which {_size(bump['new_python_bytes'])} in Python layers = "
         f"**{_pct(bump['new_python_share']).lstrip('+')}** of the Python layers "
-        f"({_size(bump['python_bytes'])}). With the current layering every sync RUN depends on "
-        f"the whole uv.lock, so any bump rebuilds the chain; the cache-stable layers work aims "
-        f"for at most 10%.",
+        f"({_size(bump['python_bytes'])}). Each slice layer depends on its own slice file and the "
+        f"layers below it, not on the whole uv.lock (the cache-stable layers target: at most 10%).",
         "",
         f"Disk: the index cache holds {_size(data['disk']['index_bytes'])}, the registry "
         f"{_size(data['disk']['registry_heavy_blob_bytes'])} of gpurl/heavy blobs (compressed), "
