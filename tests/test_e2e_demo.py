@@ -21,15 +21,19 @@ import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.generate import render_dockerfile
+from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.local.builder import build_and_push
+from gpurl_tasks.local.builder import build_and_push, serving_index
+from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
 from gpurl_tasks.plan.planner import plan_for_config
 from tests.conftest import REPO_ROOT
 from tests.local_parts import need
+from tests.support.pyindex import make_wheel
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 CACHE = REPO_ROOT / ".cache" / "gpurl"
+BUMPED = "typing-extensions==4.15.0"  # the demo lock pins 4.16.0
 
 
 def _copy_tree(dest: Path) -> Path:
@@ -73,14 +77,15 @@ def first(tree: Path) -> dict[str, Any]:
 
 
 def _sync_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The slice layers (verify maps them to the plan's layers), in order."""
     return [row for row in result["verify"]["layers"]
-            if row["instruction"] and "uv sync" in row["instruction"]
-            and "--inexact" not in row["instruction"]]
+            if row["instruction"] and f"{SLICE_DIR}/" in row["instruction"]
+            and row["instruction"].startswith("RUN")]
 
 
-def test_one_pushed_layer_per_planned_sync_step(first: dict[str, Any]) -> None:
+def test_one_pushed_layer_per_planned_slice(first: dict[str, Any]) -> None:
     rows = _sync_rows(first)
-    assert len(rows) == len(first["plan"]["steps"]) >= 3
+    assert len(rows) == len(first["plan"]["layers"]) >= 3
     assert first["verify"]["ok"]
     # the sync layers are the planned ones, in order, and the rest are the other instructions
     assert [row["sync_step"] for row in rows] == list(range(len(rows)))
@@ -129,7 +134,7 @@ def test_second_build_comes_from_the_cache(tree: Path, first: dict[str, Any]) ->
                        if (row["instruction"] or "").startswith("COPY examples/demo/ "))
     # every layer below the source copy (base, apt, uv, the sync chain, the wheels) is the same blob
     assert [r["digest"] for r in after[:source_copy]] == [r["digest"] for r in before[:source_copy]]
-    assert again["cached_steps"] >= source_copy >= len(first["plan"]["steps"]) + 4
+    assert again["cached_steps"] >= source_copy >= len(first["plan"]["layers"]) + 4
     print(f"second build: {again['cached_steps']} of {again['steps']} steps cached")
 
 
@@ -181,3 +186,79 @@ def test_demo_dry_run_describes_every_step_and_writes_nothing(tree: Path, first:
                  "pin:"):
         assert step in done.stdout
     assert launcher.read_bytes() == before
+
+
+# --- cache-stable layers and the compiled wheels, end to end ------------------------------------
+
+
+def _relock(tree: Path, pyproject_edit: tuple[str, str], *, upgrade: str = "") -> None:
+    """Edit the copy's demo pyproject, `uv lock` it against the loopback index, regenerate the
+    Dockerfile and slices from the committed ones, and commit (the tag names a commit)."""
+    config = load_config(tree, profile="demo", env={})
+    pyproject = config.workspace / "pyproject.toml"
+    old, new = pyproject_edit
+    assert old in pyproject.read_text()
+    pyproject.write_text(pyproject.read_text().replace(old, new, 1))
+    uv = shutil.which("uv")
+    assert uv
+    with serving_index(config.build.index_url, index_dir(CACHE)):
+        argv = [uv, "lock", *(["--upgrade-package", upgrade] if upgrade else [])]
+        done = subprocess.run(argv, cwd=config.workspace, capture_output=True, text=True,
+                              env={**os.environ, "UV_NO_CACHE": "1"})
+    assert done.returncode == 0, done.stderr
+    generated = invoke(tree, "generate", "--profile", "demo")
+    assert generated.returncode == 0, generated.stderr
+    for argv in (["git", "add", "-A"], ["git", "-c", "user.name=gpurl", "-c",
+                                        "user.email=gpurl@localhost", "commit", "-qm", "bump"]):
+        subprocess.run(argv, cwd=tree, check=True)
+
+
+def _layers(tree: Path, reference: str) -> list[dict[str, Any]]:
+    done = invoke(tree, "verify-layers", "--profile", "demo", "--ref", reference, "--json")
+    assert done.returncode == 0, done.stderr
+    layers: list[dict[str, Any]] = json.loads(done.stdout)["layers"]
+    return layers
+
+
+def test_a_small_bump_rebuilds_only_the_slice_it_lands_in(tree: Path, first: dict[str, Any],
+                                                         ) -> None:
+    """typing-extensions moves to another release on the loopback index: the lock changes,
+    one line of the tail slice changes, and every layer below that slice is the same blob."""
+    done = invoke(tree, "fill-index", "--profile", "demo", "--pins", BUMPED)
+    assert done.returncode == 0, done.stderr
+    _relock(tree, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
+            upgrade=BUMPED.split("==")[0])
+    slices = sorted((tree / "docker" / "layers" / "demo").glob("*.txt"))
+    changed = [s.name for s in slices if s.read_text() != (REPO_ROOT / "docker" / "layers" / "demo"
+                                                          / s.name).read_text()]
+    assert len(changed) == 1, changed  # one slice file edited, by one line
+    built = invoke(tree, "build", "--backend", "local", "--profile", "demo",
+                   "--wheel-source", "prebuilt-wheelhouse", "--json")
+    assert built.returncode == 0, built.stderr[-3000:]
+    before = _layers(tree, first["reference"])
+    after = _layers(tree, json.loads(built.stdout)["reference"])
+    slice_rows = [i for i, row in enumerate(after) if row["sync_step"] is not None]
+    moved = next(i for i, row in enumerate(after) if changed[0] in (row["instruction"] or ""))
+    assert [r["digest"] for r in after[:moved]] == [r["digest"] for r in before[:moved]]
+    had = {r["digest"] for r in before}
+    python = sum(after[i]["size"] for i in slice_rows)
+    new_python = sum(after[i]["size"] for i in slice_rows if after[i]["digest"] not in had)
+    print(f"bump {BUMPED}: {new_python} new bytes in slice layers of {python} "
+          f"({new_python / python:.1%}); layers below {changed[0]} reused")
+    assert new_python <= 0.10 * python
+
+
+def test_the_compiled_wheel_survives_a_lock_that_pins_its_name(tree: Path,
+                                                              first: dict[str, Any]) -> None:
+    """The lock pins gpurl-demo-ext 0.0.1, a pure-Python release on the loopback index that
+    has no `add`; the image must hold the compiled wheel (its asserts pass only with it), and
+    no slice or sync may install the lock's copy or put it back."""
+    make_wheel(index_dir(CACHE), "gpurl-demo-ext", "0.0.1", payload_bytes=100)
+    _relock(tree, ('dependencies = [', 'dependencies = [\n  "gpurl-demo-ext==0.0.1",'))
+    dockerfile = (tree / "docker" / "Dockerfile.demo").read_text()
+    assert "--no-install-package gpurl-demo-ext" in dockerfile
+    slices = " ".join(s.read_text() for s in (tree / "docker" / "layers" / "demo").glob("*.txt"))
+    assert "gpurl-demo-ext" not in slices
+    built = invoke(tree, "build", "--backend", "local", "--profile", "demo",
+                   "--wheel-source", "prebuilt-wheelhouse", "--json")
+    assert built.returncode == 0, built.stderr[-3000:]  # the compiled-wheel assert ran in it

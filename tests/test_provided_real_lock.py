@@ -1,0 +1,92 @@
+"""The compiled wheels survive on SkyRL's real lock: real uv, the real `vllm` closure.
+
+Stand-in wheels carry the names and fork versions of the compiled pair (a vLLM fork build
+`vllm-0.16.0+g76259c63a.cu128`, `flash_attn-2.8.3`); they are installed the way the image
+installs the compiled wheels (`uv pip install --no-deps <file>`). Then the final sync the
+generated Dockerfile runs is asked with `--dry-run` what it would do: it must not install,
+uninstall or build vllm or flash-attn. The same sync without the exclusions reverts the fork
+(the bug this guards against), so the test can fail. The local packages are left out of the
+dry run (`--no-install-project/--no-install-local`): building them needs the SkyRL sources.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpurl_tasks.config import load_config
+from gpurl_tasks.dockerfile.recipe import LOCAL_INSTALL_FLAGS
+from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
+from gpurl_tasks.plan.planner import plan_for_config
+from tests.conftest import REPO_ROOT, skyrl_lock
+from tests.support.pyindex import make_wheel
+
+pytestmark = pytest.mark.integration
+COMMIT = "0b8acf049"
+
+
+def _python312() -> str:
+    found = [shutil.which("python3.12"),
+             *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]
+    for candidate in filter(None, found):
+        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
+            return candidate
+    if os.environ.get("CI"):
+        pytest.fail("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
+    pytest.skip("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
+
+
+def _changes(output: str) -> list[str]:
+    return [ln.strip() for ln in output.splitlines() if ln.strip()[:2] in ("+ ", "- ")]
+
+
+def test_the_final_sync_leaves_the_compiled_wheels_alone(tmp_path: Path) -> None:
+    lock = skyrl_lock(COMMIT)
+    uv = shutil.which("uv")
+    assert uv, "uv is not on PATH"
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={
+        "python.extras": ["vllm"], "lock": str(lock), "build.vllm-version": "0.16.0",
+        "layers.size-overrides": str(REPO_ROOT / "sizes" / "skyrl-train.json")})
+    plan = plan_for_config(config, repack=True)
+    assert plan.final_exclusions == ("flash-attn", "vllm")
+    assert not {"flash-attn", "vllm"} & {p.name for p in plan.closure}  # in no slice
+    lines, problems = check_provided(plan.provided, pins_from_args({}, config.build, config.target),
+                                     config.build.wheel_globs)
+    assert problems == [] and "vllm: lock 0.16.0, compiled 0.16.0+g76259c63a.cu128" in lines
+
+    project = tmp_path / "skyrl-train"
+    (project / "skyrl-gym").mkdir(parents=True)
+    shutil.copy(lock, project / "uv.lock")
+    shutil.copy(lock.with_name(f"skyrl-train.{COMMIT}.pyproject.toml"), project / "pyproject.toml")
+    (project / "skyrl-gym" / "pyproject.toml").write_text('[project]\nname = "skyrl-gym"\n'
+                                                          'version = "0.1.0"\n')
+    venv = tmp_path / "venv"
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv), "UV_PYTHON_DOWNLOADS": "never",
+           "UV_NO_CACHE": "1"}
+    subprocess.run([uv, "venv", "-q", "--python", _python312(), str(venv)], env=env, check=True)
+    wheels = tmp_path / "wheels"
+    stand_ins = [make_wheel(wheels, "vllm", "0.16.0+g76259c63a.cu128", payload_bytes=1000),
+                 make_wheel(wheels, "flash-attn", "2.8.3", payload_bytes=1000)]
+    subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
+                    "--no-deps", *map(str, stand_ins)], env=env, check=True)
+
+    selection = [f for f in plan.sync_flags if f not in LOCAL_INSTALL_FLAGS]
+    keep_local_out = ["--no-install-project", "--no-install-local"]
+    excluded = [w for n in plan.final_exclusions for w in ("--no-install-package", n)]
+    final = subprocess.run([uv, "sync", *selection, "--inexact", *excluded, *keep_local_out,
+                            "--dry-run"], cwd=project, env=env, capture_output=True, text=True,
+                           check=True)
+    changes = _changes(final.stderr)
+    assert len(changes) > 150  # the closure would be installed: the dry run saw it
+    touched = [c for c in changes if c.split()[1].split("==")[0] in ("vllm", "flash-attn")]
+    assert touched == [], final.stderr
+
+    control = subprocess.run([uv, "sync", *selection, "--inexact", *keep_local_out, "--dry-run"],
+                             cwd=project, env=env, capture_output=True, text=True, check=True)
+    reverted = [c for c in _changes(control.stderr) if "vllm" in c.split()[1]]
+    assert "- vllm==0.16.0+g76259c63a.cu128" in " ".join(reverted)  # without them: the fork goes
