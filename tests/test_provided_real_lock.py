@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.config import load_config
-from gpurl_tasks.dockerfile.recipe import LOCAL_INSTALL_FLAGS
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.plan.planner import plan_for_config
 from tests.conftest import REPO_ROOT, skyrl_lock
@@ -75,18 +74,17 @@ def test_the_final_sync_leaves_the_compiled_wheels_alone(tmp_path: Path) -> None
     subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
                     "--no-deps", *map(str, stand_ins)], env=env, check=True)
 
-    selection = [f for f in plan.sync_flags if f not in LOCAL_INSTALL_FLAGS]
     keep_local_out = ["--no-install-project", "--no-install-local"]
-    excluded = [w for n in plan.final_exclusions for w in ("--no-install-package", n)]
-    final = subprocess.run([uv, "sync", *selection, "--inexact", *excluded, *keep_local_out,
-                            "--dry-run"], cwd=project, env=env, capture_output=True, text=True,
-                           check=True)
+    final = subprocess.run([uv, "sync", *plan.final_sync_flags, *keep_local_out, "--dry-run"],
+                           cwd=project, env=env, capture_output=True, text=True, check=True)
     changes = _changes(final.stderr)
     assert len(changes) > 150  # the closure would be installed: the dry run saw it
     touched = [c for c in changes if c.split()[1].split("==")[0] in ("vllm", "flash-attn")]
     assert touched == [], final.stderr
 
-    control = subprocess.run([uv, "sync", *selection, "--inexact", *keep_local_out, "--dry-run"],
+    flags = list(plan.final_sync_flags)
+    without = flags[:flags.index("--no-install-package")]  # the exclusions come last
+    control = subprocess.run([uv, "sync", *without, *keep_local_out, "--dry-run"],
                              cwd=project, env=env, capture_output=True, text=True, check=True)
     reverted = [c for c in _changes(control.stderr) if "vllm" in c.split()[1]]
     assert "- vllm==0.16.0+g76259c63a.cu128" in " ".join(reverted)  # without them: the fork goes

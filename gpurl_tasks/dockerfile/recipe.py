@@ -44,7 +44,7 @@ from gpurl_tasks.dockerfile.model import (
     image,
     quote_word,
 )
-from gpurl_tasks.plan.model import Layer, Plan
+from gpurl_tasks.plan.model import LOCAL_INSTALL_FLAGS, Layer, Plan
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
@@ -59,8 +59,6 @@ __all__ = [
 
 BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
 IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
-LOCAL_INSTALL_FLAGS = frozenset({"--no-install-project", "--no-install-workspace",
-                                 "--no-install-local"})
 VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import re
 import shutil
 import sys
 import threading
@@ -290,13 +291,26 @@ def download(pins: Sequence[str], dest: Path, *, target: DownloadTarget,
     if bad:
         raise ConfigError(f"pins must be exact name==version, got {bad[0]!r}")
     dest.mkdir(parents=True, exist_ok=True)
-    if pins:
+    for batch in _rounds(pins):  # pip refuses two pins of one name in a call (seed vs lock)
         args = [*_pip(), "download", *([] if with_deps else ["--no-deps"]),
-                "--only-binary=:all:", "--dest", str(dest), *target.pip_args(), *pins]
+                "--only-binary=:all:", "--dest", str(dest), *target.pip_args(), *batch]
         if index_url:
             args += ["--index-url", index_url]
         proc.run_quiet(args, timeout=1800)
     return sorted(p for p in dest.iterdir() if project_of(p.name))
+
+
+def _rounds(pins: Sequence[str]) -> list[list[str]]:
+    """Pins split into calls that each name a project at most once, in order."""
+    rounds: list[tuple[set[str], list[str]]] = []
+    for pin in dict.fromkeys(pins):
+        name = canonicalize_name(re.split(r"[=<>!~ \[;]", pin, maxsplit=1)[0])
+        home = next((r for r in rounds if name not in r[0]), None)
+        if home is None:
+            rounds.append(home := (set(), []))
+        home[0].add(name)
+        home[1].append(pin)
+    return [batch for _, batch in rounds]
 
 
 def pins_from_lock(lock_text: str) -> list[str]:

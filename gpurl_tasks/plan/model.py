@@ -17,9 +17,14 @@ from typing import Any
 from gpurl_tasks.config import PythonSelection
 from gpurl_tasks.plan.sizes import installed_estimate
 
-__all__ = ["Layer", "Plan", "PlannedPackage", "ProvidedPackage", "sync_selection_flags"]
+__all__ = ["LOCAL_INSTALL_FLAGS", "Layer", "Plan", "PlannedPackage", "ProvidedPackage",
+           "sync_selection_flags"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
+# What keeps local sources out of the environment until the source is copied; the final sync,
+# which runs after the copy, drops them.
+LOCAL_INSTALL_FLAGS = frozenset({"--no-install-project", "--no-install-workspace",
+                                 "--no-install-local"})
 
 
 @dataclasses.dataclass(**_KW)
@@ -126,6 +131,13 @@ class Plan:
     @property
     def total_compressed_bytes(self) -> int:
         return sum(layer.compressed_bytes for layer in self.layers)
+
+    @property
+    def final_sync_flags(self) -> tuple[str, ...]:
+        """The final `uv sync`: the selection, local packages included, --inexact (the compiled
+        wheels and harbor stay), and the compiled wheels' packages excluded."""
+        return (*(f for f in self.sync_flags if f not in LOCAL_INSTALL_FLAGS), "--inexact",
+                *(w for name in self.final_exclusions for w in ("--no-install-package", name)))
 
     @property
     def final_exclusions(self) -> tuple[str, ...]:

@@ -49,9 +49,8 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
 def render_steps(plan: Plan) -> str:
     """Why each slice sits where it does, and the final sync that checks them."""
     lines = [f"  {layer.name}: {layer.reason}" for layer in plan.layers]
-    lines.append(f"then: uv sync {' '.join(plan.sync_flags)} --inexact"
-                 + "".join(f" --no-install-package {n}" for n in plan.final_exclusions)
-                 + " (installs the local packages; finds every slice's package in place)")
+    lines.append(f"then: uv sync {' '.join(plan.final_sync_flags)} (installs the local "
+                 "packages; finds every slice's package in place)")
     for p in plan.provided:
         wanted = "; ".join(f"{d} requires {s}" for d, s in p.requirements) or "no specifier"
         lines.append(f"provided by the compiled wheels, never installed from the lock: "
