@@ -188,7 +188,7 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
         findings.append(Finding(
             code="too-few-layers", failing=True,
             message=f"{len(rows)} layers, fewer than the minimum {rules.min_layers}: "
-                    "the environment is not split into enough sync layers"))
+                    "the environment is not split into enough layers"))
     for row in rows:
         error = row.error
         if error is not None and error > rules.tolerance:
