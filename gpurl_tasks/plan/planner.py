@@ -97,10 +97,14 @@ def _next_fit(sizes: Sequence[PackageSize], cap: int, basis: str) -> list[list[P
     """Fill buckets in the given order, opening the next when a package does not fit: what comes
     later in the order never lands in an earlier (lower) layer."""
     buckets: list[list[PackageSize]] = []
+    load = 0
     for size in sizes:
-        if not buckets or _load(buckets[-1], basis) + _weight(size, basis) > cap:
+        weight = _weight(size, basis)
+        if not buckets or load + weight > cap:
             buckets.append([])
+            load = 0
         buckets[-1].append(size)
+        load += weight
     return buckets
 
 
@@ -112,8 +116,10 @@ def _fresh(sizes: Sequence[PackageSize], cap: int, basis: str,
     total = _load(sizes, basis)
     budget = min(cap, TAIL_SHARE * total)
     tail: list[PackageSize] = []
+    load = 0
     for size in sorted(sizes, key=lambda s: (_weight(s, basis), s.name)):
-        if _load(tail, basis) + _weight(size, basis) > budget:
+        load += _weight(size, basis)
+        if load > budget:
             break
         tail.append(size)
     in_tail = {s.name for s in tail}
