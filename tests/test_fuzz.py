@@ -35,7 +35,7 @@ from tests.support.tasks_runner import REPO_ROOT
 
 SCALE = float(os.environ.get("GPURL_FUZZ_SCALE", "1"))
 FUZZ_EXAMPLES = {"manifest": 120, "index": 60, "image-config": 60, "toml": 150, "launcher": 80,
-                 "dockerfile": 60, "lock": 150}
+                 "dockerfile": 60, "lock": 150, "slices": 80}
 TAG = "gpu-rl-abc1234"  # an immutable tag, so pin gets as far as the launcher
 
 
@@ -375,4 +375,33 @@ def test_fuzz_lock(checkout: Path) -> None:
     def run(data: bytes) -> None:
         (root / "uv.lock").write_bytes(data)
         assert_clean(settle(lambda: plan_for_config(load_config(root, env={}))))
+    run()
+
+
+@pytest.mark.integration
+def test_fuzz_slice_files(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Arbitrary bytes in a committed slice file (the previous plan) reach the real planner and
+    generator: success or one clear error; generated files change only when generate succeeds."""
+    from gpurl_tasks.dockerfile.generate import generate
+    from gpurl_tasks.plan.planner import plan_for_config
+
+    root = tmp_path_factory.mktemp("fuzzslices")
+    shutil.copytree(REPO_ROOT / "examples" / "demo", root / "examples" / "demo")
+    shutil.copytree(REPO_ROOT / "docker" / "layers" / "demo", root / "docker" / "layers" / "demo")
+    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    shutil.copytree(REPO_ROOT / "sizes", root / "sizes")
+    config = load_config(root, profile="demo", env={})
+    generate(config)  # a valid starting point: Dockerfile and slices as committed
+    slices = sorted((root / "docker" / "layers" / "demo").glob("*.txt"))
+    valid = slices[-1].read_bytes()
+
+    @examples("slices")
+    @given(_bytes_like(valid), st.booleans())
+    def run(data: bytes, write: bool) -> None:
+        slices[-1].write_bytes(data)
+        before = snapshot(root / "docker")
+        assert_clean(settle(lambda: plan_for_config(config)))
+        code = assert_clean(settle(lambda: generate(config, check=not write)))
+        if code:  # a failed run leaves every generated file as it was
+            assert snapshot(root / "docker") == before
     run()
