@@ -166,7 +166,7 @@ class Plan:
                 }
                 for layer in self.layers
             ],
-            "final_sync": {"flags": list(self.sync_flags),
+            "final_sync": {"flags": list(self.final_sync_flags),
                            "no_install_package": list(self.final_exclusions)},
             "fingerprint": self.fingerprint,
         }

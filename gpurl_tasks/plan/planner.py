@@ -178,6 +178,9 @@ def _reason(label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool
         return (f"{origin}last: the light tail ({len(bucket)} packages up to "
                 f"{format_bytes(largest)} each) where new packages land, so a small bump "
                 "rebuilds only this layer")
+    if kept:
+        return (f"{origin}its packages stay put so a version bump edits one line of one slice "
+                "(`invoke generate --repack` packs afresh)")
     if not history:
         return f"{origin}heavy packages, ordered by size (no lock history to learn from)"
     moved = sorted(((changes.get(s.name, 0), s.name) for s in bucket), reverse=True)
