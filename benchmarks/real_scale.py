@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gpurl_tasks.dockerfile.recipe import SLICE_DIR
+from gpurl_tasks.units import format_bytes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "heavy"
@@ -335,12 +336,7 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
 
 
 def _size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
+    return "-" if n is None else format_bytes(round(n))
 
 
 def _pct(x: float | None) -> str:
