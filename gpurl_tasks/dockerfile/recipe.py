@@ -368,8 +368,6 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
 
 
 def _check_plan(plan: Plan) -> None:
-    if not plan.layers:
-        raise DockerfileError("the layer plan has no layers")
     names = [layer.name for layer in plan.layers]
     if len(set(names)) != len(names) or not all(re.fullmatch(r"\d{2,3}-[a-z0-9._-]+", n)
                                                 for n in names):
