@@ -155,3 +155,35 @@ def _exported(text: str) -> set[tuple[str, str]]:
             (spec,) = req.specifier
             result.add((req.name, spec.version))
     return result
+
+
+def test_an_sdist_only_package_in_a_slice_is_built_and_the_sync_keeps_it(tmp_path: Path) -> None:
+    """The sdist form (SkyRL's locks pin func-timeout and antlr4 as sdists): real uv locks a
+    project against PyPI, builds the slice line `name==version --hash=<sdist hash>` under
+    --require-hashes, and the final `uv sync --frozen` then has nothing to do."""
+    uv = _uv()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["func-timeout==4.3.5"]\n')
+    env = {**os.environ, "UV_NO_CACHE": "1", "UV_PYTHON": sys.executable,
+           "UV_PYTHON_DOWNLOADS": "never"}
+    env.setdefault("UV_SYSTEM_CERTS", "1")  # this machine reaches PyPI through the system store
+    subprocess.run([uv, "lock"], cwd=proj, env=env, check=True, capture_output=True)
+    (pkg,) = [p for p in load_lock(proj / "uv.lock").packages if p.name == "func-timeout"]
+    assert not pkg.wheels and pkg.sdist is not None
+    line = slice_line(pkg)
+    assert line.requirement == f"func-timeout==4.3.5 --hash={pkg.sdist.hash}" and line.hashed
+    sliced = tmp_path / "00-tail.txt"
+    sliced.write_text(render_slice([line]))
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", str(venv)], env=env, check=True, capture_output=True)
+    step_env = {**env, "UV_PROJECT_ENVIRONMENT": str(venv), "VIRTUAL_ENV": str(venv)}
+    subprocess.run([uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--no-deps",
+                    "--require-hashes", "-r", str(sliced)], env=step_env, check=True,
+                   capture_output=True)
+    done = subprocess.run([uv, "sync", "--frozen", "--no-cache", "--no-install-project",
+                           "--inexact"], cwd=proj, env=step_env, check=True, capture_output=True,
+                          text=True)
+    assert [ln for ln in done.stderr.splitlines() if ln.strip()[:2] in ("+ ", "- ")] == []
