@@ -80,7 +80,8 @@ def generate(c: Context, check: bool = False, profile: str | None = None,
     "timeout": "job timeout in seconds (config key: cluster.timeout)",
     "megatron": "the megatron variant (INSTALL_MEGATRON=1, tag prefix PREFIX-megatron)",
     "dry_run": "print every command (secrets redacted) and run nothing",
-    "force": "allow --memory below 512GB", "json": _JSON,
+    "force": "override a guard rail knowingly: --memory below 512GB, or an immutable tag that "
+             "already holds a different image", "json": _JSON,
     "wheel_source": "local: prebuilt-wheelhouse or wheel-builder (config: build.wheel-source)",
     "push_floating": "local: also push the floating tag", "no_cache": "local: rebuild every step",
     "verbose": "local: stream the whole build log"})
@@ -102,7 +103,7 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
         if config.backend == "local":
             cli.finish(build_task(config, dry_run=dry_run, wheel_source=source,
                                   push_floating=push_floating, no_cache=no_cache, say=cli.say,
-                                  stream=verbose), as_json=json)
+                                  stream=verbose, force=force), as_json=json)
             return
         request = BuildRequest(cluster=cluster, cpu=cpu, memory=memory, disk=disk, timeout=timeout,
                                megatron=megatron, force=force, local_only=tuple(

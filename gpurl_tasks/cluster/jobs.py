@@ -17,10 +17,17 @@ from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
 from gpurl_tasks.cluster.iris import IrisCli, Observation, parse_job_id
-from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest, PreparedBuild, prepare_build
+from gpurl_tasks.cluster.submit import (
+    BuildEnv,
+    BuildRequest,
+    PreparedBuild,
+    guard_immutable_tag,
+    prepare_build,
+)
 from gpurl_tasks.cluster.watch import EXIT_FAILED, WatcherError, WatchResult, log_window_start, watch
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, GpurlError, IrisError
+from gpurl_tasks.oci.tags import existing_digest
 from gpurl_tasks.proc import CommandFailed, find_program, run
 from gpurl_tasks.redact import TokenSource, find_registry_token, redact
 
@@ -96,6 +103,9 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
     """Guard rails, then compose (dry run) or submit the job."""
     world = world or real_world(os.environ)
     prepared = prepare_build(config, request, world)
+    if not dry_run:  # a dry run touches no registry
+        lookup = world.tag_digest or (lambda ref: existing_digest(config, ref, world.env))
+        prepared = guard_immutable_tag(prepared, lookup(prepared.image_tag), force=request.force)
     program = iris_program(world.env)
     for note in prepared.notes:
         say(f"note: {note}")

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpurl_tasks.config import Config, load_committed_config, load_profile_names
+from gpurl_tasks.dockerfile.context import ensure_launcher_ignored
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.errors import GpurlError, LockError
-from gpurl_tasks.files import read_text, write_atomic
+from gpurl_tasks.files import write_atomic
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.planner import plan_for_config
 
@@ -24,7 +25,6 @@ __all__ = [
     "GenerateResult",
     "Planner",
     "StaleFileError",
-    "ensure_launcher_ignored",
     "generate",
     "lock_sha256",
     "profiles_with_dockerfile",
@@ -92,31 +92,6 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
     ensure_launcher_ignored(config, check=check)
     return GenerateResult(profile=config.profile, path=path, changed=changed,
                           steps=len(plan.steps))
-
-
-DOCKERIGNORE_NOTE = ("# The launcher holds the pin of the image built from this context; an image that "
-                     "contained it\n# would change digest with every pin. It runs from the synced "
-                     "workspace. (invoke generate)\n")
-
-
-def ensure_launcher_ignored(config: Config, *, check: bool) -> bool:
-    """The build context's .dockerignore lists the profile's launcher (added when missing),
-    so the image never contains its own pin; with `check`, a missing rule is an error."""
-    path = config.root / ".dockerignore"
-    launcher = config.launcher.path
-    if not launcher.is_relative_to(config.root):
-        return False  # a launcher outside the context is never copied into the image
-    rule = launcher.relative_to(config.root).as_posix()
-    text = read_text(path, what="build context ignore file") if path.exists() else ""
-    if rule in (line.strip().lstrip("/") for line in text.splitlines()):
-        return False
-    if check:
-        raise StaleFileError(f".dockerignore does not exclude {rule}: the {config.profile!r} "
-                             "image would contain its own pin and change digest with every pin",
-                             hint="run `invoke generate` and commit the result")
-    note = "" if DOCKERIGNORE_NOTE in text else DOCKERIGNORE_NOTE
-    write_atomic(path, f"{text}{'' if text.endswith(chr(10)) or not text else chr(10)}{note}{rule}\n")
-    return True
 
 
 def profiles_with_dockerfile(root: Path) -> tuple[str, ...]:

@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gpurl_tasks import git
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
@@ -87,12 +87,12 @@ def ensure_wheels(config: Config, say: Say) -> str:
 
 def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None,
                 push_floating: bool = False, no_cache: bool = False,
-                on_line: Say | None = None) -> BuildResult:
+                on_line: Say | None = None, force: bool = False) -> BuildResult:
     """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args."""
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
     return builder.build_and_push(config, git_sha=git_sha, build_args=args,
-                                      push_floating=push_floating, no_cache=no_cache,
-                                      on_line=on_line)
+                                  push_floating=push_floating, no_cache=no_cache,
+                                  on_line=on_line, force=force)
 
 
 class _Steps:
@@ -126,7 +126,7 @@ def describe_local_build(config: Config, *, git_sha: str, wheel_source: str | No
 
 def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhouse") -> list[str]:
     """`invoke demo --dry-run`: every step and what it would do; reads, never writes."""
-    git_sha = git.head_sha(config.root)
+    git_sha = source_id(config)
     lines = ["setup-local:"]
     lines += [f"  {s.name:<16} {s.status:<10} {s.detail}"
               for s in setup_local(config, dry_run=True).steps]
@@ -170,7 +170,7 @@ def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
     steps.run("generate", lambda: (None, _generate(config, planned)))
     if wheel_source == "prebuilt-wheelhouse":
         steps.run("wheels", lambda: (None, ensure_wheels(config, say)))
-    git_sha = git.head_sha(config.root)
+    git_sha = source_id(config)
     built = steps.run("build + push", lambda: _build(config, git_sha, wheel_source))
     report = steps.run("verify-layers", lambda: _verify(config, built.reference, say))
     pinned = steps.run("pin", lambda: _pin(config, built.reference, today or dt.date.today()))
@@ -187,7 +187,8 @@ def _generate(config: Config, planned: Plan) -> str:
 
 def _build(config: Config, git_sha: str, wheel_source: str) -> tuple[BuildResult, str]:
     built = build_local(config, git_sha=git_sha, wheel_source=wheel_source)
-    return built, f"pushed {built.reference} ({built.cached_steps} cached steps)"
+    what = "pushed" if built.pushed else "the registry already holds this exact image as"
+    return built, f"{what} {built.reference} ({built.cached_steps} cached steps)"
 
 
 def _verify(config: Config, reference: str, say: Say) -> tuple[Report, str]:
@@ -226,21 +227,22 @@ class LocalBuild:
 
     def human(self) -> str:
         r = self.result
-        return (f"pushed {r.reference}\ndigest {r.digest}\n"
+        verb = "pushed" if r.pushed else "already in the registry (same image, nothing pushed):"
+        return (f"{verb} {r.reference}\ndigest {r.digest}\n"
                 f"next: invoke verify-layers --profile {self.profile} --ref {r.reference}")
 
     def to_json(self) -> dict[str, Any]:
         r = self.result
         return {"reference": r.reference, "digest": r.digest, "pinned": r.pinned,
-                "cached_steps": r.cached_steps,
+                "pushed": r.pushed, "cached_steps": r.cached_steps,
                 "steps": sum(1 for s in r.steps if not s.is_from),
                 "stages": sorted(r.stages), "stages_run": sorted(r.stages_run)}
 
 
 def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_floating: bool,
-               no_cache: bool, say: Say, stream: bool) -> LocalBuild | DryRun:
+               no_cache: bool, say: Say, stream: bool, force: bool = False) -> LocalBuild | DryRun:
     """setup-local, then build and push (or with `dry_run`, the commands it would run)."""
-    git_sha = git.head_sha(config.root)
+    git_sha = source_id(config)
     if dry_run:
         return DryRun(tuple(describe_local_build(
             config, git_sha=git_sha, wheel_source=wheel_source, push_floating=push_floating,
@@ -250,7 +252,7 @@ def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_
     with timed("build + push", say):
         result = build_local(config, git_sha=git_sha, wheel_source=wheel_source,
                              push_floating=push_floating, no_cache=no_cache,
-                             on_line=say if stream else None)
+                             on_line=say if stream else None, force=force)
     return LocalBuild(result=result, profile=config.profile)
 
 

@@ -66,10 +66,10 @@ def check_immutable(ref: ImageRef, registry: RegistrySettings) -> None:
             f"refusing to pin the floating tag {tag!r} ({ref}): it moves with every push and "
             "goes stale on nodes under imagePullPolicy: IfNotPresent",
             hint=f"pin the immutable {registry.tag_prefix}-<gitsha> tag or a @sha256: digest")
-    if not re.fullmatch(rf"{re.escape(registry.tag_prefix)}-[0-9a-f]{{7,40}}", tag):
+    if not registry.is_immutable_tag(tag):
         raise PinError(
             f"refusing to pin {ref}: {tag!r} is not an immutable "
-            f"{registry.tag_prefix}-<gitsha> tag",
+            f"{registry.tag_prefix}-<gitsha> (or -<gitsha>-dirty-<hash>) tag",
             hint="pass the tag the build pushed (e.g. from `git rev-parse --short HEAD`) "
                  "or a @sha256: digest")
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpurl_tasks import git
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import GpurlError, PinError
 from gpurl_tasks.files import read_text, write_atomic
@@ -59,8 +59,8 @@ def default_reference(config: Config, short_sha: str) -> str:
 
 
 def resolve_reference(config: Config, text: str | None) -> ImageRef:
-    """The reference a task works on: as given, or the current commit's immutable tag."""
-    text = text or default_reference(config, git.head_sha(config.root))
+    """The reference a task works on: as given, or the working tree's immutable tag."""
+    text = text or default_reference(config, source_id(config))
     return parse_reference(text, default_host=config.registry.host)
 
 
