@@ -154,7 +154,8 @@ def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> N
 
 @task(auto_shortflags=False, help={
     "ref": "image REPO:TAG or REPO@sha256:... (default: REGISTRY/REPO:PREFIX-<HEAD sha>)",
-    **_RULES, "json": _JSON, "profile": _PROFILE})
+    **_RULES, "json": _JSON,
+    "profile": _PROFILE + "; with --ref alone, the profile whose registry/repository it names"})
 def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
                   hard_limit: str | None = None, min_layers: str | None = None,
                   json_: bool = False, profile: str | None = None) -> None:
@@ -167,8 +168,8 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
     from gpurl_tasks.oci.release import verify_reference
 
     with cli.clean_failures():
-        config = cli.config_for(profile, verify__cap=cap, verify__hard_limit=hard_limit,
-                                verify__min_layers=min_layers)
+        config = cli.config_for_ref(profile, ref, verify__cap=cap, verify__hard_limit=hard_limit,
+                                    verify__min_layers=min_layers)
         cli.finish(verify_reference(config, cli.text_flag("--ref", ref)), as_json=json_)
 
 
@@ -191,9 +192,9 @@ def pin(c: Context, ref: str | None = None, launcher: str | None = None,
     from gpurl_tasks.oci.release import pin_task
 
     with cli.clean_failures():
-        config = cli.config_for(profile, verify__cap=cap, verify__hard_limit=hard_limit,
-                                verify__min_layers=min_layers, launcher__variable=variable,
-                                launcher__path=cli.path_flag(launcher))
+        config = cli.config_for_ref(profile, ref, verify__cap=cap, verify__hard_limit=hard_limit,
+                                    verify__min_layers=min_layers, launcher__variable=variable,
+                                    launcher__path=cli.path_flag(launcher))
         cli.finish(pin_task(config, cli.text_flag("--ref", ref), force=force, dry_run=dry_run,
                             today=dt.datetime.now(dt.UTC).date(), warn=cli.say), as_json=json_)
 

@@ -19,8 +19,9 @@ from typing import Any, Protocol, get_args
 from invoke.exceptions import Exit
 
 from gpurl_tasks import proc
-from gpurl_tasks.config import Config, load_committed_config, load_config
+from gpurl_tasks.config import Config, load_committed_config, load_config, load_profile_names
 from gpurl_tasks.errors import ConfigError, GpurlError
+from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.steps import StepRecord, timed
 
 __all__ = [
@@ -30,10 +31,12 @@ __all__ = [
     "choice",
     "clean_failures",
     "config_for",
+    "config_for_ref",
     "emit_json",
     "finish",
     "path_flag",
     "positional",
+    "profile_for_reference",
     "say",
     "step",
     "text_flag",
@@ -55,6 +58,31 @@ def config_for(profile: str | None = None, *, committed: bool = False,
     dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
                                  for k, v in overrides.items()}
     return load_config(REPO_ROOT, profile=profile, overrides=dotted)
+
+
+def profile_for_reference(root: Path, text: str, env: Mapping[str, str] | None = None
+                          ) -> tuple[str | None, str]:
+    """The profile whose registry host and repository are `text`'s, and a line saying whose
+    rules apply ("" for the default profile; None: no profile matches, the default's apply)."""
+    default = load_config(root, env=env)
+    ref = parse_reference(text, default_host=default.registry.host)
+    for name in load_profile_names(root):
+        registry = load_config(root, profile=name, env=env).registry
+        if (registry.host, registry.repository) == (ref.host, ref.repository):
+            return name, "" if name == default.profile else (
+                f"rules of profile {name!r} (its registry {registry.image} is the image's)")
+    return None, (f"no profile's registry is {ref.name}: the rules of profile {default.profile!r} "
+                  "(the default) apply; pass --profile NAME for another profile's")
+
+
+def config_for_ref(profile: str | None, ref: str | None, **overrides: Any) -> Config:
+    """`config_for`, where an image reference given without a profile picks the profile whose
+    registry and repository it names; the line saying whose rules apply goes to stderr."""
+    if ref and not profile and not os.environ.get("GPURL_PROFILE"):
+        profile, note = profile_for_reference(REPO_ROOT, ref)
+        if note:
+            say(note)
+    return config_for(profile, **overrides)
 
 
 @contextlib.contextmanager
