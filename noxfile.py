@@ -6,8 +6,12 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 
 import nox
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpurl_tasks without an install
+from gpurl_tasks.cluster import iris_release
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "iris-contract", "lint"]
@@ -43,16 +47,10 @@ def lint(session: nox.Session) -> None:
 
 # --- cluster build (iris + kaniko) ------------------------------------------------------
 
-# The iris release `invoke build` is checked against (name it in the README). Unpinned
-# installs break: newer finelog/rigging/httpx releases do not import together, so the
-# dependency set is resolved as of the release date too.
-IRIS_CONTRACT_PINS = (
-    "marin-iris==0.2.35.dev202607030841",
-    "marin-rigging==0.2.35.dev202607030841",
-    "marin-finelog==0.2.12.dev202607030858",
-    "marin-finelog-server==0.2.10",
-)
-IRIS_CONTRACT_EXCLUDE_NEWER = "2026-07-04"
+# The iris release `invoke build` is checked against, pinned once in gpurl_tasks (the
+# "couldn't find iris" hint names the same pins).
+IRIS_CONTRACT_PINS = iris_release.IRIS_CONTRACT_PINS
+IRIS_CONTRACT_EXCLUDE_NEWER = iris_release.IRIS_CONTRACT_EXCLUDE_NEWER
 
 
 def _python312() -> str:
