@@ -19,11 +19,13 @@ nox.options.reuse_venv = "yes"
 
 
 def _sync(session: nox.Session, *groups: str) -> None:
-    """Install the project and dependency groups from gpurl's own uv.lock into the session."""
-    args = ["uv", "sync", "--frozen", "--inexact"]
+    """Install the project and only the named dependency groups (not the default `dev` group)
+    from gpurl's own uv.lock into the session, quietly (uv's output shows only on failure)."""
+    args = ["uv", "sync", "--frozen", "--inexact", "--quiet", "--no-default-groups"]
     for group in groups:
         args += ["--group", group]
-    session.run_install(*args, env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location})
+    session.run_install(*args, env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+                        silent=True)
 
 
 @nox.session
@@ -36,11 +38,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, mypy, hadolint on generated Dockerfiles, shellcheck on generated scripts."""
+    """ruff, mypy, hadolint and generate --check on generated Dockerfiles, shellcheck and
+    gen-kaniko --check on the generated script."""
     _sync(session, "lint")
     session.run("ruff", "check", ".")
     session.run("mypy")
     session.run("shellcheck", "docker/build_gpu_rl_kaniko.sh")
+    session.run("invoke", "generate", "--check")
     session.run("invoke", "gen-kaniko", "--check")
     session.run("hadolint", "--config", ".hadolint.yaml", *sorted(glob.glob("docker/Dockerfile.*")))
 
@@ -67,9 +71,10 @@ def _python312() -> str:
 def iris_contract(session: nox.Session) -> None:
     """Parse `invoke build`'s exact argv with the pinned iris release's own CLI parser."""
     _sync(session, "test")
-    session.run_install("uv", "pip", "install", "--python", session.virtualenv.location,
+    session.run_install("uv", "pip", "install", "--quiet", "--python", session.virtualenv.location,
                         "--prerelease", "if-necessary-or-explicit",
-                        "--exclude-newer", IRIS_CONTRACT_EXCLUDE_NEWER, *IRIS_CONTRACT_PINS)
+                        "--exclude-newer", IRIS_CONTRACT_EXCLUDE_NEWER, *IRIS_CONTRACT_PINS,
+                        silent=True)
     session.run("pytest", "tests/test_iris_contract.py", *session.posargs,
                 env={"GPURL_IRIS_CONTRACT": IRIS_CONTRACT_PINS[0]})
 
