@@ -29,7 +29,7 @@ from gpurl_tasks.steps import DryRun, StepRecord, timed
 
 __all__ = ["LocalBuild", "PipelineResult", "WheelsBuilt", "build_local", "build_task",
            "build_wheels_task", "demo_task", "describe_local_build", "describe_pipeline",
-           "ensure_wheels", "run_pipeline"]
+           "ensure_wheels", "run_pipeline", "wheelhouse_problem"]
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -71,12 +71,21 @@ class PipelineResult:
         }
 
 
+def wheelhouse_problem(config: Config, report: WheelReport) -> str:
+    """Why the prebuilt wheelhouse cannot be used: empty, or not matching the pins."""
+    path = config.build.wheelhouse
+    shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
+    if not any(name.endswith(".whl") for name in report.found):
+        return f"no prebuilt wheels in {shown} yet"
+    return f"the wheels in {shown} do not match the pins"
+
+
 def ensure_wheels(config: Config, say: Say) -> str:
     """The prebuilt wheelhouse matches the Dockerfile's pins; compile it first if it does not."""
     report = check_source(config, str(config.build.wheelhouse))
     if not report.mismatches:
         return f"{len(report.found)} prebuilt wheel(s) match the pins"
-    say("wheelhouse does not match the pins; building the wheel-builder stage")
+    say(f"{wheelhouse_problem(config, report)}; building the wheel-builder stage")
     builder.build_wheels(config, build_args={"WHEEL_SOURCE": "wheel-builder"})
     report = check_source(config, str(config.build.wheelhouse))
     if report.mismatches:
@@ -138,9 +147,10 @@ def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhous
     except GpurlError:
         lines.append(f"generate: would rewrite {config.build.dockerfile.name}")
     if wheel_source == "prebuilt-wheelhouse":
-        ok = not check_source(config, str(config.build.wheelhouse)).mismatches
-        lines.append("wheels: the wheelhouse matches the pins" if ok else
-                     "wheels: would build the wheel-builder stage into the wheelhouse")
+        report = check_source(config, str(config.build.wheelhouse))
+        lines.append("wheels: the wheelhouse matches the pins" if not report.mismatches else
+                     f"wheels: {wheelhouse_problem(config, report)}; would build the "
+                     "wheel-builder stage into it")
     lines += [f"build + push: {line}" for line in
               describe_local_build(config, git_sha=git_sha, wheel_source=wheel_source)]
     reference = builder.image_reference(config, git_sha)
