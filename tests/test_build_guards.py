@@ -188,7 +188,7 @@ def test_uncommitted_edits_get_a_dirty_tag(
     assert "uncommitted edits (pyproject.toml)" in out.err
     found = re.search(rf"-e GITSHA ({sha}-dirty-[0-9a-f]{{12}}) ", out.out)
     assert found, out.out
-    assert f"the image is tagged {found.group(1)}, not as commit {sha}" in out.err
+    assert f"the image is tagged gpu-rl-{found.group(1)}, not as commit {sha}" in out.err
     (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n")
     _build(repo, env, dry_run=True)
     assert found.group(1) not in capsys.readouterr().out  # another diff, another tag

@@ -86,8 +86,16 @@ class PreparedBuild:
         return (program, *job_run_argv(self.spec, reveal=reveal))
 
     def display(self, program: str = "iris") -> str:
-        """The command line for humans: shell-quoted, secrets redacted."""
-        return shlex.join(self.argv(program, reveal=False))
+        """The command line for humans: shell-quoted, secrets redacted, long payloads (the
+        base64 script) elided to their start and length; `--json` carries the full argv."""
+        return " ".join(_elide(shlex.quote(arg)) for arg in self.argv(program, reveal=False))
+
+
+ELIDE_OVER = 120  # characters; longer arguments are shown as their start and their length
+
+
+def _elide(arg: str) -> str:
+    return arg if len(arg) <= ELIDE_OVER else f"{arg[:24]}...<{len(arg)} chars>"
 
 
 def _check_kubeconfig(env: Mapping[str, str]) -> None:
@@ -176,7 +184,8 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
         gitsha = f"{commit}-dirty-{world.diff_hash(config.root, ignored)}"
         notes.append(f"{len(dirty)} tracked file(s) have uncommitted edits ({', '.join(dirty[:3])}"
                      f"{' ...' if len(dirty) > 3 else ''}); iris bundles the working tree, so "
-                     f"the image is tagged {gitsha}, not as commit {commit}")
+                     f"the image is tagged {config.registry.tag_prefix}-{gitsha}, not as "
+                     f"commit {commit}")
     bundle = world.bundle(config.root)
     check_bundle(bundle)
 
