@@ -66,6 +66,7 @@ class BuildResult:
     floating: str | None  # the floating reference when it was pushed too
     seconds: float
     pushed: bool = True  # False: the registry already held this exact image under the tag
+    log_file: Path | None = None  # the whole build log, when it was written to a file
 
     @property
     def pinned(self) -> str:
@@ -222,7 +223,7 @@ def build_and_push(
             if floating:
                 _push(client, floating)
             return _result(reference, existing[0], log, steps, floating, start,
-                           pushed=False)
+                           pushed=False, log_file=log_file)
         tags.refuse_to_move(reference, existing[0], force=force,
                             why=f"this build is a different image (config {image_id[:19]}, "
                                 f"the registry's {existing[1][:19]})")
@@ -235,16 +236,17 @@ def build_and_push(
                          f"{registry_digest}", hint="another push raced this one; rebuild")
     if floating:
         _push(client, floating)
-    return _result(reference, digest, log, steps, floating, start, pushed=True)
+    return _result(reference, digest, log, steps, floating, start, pushed=True,
+                   log_file=log_file)
 
 
 def _result(reference: str, digest: str, log: str, steps: list[BuildStep], floating: str | None,
-            start: float, *, pushed: bool) -> BuildResult:
+            start: float, *, pushed: bool, log_file: Path | None) -> BuildResult:
     return BuildResult(
         reference=reference, digest=digest, log=log, steps=tuple(steps),
         cached_steps=sum(1 for s in steps if s.status == "cached" and not s.is_from),
         stages=frozenset(s.stage for s in steps), stages_run=frozenset(stages_run(steps)),
-        floating=floating, seconds=time.monotonic() - start, pushed=pushed,
+        floating=floating, seconds=time.monotonic() - start, pushed=pushed, log_file=log_file,
     )
 
 
@@ -290,8 +292,10 @@ def build_wheels(
         argv = build_command(client, dockerfile=export_file, context=context or config.root,
                              build_args=args, target=EXPORT_STAGE,
                              output=f"type=local,dest={tmp}/out")
+        log_file = base / "logs" / f"wheels-{target}.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
         with serving_index(config.build.index_url, index_dir(base)):
-            log, steps = _run_build(argv, on_line, None)
+            log, steps = _run_build(argv, on_line, log_file)
         exported = Path(tmp) / "out"
         found = sorted(p for p in exported.iterdir() if p.is_file()
                        and (p.suffix == ".whl" or p.name.startswith("MANIFEST")))

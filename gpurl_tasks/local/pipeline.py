@@ -18,7 +18,7 @@ from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import BuildResult, WheelsResult
-from gpurl_tasks.local.setup import setup_local
+from gpurl_tasks.local.setup import cache_dir, setup_local
 from gpurl_tasks.oci import release
 from gpurl_tasks.oci.verify import Report, render_table, report_json
 from gpurl_tasks.plan.model import Plan
@@ -27,9 +27,21 @@ from gpurl_tasks.plan.report import render_plan
 from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
 from gpurl_tasks.steps import DryRun, StepRecord, timed
 
-__all__ = ["LocalBuild", "PipelineResult", "WheelsBuilt", "build_local", "build_task",
-           "build_wheels_task", "demo_task", "describe_local_build", "describe_pipeline",
-           "ensure_wheels", "run_pipeline", "wheelhouse_problem"]
+__all__ = [
+    "LocalBuild",
+    "PipelineResult",
+    "WheelsBuilt",
+    "build_local",
+    "build_summary",
+    "build_task",
+    "build_wheels_task",
+    "demo_task",
+    "describe_local_build",
+    "describe_pipeline",
+    "ensure_wheels",
+    "run_pipeline",
+    "wheelhouse_problem",
+]
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -99,9 +111,11 @@ def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None
                 on_line: Say | None = None, force: bool = False) -> BuildResult:
     """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args."""
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
+    log_file = cache_dir(config.root) / "logs" / f"build-{config.registry.tag_prefix}-{git_sha}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     return builder.build_and_push(config, git_sha=git_sha, build_args=args,
                                   push_floating=push_floating, no_cache=no_cache,
-                                  on_line=on_line, force=force)
+                                  on_line=on_line, force=force, log_file=log_file)
 
 
 class _Steps:
@@ -165,9 +179,7 @@ def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
     steps = _Steps(say)
 
     def setup() -> tuple[None, str]:
-        result = setup_local(config)
-        for s in result.steps:
-            say(f"    {s.name:<16} {s.status:<10} {s.detail}")
+        result = setup_local(config, say=say)
         return None, ", ".join(f"{s.name} {s.status}" for s in result.steps)
 
     def plan() -> tuple[Plan, str]:
@@ -197,8 +209,16 @@ def _generate(config: Config, planned: Plan) -> str:
 
 def _build(config: Config, git_sha: str, wheel_source: str) -> tuple[BuildResult, str]:
     built = build_local(config, git_sha=git_sha, wheel_source=wheel_source)
+    return built, build_summary(built)
+
+
+def build_summary(built: BuildResult) -> str:
+    """One line for a build step's end: what was pushed, steps cached vs ran, the log file."""
     what = "pushed" if built.pushed else "the registry already holds this exact image as"
-    return built, f"{what} {built.reference} ({built.cached_steps} cached steps)"
+    runnable = sum(1 for s in built.steps if not s.is_from)
+    log = f"; log {built.log_file}" if built.log_file else ""
+    return (f"{what} {built.reference}: {runnable} steps, {built.cached_steps} cached, "
+            f"{runnable - built.cached_steps} ran{log}")
 
 
 def _verify(config: Config, reference: str, say: Say) -> tuple[Report, str]:
@@ -257,12 +277,14 @@ def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_
         return DryRun(tuple(describe_local_build(
             config, git_sha=git_sha, wheel_source=wheel_source, push_floating=push_floating,
             no_cache=no_cache)), key="commands")
-    with timed("setup-local", say):
-        setup_local(config)
-    with timed("build + push", say):
+    with timed("setup-local", say) as record:
+        record.detail = ", ".join(f"{s.name} {s.status}"
+                                  for s in setup_local(config, say=say).steps)
+    with timed("build + push", say) as record:
         result = build_local(config, git_sha=git_sha, wheel_source=wheel_source,
                              push_floating=push_floating, no_cache=no_cache,
                              on_line=say if stream else None, force=force)
+        record.detail = build_summary(result)
     return LocalBuild(result=result, profile=config.profile)
 
 
