@@ -6,8 +6,12 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 
 import nox
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpurl_tasks without an install
+from gpurl_tasks.cluster import iris_release
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "iris-contract", "lint"]
@@ -15,11 +19,13 @@ nox.options.reuse_venv = "yes"
 
 
 def _sync(session: nox.Session, *groups: str) -> None:
-    """Install the project and dependency groups from gpurl's own uv.lock into the session."""
-    args = ["uv", "sync", "--frozen", "--inexact"]
+    """Install the project and only the named dependency groups (not the default `dev` group)
+    from gpurl's own uv.lock into the session, quietly (uv's output shows only on failure)."""
+    args = ["uv", "sync", "--frozen", "--inexact", "--quiet", "--no-default-groups"]
     for group in groups:
         args += ["--group", group]
-    session.run_install(*args, env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location})
+    session.run_install(*args, env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+                        silent=True)
 
 
 @nox.session
@@ -32,27 +38,23 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff, mypy, hadolint on generated Dockerfiles, shellcheck on generated scripts."""
+    """ruff, mypy, hadolint and generate --check on generated Dockerfiles, shellcheck and
+    gen-kaniko --check on the generated script."""
     _sync(session, "lint")
     session.run("ruff", "check", ".")
     session.run("mypy")
     session.run("shellcheck", "docker/build_gpu_rl_kaniko.sh")
+    session.run("invoke", "generate", "--check")
     session.run("invoke", "gen-kaniko", "--check")
     session.run("hadolint", "--config", ".hadolint.yaml", *sorted(glob.glob("docker/Dockerfile.*")))
 
 
 # --- cluster build (iris + kaniko) ------------------------------------------------------
 
-# The iris release `invoke build` is checked against (name it in the README). Unpinned
-# installs break: newer finelog/rigging/httpx releases do not import together, so the
-# dependency set is resolved as of the release date too.
-IRIS_CONTRACT_PINS = (
-    "marin-iris==0.2.35.dev202607030841",
-    "marin-rigging==0.2.35.dev202607030841",
-    "marin-finelog==0.2.12.dev202607030858",
-    "marin-finelog-server==0.2.10",
-)
-IRIS_CONTRACT_EXCLUDE_NEWER = "2026-07-04"
+# The iris release `invoke build` is checked against, pinned once in gpurl_tasks (the
+# "couldn't find iris" hint names the same pins).
+IRIS_CONTRACT_PINS = iris_release.IRIS_CONTRACT_PINS
+IRIS_CONTRACT_EXCLUDE_NEWER = iris_release.IRIS_CONTRACT_EXCLUDE_NEWER
 
 
 def _python312() -> str:
@@ -69,9 +71,10 @@ def _python312() -> str:
 def iris_contract(session: nox.Session) -> None:
     """Parse `invoke build`'s exact argv with the pinned iris release's own CLI parser."""
     _sync(session, "test")
-    session.run_install("uv", "pip", "install", "--python", session.virtualenv.location,
+    session.run_install("uv", "pip", "install", "--quiet", "--python", session.virtualenv.location,
                         "--prerelease", "if-necessary-or-explicit",
-                        "--exclude-newer", IRIS_CONTRACT_EXCLUDE_NEWER, *IRIS_CONTRACT_PINS)
+                        "--exclude-newer", IRIS_CONTRACT_EXCLUDE_NEWER, *IRIS_CONTRACT_PINS,
+                        silent=True)
     session.run("pytest", "tests/test_iris_contract.py", *session.posargs,
                 env={"GPURL_IRIS_CONTRACT": IRIS_CONTRACT_PINS[0]})
 

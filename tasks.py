@@ -84,7 +84,8 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
     "timeout": "job timeout in seconds (config key: cluster.timeout)",
     "megatron": "the megatron variant (INSTALL_MEGATRON=1, tag prefix PREFIX-megatron)",
     "dry_run": "print every command (secrets redacted) and run nothing",
-    "force": "allow --memory below 512GB", "json": _JSON,
+    "force": "override a guard rail knowingly: --memory below 512GB, or an immutable tag that "
+             "already holds a different image", "json": _JSON,
     "wheel_source": "local: prebuilt-wheelhouse or wheel-builder (config: build.wheel-source)",
     "push_floating": "local: also push the floating tag", "no_cache": "local: rebuild every step",
     "verbose": "local: stream the whole build log"})
@@ -106,7 +107,7 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
         if config.backend == "local":
             cli.finish(build_task(config, dry_run=dry_run, wheel_source=source,
                                   push_floating=push_floating, no_cache=no_cache, say=cli.say,
-                                  stream=verbose), as_json=json)
+                                  stream=verbose, force=force), as_json=json)
             return
         request = BuildRequest(cluster=cluster, cpu=cli.positive_flag("--cpu", cpu, float), memory=memory,
                                disk=disk, timeout=cli.positive_flag("--timeout", timeout, int),
@@ -158,7 +159,8 @@ def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> N
 
 @task(auto_shortflags=False, help={
     "ref": "image REPO:TAG or REPO@sha256:... (default: REGISTRY/REPO:PREFIX-<HEAD sha>)",
-    **_RULES, "json": _JSON, "profile": _PROFILE})
+    **_RULES, "json": _JSON,
+    "profile": _PROFILE + "; with --ref alone, the profile whose registry/repository it names"})
 def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
                   hard_limit: str | None = None, min_layers: str | None = None,
                   json_: bool = False, profile: str | None = None) -> None:
@@ -171,8 +173,8 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
     from gpurl_tasks.oci.release import verify_reference
 
     with cli.clean_failures():
-        config = cli.config_for(profile, verify__cap=cap, verify__hard_limit=hard_limit,
-                                verify__min_layers=min_layers)
+        config = cli.config_for_ref(profile, ref, verify__cap=cap, verify__hard_limit=hard_limit,
+                                    verify__min_layers=min_layers)
         cli.finish(verify_reference(config, cli.text_flag("--ref", ref)), as_json=json_)
 
 
@@ -195,9 +197,9 @@ def pin(c: Context, ref: str | None = None, launcher: str | None = None,
     from gpurl_tasks.oci.release import pin_task
 
     with cli.clean_failures():
-        config = cli.config_for(profile, verify__cap=cap, verify__hard_limit=hard_limit,
-                                verify__min_layers=min_layers, launcher__variable=variable,
-                                launcher__path=cli.path_flag(launcher))
+        config = cli.config_for_ref(profile, ref, verify__cap=cap, verify__hard_limit=hard_limit,
+                                    verify__min_layers=min_layers, launcher__variable=variable,
+                                    launcher__path=cli.path_flag(launcher))
         cli.finish(pin_task(config, cli.text_flag("--ref", ref), force=force, dry_run=dry_run,
                             today=dt.datetime.now(dt.UTC).date(), warn=cli.say), as_json=json_)
 

@@ -4,15 +4,15 @@
 #
 # Inputs (environment): GITSHA (required), DOCKER_TOKEN (required), DOCKER_USER_ID,
 # WHEEL_SOURCE (prebuilt-wheelhouse | wheel-builder), PUSH_FLOATING (0 | 1),
-# INSTALL_MEGATRON (0 | 1), TAG_PREFIX, FLOATING_TAG. SINGLE_SNAPSHOT=1 is refused.
+# INSTALL_MEGATRON (0 | 1), TAG_PREFIX, FLOATING_TAG, OVERWRITE_TAG (0 | 1: move an
+# existing immutable tag knowingly). SINGLE_SNAPSHOT=1 is refused.
 set -euo pipefail
 
 die() { echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }
 
 : "${GITSHA:?GITSHA is required: the image is pushed as the immutable tag PREFIX-GITSHA}"
-case "$GITSHA" in
-  *[!0-9a-f]* | "") die "GITSHA must be a lowercase hex commit id, got '$GITSHA'" ;;
-esac
+[[ "$GITSHA" =~ ^[0-9a-f]{7,40}(-dirty-[0-9a-f]{12})?$ ]] \
+  || die "GITSHA must be a lowercase hex commit id (optionally -dirty-<12 hex>), got '$GITSHA'"
 
 ROOT="${GPURL_KANIKO_ROOT:-}"
 APP_DIR="$ROOT/app"
@@ -90,6 +90,21 @@ unset AUTH DOCKER_TOKEN
 if [ "$TRACING" = 1 ]; then set -x; fi
 echo "==> registry auth for $DOCKER_USER_ID@$REGISTRY_HOST written to $DOCKER_CONFIG/config.json"
 
+# An immutable tag is never moved: look it up before spending hours on the build.
+DESTINATION="$IMAGE:$TAG_PREFIX-$GITSHA"
+echo "==> immutable tag $DESTINATION"
+if EXISTING="$("$WORK/crane" digest "$DESTINATION" 2>"$WORK/crane.err")"; then
+  if [ "${OVERWRITE_TAG:-0}" != 1 ]; then
+    die "$DESTINATION already exists as $EXISTING; an immutable tag is never moved" \
+      "(pin that digest, or rebuild with invoke build --force to overwrite it knowingly)"
+  fi
+  echo "    overwriting $EXISTING (OVERWRITE_TAG=1)"
+elif grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
+  echo "    not pushed yet"
+else
+  die "cannot check whether $DESTINATION exists: $(tr '\n' ' ' <"$WORK/crane.err")"
+fi
+
 if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   echo "==> prebuilt wheels from $WHEEL_BASE_URL"
   mkdir -p "$WHEELHOUSE"
@@ -118,15 +133,15 @@ ARGS=(
   --compressed-caching=false
   --cache=true
   "--cache-repo=$CACHE_REPO"
-  --destination "$IMAGE:$TAG_PREFIX-$GITSHA"
+  --destination "$DESTINATION"
   --digest-file "$WORK/digest"
 )
 if [ "$PUSH_FLOATING" = 1 ]; then
   ARGS+=(--destination "$IMAGE:$FLOATING_TAG")
 fi
 
-echo "==> kaniko build of $IMAGE:$TAG_PREFIX-$GITSHA"
+echo "==> kaniko build of $DESTINATION"
 cd "$APP_DIR"
 "$KANIKO_DIR/executor" "${ARGS[@]}"
 [ -s "$WORK/digest" ] || die "the executor wrote no digest"
-echo "pushed $IMAGE:$TAG_PREFIX-$GITSHA@$(cat "$WORK/digest")"
+echo "pushed $DESTINATION@$(cat "$WORK/digest")"

@@ -19,8 +19,9 @@ from typing import Any, Protocol, TypeVar, get_args
 from invoke.exceptions import Exit
 
 from gpurl_tasks import proc
-from gpurl_tasks.config import Config, load_committed_config, load_config
+from gpurl_tasks.config import Config, load_committed_config, load_config, load_profile_names
 from gpurl_tasks.errors import ConfigError, GpurlError
+from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.redact import known_secrets, redact
 from gpurl_tasks.steps import StepRecord, timed
 
@@ -33,11 +34,13 @@ __all__ = [
     "choice",
     "clean_failures",
     "config_for",
+    "config_for_ref",
     "emit_json",
     "finish",
     "path_flag",
     "positional",
     "positive_flag",
+    "profile_for_reference",
     "say",
     "step",
     "text_flag",
@@ -71,6 +74,29 @@ DEBUG_ENV = "GPURL_DEBUG"
 def _redacted(text: str) -> str:
     """`text` without any registry secret from the environment (no `gh` call on this path)."""
     return redact(text, known_secrets(os.environ, gh_token=lambda: None))
+def profile_for_reference(root: Path, text: str, env: Mapping[str, str] | None = None
+                          ) -> tuple[str | None, str]:
+    """The profile whose registry host and repository are `text`'s, and a line saying whose
+    rules apply ("" for the default profile; None: no profile matches, the default's apply)."""
+    default = load_config(root, env=env)
+    ref = parse_reference(text, default_host=default.registry.host)
+    for name in load_profile_names(root):
+        registry = load_config(root, profile=name, env=env).registry
+        if (registry.host, registry.repository) == (ref.host, ref.repository):
+            return name, "" if name == default.profile else (
+                f"rules of profile {name!r} (its registry {registry.image} is the image's)")
+    return None, (f"no profile's registry is {ref.name}: the rules of profile {default.profile!r} "
+                  "(the default) apply; pass --profile NAME for another profile's")
+
+
+def config_for_ref(profile: str | None, ref: str | None, **overrides: Any) -> Config:
+    """`config_for`, where an image reference given without a profile picks the profile whose
+    registry and repository it names; the line saying whose rules apply goes to stderr."""
+    if ref and not profile and not os.environ.get("GPURL_PROFILE"):
+        profile, note = profile_for_reference(REPO_ROOT, ref)
+        if note:
+            say(note)
+    return config_for(profile, **overrides)
 
 
 @contextlib.contextmanager

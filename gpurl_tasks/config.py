@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,6 +75,11 @@ class LayerSettings:
     size_cache: Path | None = None  # JSON written by `invoke sizes --probe`
 
 
+# The source id in an immutable tag: a commit's short (or full) sha, with `-dirty-<12 hex of
+# the diff>` when the tree had uncommitted tracked edits (git.source_id writes it).
+SOURCE_ID_PATTERN = r"[0-9a-f]{7,40}(?:-dirty-[0-9a-f]{12})?"
+
+
 @dataclasses.dataclass(**_KW)
 class RegistrySettings:
     """Where the image is pushed and how its tags are named."""
@@ -92,8 +98,14 @@ class RegistrySettings:
 
     def immutable_reference(self, git_sha: str, *, prefix: str | None = None) -> str:
         """`host/repository:PREFIX-<git sha>`: the one spelling of the tag a build pushes and
-        pin accepts (the megatron variant passes its own prefix)."""
+        pin accepts (the megatron variant passes its own prefix). `git_sha` is a source id:
+        the short sha, or `SHA-dirty-<diff hash>` for a tree with uncommitted edits."""
         return f"{self.image}:{prefix or self.tag_prefix}-{git_sha}"
+
+    def is_immutable_tag(self, tag: str, *, prefix: str | None = None) -> bool:
+        """`tag` is spelled like an immutable_reference's tag."""
+        return re.fullmatch(rf"{re.escape(prefix or self.tag_prefix)}-{SOURCE_ID_PATTERN}",
+                            tag) is not None
 
 
 @dataclasses.dataclass(**_KW)

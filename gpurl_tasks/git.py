@@ -3,14 +3,16 @@ files as they were at a commit (rebuild-needed compares baked inputs at two poin
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.files import decode_text
 from gpurl_tasks.proc import CommandFailed, Completed, ProgramNotFound, run
 
-__all__ = ["GitError", "dirty_tracked_files", "file_history", "head_sha", "ls_bundle_files",
-           "resolve_commit", "short_sha", "show_file", "toplevel"]
+__all__ = ["GitError", "diff_hash", "dirty_tracked_files", "file_history", "head_sha",
+           "ls_bundle_files", "resolve_commit", "short_sha", "show_file", "source_id", "toplevel"]
 
 
 class GitError(GpurlError):
@@ -35,11 +37,33 @@ def head_sha(root: Path) -> str:
     return sha
 
 
-def dirty_tracked_files(root: Path) -> list[str]:
-    """Tracked files with uncommitted edits (iris bundles the working tree, edits included)."""
-    out = run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-              echo=None).stdout
+def _pathspec(exclude: Sequence[str]) -> list[str]:
+    return ["--", ".", *(f":(exclude){path}" for path in exclude)] if exclude else []
+
+
+def dirty_tracked_files(root: Path, exclude: Sequence[str] = ()) -> list[str]:
+    """Tracked files with uncommitted edits (iris bundles the working tree, edits included),
+    leaving out the `exclude` paths (relative to `root`)."""
+    out = run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no",
+               *_pathspec(exclude)], echo=None).stdout
     return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def diff_hash(root: Path, exclude: Sequence[str] = ()) -> str:
+    """12 hex digits of the sha256 of `git diff HEAD` (tracked edits, staged or not)."""
+    out = run(["git", "-C", str(root), "diff", "HEAD", "--binary", "--no-ext-diff",
+               *_pathspec(exclude)], echo=None).stdout
+    return hashlib.sha256(out.encode()).hexdigest()[:12]
+
+
+def source_id(root: Path, exclude: Sequence[str] = ()) -> str:
+    """What an image built from this tree is tagged with: the short commit id, or
+    `SHA-dirty-<diff hash>` when tracked files (other than `exclude`) have uncommitted
+    edits, because such a tree is not the commit its sha names."""
+    sha = head_sha(root)
+    if dirty_tracked_files(root, exclude):
+        return f"{sha}-dirty-{diff_hash(root, exclude)}"
+    return sha
 
 
 def ls_bundle_files(root: Path) -> list[str]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["DryRun", "StepRecord", "timed"]
+__all__ = ["HEARTBEAT_SECONDS", "DryRun", "StepRecord", "timed"]
 
 
 @dataclasses.dataclass
@@ -31,16 +32,41 @@ class StepRecord:
                 "seconds": round(self.seconds, 2)}
 
 
+HEARTBEAT_SECONDS = 30.0
+
+
 @contextlib.contextmanager
-def timed(name: str, out: Callable[[str], None] | None = None) -> Iterator[StepRecord]:
-    """Time a step; with `out`, say its start and its end with the detail, duration and a tick
-    (or a cross when it raised)."""
+def _heartbeat(name: str, out: Callable[[str], None], start: float,
+               every: float) -> Iterator[None]:
+    """While the block runs, say every `every` seconds that `name` is still running."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every):
+            out(f"    ... {name}: still running ({time.monotonic() - start:.0f}s)")
+
+    thread = threading.Thread(target=beat, name=f"heartbeat {name}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def timed(name: str, out: Callable[[str], None] | None = None, *,
+          heartbeat: float = HEARTBEAT_SECONDS) -> Iterator[StepRecord]:
+    """Time a step; with `out`, say its start, that it is alive every `heartbeat` seconds
+    while it runs (a debootstrap or a cold build shows no other sign of life), and its end
+    with the detail, duration and a tick (or a cross when it raised)."""
     if out:
         out(f"==> {name}")
     record = StepRecord(name=name)
     start = time.monotonic()
     try:
-        yield record
+        with _heartbeat(name, out, start, heartbeat) if out else contextlib.nullcontext():
+            yield record
     except BaseException:
         if out:
             out(f"<== {name}: failed after {time.monotonic() - start:.1f}s ✗")

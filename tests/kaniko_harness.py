@@ -42,12 +42,20 @@ done
 """
 
 # The stand-in crane: `crane export IMAGE -` writes a tar of kaniko's tree to stdout,
-# including the image's own /kaniko/.docker/config.json that the overlay would clobber.
+# including the image's own /kaniko/.docker/config.json that the overlay would clobber;
+# `crane digest REF` answers as the registry would (absent tag: MANIFEST_UNKNOWN).
 CRANE = r"""#!/usr/bin/env bash
 set -eu
 printf 'crane' >>"$STANDIN_LOG"
 printf ' %q' "$@" >>"$STANDIN_LOG"
 printf '\n' >>"$STANDIN_LOG"
+if [ "$1" = digest ]; then
+  # the registry lookup: STANDIN_EXISTING_DIGEST says the tag exists, STANDIN_CRANE_ERROR fails
+  if [ -n "${STANDIN_CRANE_ERROR:-}" ]; then echo "$STANDIN_CRANE_ERROR" >&2; exit 1; fi
+  if [ -n "${STANDIN_EXISTING_DIGEST:-}" ]; then echo "$STANDIN_EXISTING_DIGEST"; exit 0; fi
+  echo "Error: GET https://registry.invalid/v2/x/manifests/t: MANIFEST_UNKNOWN: manifest unknown" >&2
+  exit 1
+fi
 [ "$1" = export ] || exit 64
 cat "$STANDIN_KANIKO_TAR"
 """

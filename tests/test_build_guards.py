@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -60,10 +61,14 @@ def env(tmp_path: Path) -> dict[str, str]:
             "PATH": f"{bindir}:{os.environ['PATH']}"}
 
 
-def _world(env: dict[str, str], gh: str | None = None) -> BuildEnv:
+def _world(env: dict[str, str], gh: str | None = None, *, real_registry: bool = False) -> BuildEnv:
+    """The real adapters; the registry lookup answers "no such tag" unless `real_registry`
+    (ghcr.io is not reachable here: the tag guard runs against a real loopback registry in
+    test_an_existing_immutable_tag_is_refused_before_submitting)."""
     return BuildEnv(env=env, short_sha=short_sha, dirty_files=dirty_tracked_files,
                     token=lambda: find_registry_token(env, gh_token=lambda: gh),
-                    bundle=lambda root: measure_bundle(root, ls_bundle_files))
+                    bundle=lambda root: measure_bundle(root, ls_bundle_files),
+                    tag_digest=None if real_registry else lambda ref: None)
 
 
 def _build(repo: Path, env: dict[str, str], *, dry_run: bool = False, gh: str | None = None,
@@ -171,12 +176,73 @@ def test_no_commit_means_no_gitsha(tmp_path: Path, env: dict[str, str],
     assert "cannot resolve GITSHA" in _refused(root, env, capsys)
 
 
-def test_uncommitted_edits_are_noted_not_refused(
+def test_uncommitted_edits_get_a_dirty_tag(
         repo: Path, env: dict[str, str],
         capsys: pytest.CaptureFixture[str]) -> None:
+    """A tree with tracked edits is not the commit its sha names: its image is tagged
+    PREFIX-SHA-dirty-<12 hex of the diff>, and the job's GITSHA says so too."""
+    sha = short_sha(repo)
     (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n")
     _build(repo, env, dry_run=True)
-    assert "uncommitted edits (pyproject.toml)" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "uncommitted edits (pyproject.toml)" in out.err
+    found = re.search(rf"-e GITSHA ({sha}-dirty-[0-9a-f]{{12}}) ", out.out)
+    assert found, out.out
+    assert f"the image is tagged gpu-rl-{found.group(1)}, not as commit {sha}" in out.err
+    (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n")
+    _build(repo, env, dry_run=True)
+    assert found.group(1) not in capsys.readouterr().out  # another diff, another tag
+
+
+def test_an_edited_launcher_keeps_the_commit_tag(repo: Path, env: dict[str, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The launcher never enters the image (.dockerignore), so a pin does not make the tree
+    dirty for the tag."""
+    (repo / ".dockerignore").write_text("rl/cloud/iris/launch_rl_iris.py\n")
+    launcher = repo / "rl" / "cloud" / "iris" / "launch_rl_iris.py"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text("DEFAULT_RL_DOCKER_IMAGE = 'x'\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "launcher")
+    launcher.write_text("DEFAULT_RL_DOCKER_IMAGE = 'y'\n")
+    _build(repo, env, dry_run=True)
+    assert f"-e GITSHA {short_sha(repo)} " in capsys.readouterr().out
+
+
+def test_an_existing_immutable_tag_is_refused_before_submitting(
+        repo: Path, env: dict[str, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A real `docker-registry` on loopback holds gpu-rl-<sha>: the build is refused before
+    iris runs; --force submits and tells the script OVERWRITE_TAG=1 (stand-in iris)."""
+    from tests.support.pusher import push_image, random_layer
+    from tests.support.registry_server import running_registry
+
+    with running_registry(tmp_path / "registry") as server:
+        sha = short_sha(repo)
+        image = push_image(server.url, "org/img", [random_layer(1000, "RUN x", seed=1)],
+                           tag=f"gpu-rl-{sha}")
+        env = {**env, "GPURL_REGISTRY_HOST": server.host, "GPURL_REGISTRY_REPOSITORY": "org/img",
+               "HOME": str(tmp_path)}
+        config = load_config(repo, env=env)
+
+        def submit(**flags: object) -> None:
+            jobs.run_build(config, BuildRequest(**flags),  # type: ignore[arg-type]
+                           dry_run=False, say=say, world=_world(env, real_registry=True))
+
+        with pytest.raises(GpurlError) as info:
+            submit()
+        assert f"{server.host}/org/img:gpu-rl-{sha} already exists as {image.manifest_digest}" \
+            in info.value.message and "never moved" in info.value.message
+        assert "--force" in (info.value.hint or "")
+        assert not Path(env["IRIS_CALLED"]).exists()
+        submit(force=True)
+        argv = Path(env["IRIS_CALLED"]).read_text().splitlines()
+        assert argv[argv.index("OVERWRITE_TAG") + 1] == "1"
+        Path(env["IRIS_CALLED"]).unlink()
+        free = load_config(repo, env={**env, "GPURL_REGISTRY_REPOSITORY": "org/other"})
+        jobs.run_build(free, BuildRequest(), dry_run=False, say=say,
+                       world=_world(env, real_registry=True))
+        assert "OVERWRITE_TAG" not in Path(env["IRIS_CALLED"]).read_text()
 
 
 def test_wheel_in_bundle(repo: Path, env: dict[str, str],

@@ -234,3 +234,34 @@ def test_cli_unknown_profile_is_one_line(tmp_path: Path) -> None:
     done = _invoke(REPO_ROOT, "--check", "--profile", "gpu-lr")
     assert done.returncode != 0
     assert "unknown profile 'gpu-lr'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_every_profiles_launcher_is_kept_out_of_the_build_context() -> None:
+    """The image must not contain its own pin (issue 13): the committed .dockerignore lists
+    each profile's launcher, so pin-then-rebuild gives the same digest."""
+    from gpurl_tasks.config import load_committed_config
+    from gpurl_tasks.dockerfile.context import ensure_launcher_ignored
+
+    rules = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    for name in profiles_with_dockerfile(REPO_ROOT):
+        config = load_committed_config(REPO_ROOT, name)
+        assert config.launcher.path.relative_to(REPO_ROOT).as_posix() in rules
+        assert ensure_launcher_ignored(config, check=True) is False
+
+
+def test_generate_adds_a_missing_launcher_rule_and_check_refuses_it(tmp_path: Path) -> None:
+    import dataclasses
+
+    from gpurl_tasks.dockerfile.context import StaleContextError, ensure_launcher_ignored
+
+    config = load_config(REPO_ROOT, profile="demo", env={})
+    moved = dataclasses.replace(config, root=tmp_path, launcher=dataclasses.replace(
+        config.launcher, path=tmp_path / "ws" / "launch.py"))
+    (tmp_path / ".dockerignore").write_text(".git")
+    with pytest.raises(StaleContextError, match="would contain its own pin"):
+        ensure_launcher_ignored(moved, check=True)
+    assert ensure_launcher_ignored(moved, check=False) is True
+    text = (tmp_path / ".dockerignore").read_text()
+    assert text.startswith(".git\n# The launcher") and text.endswith("\nws/launch.py\n")
+    assert ensure_launcher_ignored(moved, check=False) is False  # idempotent
+    assert (tmp_path / ".dockerignore").read_text() == text

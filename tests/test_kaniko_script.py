@@ -68,9 +68,40 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
 
 def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
     assert r.run(_env()).returncode == 0
-    (call,) = r.calls("crane")
-    assert shlex.split(call)[1:] == ["export", "--platform", "linux/amd64",
-                                     "registry.invalid/kaniko/executor@sha256:" + "ab" * 32, "-"]
+    export, lookup = r.calls("crane")
+    assert shlex.split(export)[1:] == ["export", "--platform", "linux/amd64",
+                                       "registry.invalid/kaniko/executor@sha256:" + "ab" * 32, "-"]
+    assert shlex.split(lookup)[1:] == ["digest", f"{r.config.registry.image}:gpu-rl-{GITSHA}"]
+
+
+def test_an_existing_immutable_tag_stops_before_the_build(r: Rig) -> None:
+    """The immutable tag is looked up with crane (after the auth file, before the wheels and
+    the executor); an existing one is never moved without OVERWRITE_TAG=1 (stand-in crane)."""
+    existing = "sha256:" + "e1" * 32
+    proc = r.run(_env(STANDIN_EXISTING_DIGEST=existing))
+    assert proc.returncode != 0
+    assert f"gpu-rl-{GITSHA} already exists as {existing}" in proc.stderr
+    assert "never moved" in proc.stderr and "--force" in proc.stderr
+    assert r.calls("executor") == []
+    assert not (r.root / "app" / "docker" / "wheelhouse" / r.wheels[0]).exists()
+    forced = r.run(_env(STANDIN_EXISTING_DIGEST=existing, OVERWRITE_TAG="1"))
+    assert forced.returncode == 0, forced.stderr
+    assert f"overwriting {existing}" in forced.stdout and len(r.calls("executor")) == 1
+
+
+def test_a_failed_tag_lookup_is_not_taken_for_a_free_tag(r: Rig) -> None:
+    proc = r.run(_env(STANDIN_CRANE_ERROR="UNAUTHORIZED: authentication required"))
+    assert proc.returncode != 0
+    assert "cannot check whether" in proc.stderr and "UNAUTHORIZED" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_a_dirty_source_id_is_accepted_and_junk_is_refused(r: Rig) -> None:
+    dirty = f"{GITSHA}-dirty-0123456789ab"
+    assert r.run(_env(GITSHA=dirty)).returncode == 0
+    assert _executor_argv(r)[_executor_argv(r).index("--destination") + 1].endswith(f":gpu-rl-{dirty}")
+    proc = r.run(_env(GITSHA=f"{GITSHA}-dirty-x"))
+    assert proc.returncode != 0 and "GITSHA must be a lowercase hex commit id" in proc.stderr
 
 
 def test_auth_file_is_written_after_the_overlay(r: Rig) -> None:

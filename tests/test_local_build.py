@@ -361,3 +361,30 @@ def test_a_broken_build_assert_fails_the_build(workspace: Workspace,
     assert "deliberately broken build assert" in caught.value.message  # the step's own output
     assert caught.value.message.count("\n") <= 6
     assert _registry_manifest(workspace, "demo-abc1237").status_code == 404
+
+
+@pytest.mark.integration
+@pytest.mark.docker
+def test_an_immutable_tag_is_never_moved(workspace: Workspace,
+                                         prebuilt: builder.BuildResult) -> None:
+    """Two different images under one immutable tag on a real loopback registry: the second
+    is refused before its push; the same image again pushes nothing; --force overwrites."""
+    from gpurl_tasks.oci.tags import TagMoveRefused
+
+    first = _build(workspace, "abc1240", build_args=workspace.args(
+        WHEEL_SOURCE="prebuilt-wheelhouse"))
+    assert first.pushed
+    other = workspace.args(WHEEL_SOURCE="prebuilt-wheelhouse", SESSION=uuid.uuid4().hex)
+    with pytest.raises(TagMoveRefused) as caught:
+        _build(workspace, "abc1240", build_args=other)
+    assert f"{first.reference} already exists as {first.digest}" in caught.value.message
+    assert "never moved" in caught.value.message and "--force" in (caught.value.hint or "")
+    assert _registry_manifest(workspace, "demo-abc1240").headers["Docker-Content-Digest"] \
+        == first.digest
+    same = _build(workspace, "abc1240", build_args=workspace.args(
+        WHEEL_SOURCE="prebuilt-wheelhouse"))
+    assert (same.digest, same.pushed) == (first.digest, False)
+    forced = _build(workspace, "abc1240", build_args=other, force=True)
+    assert forced.pushed and forced.digest != first.digest
+    assert _registry_manifest(workspace, "demo-abc1240").headers["Docker-Content-Digest"] \
+        == forced.digest

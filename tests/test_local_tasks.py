@@ -40,3 +40,26 @@ def test_setup_local_dry_run_json_plans_and_writes_nothing(tmp_path: Path) -> No
     assert steps["registry"]["status"] == "would"
     assert f"127.0.0.1:{port}" in steps["registry"]["detail"]
     assert not (tmp_path / "cache").exists()
+
+
+def test_an_empty_wheelhouse_says_there_are_no_prebuilt_wheels_yet(tmp_path: Path) -> None:
+    """Not "does not match the pins" when nothing was ever built (issue 13)."""
+    import dataclasses
+
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.local.pipeline import wheelhouse_problem
+    from gpurl_tasks.rebuild.wheelhouse import check_source
+
+    config = load_config(REPO_ROOT, profile="demo", env={})
+    empty = tmp_path / "wheelhouse"
+    empty.mkdir()
+    config = dataclasses.replace(config, build=dataclasses.replace(config.build, wheelhouse=empty))
+    report = check_source(config, str(empty))
+    assert wheelhouse_problem(config, report) == f"no prebuilt wheels in {empty} yet"
+    import zipfile
+
+    with zipfile.ZipFile(empty / "gpurl_demo_ext-0.0.1-cp39-abi3-win32.whl", "w") as wheel:
+        wheel.writestr("gpurl_demo_ext-0.0.1.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+    report = check_source(config, str(empty))
+    assert report.mismatches
+    assert wheelhouse_problem(config, report) == f"the wheels in {empty} do not match the pins"

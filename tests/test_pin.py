@@ -83,9 +83,58 @@ def dataclass_replace_date(info: Provenance, date: dt.date) -> Provenance:
 def test_indentation_crlf_and_unicode_columns() -> None:
     source = (f"if True:\r\n    ü = 'ö'; {VAR}: str = \"{OLD}\"\r\n"
               f"else:\r\n    pass\r\n")
-    new = rewrite_assignment(source, VAR, NEW, COMMENT)
+    new = rewrite_assignment(source, VAR, NEW, COMMENT, line_length=200)
     assert new == (f"if True:\r\n    {COMMENT}\r\n    ü = 'ö'; {VAR}: str = \"{NEW}\"\r\n"
                    f"else:\r\n    pass\r\n")
+
+
+DEMO_VALUE = "127.0.0.1:5005/gpurl/demo@sha256:" + "ab" * 32
+LONG_COMMENT = provenance_comment(Provenance(
+    tag="demo-abc1234-dirty-0123abcd", layer_count=16, largest_bytes=165_710_000,
+    total_bytes=285_450_000, date=dt.date(2026, 11, 29)))
+
+
+def test_a_long_value_is_wrapped_to_fit_the_line_length() -> None:
+    """The demo's pin line was 125 characters, over ruff's 110 (issue 13)."""
+    source = f'"""Launcher."""\n\n{VAR} = "127.0.0.1:5005/gpurl/demo:demo"\nX = 1\n'
+    new = rewrite_assignment(source, VAR, DEMO_VALUE, LONG_COMMENT, line_length=110)
+    assert all(len(line) <= 110 for line in new.splitlines()), new
+    assert f'{VAR} = (\n    "{DEMO_VALUE}"\n)\nX = 1\n' in new
+    assert new.count(PIN_MARKER) == 2 and strip_comment_lines(new).startswith('"""Launcher."""\n\n')
+    namespace: dict[str, object] = {}
+    exec(compile(new, "launcher", "exec"), namespace)
+    assert namespace[VAR] == DEMO_VALUE
+    # idempotent, and a re-pin replaces every comment line and keeps the wrapped form
+    assert rewrite_assignment(new, VAR, DEMO_VALUE, "# gpurl pin: other", line_length=110) == new
+    other = DEMO_VALUE.replace("ab", "cd")
+    again = rewrite_assignment(new, VAR, other, COMMENT, line_length=110)
+    assert again == new.replace(DEMO_VALUE, other).replace(
+        "\n".join(line for line in new.splitlines() if line.startswith(PIN_MARKER)), COMMENT)
+
+
+def test_a_short_value_stays_on_its_line() -> None:
+    source = f"{VAR} = 'x'\n"
+    assert rewrite_assignment(source, VAR, "y", "# gpurl pin: t", line_length=110) == \
+        f"# gpurl pin: t\n{VAR} = 'y'\n"
+
+
+def test_the_pinned_demo_launcher_passes_the_projects_ruff(tmp_path: Path) -> None:
+    """Real ruff with the repository's own config, on the real demo launcher after a pin."""
+    from gpurl_tasks.oci.release import line_length_for
+
+    ruff = Path(sys.executable).with_name("ruff")
+    if not ruff.exists():
+        pytest.skip("ruff is not installed in this environment (the lint group has it)")
+    repo = Path(__file__).resolve().parent.parent
+    launcher = repo / "examples/demo/cloud/iris/launch_rl_iris.py"
+    assert line_length_for(launcher, repo) == 110
+    new = rewrite_assignment(launcher.read_text(), VAR, DEMO_VALUE, LONG_COMMENT,
+                             line_length=line_length_for(launcher, repo))
+    target = tmp_path / "launch_rl_iris.py"
+    target.write_text(new)
+    done = subprocess.run([str(ruff), "check", "--config", str(repo / "pyproject.toml"),
+                           "--no-cache", str(target)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF,

@@ -42,6 +42,8 @@ def launcher(tmp_path: Path) -> Path:
     path = tmp_path / "cloud" / "iris" / "launch_rl_iris.py"
     path.parent.mkdir(parents=True)
     path.write_text(LAUNCHER)
+    # the launcher's own linter config: pin keeps within it (test_pin.py covers the wrapping)
+    (tmp_path / "ruff.toml").write_text("line-length = 200\n")
     return path
 
 
@@ -128,6 +130,7 @@ def test_default_reference_and_launcher_flags(registry: RegistryServer, tmp_path
     image = pushed(registry, f"gpu-rl-{head_short_sha()}", 6)
     other = tmp_path / "other.py"
     other.write_text("IMAGE = 'x'  # odd quotes kept\n")
+    (tmp_path / "ruff.toml").write_text("line-length = 200\n")
     done = run_task("pin", "--launcher", str(other), "--variable", "IMAGE",
                     env=env_for(registry.host, tmp_path / "missing.py"))
     assert done.returncode == 0, done.stderr

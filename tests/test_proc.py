@@ -98,3 +98,26 @@ def test_kill_is_job_scoped(repo_root: object, capsys: pytest.CaptureFixture[str
             kill_job(config, bad, dry_run=True)
     assert kill_job(config, "/alice/gpurl-kaniko-0123abc", dry_run=True).human() == (
         "iris --cluster=cw-us-east-02a job kill /alice/gpurl-kaniko-0123abc")
+
+
+def test_a_long_step_says_it_is_alive_and_ends_with_its_duration() -> None:
+    """The one step timer: start line, heartbeats while it runs (debootstrap took 66 s with
+    no other sign of life), end line with detail, duration and a tick; a cross on failure."""
+    import time
+
+    from gpurl_tasks.steps import timed
+
+    lines: list[str] = []
+    with timed("base image", lines.append, heartbeat=0.05) as record:
+        time.sleep(0.18)
+        record.detail = "built"
+    assert lines[0] == "==> base image"
+    assert any(line.startswith("    ... base image: still running (") for line in lines[1:-1])
+    assert lines[-1].startswith("<== base image: built (") and lines[-1].endswith("s) ✓")
+    count = len(lines)
+    time.sleep(0.12)
+    assert len(lines) == count  # the heartbeat stopped with the step
+    failed: list[str] = []
+    with pytest.raises(RuntimeError), timed("build", failed.append, heartbeat=10):
+        raise RuntimeError("boom")
+    assert failed[-1].startswith("<== build: failed after ") and failed[-1].endswith("✗")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import pathlib
 import subprocess
 import sys
 
@@ -39,3 +40,22 @@ def test_list_lines_stand_alone() -> None:
         first = inspect.getdoc(task.body).splitlines()[0]  # type: ignore[attr-defined,union-attr]
         assert first.endswith((".", ")")), f"{name}: {first!r} is cut mid-sentence"
         assert name in done.stdout
+
+
+def test_missing_iris_hint_says_how_to_install_the_pinned_release(tmp_path: pathlib.Path) -> None:
+    """`invoke watch JOB` without iris: one line, and a hint with the pinned release, the
+    resolver flags it needs and its Python (pins from the one place the noxfile reads too)."""
+    import noxfile
+    from gpurl_tasks.cluster import iris_release
+
+    assert noxfile.IRIS_CONTRACT_PINS is iris_release.IRIS_CONTRACT_PINS
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}  # no iris on PATH
+    done = subprocess.run([sys.executable, "-m", "invoke", "watch", "/alice/job"],
+                          cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 3, done.stderr  # watch: could not conclude
+    assert done.stderr.startswith("error: couldn't find iris in PATH\n  hint: install the pinned")
+    for needed in (*iris_release.IRIS_CONTRACT_PINS, "--prerelease if-necessary-or-explicit",
+                   "--exclude-newer 2026-07-04", "Python >= 3.12", "GPURL_IRIS"):
+        assert needed in done.stderr
+    assert "Traceback" not in done.stderr

@@ -145,3 +145,24 @@ def test_token_from_the_environment_never_appears(registry: RegistryServer,
     assert bad.returncode == 2 and "refused the credentials" in bad.stderr
     for output in (good.stdout, good.stderr, bad.stdout, bad.stderr):
         assert CANARY not in output
+
+
+def test_a_reference_picks_the_profile_whose_registry_it_names(registry: RegistryServer,
+                                                               tmp_path: Path) -> None:
+    """`nox -s verify-layers -- REGISTRY/gpurl/demo:demo-SHA` applied the gpu-rl rules (20
+    layers) to the demo image (issue 13): the demo profile's repository picks its rules."""
+    push_image(registry.url, "gpurl/demo", six_layers()[:4], tag="demo-2222222")
+    env = {"GPURL_REGISTRY_HOST": registry.host, "HOME": str(tmp_path)}
+    done = run_task("verify-layers", "--ref", f"{registry.host}/gpurl/demo:demo-2222222", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rules of profile 'demo'" in done.stderr
+    assert "at least 3 layers" in done.stdout
+    push_image(registry.url, "elsewhere/img", six_layers()[:4], tag="x-2222222")
+    other = run_task("verify-layers", "--ref", f"{registry.host}/elsewhere/img:x-2222222", env=env)
+    assert other.returncode == 1
+    assert (f"no profile's registry is {registry.host}/elsewhere/img: the rules of profile "
+            "'gpu-rl' (the default) apply") in other.stderr
+    assert "at least 20 layers" in other.stdout
+    chosen = run_task("verify-layers", "--profile", "demo", "--ref",
+                      f"{registry.host}/elsewhere/img:x-2222222", env=env)
+    assert chosen.returncode == 0 and "no profile's registry" not in chosen.stderr

@@ -17,11 +17,19 @@ from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
 from gpurl_tasks.cluster.iris import IrisCli, Observation, parse_job_id
-from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest, PreparedBuild, prepare_build
+from gpurl_tasks.cluster.iris_release import install_hint
+from gpurl_tasks.cluster.submit import (
+    BuildEnv,
+    BuildRequest,
+    PreparedBuild,
+    guard_immutable_tag,
+    prepare_build,
+)
 from gpurl_tasks.cluster.watch import EXIT_FAILED, WatcherError, WatchResult, log_window_start, watch
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, GpurlError, IrisError
-from gpurl_tasks.proc import CommandFailed, find_program, run
+from gpurl_tasks.oci.tags import existing_digest
+from gpurl_tasks.proc import CommandFailed, ProgramNotFound, find_program, run
 from gpurl_tasks.redact import TokenSource, find_registry_token, known_secrets, redact
 
 __all__ = ["IRIS_ENV", "KillOutcome", "Submission", "WatchOutcome", "generate_script", "iris_program",
@@ -39,6 +47,14 @@ def _quiet(_: str) -> None:
 
 def iris_program(env: Mapping[str, str]) -> str:
     return env.get(IRIS_ENV, "") or "iris"
+
+
+def _find_iris(program: str, env: Mapping[str, str]) -> str:
+    """The iris binary; when missing, the hint says how to install the pinned release."""
+    try:
+        return find_program(program, path=env.get("PATH"))
+    except ProgramNotFound as exc:
+        raise ProgramNotFound(exc.message, hint=install_hint(IRIS_ENV)) from None
 
 
 def _gh_token() -> str | None:
@@ -96,13 +112,16 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
     """Guard rails, then compose (dry run) or submit the job."""
     world = world or real_world(os.environ)
     prepared = prepare_build(config, request, world)
+    if not dry_run:  # a dry run touches no registry
+        lookup = world.tag_digest or (lambda ref: existing_digest(config, ref, world.env))
+        prepared = guard_immutable_tag(prepared, lookup(prepared.image_tag), force=request.force)
     program = iris_program(world.env)
     for note in prepared.notes:
         say(f"note: {note}")
     say(f"bundle: {len(prepared.bundle.files)} files, {prepared.bundle.zip_bytes} bytes zipped")
     if dry_run:
         return Submission(prepared=prepared, program=program, dry_run=True)
-    find_program(program, path=world.env.get("PATH"))
+    _find_iris(program, world.env)
     try:
         result = run(prepared.argv(program, reveal=True), cwd=config.root, env=dict(world.env),
                      secrets=prepared.secrets, echo=say)
@@ -116,7 +135,7 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
 
 def _iris(config: Config, env: Mapping[str, str], cluster: str | None) -> IrisCli:
     program = iris_program(env)
-    find_program(program, path=env.get("PATH"))
+    _find_iris(program, env)
     return IrisCli(lambda argv: run(argv, echo=None, timeout=300), program=program,
                    cluster=cluster or config.cluster.name)
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 import base64
 import dataclasses
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, check_bundle
 from gpurl_tasks.cluster.iris import JobSpec, job_run_argv
 from gpurl_tasks.config import Config, load_committed_config
+from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.oci.tags import refuse_to_move
 from gpurl_tasks.redact import Secret, TokenSource, looks_like_docker_hub
 from gpurl_tasks.units import parse_size
 
@@ -28,6 +31,7 @@ __all__ = [
     "BuildEnv",
     "BuildRequest",
     "PreparedBuild",
+    "guard_immutable_tag",
     "prepare_build",
 ]
 
@@ -60,6 +64,10 @@ class BuildEnv:
     dirty_files: Callable[[Path], list[str]]
     token: Callable[[], TokenSource | None]
     bundle: Callable[[Path], Bundle]
+    diff_hash: Callable[[Path, Sequence[str]], str] = git.diff_hash
+    # the digest the registry holds under an image reference (None: no such tag);
+    # None here: ask the configured registry (oci.tags.existing_digest)
+    tag_digest: Callable[[str], str | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,8 +86,16 @@ class PreparedBuild:
         return (program, *job_run_argv(self.spec, reveal=reveal))
 
     def display(self, program: str = "iris") -> str:
-        """The command line for humans: shell-quoted, secrets redacted."""
-        return shlex.join(self.argv(program, reveal=False))
+        """The command line for humans: shell-quoted, secrets redacted, long payloads (the
+        base64 script) elided to their start and length; `--json` carries the full argv."""
+        return " ".join(_elide(shlex.quote(arg)) for arg in self.argv(program, reveal=False))
+
+
+ELIDE_OVER = 120  # characters; longer arguments are shown as their start and their length
+
+
+def _elide(arg: str) -> str:
+    return arg if len(arg) <= ELIDE_OVER else f"{arg[:24]}...<{len(arg)} chars>"
 
 
 def _check_kubeconfig(env: Mapping[str, str]) -> None:
@@ -123,6 +139,20 @@ def _check_token(found: TokenSource | None, registry_host: str) -> TokenSource:
     return found
 
 
+def guard_immutable_tag(prepared: PreparedBuild, existing: str | None, *, force: bool
+                        ) -> PreparedBuild:
+    """Before submitting: a tag the registry already holds is never moved (kaniko without
+    --reproducible never rebuilds the same digest), unless `force`, which the script is told
+    through OVERWRITE_TAG=1 (it checks again with crane before it builds)."""
+    if existing is None:
+        return prepared
+    refuse_to_move(prepared.image_tag, existing, force=force,
+                   why="a new build would push a different image under it")
+    spec = dataclasses.replace(prepared.spec, env=(*prepared.spec.env, ("OVERWRITE_TAG", "1")))
+    return dataclasses.replace(prepared, spec=spec, notes=(
+        *prepared.notes, f"overwriting {prepared.image_tag} (now {existing}): --force"))
+
+
 def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> PreparedBuild:
     """Run every guard rail and compose the job; raise BuildError naming the first refusal."""
     if request.local_only:
@@ -146,11 +176,16 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
             hint=f"run from a git checkout with at least one commit ({config.root})",
         )
     notes: list[str] = []
-    dirty = world.dirty_files(config.root)
+    ignored = ignored_paths(config)
+    dirty = [f for f in world.dirty_files(config.root)
+             if not any(f == p or f.startswith(f"{p}/") for p in ignored)]
     if dirty:
+        commit = gitsha
+        gitsha = f"{commit}-dirty-{world.diff_hash(config.root, ignored)}"
         notes.append(f"{len(dirty)} tracked file(s) have uncommitted edits ({', '.join(dirty[:3])}"
                      f"{' ...' if len(dirty) > 3 else ''}); iris bundles the working tree, so "
-                     f"they ARE in this build although the tag says {gitsha}")
+                     f"the image is tagged {config.registry.tag_prefix}-{gitsha}, not as "
+                     f"commit {commit}")
     bundle = world.bundle(config.root)
     check_bundle(bundle)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpurl_tasks.config import Config, load_committed_config, load_profile_names
+from gpurl_tasks.dockerfile.context import ensure_launcher_ignored
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import render_recipe
@@ -133,6 +134,7 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
         for old in leftover:
             old.unlink()
         write_atomic(path, text)
+    ensure_launcher_ignored(config, check=check)
     return GenerateResult(profile=config.profile, path=path, changed=changed,
                           steps=len(plan.layers), slices=stale_slices, notes=notes)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from gpurl_tasks import proc
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import SOURCE_ID_PATTERN, Config
 from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import parse_reference
@@ -30,6 +30,7 @@ from gpurl_tasks.local import pyindex
 from gpurl_tasks.local.build_log import BuildStep, parse_plain_progress, stages_run, vertex_output
 from gpurl_tasks.local.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir
+from gpurl_tasks.oci import tags
 from gpurl_tasks.oci.registry import RegistryClient
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
     "serving_index",
 ]
 
-_SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+_SHA_RE = re.compile(rf"^{SOURCE_ID_PATTERN}$")
 _PUSH_DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 _TRUE = {"1", "true", "yes", "on"}
 LineSink = Callable[[str], None]
@@ -66,6 +67,8 @@ class BuildResult:
     seconds: float
     build_seconds: float = 0.0  # of `seconds`: the docker build
     push_seconds: float = 0.0  # of `seconds`: the push(es) and the registry cross-check
+    pushed: bool = True  # False: the registry already held this exact image under the tag
+    log_file: Path | None = None  # the whole build log, when it was written to a file
 
     @property
     def pinned(self) -> str:
@@ -86,8 +89,8 @@ class WheelsResult:
 def image_reference(config: Config, git_sha: str) -> str:
     """`REGISTRY/REPO:PREFIX-GITSHA`; the git sha must be a real (short or full) hex sha."""
     if not _SHA_RE.match(git_sha):
-        raise ConfigError(f"git sha {git_sha!r} is not 7-40 lowercase hex digits",
-                          hint="pass `git rev-parse --short HEAD`")
+        raise ConfigError(f"git sha {git_sha!r} is not 7-40 lowercase hex digits "
+                          "(optionally -dirty-<12 hex>)", hint="pass `git rev-parse --short HEAD`")
     return config.registry.immutable_reference(git_sha)
 
 
@@ -192,11 +195,14 @@ def build_and_push(
     on_line: LineSink | None = None,
     log_file: Path | None = None,
     no_cache: bool = False,
+    force: bool = False,
 ) -> BuildResult:
     """Build `dockerfile` (default `build.dockerfile`) with BuildKit, push, return the digest.
 
     The digest is the one `docker push` reports, cross-checked against the registry's
-    `Docker-Content-Digest` for the tag; a mismatch is an error, not a warning.
+    `Docker-Content-Digest` for the tag; a mismatch is an error, not a warning. The immutable
+    tag is never moved: when the registry already holds it, the built image must be that same
+    image (same config digest: nothing is pushed, the registry's digest is kept), or `force`.
     """
     args = dict(build_args or {})
     check_build_args(args)
@@ -209,9 +215,21 @@ def build_and_push(
                          tags=[reference, *([floating] if floating else [])], progress=progress,
                          no_cache=no_cache)
     start = time.monotonic()
+    existing = tags.existing_image(config, reference)
     with serving_index(config.build.index_url, served_from):
         log, steps = _run_build(argv, on_line, log_file)
     built = time.monotonic()
+    if existing:
+        image_id = proc.run_quiet([client, "image", "inspect", "--format", "{{.Id}}",
+                                   reference]).stdout.strip()
+        if image_id == existing[1]:
+            if floating:
+                _push(client, floating)
+            return _result(reference, existing[0], log, steps, floating, start, built,
+                           pushed=False, log_file=log_file)
+        tags.refuse_to_move(reference, existing[0], force=force,
+                            why=f"this build is a different image (config {image_id[:19]}, "
+                                f"the registry's {existing[1][:19]})")
     digest = _push(client, reference)
     ref = parse_reference(reference, default_host=config.registry.host)
     with RegistryClient(ref.host, insecure=config.registry.insecure) as registry:
@@ -221,14 +239,18 @@ def build_and_push(
                          f"{registry_digest}", hint="another push raced this one; rebuild")
     if floating:
         _push(client, floating)
+    return _result(reference, digest, log, steps, floating, start, built, pushed=True,
+                   log_file=log_file)
+
+
+def _result(reference: str, digest: str, log: str, steps: list[BuildStep], floating: str | None,
+            start: float, built: float, *, pushed: bool, log_file: Path | None) -> BuildResult:
     return BuildResult(
         reference=reference, digest=digest, log=log, steps=tuple(steps),
         cached_steps=sum(1 for s in steps if s.status == "cached" and not s.is_from),
         stages=frozenset(s.stage for s in steps), stages_run=frozenset(stages_run(steps)),
-        floating=floating,
-        seconds=time.monotonic() - start,
-        build_seconds=built - start,
-        push_seconds=time.monotonic() - built,
+        floating=floating, seconds=time.monotonic() - start, pushed=pushed, log_file=log_file,
+        build_seconds=built - start, push_seconds=time.monotonic() - built,
     )
 
 
@@ -275,8 +297,10 @@ def build_wheels(
         argv = build_command(client, dockerfile=export_file, context=context or config.root,
                              build_args=args, target=EXPORT_STAGE,
                              output=f"type=local,dest={tmp}/out")
+        log_file = base / "logs" / f"wheels-{target}.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
         with serving_index(config.build.index_url, index_dir(base)):
-            log, steps = _run_build(argv, on_line, None)
+            log, steps = _run_build(argv, on_line, log_file)
         exported = Path(tmp) / "out"
         found = sorted(p for p in exported.iterdir() if p.is_file()
                        and (p.suffix == ".whl" or p.name.startswith("MANIFEST")))

@@ -12,13 +12,13 @@ import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gpurl_tasks import git
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import BuildResult, WheelsResult
-from gpurl_tasks.local.setup import setup_local
+from gpurl_tasks.local.setup import cache_dir, setup_local
 from gpurl_tasks.oci import release
 from gpurl_tasks.oci.verify import Report, render_table, report_json
 from gpurl_tasks.plan.model import Plan
@@ -27,9 +27,21 @@ from gpurl_tasks.plan.report import render_plan
 from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
 from gpurl_tasks.steps import DryRun, StepRecord, timed
 
-__all__ = ["LocalBuild", "PipelineResult", "WheelsBuilt", "build_local", "build_task",
-           "build_wheels_task", "demo_task", "describe_local_build", "describe_pipeline",
-           "ensure_wheels", "run_pipeline"]
+__all__ = [
+    "LocalBuild",
+    "PipelineResult",
+    "WheelsBuilt",
+    "build_local",
+    "build_summary",
+    "build_task",
+    "build_wheels_task",
+    "demo_task",
+    "describe_local_build",
+    "describe_pipeline",
+    "ensure_wheels",
+    "run_pipeline",
+    "wheelhouse_problem",
+]
 
 Say = Callable[[str], None]
 T = TypeVar("T")
@@ -71,12 +83,21 @@ class PipelineResult:
         }
 
 
+def wheelhouse_problem(config: Config, report: WheelReport) -> str:
+    """Why the prebuilt wheelhouse cannot be used: empty, or not matching the pins."""
+    path = config.build.wheelhouse
+    shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
+    if not any(name.endswith(".whl") for name in report.found):
+        return f"no prebuilt wheels in {shown} yet"
+    return f"the wheels in {shown} do not match the pins"
+
+
 def ensure_wheels(config: Config, say: Say) -> str:
     """The prebuilt wheelhouse matches the Dockerfile's pins; compile it first if it does not."""
     report = check_source(config, str(config.build.wheelhouse))
     if not report.mismatches:
         return f"{len(report.found)} prebuilt wheel(s) match the pins"
-    say("wheelhouse does not match the pins; building the wheel-builder stage")
+    say(f"{wheelhouse_problem(config, report)}; building the wheel-builder stage")
     builder.build_wheels(config, build_args={"WHEEL_SOURCE": "wheel-builder"})
     report = check_source(config, str(config.build.wheelhouse))
     if report.mismatches:
@@ -87,12 +108,14 @@ def ensure_wheels(config: Config, say: Say) -> str:
 
 def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None,
                 push_floating: bool = False, no_cache: bool = False,
-                on_line: Say | None = None) -> BuildResult:
+                on_line: Say | None = None, force: bool = False) -> BuildResult:
     """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args."""
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
+    log_file = cache_dir(config.root) / "logs" / f"build-{config.registry.tag_prefix}-{git_sha}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     return builder.build_and_push(config, git_sha=git_sha, build_args=args,
-                                      push_floating=push_floating, no_cache=no_cache,
-                                      on_line=on_line)
+                                  push_floating=push_floating, no_cache=no_cache,
+                                  on_line=on_line, force=force, log_file=log_file)
 
 
 class _Steps:
@@ -126,7 +149,7 @@ def describe_local_build(config: Config, *, git_sha: str, wheel_source: str | No
 
 def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhouse") -> list[str]:
     """`invoke demo --dry-run`: every step and what it would do; reads, never writes."""
-    git_sha = git.head_sha(config.root)
+    git_sha = source_id(config)
     lines = ["setup-local:"]
     lines += [f"  {s.name:<16} {s.status:<10} {s.detail}"
               for s in setup_local(config, dry_run=True).steps]
@@ -138,9 +161,10 @@ def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhous
     except GpurlError:
         lines.append(f"generate: would rewrite {config.build.dockerfile.name}")
     if wheel_source == "prebuilt-wheelhouse":
-        ok = not check_source(config, str(config.build.wheelhouse)).mismatches
-        lines.append("wheels: the wheelhouse matches the pins" if ok else
-                     "wheels: would build the wheel-builder stage into the wheelhouse")
+        report = check_source(config, str(config.build.wheelhouse))
+        lines.append("wheels: the wheelhouse matches the pins" if not report.mismatches else
+                     f"wheels: {wheelhouse_problem(config, report)}; would build the "
+                     "wheel-builder stage into it")
     lines += [f"build + push: {line}" for line in
               describe_local_build(config, git_sha=git_sha, wheel_source=wheel_source)]
     reference = builder.image_reference(config, git_sha)
@@ -155,9 +179,7 @@ def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
     steps = _Steps(say)
 
     def setup() -> tuple[None, str]:
-        result = setup_local(config)
-        for s in result.steps:
-            say(f"    {s.name:<16} {s.status:<10} {s.detail}")
+        result = setup_local(config, say=say)
         return None, ", ".join(f"{s.name} {s.status}" for s in result.steps)
 
     def plan() -> tuple[Plan, str]:
@@ -171,7 +193,7 @@ def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
     steps.run("generate", lambda: (None, _generate(config, planned)))
     if wheel_source == "prebuilt-wheelhouse":
         steps.run("wheels", lambda: (None, ensure_wheels(config, say)))
-    git_sha = git.head_sha(config.root)
+    git_sha = source_id(config)
     built = steps.run("build + push", lambda: _build(config, git_sha, wheel_source))
     report = steps.run("verify-layers", lambda: _verify(config, built.reference, say))
     pinned = steps.run("pin", lambda: _pin(config, built.reference, today or dt.date.today()))
@@ -188,7 +210,16 @@ def _generate(config: Config, planned: Plan) -> str:
 
 def _build(config: Config, git_sha: str, wheel_source: str) -> tuple[BuildResult, str]:
     built = build_local(config, git_sha=git_sha, wheel_source=wheel_source)
-    return built, f"pushed {built.reference} ({built.cached_steps} cached steps)"
+    return built, build_summary(built)
+
+
+def build_summary(built: BuildResult) -> str:
+    """One line for a build step's end: what was pushed, steps cached vs ran, the log file."""
+    what = "pushed" if built.pushed else "the registry already holds this exact image as"
+    runnable = sum(1 for s in built.steps if not s.is_from)
+    log = f"; log {built.log_file}" if built.log_file else ""
+    return (f"{what} {built.reference}: {runnable} steps, {built.cached_steps} cached, "
+            f"{runnable - built.cached_steps} ran{log}")
 
 
 def _verify(config: Config, reference: str, say: Say) -> tuple[Report, str]:
@@ -227,31 +258,34 @@ class LocalBuild:
 
     def human(self) -> str:
         r = self.result
-        return (f"pushed {r.reference}\ndigest {r.digest}\n"
+        verb = "pushed" if r.pushed else "already in the registry (same image, nothing pushed):"
+        return (f"{verb} {r.reference}\ndigest {r.digest}\n"
                 f"next: invoke verify-layers --profile {self.profile} --ref {r.reference}")
 
     def to_json(self) -> dict[str, Any]:
         r = self.result
         return {"reference": r.reference, "digest": r.digest, "pinned": r.pinned,
-                "cached_steps": r.cached_steps,
+                "pushed": r.pushed, "cached_steps": r.cached_steps,
                 "steps": sum(1 for s in r.steps if not s.is_from),
                 "stages": sorted(r.stages), "stages_run": sorted(r.stages_run)}
 
 
 def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_floating: bool,
-               no_cache: bool, say: Say, stream: bool) -> LocalBuild | DryRun:
+               no_cache: bool, say: Say, stream: bool, force: bool = False) -> LocalBuild | DryRun:
     """setup-local, then build and push (or with `dry_run`, the commands it would run)."""
-    git_sha = git.head_sha(config.root)
+    git_sha = source_id(config)
     if dry_run:
         return DryRun(tuple(describe_local_build(
             config, git_sha=git_sha, wheel_source=wheel_source, push_floating=push_floating,
             no_cache=no_cache)), key="commands")
-    with timed("setup-local", say):
-        setup_local(config)
-    with timed("build + push", say):
+    with timed("setup-local", say) as record:
+        record.detail = ", ".join(f"{s.name} {s.status}"
+                                  for s in setup_local(config, say=say).steps)
+    with timed("build + push", say) as record:
         result = build_local(config, git_sha=git_sha, wheel_source=wheel_source,
                              push_floating=push_floating, no_cache=no_cache,
-                             on_line=say if stream else None)
+                             on_line=say if stream else None, force=force)
+        record.detail = build_summary(result)
     return LocalBuild(result=result, profile=config.profile)
 
 

@@ -74,9 +74,12 @@ def index_dir(cache: Path) -> Path:
     return cache / "pyindex"
 
 
-def _timed(name: str, action: Callable[[], tuple[str, str]]) -> StepRecord:
-    with timed(name) as record:
-        record.status, record.detail = action()
+def _timed(name: str, action: Callable[[], tuple[str, str]],
+           say: Callable[[str], None] | None = None) -> StepRecord:
+    with timed(name, say) as record:
+        record.status, detail = action()
+        record.detail = f"{record.status}: {detail}" if say else detail  # the end line shows both
+    record.detail = detail
     return record
 
 
@@ -214,8 +217,9 @@ def _check_lock_files(lock_text: str, directory: Path) -> None:
 
 
 def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = False,
-                ) -> LocalSetup:
-    """Run (or with `dry_run`, describe) every setup step; raise BuildError on the first failure."""
+                say: Callable[[str], None] | None = None) -> LocalSetup:
+    """Run (or with `dry_run`, describe) every setup step; raise BuildError on the first failure.
+    With `say`, each step says its start, that it is alive, and its end (indented)."""
     registry_server.loopback_port(config.registry.host)  # bad config fails before any side effect
     if config.build.index_url:
         pyindex.port_of(config.build.index_url)
@@ -223,13 +227,14 @@ def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = Fa
     if not dry_run:
         cache.mkdir(parents=True, exist_ok=True)
     client: list[str] = []
+    out = (lambda line: say("  " + line)) if say else None
     steps = [
-        _timed("engine", lambda: _engine(cache, dry_run)),
-        _timed("buildkit client", lambda: _client(client, dry_run)),
-        _timed("registry", lambda: _registry(config, cache, dry_run)),
+        _timed("engine", lambda: _engine(cache, dry_run), out),
+        _timed("buildkit client", lambda: _client(client, dry_run), out),
+        _timed("registry", lambda: _registry(config, cache, dry_run), out),
     ]
-    steps.append(_timed("base image", lambda: _base(config, client[0], cache, dry_run)))
-    steps.append(_timed("package index", lambda: _index(config, cache, dry_run)))
+    steps.append(_timed("base image", lambda: _base(config, client[0], cache, dry_run), out))
+    steps.append(_timed("package index", lambda: _index(config, cache, dry_run), out))
     return LocalSetup(steps=tuple(steps), client=client[0], cache=cache)
 
 

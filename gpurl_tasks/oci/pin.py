@@ -24,6 +24,7 @@ import datetime as dt
 import difflib
 import os
 import re
+import sys
 
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
@@ -65,10 +66,10 @@ def check_immutable(ref: ImageRef, registry: RegistrySettings) -> None:
             f"refusing to pin the floating tag {tag!r} ({ref}): it moves with every push and "
             "goes stale on nodes under imagePullPolicy: IfNotPresent",
             hint=f"pin the immutable {registry.tag_prefix}-<gitsha> tag or a @sha256: digest")
-    if not re.fullmatch(rf"{re.escape(registry.tag_prefix)}-[0-9a-f]{{7,40}}", tag):
+    if not registry.is_immutable_tag(tag):
         raise PinError(
             f"refusing to pin {ref}: {tag!r} is not an immutable "
-            f"{registry.tag_prefix}-<gitsha> tag",
+            f"{registry.tag_prefix}-<gitsha> (or -<gitsha>-dirty-<hash>) tag",
             hint="pass the tag the build pushed (e.g. from `git rev-parse --short HEAD`) "
                  "or a @sha256: digest")
 
@@ -133,12 +134,29 @@ def _offset(lines: list[str], lineno: int, col_bytes: int) -> int:
     return start + len(lines[lineno - 1].encode()[:col_bytes].decode())
 
 
+def _comment_lines(comment: str, indent: str, line_length: int) -> list[str]:
+    """`comment` as one line, or split at ", " into `# gpurl pin:` lines that fit."""
+    if len(indent) + len(comment) <= line_length or not comment.startswith(PIN_MARKER):
+        return [comment]
+    first, *rest = comment[len(PIN_MARKER):].strip().split(", ")
+    lines: list[str] = []
+    current = f"{PIN_MARKER} {first}"
+    for part in rest:
+        if len(indent) + len(current) + len(part) + 2 > line_length:
+            lines.append(current + ",")
+            current = f"{PIN_MARKER} {part}"
+        else:
+            current = f"{current}, {part}"
+    return [*lines, current]
+
+
 def rewrite_assignment(source: str, variable: str, value: str, comment: str, *,
-                       where: str = "the launcher") -> str:
+                       where: str = "the launcher", line_length: int | None = None) -> str:
     """Return `source` with `variable`'s string value set to `value` and `comment` above it.
 
     Unchanged when the value is already `value` and a provenance comment is present
-    (idempotent: the date in an existing comment is not refreshed by a no-op pin).
+    (idempotent: the date in an existing comment is not refreshed by a no-op pin). Lines
+    gpurl writes stay within `line_length`, when given, where a break is possible (E501).
     """
     if not value.isprintable() or any(c in value for c in "\"'\\"):
         raise PinError(f"refusing to write {value!r} into {where}: it needs escaping")
@@ -160,12 +178,17 @@ def rewrite_assignment(source: str, variable: str, value: str, comment: str, *,
     end = _offset(lines, literal.end_lineno, literal.end_col_offset or 0)
     old_literal = source[start:end]
     quote = "'" if old_literal.lstrip("rRuU")[:1] == "'" and "'" not in value else '"'
-    new_source = source[:start] + f"{quote}{value}{quote}" + source[end:]
-    lines = _lines(new_source)
     line = lines[stmt_line]
     indent = line[: len(line) - len(line.lstrip(" \t"))]
     ending = line[len(line.rstrip("\r\n")):] or os.linesep
-    lines[above:stmt_line] = [f"{indent}{comment}{ending}"]
+    new_literal = f"{quote}{value}{quote}"
+    one_line = len(line.rstrip("\r\n")) - len(old_literal) + len(new_literal)
+    limit = line_length or sys.maxsize
+    if literal.lineno == node.lineno and one_line > limit:
+        new_literal = f"({ending}{indent}    {new_literal}{ending}{indent})"
+    lines = _lines(source[:start] + new_literal + source[end:])
+    lines[above:stmt_line] = [f"{indent}{text}{ending}"
+                              for text in _comment_lines(comment, indent, limit)]
     return "".join(lines)
 
 

@@ -38,9 +38,13 @@ from gpurl_tasks.oci.image import (
     parse_manifest,
 )
 
-__all__ = ["RegistryClient"]
+__all__ = ["ManifestUnknown", "RegistryClient"]
 
 _MAX_DOCUMENT = 16 * 2**20  # manifests and configs are small; refuse to buffer more
+
+
+class ManifestUnknown(RegistryError):
+    """The registry has no manifest under that tag or digest (HTTP 404)."""
 
 
 class RegistryClient:
@@ -92,6 +96,13 @@ class RegistryClient:
         if DIGEST_RE.match(digest):
             return digest
         return self.manifest(ref)[0]  # header missing: digest the body ourselves
+
+    def lookup(self, ref: ImageRef) -> str | None:
+        """The digest the tag points at, or None when the registry has no such tag."""
+        try:
+            return self.resolve(ref)
+        except ManifestUnknown:
+            return None
 
     def manifest(
         self, ref: ImageRef, reference: str | None = None
@@ -271,7 +282,7 @@ class RegistryClient:
             return RegistryError(f"{self.host} denies access to {ref}{codes}",
                                  hint="the credentials are valid but lack read access to "
                                       f"{ref.repository} (a PAT needs read:packages)")
-        return RegistryError(f"{ref} was not found on {self.host}{codes}",
+        return ManifestUnknown(f"{ref} was not found on {self.host}{codes}",
                              hint="check that the build pushed this tag, and registry.host / "
                                   "registry.repository in the config")
 

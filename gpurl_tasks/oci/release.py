@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpurl_tasks import git
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import GpurlError, PinError
 from gpurl_tasks.files import read_text, write_atomic
@@ -58,8 +59,8 @@ def default_reference(config: Config, short_sha: str) -> str:
 
 
 def resolve_reference(config: Config, text: str | None) -> ImageRef:
-    """The reference a task works on: as given, or the current commit's immutable tag."""
-    text = text or default_reference(config, git.head_sha(config.root))
+    """The reference a task works on: as given, or the working tree's immutable tag."""
+    text = text or default_reference(config, source_id(config))
     return parse_reference(text, default_host=config.registry.host)
 
 
@@ -131,10 +132,37 @@ def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bo
         largest_bytes=largest.size if largest else 0, date=today))
     # The linux/amd64 manifest digest, not the index digest: see the module docstring of pin.py.
     value = pinned_value(image.ref, image.manifest_digest)
-    new = rewrite_assignment(old, config.launcher.variable, value, comment, where=str(path))
+    new = rewrite_assignment(old, config.launcher.variable, value, comment, where=str(path),
+                             line_length=line_length_for(path, config.root))
     shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
     return PinChange(path=path, value=value, old=old, new=new,
                      diff=unified_diff(old, new, str(shown)))
+
+
+RUFF_DEFAULT_LINE_LENGTH = 88
+
+
+def line_length_for(path: Path, root: Path) -> int:
+    """The line length ruff applies to `path`: the nearest ruff.toml, .ruff.toml or
+    pyproject.toml with a [tool.ruff] table, from the file's directory up to `root`."""
+    for folder in [path.parent, *path.parent.parents]:
+        for name, table in (("ruff.toml", ()), (".ruff.toml", ()),
+                            ("pyproject.toml", ("tool", "ruff"))):
+            candidate = folder / name
+            if not candidate.is_file():
+                continue
+            try:
+                data: Any = tomllib.loads(read_text(candidate, what="linter config"))
+            except (GpurlError, tomllib.TOMLDecodeError):
+                continue
+            for key in table:
+                data = data.get(key) if isinstance(data, dict) else None
+            if isinstance(data, dict):
+                value = data.get("line-length")
+                return value if isinstance(value, int) else RUFF_DEFAULT_LINE_LENGTH
+        if folder == root:
+            break
+    return RUFF_DEFAULT_LINE_LENGTH
 
 
 def apply_pin(change: PinChange) -> bool:

@@ -27,5 +27,9 @@ def run_task(*args: str, env: Mapping[str, str] | None = None,
 
 
 def head_short_sha() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    """The source id the tasks tag this checkout with: the short sha, or SHA-dirty-<hash>
+    while tracked files that enter the image have uncommitted edits."""
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.dockerfile.context import source_id
+
+    return source_id(load_config(REPO_ROOT, env={}))

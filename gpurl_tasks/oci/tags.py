@@ -1,0 +1,51 @@
+"""An immutable tag is never moved: what the registry already holds under PREFIX-SHA.
+
+Both build paths ask before pushing (the local one after building, when it can compare
+images; the cluster one before submitting, and the kaniko script again with crane before it
+builds). Overwriting is possible only knowingly (`--force`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpurl_tasks.config import Config
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.imageref import parse_reference
+from gpurl_tasks.oci.release import open_client
+
+__all__ = ["TagMoveRefused", "existing_digest", "existing_image", "refuse_to_move"]
+
+
+class TagMoveRefused(BuildError):
+    """The immutable tag already names a different image."""
+
+
+def existing_digest(config: Config, reference: str, env: Mapping[str, str] | None = None
+                    ) -> str | None:
+    """The digest the registry holds under `reference`'s tag, or None when it has none."""
+    ref = parse_reference(reference, default_host=config.registry.host)
+    with open_client(config, ref, env) as client:
+        return client.lookup(ref)
+
+
+def existing_image(config: Config, reference: str, env: Mapping[str, str] | None = None
+                   ) -> tuple[str, str] | None:
+    """(manifest digest, config digest) of the linux/amd64 image under the tag, or None."""
+    ref = parse_reference(reference, default_host=config.registry.host)
+    with open_client(config, ref, env) as client:
+        if client.lookup(ref) is None:
+            return None
+        image = client.pull(ref)
+    return image.manifest_digest, image.config_digest
+
+
+def refuse_to_move(reference: str, existing: str, *, force: bool, why: str) -> None:
+    """Raise unless `force`: `reference` already holds `existing` and pushing would move it."""
+    if force:
+        return
+    raise TagMoveRefused(
+        f"{reference} already exists as {existing} and {why}: an immutable tag is never moved "
+        "(nodes that pulled it keep the old image under imagePullPolicy: IfNotPresent)",
+        hint="commit the change (a new commit is a new tag), pin the existing digest, or pass "
+             "--force to overwrite the tag knowingly")
