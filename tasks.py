@@ -17,6 +17,7 @@ from gpurl_tasks import cli
 
 _PROFILE = "config profile from [tool.gpurl.profiles] (default: default-profile, or $GPURL_PROFILE)"
 _JSON = "print exactly one JSON object on stdout instead of the human output"
+_VARIANT = "a variant of the profile ([tool.gpurl.profiles.NAME.variants]; default: every variant)"
 _RULES = {
     "cap": "target cap per layer, e.g. 4GB (default: verify.cap, else layers.cap)",
     "hard_limit": "no layer may reach this size, e.g. 8GB (default: verify.hard-limit)",
@@ -29,21 +30,23 @@ _RULES = {
     "cap": "largest allowed layer, e.g. 4GB (config key: layers.cap)",
     "size_overrides": "JSON of sizes the lock lacks (config key: layers.size-overrides)",
     "basis": "size the cap applies to: compressed or installed", "json": _JSON,
-    "repack": "plan afresh, ignoring the committed slice files", "profile": _PROFILE})
+    "repack": "plan afresh, ignoring the committed slice files", "profile": _PROFILE,
+    "variant": _VARIANT})
 def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
          cap: str | None = None, size_overrides: str | None = None, basis: str | None = None,
-         json: bool = False, repack: bool = False, profile: str | None = None) -> None:
-    """Plan the uv sync chain: which packages each layer installs, each layer under the cap."""
-    from gpurl_tasks.plan.planner import plan_for_config
-    from gpurl_tasks.plan.report import PlanView
+         json: bool = False, repack: bool = False, profile: str | None = None,
+         variant: str | None = None) -> None:
+    """Plan the layers: which packages each slice installs, each layer under the cap."""
+    from gpurl_tasks.plan.report import plan_views
 
     with cli.clean_failures():
-        config = cli.config_for(profile, lock=cli.path_flag(lock), python__extras=extra or None,
-                                layers__cap=cap, layers__basis=basis,
+        config = cli.config_for(profile, variant=variant, lock=cli.path_flag(lock),
+                                python__extras=extra or None, layers__cap=cap,
+                                layers__basis=basis,
                                 layers__size_overrides=cli.path_flag(size_overrides))
         # another lock than the profile's own is planned afresh: the committed slices are not its
-        cli.finish(PlanView(plan_for_config(config, repack=repack or lock is not None)),
-                   as_json=json)
+        cli.finish(plan_views(config, repack=repack or lock is not None, only=variant,
+                              selection_given=bool(extra)), as_json=json)
 
 
 @task(iterable=["extra"], help={
@@ -82,7 +85,8 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
     "memory": "memory for the build job; below 512GB OOMs (config key: cluster.memory)",
     "disk": "ephemeral disk for the build job (config key: cluster.disk)",
     "timeout": "job timeout in seconds (config key: cluster.timeout)",
-    "megatron": "the megatron variant (INSTALL_MEGATRON=1, tag prefix PREFIX-megatron)",
+    "variant": "the variant to build (default: the profile's first)",
+    "megatron": "shortcut for --variant megatron",
     "dry_run": "print every command (secrets redacted) and run nothing",
     "force": "override a guard rail knowingly: --memory below 512GB, or an immutable tag that "
              "already holds a different image", "json": _JSON,
@@ -91,7 +95,8 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
     "verbose": "local: stream the whole build log"})
 def build(c: Context, profile: str | None = None, backend: str | None = None,
           cluster: str | None = None, cpu: float | None = None, memory: str | None = None,
-          disk: str | None = None, timeout: int | None = None, megatron: bool = False,
+          disk: str | None = None, timeout: int | None = None, variant: str | None = None,
+          megatron: bool = False,
           dry_run: bool = False, force: bool = False, json: bool = False,
           wheel_source: str | None = None, push_floating: bool = False, no_cache: bool = False,
           verbose: bool = False) -> None:
@@ -102,7 +107,8 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
     from gpurl_tasks.local.pipeline import build_task
 
     with cli.clean_failures():
-        config = cli.config_for(profile, backend=backend)
+        config = cli.config_for(profile, variant=cli.megatron_variant(variant, megatron),
+                                backend=backend)
         source = cli.choice("--wheel-source", wheel_source, WheelSource)
         if config.backend == "local":
             cli.finish(build_task(config, dry_run=dry_run, wheel_source=source,
@@ -111,7 +117,7 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
             return
         request = BuildRequest(cluster=cluster, cpu=cli.positive_flag("--cpu", cpu, float), memory=memory,
                                disk=disk, timeout=cli.positive_flag("--timeout", timeout, int),
-                               megatron=megatron, force=force, local_only=tuple(
+                               force=force, local_only=tuple(
                                    f for f, on in (("--wheel-source", source),
                                                    ("--push-floating", push_floating),
                                                    ("--no-cache", no_cache)) if on))
@@ -159,11 +165,12 @@ def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> N
 
 @task(auto_shortflags=False, help={
     "ref": "image REPO:TAG or REPO@sha256:... (default: REGISTRY/REPO:PREFIX-<HEAD sha>)",
-    **_RULES, "json": _JSON,
+    **_RULES, "json": _JSON, "variant": _VARIANT,
     "profile": _PROFILE + "; with --ref alone, the profile whose registry/repository it names"})
 def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
                   hard_limit: str | None = None, min_layers: str | None = None,
-                  json_: bool = False, profile: str | None = None) -> None:
+                  json_: bool = False, profile: str | None = None,
+                  variant: str | None = None) -> None:
     """Check a pushed image's layers through the registry API; exit 0 only if every rule holds.
 
     The image is --ref (`nox -s verify-layers -- REF` takes it bare). Rules: no layer at the
@@ -173,9 +180,10 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
     from gpurl_tasks.oci.release import verify_reference
 
     with cli.clean_failures():
-        config = cli.config_for_ref(profile, ref, verify__cap=cap, verify__hard_limit=hard_limit,
-                                    verify__min_layers=min_layers)
-        cli.finish(verify_reference(config, cli.text_flag("--ref", ref)), as_json=json_)
+        configs = cli.variant_configs(profile, variant, ref=ref, verify__cap=cap,
+                                      verify__hard_limit=hard_limit, verify__min_layers=min_layers)
+        cli.finish(cli.each_variant(configs, lambda config: verify_reference(
+            config, cli.text_flag("--ref", ref))), as_json=json_)
 
 
 @task(auto_shortflags=False, help={
@@ -184,11 +192,11 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
     "variable": "variable holding the image (config key: launcher.variable)",
     "dry_run": "print the unified diff and write nothing",
     "force": "pin even when the image fails the layer rules", **_RULES, "json": _JSON,
-    "profile": _PROFILE})
+    "profile": _PROFILE, "variant": _VARIANT + "; each goes to its own launcher variable"})
 def pin(c: Context, ref: str | None = None, launcher: str | None = None,
         variable: str | None = None, dry_run: bool = False, force: bool = False,
         cap: str | None = None, hard_limit: str | None = None, min_layers: str | None = None,
-        json_: bool = False, profile: str | None = None) -> None:
+        json_: bool = False, profile: str | None = None, variant: str | None = None) -> None:
     """Verify the image, then pin its linux/amd64 manifest digest into the launcher.
 
     Rewrites only the variable's value and the provenance comment above it, atomically; a
@@ -197,18 +205,21 @@ def pin(c: Context, ref: str | None = None, launcher: str | None = None,
     from gpurl_tasks.oci.release import pin_task
 
     with cli.clean_failures():
-        config = cli.config_for_ref(profile, ref, verify__cap=cap, verify__hard_limit=hard_limit,
-                                    verify__min_layers=min_layers, launcher__variable=variable,
-                                    launcher__path=cli.path_flag(launcher))
-        cli.finish(pin_task(config, cli.text_flag("--ref", ref), force=force, dry_run=dry_run,
-                            today=dt.datetime.now(dt.UTC).date(), warn=cli.say), as_json=json_)
+        configs = cli.variant_configs(profile, variant, ref=ref, strict=True,
+                                      single="--variable" if variable is not None else None,
+                                      verify__cap=cap, verify__hard_limit=hard_limit,
+                                      verify__min_layers=min_layers, launcher__variable=variable,
+                                      launcher__path=cli.path_flag(launcher))
+        cli.finish(cli.each_variant(configs, lambda config: pin_task(
+            config, cli.text_flag("--ref", ref), force=force, dry_run=dry_run,
+            today=dt.datetime.now(dt.UTC).date(), warn=cli.say)), as_json=json_)
 
 
 @task(name="rebuild-needed", help={
     "since": "git ref to compare with (default: the pinned image's commit, else HEAD~1)",
-    "json": _JSON, "profile": _PROFILE})
+    "json": _JSON, "profile": _PROFILE, "variant": _VARIANT})
 def rebuild_needed(c: Context, since: str | None = None, json: bool = False,
-                   profile: str | None = None) -> None:
+                   profile: str | None = None, variant: str | None = None) -> None:
     """Does the working tree need a new image? none (0), image (10) or wheels+image (11).
 
     Compares the baked inputs (Dockerfile ARGs, base images, apt sets, the sync chain, the
@@ -220,8 +231,8 @@ def rebuild_needed(c: Context, since: str | None = None, json: bool = False,
     from gpurl_tasks.rebuild.inputs import rebuild_needed as decide
 
     with cli.clean_failures():
-        cli.finish(decide(cli.config_for(profile), since=cli.text_flag("--since", since)),
-                   as_json=json)
+        cli.finish(cli.each_variant(cli.variant_configs(profile, variant), lambda config: decide(
+            config, since=cli.text_flag("--since", since))), as_json=json)
 
 
 @task(name="check-wheels", help={

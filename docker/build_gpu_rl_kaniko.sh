@@ -4,8 +4,8 @@
 #
 # Inputs (environment): GITSHA (required), DOCKER_TOKEN (required), DOCKER_USER_ID,
 # WHEEL_SOURCE (prebuilt-wheelhouse | wheel-builder), PUSH_FLOATING (0 | 1),
-# INSTALL_MEGATRON (0 | 1), TAG_PREFIX, FLOATING_TAG, OVERWRITE_TAG (0 | 1: move an
-# existing immutable tag knowingly). SINGLE_SNAPSHOT=1 is refused.
+# DOCKERFILE (a variant's), TAG_PREFIX, FLOATING_TAG, OVERWRITE_TAG (0 | 1: move an existing
+# immutable tag knowingly). SINGLE_SNAPSHOT=1 is refused.
 set -euo pipefail
 
 die() { echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }
@@ -21,7 +21,7 @@ WHEELHOUSE="$APP_DIR/docker/wheelhouse"
 REGISTRY_HOST=ghcr.io
 IMAGE=ghcr.io/open-thoughts/openthoughts-agent
 CACHE_REPO=ghcr.io/open-thoughts/openthoughts-agent/cache
-DOCKERFILE=docker/Dockerfile.gpu-rl
+DEFAULT_DOCKERFILE=docker/Dockerfile.gpu-rl
 WHEEL_BASE_URL=https://huggingface.co/datasets/laion/gpu-rl-build-wheels/resolve/main
 PREBUILT_WHEELS=(flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl vllm-0.11.1+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl)
 CRANE_URL=https://github.com/google/go-containerregistry/releases/download/v0.20.3/go-containerregistry_Linux_x86_64.tar.gz
@@ -31,7 +31,7 @@ EXECUTOR_IMAGE=gcr.io/kaniko-project/executor@sha256:9e69fd4330ec887829c780f5126
 DOCKER_USER_ID="${DOCKER_USER_ID:-penfever}"
 WHEEL_SOURCE="${WHEEL_SOURCE:-prebuilt-wheelhouse}"
 PUSH_FLOATING="${PUSH_FLOATING:-0}"
-INSTALL_MEGATRON="${INSTALL_MEGATRON:-0}"
+DOCKERFILE="${DOCKERFILE:-$DEFAULT_DOCKERFILE}"
 TAG_PREFIX="${TAG_PREFIX:-gpu-rl}"
 if [ "$TAG_PREFIX" = gpu-rl ]; then
   FLOATING_TAG="${FLOATING_TAG:-gpu-rl}"
@@ -48,9 +48,8 @@ case "$WHEEL_SOURCE" in
   prebuilt-wheelhouse | wheel-builder) ;;
   *) die "WHEEL_SOURCE must be prebuilt-wheelhouse or wheel-builder, got '$WHEEL_SOURCE'" ;;
 esac
-case "$INSTALL_MEGATRON" in
-  0 | 1) ;;
-  *) die "INSTALL_MEGATRON must be 0 or 1, got '$INSTALL_MEGATRON'" ;;
+case "$DOCKERFILE" in
+  /* | *..* | "") die "DOCKERFILE must be a path inside the build context, got '$DOCKERFILE'" ;;
 esac
 [ -d "$APP_DIR" ] || die "build context $APP_DIR does not exist (the iris workspace bundle)"
 
@@ -128,7 +127,6 @@ ARGS=(
   --dockerfile "$DOCKERFILE"
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
   --build-arg "GITSHA=$GITSHA"
-  --build-arg "INSTALL_MEGATRON=$INSTALL_MEGATRON"
   --skip-unused-stages
   --compressed-caching=false
   --cache=true

@@ -7,6 +7,7 @@ human output are printed; the modules below never print or exit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import json
 import os
@@ -30,13 +31,15 @@ __all__ = [
     "INTERNAL_ERROR_EXIT",
     "REPO_ROOT",
     "ConfigError",
+    "EachVariant",
     "Outcome",
     "choice",
     "clean_failures",
     "config_for",
-    "config_for_ref",
+    "each_variant",
     "emit_json",
     "finish",
+    "megatron_variant",
     "path_flag",
     "positional",
     "positive_flag",
@@ -44,25 +47,99 @@ __all__ = [
     "say",
     "step",
     "text_flag",
+    "variant_configs",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _N = TypeVar("_N", int, float)
 
 
-def config_for(profile: str | None = None, *, committed: bool = False,
-               **overrides: Any) -> Config:
+def config_for(profile: str | None = None, *, variant: str | None = None,
+               committed: bool = False, **overrides: Any) -> Config:
     """Resolve the config for a task; flag names map to dotted keys ("layers__size_cache").
 
     `committed`: pyproject only (see `load_committed_config`); the profile may still come from
     $GPURL_PROFILE.
     """
+    variant = text_flag("--variant", variant)
     if committed:
         name = profile or os.environ.get("GPURL_PROFILE") or load_config(REPO_ROOT, env={}).profile
-        return load_committed_config(REPO_ROOT, name)
+        return load_committed_config(REPO_ROOT, name, variant)
     dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
                                  for k, v in overrides.items()}
-    return load_config(REPO_ROOT, profile=profile, overrides=dotted)
+    return load_config(REPO_ROOT, profile=profile, overrides=dotted, variant=variant)
+
+
+def variant_configs(profile: str | None, variant: str | None, *, ref: str | None = None,
+                    single: str | None = None, strict: bool = False,
+                    **overrides: Any) -> tuple[Config, ...]:
+    """The config of `variant`, or of every variant of the profile when none is named (one
+    config for a profile without variants). A --ref names one image: its variant is the one
+    whose tag prefix its tag carries, else (`strict`: an error) the profile's first. `single`:
+    a given flag that only makes sense for one variant (--variable), which needs --variant."""
+    ref = text_flag("--ref", ref)
+    if ref and not profile and not os.environ.get("GPURL_PROFILE"):
+        profile, note = profile_for_reference(REPO_ROOT, ref)
+        if note:
+            say(note)
+    config = config_for(profile, variant=variant, **overrides)
+    if variant or len(config.variants) < 2:
+        return (config,)
+    configs = tuple(config_for(profile, variant=v.name, **overrides) for v in config.variants)
+    names = ", ".join(v.name for v in config.variants)
+    tag = (ref or "").split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+    for each in configs:
+        if each.registry.is_immutable_tag(tag):
+            return (each,)
+    if single:
+        raise ConfigError(f"{single} is for one image but profile {config.profile!r} has "
+                          f"variants ({names})", hint="add --variant NAME")
+    if ref is None:
+        return configs
+    if strict and not tag:  # a bare digest: nothing says which launcher variable it belongs in
+        raise ConfigError(f"--ref {ref} carries no variant's tag (variants: {names})",
+                          hint="add --variant NAME to say which variant it is")
+    return configs[:1]
+
+
+@dataclasses.dataclass(frozen=True)
+class EachVariant:
+    """One task's outcomes over several variants: each under its name, the worst exit code."""
+
+    outcomes: tuple[tuple[str, Outcome], ...]
+
+    @property
+    def exit_code(self) -> int:
+        return max((o.exit_code for _, o in self.outcomes), default=0)
+
+    @property
+    def failure(self) -> str | None:
+        failed = [f"{name}: {getattr(o, 'failure', None) or 'failed'}"
+                  for name, o in self.outcomes if o.exit_code]
+        return "; ".join(failed) or None
+
+    def human(self) -> str:
+        if len(self.outcomes) == 1:
+            return self.outcomes[0][1].human()
+        return "\n\n".join(f"== variant {name} ==\n{o.human()}" for name, o in self.outcomes)
+
+    def to_json(self) -> Any:
+        if len(self.outcomes) == 1:
+            return self.outcomes[0][1].to_json()
+        return {"variants": {name: o.to_json() for name, o in self.outcomes}}
+
+
+def megatron_variant(variant: str | None, megatron: bool) -> str | None:
+    """`--megatron` is the shortcut of `--variant megatron`."""
+    if megatron and variant not in (None, "megatron"):
+        raise ConfigError(f"--megatron contradicts --variant {variant}",
+                          hint="pass one of them (--megatron means --variant megatron)")
+    return "megatron" if megatron else variant
+
+
+def each_variant(configs: tuple[Config, ...], run: Callable[[Config], Outcome]) -> EachVariant:
+    """Run a task's one function for each variant's config."""
+    return EachVariant(tuple((c.variant, run(c)) for c in configs))
 
 
 # An exception gpurl did not expect (a bug, not bad input) exits with its own code, so a
@@ -87,16 +164,6 @@ def profile_for_reference(root: Path, text: str, env: Mapping[str, str] | None =
                 f"rules of profile {name!r} (its registry {registry.image} is the image's)")
     return None, (f"no profile's registry is {ref.name}: the rules of profile {default.profile!r} "
                   "(the default) apply; pass --profile NAME for another profile's")
-
-
-def config_for_ref(profile: str | None, ref: str | None, **overrides: Any) -> Config:
-    """`config_for`, where an image reference given without a profile picks the profile whose
-    registry and repository it names; the line saying whose rules apply goes to stderr."""
-    if ref and not profile and not os.environ.get("GPURL_PROFILE"):
-        profile, note = profile_for_reference(REPO_ROOT, ref)
-        if note:
-            say(note)
-    return config_for(profile, **overrides)
 
 
 @contextlib.contextmanager

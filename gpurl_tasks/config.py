@@ -24,6 +24,7 @@ from gpurl_tasks.files import read_text
 from gpurl_tasks.units import parse_size
 
 __all__ = [
+    "SHARED",
     "BuildSettings",
     "ClusterSettings",
     "Config",
@@ -32,6 +33,7 @@ __all__ = [
     "PythonSelection",
     "RegistrySettings",
     "TargetSpec",
+    "Variant",
     "VerifySettings",
     "load_committed_config",
     "load_config",
@@ -98,8 +100,8 @@ class RegistrySettings:
 
     def immutable_reference(self, git_sha: str, *, prefix: str | None = None) -> str:
         """`host/repository:PREFIX-<git sha>`: the one spelling of the tag a build pushes and
-        pin accepts (the megatron variant passes its own prefix). `git_sha` is a source id:
-        the short sha, or `SHA-dirty-<diff hash>` for a tree with uncommitted edits."""
+        pin accepts (each variant has its own prefix). `git_sha` is a source id: the short sha,
+        or `SHA-dirty-<diff hash>` for a tree with uncommitted edits."""
         return f"{self.image}:{prefix or self.tag_prefix}-{git_sha}"
 
     def is_immutable_tag(self, tag: str, *, prefix: str | None = None) -> bool:
@@ -128,7 +130,6 @@ class BuildSettings:
     wheel_source: WheelSource = "prebuilt-wheelhouse"  # wheel-builder: the slow nvcc path
     wheel_base_url: str = "https://huggingface.co/datasets/laion/gpu-rl-build-wheels/resolve/main"
     max_jobs: int = 8
-    megatron_extra: str = "megatron"
     apt_packages: tuple[str, ...] = ("ca-certificates", "curl", "git", "ibverbs-providers",
                                      "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
     index_url: str = ""  # empty: uv's default; the demo points it at a loopback index
@@ -160,9 +161,6 @@ class BuildSettings:
         "import torch, transformers, vllm, skyrl_train, flash_attn, flash_attn_2_cuda",
         "import boto3, smart_open, s3fs; boto3.client('s3', region_name='us-east-1')",
         "from torchtitan.distributed.expert_parallel import ExpertParallel",
-    )
-    megatron_asserts: tuple[str, ...] = (
-        "import megatron.core, megatron.bridge, transformer_engine",
     )
     install_harbor: bool = True
 
@@ -199,13 +197,29 @@ class LauncherSettings:
 
 
 @dataclasses.dataclass(**_KW)
+class Variant:
+    """One image of a profile: its name and what its `uv sync` selects."""
+
+    name: str
+    python: PythonSelection
+
+
+@dataclasses.dataclass(**_KW)
 class Config:
-    """The whole resolved config; paths are absolute."""
+    """The whole resolved config; paths are absolute.
+
+    A profile may list variants ([tool.gpurl.profiles.NAME.variants.VARIANT]): images of one
+    workspace with other extras/groups, each with its own Dockerfile, tag prefix and launcher
+    variable. The config is resolved for one of them (`variant`, default: the first); `variants`
+    names them all, in file order (empty: the profile has none, one image as before).
+    """
 
     root: Path
     profile: str
     workspace: Path
     lock: Path
+    variant: str = ""
+    variants: tuple[Variant, ...] = ()
     backend: Backend = "iris"
     python: PythonSelection = PythonSelection()
     target: TargetSpec = TargetSpec()
@@ -228,6 +242,12 @@ _SECTIONS: dict[str, type[Any]] = {
     "launcher": LauncherSettings,
 }
 _TOP_KEYS = ("workspace", "lock", "backend")
+SHARED = "shared"  # the slice directory of a profile's variants' common layers
+# What a variant may set, as the dotted key it replaces (import-asserts are added to the profile's).
+_VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
+                 "tag-prefix": "registry.tag-prefix", "floating-tag": "registry.floating-tag",
+                 "launcher-variable": "launcher.variable", "dockerfile": "build.dockerfile",
+                 "import-asserts": "build.import-asserts"}
 _SIZE_KEYS = {"layers.cap", "verify.hard-limit", "verify.cap"}
 # Paths relative to the repository root; the rest of the paths are relative to the workspace.
 _ROOT_RELATIVE = {"layers.size-overrides", "layers.size-cache", "build.dockerfile",
@@ -256,7 +276,7 @@ def _flatten(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     """[tool.gpurl]-shaped table -> {"section.key": value}, rejecting unknown keys."""
     flat: dict[str, Any] = {}
     for key, value in table.items():
-        if key in ("profiles", "default-profile"):
+        if key in ("profiles", "default-profile", "variants"):
             continue
         if key in _TOP_KEYS:
             flat[key] = value
@@ -376,8 +396,11 @@ def load_config(
     profile: str | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    variant: str | None = None,
+    _alone: bool = False,
 ) -> Config:
-    """Resolve the config for `profile` from `root/pyproject.toml`, `env` and `overrides`.
+    """Resolve the config for `profile` (and `variant`) from `root/pyproject.toml`, `env` and
+    `overrides`.
 
     `overrides` uses dotted keys ("layers.cap", "python.extras", "lock"); None values are
     ignored so task flags can pass their defaults straight through.
@@ -404,6 +427,7 @@ def load_config(
                          (profiles.get(name, {}), f"[tool.gpurl.profiles.{name}]")):
         merged.update({k: (v, where, False)
                        for k, v in _flatten(_table(table, where), where).items()})
+    names, chosen = _variant(profiles.get(name, {}), name, variant, merged)
     merged.update({k: (v, f"${var}", True) for k, (v, var) in _from_env(env).items()})
     for key, value in (overrides or {}).items():
         if value is None:
@@ -437,14 +461,74 @@ def load_config(
             elif isinstance(field.default, Path):  # default paths resolve the same way
                 kwargs[field.name] = base / field.default
         sections[section] = cls(**kwargs)
+    variants = tuple(
+        Variant(name=n, python=sections["python"] if n == chosen or _alone else load_config(
+            root, profile=name, env=env, overrides=overrides, variant=n, _alone=True).python)
+        for n in names)
     return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
-                  **sections)
+                  variant=chosen, variants=variants, **sections)
 
 
-def load_committed_config(root: Path, profile: str) -> Config:
+def _variant(profile: Mapping[str, Any], name: str, wanted: str | None,
+             merged: dict[str, tuple[Any, str, bool]]) -> tuple[tuple[str, ...], str]:
+    """Apply the chosen variant's keys onto `merged`; (every variant's name, the chosen one).
+
+    The first variant is the profile's own image: its tag prefix, floating tag, launcher
+    variable and Dockerfile default to the profile's. Any other one defaults to PREFIX-VARIANT
+    tags and a Dockerfile named DOCKERFILE-VARIANT, and must name its launcher variable (a pin
+    must never land in another variant's variable).
+    """
+    table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
+    names = tuple(table)
+    if SHARED in names:
+        raise ConfigError(f"a variant of profile {name!r} is named {SHARED!r}",
+                          hint=f"{SHARED!r} is the directory of the slices every variant shares")
+    if not names:
+        if wanted:
+            raise ConfigError(f"profile {name!r} has no variants, so --variant {wanted} means "
+                              "nothing", hint=f"add [tool.gpurl.profiles.{name}.variants.{wanted}]")
+        return (), ""
+    chosen = wanted or names[0]
+    if chosen not in names:
+        close = difflib.get_close_matches(chosen, names, n=1)
+        raise ConfigError(f"profile {name!r} has no variant {chosen!r}",
+                          hint=f"did you mean {close[0]!r}?" if close else
+                          f"choose one of {', '.join(names)}")
+    where = f"[tool.gpurl.profiles.{name}.variants.{chosen}]"
+    keys = dict(_table(table[chosen], where))
+    for key in keys:
+        if key not in _VARIANT_KEYS:
+            close = difflib.get_close_matches(key, list(_VARIANT_KEYS), n=1)
+            raise ConfigError(f"unknown variant key {key!r} in {where}",
+                              hint=f"did you mean {close[0]!r}?" if close else
+                              f"a variant sets {', '.join(_VARIANT_KEYS)}")
+    if chosen != names[0]:
+        if "launcher-variable" not in keys:
+            raise ConfigError(f"{where} has no launcher-variable",
+                              hint="name the launcher variable its pin goes to, e.g. "
+                                   f'launcher-variable = "RL_{chosen.upper()}_DOCKER_IMAGE"')
+        for key, suffix in (("tag-prefix", "registry.tag-prefix"),
+                            ("floating-tag", "registry.floating-tag")):
+            base = merged.get(suffix, (getattr(RegistrySettings(), suffix.split(".")[1]
+                                               .replace("-", "_")), "", False))[0]
+            keys.setdefault(key, f"{base}-{chosen}")
+        dockerfile = merged.get("build.dockerfile", (str(BuildSettings().dockerfile), "", False))[0]
+        keys.setdefault("dockerfile", f"{dockerfile}-{chosen}")
+    for key, value in keys.items():
+        dotted = _VARIANT_KEYS[key]
+        if key == "import-asserts":
+            base = merged.get(dotted, (list(BuildSettings().import_asserts), "", False))[0]
+            if not isinstance(value, list) or not isinstance(base, list | tuple):
+                raise ConfigError(f"import-asserts in {where} must be a list of strings")
+            value = [*base, *value]
+        merged[dotted] = (value, where, False)
+    return names, chosen
+
+
+def load_committed_config(root: Path, profile: str, variant: str | None = None) -> Config:
     """The config as committed: pyproject.toml alone, no GPURL_* variables and no flags.
 
     Files that are generated and committed (Dockerfiles, the kaniko script, slice files) must
     not depend on whoever runs the generator.
     """
-    return load_config(root, profile=profile, env={})
+    return load_config(root, profile=profile, env={}, variant=variant)

@@ -95,15 +95,18 @@ def test_build_argv_parses_to_the_intended_parameters(build_argv: tuple[str, ...
     assert params["cmd"][:2] == ("bash", "-lc")
 
 
-def test_megatron_argv_adds_its_env_pairs(tmp_path: Path) -> None:
+def test_the_megatron_variant_argv_names_its_dockerfile_and_tags(tmp_path: Path) -> None:
     kube = tmp_path / "kubeconfig"
     kube.write_text("apiVersion: v1\n")
     env = {"KUBECONFIG": str(kube), "GPURL_REGISTRY_TOKEN": CANARY, "PATH": os.environ["PATH"]}
-    prepared = prepare_build(load_config(REPO_ROOT, env={}), BuildRequest(megatron=True),
+    prepared = prepare_build(load_config(REPO_ROOT, env={}, variant="megatron"), BuildRequest(),
                              jobs.real_world(env))
     params = parse_job_run(prepared.argv("iris", reveal=True)[1:])
     env_vars = dict(params["env_vars"])
-    assert env_vars["INSTALL_MEGATRON"] == "1" and env_vars["TAG_PREFIX"] == "gpu-rl-megatron"
+    assert env_vars["TAG_PREFIX"] == "gpu-rl-megatron"
+    assert env_vars["DOCKERFILE"] == "docker/Dockerfile.gpu-rl-megatron"
+    assert "INSTALL_MEGATRON" not in env_vars
+    assert prepared.image_tag.endswith(f":gpu-rl-megatron-{prepared.gitsha}")
 
 
 def test_a_misspelled_option_parses_but_is_passed_through(build_argv: tuple[str, ...]) -> None:

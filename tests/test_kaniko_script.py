@@ -52,7 +52,6 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--dockerfile", "docker/Dockerfile.gpu-rl",
         "--build-arg", "WHEEL_SOURCE=prebuilt-wheelhouse",
         "--build-arg", f"GITSHA={GITSHA}",
-        "--build-arg", "INSTALL_MEGATRON=0",
         "--skip-unused-stages",
         "--compressed-caching=false",
         "--cache=true",
@@ -122,11 +121,23 @@ def test_push_floating_adds_the_floating_tag(r: Rig) -> None:
     assert dests == [f"{image}:gpu-rl-{GITSHA}", f"{image}:gpu-rl"]
 
 
-def test_megatron_variant_tags_and_build_arg(r: Rig) -> None:
-    assert r.run(_env(INSTALL_MEGATRON="1", TAG_PREFIX="gpu-rl-megatron")).returncode == 0
+def test_megatron_variant_builds_its_own_dockerfile_and_tags(r: Rig) -> None:
+    """What `invoke build --variant megatron` sets (see test_iris_contract): no build arg."""
+    assert r.run(_env(DOCKERFILE="docker/Dockerfile.gpu-rl-megatron",
+                      TAG_PREFIX="gpu-rl-megatron")).returncode == 0
     argv = _executor_argv(r)
-    assert "INSTALL_MEGATRON=1" in argv
+    assert argv[argv.index("--dockerfile") + 1] == "docker/Dockerfile.gpu-rl-megatron"
+    assert not any("INSTALL_MEGATRON" in a for a in argv)
     assert argv[argv.index("--destination") + 1].endswith(f":gpu-rl-megatron-{GITSHA}")
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../x/Dockerfile", ""])
+def test_a_dockerfile_outside_the_context_is_refused(r: Rig, path: str) -> None:
+    proc = r.run(_env(DOCKERFILE=path))
+    if path:
+        assert proc.returncode != 0 and "DOCKERFILE must be a path inside" in proc.stderr
+    else:  # empty means the default, as for the other inputs
+        assert proc.returncode == 0, proc.stderr
 
 
 def test_missing_gitsha_stops_before_anything(r: Rig) -> None:

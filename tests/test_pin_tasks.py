@@ -131,7 +131,7 @@ def test_default_reference_and_launcher_flags(registry: RegistryServer, tmp_path
     other = tmp_path / "other.py"
     other.write_text("IMAGE = 'x'  # odd quotes kept\n")
     (tmp_path / "ruff.toml").write_text("line-length = 200\n")
-    done = run_task("pin", "--launcher", str(other), "--variable", "IMAGE",
+    done = run_task("pin", "--variant", "standard", "--launcher", str(other), "--variable", "IMAGE",
                     env=env_for(registry.host, tmp_path / "missing.py"))
     assert done.returncode == 0, done.stderr
     assert f"IMAGE = '{registry.host}/org/img@{image.manifest_digest}'  # odd quotes kept" \
@@ -170,3 +170,31 @@ def test_json_output(registry: RegistryServer, launcher: Path) -> None:
     second = json.loads(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
                                  "--json", "--dry-run", env=env).stdout)
     assert (second["changed"], second["written"], second["diff"]) == (False, False, "")
+
+
+def test_pin_without_variant_pins_every_variant_to_its_own_variable(
+        registry: RegistryServer, tmp_path: Path) -> None:
+    """gpu-rl has two variants: each image built at HEAD goes to its own launcher variable,
+    and every other byte of the launcher stays."""
+    sha = head_short_sha()
+    standard = pushed(registry, f"gpu-rl-{sha}", 11)
+    megatron = pushed(registry, f"gpu-rl-megatron-{sha}", 12)
+    path = tmp_path / "launch.py"
+    path.write_text(LAUNCHER + 'DEFAULT_RL_MEGATRON_DOCKER_IMAGE = "old"  # megatron\n')
+    (tmp_path / "ruff.toml").write_text("line-length = 200\n")  # no wrapping of the long pins
+    done = run_task("pin", env=env_for(registry.host, path))
+    assert done.returncode == 0, done.stderr
+    assert "== variant standard ==" in done.stdout and "== variant megatron ==" in done.stdout
+    text = path.read_text()
+    assert f'DEFAULT_RL_DOCKER_IMAGE = "{registry.host}/org/img@{standard.manifest_digest}"' in text
+    assert (f'DEFAULT_RL_MEGATRON_DOCKER_IMAGE = "{registry.host}/org/img@'
+            f'{megatron.manifest_digest}"  # megatron') in text
+    assert f"# gpurl pin: gpu-rl-megatron-{sha}, linux/amd64, 5 layers" in text
+    assert 'OTHER = {"image": DEFAULT_RL_DOCKER_IMAGE}' in text
+
+
+def test_a_bare_digest_needs_the_variant(registry: RegistryServer, launcher: Path) -> None:
+    done = run_task("pin", "--ref", f"{registry.host}/org/img@sha256:" + "ab" * 32,
+                    env=env_for(registry.host, launcher))
+    assert done.returncode == 2
+    assert "carries no variant's tag" in done.stderr and "--variant" in done.stderr

@@ -28,7 +28,7 @@ from gpurl_tasks.plan.model import (
     ProvidedPackage,
     sync_selection_flags,
 )
-from gpurl_tasks.plan.planner import plan_for_config, plan_layers
+from gpurl_tasks.plan.planner import plan_for_config, plan_layers, slice_path
 from gpurl_tasks.plan.sizes import PackageSize
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -174,7 +174,7 @@ def test_arg_defaults_come_from_config(gpu: Parsed, gpu_config: Config) -> None:
     assert args["VLLM_FORK_COMMIT"] == gpu_config.build.vllm_fork_commit
     assert args["HARBOR_COMMIT"] == gpu_config.build.harbor_commit
     assert args["WHEEL_SOURCE"] == "prebuilt-wheelhouse"
-    assert args["INSTALL_MEGATRON"] == "0"
+    assert "INSTALL_MEGATRON" not in args  # a variant is its own Dockerfile, not a build arg
     assert args["MAX_JOBS"] == str(gpu_config.build.max_jobs)
     assert "GITSHA" in args
 
@@ -234,10 +234,25 @@ def test_asserts_are_separate_runs(gpu: Parsed) -> None:
         "import boto3, smart_open, s3fs; boto3.client('s3', region_name='us-east-1')",
         "from torchtitan.distributed.expert_parallel import ExpertParallel",
     ]
-    megatron = [v for v in runs if "megatron.core" in v]
-    assert len(megatron) == 1
-    assert megatron[0].startswith('if [ "${INSTALL_MEGATRON}" = "1" ]; then python -B -c ')
-    assert "import megatron.core, megatron.bridge, transformer_engine" in megatron[0]
+    assert not [v for v in runs if "megatron" in v]  # the standard variant's Dockerfile
+
+
+def test_the_megatron_variant_is_its_own_planned_dockerfile() -> None:
+    """Its sync selects the megatron extra (its slices counted those packages), its assert is
+    a plain RUN, and no build arg switches anything."""
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={}, variant="megatron")
+    assert config.build.dockerfile.name == "Dockerfile.gpu-rl-megatron"
+    assert config.registry.tag_prefix == "gpu-rl-megatron"
+    assert config.launcher.variable == "DEFAULT_RL_MEGATRON_DOCKER_IMAGE"
+    plan = make_plan(config, [["torch"], ["megatron-core"]], provided=("flash-attn", "vllm"))
+    plan = dataclasses.replace(plan, shared=1)
+    rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).stage("rl")
+    (final,) = sync_runs(rl)
+    assert final[final.index("--extra", final.index("--extra") + 1) + 1] == "megatron"
+    assert [s for s, _ in slice_runs(rl)] == ["docker/layers/gpu-rl/shared/00-torch.txt",
+                                             "docker/layers/gpu-rl/megatron/01-megatron-core.txt"]
+    assert "import megatron.core, megatron.bridge, transformer_engine" in rl.of("RUN")[-1]
+    assert not any("INSTALL_MEGATRON" in v or "$@" in v for v in rl.of("RUN"))
 
 
 def test_slices_then_wheels_then_harbor_then_the_one_sync(gpu: Parsed) -> None:
@@ -265,7 +280,8 @@ def test_no_cache_and_no_bytecode(gpu: Parsed) -> None:
     for argv in sync_runs(gpu.stage("rl")):
         assert "--no-cache" in argv and "--frozen" in argv
     assert [s for s, _ in slice_runs(gpu.stage("rl"))] == [
-        f"docker/layers/gpu-rl/{n}.txt" for n in ("00-six", "01-torch", "02-nvidia-cublas-cu12")]
+        f"docker/layers/gpu-rl/standard/{n}.txt"
+        for n in ("00-six", "01-torch", "02-nvidia-cublas-cu12")]
 
 
 def test_provenance_labels_come_last(gpu: Parsed) -> None:
@@ -306,21 +322,23 @@ def layer_partitions(draw: st.DrawFn) -> list[list[str]]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(partition=layer_partitions(), megatron=st.booleans(), extras=st.sampled_from([(), ("ep",)]))
-def test_plan_slices_round_trip(gpu_config: Config, partition: list[list[str]], megatron: bool,
-                                extras: tuple[str, ...]) -> None:
-    build = dataclasses.replace(gpu_config.build, megatron_extra="megatron" if megatron else "")
+@given(partition=layer_partitions(), data=st.data(), extras=st.sampled_from([(), ("ep",)]))
+def test_plan_slices_round_trip(gpu_config: Config, partition: list[list[str]],
+                                data: st.DataObject, extras: tuple[str, ...]) -> None:
     python = dataclasses.replace(gpu_config.python, extras=extras)
-    config = dataclasses.replace(gpu_config, build=build, python=python)
-    plan = make_plan(config, partition, provided=("flash-attn", "vllm"))
+    config = dataclasses.replace(gpu_config, python=python)
+    shared = data.draw(st.integers(0, len(partition)))
+    plan = dataclasses.replace(make_plan(config, partition, provided=("flash-attn", "vllm")),
+                               shared=shared)
     rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).stage("rl")
-    assert slice_runs(rl) == [(f"docker/layers/gpu-rl/{layer.name}.txt",
-                               f"/tmp/gpurl-layers/{layer.name}.txt") for layer in plan.layers]
+    assert slice_runs(rl) == [
+        (f"docker/layers/gpu-rl/{'shared' if layer.index < shared else 'standard'}/{layer.name}.txt",
+         f"/tmp/gpurl-layers/{layer.name}.txt") for layer in plan.layers]
     (final,) = sync_runs(rl)
     selection, exclusions = split_sync(final)
     assert exclusions == ["flash-attn", "vllm"]  # the compiled wheels' packages, every time
     expected = [f for f in plan.sync_flags if not f.startswith("--no-install-")]
-    assert selection == [*expected, "--inexact", *(["$@"] if megatron else [])]
+    assert selection == [*expected, "--inexact"]
 
 
 # --- the demo goes through the same code ----------------------------------------------------------
@@ -413,20 +431,22 @@ def test_planner_plans_round_trip(gpu_config: Config, data: st.DataObject) -> No
     """For plans from the real planner, the parsed slices are exactly the plan's layers."""
     plan = data.draw(planner_plans(gpu_config))
     rl = parse(render(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA))).stage("rl")
-    assert [s for s, _ in slice_runs(rl)] == [f"docker/layers/gpu-rl/{layer.name}.txt"
-                                             for layer in plan.layers]
+    assert [s for s, _ in slice_runs(rl)] == [str(slice_path(gpu_config, plan, layer).relative_to(
+        REPO_ROOT)) for layer in plan.layers]
     assert len(sync_runs(rl)) == 1
 
 
 def test_committed_dockerfiles_match_their_plans() -> None:
-    """docker/Dockerfile.{gpu-rl,demo}: one slice per planned layer, provenance matches."""
-    for profile in ("gpu-rl", "demo"):
-        config = load_config(REPO_ROOT, profile=profile, env={})
+    """Every committed Dockerfile (each variant's): one slice per planned layer, provenance
+    matches."""
+    for profile, variant in (("gpu-rl", "standard"), ("gpu-rl", "megatron"), ("demo", None)):
+        config = load_config(REPO_ROOT, profile=profile, env={}, variant=variant)
         plan = plan_for_config(config)
         parsed = parse(config.build.dockerfile.read_text())
         rl = parsed.stage("rl")
         assert [s for s, _ in slice_runs(rl)] == [
-            f"docker/layers/{profile}/{layer.name}.txt" for layer in plan.layers], profile
+            str(slice_path(config, plan, layer).relative_to(REPO_ROOT))
+            for layer in plan.layers], profile
         labels = dict(pair.split("=", 1) for pair in shlex.split(rl.of("LABEL")[-1]))
         assert labels[provenance.LABEL_PLAN_FINGERPRINT] == plan.fingerprint
         assert labels[provenance.LABEL_PLAN_STEPS] == str(len(plan.layers))

@@ -86,10 +86,24 @@ def test_no_reference_means_this_commits_immutable_tag(registry: RegistryServer,
                                                        tmp_path: Path) -> None:
     tag = f"gpu-rl-{head_short_sha()}"
     pushed = push_image(registry.url, "org/img", six_layers(), tag=tag)
-    done = run_task("verify-layers", env=env_for(registry, tmp_path))
+    done = run_task("verify-layers", "--variant", "standard", env=env_for(registry, tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"image    {registry.host}/org/img:{tag}"
     assert pushed.manifest_digest in done.stdout
+
+
+def test_no_variant_verifies_each_variants_image(registry: RegistryServer,
+                                                 tmp_path: Path) -> None:
+    """gpu-rl has two variants; a missing variant image fails, it is never skipped."""
+    sha = head_short_sha()
+    push_image(registry.url, "org/img", six_layers(), tag=f"gpu-rl-{sha}")
+    missing = run_task("verify-layers", env=env_for(registry, tmp_path))
+    assert missing.returncode != 0 and f"gpu-rl-megatron-{sha}" in missing.stderr
+    push_image(registry.url, "org/img", six_layers(), tag=f"gpu-rl-megatron-{sha}")
+    done = run_task("verify-layers", env=env_for(registry, tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "== variant standard ==" in done.stdout and "== variant megatron ==" in done.stdout
+    assert f"org/img:gpu-rl-megatron-{sha}" in done.stdout
 
 
 def test_plan_label_without_a_matching_plan_is_a_note(registry: RegistryServer,

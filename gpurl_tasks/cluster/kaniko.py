@@ -90,8 +90,8 @@ _TEMPLATE = r"""#!/usr/bin/env bash
 #
 # Inputs (environment): GITSHA (required), DOCKER_TOKEN (required), DOCKER_USER_ID,
 # WHEEL_SOURCE (prebuilt-wheelhouse | wheel-builder), PUSH_FLOATING (0 | 1),
-# INSTALL_MEGATRON (0 | 1), TAG_PREFIX, FLOATING_TAG, OVERWRITE_TAG (0 | 1: move an
-# existing immutable tag knowingly). SINGLE_SNAPSHOT=1 is refused.
+# DOCKERFILE (a variant's), TAG_PREFIX, FLOATING_TAG, OVERWRITE_TAG (0 | 1: move an existing
+# immutable tag knowingly). SINGLE_SNAPSHOT=1 is refused.
 set -euo pipefail
 
 die() {{ echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }}
@@ -107,7 +107,7 @@ WHEELHOUSE="$APP_DIR/{wheelhouse}"
 REGISTRY_HOST={registry_host}
 IMAGE={image}
 CACHE_REPO={cache_repo}
-DOCKERFILE={dockerfile}
+DEFAULT_DOCKERFILE={dockerfile}
 WHEEL_BASE_URL={wheel_base_url}
 PREBUILT_WHEELS=({wheels})
 CRANE_URL={crane_url}
@@ -117,7 +117,7 @@ EXECUTOR_IMAGE={executor_image}
 DOCKER_USER_ID="${{DOCKER_USER_ID:-{registry_user}}}"
 WHEEL_SOURCE="${{WHEEL_SOURCE:-{wheel_source}}}"
 PUSH_FLOATING="${{PUSH_FLOATING:-0}}"
-INSTALL_MEGATRON="${{INSTALL_MEGATRON:-0}}"
+DOCKERFILE="${{DOCKERFILE:-$DEFAULT_DOCKERFILE}}"
 TAG_PREFIX="${{TAG_PREFIX:-{tag_prefix}}}"
 if [ "$TAG_PREFIX" = {tag_prefix} ]; then
   FLOATING_TAG="${{FLOATING_TAG:-{floating_tag}}}"
@@ -134,9 +134,8 @@ case "$WHEEL_SOURCE" in
   prebuilt-wheelhouse | wheel-builder) ;;
   *) die "WHEEL_SOURCE must be prebuilt-wheelhouse or wheel-builder, got '$WHEEL_SOURCE'" ;;
 esac
-case "$INSTALL_MEGATRON" in
-  0 | 1) ;;
-  *) die "INSTALL_MEGATRON must be 0 or 1, got '$INSTALL_MEGATRON'" ;;
+case "$DOCKERFILE" in
+  /* | *..* | "") die "DOCKERFILE must be a path inside the build context, got '$DOCKERFILE'" ;;
 esac
 [ -d "$APP_DIR" ] || die "build context $APP_DIR does not exist (the iris workspace bundle)"
 
@@ -214,7 +213,6 @@ ARGS=(
   --dockerfile "$DOCKERFILE"
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
   --build-arg "GITSHA=$GITSHA"
-  --build-arg "INSTALL_MEGATRON=$INSTALL_MEGATRON"
   --skip-unused-stages
   --compressed-caching=false
   --cache=true

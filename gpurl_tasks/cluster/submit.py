@@ -50,7 +50,6 @@ class BuildRequest:
     memory: str | None = None
     disk: str | None = None
     timeout: int | None = None
-    megatron: bool = False
     force: bool = False
     local_only: tuple[str, ...] = ()  # local-backend flags that were given: refused here
 
@@ -198,10 +197,12 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
     ]
     prefix = config.registry.tag_prefix
     job_name = f"gpurl-kaniko-{gitsha}"
-    if request.megatron:
-        prefix = f"{config.registry.tag_prefix}-megatron"
-        env += [("INSTALL_MEGATRON", "1"), ("TAG_PREFIX", prefix)]
-        job_name = f"gpurl-kaniko-megatron-{gitsha}"
+    if config.variants and config.variant != config.variants[0].name:
+        # the committed script builds the profile's first variant; another one names its own
+        # Dockerfile and tags (the script reads them from the environment)
+        env += [("DOCKERFILE", config.build.dockerfile.relative_to(config.root).as_posix()),
+                ("TAG_PREFIX", prefix), ("FLOATING_TAG", config.registry.floating_tag)]
+        job_name = f"gpurl-kaniko-{config.variant}-{gitsha}"
     spec = JobSpec(
         cluster=request.cluster or cluster.name,
         task_image=cluster.task_image,

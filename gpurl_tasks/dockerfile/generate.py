@@ -10,6 +10,7 @@ rename (removing slice files the plan no longer has) or compares bytes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,13 @@ from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import GpurlError, LockError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.planner import plan_for_config, slices_dir
+from gpurl_tasks.plan.planner import (
+    plan_for_config,
+    plan_profile,
+    shared_slices_dir,
+    slice_path,
+    slices_dir,
+)
 from gpurl_tasks.plan.slices import SliceLine, render_slice
 
 __all__ = [
@@ -55,9 +62,11 @@ class GenerateResult:
     steps: int  # slice layers in the plan
     slices: tuple[Path, ...] = ()  # slice files written (or, with check, that would change)
     notes: tuple[str, ...] = ()  # provided packages: lock vs compiled version
+    variant: str = ""
 
     def to_json(self) -> dict[str, object]:
-        return {"profile": self.profile, "path": str(self.path), "changed": self.changed,
+        return {"profile": self.profile, "variant": self.variant, "path": str(self.path),
+                "changed": self.changed,
                 "steps": self.steps, "slices_changed": [str(p) for p in self.slices],
                 "provided": list(self.notes)}
 
@@ -82,11 +91,19 @@ def render_dockerfile(config: Config, plan: Plan) -> str:
 
 def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
     """Every slice file the plan calls for, with its text."""
-    where = slices_dir(config)
-    return {where / f"{layer.name}.txt":
+    return {slice_path(config, plan, layer):
             render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
                          for p in layer.packages)
             for layer in plan.layers}
+
+
+def _leftover(config: Config, files: dict[Path, str]) -> list[Path]:
+    """Slice files in the plan's directories that the plan no longer has (for a profile with
+    variants also any left directly under the profile's directory, from before it had them)."""
+    dirs = [slices_dir(config)]
+    if config.variants:
+        dirs += [shared_slices_dir(config), config.build.slices / config.profile]
+    return sorted({p for d in dirs if d.is_dir() for p in d.glob("*.txt")} - set(files))
 
 
 def _check_compiled(config: Config, plan: Plan) -> tuple[str, ...]:
@@ -112,8 +129,7 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
     text = render_dockerfile(config, plan)
     path = config.build.dockerfile
     files = slice_files(config, plan)
-    leftover = sorted(set(slices_dir(config).glob("*.txt")) - set(files)) \
-        if slices_dir(config).is_dir() else []
+    leftover = _leftover(config, files)
     stale_slices = tuple(p for p, body in files.items()
                          if not p.exists() or p.read_bytes() != body.encode()) + tuple(leftover)
     current = path.read_bytes() if path.exists() else None
@@ -125,6 +141,7 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
                                   else p) for p in stale[:4])
             state = "missing or stale" if current is not None else "missing"
             raise StaleFileError(f"{shown} {state} for profile {config.profile!r}"
+                                 + (f" variant {config.variant!r}" if config.variant else "")
                                  + (f" (+{len(stale) - 4} more)" if len(stale) > 4 else ""),
                                  hint=f"run `invoke generate --profile {config.profile}` and "
                                       "commit the result")
@@ -135,7 +152,7 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
             old.unlink()
         write_atomic(path, text)
     ensure_launcher_ignored(config, check=check)
-    return GenerateResult(profile=config.profile, path=path, changed=changed,
+    return GenerateResult(profile=config.profile, variant=config.variant, path=path, changed=changed,
                           steps=len(plan.layers), slices=stale_slices, notes=notes)
 
 
@@ -170,15 +187,20 @@ class GenerateSummary:
         return {"check": self.check, "files": [r.to_json() for r in self.results]}
 
 
+def _planned(plans: dict[str, Plan], config: Config) -> Plan:
+    return plans[config.variant]
+
+
 def generate_profiles(root: Path, profile: str | None, *, check: bool,
                       repack: bool = False) -> GenerateSummary:
     """Generate (or check) `profile`'s Dockerfile and slices, or every profile's, from the
     committed config. `repack` packs the layers afresh instead of keeping the committed slices."""
     names = (profile,) if profile else profiles_with_dockerfile(root)
-
-    def planner(config: Config) -> Plan:
-        return plan_for_config(config, repack=repack)
-
-    results = tuple(generate(load_committed_config(root, name), check=check, planner=planner)
-                    for name in names)
-    return GenerateSummary(root=root, check=check, results=results)
+    results: list[GenerateResult] = []
+    for name in names:
+        config = load_committed_config(root, name)
+        plans = plan_profile(config, repack=repack)  # every variant at once: they share slices
+        configs = [load_committed_config(root, name, v.name) for v in config.variants] or [config]
+        results += [generate(c, check=check, planner=functools.partial(_planned, plans))
+                    for c in configs]
+    return GenerateSummary(root=root, check=check, results=tuple(results))

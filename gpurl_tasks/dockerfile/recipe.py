@@ -42,9 +42,9 @@ from gpurl_tasks.dockerfile.model import (
     Stage,
     Workdir,
     image,
-    quote_word,
 )
 from gpurl_tasks.plan.model import LOCAL_INSTALL_FLAGS, Layer, Plan
+from gpurl_tasks.plan.planner import slice_path
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
@@ -63,7 +63,6 @@ VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"
 SLICE_DIR = "/tmp/gpurl-layers"
-_MEGATRON_IF = 'if [ "${INSTALL_MEGATRON}" = "1" ]; then'
 _REF = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 
@@ -83,8 +82,6 @@ def _args(config: Config) -> dict[str, str]:
         "MAX_JOBS": str(b.max_jobs),
         "GITSHA": "unknown",
     }
-    if b.megatron_extra:
-        args["INSTALL_MEGATRON"] = "0"
     if b.index_url:
         args["INDEX_URL"] = b.index_url
     return args
@@ -221,20 +218,8 @@ def _rel(config: Config, path: str) -> str:
             hint="workspace and wheelhouse must live inside the repository") from None
 
 
-def _megatron_prefix(config: Config) -> tuple[Shell, ...]:
-    extra = config.build.megatron_extra
-    if not extra:
-        return ()
-    return (Shell(text=f"{_MEGATRON_IF} set -- --extra {extra}; fi"),)
-
-
-def _sync_run(config: Config, flags: Iterable[str], exclusions: Iterable[str]) -> Run:
-    groups = _flag_groups(flags)
-    if config.build.megatron_extra:
-        groups.append(("$@",))
-    groups += [("--no-install-package", name) for name in exclusions]
-    return Run(commands=(*_megatron_prefix(config),
-                         Command(head=("uv", "sync"), groups=tuple(groups))))
+def _sync_run(flags: Iterable[str]) -> Run:
+    return Run(commands=(Command(head=("uv", "sync"), groups=tuple(_flag_groups(flags))),))
 
 
 def _flag_groups(flags: Iterable[str]) -> list[tuple[str, ...]]:
@@ -246,17 +231,6 @@ def _flag_groups(flags: Iterable[str]) -> list[tuple[str, ...]]:
         else:
             groups.append((word,))
     return groups
-
-
-def _selection(config: Config, plan: Plan) -> tuple[str, ...]:
-    """The plan's shared flags, without the megatron extra (the INSTALL_MEGATRON ARG adds it)."""
-    flags = list(plan.sync_flags)
-    extra = config.build.megatron_extra
-    for i in range(len(flags) - 1):
-        if extra and flags[i] == "--extra" and flags[i + 1] == extra:
-            del flags[i:i + 2]
-            break
-    return tuple(flags)
 
 
 def _slice_run(layer: Layer) -> Run:
@@ -284,8 +258,6 @@ def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
 def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
     b = config.build
     ws = _rel(config, str(config.workspace))
-    slices = _rel(config, str(config.build.slices / config.profile))
-    selection = _selection(config, plan)
     body: list[Instruction] = [
         Comment(text="The InfiniBand verbs userspace is always installed: without it NCCL "
                 "silently falls back"),
@@ -295,12 +267,6 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
                    ("VIRTUAL_ENV", VENV))),
         Workdir(path=WORKDIR),
     ]
-    if b.megatron_extra:
-        body += [
-            Arg(name="INSTALL_MEGATRON"),
-            Run(commands=(Shell(text='case "${INSTALL_MEGATRON}" in 0|1) ;; *) echo '
-                                     '"INSTALL_MEGATRON must be 0 or 1" >&2; exit 1 ;; esac'),)),
-        ]
     body += [
         Comment(text=f"The layer plan: {len(plan.layers)} slice(s) of uv.lock, each a COPY of its "
                 "own file and one install,"),
@@ -313,7 +279,7 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
             Comment(text=f"slice {layer.index + 1}/{len(plan.layers)} {layer.name}: "
                     f"{len(layer.packages)} package(s), ~{format_bytes(layer.compressed_bytes)} "
                     "compressed"),
-            Copy(sources=(f"{slices}/{layer.name}.txt",), dest=f"{SLICE_DIR}/"),
+            Copy(sources=(_rel(config, str(slice_path(config, plan, layer))),), dest=f"{SLICE_DIR}/"),
             _slice_run(layer),
         ]
     globs = tuple(f"{_WHEELS_TMP}/{g}" for g in b.wheel_globs)
@@ -333,14 +299,13 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
         body.append(Run(commands=(Command(
             head=("uv", "pip", "install"),
             groups=(("harbor @ git+${HARBOR_REPO}@${HARBOR_COMMIT}",),)),)))
-    final = tuple(f for f in selection if f not in LOCAL_INSTALL_FLAGS)
     body += [
         Copy(sources=(f"{ws}/" if ws != "." else ".",), dest=f"{WORKDIR}/"),
         Comment(text="The lock still rules: this sync finds the slices' packages in place and "
                 "installs only"),
         Comment(text="the local packages; --inexact keeps the compiled wheels and harbor "
                 "installed above."),
-        _sync_run(config, (*final, "--inexact"), provided),
+        _sync_run(plan.final_sync_flags),
         Comment(text="Build asserts: a green build proves the stack imports (one RUN each)."),
     ]
     if globs:
@@ -348,9 +313,6 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
     # -B: importing must not leave .pyc files in the assert layers (unplanned bytes).
     body += [Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
              for stmt in b.import_asserts]
-    if b.megatron_extra:
-        body += [Run(commands=(Shell(text=f"{_MEGATRON_IF} python -B -c {quote_word(stmt)}; fi"),))
-                 for stmt in b.megatron_asserts]
     body += [
         Comment(text="Provenance last: a new git sha must not invalidate any layer's cache."),
         Arg(name="GITSHA"),
@@ -428,7 +390,8 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str) -> Dockerfile
     global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
     header = (
         f"Generated by gpurl {gpurl_tasks.__version__} from the [tool.gpurl] profile "
-        f"'{config.profile}' and the layer plan.",
+        f"'{config.profile}'" + (f", variant '{config.variant}'," if config.variant else "")
+        + " and the layer plan.",
         "Do not edit: regenerate with `invoke generate` (CI runs `invoke generate --check`).",
     )
     return Dockerfile(stages=stages, global_args=global_args, header=header)

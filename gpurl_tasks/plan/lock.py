@@ -30,10 +30,12 @@ __all__ = [
     "LOCAL_SOURCE_KINDS",
     "Artifact",
     "Closure",
+    "ConflictItem",
     "Dependency",
     "Lock",
     "LockedPackage",
     "Requirement",
+    "check_conflicts",
     "install_closure",
     "load_lock",
     "parse_lock",
@@ -102,6 +104,19 @@ class LockedPackage:
 
 
 @dataclasses.dataclass(**_KW)
+class ConflictItem:
+    """One entry of a `conflicts` set in uv.lock: `{ package = "p", extra = "x" }` (or group)."""
+
+    package: str
+    kind: str  # "extra" | "group"
+    name: str
+
+    def render(self) -> str:
+        """The entry in the lock's own words."""
+        return f'{{ package = "{self.package}", {self.kind} = "{self.name}" }}'
+
+
+@dataclasses.dataclass(**_KW)
 class Lock:
     version: int
     revision: int
@@ -109,6 +124,7 @@ class Lock:
     packages: tuple[LockedPackage, ...]
     members: tuple[str, ...]  # workspace members listed in [manifest]
     source: str  # where the text came from, for messages
+    conflicts: tuple[tuple[ConflictItem, ...], ...] = ()  # uv's `conflicts`: sets never selected together
     _by_name: dict[str, tuple[LockedPackage, ...]] = dataclasses.field(
         init=False, repr=False, compare=False)
 
@@ -248,7 +264,43 @@ def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
     manifest = data.get("manifest", {})
     members = tuple(canonicalize_name(m) for m in manifest.get("members", []))
     return Lock(version=1, revision=revision, requires_python=data.get("requires-python"),
-                packages=packages, members=members, source=source)
+                packages=packages, members=members, source=source,
+                conflicts=_conflicts(data.get("conflicts", []), source))
+
+
+def _conflicts(raw: Any, source: str) -> tuple[tuple[ConflictItem, ...], ...]:
+    """The lock's top-level `conflicts` (what `[tool.uv] conflicts` in pyproject declared)."""
+    sets = []
+    for i, entry in enumerate(_expect(raw, list, "conflicts", source)):
+        items = []
+        for j, item in enumerate(_expect(entry, list, f"conflicts[{i}]", source)):
+            item = _expect(item, dict, f"conflicts[{i}][{j}]", source)
+            kinds = [k for k in ("extra", "group") if isinstance(item.get(k), str)]
+            if len(kinds) != 1 or not isinstance(item.get("package"), str):
+                raise LockError(f"{source}: conflicts[{i}][{j}] must name a package and one "
+                                f"extra or group, not {item!r}")
+            items.append(ConflictItem(package=canonicalize_name(item["package"]), kind=kinds[0],
+                                      name=canonicalize_name(item[kinds[0]])))
+        sets.append(tuple(items))
+    return tuple(sets)
+
+
+def check_conflicts(lock: Lock, root: str, selection: PythonSelection) -> None:
+    """Refuse a selection that activates two members of one of the lock's conflict sets: uv
+    resolved them apart, so no single environment holds both (`uv sync` would refuse too)."""
+    chosen: set[tuple[str, str]] = {("extra", canonicalize_name(e)) for e in selection.extras}
+    chosen |= {("group", canonicalize_name(g)) for g in selection.groups}
+    if not selection.no_dev:
+        chosen.add(("group", "dev"))
+    for entry in lock.conflicts:
+        hit = [item for item in entry if item.package == root and (item.kind, item.name) in chosen]
+        if len(hit) > 1:
+            named = " and ".join(f"{item.kind} {item.name!r}" for item in hit)
+            raise LockError(
+                f"{lock.source} declares {named} as conflicting: conflicts = [["
+                + ", ".join(item.render() for item in entry) + "]]",
+                hint="select at most one of them per variant ([tool.gpurl.profiles.NAME."
+                     "variants.VARIANT] python-extras / python-groups); uv resolved each apart")
 
 
 def load_lock(path: Path) -> Lock:
@@ -319,6 +371,7 @@ def install_closure(lock: Lock, target: TargetSpec, selection: PythonSelection) 
             known = sorted({g for r in roots for g in r.dev_dependencies})
             raise LockError(f"dependency group {group!r} is not defined by {root_name}",
                             hint=f"known groups: {', '.join(known) or 'none'}")
+    check_conflicts(lock, root_name, selection)
     env = marker_environment(target)
     env["extras"] = _conflict_names(root_name, selection.extras, groups)
     env["dependency_groups"] = frozenset()

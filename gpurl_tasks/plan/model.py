@@ -122,6 +122,7 @@ class Plan:
     lower_bound_layers: int
     provided: tuple[ProvidedPackage, ...] = ()
     history: int = 0  # lock versions the ordering learned from (0: ordered by size)
+    shared: int = 0  # the lowest layers common to every variant of the profile (their slices are shared)
 
     @property
     def closure(self) -> tuple[PlannedPackage, ...]:
@@ -155,6 +156,7 @@ class Plan:
             "local": list(self.local),
             "provided": [p.to_json() for p in self.provided],
             "history_versions": self.history,
+            "shared_layers": self.shared,
             "layers": [
                 {
                     "index": layer.index,

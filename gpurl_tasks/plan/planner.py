@@ -23,6 +23,7 @@ Packages the compiled wheels provide are in no slice; the final sync excludes th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -30,23 +31,52 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import SHARED, Config, PythonSelection
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.history import version_changes
 from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, sync_selection_flags
-from gpurl_tasks.plan.sizes import PackageSize, load_size_sources, package_sizes
+from gpurl_tasks.plan.sizes import PackageSize, SizeSources, load_size_sources, package_sizes
 from gpurl_tasks.plan.slices import Assignment, SliceLine, read_assignment, slice_line, slice_name
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.units import format_bytes
 
-__all__ = ["TAIL", "TAIL_SHARE", "assignment_of", "glob_project", "local_install_flags",
-           "plan_for_config", "plan_layers", "provided_names", "slices_dir"]
+__all__ = [
+    "TAIL",
+    "TAIL_SHARE",
+    "VariantInput",
+    "assemble",
+    "assignment_of",
+    "check_sizes",
+    "choose_buckets",
+    "fresh_buckets",
+    "glob_project",
+    "local_install_flags",
+    "plan_for_config",
+    "plan_layers",
+    "plan_profile",
+    "provided_names",
+    "shared_slices_dir",
+    "slice_path",
+    "slices_dir",
+]
 
 TAIL = "tail"
 TAIL_SHARE = 0.05  # the tail's budget: a share of the environment, never above the cap
 
 Bucket = tuple[str, list[PackageSize]]  # (label, members)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class VariantInput:
+    """One selection's closure as the planner needs it (a variant's, or the profile's)."""
+
+    name: str
+    sizes: tuple[PackageSize, ...]
+    sync_flags: tuple[str, ...]
+    local: tuple[str, ...]
+    provided: tuple[ProvidedPackage, ...]
+    lines: Mapping[str, SliceLine]
 
 
 def _weight(size: PackageSize, basis: str) -> int:
@@ -108,13 +138,14 @@ def _next_fit(sizes: Sequence[PackageSize], cap: int, basis: str) -> list[list[P
     return buckets
 
 
-def _fresh(sizes: Sequence[PackageSize], cap: int, basis: str,
-           changes: Mapping[str, int]) -> list[Bucket]:
+def _fresh(sizes: Sequence[PackageSize], cap: int, basis: str, changes: Mapping[str, int], *,
+           tail_base: int | None = None) -> tuple[list[list[PackageSize]], list[PackageSize]]:
     """The smallest packages within the tail's budget, last (the long tail churns at random:
     history cannot say which small package moves next); the heavy rest in order of how often it
-    changed, then of size, filled layer after layer."""
+    changed, then of size, filled layer after layer. `tail_base`: the environment the tail's
+    budget is a share of (default: these packages; 0: no tail)."""
     total = _load(sizes, basis)
-    budget = min(cap, TAIL_SHARE * total)
+    budget = min(cap, TAIL_SHARE * (total if tail_base is None else tail_base))
     tail: list[PackageSize] = []
     load = 0
     for size in sorted(sizes, key=lambda s: (_weight(s, basis), s.name)):
@@ -133,8 +164,17 @@ def _fresh(sizes: Sequence[PackageSize], cap: int, basis: str,
     if len(heavy_buckets) + bool(tail) > bound:  # in order costs a layer: pack them tightly
         heavy_buckets = sorted(_fewest_buckets(heavy, cap, basis), key=lambda b: (
             max(changes.get(s.name, 0) for s in b), -_load(b, basis), min(s.name for s in b)))
-    taken = {TAIL}
-    buckets = [(_label(b, basis, taken), b) for b in heavy_buckets]
+    return heavy_buckets, tail
+
+
+def fresh_buckets(sizes: Sequence[PackageSize], cap: int, basis: str, changes: Mapping[str, int],
+                  *, tail_base: int | None = None, taken: set[str] | None = None) -> list[Bucket]:
+    """The fresh packing, labelled: the heavy buckets by their anchor (unique among `taken`,
+    which grows), the tail as `tail`."""
+    heavy, tail = _fresh(sizes, cap, basis, changes, tail_base=tail_base)
+    taken = taken if taken is not None else set()
+    taken.add(TAIL)
+    buckets = [(_label(b, basis, taken), b) for b in heavy]
     return [*buckets, (TAIL, tail)] if tail else buckets
 
 
@@ -190,23 +230,8 @@ def _reason(label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool
     return f"{origin}changes: {busiest} in {history} lock versions, so it sits above the stable ones"
 
 
-def plan_layers(
-    sizes: Sequence[PackageSize],
-    *,
-    cap: int,
-    basis: str,
-    sync_flags: tuple[str, ...],
-    local: tuple[str, ...] = (),
-    provided: tuple[ProvidedPackage, ...] = (),
-    previous: Assignment | None = None,
-    changes: Mapping[str, int] | None = None,
-    history: int = 0,
-    lines: Mapping[str, SliceLine] | None = None,
-    learn: Callable[[], tuple[Mapping[str, int], int]] | None = None,
-) -> Plan:
-    """Pure planner: sizes of the closure (and the committed layout) -> the slices. Deterministic
-    for equal input, whatever the input order. `learn` gives (changes, history) when a fresh
-    packing needs them (read lazily: re-planning never looks at history)."""
+def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: str) -> None:
+    """A positive cap, each package once, none above the cap."""
     if cap <= 0:
         raise PlanError(f"layer cap must be positive, got {cap}")
     names = [s.name for s in sizes]
@@ -222,15 +247,31 @@ def plan_layers(
             listed += f" and {len(too_big) - 10} more"
         raise PlanError(f"{len(too_big)} package(s) larger than the {format_bytes(cap)} layer cap: {listed}",
                         hint="raise the cap (--cap) or split the package out of the image")
-    changes = changes or {}
-    lines = lines or {}
+
+
+Learn = Callable[[], tuple[Mapping[str, int], int]]
+
+
+def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: str,
+                   previous: Assignment | None, lines: Mapping[str, SliceLine],
+                   changes: Mapping[str, int], history: int, learn: Learn | None,
+                   ) -> tuple[list[Bucket], bool, Mapping[str, int], int]:
+    """(buckets, kept, changes, history): the committed assignment kept, or a fresh packing
+    when there is none or the change rebuilds every layer anyway."""
     ordered = sorted(sizes, key=lambda s: s.name)
     buckets = _replan(ordered, previous, cap, basis) if previous else []
-    kept = bool(buckets) and not _rebuilds_everything(buckets, previous, lines)
-    if not kept:  # nothing committed, or the change rebuilds every layer anyway: pack afresh
-        if learn is not None:
-            changes, history = learn()
-        buckets = _fresh(ordered, cap, basis, changes)
+    if buckets and not _rebuilds_everything(buckets, previous, lines):
+        return buckets, True, changes, history
+    if learn is not None:
+        changes, history = learn()
+    return fresh_buckets(ordered, cap, basis, changes), False, changes, history
+
+
+def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: bool,
+             cap: int, basis: str, sync_flags: tuple[str, ...], local: tuple[str, ...],
+             provided: tuple[ProvidedPackage, ...], changes: Mapping[str, int], history: int,
+             lines: Mapping[str, SliceLine], shared: int = 0) -> Plan:
+    """The Plan for chosen buckets (the lowest `shared` of them common to every variant)."""
 
     def planned(s: PackageSize) -> PlannedPackage:
         line = lines.get(s.name)
@@ -242,14 +283,41 @@ def plan_layers(
 
     layers = tuple(
         Layer(index=i, name=slice_name(i, label),
-              reason=_reason(label, bucket, last=i == len(buckets) - 1, kept=kept,
-                             changes=changes, history=history, basis=basis),
+              reason=("shared by every variant; " if i < shared else "")
+              + _reason(label, bucket, last=i == len(buckets) - 1, kept=kept,
+                        changes=changes, history=history, basis=basis),
               packages=tuple(planned(s) for s in sorted(bucket, key=lambda s: s.name)))
         for i, (label, bucket) in enumerate(buckets)
     )
     return Plan(cap_bytes=cap, basis=basis, sync_flags=sync_flags, layers=layers, local=local,
                 lower_bound_layers=max(1, math.ceil(_load(sizes, basis) / cap)),
-                provided=provided, history=history)
+                provided=provided, history=history, shared=shared)
+
+
+def plan_layers(
+    sizes: Sequence[PackageSize],
+    *,
+    cap: int,
+    basis: str,
+    sync_flags: tuple[str, ...],
+    local: tuple[str, ...] = (),
+    provided: tuple[ProvidedPackage, ...] = (),
+    previous: Assignment | None = None,
+    changes: Mapping[str, int] | None = None,
+    history: int = 0,
+    lines: Mapping[str, SliceLine] | None = None,
+    learn: Learn | None = None,
+) -> Plan:
+    """Pure planner: sizes of the closure (and the committed layout) -> the slices. Deterministic
+    for equal input, whatever the input order. `learn` gives (changes, history) when a fresh
+    packing needs them (read lazily: re-planning never looks at history)."""
+    check_sizes(sizes, cap, basis)
+    lines = lines or {}
+    buckets, kept, changes, history = choose_buckets(
+        sizes, cap=cap, basis=basis, previous=previous, lines=lines, changes=changes or {},
+        history=history, learn=learn)
+    return assemble(buckets, sizes, kept=kept, cap=cap, basis=basis, sync_flags=sync_flags,
+                    local=local, provided=provided, changes=changes, history=history, lines=lines)
 
 
 def assignment_of(plan: Plan) -> Assignment:
@@ -294,26 +362,67 @@ def provided_names(wheel_globs: Sequence[str]) -> tuple[str, ...]:
 
 
 def slices_dir(config: Config) -> Path:
-    """Where the profile's committed slice files live: build.slices/<profile>."""
-    return config.build.slices / config.profile
+    """Where the profile's (or the variant's own) committed slice files live:
+    build.slices/<profile>, or build.slices/<profile>/<variant> for a profile with variants."""
+    return config.build.slices / config.profile / config.variant if config.variants \
+        else config.build.slices / config.profile
 
 
-def plan_for_config(config: Config, *, repack: bool = False) -> Plan:
-    """Load the lock, sizes and committed slices the config names and plan the layers."""
-    parsed = load_lock(config.lock)
-    closure = install_closure(parsed, config.target, config.python)
+def shared_slices_dir(config: Config) -> Path:
+    """Where the slices every variant of the profile installs first live."""
+    return config.build.slices / config.profile / SHARED
+
+
+def slice_path(config: Config, plan: Plan, layer: Layer) -> Path:
+    """The committed file of one of the plan's slices."""
+    shared = config.variants and layer.index < plan.shared
+    return (shared_slices_dir(config) if shared else slices_dir(config)) / f"{layer.name}.txt"
+
+
+def _variant_input(config: Config, parsed: Lock, selection: PythonSelection,
+                   sources: SizeSources, name: str = "") -> VariantInput:
+    """One selection's closure, sizes, slice lines and flags."""
+    closure = install_closure(parsed, config.target, selection)
     wanted = set(provided_names(config.build.wheel_globs))
     provided = tuple(
         ProvidedPackage(name=p.name, version=p.version or "",
                         requirements=requirements_on(parsed, closure, config.target,
-                                                     config.python, p.name))
+                                                     selection, p.name))
         for p in closure.packages if p.name in wanted)
     installed = [p for p in closure.packages if p.name not in wanted]
+    return VariantInput(
+        name=name, sizes=tuple(package_sizes(installed, target_tags(config.target), sources)),
+        sync_flags=sync_selection_flags(selection, local_flags=local_install_flags(parsed, closure)),
+        local=tuple(p.name for p in closure.local), provided=provided,
+        lines={p.name: slice_line(p) for p in installed})
+
+
+def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
+    """Every variant's plan ({"": plan} for a profile without variants), planned together."""
+    from gpurl_tasks.plan.variants import plan_variants  # it builds on this module's packing
+
+    parsed = load_lock(config.lock)
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
-    sizes = package_sizes(installed, target_tags(config.target), sources)
-    flags = sync_selection_flags(config.python, local_flags=local_install_flags(parsed, closure))
-    previous = None if repack else read_assignment(slices_dir(config))
-    return plan_layers(sizes, cap=config.layers.cap, basis=config.layers.basis, sync_flags=flags,
-                       local=tuple(p.name for p in closure.local), provided=provided,
-                       previous=previous or None, lines={p.name: slice_line(p) for p in installed},
-                       learn=lambda: version_changes(config.lock))
+
+    def learn() -> tuple[Mapping[str, int], int]:
+        return version_changes(config.lock)
+
+    if not config.variants:
+        one = _variant_input(config, parsed, config.python, sources)
+        previous = None if repack else read_assignment(slices_dir(config))
+        return {"": plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
+                                sync_flags=one.sync_flags, local=one.local, provided=one.provided,
+                                previous=previous or None, lines=one.lines, learn=learn)}
+    inputs = [_variant_input(config, parsed, v.python, sources, v.name) for v in config.variants]
+    base = config.build.slices / config.profile
+    return plan_variants(
+        inputs, cap=config.layers.cap, basis=config.layers.basis,
+        shared=None if repack else read_assignment(shared_slices_dir(config)) or None,
+        previous={} if repack else {v.name: read_assignment(base / v.name) for v in config.variants},
+        learn=learn)
+
+
+def plan_for_config(config: Config, *, repack: bool = False) -> Plan:
+    """Load the lock, sizes and committed slices the config names and plan the layers (of the
+    config's variant, planned together with the profile's other variants)."""
+    return plan_profile(config, repack=repack)[config.variant]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from gpurl_tasks.config import Config
 from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.planner import plan_profile
 from gpurl_tasks.units import format_bytes
 
-__all__ = ["PlanView", "bar", "render_plan", "render_steps"]
+__all__ = ["PlanView", "PlanViews", "bar", "plan_views", "render_plan", "render_steps"]
 
 _BAR_WIDTH = 20
 
@@ -41,6 +43,9 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
         f"{plan.lower_bound_layers}; largest {format_bytes(largest)}; cap "
         f"{format_bytes(plan.cap_bytes)} ({plan.basis})",
         f"local (installed with the source by the final sync): {', '.join(plan.local) or 'none'}",
+        *([f"shared with every variant: the lowest {plan.shared} slice layer(s) "
+           f"({format_bytes(sum(la.compressed_bytes for la in plan.layers[:plan.shared]))})"]
+          if plan.shared else []),
         f"fingerprint {plan.fingerprint}",
     ]
     return "\n".join(lines)
@@ -70,3 +75,32 @@ class PlanView:
 
     def to_json(self) -> dict[str, Any]:
         return self.plan.to_json()
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanViews:
+    """`invoke plan` over a profile's variants: each variant's table, planned together."""
+
+    plans: tuple[tuple[str, Plan], ...]
+    exit_code: int = 0
+
+    def human(self) -> str:
+        if len(self.plans) == 1:
+            return PlanView(self.plans[0][1]).human()
+        return "\n\n".join(f"== variant {name} ==\n{PlanView(plan).human()}"
+                             for name, plan in self.plans)
+
+    def to_json(self) -> dict[str, Any]:
+        if len(self.plans) == 1:
+            return self.plans[0][1].to_json()
+        return {"variants": {name: plan.to_json() for name, plan in self.plans}}
+
+
+def plan_views(config: Config, *, repack: bool, only: str | None = None,
+               selection_given: bool = False) -> PlanViews:
+    """Plan every variant of the config's profile together; show `only` one, or all (a
+    selection given on the command line replaces every variant's: one plan shows)."""
+    plans = plan_profile(config, repack=repack)
+    only = only or (config.variant if selection_given else None)
+    return PlanViews(tuple((name, plan) for name, plan in plans.items()
+                           if only is None or name == only))

@@ -137,7 +137,8 @@ def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str])
     with tempfile.TemporaryDirectory(prefix="gpurl-since-") as tmp:
         write_atomic(Path(tmp, "pyproject.toml"), text)
         try:
-            old = load_config(Path(tmp), profile=current.profile, env=env)
+            old = load_config(Path(tmp), profile=current.profile, env=env,
+                              variant=current.variant or None)
         except ConfigError:
             return current
         root = Path(tmp).resolve()

@@ -1,0 +1,137 @@
+"""Planning a profile's variants together, so their images share their lowest layers.
+
+A variant is the same workspace with other extras or groups (SkyRL: `vllm` for the standard
+image, `mcore` for megatron), so its closure is another set of packages, not necessarily a
+superset. Each variant's image is planned under the cap; to share blobs, the packages common
+to every variant (same pin, same slice line) and heavy enough to stay out of a light tail are
+packed first, into `shared` slices every variant's Dockerfile installs in the same order with
+the same RUN: identical instructions over identical files give identical cache keys, so the
+builds reuse one another's layers and the registry and the nodes hold those blobs once. Each
+variant's own heavy packages come next and its own light tail last, so a small bump still
+rebuilds only a tail.
+
+Re-planning keeps the committed slices (shared and each variant's) while every variant agrees
+on the shared ones; when they disagree (a shared package left one variant's closure), or a
+variant is new, the whole profile is packed afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.planner import (
+    TAIL_SHARE,
+    Bucket,
+    Learn,
+    VariantInput,
+    assemble,
+    check_sizes,
+    choose_buckets,
+    fresh_buckets,
+)
+from gpurl_tasks.plan.sizes import PackageSize
+from gpurl_tasks.plan.slices import Assignment
+
+__all__ = ["VariantInput", "merge_assignments", "plan_variants"]
+
+
+def merge_assignments(shared: Assignment, own: Assignment) -> Assignment:
+    """A variant's committed layout: the shared slices, then its own."""
+    return Assignment(labels=(*shared.labels, *own.labels),
+                      member={**own.member, **shared.member},
+                      lines={**own.lines, **shared.lines})
+
+
+def _weight(size: PackageSize, basis: str) -> int:
+    return size.installed_estimate if basis == "installed" else size.compressed_bytes
+
+
+def _tail_names(sizes: Sequence[PackageSize], cap: int, basis: str) -> set[str]:
+    """The packages a fresh packing of this closure would put in its light tail."""
+    budget = min(cap, TAIL_SHARE * sum(_weight(s, basis) for s in sizes))
+    names, load = set(), 0
+    for size in sorted(sizes, key=lambda s: (_weight(s, basis), s.name)):
+        load += _weight(size, basis)
+        if load > budget:
+            break
+        names.add(size.name)
+    return names
+
+
+def _line(variant: VariantInput, size: PackageSize) -> str:
+    line = variant.lines.get(size.name)
+    return line.requirement if line else f"{size.name}=={size.version}"
+
+
+def _common(variants: Sequence[VariantInput], cap: int, basis: str) -> list[PackageSize]:
+    """Packages every variant installs with the same slice line, none in any variant's tail."""
+    first, *rest = variants
+    tails = set().union(*(_tail_names(v.sizes, cap, basis) for v in variants))
+    lines = [{s.name: _line(v, s) for s in v.sizes} for v in rest]
+    return [s for s in first.sizes if s.name not in tails
+            and all(other.get(s.name) == _line(first, s) for other in lines)]
+
+
+def _fresh(variants: Sequence[VariantInput], cap: int, basis: str,
+           changes: Mapping[str, int]) -> tuple[list[Bucket], dict[str, list[Bucket]]]:
+    """Shared buckets over the common packages (no tail), then each variant's own."""
+    common = sorted(_common(variants, cap, basis), key=lambda s: s.name)
+    taken: set[str] = set()
+    shared = fresh_buckets(common, cap, basis, changes, tail_base=0, taken=taken)
+    names = {s.name for s in common}
+    own: dict[str, list[Bucket]] = {}
+    for variant in variants:
+        rest = sorted((s for s in variant.sizes if s.name not in names), key=lambda s: s.name)
+        total = sum(_weight(s, basis) for s in variant.sizes)
+        own[variant.name] = fresh_buckets(rest, cap, basis, changes, tail_base=total,
+                                          taken=set(taken))
+    return shared, own
+
+
+def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
+          shared: Assignment, cap: int, basis: str) -> dict[str, list[Bucket]] | None:
+    """Each variant's buckets from the committed slices, or None when they cannot be kept:
+    a variant without slices, a fresh packing forced, or the shared slices no longer agree."""
+    chosen: dict[str, list[Bucket]] = {}
+    for variant in variants:
+        own = previous.get(variant.name)
+        if not own:
+            return None
+        buckets, kept, _, _ = choose_buckets(
+            variant.sizes, cap=cap, basis=basis, previous=merge_assignments(shared, own),
+            lines=variant.lines, changes={}, history=0, learn=None)
+        if not kept:
+            return None
+        chosen[variant.name] = buckets
+    width = len(shared.labels)
+    lows = [[(label, sorted(_line(v, s) for s in bucket)) for label, bucket in chosen[v.name][:width]]
+            for v in variants]
+    if any(low != lows[0] for low in lows) or [label for label, _ in lows[0]] != list(shared.labels):
+        return None
+    return chosen
+
+
+def plan_variants(variants: Sequence[VariantInput], *, cap: int, basis: str,
+                  shared: Assignment | None = None,
+                  previous: Mapping[str, Assignment] | None = None,
+                  learn: Learn | None = None) -> dict[str, Plan]:
+    """Every variant's plan, the lowest `plan.shared` layers identical across them; pure."""
+    for variant in variants:
+        check_sizes(variant.sizes, cap, basis)
+    kept = _kept(variants, previous or {}, shared, cap, basis) if shared else None
+    changes: Mapping[str, int] = {}
+    history = 0
+    if kept is not None:
+        width = len(shared.labels) if shared else 0
+        layout = kept
+    else:
+        if learn is not None:
+            changes, history = learn()
+        low, own = _fresh(variants, cap, basis, changes)
+        width = len(low)
+        layout = {name: [*low, *buckets] for name, buckets in own.items()}
+    return {v.name: assemble(layout[v.name], v.sizes, kept=kept is not None, cap=cap, basis=basis,
+                             sync_flags=v.sync_flags, local=v.local, provided=v.provided,
+                             changes=changes, history=history, lines=v.lines, shared=width)
+            for v in variants}
