@@ -98,3 +98,14 @@ def test_kill_is_job_scoped(repo_root: object, capsys: pytest.CaptureFixture[str
             kill_job(config, bad, dry_run=True)
     assert kill_job(config, "/alice/gpurl-kaniko-0123abc", dry_run=True).human() == (
         "iris --cluster=cw-us-east-02a job kill /alice/gpurl-kaniko-0123abc")
+
+
+def test_kill_targets_the_configured_controller_url(repo_root: object) -> None:
+    from pathlib import Path
+
+    from gpurl_tasks.config import load_config
+
+    config = load_config(Path(str(repo_root)),
+                         env={"GPURL_CLUSTER_CONTROLLER_URL": "http://127.0.0.1:18765"})
+    assert kill_job(config, "/alice/j-1", dry_run=True).human() == (
+        "iris --controller-url=http://127.0.0.1:18765 job kill /alice/j-1")

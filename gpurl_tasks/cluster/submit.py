@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, check_bundle
-from gpurl_tasks.cluster.iris import JobSpec, job_run_argv
+from gpurl_tasks.cluster.iris import ClusterTarget, JobSpec, job_run_argv
 from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.redact import Secret, TokenSource, looks_like_docker_hub
@@ -32,9 +32,11 @@ __all__ = [
 ]
 
 MIN_MEMORY = "512GB"
-# The pod command iris runs: decode the script shipped in BUILD_B64 and exec it.
+# The pod command iris runs: decode the script shipped in BUILD_B64 into a file of its own
+# and exec it. Not a fixed /tmp/build.sh: where tasks share a host's /tmp (a local iris
+# cluster runs them as host processes), concurrent jobs would run each other's script.
 JOB_COMMAND = ("bash", "-lc",
-               'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh')
+               'f="$(mktemp)" && echo "$BUILD_B64" | base64 -d > "$f" && exec bash "$f"')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,8 +125,12 @@ def _check_token(found: TokenSource | None, registry_host: str) -> TokenSource:
     return found
 
 
-def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> PreparedBuild:
-    """Run every guard rail and compose the job; raise BuildError naming the first refusal."""
+def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
+                  pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> PreparedBuild:
+    """Run every guard rail and compose the job; raise BuildError naming the first refusal.
+
+    `pins` say where the job's script gets crane and the kaniko executor (tests serve
+    stand-ins from 127.0.0.1; production uses the pinned release and image digest)."""
     if request.local_only:
         raise BuildError(f"{', '.join(request.local_only)} are local-backend flags",
                          hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
@@ -154,7 +160,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
     bundle = world.bundle(config.root)
     check_bundle(bundle)
 
-    script = kaniko.render_script(config)
+    script = kaniko.render_script(config, pins)
     env: list[tuple[str, str | Secret]] = [
         ("DOCKER_USER_ID", config.registry.user),
         ("DOCKER_TOKEN", token.token),
@@ -168,7 +174,8 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
         env += [("INSTALL_MEGATRON", "1"), ("TAG_PREFIX", prefix)]
         job_name = f"gpurl-kaniko-megatron-{gitsha}"
     spec = JobSpec(
-        cluster=request.cluster or cluster.name,
+        cluster=ClusterTarget.resolve(name=cluster.name, controller_url=cluster.controller_url,
+                                      flag=request.cluster),
         task_image=cluster.task_image,
         cpu=request.cpu if request.cpu is not None else cluster.cpu,
         memory=memory,
