@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpurl_tasks wi
 from gpurl_tasks.cluster import iris_release
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["tests", "iris-contract", "lint"]
+nox.options.sessions = ["tests", "iris-contract", "iris-e2e", "lint"]
 nox.options.reuse_venv = "yes"
 
 
@@ -32,8 +32,9 @@ def _sync(session: nox.Session, *groups: str) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (unit, property and integration tests against real local parts)."""
     _sync(session, "test")
-    # the iris contract needs Python 3.12 and the pinned release: its own session runs it
-    session.run("pytest", "--ignore=tests/test_iris_contract.py", *session.posargs)
+    # the iris contract and e2e need Python 3.12 and the pinned release: their sessions run them
+    session.run("pytest", "--ignore=tests/test_iris_contract.py",
+                "--ignore=tests/test_iris_e2e.py", *session.posargs)
 
 
 @nox.session
@@ -67,15 +68,28 @@ def _python312() -> str:
     return "3.12"
 
 
-@nox.session(name="iris-contract", python=_python312())
-def iris_contract(session: nox.Session) -> None:
-    """Parse `invoke build`'s exact argv with the pinned iris release's own CLI parser."""
+def _install_pinned_iris(session: nox.Session) -> None:
+    """gpurl's test group plus the pinned iris release (pre-releases only where pinned)."""
     _sync(session, "test")
     session.run_install("uv", "pip", "install", "--quiet", "--python", session.virtualenv.location,
                         "--prerelease", "if-necessary-or-explicit",
                         "--exclude-newer", IRIS_CONTRACT_EXCLUDE_NEWER, *IRIS_CONTRACT_PINS,
                         silent=True)
+
+
+@nox.session(name="iris-contract", python=_python312())
+def iris_contract(session: nox.Session) -> None:
+    """Parse `invoke build`'s exact argv with the pinned iris release's own CLI parser."""
+    _install_pinned_iris(session)
     session.run("pytest", "tests/test_iris_contract.py", *session.posargs,
+                env={"GPURL_IRIS_CONTRACT": IRIS_CONTRACT_PINS[0]})
+
+
+@nox.session(name="iris-e2e", python=_python312())
+def iris_e2e(session: nox.Session) -> None:
+    """build, watch, logs and kill against a real local iris controller (pinned release)."""
+    _install_pinned_iris(session)
+    session.run("pytest", "tests/test_iris_e2e.py", *session.posargs,
                 env={"GPURL_IRIS_CONTRACT": IRIS_CONTRACT_PINS[0]})
 
 

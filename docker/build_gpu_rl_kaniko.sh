@@ -85,7 +85,8 @@ AUTH="$(printf '%s:%s' "$DOCKER_USER_ID" "$DOCKER_TOKEN" | base64 -w0)"
 printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$REGISTRY_HOST" "$AUTH" \
   >"$DOCKER_CONFIG/.config.tmp"
 mv "$DOCKER_CONFIG/.config.tmp" "$DOCKER_CONFIG/config.json"
-unset AUTH DOCKER_TOKEN
+# iris also hands the task every -e variable again as JSON in IRIS_JOB_ENV: drop that copy too.
+unset AUTH DOCKER_TOKEN IRIS_JOB_ENV
 if [ "$TRACING" = 1 ]; then set -x; fi
 echo "==> registry auth for $DOCKER_USER_ID@$REGISTRY_HOST written to $DOCKER_CONFIG/config.json"
 

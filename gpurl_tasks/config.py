@@ -167,9 +167,15 @@ class BuildSettings:
 
 @dataclasses.dataclass(**_KW)
 class ClusterSettings:
-    """The iris job that runs kaniko (runbook sections 0.5 and 3)."""
+    """The iris job that runs kaniko (runbook sections 0.5 and 3).
+
+    The cluster is named (`iris --cluster=NAME`, the default) or reached at a controller URL
+    (`iris --controller-url=URL`, e.g. a local iris cluster); the URL wins when both are set,
+    and a `--cluster` flag on a task wins over both.
+    """
 
     name: str = "cw-us-east-02a"
+    controller_url: str = ""  # e.g. http://127.0.0.1:18765; empty: use `name`
     cpu: int = 48
     memory: str = "512GB"
     disk: str = "400GB"
@@ -249,6 +255,7 @@ _VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
                  "launcher-variable": "launcher.variable", "dockerfile": "build.dockerfile",
                  "import-asserts": "build.import-asserts"}
 _SIZE_KEYS = {"layers.cap", "verify.hard-limit", "verify.cap"}
+_URL_KEYS = {"cluster.controller-url"}
 # Paths relative to the repository root; the rest of the paths are relative to the workspace.
 _ROOT_RELATIVE = {"layers.size-overrides", "layers.size-cache", "build.dockerfile",
                   "build.kaniko-script", "build.wheelhouse", "build.slices"}
@@ -371,6 +378,8 @@ def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool) -> A
         if not value:
             raise bad("a path, not empty")
         return Path(value)
+    if dotted in _URL_KEYS and value and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        raise bad("an http:// or https:// URL, or empty")
     return value
 
 

@@ -4,6 +4,10 @@ What cannot run here is replaced by stand-ins: `crane` (served as a checksum-pin
 tarball, like the real release asset) and the kaniko executor (delivered by the
 stand-in's `crane export`, as the real overlay does). Both record their argv. Wheels,
 MANIFEST and the crane tarball come from a real HTTP server on 127.0.0.1.
+
+The stand-ins find their log files through STANDIN_* variables, defaulting to this rig's
+own paths (baked in), so they also work inside an iris job whose environment the test
+does not set. `executor_tail` appends shell lines to the stand-in executor (sleep, fail, ...).
 """
 
 from __future__ import annotations
@@ -27,14 +31,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The stand-in executor: records argv, whether the auth file existed and what it held.
 EXECUTOR = r"""#!/usr/bin/env bash
 set -eu
-log="$STANDIN_LOG"
+log="${STANDIN_LOG:-@LOG@}"
 printf 'executor' >>"$log"
 printf ' %q' "$@" >>"$log"
 printf '\n' >>"$log"
 if [ -f "$DOCKER_CONFIG/config.json" ]; then
-  cp "$DOCKER_CONFIG/config.json" "$STANDIN_AUTH_SEEN"
+  cp "$DOCKER_CONFIG/config.json" "${STANDIN_AUTH_SEEN:-@AUTH_SEEN@}"
 fi
 printf 'token-in-env=%s\n' "${DOCKER_TOKEN:+yes}" >>"$log"
+printf 'iris-job-env=%s\n' "${IRIS_JOB_ENV:+yes}" >>"$log"
+@TAIL@
 while [ $# -gt 0 ]; do
   if [ "$1" = --digest-file ]; then printf 'sha256:%064d' 7 >"$2"; fi
   shift
@@ -46,9 +52,10 @@ done
 # `crane digest REF` answers as the registry would (absent tag: MANIFEST_UNKNOWN).
 CRANE = r"""#!/usr/bin/env bash
 set -eu
-printf 'crane' >>"$STANDIN_LOG"
-printf ' %q' "$@" >>"$STANDIN_LOG"
-printf '\n' >>"$STANDIN_LOG"
+log="${STANDIN_LOG:-@LOG@}"
+printf 'crane' >>"$log"
+printf ' %q' "$@" >>"$log"
+printf '\n' >>"$log"
 if [ "$1" = digest ]; then
   # the registry lookup: STANDIN_EXISTING_DIGEST says the tag exists, STANDIN_CRANE_ERROR fails
   if [ -n "${STANDIN_CRANE_ERROR:-}" ]; then echo "$STANDIN_CRANE_ERROR" >&2; exit 1; fi
@@ -57,7 +64,7 @@ if [ "$1" = digest ]; then
   exit 1
 fi
 [ "$1" = export ] || exit 64
-cat "$STANDIN_KANIKO_TAR"
+cat "${STANDIN_KANIKO_TAR:-@KANIKO_TAR@}"
 """
 
 
@@ -84,6 +91,7 @@ class Rig:
     log: Path
     auth_seen: Path
     wheels: tuple[str, str]
+    pins: ToolPins
 
     def run(self, env: dict[str, str], *, trace: bool = False) -> subprocess.CompletedProcess[str]:
         base = {"PATH": os.environ["PATH"], "HOME": str(self.tmp), ROOT_ENV: str(self.root),
@@ -100,16 +108,24 @@ class Rig:
 
 
 @contextmanager
-def rig(tmp: Path, *, crane_sha256: str | None = None) -> Iterator[Rig]:
+def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "") -> Iterator[Rig]:
     """Serve wheels + MANIFEST + a crane tarball and render the script against them."""
     served = tmp / "served"
     served.mkdir()
     root = tmp / "root"
     (root / "app" / "docker" / "wheelhouse").mkdir(parents=True)
-    crane_tgz = _tar({"crane": (CRANE.encode(), 0o755)}, gz=True)
+    baked = {"@LOG@": str(tmp / "standin.log"), "@AUTH_SEEN@": str(tmp / "auth-seen.json"),
+             "@KANIKO_TAR@": str(tmp / "kaniko.tar"), "@TAIL@": executor_tail}
+
+    def bake(template: str) -> bytes:
+        for key, value in baked.items():
+            template = template.replace(key, value)
+        return template.encode()
+
+    crane_tgz = _tar({"crane": (bake(CRANE), 0o755)}, gz=True)
     (served / "crane.tgz").write_bytes(crane_tgz)
     (tmp / "kaniko.tar").write_bytes(_tar({
-        "kaniko/executor": (EXECUTOR.encode(), 0o755),
+        "kaniko/executor": (bake(EXECUTOR), 0o755),
         "kaniko/.docker/config.json": (b"{}\n", 0o644),
     }, gz=False))
     with serve_files(served) as url:
@@ -128,4 +144,5 @@ def rig(tmp: Path, *, crane_sha256: str | None = None) -> Iterator[Rig]:
         script = tmp / "build.sh"
         script.write_text(render_script(config, pins))
         yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,
-                  log=tmp / "standin.log", auth_seen=tmp / "auth-seen.json", wheels=wheels)
+                  log=tmp / "standin.log", auth_seen=tmp / "auth-seen.json", wheels=wheels,
+                  pins=pins)

@@ -70,3 +70,19 @@ def test_the_repository_config_loads_for_every_profile() -> None:
     for profile in ("gpu-rl", "demo"):
         config = load_config(repo, profile=profile, env={})
         assert config.layers.cap > 0 and config.profile == profile
+
+
+def test_cluster_controller_url_from_config_or_environment(root: Path) -> None:
+    (root / "pyproject.toml").write_text(PYPROJECT + '[tool.gpurl.cluster]\ncontroller-url = '
+                                         '"http://127.0.0.1:18765"\n')
+    assert load_config(root, env={}).cluster.controller_url == "http://127.0.0.1:18765"
+    env = {"GPURL_CLUSTER_CONTROLLER_URL": "https://iris.example:443/api"}
+    assert load_config(root, env=env).cluster.controller_url == "https://iris.example:443/api"
+    assert load_config(root, env={"GPURL_CLUSTER_CONTROLLER_URL": ""}).cluster.controller_url == ""
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:18765", "ftp://x", "http://", "http://a b"])
+def test_cluster_controller_url_must_be_an_http_url(root: Path, bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"cluster\.controller-url in \$GPURL_CLUSTER_CONTROLLER"
+                       r"_URL must be an http:// or https:// URL"):
+        load_config(root, env={"GPURL_CLUSTER_CONTROLLER_URL": bad})

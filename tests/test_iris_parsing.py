@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.cluster.iris import (
     ABSENT,
+    ClusterTarget,
     IrisOutputError,
     JobSpec,
     StateCommand,
@@ -28,6 +30,9 @@ from gpurl_tasks.redact import Secret
 
 DATA = Path(__file__).parent / "data" / "iris"
 JOB = "/alice/gpurl-kaniko-0123abc"
+# Jobs in the outputs recorded from a real controller (record_real.py.txt).
+REAL_FAILED = "/root/rec-fail3"
+REAL_KILLED = "/root/rec-hog"
 
 
 def read(name: str) -> str:
@@ -38,8 +43,9 @@ def read(name: str) -> str:
     ("summary-pending.json", "pending", None),
     ("summary-running.json", "running", None),
     ("summary-succeeded.json", "succeeded", 0),
-    ("summary-failed.json", "failed", 137),
+    ("summary-failed.json", "failed", 3),
     ("summary-killed.json", "killed", 0),
+    ("summary-timeout.json", "failed", 0),
 ])
 def test_summary_json(name: str, state: str, exit_code: int | None) -> None:
     obs = parse_summary_json(read(name))
@@ -47,14 +53,29 @@ def test_summary_json(name: str, state: str, exit_code: int | None) -> None:
 
 
 def test_summary_failed_carries_the_error() -> None:
-    assert parse_summary_json(read("summary-failed.json")).error == "Exit code 137: OOMKilled"
+    assert parse_summary_json(read("summary-failed.json")).error == "Exit code: 3. stderr: err-line"
+    assert parse_summary_json(read("summary-timeout.json")).error == "Execution timeout exceeded"
 
 
-@pytest.mark.parametrize(("name", "state"), [("list-running.json", "running"),
-                                              ("list-failed.json", "failed"),
-                                              ("list-empty.json", ABSENT)])
-def test_list_json(name: str, state: str) -> None:
-    assert parse_list_json(read(name), JOB).state == state
+def test_summary_exit_code_is_the_tasks_not_the_jobs() -> None:
+    """A real controller reports the job-level exit_code as 0 for a failed job."""
+    data = json.loads(read("summary-failed.json"))
+    assert data["exit_code"] == 0 and data["tasks"][0]["exit_code"] == 3
+    assert parse_summary_json(read("summary-failed.json")).exit_code == 3
+
+
+@pytest.mark.parametrize(("name", "job", "state", "exit_code"), [
+    ("list-running.json", JOB, "running", None),
+    ("list-failed.json", REAL_FAILED, "failed", 3),
+    ("list-killed.json", REAL_KILLED, "killed", 0),
+    ("list-empty.json", JOB, ABSENT, None),
+])
+def test_list_json(name: str, job: str, state: str, exit_code: int | None) -> None:
+    """A real `job list` says exit_code 0 for a failed job: the code is read from its error."""
+    obs = parse_list_json(read(name), job)
+    assert (obs.state, obs.exit_code) == (state, exit_code)
+    if state == "failed":
+        assert obs.submitted_ms and obs.submitted_ms > 1_700_000_000_000
 
 
 def test_list_json_only_matches_the_exact_job() -> None:
@@ -67,6 +88,7 @@ def test_list_json_only_matches_the_exact_job() -> None:
 @pytest.mark.parametrize(("name", "state", "exit_code"), [
     ("query-running.csv", "running", None),
     ("query-succeeded.csv", "succeeded", 0),
+    ("query-failed.csv", "failed", 3),
     ("query-unschedulable.csv", "unschedulable", None),
     ("query-empty.csv", ABSENT, None),
 ])
@@ -126,9 +148,19 @@ def test_parse_job_id_prefers_the_named_job() -> None:
                                                                max_codepoint=126)))
 def test_redacted_argv_never_contains_the_token(suffix: str) -> None:
     token = "tok_" + suffix
-    spec = JobSpec(cluster="c", task_image="img", cpu=48, memory="512GB", disk="400GB",
+    spec = JobSpec(cluster=ClusterTarget(name="c"), task_image="img", cpu=48, memory="512GB", disk="400GB",
                    job_name="j", max_retries=0, timeout=1, env=(("DOCKER_TOKEN", Secret(token)),),
                    command=("true",))
     shown = job_run_argv(spec, reveal=False)
     assert not any(token in arg for arg in shown)
     assert job_run_argv(spec, reveal=True)[shown.index("DOCKER_TOKEN") + 1] == token
+
+
+def test_cluster_target_precedence() -> None:
+    """A --cluster flag wins, then the configured controller URL, then the cluster name."""
+    url = "http://127.0.0.1:18765"
+    assert ClusterTarget.resolve(name="cw", controller_url=url, flag="other").args == (
+        "--cluster=other",)
+    assert ClusterTarget.resolve(name="cw", controller_url=url, flag=None).args == (
+        f"--controller-url={url}",)
+    assert ClusterTarget.resolve(name="cw", controller_url="", flag=None).args == ("--cluster=cw",)

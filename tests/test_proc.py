@@ -121,3 +121,14 @@ def test_a_long_step_says_it_is_alive_and_ends_with_its_duration() -> None:
     with pytest.raises(RuntimeError), timed("build", failed.append, heartbeat=10):
         raise RuntimeError("boom")
     assert failed[-1].startswith("<== build: failed after ") and failed[-1].endswith("✗")
+
+
+def test_kill_targets_the_configured_controller_url(repo_root: object) -> None:
+    from pathlib import Path
+
+    from gpurl_tasks.config import load_config
+
+    config = load_config(Path(str(repo_root)),
+                         env={"GPURL_CLUSTER_CONTROLLER_URL": "http://127.0.0.1:18765"})
+    assert kill_job(config, "/alice/j-1", dry_run=True).human() == (
+        "iris --controller-url=http://127.0.0.1:18765 job kill /alice/j-1")

@@ -1,6 +1,7 @@
 """The state watcher: the pure loop with a fake clock, and the iris adapter over recorded
-outputs of each CLI variant. The cluster is a stand-in runner that replays recorded
-outputs (no iris controller can run jobs here)."""
+outputs of each CLI variant (the summary, list, query and logs outputs of the pinned release
+were recorded from a real local controller; see tests/data/iris/README.md). A runner replays
+them so every variant and fault is cheap to drive; tests/test_iris_e2e.py runs the real one."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from gpurl_tasks.cluster import jobs
 from gpurl_tasks.cluster.iris import (
     ABSENT,
     FAILED_STATES,
+    ClusterTarget,
     IrisCli,
     IrisOutputError,
     Observation,
@@ -163,6 +165,8 @@ class Replay:
             out = self.job_help
         elif "logs" in args:
             out = self.log
+        elif "list" in args and not self.states:  # the submission time, after the end
+            out = "[]"
         else:
             item = self.states.pop(0)
             if isinstance(item, tuple):
@@ -174,7 +178,7 @@ class Replay:
 
 
 def _cli(replay: Replay) -> IrisCli:
-    return IrisCli(replay, program="iris", cluster="cw-test")
+    return IrisCli(replay, program="iris", cluster=ClusterTarget(name="cw-test"))
 
 
 def _run(replay: Replay, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
@@ -199,10 +203,13 @@ def test_summary_variant_failure_prints_the_log_tail_by_time_window(
     replay = Replay("job-help-0.2.35.txt", ["summary-running.json", "summary-failed.json"],
                     log=log)
     code, out = _run(replay, capsys)
-    assert code == 1 and out["error"] == "Exit code 137: OOMKilled"
+    assert code == 1 and out["error"] == "Exit code: 3. stderr: err-line"
+    assert out["job_exit_code"] == 3  # the task's code: the job-level one is always 0
     assert out["log_tail"] == [f"line {i}" for i in range(60, 100)]
     (logs_call,) = [c for c in replay.calls if "logs" in c]
-    assert "--no-tail" in logs_call and "--since-ms" in logs_call and "--tail" not in logs_call
+    # the server returns the *earliest* lines unless asked for the tail
+    assert "--tail" in logs_call and "--no-tail" not in logs_call and "--since-ms" in logs_call
+    assert logs_call[logs_call.index("--max-lines") + 1] == str(jobs.LOG_TAIL_LINES)
 
 
 def test_job_killed_with_no_final_log_line_still_ends(capsys: pytest.CaptureFixture[str]) -> None:
@@ -326,5 +333,5 @@ def test_invoke_watch_through_a_standin_iris_program(tmp_path: Path) -> None:
     out = json.loads(proc.stdout)
     assert [e["state"] for e in out["events"]] == ["pending", "running", "failed"]
     assert out["log_tail"] == ["step 1", "step 2"]
-    assert "--no-tail" in (tmp_path / "logs").read_text()
-    assert "] failed exit=137" in proc.stderr
+    assert "--tail" in (tmp_path / "logs").read_text().split()
+    assert "] failed exit=3 error=Exit code: 3. stderr: err-line" in proc.stderr

@@ -28,6 +28,7 @@ __all__ = [
     "FAILED_STATES",
     "STATES",
     "TERMINAL_STATES",
+    "ClusterTarget",
     "IrisCli",
     "IrisOutputError",
     "JobSpec",
@@ -88,6 +89,33 @@ class StateCommand(enum.Enum):
     QUERY = "query"
 
 
+# --- which cluster ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterTarget:
+    """The cluster every iris call goes to: a named cluster, or a controller URL."""
+
+    name: str = ""
+    controller_url: str = ""
+
+    @classmethod
+    def resolve(cls, *, name: str, controller_url: str, flag: str | None) -> ClusterTarget:
+        """A `--cluster` flag wins; else the configured controller URL; else the name."""
+        if flag:
+            return cls(name=flag)
+        if controller_url:
+            return cls(controller_url=controller_url)
+        return cls(name=name)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """The iris global option that selects this cluster."""
+        if self.controller_url:
+            return (f"--controller-url={self.controller_url}",)
+        return (f"--cluster={self.name}",)
+
+
 # --- composing `job run` ---------------------------------------------------------------
 
 
@@ -95,7 +123,7 @@ class StateCommand(enum.Enum):
 class JobSpec:
     """Everything `iris job run` needs for the kaniko build job."""
 
-    cluster: str
+    cluster: ClusterTarget
     task_image: str
     cpu: int | float
     memory: str
@@ -116,7 +144,7 @@ def _number(value: int | float) -> str:
 
 def job_run_argv(spec: JobSpec, *, reveal: bool) -> tuple[str, ...]:
     """`--cluster=X job run ... -- CMD`; secrets are revealed only when `reveal` is set."""
-    argv = [f"--cluster={spec.cluster}", "job", "run", "--task-image", spec.task_image]
+    argv = [*spec.cluster.args, "job", "run", "--task-image", spec.task_image]
     if spec.no_sync:
         argv.append("--no-sync")
     if spec.extra_resources:
@@ -213,13 +241,42 @@ def _load_json(text: str, source: str) -> Any:
         raise IrisOutputError(f"{source}: not JSON ({exc.msg}): {snippet!r}") from None
 
 
+def _task_exit_code(data: dict[str, Any]) -> int | None:
+    """The job's real exit code: a real controller reports the job-level `exit_code` as 0
+    for failed, killed and timed-out jobs alike, and the task's code only in `tasks[]`."""
+    codes = [_int_or_none(t.get("exit_code")) for t in data.get("tasks", []) or []
+             if isinstance(t, dict)]
+    nonzero = [c for c in codes if c]
+    if nonzero:
+        return nonzero[0]
+    if any(c == 0 for c in codes):
+        return 0
+    return _int_or_none(data.get("exit_code"))
+
+
+_ERROR_EXIT = re.compile(r"^Exit code:? (-?\d+)")
+
+
+def _real_exit_code(state: str, reported: int | None, error: str) -> int | None:
+    """`job list` and `iris query` report no task codes, and a real controller's job-level
+    code is 0 (list) or empty (query) even for a failed job; its error starts `Exit code: N`."""
+    if state in ACTIVE_STATES:
+        return None
+    if state == "succeeded" and reported is None:
+        return 0
+    match = _ERROR_EXIT.match(error)
+    if match and not reported:
+        return int(match.group(1))
+    return reported
+
+
 def parse_summary_json(text: str) -> Observation:
-    """`iris job summary ID --json`: lowercase `state`, `exit_code`, `error`, `tasks[]`."""
+    """`iris job summary ID --json`: lowercase `state`, `error`, `tasks[]` with exit codes."""
     data = _load_json(text, "job summary")
     if not isinstance(data, dict) or "state" not in data:
         raise IrisOutputError("job summary: JSON has no 'state'")
     state = _normalise(data["state"], "job summary")
-    exit_code = _int_or_none(data.get("exit_code")) if state not in ACTIVE_STATES else None
+    exit_code = _task_exit_code(data) if state not in ACTIVE_STATES else None
     error = str(data.get("error") or "")
     if not error:
         error = next((str(t.get("error")) for t in data.get("tasks", [])
@@ -238,9 +295,10 @@ def parse_list_json(text: str, job_id: str) -> Observation:
             submitted = item.get("submitted_at")
             submitted_ms = (_int_or_none(submitted.get("epoch_ms"))
                             if isinstance(submitted, dict) else None)
-            exit_code = _int_or_none(item.get("exit_code")) if state not in ACTIVE_STATES else None
-            return Observation(state=state, exit_code=exit_code,
-                               error=str(item.get("error") or ""), submitted_ms=submitted_ms)
+            error = str(item.get("error") or "")
+            exit_code = _real_exit_code(state, _int_or_none(item.get("exit_code")), error)
+            return Observation(state=state, exit_code=exit_code, error=error,
+                               submitted_ms=submitted_ms)
     return Observation(state=ABSENT)
 
 
@@ -282,10 +340,11 @@ def parse_query_csv(text: str) -> Observation:
         return Observation(state=ABSENT)
     record = dict(zip(header, rows[1], strict=False))
     state = _normalise(record.get("state", ""), "query")
+    error = record.get("error", "") or ""
     return Observation(
         state=state,
-        exit_code=_int_or_none(record.get("exit_code")) if state not in ACTIVE_STATES else None,
-        error=record.get("error", "") or "",
+        exit_code=_real_exit_code(state, _int_or_none(record.get("exit_code")), error),
+        error=error,
         submitted_ms=_int_or_none(record.get("submitted_at_ms")),
     )
 
@@ -303,9 +362,9 @@ Runner = Callable[[Sequence[str]], Completed]
 class IrisCli:
     """Runs the iris CLI for one cluster through `runner` (proc.run in production)."""
 
-    def __init__(self, runner: Runner, *, program: str = "iris", cluster: str) -> None:
+    def __init__(self, runner: Runner, *, program: str = "iris", cluster: ClusterTarget) -> None:
         self._run = runner
-        self._base = (program, f"--cluster={cluster}")
+        self._base = (program, *cluster.args)
         self._program = program
         self._commands: tuple[StateCommand, ...] | None = None
 
@@ -316,16 +375,17 @@ class IrisCli:
             raise TransientIrisError(exc.message) from None
 
     def state_commands(self) -> tuple[StateCommand, ...]:
-        """Detected once from `iris --help` and `iris job --help`."""
+        """Detected once from `iris job --help` (and `iris --help` only when that offers no
+        job-level command: each CLI call costs seconds of imports)."""
         if self._commands is None:
             try:
-                top = self._run([self._program, "--help"]).stdout
-                job = self._run([self._program, "job", "--help"]).stdout
+                job = parse_command_list(self._run([self._program, "job", "--help"]).stdout)
+                top = (set() if job & {"summary", "list", "describe"} else
+                       parse_command_list(self._run([self._program, "--help"]).stdout))
             except CommandFailed as exc:
                 raise IrisError(f"`iris --help` failed: {exc.message}",
                                 hint="check the iris installation") from None
-            self._commands = choose_state_commands(parse_command_list(job),
-                                                   parse_command_list(top))
+            self._commands = choose_state_commands(job, top)
             if not self._commands:
                 raise IrisError("this iris CLI has none of `job summary`, `job list`, "
                                 "`job describe`, `query`: cannot read job state",
@@ -358,9 +418,34 @@ class IrisCli:
             return parse_describe_text(result.stdout)
         return parse_query_csv(result.stdout)
 
-    def logs(self, job_id: str, *, since_ms: int) -> str:
-        """The job's log from `since_ms` on, earliest first (time window, never --tail)."""
-        return self._call("job", "logs", job_id, "--since-ms", str(since_ms), "--no-tail").stdout
+    def submitted_ms(self, job_id: str) -> int | None:
+        """When the job (this run of its name) was submitted, from a command that tells;
+        None when none does. `job summary` does not."""
+        for command in self.state_commands():
+            if command in (StateCommand.LIST, StateCommand.QUERY):
+                args = (("job", "list", "--json", "--prefix", job_id)
+                        if command is StateCommand.LIST
+                        else ("query", "-f", "csv", query_sql(job_id)))
+                try:
+                    result = self._run([*self._base, *args])
+                    observation = (parse_list_json(result.stdout, job_id)
+                                   if command is StateCommand.LIST
+                                   else parse_query_csv(result.stdout))
+                except (CommandFailed, IrisError):
+                    continue
+                if observation.submitted_ms:
+                    return observation.submitted_ms
+        return None
+
+    def log_tail(self, job_id: str, *, since_ms: int, lines: int) -> str:
+        """The job's last `lines` log lines from `since_ms` on, oldest first.
+
+        `--tail` matters: without it the server returns the *earliest* lines, at most 1000
+        by default, so a long build's tail (where its error is) would never be shown.
+        `since_ms` keeps out an earlier run of a reused job name, whose lines stay in the log.
+        """
+        return self._call("job", "logs", job_id, "--since-ms", str(since_ms), "--tail",
+                          "--max-lines", str(lines)).stdout
 
     def kill(self, job_id: str) -> str:
         """Stop this one job (job-scoped; nothing cluster-wide)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -16,7 +17,7 @@ from typing import Any
 from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
-from gpurl_tasks.cluster.iris import IrisCli, Observation, parse_job_id
+from gpurl_tasks.cluster.iris import ClusterTarget, IrisCli, Observation, parse_job_id
 from gpurl_tasks.cluster.iris_release import install_hint
 from gpurl_tasks.cluster.submit import (
     BuildEnv,
@@ -25,15 +26,33 @@ from gpurl_tasks.cluster.submit import (
     guard_immutable_tag,
     prepare_build,
 )
-from gpurl_tasks.cluster.watch import EXIT_FAILED, WatcherError, WatchResult, log_window_start, watch
+from gpurl_tasks.cluster.watch import (
+    EXIT_ABSENT,
+    EXIT_FAILED,
+    WatcherError,
+    WatchResult,
+    log_window_start,
+    watch,
+)
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, GpurlError, IrisError
 from gpurl_tasks.oci.tags import existing_digest
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, find_program, run
 from gpurl_tasks.redact import TokenSource, find_registry_token, known_secrets, redact
 
-__all__ = ["IRIS_ENV", "KillOutcome", "Submission", "WatchOutcome", "generate_script", "iris_program",
-           "kill_job", "real_world", "run_build", "run_watch"]
+__all__ = [
+    "IRIS_ENV",
+    "KillOutcome",
+    "Submission",
+    "WatchOutcome",
+    "cluster_target",
+    "generate_script",
+    "iris_program",
+    "kill_job",
+    "real_world",
+    "run_build",
+    "run_watch",
+]
 
 # The iris binary to drive (the runbook insists on one specific cw-capable install).
 IRIS_ENV = "GPURL_IRIS"
@@ -108,10 +127,11 @@ class Submission:
 
 
 def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say = _quiet,
-              world: BuildEnv | None = None) -> Submission:
+              world: BuildEnv | None = None,
+              pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> Submission:
     """Guard rails, then compose (dry run) or submit the job."""
     world = world or real_world(os.environ)
-    prepared = prepare_build(config, request, world)
+    prepared = prepare_build(config, request, world, pins)
     if not dry_run:  # a dry run touches no registry
         lookup = world.tag_digest or (lambda ref: existing_digest(config, ref, world.env))
         prepared = guard_immutable_tag(prepared, lookup(prepared.image_tag), force=request.force)
@@ -133,11 +153,17 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
     return Submission(prepared=prepared, program=program, job_id=job_id)
 
 
+def cluster_target(config: Config, flag: str | None) -> ClusterTarget:
+    """The cluster to talk to: the `--cluster` flag, else cluster.controller-url, else name."""
+    return ClusterTarget.resolve(name=config.cluster.name,
+                                 controller_url=config.cluster.controller_url, flag=flag)
+
+
 def _iris(config: Config, env: Mapping[str, str], cluster: str | None) -> IrisCli:
     program = iris_program(env)
     _find_iris(program, env)
     return IrisCli(lambda argv: run(argv, echo=None, timeout=300), program=program,
-                   cluster=cluster or config.cluster.name)
+                   cluster=cluster_target(config, cluster))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -154,7 +180,10 @@ class WatchOutcome:
         return self.result.exit_code
 
     def human(self) -> str:
-        return f"{self.job_id}: {self.result.reason} after {self.result.elapsed:.0f}s"
+        obs = self.result.observation
+        why = f" ({obs.error})" if obs and obs.terminal and obs.error else ""
+        code = f", exit code {obs.exit_code}" if obs and obs.exit_code else ""
+        return f"{self.job_id}: {self.result.reason}{why}{code} after {self.result.elapsed:.0f}s"
 
     def to_json(self) -> dict[str, Any]:
         obs = self.result.observation
@@ -182,6 +211,8 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
         raise WatcherError(exc.message, hint=exc.hint) from None
     say(f"watching {job_id} via `iris {commands[0].value}` every {interval:g}s")
     events: list[dict[str, Any]] = []
+    # the job's output can echo the token (a task error carries its stderr): redact all of it
+    secrets = known_secrets(os.environ, gh_token=_gh_token, users=[config.registry.user])
 
     def on_change(elapsed: float, obs: Observation) -> None:
         events.append({"elapsed_s": round(elapsed, 1), "state": obs.state})
@@ -192,19 +223,28 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
     def on_retry(elapsed: float, message: str, delay: float) -> None:
         say(f"[{elapsed:7.0f}s] iris failed ({message}); retrying in {delay:g}s")
 
-    result = watch(lambda: iris.read_state(job_id), interval=interval, max_duration=max_duration,
+    def read() -> Observation:
+        obs = iris.read_state(job_id)
+        return dataclasses.replace(obs, error=redact(obs.error, secrets))
+
+    result = watch(read, interval=interval, max_duration=max_duration,
                    clock=clock, sleep=sleep, on_change=on_change, on_retry=on_retry)
     log_tail: list[str] = []
     if result.exit_code == EXIT_FAILED:
-        since = log_window_start(result.observation, watch_started_ms=started_ms,
-                                 job_timeout_s=config.cluster.timeout)
         try:
-            log_tail = iris.logs(job_id, since_ms=since).splitlines()[-LOG_TAIL_LINES:]
+            submitted = (result.observation.submitted_ms if result.observation else None) \
+                or iris.submitted_ms(job_id)
+            since = log_window_start(
+                dataclasses.replace(result.observation, submitted_ms=submitted)
+                if result.observation else None,
+                watch_started_ms=started_ms, job_timeout_s=config.cluster.timeout)
+            log_tail = iris.log_tail(job_id, since_ms=since,
+                                     lines=LOG_TAIL_LINES).splitlines()[-LOG_TAIL_LINES:]
         except IrisError as exc:
+            since = 0
             log_tail = [f"(could not fetch the log: {exc.message})"]
         say(f"--- last {len(log_tail)} log lines (since {since} ms) ---")
-        known = known_secrets(os.environ, gh_token=_gh_token, users=[config.registry.user])
-        log_tail = [redact(line, known) for line in log_tail]
+        log_tail = [redact(line, secrets) for line in log_tail]
         for line in log_tail:
             say(line)
     return WatchOutcome(job_id=job_id, result=result, events=tuple(events),
@@ -232,8 +272,12 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
         raise IrisError(f"{job_id!r} is not a job id like /USER/NAME",
                         hint="kill is job-scoped; pass the id `invoke build` printed")
     if dry_run:
-        return KillOutcome(f"iris --cluster={cluster or config.cluster.name} job kill {job_id}")
-    _iris(config, os.environ, cluster).kill(job_id)
+        return KillOutcome(shlex.join(["iris", *cluster_target(config, cluster).args, "job", "kill",
+                                       job_id]))
+    said = _iris(config, os.environ, cluster).kill(job_id)
+    if job_id not in said:  # iris exits 0 for a finished or unknown job: "No running jobs matched."
+        return KillOutcome(f"nothing killed: no running job {job_id} (already finished, or "
+                           "unknown); `invoke watch` tells which", exit_code=EXIT_ABSENT)
     return KillOutcome(f"killed {job_id}")
 
 

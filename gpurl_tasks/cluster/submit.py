@@ -17,7 +17,7 @@ from pathlib import Path
 from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, check_bundle
-from gpurl_tasks.cluster.iris import JobSpec, job_run_argv
+from gpurl_tasks.cluster.iris import ClusterTarget, JobSpec, job_run_argv
 from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.errors import BuildError
@@ -36,9 +36,11 @@ __all__ = [
 ]
 
 MIN_MEMORY = "512GB"
-# The pod command iris runs: decode the script shipped in BUILD_B64 and exec it.
+# The pod command iris runs: decode the script shipped in BUILD_B64 into a file of its own
+# and exec it. Not a fixed /tmp/build.sh: where tasks share a host's /tmp (a local iris
+# cluster runs them as host processes), concurrent jobs would run each other's script.
 JOB_COMMAND = ("bash", "-lc",
-               'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh')
+               'f="$(mktemp)" && echo "$BUILD_B64" | base64 -d > "$f" && exec bash "$f"')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,8 +154,12 @@ def guard_immutable_tag(prepared: PreparedBuild, existing: str | None, *, force:
         *prepared.notes, f"overwriting {prepared.image_tag} (now {existing}): --force"))
 
 
-def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> PreparedBuild:
-    """Run every guard rail and compose the job; raise BuildError naming the first refusal."""
+def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
+                  pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> PreparedBuild:
+    """Run every guard rail and compose the job; raise BuildError naming the first refusal.
+
+    `pins` say where the job's script gets crane and the kaniko executor (tests serve
+    stand-ins from 127.0.0.1; production uses the pinned release and image digest)."""
     if request.local_only:
         raise BuildError(f"{', '.join(request.local_only)} are local-backend flags",
                          hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
@@ -188,7 +194,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
     bundle = world.bundle(config.root)
     check_bundle(bundle)
 
-    script = kaniko.render_script(config)
+    script = kaniko.render_script(config, pins)
     env: list[tuple[str, str | Secret]] = [
         ("DOCKER_USER_ID", config.registry.user),
         ("DOCKER_TOKEN", token.token),
@@ -204,7 +210,8 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv) -> Pre
                 ("TAG_PREFIX", prefix), ("FLOATING_TAG", config.registry.floating_tag)]
         job_name = f"gpurl-kaniko-{config.variant}-{gitsha}"
     spec = JobSpec(
-        cluster=request.cluster or cluster.name,
+        cluster=ClusterTarget.resolve(name=cluster.name, controller_url=cluster.controller_url,
+                                      flag=request.cluster),
         task_image=cluster.task_image,
         cpu=request.cpu if request.cpu is not None else cluster.cpu,
         memory=memory,

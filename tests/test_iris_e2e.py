@@ -1,0 +1,261 @@
+"""The cluster path end to end on a real local iris controller (the pinned marin-iris release).
+
+`invoke build`'s own function submits the real generated kaniko script through the real
+`iris job run` (workspace bundle from a real git checkout, `-e` variables, the base64
+launcher); the controller runs it as a host process. `invoke watch` and `invoke kill` run
+as the user runs them (subprocesses) against `[tool.gpurl.cluster] controller-url`.
+
+Stand-ins, because kaniko and crane cannot run here: `crane` is served from 127.0.0.1 as a
+checksum-pinned tarball and its `export` lays down a stand-in kaniko executor
+(tests/kaniko_harness.py); the job finds them through the script's pins, and the bundle
+through a private root whose `app` is the job's $IRIS_WORKDIR (the pod's /app), set up by
+the controller HOME's .bash_profile (tests/iris_cluster.py). Everything else is real.
+
+Runs in `nox -s iris-e2e` (Python 3.12, the pinned release), which `.ci/run` runs; elsewhere
+iris is not importable and the module skips with that reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpurl_tasks.cluster import jobs
+from gpurl_tasks.cluster.iris import ClusterTarget, IrisCli
+from gpurl_tasks.cluster.submit import BuildRequest
+from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.proc import run
+from tests.iris_cluster import LocalIris, local_iris
+from tests.kaniko_harness import Rig, rig
+from tests.local_parts import free_port
+from tests.support.git import git
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CANARY = "ghp_CANARYe2e5c1f00d"
+PIN_ENV = "GPURL_IRIS_CONTRACT"  # set by the iris sessions: there a missing iris fails
+
+if importlib.util.find_spec("iris") is None or importlib.util.find_spec("iris.cli") is None:
+    if os.environ.get(PIN_ENV):
+        raise RuntimeError(f"{PIN_ENV} is set but iris is not importable")
+    pytest.skip("iris (marin-iris, Python >= 3.12) is not installed; run `nox -s iris-e2e`",
+                allow_module_level=True)
+
+pytestmark = pytest.mark.integration
+
+# Everything gpurl printed in this module, checked for the canary at the end.
+PRINTED: list[str] = []
+JOBS: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalIris]:
+    # the controller's environment is every task's: no token or gpurl setting leaks in
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("GPURL_", "GHCR_", "DOCKER_"))}
+    start = time.monotonic()
+    with local_iris(tmp_path_factory.mktemp("iris"), free_port(), env=clean) as running:
+        print(f"\nlocal iris controller up in {time.monotonic() - start:.1f}s at {running.url}")
+        yield running
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real git checkout of this project (its tracked and untracked-unignored files)."""
+    root = tmp_path_factory.mktemp("workspace")
+    files = git(REPO_ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    for name in filter(None, files.split("\0")):
+        source = REPO_ROOT / name
+        if source.is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "workspace")
+    return root
+
+
+@pytest.fixture(scope="module")
+def user_env(cluster: LocalIris, workspace: Path, tmp_path_factory: pytest.TempPathFactory,
+             ) -> dict[str, str]:
+    """The user's shell: the token, KUBECONFIG, the stock iris, the local controller's URL."""
+    kube = tmp_path_factory.mktemp("kube") / "config"
+    kube.write_text("apiVersion: v1\n")
+    return {**os.environ, "GPURL_REGISTRY_TOKEN": CANARY, "KUBECONFIG": str(kube),
+            jobs.IRIS_ENV: str(cluster.iris), "GPURL_CLUSTER_CONTROLLER_URL": cluster.url,
+            "HOME": str(cluster.home.parent / "client-home")}
+
+
+def _config(workspace: Path, env: dict[str, str], r: Rig) -> Config:
+    return load_config(workspace, env={**env, "GPURL_BUILD_WHEEL_BASE_URL": r.base_url + "/wheels"})
+
+
+def submit(workspace: Path, env: dict[str, str], r: Rig, **request: object) -> str:
+    """`invoke build` on a new commit (a new sha, so a new job name), as the task runs it."""
+    git(workspace, "commit", "-q", "--allow-empty", "-m", f"build {len(JOBS)}")
+    said: list[str] = []
+    options = {"cpu": 1, "memory": "1GB", "disk": "1GB", "force": True, **request}
+    submission = jobs.run_build(_config(workspace, env, r), BuildRequest(**options),  # type: ignore[arg-type]
+                                dry_run=False, say=said.append, world=jobs.real_world(env),
+                                pins=r.pins)
+    PRINTED.extend([*said, submission.human(), json.dumps(submission.to_json())])
+    sha = git(workspace, "rev-parse", "--short", "HEAD").strip()
+    assert submission.job_id is not None and submission.job_id.endswith(f"/gpurl-kaniko-{sha}")
+    JOBS.append(submission.job_id)
+    return submission.job_id
+
+
+def invoke(workspace: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """An invoke task as the user types it, from the checkout."""
+    proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=workspace, env=env,
+                          capture_output=True, text=True, timeout=400, check=False)
+    PRINTED.extend([proc.stdout, proc.stderr])
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def watch(workspace: Path, env: dict[str, str], job_id: str,
+          ) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    proc = invoke(workspace, env, "watch", job_id, "--interval", "2", "--max-duration", "300",
+                  "--json")
+    return proc, json.loads(proc.stdout)
+
+
+def stored_log(cluster: LocalIris, job_id: str, cwd: Path) -> str:
+    """The job's log as the controller stores it, read with the stock client."""
+    proc = cluster.client("job", "logs", job_id, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def timed_out_job(cluster: LocalIris, workspace: Path, user_env: dict[str, str],
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Submitted first, watched last: the controller sweeps `--timeout` only every 60 s, so
+    the other tests run while it waits."""
+    with rig(tmp_path_factory.mktemp("rig-timeout"), executor_tail="sleep 300") as r:
+        yield submit(workspace, user_env, r, timeout=1)
+
+
+def test_build_runs_the_real_script_and_watch_follows_it_to_succeeded(
+        cluster: LocalIris, workspace: Path, user_env: dict[str, str], timed_out_job: str,
+        tmp_path: Path) -> None:
+    with rig(tmp_path) as r:
+        job_id = submit(workspace, user_env, r)
+        proc, out = watch(workspace, user_env, job_id)
+    assert proc.returncode == 0, proc.stderr
+    assert out["state"] == "succeeded" and out["job_exit_code"] == 0
+    assert [e["state"] for e in out["events"]][-1] == "succeeded"  # type: ignore[index]
+    sha = job_id.rsplit("-", 1)[1]
+    image = "ghcr.io/open-thoughts/openthoughts-agent"
+    log = stored_log(cluster, job_id, tmp_path)
+    assert f"pushed {image}:gpu-rl-{sha}@sha256:{'0' * 63}7" in log
+    (call,) = r.calls("executor")
+    assert f"--destination {image}:gpu-rl-{sha}" in call
+    assert "--build-arg GITSHA=" + sha in call
+    # the script ran in the bundle: the wheels landed in the bundle's docker/wheelhouse
+    assert "--context dir://" in call and "/app" in call
+    # the token reached the job through `-e` (it is in the auth file the executor saw) ...
+    auth = json.loads(r.auth_seen.read_text())["auths"]["ghcr.io"]["auth"]
+    assert base64.b64decode(auth).decode() == f"penfever:{CANARY}"
+    # ... and was gone from the environment, IRIS_JOB_ENV's copy included, before kaniko ran
+    assert "token-in-env=\n" in r.log.read_text() and "iris-job-env=\n" in r.log.read_text()
+    assert CANARY not in log
+
+
+def test_a_failing_script_ends_failed_with_the_log_tail(
+        cluster: LocalIris, workspace: Path, user_env: dict[str, str], tmp_path: Path) -> None:
+    """The MANIFEST checksum check fails inside the job (a wheel changed after MANIFEST)."""
+    with rig(tmp_path) as r:
+        (r.served / "wheels" / r.wheels[0]).write_bytes(b"not the wheel MANIFEST names")
+        job_id = submit(workspace, user_env, r)
+        proc, out = watch(workspace, user_env, job_id)
+    assert proc.returncode == 1, proc.stderr
+    assert out["state"] == "failed" and out["job_exit_code"] == 1
+    assert any(f"checksum mismatch for {r.wheels[0]}" in line
+               for line in out["log_tail"])  # type: ignore[attr-defined]
+    assert "--- last" in proc.stderr and "checksum mismatch" in proc.stderr
+    assert not r.calls("executor")
+
+
+def test_a_long_log_shows_its_real_tail_redacted(
+        cluster: LocalIris, workspace: Path, user_env: dict[str, str], tmp_path: Path) -> None:
+    """1500 lines, then a line leaking the token, then the error: the watcher must show the
+    end (the server returns its earliest 1000 lines unless asked for the tail), redacted."""
+    leaky = ('for i in $(seq 1 1500); do echo "kaniko step $i"; done\n'
+             'echo "auth: $(sed -e \'s/.*"auth":"//\' -e \'s/".*//\' '
+             '"$DOCKER_CONFIG/config.json" | base64 -d)"\n'
+             'echo "error building image: exit status 1" >&2; exit 1')
+    with rig(tmp_path, executor_tail=leaky) as r:
+        job_id = submit(workspace, user_env, r)
+        JOBS.remove(job_id)  # this one leaks on purpose
+        proc, out = watch(workspace, user_env, job_id)
+    assert proc.returncode == 1, proc.stderr
+    tail = out["log_tail"]
+    assert isinstance(tail, list) and len(tail) == jobs.LOG_TAIL_LINES
+    # the end of the log, not its first 1000 lines; redacted
+    assert any(line.endswith("kaniko step 1500") for line in tail[-3:])
+    assert any(line.endswith("auth: penfever:***") for line in tail[-3:])
+    # a real controller sometimes drops the last stderr line of a task that exits right after
+    # it; the reason is always in the job's error ("Exit code: 1. stderr: ..."), which watch shows
+    assert out["error"] == "Exit code: 1. stderr: error building image: exit status 1"
+    assert "error=Exit code: 1. stderr: error building image" in proc.stderr
+    assert CANARY in stored_log(cluster, job_id, tmp_path)  # the job did leak it
+    assert CANARY not in proc.stdout + proc.stderr
+
+
+def test_kill_ends_the_job_killed(cluster: LocalIris, workspace: Path, user_env: dict[str, str],
+                                  tmp_path: Path) -> None:
+    with rig(tmp_path, executor_tail="sleep 300") as r:
+        job_id = submit(workspace, user_env, r)
+        iris = IrisCli(lambda argv: run(argv, echo=None), program=str(cluster.iris),
+                       cluster=ClusterTarget(controller_url=cluster.url))
+        deadline = time.monotonic() + 120
+        while not r.calls("executor"):  # the job is inside the (stand-in) kaniko build
+            assert iris.read_state(job_id).state in ("pending", "running")
+            assert time.monotonic() < deadline, "the job never reached the executor"
+            time.sleep(1)
+        killed = invoke(workspace, user_env, "kill", job_id)
+        assert killed.returncode == 0 and f"killed {job_id}" in killed.stdout
+        proc, out = watch(workspace, user_env, job_id)
+    assert proc.returncode == 1 and out["state"] == "killed"
+    assert out["error"] == "Terminated by user"
+    again = invoke(workspace, user_env, "kill", job_id)  # iris itself says 0 "No running jobs"
+    assert again.returncode == 2 and "nothing killed" in again.stdout
+
+
+def test_an_unknown_job_is_absent_not_a_wait(cluster: LocalIris, workspace: Path,
+                                             user_env: dict[str, str]) -> None:
+    start = time.monotonic()
+    proc, out = watch(workspace, user_env, "/root/gpurl-no-such-job")
+    assert proc.returncode == 2 and out["state"] == "absent"
+    assert time.monotonic() - start < 120
+
+
+def test_a_job_past_its_timeout_ends_failed_with_the_reason(
+        cluster: LocalIris, workspace: Path, user_env: dict[str, str], timed_out_job: str) -> None:
+    proc, out = watch(workspace, user_env, timed_out_job)
+    assert proc.returncode == 1, proc.stderr
+    assert out["state"] == "failed" and out["error"] == "Execution timeout exceeded"
+    assert "Execution timeout exceeded" in proc.stderr
+
+
+def test_the_token_never_reaches_stored_logs_or_output(cluster: LocalIris, tmp_path: Path) -> None:
+    assert JOBS and PRINTED
+    for job_id in JOBS:
+        assert CANARY not in stored_log(cluster, job_id, tmp_path), job_id
+    assert CANARY not in cluster.log.read_text(errors="replace")
+    for text in PRINTED:
+        assert CANARY not in text
+        with contextlib.suppress(ValueError):
+            assert base64.b64encode(CANARY.encode()).decode() not in text
