@@ -200,7 +200,7 @@ def _findings(results: dict[str, Any]) -> list[str]:
                    "allows one full heavy layer, one more heavy layer and the tail; a bump that "
                    "moves any package above the tail rebuilds everything above the first layer, "
                    f"at least {_pct((total - 4 * 10**9) / total)} of the Python layers. The "
-                   "bumps that touch only the tail cost under 5%.")
+                   "bumps that touch only the tail cost at most the tail's share.")
     for item in rebuild["layer_counts"]:
         out.append(f"- Layers at {format_bytes(item['cap'])} for {item['lock']}: {item['layers']} "
                    f"(lower bound {item['lower_bound']}, so at most {item['lower_bound'] + 1} allowed); "

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from benchmarks import real_scale
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import generate
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.planner import TAIL_SHARE, plan_for_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GB = 10**9
@@ -47,7 +47,7 @@ def test_plan_spans_at_least_four_gb_scale_layers_under_the_cap() -> None:
     assert len(sizes) >= 4 and max(sizes) <= plan.cap_bytes
     assert sum(sizes) >= 3 * GB
     assert min(sizes[:-1]) >= plan.cap_bytes // 2  # GB-scale layers, then the light tail
-    assert sizes[-1] <= 0.05 * sum(sizes)
+    assert sizes[-1] <= TAIL_SHARE * sum(sizes)
 
 
 def test_committed_dockerfile_is_current() -> None:

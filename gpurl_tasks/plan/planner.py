@@ -5,7 +5,7 @@ A changed layer invalidates every layer above it (Docker's and kaniko's cache ke
 parent), so the order decides what a lock bump costs:
 
 - **Fresh packing** (no committed slices, or `generate --repack`): the smallest packages, up to
-  5% of the environment (never above the cap), form a light *tail* that goes last: most bumps
+  8% of the environment (never above the cap), form a light *tail* that goes last: most bumps
   move small packages, and new packages land there too. The heavy rest goes in order of how
   often its version changed in the lock's git history (never first), then by size, largest
   first, each layer filled before the next opens: the giants that move only with a torch
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 TAIL = "tail"
-TAIL_SHARE = 0.05  # the tail's budget: a share of the environment, never above the cap
+TAIL_SHARE = 0.08  # the tail's budget: a share of the environment, never above the cap
 
 Bucket = tuple[str, list[PackageSize]]  # (label, members)
 
