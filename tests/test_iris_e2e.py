@@ -40,6 +40,7 @@ from tests.iris_cluster import LocalIris, local_iris
 from tests.kaniko_harness import Rig, rig
 from tests.local_parts import free_port
 from tests.support.git import git
+from tests.support.registry_server import RegistryServer, require_registry, running_registry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CANARY = "ghp_CANARYe2e5c1f00d"
@@ -86,13 +87,24 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def user_env(cluster: LocalIris, workspace: Path, tmp_path_factory: pytest.TempPathFactory,
-             ) -> dict[str, str]:
-    """The user's shell: the token, KUBECONFIG, the stock iris, the local controller's URL."""
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    """A real registry on loopback stands where GHCR would: `invoke build` looks the immutable
+    tag up there before it submits (a fresh tag: not found)."""
+    require_registry()
+    with running_registry(tmp_path_factory.mktemp("registry")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def user_env(cluster: LocalIris, workspace: Path, registry: RegistryServer,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The user's shell: the token, KUBECONFIG, the stock iris, the local controller's URL, the
+    loopback registry as the push target."""
     kube = tmp_path_factory.mktemp("kube") / "config"
     kube.write_text("apiVersion: v1\n")
     return {**os.environ, "GPURL_REGISTRY_TOKEN": CANARY, "KUBECONFIG": str(kube),
             jobs.IRIS_ENV: str(cluster.iris), "GPURL_CLUSTER_CONTROLLER_URL": cluster.url,
+            "GPURL_REGISTRY_HOST": registry.host,
             "HOME": str(cluster.home.parent / "client-home")}
 
 
@@ -149,7 +161,7 @@ def timed_out_job(cluster: LocalIris, workspace: Path, user_env: dict[str, str],
 
 def test_build_runs_the_real_script_and_watch_follows_it_to_succeeded(
         cluster: LocalIris, workspace: Path, user_env: dict[str, str], timed_out_job: str,
-        tmp_path: Path) -> None:
+        registry: RegistryServer, tmp_path: Path) -> None:
     with rig(tmp_path) as r:
         job_id = submit(workspace, user_env, r)
         proc, out = watch(workspace, user_env, job_id)
@@ -157,7 +169,7 @@ def test_build_runs_the_real_script_and_watch_follows_it_to_succeeded(
     assert out["state"] == "succeeded" and out["job_exit_code"] == 0
     assert [e["state"] for e in out["events"]][-1] == "succeeded"  # type: ignore[index]
     sha = job_id.rsplit("-", 1)[1]
-    image = "ghcr.io/open-thoughts/openthoughts-agent"
+    image = f"{registry.host}/open-thoughts/openthoughts-agent"
     log = stored_log(cluster, job_id, tmp_path)
     assert f"pushed {image}:gpu-rl-{sha}@sha256:{'0' * 63}7" in log
     (call,) = r.calls("executor")
@@ -166,7 +178,7 @@ def test_build_runs_the_real_script_and_watch_follows_it_to_succeeded(
     # the script ran in the bundle: the wheels landed in the bundle's docker/wheelhouse
     assert "--context dir://" in call and "/app" in call
     # the token reached the job through `-e` (it is in the auth file the executor saw) ...
-    auth = json.loads(r.auth_seen.read_text())["auths"]["ghcr.io"]["auth"]
+    auth = json.loads(r.auth_seen.read_text())["auths"][registry.host]["auth"]
     assert base64.b64decode(auth).decode() == f"penfever:{CANARY}"
     # ... and was gone from the environment, IRIS_JOB_ENV's copy included, before kaniko ran
     assert "token-in-env=\n" in r.log.read_text() and "iris-job-env=\n" in r.log.read_text()
@@ -205,7 +217,7 @@ def test_a_long_log_shows_its_real_tail_redacted(
     assert isinstance(tail, list) and len(tail) == jobs.LOG_TAIL_LINES
     # the end of the log, not its first 1000 lines; redacted
     assert any(line.endswith("kaniko step 1500") for line in tail[-3:])
-    assert any(line.endswith("auth: penfever:***") for line in tail[-3:])
+    assert any(line.endswith("auth: ***") for line in tail[-3:])  # user:token redacted whole
     # a real controller sometimes drops the last stderr line of a task that exits right after
     # it; the reason is always in the job's error ("Exit code: 1. stderr: ..."), which watch shows
     assert out["error"] == "Exit code: 1. stderr: error building image: exit status 1"
