@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpurl_tasks.config import load_config
+from gpurl_tasks.config import SHARED, load_config
 from gpurl_tasks.dockerfile.generate import render_dockerfile
 from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.errors import BuildError
@@ -171,6 +171,81 @@ def test_a_dirty_tree_gets_its_own_tag(tree: Path, first: dict[str, Any]) -> Non
         source.write_text(original)
 
 
+# --- the demo's two variants: both built, verified and pinned; their shared slices one set of blobs
+
+
+def _registry_digest(reference: str) -> str:
+    host, _, rest = reference.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    answer = httpx.head(f"http://{host}/v2/{repository}/manifests/{tag}",
+                        headers={"Accept": ACCEPT_MANIFESTS}, timeout=30)
+    assert answer.status_code == 200, answer.status_code
+    return f"{host}/{repository}@{answer.headers['Docker-Content-Digest']}"
+
+
+def _launcher_values(tree: Path) -> dict[str, str]:
+    source = load_config(tree, profile="demo", env={}).launcher.path.read_text()
+    return {target.id: node.value.value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
+def test_both_variants_built_verified_pinned_and_sharing_blobs(tree: Path,
+                                                               first: dict[str, Any]) -> None:
+    """`standard` and `extra` (the demo's small `six` extra): each built from its own
+    Dockerfile, pushed, verified through the registry API and pinned to its own launcher
+    variable; every layer up to the last shared slice is the same blob in both images."""
+    built: dict[str, dict[str, Any]] = {}
+    for variant in ("standard", "extra"):
+        done = invoke(tree, "build", "--backend", "local", "--profile", "demo", "--variant",
+                      variant, "--wheel-source", "prebuilt-wheelhouse", "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        built[variant] = json.loads(done.stdout)
+        verified = invoke(tree, "verify-layers", "--profile", "demo", "--variant", variant,
+                          "--json")
+        assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+        assert json.loads(verified.stdout)["ok"]
+    standard, extra = built["standard"], built["extra"]
+    assert standard["reference"] == first["reference"]  # the demo's own image, unchanged
+    assert extra["reference"].rpartition(":")[2].startswith("demo-extra-")
+    assert standard["digest"] != extra["digest"]
+
+    pinned = invoke(tree, "pin", "--profile", "demo")  # every variant built at HEAD
+    assert pinned.returncode == 0, pinned.stdout[-2000:] + pinned.stderr[-2000:]
+    values = _launcher_values(tree)
+    assert values["DEFAULT_RL_DOCKER_IMAGE"] == _registry_digest(standard["reference"])
+    assert values["DEFAULT_RL_EXTRA_DOCKER_IMAGE"] == _registry_digest(extra["reference"])
+
+    rows = {v: _layers(tree, built[v]["reference"]) for v in built}
+    # each shared slice is its COPY layer and, right above it, the sync layer installing it
+    shared_slices = [i + 1 for i, row in enumerate(rows["standard"])
+                     if (row["instruction"] or "").startswith("COPY")
+                     and f"/{SHARED}/" in (row["instruction"] or "")]
+    assert shared_slices, "no layer of the standard image installs a shared slice"
+    assert all(rows["standard"][i]["sync_step"] is not None for i in shared_slices)
+    top = max(shared_slices) + 1  # the shared slices and every layer below them
+    assert [r["instruction"] for r in rows["extra"][:top]] == \
+        [r["instruction"] for r in rows["standard"][:top]]
+    assert [r["digest"] for r in rows["extra"][:top]] == \
+        [r["digest"] for r in rows["standard"][:top]]
+    # above them the images differ: each variant's own tail slice is its own blob
+    tails = {v: next(r["digest"] for r in rows[v][top:] if r["sync_step"] is not None)
+             for v in rows}
+    assert tails["standard"] != tails["extra"]
+    # one blob in the registry serves both images (same repository)
+    host, _, rest = standard["reference"].partition("/")
+    repository = rest.rpartition(":")[0]
+    for row in rows["standard"][:top]:
+        answer = httpx.head(f"http://{host}/v2/{repository}/blobs/{row['digest']}", timeout=30)
+        assert answer.status_code == 200, row["digest"]
+    total = sum(r["size"] for r in rows["standard"][:top])
+    slice_bytes = sum(rows["standard"][i]["size"] for i in shared_slices)
+    own = {v: sum(r["size"] for r in rows[v][top:]) for v in rows}
+    print(f"variants standard + extra: {top} shared layers, {total:,} bytes stored once "
+          f"({len(shared_slices)} shared slice layers, {slice_bytes:,} bytes); own layers "
+          f"{own['standard']:,} (standard) and {own['extra']:,} (extra) bytes")
+
+
 # --- cache-stable layers and the compiled wheels, end to end
 # (before any --no-cache build: duplicate cache records for one key make the engine pick
 # either lineage, and blobs below a slice would differ for reasons that are not the slices')
@@ -217,10 +292,13 @@ def test_a_small_bump_rebuilds_only_the_slice_it_lands_in(tree: Path, first: dic
     assert baseline.returncode == 0, baseline.stderr[-3000:]
     _relock(tree, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
             upgrade=BUMPED.split("==")[0])
-    slices = sorted((tree / "docker" / "layers" / "demo").glob("*.txt"))
-    changed = [s.name for s in slices if s.read_text() != (REPO_ROOT / "docker" / "layers" / "demo"
-                                                          / s.name).read_text()]
-    assert len(changed) == 1, changed  # one slice file edited, by one line
+    slices = sorted((tree / "docker" / "layers" / "demo").rglob("*.txt"))
+    edited = [s.relative_to(tree).as_posix() for s in slices
+              if s.read_text() != (REPO_ROOT / s.relative_to(tree)).read_text()]
+    # pycparser sits in each variant's light tail: one slice file per variant edited, none shared
+    assert len(edited) == 2 and not any(f"/{SHARED}/" in e for e in edited), edited
+    changed = [e for e in edited if "/standard/" in e]  # the image built below is `standard`'s
+    assert len(changed) == 1, edited
     built = invoke(tree, "build", "--backend", "local", "--profile", "demo",
                    "--wheel-source", "prebuilt-wheelhouse", "--json")
     assert built.returncode == 0, built.stderr[-3000:]
@@ -246,7 +324,8 @@ def test_the_compiled_wheel_survives_a_lock_that_pins_its_name(tree: Path,
     _relock(tree, ('dependencies = [', 'dependencies = [\n  "gpurl-demo-ext==0.0.1",'))
     dockerfile = (tree / "docker" / "Dockerfile.demo").read_text()
     assert "--no-install-package gpurl-demo-ext" in dockerfile
-    slices = " ".join(s.read_text() for s in (tree / "docker" / "layers" / "demo").glob("*.txt"))
+    slices = " ".join(s.read_text() for s in (tree / "docker" / "layers" / "demo").rglob("*.txt"))
+    assert slices  # every variant's slices and the shared ones
     assert "gpurl-demo-ext" not in slices
     built = invoke(tree, "build", "--backend", "local", "--profile", "demo",
                    "--wheel-source", "prebuilt-wheelhouse", "--json")
@@ -256,16 +335,17 @@ def test_the_compiled_wheel_survives_a_lock_that_pins_its_name(tree: Path,
 def test_rebuild_needed_after_pin_and_after_a_lock_change(tree: Path, first: dict[str, Any]) -> None:
     now = invoke(tree, "rebuild-needed", "--profile", "demo", "--since", "HEAD", "--json")
     assert now.returncode == 0, now.stdout + now.stderr
-    assert json.loads(now.stdout)["decision"] == "none"
+    decisions = json.loads(now.stdout)["variants"]  # the demo's two variants
+    assert {v: d["decision"] for v, d in decisions.items()} == {"standard": "none", "extra": "none"}
     lock = tree / "examples" / "demo" / "uv.lock"
     original = lock.read_text()
     try:
         lock.write_text(original.replace('name = "pyyaml"\nversion = "', 'name = "pyyaml"\nversion = "0', 1))
         changed = invoke(tree, "rebuild-needed", "--profile", "demo", "--since", "HEAD", "--json")
         assert changed.returncode == 10, changed.stdout + changed.stderr
-        decision = json.loads(changed.stdout)
-        assert decision["decision"] == "image"
-        assert any("pyyaml" in r["detail"] for r in decision["reasons"])
+        for decision in json.loads(changed.stdout)["variants"].values():
+            assert decision["decision"] == "image"
+            assert any("pyyaml" in r["detail"] for r in decision["reasons"])
     finally:
         lock.write_text(original)
 

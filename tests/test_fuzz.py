@@ -392,7 +392,7 @@ def test_fuzz_slice_files(tmp_path_factory: pytest.TempPathFactory) -> None:
     shutil.copytree(REPO_ROOT / "sizes", root / "sizes")
     config = load_config(root, profile="demo", env={})
     generate(config)  # a valid starting point: Dockerfile and slices as committed
-    slices = sorted((root / "docker" / "layers" / "demo").glob("*.txt"))
+    slices = sorted((root / "docker" / "layers" / "demo").rglob("*.txt"))  # shared/ and per variant
     valid = slices[-1].read_bytes()
 
     @examples("slices")
