@@ -50,7 +50,7 @@ PythonDownloads = Literal["automatic", "manual", "never"]
 
 @dataclasses.dataclass(**_KW)
 class PythonSelection:
-    """What `uv sync` selects: every sync in the chain uses exactly these flags."""
+    """What `uv sync` selects: the extras and groups of the environment the slices install."""
 
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()

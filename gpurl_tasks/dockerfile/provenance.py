@@ -19,5 +19,5 @@ LABEL_PREFIX = "org.gpurl"
 LABEL_GIT_SHA = f"{LABEL_PREFIX}.git-sha"  # the commit the image was built from (build arg GITSHA)
 LABEL_LOCK_HASH = f"{LABEL_PREFIX}.lock-sha256"  # sha256 of the workspace uv.lock bytes
 LABEL_PLAN_FINGERPRINT = f"{LABEL_PREFIX}.plan-fingerprint"  # Plan.fingerprint
-LABEL_PLAN_STEPS = f"{LABEL_PREFIX}.plan-steps"  # number of sync RUNs (layers) in the chain
+LABEL_PLAN_STEPS = f"{LABEL_PREFIX}.plan-steps"  # number of slice layers in the plan
 LABEL_GENERATOR = f"{LABEL_PREFIX}.generator"  # "gpurl <version>"

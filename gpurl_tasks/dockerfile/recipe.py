@@ -8,10 +8,11 @@ forget one (runbook sections 2, 4, 5, 6):
   subcommand), `MAX_JOBS` as an ARG;
 - `FROM ${WHEEL_SOURCE} AS wheels` so exactly one wheel source is used;
 - the rl stage's apt set always includes the InfiniBand verbs userspace (NCCL over IB);
-- the sync chain: one `uv sync` RUN per plan step with identical selection flags, the last
-  one excluding nothing; no uv cache in a layer, no bytecode (it would break the size model);
-- the post-chain installs (`--no-deps` wheels, harbor) survive the final local sync because
-  that sync is `--inexact` (an exact sync would uninstall them);
+- the slices: per planned layer a COPY of its slice file and `uv pip install --no-deps
+  --require-hashes -r` it, then one final `uv sync --frozen` with the profile's selection; no
+  uv cache in a layer, no bytecode (it would break the size model);
+- the compiled wheels and harbor survive the final sync because that sync is `--inexact` (an
+  exact sync would uninstall them) and excludes the packages the compiled wheels provide;
 - the build asserts are separate RUNs; provenance LABELs come last so a new git sha does not
   invalidate the cache of any layer.
 """
@@ -102,7 +103,7 @@ def _with_args(body: list[Instruction], known: dict[str, str]) -> tuple[Instruct
 
     A global ARG is visible only in FROM lines: without `ARG NAME` inside the stage the value
     is silently empty. Declaring it late matters too: every RUN after an ARG sees it, so an ARG
-    declared at the top would tie the whole sync chain's cache to, say, HARBOR_COMMIT.
+    declared at the top would tie every slice layer's cache to, say, HARBOR_COMMIT.
     """
     out: list[Instruction] = []
     declared: set[str] = set()

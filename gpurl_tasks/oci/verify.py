@@ -7,9 +7,9 @@ images with every layer under ~4 GB and more than 20 layers pull, while one 16.6
 pushed manifest catches it before a launch does.
 
 Predicted sizes: layers map to Dockerfile instructions through the config's `history`
-(entries without `empty_layer`, in order); the sync layers are the chain's `uv sync` RUNs (they
-all carry `--no-install-project`; the later sync that installs the local source does not), and
-sync layer i is predicted by `Plan.layers[i]` when the image's plan-fingerprint label matches.
+(entries without `empty_layer`, in order); the slice layers are the `uv pip install -r
+/tmp/gpurl-layers/...` RUNs, and slice i is predicted by `Plan.layers[i]` when the image's
+plan-fingerprint label matches; the final `uv sync --inexact` layer is flagged above a few kB.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ __all__ = [
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
 SOURCE_KINDS = ("registry", "git", "url", "path", "directory", "editable", "virtual")
-# Installed from the workspace source after the chain, never by a sync step of the chain.
+# Installed from the workspace source by the final sync, never from a slice.
 LOCAL_SOURCE_KINDS = frozenset({"path", "directory", "editable", "virtual"})
 SUPPORTED_REVISIONS = range(1, 6)  # 1-3 seen in the wild, 4-5 written by uv 0.13
 

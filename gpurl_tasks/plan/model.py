@@ -94,7 +94,7 @@ class ProvidedPackage:
 
 
 def sync_selection_flags(selection: PythonSelection, *, local_flags: tuple[str, ...]) -> tuple[str, ...]:
-    """The selection flags of the final `uv sync` (the same the chain of old used throughout).
+    """The selection flags of the final `uv sync`, before local packages are let in.
 
     The sync is exact: a selection other than the slices' would uninstall the difference and
     leave dead bytes in a lower layer, so the flags come from the config alone.

@@ -65,7 +65,7 @@ def render_steps(plan: Plan) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class PlanView:
-    """`invoke plan`'s outcome: the table and the chain, or the plan's JSON contract."""
+    """`invoke plan`'s outcome: the table and the slices, or the plan's JSON contract."""
 
     plan: Plan
     exit_code: int = 0
