@@ -65,9 +65,12 @@ def test_the_final_sync_leaves_the_compiled_wheels_alone(tmp_path: Path) -> None
     (project / "skyrl-gym" / "pyproject.toml").write_text('[project]\nname = "skyrl-gym"\n'
                                                           'version = "0.1.0"\n')
     venv = tmp_path / "venv"
-    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv), "UV_PYTHON_DOWNLOADS": "never",
-           "UV_NO_CACHE": "1"}
-    subprocess.run([uv, "venv", "-q", "--python", _python312(), str(venv)], env=env, check=True)
+    python = _python312()
+    # nox runs the tests with its own session interpreter in UV_PYTHON / VIRTUAL_ENV (3.11)
+    env = {**{k: v for k, v in os.environ.items() if k not in ("UV_PYTHON", "VIRTUAL_ENV")},
+           "UV_PROJECT_ENVIRONMENT": str(venv), "UV_PYTHON_DOWNLOADS": "never",
+           "UV_PYTHON": python, "UV_NO_CACHE": "1"}
+    subprocess.run([uv, "venv", "-q", "--python", python, str(venv)], env=env, check=True)
     wheels = tmp_path / "wheels"
     stand_ins = [make_wheel(wheels, "vllm", "0.16.0+g76259c63a.cu128", payload_bytes=1000),
                  make_wheel(wheels, "flash-attn", "2.8.3", payload_bytes=1000)]
