@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
-import subprocess
 import sys
 
 import nox
@@ -59,13 +57,8 @@ IRIS_CONTRACT_EXCLUDE_NEWER = iris_release.IRIS_CONTRACT_EXCLUDE_NEWER
 
 
 def _python312() -> str:
-    """A working Python 3.12: PATH first, then pyenv's versions (whose shim hides it from uv)."""
-    candidates = [shutil.which("python3.12"),
-                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]
-    for candidate in filter(None, candidates):
-        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
-            return candidate
-    return "3.12"
+    """The interpreter the iris sessions run on (nox's own lookup misses pyenv's versions)."""
+    return iris_release.find_python312() or "3.12"
 
 
 def _install_pinned_iris(session: nox.Session) -> None:

@@ -11,7 +11,6 @@ dry run (`--no-install-project/--no-install-local`): building them needs the Sky
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gpurl_tasks.cluster.iris_release import find_python312
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.plan.planner import plan_for_config
@@ -30,14 +30,12 @@ COMMIT = "0b8acf049"
 
 
 def _python312() -> str:
-    found = [shutil.which("python3.12"),
-             *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]
-    for candidate in filter(None, found):
-        if subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
-            return candidate
-    if os.environ.get("CI"):
-        pytest.fail("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
-    pytest.skip("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
+    found = find_python312()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
+        pytest.skip("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
+    return found
 
 
 def _changes(output: str) -> list[str]:

@@ -7,9 +7,15 @@ dependency set is resolved as of the release date too. iris needs Python >= 3.12
 
 from __future__ import annotations
 
+import glob
+import os
 import shlex
+import shutil
 
-__all__ = ["IRIS_CONTRACT_EXCLUDE_NEWER", "IRIS_CONTRACT_PINS", "IRIS_PYTHON", "install_hint"]
+from gpurl_tasks import proc
+
+__all__ = ["IRIS_CONTRACT_EXCLUDE_NEWER", "IRIS_CONTRACT_PINS", "IRIS_PYTHON", "find_python312",
+           "install_hint"]
 
 IRIS_CONTRACT_PINS = (
     "marin-iris==0.2.35.dev202607030841",
@@ -28,3 +34,13 @@ def install_hint(env_var: str) -> str:
             f"~/.iris && uv pip install --python ~/.iris --prerelease if-necessary-or-explicit "
             f"--exclude-newer {IRIS_CONTRACT_EXCLUDE_NEWER} {pins}; then put ~/.iris/bin on PATH "
             f"or set {env_var}=~/.iris/bin/iris")
+
+
+def find_python312() -> str | None:
+    """A Python 3.12 that runs: PATH first, then pyenv's versions (whose shim hides it from uv)."""
+    candidates = [shutil.which("python3.12"),
+                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]
+    for candidate in filter(None, candidates):
+        if proc.run([candidate, "--version"], check=False, echo=None).returncode == 0:
+            return candidate
+    return None

@@ -44,14 +44,13 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
     image,
 )
-from gpurl_tasks.plan.model import LOCAL_INSTALL_FLAGS, Layer, Plan
+from gpurl_tasks.plan.model import Layer, Plan
 from gpurl_tasks.plan.planner import slice_path
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
     "BOOTSTRAP_APT",
     "IB_VERBS_APT",
-    "LOCAL_INSTALL_FLAGS",
     "SLICE_DIR",
     "VENV",
     "WORKDIR",
