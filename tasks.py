@@ -74,8 +74,8 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
     from gpurl_tasks.dockerfile.generate import generate_profiles
 
     with cli.clean_failures():
-        cli.finish(generate_profiles(cli.REPO_ROOT, profile, check=check, repack=repack),
-                   as_json=json)
+        cli.finish(generate_profiles(cli.REPO_ROOT, cli.text_flag("--profile", profile),
+                                     check=check, repack=repack), as_json=json)
 
 
 @task(help={
