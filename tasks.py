@@ -70,12 +70,15 @@ def sizes(c: Context, probe: bool = False, lock: str | None = None,
             "profile": "only this profile (default: every profile)", "json": _JSON})
 def generate(c: Context, check: bool = False, repack: bool = False, profile: str | None = None,
              json: bool = False) -> None:
-    """Render each profile's Dockerfile and slice files from the committed config and plan."""
+    """Render every generated file from the committed config and plan: each variant's
+    Dockerfile, slice files and (cluster profiles) kaniko script, and .dockerignore's rules.
+    Everything is checked first; a failure writes nothing."""
+    from gpurl_tasks.cluster.kaniko import script_files
     from gpurl_tasks.dockerfile.generate import generate_profiles
 
     with cli.clean_failures():
         cli.finish(generate_profiles(cli.REPO_ROOT, cli.text_flag("--profile", profile),
-                                     check=check, repack=repack), as_json=json)
+                                     check=check, repack=repack, extra=script_files), as_json=json)
 
 
 @task(help={
@@ -156,7 +159,7 @@ def kill(c: Context, job: str, cluster: str | None = None, profile: str | None =
 @task(name="gen-kaniko", help={"check": "fail if the committed script is stale",
                                "profile": _PROFILE})
 def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> None:
-    """Generate docker/build_gpu_rl_kaniko.sh, the in-cluster kaniko build script."""
+    """Generate the in-cluster kaniko build script of each variant (`invoke generate` does too)."""
     from gpurl_tasks.cluster.jobs import generate_script
 
     with cli.clean_failures():

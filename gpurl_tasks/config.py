@@ -112,23 +112,29 @@ class RegistrySettings:
 
 @dataclasses.dataclass(**_KW)
 class BuildSettings:
-    """Inputs of the generated Dockerfile (its ARG defaults) and of the builders."""
+    """Inputs of the generated Dockerfile (its ARG defaults) and of the builders.
+
+    The defaults are generic: no compiled wheels, no harbor, no asserts beyond the final sync.
+    A profile's own pins (the vLLM fork and its version, flash-attn, torch, harbor) live in its
+    `[tool.gpurl.profiles.NAME.build]` table, and a variant may override any of them in
+    `[tool.gpurl.profiles.NAME.variants.VARIANT.build]`: a fork bump is a config edit.
+    """
 
     dockerfile: Path = Path("docker/Dockerfile.gpu-rl")
     kaniko_script: Path = Path("docker/build_gpu_rl_kaniko.sh")
     wheelhouse: Path = Path("docker/wheelhouse")
     slices: Path = Path("docker/layers")  # slice files go to <slices>/<profile>/NN-label.txt
     base_image: str = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
-    torch_version: str = "2.11.0"
-    cuda_tag: str = "cu128"
-    flash_attn_version: str = "2.8.3"
-    vllm_fork_repo: str = "https://github.com/open-thoughts/vllm.git"
-    vllm_fork_commit: str = "76259c63a"
-    vllm_version: str = "0.11.1"
-    harbor_repo: str = "https://github.com/laude-institute/harbor.git"
-    harbor_commit: str = "f4a6b1a0"
+    torch_version: str = ""  # what the wheel-builder compiles against; must match the lock's torch
+    cuda_tag: str = "cu128"  # must match the local label of the lock's torch (2.9.1+cu128)
+    flash_attn_version: str = ""
+    vllm_fork_repo: str = ""
+    vllm_fork_commit: str = ""
+    vllm_version: str = ""
+    harbor_repo: str = ""
+    harbor_commit: str = ""
     wheel_source: WheelSource = "prebuilt-wheelhouse"  # wheel-builder: the slow nvcc path
-    wheel_base_url: str = "https://huggingface.co/datasets/laion/gpu-rl-build-wheels/resolve/main"
+    wheel_base_url: str = ""  # where the prebuilt wheels and their MANIFEST are published
     max_jobs: int = 8
     apt_packages: tuple[str, ...] = ("ca-certificates", "curl", "git", "ibverbs-providers",
                                      "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
@@ -137,32 +143,15 @@ class BuildSettings:
     uv_version: str = "0.13.9"  # uv is pip-installed into /opt/uv inside the image
     python_downloads: PythonDownloads = "automatic"  # UV_PYTHON_DOWNLOADS; "never" for the demo
     builder_apt_packages: tuple[str, ...] = ("build-essential", "git", "ninja-build")
-    builder_extra_index_url: str = "https://download.pytorch.org/whl/cu128"
-    builder_requirements: tuple[str, ...] = (
-        "torch==${TORCH_VERSION}",
-        "setuptools>=77",
-        "setuptools-scm>=8",
-        "wheel",
-        "ninja",
-        "packaging",
-        "cmake>=3.26",
-        "jinja2",
-    )
-    wheel_specs: tuple[str, ...] = (  # `pip wheel` arguments; "./path" is copied from the context
-        "git+${VLLM_FORK_REPO}@${VLLM_FORK_COMMIT}",
-        "flash-attn==${FLASH_ATTN_VERSION}",
-    )
-    wheel_globs: tuple[str, ...] = (  # the wheels the rl stage installs with --no-deps
-        "vllm-*g${VLLM_FORK_COMMIT}*.whl",
-        "flash_attn-${FLASH_ATTN_VERSION}-*.whl",
-    )
-    import_asserts: tuple[str, ...] = (  # one RUN each, so a failure names itself
-        "import flash_attn, flash_attn_2_cuda",
-        "import torch, transformers, vllm, skyrl_train, flash_attn, flash_attn_2_cuda",
-        "import boto3, smart_open, s3fs; boto3.client('s3', region_name='us-east-1')",
-        "from torchtitan.distributed.expert_parallel import ExpertParallel",
-    )
-    install_harbor: bool = True
+    builder_extra_index_url: str = ""
+    builder_requirements: tuple[str, ...] = ()
+    wheel_specs: tuple[str, ...] = ()  # `pip wheel` arguments; "./path" is copied from the context
+    wheel_globs: tuple[str, ...] = ()  # the wheels the rl stage installs with --no-deps
+    import_asserts: tuple[str, ...] = ()  # one RUN each, so a failure names itself
+    # "module=distribution" where an assert imports a module under another name than its
+    # distribution's (yaml=pyyaml); generate checks every assert against the variant's closure
+    import_names: tuple[str, ...] = ()
+    install_harbor: bool = False  # harbor from HARBOR_REPO@HARBOR_COMMIT when the lock lacks it
 
 
 @dataclasses.dataclass(**_KW)
@@ -183,6 +172,12 @@ class ClusterSettings:
     max_retries: int = 0
     task_image: str = "docker.io/library/ubuntu:22.04"
     cache_repo: str = ""  # empty: REGISTRY_IMAGE/cache
+    # The kaniko executor image, pinned by digest (`crane digest IMAGE:TAG` refreshes it).
+    # Upstream kaniko (gcr.io/kaniko-project/executor) was archived in June 2025; v1.23.2 is its
+    # last release. The maintained fork publishes ghcr.io/osscontainertools/kaniko: point this
+    # key at one of its digests to move.
+    kaniko_executor: str = ("gcr.io/kaniko-project/executor@sha256:"
+                            "9e69fd4330ec887829c780f5126dd80edc663df6def362cd22e79bcdf00ac53f")
 
 
 @dataclasses.dataclass(**_KW)
@@ -208,6 +203,7 @@ class Variant:
 
     name: str
     python: PythonSelection
+    wheel_globs: tuple[str, ...] = ()  # its compiled wheels (what the lock never installs)
 
 
 @dataclasses.dataclass(**_KW)
@@ -470,10 +466,15 @@ def load_config(
             elif isinstance(field.default, Path):  # default paths resolve the same way
                 kwargs[field.name] = base / field.default
         sections[section] = cls(**kwargs)
-    variants = tuple(
-        Variant(name=n, python=sections["python"] if n == chosen or _alone else load_config(
-            root, profile=name, env=env, overrides=overrides, variant=n, _alone=True).python)
-        for n in names)
+    def resolved(n: str) -> Variant:
+        if n == chosen or _alone:
+            return Variant(name=n, python=sections["python"],
+                           wheel_globs=sections["build"].wheel_globs)
+        other = load_config(root, profile=name, env=env, overrides=overrides, variant=n,
+                            _alone=True)
+        return Variant(name=n, python=other.python, wheel_globs=other.build.wheel_globs)
+
+    variants = tuple(resolved(n) for n in names)
     return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
                   variant=chosen, variants=variants, **sections)
 
@@ -483,9 +484,10 @@ def _variant(profile: Mapping[str, Any], name: str, wanted: str | None,
     """Apply the chosen variant's keys onto `merged`; (every variant's name, the chosen one).
 
     The first variant is the profile's own image: its tag prefix, floating tag, launcher
-    variable and Dockerfile default to the profile's. Any other one defaults to PREFIX-VARIANT
-    tags and a Dockerfile named DOCKERFILE-VARIANT, and must name its launcher variable (a pin
-    must never land in another variant's variable).
+    variable, Dockerfile and kaniko script default to the profile's. Any other one defaults to
+    PREFIX-VARIANT tags, a Dockerfile named DOCKERFILE-VARIANT and a script SCRIPT-VARIANT.sh,
+    and must name its launcher variable (a pin must never land in another variant's variable).
+    Its `build` table overrides any build key (its own compiled-wheel pins, torch, wheelhouse).
     """
     table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
     names = tuple(table)
@@ -505,12 +507,13 @@ def _variant(profile: Mapping[str, Any], name: str, wanted: str | None,
                           f"choose one of {', '.join(names)}")
     where = f"[tool.gpurl.profiles.{name}.variants.{chosen}]"
     keys = dict(_table(table[chosen], where))
+    build = _table(keys.pop("build", {}), f"{where[:-1]}.build]")
     for key in keys:
         if key not in _VARIANT_KEYS:
             close = difflib.get_close_matches(key, list(_VARIANT_KEYS), n=1)
             raise ConfigError(f"unknown variant key {key!r} in {where}",
                               hint=f"did you mean {close[0]!r}?" if close else
-                              f"a variant sets {', '.join(_VARIANT_KEYS)}")
+                              f"a variant sets {', '.join(_VARIANT_KEYS)} and a build table")
     if chosen != names[0]:
         if "launcher-variable" not in keys:
             raise ConfigError(f"{where} has no launcher-variable",
@@ -523,6 +526,16 @@ def _variant(profile: Mapping[str, Any], name: str, wanted: str | None,
             keys.setdefault(key, f"{base}-{chosen}")
         dockerfile = merged.get("build.dockerfile", (str(BuildSettings().dockerfile), "", False))[0]
         keys.setdefault("dockerfile", f"{dockerfile}-{chosen}")
+        script = Path(merged.get("build.kaniko-script",
+                                 (str(BuildSettings().kaniko_script), "", False))[0])
+        merged["build.kaniko-script"] = (str(script.with_name(f"{script.stem}-{chosen}{script.suffix}")),
+                                         where, False)
+    # the variant's own build pins (compiled-wheel versions, fork commit, torch, wheelhouse...)
+    build_where = f"{where[:-1]}.build]"
+    for key, value in build.items():
+        if f"build.{key}" not in _known_keys():
+            raise _unknown(f"build.{key}", build_where)
+        merged[f"build.{key}"] = (value, build_where, False)
     for key, value in keys.items():
         dotted = _VARIANT_KEYS[key]
         if key == "import-asserts":

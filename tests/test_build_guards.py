@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.cli import say
-from gpurl_tasks.cluster import jobs, kaniko
+from gpurl_tasks.cluster import jobs
 from gpurl_tasks.cluster.bundle import measure_bundle
 from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest
 from gpurl_tasks.config import Config, load_config
@@ -38,10 +38,14 @@ echo "Job submitted: /alice/$name"
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     (root / "docker" / "wheelhouse").mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    for name in ("pyproject.toml", ".dockerignore"):
+        shutil.copy(REPO_ROOT / name, root / name)
+    for tree in ("rl", "sizes", "docker/layers/gpu-rl"):
+        shutil.copytree(REPO_ROOT / tree, root / tree)
+    for committed in (REPO_ROOT / "docker").glob("*gpu*rl*"):  # Dockerfiles and kaniko scripts
+        shutil.copy(committed, root / "docker" / committed.name)
     (root / ".gitignore").write_text("docker/wheelhouse/*\n!docker/wheelhouse/.keep\n*.whl\n")
     (root / "docker" / "wheelhouse" / ".keep").write_text("")
-    kaniko.write_script(load_config(root, env={}))
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "init")
@@ -166,12 +170,10 @@ def test_docker_hub_token_for_ghcr(repo: Path, env: dict[str, str],
     assert "Docker Hub token" in msg and "ghcr.io rejects" in msg
 
 
-def test_no_commit_means_no_gitsha(tmp_path: Path, env: dict[str, str],
+def test_no_commit_means_no_gitsha(tmp_path: Path, repo: Path, env: dict[str, str],
         capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "fresh"
-    root.mkdir()
-    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
-    kaniko.write_script(load_config(root, env={}))
+    shutil.copytree(repo, root, ignore=shutil.ignore_patterns(".git"))
     git(root, "init", "-q")
     assert "cannot resolve GITSHA" in _refused(root, env, capsys)
 
@@ -198,9 +200,8 @@ def test_an_edited_launcher_keeps_the_commit_tag(repo: Path, env: dict[str, str]
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """The launcher never enters the image (.dockerignore), so a pin does not make the tree
     dirty for the tag."""
-    (repo / ".dockerignore").write_text("rl/cloud/iris/launch_rl_iris.py\n")
+    assert "rl/cloud/iris/launch_rl_iris.py" in (repo / ".dockerignore").read_text()
     launcher = repo / "rl" / "cloud" / "iris" / "launch_rl_iris.py"
-    launcher.parent.mkdir(parents=True)
     launcher.write_text("DEFAULT_RL_DOCKER_IMAGE = 'x'\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "launcher")
@@ -265,7 +266,7 @@ def test_stale_kaniko_script(repo: Path, env: dict[str, str],
         capsys: pytest.CaptureFixture[str]) -> None:
     script = repo / "docker" / "build_gpu_rl_kaniko.sh"
     script.write_text(script.read_text() + "# edited\n")
-    assert "is stale" in _refused(repo, env, capsys)
+    assert "docker/build_gpu_rl_kaniko.sh missing or stale" in _refused(repo, env, capsys)
 
 
 def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
@@ -303,3 +304,27 @@ def test_environment_overrides_do_not_make_committed_files_stale(tmp_path: Path)
         assert proc.returncode == 0, (argv, proc.stderr)
         assert "canary" not in proc.stdout + proc.stderr
     assert "DOCKER_USER_ID alice" in proc.stdout
+
+
+def test_a_lock_bump_without_generate_is_refused(repo: Path, env: dict[str, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A lock edited after `invoke generate` makes the committed Dockerfile and slices stale:
+    the build is refused before anything is submitted, in generate --check's words."""
+    lock = repo / "rl" / "uv.lock"
+    text = lock.read_text()
+    assert 'name = "filelock"' in text
+    lock.write_text(text.replace('name = "filelock"\nversion = "', 'name = "filelock"\nversion = "9', 1))
+    message = _refused(repo, env, capsys)
+    assert "docker/Dockerfile.gpu-rl missing or stale for profile 'gpu-rl' variant 'standard'" \
+        in message and "invoke generate --profile gpu-rl" in message
+    assert not Path(env["IRIS_CALLED"]).exists()
+
+
+def test_a_stale_slice_is_refused_by_the_local_backend_too(repo: Path) -> None:
+    """The local backend refuses the same stale slice set before it starts the engine."""
+    from gpurl_tasks.local.pipeline import build_local
+
+    slice_file = next((repo / "docker" / "layers" / "gpu-rl").rglob("*.txt"))
+    slice_file.write_text(slice_file.read_text() + "# edited\n")
+    with pytest.raises(GpurlError, match=rf"{slice_file.name} missing or stale"):
+        build_local(load_config(repo, env={}), git_sha="0123abc")

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.config import Config, load_config, load_profile_names
 from gpurl_tasks.dockerfile.generate import (
     StaleFileError,
     generate,
-    profiles_with_dockerfile,
     render_dockerfile,
 )
 from gpurl_tasks.errors import LockError
@@ -162,7 +161,7 @@ def test_byte_identical_across_processes(profile: str) -> None:
 
 
 def test_every_profile_has_its_own_dockerfile() -> None:
-    profiles = profiles_with_dockerfile(REPO_ROOT)
+    profiles = load_profile_names(REPO_ROOT)
     assert set(profiles) >= {"gpu-rl", "demo"}
     paths = {load_config(REPO_ROOT, profile=p, env={}).build.dockerfile for p in profiles}
     assert len(paths) == len(profiles)
@@ -195,7 +194,10 @@ def _repo_copy(dest: Path) -> Path:
                             check=True).stdout.decode().split("\0")
     for name in filter(None, listed):
         src = REPO_ROOT / name
-        if src.is_file():
+        if src.is_symlink():  # the skyrl fixture's link to its sibling path dependency
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(src), dest / name)
+        elif src.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
     return dest
@@ -243,7 +245,7 @@ def test_every_profiles_launcher_is_kept_out_of_the_build_context() -> None:
     from gpurl_tasks.dockerfile.context import ensure_launcher_ignored
 
     rules = (REPO_ROOT / ".dockerignore").read_text().splitlines()
-    for name in profiles_with_dockerfile(REPO_ROOT):
+    for name in load_profile_names(REPO_ROOT):
         config = load_committed_config(REPO_ROOT, name)
         assert config.launcher.path.relative_to(REPO_ROOT).as_posix() in rules
         assert ensure_launcher_ignored(config, check=True) is False
@@ -262,6 +264,6 @@ def test_generate_adds_a_missing_launcher_rule_and_check_refuses_it(tmp_path: Pa
         ensure_launcher_ignored(moved, check=True)
     assert ensure_launcher_ignored(moved, check=False) is True
     text = (tmp_path / ".dockerignore").read_text()
-    assert text.startswith(".git\n# The launcher") and text.endswith("\nws/launch.py\n")
+    assert text.startswith(".git\n# Kept out of the build context") and text.endswith("\nws/launch.py\n")
     assert ensure_launcher_ignored(moved, check=False) is False  # idempotent
     assert (tmp_path / ".dockerignore").read_text() == text

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks.config import BuildSettings, Config, TargetSpec, load_config
+from gpurl_tasks.config import BuildSettings, Config, TargetSpec, load_committed_config, load_config
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.wheels import (
     FoundWheel,
@@ -39,10 +39,12 @@ from gpurl_tasks.dockerfile.wheels import (
     wheel_specs,
 )
 from gpurl_tasks.rebuild.wheelhouse import check_source, read_manifest, read_wheelhouse
+from tests.conftest import REPO_ROOT
 from tests.rebuild_fixtures import dockerfile
 from tests.support.pyindex import make_wheel
 
-PINS = pins_from_args(parse_dockerfile_inputs(dockerfile()).effective_args, BuildSettings(),
+GPU_RL_BUILD = load_committed_config(REPO_ROOT, "gpu-rl").build  # its pins and globs, as committed
+PINS = pins_from_args(parse_dockerfile_inputs(dockerfile()).effective_args, GPU_RL_BUILD,
                       TargetSpec())
 GOOD_VLLM = "vllm-0.11.1+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl"
 GOOD_FA = "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
@@ -280,7 +282,8 @@ def test_manifest_over_http(http_root: tuple[Path, str]) -> None:
 
 def test_check_source_reads_the_configured_dockerfile(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
-        "[tool.gpurl.build]\ndockerfile = 'Dockerfile'\nwheelhouse = 'wh'\n")
+        "[tool.gpurl.build]\ndockerfile = 'Dockerfile'\nwheelhouse = 'wh'\n"
+        "wheel-globs = ['vllm-*g${VLLM_FORK_COMMIT}*.whl', 'flash_attn-${FLASH_ATTN_VERSION}-*.whl']\n")
     (tmp_path / "Dockerfile").write_text(dockerfile({"FLASH_ATTN_VERSION": "2.8.4"}))
     (tmp_path / "wh").mkdir()
     write_wheel(tmp_path / "wh", GOOD_VLLM)
@@ -314,7 +317,6 @@ def test_manifest_url_credentials_never_appear(http_root: tuple[Path, str]) -> N
 
 # --- config-driven expected set: the demo profile's own compiled wheel ------------------
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_TAG = "cp311-cp311-linux_x86_64"
 
 
@@ -409,8 +411,8 @@ def test_configured_globs_take_the_dockerfile_args_then_the_pins() -> None:
 
 
 def test_gpu_rl_globs_keep_the_pinned_checks() -> None:
-    """The default globs resolve to the vLLM/flash-attn specs: fork commit still checked."""
-    expected = configured_globs(BuildSettings(), {}, PINS)
+    """gpu-rl's globs resolve to the vLLM/flash-attn specs: fork commit still checked."""
+    expected = configured_globs(GPU_RL_BUILD, {}, PINS)
     assert [(s.project, s.pinned) for s in wheel_specs(PINS, expected)] == [
         ("vllm", True), ("flash-attn", True)]
     wrong = GOOD_VLLM.replace("g76259c63a", "g1234567ab")

@@ -34,7 +34,7 @@ from gpurl_tasks.cluster.watch import (
     log_window_start,
     watch,
 )
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.errors import BuildError, GpurlError, IrisError
 from gpurl_tasks.oci.tags import existing_digest
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, find_program, run
@@ -282,8 +282,15 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
 
 
 def generate_script(config: Config, *, check: bool) -> str:
-    """Write (or with `check`, verify) docker/build_gpu_rl_kaniko.sh."""
-    if check:
-        kaniko.check_script(config)
-        return f"{config.build.kaniko_script} is up to date"
-    return f"wrote {kaniko.write_script(config)}"
+    """Write (or with `check`, verify) the kaniko script of every variant of the profile (as
+    `invoke generate` does with the rest of the generated files)."""
+    configs = [load_committed_config(config.root, config.profile, v.name)
+               for v in config.variants] or [config]
+    done = []
+    for each in configs:
+        if check:
+            kaniko.check_script(each)
+            done.append(f"{each.build.kaniko_script} is up to date")
+        else:
+            done.append(f"wrote {kaniko.write_script(each)}")
+    return "\n".join(done)

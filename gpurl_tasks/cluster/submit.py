@@ -20,6 +20,7 @@ from gpurl_tasks.cluster.bundle import Bundle, check_bundle
 from gpurl_tasks.cluster.iris import ClusterTarget, JobSpec, job_run_argv
 from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.dockerfile.context import ignored_paths
+from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.oci.tags import refuse_to_move
 from gpurl_tasks.redact import Secret, TokenSource, looks_like_docker_hub
@@ -171,8 +172,10 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     if not config.registry.user:
         raise BuildError("no registry user: the push authenticates as USER:TOKEN",
                          hint="set [tool.gpurl.registry] user or GPURL_REGISTRY_USER")
-    # the committed script is rendered from pyproject alone, never from GPURL_* variables
-    kaniko.check_script(load_committed_config(config.root, config.profile))
+    # the committed files are rendered from pyproject alone, never from GPURL_* variables: a
+    # stale Dockerfile, slice set or script is refused with generate --check's own message
+    committed = load_committed_config(config.root, config.profile, config.variant or None)
+    generate(committed, check=True, extra=kaniko.script_files)
     gitsha = world.short_sha(config.root)
     if not gitsha:
         raise BuildError(
@@ -194,7 +197,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     bundle = world.bundle(config.root)
     check_bundle(bundle)
 
-    script = kaniko.render_script(config, pins)
+    script = kaniko.render_script(committed, pins)  # the script just checked (pins: tests' stand-ins)
     env: list[tuple[str, str | Secret]] = [
         ("DOCKER_USER_ID", config.registry.user),
         ("DOCKER_TOKEN", token.token),
@@ -204,10 +207,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     prefix = config.registry.tag_prefix
     job_name = f"gpurl-kaniko-{gitsha}"
     if config.variants and config.variant != config.variants[0].name:
-        # the committed script builds the profile's first variant; another one names its own
-        # Dockerfile and tags (the script reads them from the environment)
-        env += [("DOCKERFILE", config.build.dockerfile.relative_to(config.root).as_posix()),
-                ("TAG_PREFIX", prefix), ("FLOATING_TAG", config.registry.floating_tag)]
+        # each variant has its own script (its Dockerfile, tags and compiled wheels)
         job_name = f"gpurl-kaniko-{config.variant}-{gitsha}"
     spec = JobSpec(
         cluster=ClusterTarget.resolve(name=cluster.name, controller_url=cluster.controller_url,

@@ -9,13 +9,16 @@ tree "dirty" for its tag either.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.files import read_text, write_atomic
 
-__all__ = ["DOCKERIGNORE_NOTE", "StaleContextError", "ensure_launcher_ignored", "ignored_paths",
-           "source_id"]
+__all__ = ["DOCKERIGNORE_NOTE", "StaleContextError", "context_rules", "ensure_launcher_ignored",
+           "ignored_paths", "read_dockerignore", "source_id", "stale_context_error",
+           "updated_dockerignore"]
 
 _GLOB = set("*?[]!")
 
@@ -26,30 +29,60 @@ class StaleContextError(GpurlError):
     exit_code = 1
 
 
-DOCKERIGNORE_NOTE = ("# The launcher holds the pin of the image built from this context; an image that "
-                     "contained it\n# would change digest with every pin. It runs from the synced "
-                     "workspace. (invoke generate)\n")
+DOCKERIGNORE_NOTE = (
+    "# Kept out of the build context by `invoke generate`: each launcher (it holds the pin of the\n"
+    "# image built from this context, so an image containing it would change digest with every\n"
+    "# pin; it runs from the synced workspace) and each symlink to a path dependency (copied\n"
+    "# from its real place instead: a link copied as a link would dangle in the image).\n")
 
 
-def ensure_launcher_ignored(config: Config, *, check: bool) -> bool:
-    """The build context's .dockerignore lists the profile's launcher (added when missing),
-    so the image never contains its own pin; with `check`, a missing rule is an error."""
-    path = config.root / ".dockerignore"
+def context_rules(config: Config, links: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What .dockerignore must exclude for `config`: its launcher (inside the context) and
+    the symlinks to path sources, which are copied from their real place instead (a link
+    copied as a link would dangle in the image)."""
     launcher = config.launcher.path
-    if not launcher.is_relative_to(config.root):
-        return False  # a launcher outside the context is never copied into the image
-    rule = launcher.relative_to(config.root).as_posix()
-    text = read_text(path, what="build context ignore file") if path.exists() else ""
-    if rule in (line.strip().lstrip("/") for line in text.splitlines()):
-        return False
-    if check:
-        raise StaleContextError(
-            f".dockerignore does not exclude {rule}: the {config.profile!r} image would contain "
-            "its own pin and change digest with every pin",
-            hint="run `invoke generate` and commit the result")
+    rules = [launcher.relative_to(config.root).as_posix()] if launcher.is_relative_to(config.root) \
+        else []
+    return tuple(dict.fromkeys([*rules, *links]))
+
+
+def updated_dockerignore(text: str, rules: tuple[str, ...]) -> str | None:
+    """`text` with every missing rule appended (with the note once), or None if none is
+    missing; pure."""
+    present = {line.strip().lstrip("/") for line in text.splitlines()}
+    missing = [rule for rule in rules if rule not in present]
+    if not missing:
+        return None
     note = "" if DOCKERIGNORE_NOTE in text else DOCKERIGNORE_NOTE
     separator = "\n" if text and not text.endswith("\n") else ""
-    write_atomic(path, f"{text}{separator}{note}{rule}\n")
+    return f"{text}{separator}{note}" + "".join(f"{rule}\n" for rule in missing)
+
+
+def stale_context_error(root: Path, text: str, rules: tuple[str, ...]) -> StaleContextError:
+    missing = [rule for rule in rules if rule not in
+               {line.strip().lstrip("/") for line in text.splitlines()}]
+    return StaleContextError(
+        f".dockerignore does not exclude {', '.join(missing)}: an image would contain its own "
+        "pin (and change digest with every pin) or a symlink that dangles in it",
+        hint="run `invoke generate` and commit the result")
+
+
+def read_dockerignore(root: Path) -> str:
+    path = root / ".dockerignore"
+    return read_text(path, what="build context ignore file") if path.exists() else ""
+
+
+def ensure_launcher_ignored(config: Config, *, check: bool, links: tuple[str, ...] = ()) -> bool:
+    """The build context's .dockerignore lists the profile's launcher and path-source links
+    (added when missing); with `check`, a missing rule is an error."""
+    text = read_dockerignore(config.root)
+    rules = context_rules(config, links)
+    new = updated_dockerignore(text, rules)
+    if new is None:
+        return False
+    if check:
+        raise stale_context_error(config.root, text, rules)
+    write_atomic(config.root / ".dockerignore", new)
     return True
 
 

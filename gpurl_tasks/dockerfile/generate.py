@@ -1,25 +1,40 @@
-"""Render a profile's Dockerfile and its slice files and write them atomically, or check the
-committed ones are current: the one writer of generated build files.
+"""Render a profile's Dockerfiles, slice files and other generated build files and write them
+atomically, or check the committed ones are current: the one writer of generated build files.
 
 The edge around the pure recipe: it reads the lock (for its hash), asks the planner for the
-plan (which keeps the committed slices' assignment), checks the compiled wheels against what
-the lock's dependents require, lints the model, and either replaces each file via temp file +
-rename (removing slice files the plan no longer has) or compares bytes.
+plan (which keeps the committed slices' assignment), checks what the lock already tells
+(the compiled wheels against what the lock's dependents require, the wheel-builder's torch,
+the build asserts, the path sources), lints the model, and then either replaces each file via
+temp file + rename or compares bytes. Every file of every variant (and every profile) is
+rendered before the first one is written: a failure writes nothing. A file this generator
+wrote for a variant or profile that no longer exists is removed (and `--check` flags it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from gpurl_tasks.config import Config, load_committed_config, load_profile_names
-from gpurl_tasks.dockerfile.context import ensure_launcher_ignored
+from gpurl_tasks.dockerfile.checks import (
+    LocalCopy,
+    check_asserts,
+    check_torch,
+    installed_distributions,
+    local_copies,
+)
+from gpurl_tasks.dockerfile.context import (
+    context_rules,
+    read_dockerignore,
+    stale_context_error,
+    updated_dockerignore,
+)
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
-from gpurl_tasks.dockerfile.recipe import render_recipe
+from gpurl_tasks.dockerfile.recipe import WORKDIR, harbor_outside_lock, render_recipe
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import GpurlError, LockError
 from gpurl_tasks.files import write_atomic
@@ -27,6 +42,7 @@ from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.planner import (
     plan_for_config,
     plan_profile,
+    provided_names,
     shared_slices_dir,
     slice_path,
     slices_dir,
@@ -34,16 +50,24 @@ from gpurl_tasks.plan.planner import (
 from gpurl_tasks.plan.slices import SliceLine, render_slice
 
 __all__ = [
+    "ExtraFiles",
     "GenerateResult",
+    "GenerateSummary",
     "Planner",
     "StaleFileError",
     "generate",
+    "generate_profiles",
     "lock_sha256",
-    "profiles_with_dockerfile",
     "render_dockerfile",
+    "render_variant",
 ]
 
 Planner = Callable[[Config], Plan]
+# Other generated files of a variant (the kaniko script), rendered from its committed config;
+# passed in by the task layer, which may import the cluster package this one may not.
+ExtraFiles = Callable[[Config], Mapping[Path, str]]
+# The first lines of a generated file name the profile (and variant) it was generated for.
+_OWNER = re.compile(r"profile '(?P<profile>[^']+)'(?:,? \(?variant '(?P<variant>[^']+)')?")
 
 
 class StaleFileError(GpurlError):
@@ -54,20 +78,24 @@ class StaleFileError(GpurlError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class GenerateResult:
-    """What one profile's generation did."""
+    """What one variant's (or profile's) generation did."""
 
     profile: str
     path: Path
     changed: bool  # the Dockerfile was (or, with check, would be) rewritten
     steps: int  # slice layers in the plan
     slices: tuple[Path, ...] = ()  # slice files written (or, with check, that would change)
-    notes: tuple[str, ...] = ()  # provided packages: lock vs compiled version
+    notes: tuple[str, ...] = ()  # provided packages: lock vs compiled version; torch
     variant: str = ""
+    others: tuple[Path, ...] = ()  # other generated files written (or that would change)
+    removed: tuple[Path, ...] = ()  # files of a removed variant or older plan (removed / stale)
 
     def to_json(self) -> dict[str, object]:
         return {"profile": self.profile, "variant": self.variant, "path": str(self.path),
                 "changed": self.changed,
                 "steps": self.steps, "slices_changed": [str(p) for p in self.slices],
+                "others_changed": [str(p) for p in self.others],
+                "removed": [str(p) for p in self.removed],
                 "provided": list(self.notes)}
 
 
@@ -79,9 +107,17 @@ def lock_sha256(lock: Path) -> str:
         raise LockError(f"no uv.lock at {lock}", hint="run `uv lock` in the workspace") from None
 
 
-def render_dockerfile(config: Config, plan: Plan) -> str:
+def _local(config: Config, plan: Plan) -> tuple[LocalCopy, ...]:
+    """The variant's path sources, resolved on this machine (symlinks followed)."""
+    resolve = {path: (config.workspace / path).resolve() for _, path in plan.local_paths}
+    return local_copies(plan.local_paths, workspace=config.workspace, root=config.root,
+                        workdir=WORKDIR, resolve=resolve, variant=config.variant)
+
+
+def render_dockerfile(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None = None) -> str:
     """The Dockerfile text for `config` and `plan`; lint findings are errors."""
-    dockerfile = render_recipe(config, plan, lock_sha256=lock_sha256(config.lock))
+    dockerfile = render_recipe(config, plan, lock_sha256=lock_sha256(config.lock),
+                               local=_local(config, plan) if local is None else local)
     findings = lint(dockerfile)
     if findings:
         raise DockerfileError(f"generated Dockerfile fails lint: {findings[0]}",
@@ -97,13 +133,8 @@ def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
             for layer in plan.layers}
 
 
-def _leftover(config: Config, files: dict[Path, str]) -> list[Path]:
-    """Slice files in the plan's directories that the plan no longer has (for a profile with
-    variants also any left directly under the profile's directory, from before it had them)."""
-    dirs = [slices_dir(config)]
-    if config.variants:
-        dirs += [shared_slices_dir(config), config.build.slices / config.profile]
-    return sorted({p for d in dirs if d.is_dir() for p in d.glob("*.txt")} - set(files))
+def _named(config: Config, message: str) -> str:
+    return f"{message}" + (f" (variant {config.variant!r})" if config.variant else "")
 
 
 def _check_compiled(config: Config, plan: Plan) -> tuple[str, ...]:
@@ -113,52 +144,159 @@ def _check_compiled(config: Config, plan: Plan) -> tuple[str, ...]:
     pins = pins_from_args({}, config.build, config.target)  # the ARG defaults are the config's
     lines, problems = check_provided(plan.provided, pins, config.build.wheel_globs)
     if problems:
-        raise DockerfileError("the compiled wheels break the lock's requirements: "
-                              + "; ".join(problems),
-                              hint="build the fork at a version the lock allows, or re-lock "
-                                   "the workspace against the fork's version")
+        raise DockerfileError(_named(config, "the compiled wheels break the lock's requirements: "
+                                     + "; ".join(problems)),
+                              hint="build the fork at a version the lock allows (the variant's "
+                                   "build table can pin its own), or re-lock the workspace "
+                                   "against the fork's version")
     return tuple(lines)
 
 
-def generate(config: Config, *, check: bool = False, planner: Planner | None = None
-             ) -> GenerateResult:
-    """Write the Dockerfile and the slice files, or with `check` raise StaleFileError when one is
-    stale (a slice left over from an older plan counts as stale)."""
-    plan = (planner or plan_for_config)(config)
-    notes = _check_compiled(config, plan)
-    text = render_dockerfile(config, plan)
-    path = config.build.dockerfile
-    files = slice_files(config, plan)
-    leftover = _leftover(config, files)
-    stale_slices = tuple(p for p, body in files.items()
-                         if not p.exists() or p.read_bytes() != body.encode()) + tuple(leftover)
-    current = path.read_bytes() if path.exists() else None
-    changed = current != text.encode()
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Rendered:
+    """One variant's generated files, checked and rendered, not yet written."""
+
+    config: Config
+    plan: Plan
+    dockerfile: str
+    slices: Mapping[Path, str]
+    others: Mapping[Path, str]
+    notes: tuple[str, ...]
+    links: tuple[str, ...]  # symlinks to path sources, to keep out of the build context
+
+
+def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) -> Rendered:
+    """Check a variant against its lock and render every file it generates; writes nothing."""
+    notes = list(_check_compiled(config, plan))
+    torch = check_torch(config.build, plan, variant=config.variant)
+    if torch:
+        notes.append(torch)
+    installed = installed_distributions(plan, provided_names(config.build.wheel_globs),
+                                        harbor_outside_lock(config, plan))
+    check_asserts(config.build, installed, variant=config.variant)
+    if harbor_outside_lock(config, plan):
+        notes.append(f"harbor: not in the lock; installed from {config.build.harbor_repo}@"
+                     f"{config.build.harbor_commit}, its dependencies resolved at build time, "
+                     "outside the lock")
+    local = _local(config, plan)
+    return Rendered(config=config, plan=plan, dockerfile=render_dockerfile(config, plan, local),
+                    slices=slice_files(config, plan), others=dict(extra(config)) if extra else {},
+                    notes=tuple(notes), links=tuple(c.link for c in local if c.link))
+
+
+def _owner(path: Path) -> tuple[str, str] | None:
+    """(profile, variant) a generated file names in its first lines, or None."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            head = "".join(handle.readline() for _ in range(3))
+    except (OSError, UnicodeDecodeError):
+        return None
+    if "Generated by gpurl" not in head and "Generated by `invoke" not in head:
+        return None
+    match = _OWNER.search(head)
+    return (match["profile"], match["variant"] or "") if match else None
+
+
+Leftover = tuple[Path, tuple[str, str]]  # a file to remove, and the (profile, variant) it was for
+
+
+def _leftovers(profile: str, rendered: Iterable[Rendered], *, whole_profile: bool) -> list[Leftover]:
+    """Generated files of `profile` that no current variant calls for: slices of an older plan
+    (and, when every variant was rendered, the Dockerfiles, scripts and slice directories of a
+    removed variant)."""
+    rendered = list(rendered)
+    current = {p for r in rendered for p in (r.config.build.dockerfile, *r.slices, *r.others)}
+    configs = [r.config for r in rendered]
+    dirs = {slices_dir(c) for c in configs}
+    if any(c.variants for c in configs):
+        base = configs[0].build.slices / profile
+        dirs |= {shared_slices_dir(configs[0]), base}
+        if whole_profile and base.is_dir():
+            dirs |= {d for d in base.iterdir() if d.is_dir()}
+    found = {p for d in dirs if d.is_dir() for p in d.glob("*.txt")}
+    if whole_profile:
+        folders = {p.parent for p in current if p.suffix != ".txt"}
+        found |= {p for folder in folders if folder.is_dir() for p in folder.iterdir()
+                  if p.is_file() and p.suffix != ".txt" and (_owner(p) or ("", ""))[0] == profile}
+    return [(p, _owner(p) or (profile, "")) for p in sorted(found - current)]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Change:
+    path: Path
+    text: str | None  # None: remove
+    owner: tuple[str, str]  # (profile, variant) the file is generated for
+    mode: int = 0o644
+
+
+def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, check: bool
+           ) -> list[GenerateResult]:
+    """Compare every rendered file with the tree; with `check` raise on the first difference,
+    else write them all (temp file + rename each) and remove the leftovers."""
+
+    def stale(path: Path, text: str) -> bool:
+        return not path.exists() or path.read_bytes() != text.encode()
+
+    results: list[GenerateResult] = []
+    changes: list[_Change] = []
+    for r in rendered:
+        path = r.config.build.dockerfile
+        slices = tuple(p for p, body in r.slices.items() if stale(p, body))
+        others = tuple(p for p, body in r.others.items() if stale(p, body))
+        changed = stale(path, r.dockerfile)
+        owner = (r.config.profile, r.config.variant)
+        changes += [_Change(path=p, text=r.slices[p], owner=owner) for p in slices]
+        changes += [_Change(path=p, text=r.others[p], owner=owner,
+                            mode=0o755 if p.suffix == ".sh" else 0o644) for p in others]
+        if changed:
+            changes.append(_Change(path=path, text=r.dockerfile, owner=owner))
+        results.append(GenerateResult(profile=r.config.profile, variant=r.config.variant, path=path,
+                                      changed=changed, steps=len(r.plan.layers), slices=slices,
+                                      notes=r.notes, others=others))
+    changes += [_Change(path=p, text=None, owner=owner) for p, owner in leftover]
+    if results and leftover:
+        results[-1] = dataclasses.replace(results[-1], removed=tuple(p for p, _ in leftover))
+    ignore_text = read_dockerignore(root)
+    rules = tuple(dict.fromkeys(rule for r in rendered
+                                for rule in context_rules(r.config, r.links)))
+    new_ignore = updated_dockerignore(ignore_text, rules)
     if check:
-        stale = ([path] if changed else []) + list(stale_slices)
-        if stale:
-            shown = ", ".join(str(p.relative_to(config.root) if p.is_relative_to(config.root)
-                                  else p) for p in stale[:4])
-            state = "missing or stale" if current is not None else "missing"
-            raise StaleFileError(f"{shown} {state} for profile {config.profile!r}"
-                                 + (f" variant {config.variant!r}" if config.variant else "")
-                                 + (f" (+{len(stale) - 4} more)" if len(stale) > 4 else ""),
-                                 hint=f"run `invoke generate --profile {config.profile}` and "
-                                      "commit the result")
-    else:
-        for slice_path, body in files.items():
-            write_atomic(slice_path, body)
-        for old in leftover:
-            old.unlink()
-        write_atomic(path, text)
-    ensure_launcher_ignored(config, check=check)
-    return GenerateResult(profile=config.profile, variant=config.variant, path=path, changed=changed,
-                          steps=len(plan.layers), slices=stale_slices, notes=notes)
+        stale_paths = [c.path for c in changes]
+        if stale_paths:
+            shown = ", ".join(str(p.relative_to(root) if p.is_relative_to(root) else p)
+                              for p in stale_paths[:4])
+            missing = all(not p.exists() for p in stale_paths)
+            owners = sorted({c.owner for c in changes})
+            what = ", ".join(f"profile {p!r}" + (f" variant {v!r}" if v else "") for p, v in owners)
+            raise StaleFileError(
+                f"{shown} {'missing' if missing else 'missing or stale'} for {what}"
+                + (f" (+{len(stale_paths) - 4} more)" if len(stale_paths) > 4 else ""),
+                hint="run `invoke generate" + (f" --profile {owners[0][0]}" if len(
+                    {p for p, _ in owners}) == 1 else "") + "` and commit the result")
+        if new_ignore is not None:
+            raise stale_context_error(root, ignore_text, rules)
+        return results
+    for change in changes:
+        if change.text is None:
+            change.path.unlink(missing_ok=True)
+        else:
+            write_atomic(change.path, change.text, mode=change.mode)
+    for folder in {c.path.parent for c in changes if c.text is None}:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    if new_ignore is not None:
+        write_atomic(root / ".dockerignore", new_ignore)
+    return results
 
 
-def profiles_with_dockerfile(root: Path) -> tuple[str, ...]:
-    """Every profile in [tool.gpurl.profiles], in file order: each has a generated Dockerfile."""
-    return load_profile_names(root)
+def generate(config: Config, *, check: bool = False, planner: Planner | None = None,
+             extra: ExtraFiles | None = None) -> GenerateResult:
+    """Write one variant's Dockerfile and slice files (and `extra` files), or with `check` raise
+    StaleFileError when one is stale (a slice left over from an older plan counts as stale)."""
+    plan = (planner or plan_for_config)(config)
+    rendered = render_variant(config, plan, extra)
+    leftover = _leftovers(config.profile, [rendered], whole_profile=False)
+    return _apply(config.root, [rendered], leftover, check=check)[0]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -173,34 +311,41 @@ class GenerateSummary:
     def human(self) -> str:
         def verb(changed: bool) -> str:
             return "up to date" if not changed else ("would change" if self.check else "written")
+
+        def rel(path: Path) -> Path:
+            return path.relative_to(self.root) if path.is_relative_to(self.root) else path
+
         lines = []
         for r in self.results:
-            lines.append(f"{r.path.relative_to(self.root)}: {verb(r.changed)} ({r.steps} slice "
+            lines.append(f"{rel(r.path)}: {verb(r.changed)} ({r.steps} slice "
                          f"layers; {len(r.slices)} slice file(s) {verb(True)})"
                          if r.slices else
-                         f"{r.path.relative_to(self.root)}: {verb(r.changed)} ({r.steps} slice "
+                         f"{rel(r.path)}: {verb(r.changed)} ({r.steps} slice "
                          "layers, slices up to date)")
-            lines += [f"  provided: {note}" for note in r.notes]
+            lines += [f"{rel(p)}: {verb(True)}" for p in r.others]
+            lines += [f"  {note}" for note in r.notes]
+            lines += [f"{rel(p)}: removed (no current variant or plan calls for it)"
+                      for p in r.removed]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, object]:
         return {"check": self.check, "files": [r.to_json() for r in self.results]}
 
 
-def _planned(plans: dict[str, Plan], config: Config) -> Plan:
-    return plans[config.variant]
-
-
 def generate_profiles(root: Path, profile: str | None, *, check: bool,
-                      repack: bool = False) -> GenerateSummary:
-    """Generate (or check) `profile`'s Dockerfile and slices, or every profile's, from the
-    committed config. `repack` packs the layers afresh instead of keeping the committed slices."""
-    names = (profile,) if profile else profiles_with_dockerfile(root)
-    results: list[GenerateResult] = []
+                      repack: bool = False, extra: ExtraFiles | None = None) -> GenerateSummary:
+    """Generate (or check) `profile`'s files, or every profile's, from the committed config.
+    `repack` packs the layers afresh instead of keeping the committed slices. Everything is
+    rendered and checked first; nothing is written when anything fails."""
+    names = (profile,) if profile else load_profile_names(root)
+    rendered: list[Rendered] = []
+    leftover: list[Leftover] = []
     for name in names:
         config = load_committed_config(root, name)
         plans = plan_profile(config, repack=repack)  # every variant at once: they share slices
         configs = [load_committed_config(root, name, v.name) for v in config.variants] or [config]
-        results += [generate(c, check=check, planner=functools.partial(_planned, plans))
-                    for c in configs]
-    return GenerateSummary(root=root, check=check, results=tuple(results))
+        ours = [render_variant(c, plans[c.variant], extra) for c in configs]
+        leftover += _leftovers(name, ours, whole_profile=True)
+        rendered += ours
+    return GenerateSummary(root=root, check=check,
+                           results=tuple(_apply(root, rendered, leftover, check=check)))

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import gpurl_tasks
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile import provenance
+from gpurl_tasks.dockerfile.checks import LocalCopy
 from gpurl_tasks.dockerfile.model import (
     Arg,
     ArgImage,
@@ -54,6 +55,7 @@ __all__ = [
     "SLICE_DIR",
     "VENV",
     "WORKDIR",
+    "harbor_outside_lock",
     "render_recipe",
 ]
 
@@ -169,6 +171,12 @@ def _base_stage(config: Config) -> Stage:
 
 def _wheel_builder_stage(config: Config) -> Stage:
     b = config.build
+    if not b.wheel_specs:
+        return Stage(name="wheel-builder", base="base", instructions=(
+            Run(commands=(Command(head=("mkdir", "-p", "/wheels")),
+                          Command(head=("touch", "/wheels/MANIFEST")))),),
+            comment="No compiled wheels in this profile: the wheel-builder stage is an empty "
+                    "wheelhouse.")
     install = [("--python", "/opt/builder/bin/python"),
                ("--index-strategy", "unsafe-best-match")]
     if b.builder_extra_index_url:
@@ -255,7 +263,15 @@ def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
     return Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
 
 
-def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
+def harbor_outside_lock(config: Config, plan: Plan) -> bool:
+    """harbor is installed from HARBOR_REPO@HARBOR_COMMIT: asked for, and not in the variant's
+    closure (when the lock has it, its slice installs the lock's commit: one harbor, locked
+    dependencies)."""
+    return config.build.install_harbor and "harbor" not in {p.name for p in plan.closure}
+
+
+def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
+              local: tuple[LocalCopy, ...]) -> Stage:
     b = config.build
     ws = _rel(config, str(config.workspace))
     body: list[Instruction] = [
@@ -295,10 +311,17 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str) -> Stage:
             Run(commands=(Command(head=("uv", "pip", "install"),
                                   groups=(("--no-deps",), *((g,) for g in globs))),)),
         ]
-    if b.install_harbor:
-        body.append(Run(commands=(Command(
-            head=("uv", "pip", "install"),
-            groups=(("harbor @ git+${HARBOR_REPO}@${HARBOR_COMMIT}",),)),)))
+    if harbor_outside_lock(config, plan):
+        body += [
+            Comment(text="harbor is not in this lock: installed from HARBOR_COMMIT, its "
+                    "dependencies resolved now."),
+            Run(commands=(Command(head=("uv", "pip", "install"),
+                                  groups=(("harbor @ git+${HARBOR_REPO}@${HARBOR_COMMIT}",),)),)),
+        ]
+    if local:
+        body.append(Comment(text="Local packages the lock installs from a path outside the "
+                            "workspace directory, where it expects them."))
+        body += [Copy(sources=(f"{c.source}/",), dest=f"{c.dest}/") for c in local]
     body += [
         Copy(sources=(f"{ws}/" if ws != "." else ".",), dest=f"{WORKDIR}/"),
         Comment(text="The lock still rules: this sync finds the slices' packages in place and "
@@ -366,8 +389,25 @@ def _check_config(config: Config) -> None:
                               f"{b.python_downloads!r}")
 
 
-def render_recipe(config: Config, plan: Plan, *, lock_sha256: str) -> Dockerfile:
-    """The whole gpu-rl (or demo) Dockerfile model for `config` and `plan`; pure."""
+# The build ARGs a profile must pin when its recipe uses them (no generic default exists).
+_PINNED_ARGS = {"TORCH_VERSION": "torch-version", "FLASH_ATTN_VERSION": "flash-attn-version",
+                "VLLM_FORK_REPO": "vllm-fork-repo", "VLLM_FORK_COMMIT": "vllm-fork-commit",
+                "HARBOR_REPO": "harbor-repo", "HARBOR_COMMIT": "harbor-commit"}
+
+
+def _check_pins(used: set[str], args: dict[str, str], config: Config) -> None:
+    for name, key in _PINNED_ARGS.items():
+        if name in used and not args[name]:
+            raise DockerfileError(
+                f"build.{key} is not set but the recipe uses ${{{name}}}"
+                + (f" (variant {config.variant!r})" if config.variant else ""),
+                hint=f"set {key} in [tool.gpurl.profiles.{config.profile}.build]")
+
+
+def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
+                  local: tuple[LocalCopy, ...] = ()) -> Dockerfile:
+    """The whole gpu-rl (or demo) Dockerfile model for `config` and `plan`; pure. `local`: the
+    path sources to copy where the lock expects them (see checks.local_copies)."""
     _check_config(config)
     _check_plan(plan)
     if not re.fullmatch(r"[0-9a-f]{64}", lock_sha256):
@@ -383,10 +423,11 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str) -> Dockerfile
         Stage(name="wheels", base=ArgImage(name="WHEEL_SOURCE"),
               comment="Exactly one wheel source; kaniko needs --skip-unused-stages to skip the "
                       "other."),
-        _rl_stage(config, plan, lock_sha256=lock_sha256),
+        _rl_stage(config, plan, lock_sha256=lock_sha256, local=local),
     )
     used = {n for s in stages for i in s.instructions if isinstance(i, Arg) for n in [i.name]}
     used |= {"BASE_IMAGE", "WHEEL_SOURCE"}
+    _check_pins(used, args, config)
     global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
     header = (
         f"Generated by gpurl {gpurl_tasks.__version__} from the [tool.gpurl] profile "

@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.errors import BuildError, GpurlError
@@ -109,7 +109,9 @@ def ensure_wheels(config: Config, say: Say) -> str:
 def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None,
                 push_floating: bool = False, no_cache: bool = False,
                 on_line: Say | None = None, force: bool = False) -> BuildResult:
-    """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args."""
+    """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args.
+    A stale Dockerfile or slice set is refused with generate --check's message."""
+    generate(load_committed_config(config.root, config.profile, config.variant or None), check=True)
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
     log_file = cache_dir(config.root) / "logs" / f"build-{config.registry.tag_prefix}-{git_sha}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)

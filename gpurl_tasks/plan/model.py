@@ -123,6 +123,9 @@ class Plan:
     provided: tuple[ProvidedPackage, ...] = ()
     history: int = 0  # lock versions the ordering learned from (0: ordered by size)
     shared: int = 0  # the lowest layers common to every variant of the profile (their slices are shared)
+    # (name, path as the lock records it) of each local package whose source is not the
+    # workspace directory itself: the image must hold it there before the final sync
+    local_paths: tuple[tuple[str, str], ...] = ()
 
     @property
     def closure(self) -> tuple[PlannedPackage, ...]:
@@ -154,6 +157,7 @@ class Plan:
             "sync_flags": list(self.sync_flags),
             "closure": [{"name": p.name, "version": p.version} for p in self.closure],
             "local": list(self.local),
+            "local_paths": [{"name": n, "path": p} for n, p in self.local_paths],
             "provided": [p.to_json() for p in self.provided],
             "history_versions": self.history,
             "shared_layers": self.shared,

@@ -77,6 +77,7 @@ class VariantInput:
     local: tuple[str, ...]
     provided: tuple[ProvidedPackage, ...]
     lines: Mapping[str, SliceLine]
+    local_paths: tuple[tuple[str, str], ...] = ()
 
 
 def _weight(size: PackageSize, basis: str) -> int:
@@ -380,10 +381,12 @@ def slice_path(config: Config, plan: Plan, layer: Layer) -> Path:
 
 
 def _variant_input(config: Config, parsed: Lock, selection: PythonSelection,
-                   sources: SizeSources, name: str = "") -> VariantInput:
-    """One selection's closure, sizes, slice lines and flags."""
+                   sources: SizeSources, name: str = "",
+                   wheel_globs: Sequence[str] | None = None) -> VariantInput:
+    """One selection's closure, sizes, slice lines and flags (`wheel_globs`: the variant's
+    compiled wheels, default the config's)."""
     closure = install_closure(parsed, config.target, selection)
-    wanted = set(provided_names(config.build.wheel_globs))
+    wanted = set(provided_names(config.build.wheel_globs if wheel_globs is None else wheel_globs))
     provided = tuple(
         ProvidedPackage(name=p.name, version=p.version or "",
                         requirements=requirements_on(parsed, closure, config.target,
@@ -394,7 +397,15 @@ def _variant_input(config: Config, parsed: Lock, selection: PythonSelection,
         name=name, sizes=tuple(package_sizes(installed, target_tags(config.target), sources)),
         sync_flags=sync_selection_flags(selection, local_flags=local_install_flags(parsed, closure)),
         local=tuple(p.name for p in closure.local), provided=provided,
-        lines={p.name: slice_line(p) for p in installed})
+        lines={p.name: slice_line(p) for p in installed},
+        local_paths=local_paths(closure))
+
+
+def local_paths(closure: Closure) -> tuple[tuple[str, str], ...]:
+    """(name, path) of every local package whose source is a path other than the workspace's
+    own directory, as the lock records it (relative to the workspace)."""
+    return tuple(sorted((p.name, p.source[p.source_kind]) for p in closure.local
+                        if p.source.get(p.source_kind, ".") not in (".", "")))
 
 
 def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
@@ -410,16 +421,19 @@ def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
     if not config.variants:
         one = _variant_input(config, parsed, config.python, sources)
         previous = None if repack else read_assignment(slices_dir(config))
-        return {"": plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
-                                sync_flags=one.sync_flags, local=one.local, provided=one.provided,
-                                previous=previous or None, lines=one.lines, learn=learn)}
-    inputs = [_variant_input(config, parsed, v.python, sources, v.name) for v in config.variants]
+        plan = plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
+                           sync_flags=one.sync_flags, local=one.local, provided=one.provided,
+                           previous=previous or None, lines=one.lines, learn=learn)
+        return {"": dataclasses.replace(plan, local_paths=one.local_paths)}
+    inputs = [_variant_input(config, parsed, v.python, sources, v.name, v.wheel_globs)
+              for v in config.variants]
     base = config.build.slices / config.profile
-    return plan_variants(
+    plans = plan_variants(
         inputs, cap=config.layers.cap, basis=config.layers.basis,
         shared=None if repack else read_assignment(shared_slices_dir(config)) or None,
         previous={} if repack else {v.name: read_assignment(base / v.name) for v in config.variants},
         learn=learn)
+    return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths) for v in inputs}
 
 
 def plan_for_config(config: Config, *, repack: bool = False) -> Plan:

@@ -1,0 +1,182 @@
+"""What `generate` checks against the lock before it writes a file: a Dockerfile that passes
+these cannot fail its last RUNs for a reason the lock already tells.
+
+- the build asserts import only modules of distributions the variant installs (its closure,
+  its local packages, the compiled wheels, harbor);
+- the torch the wheel-builder compiles against is the lock's torch, version and CUDA label
+  (the compiled wheels must match the installed torch's ABI);
+- every local package the final sync installs from a path reaches the image at the path the
+  lock records (symlinks resolved), from inside the build context.
+
+Pure: the edge (generate.py) resolves paths and passes them in.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import posixpath
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from gpurl_tasks.config import BuildSettings
+from gpurl_tasks.dockerfile.model import DockerfileError
+from gpurl_tasks.plan.model import Plan
+
+__all__ = [
+    "KNOWN_IMPORT_NAMES",
+    "LocalCopy",
+    "assert_modules",
+    "check_asserts",
+    "check_torch",
+    "installed_distributions",
+    "local_copies",
+]
+
+# Modules whose distribution has another name (a config's build.import-names adds more).
+KNOWN_IMPORT_NAMES: Mapping[str, tuple[str, ...]] = {
+    "PIL": ("pillow",),
+    "yaml": ("pyyaml",),
+    "cv2": ("opencv-python", "opencv-python-headless"),
+    "sklearn": ("scikit-learn",),
+    "flash_attn_2_cuda": ("flash-attn",),
+    "megatron": ("megatron-core", "megatron-bridge"),
+    "dateutil": ("python-dateutil",),
+    "attr": ("attrs",),
+    "jwt": ("pyjwt",),
+    "bs4": ("beautifulsoup4",),
+    "google": ("protobuf",),
+}
+
+
+def _where(variant: str) -> str:
+    return f" (variant {variant!r})" if variant else ""
+
+
+def assert_modules(statement: str) -> tuple[str, ...]:
+    """The top-level modules an assert imports (`import a.b, c` and `from d.e import f`)."""
+    try:
+        tree = ast.parse(statement)
+    except SyntaxError as exc:
+        raise DockerfileError(f"import assert {statement!r} is not valid Python: {exc.msg}",
+                              hint="each build.import-asserts entry is one Python statement "
+                                   "line run with `python -c`") from None
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module.split(".")[0])
+    return tuple(dict.fromkeys(names))
+
+
+def _import_names(build: BuildSettings) -> dict[str, tuple[str, ...]]:
+    table = {k: tuple(v) for k, v in KNOWN_IMPORT_NAMES.items()}
+    for entry in build.import_names:
+        module, sep, dist = entry.partition("=")
+        if not sep or not module.strip() or not dist.strip():
+            raise DockerfileError(f"build.import-names entry {entry!r} is not 'module=distribution'",
+                                  hint='e.g. import-names = ["yaml=pyyaml"]')
+        table[module.strip()] = (*table.get(module.strip(), ()), dist.strip())
+    return table
+
+
+def installed_distributions(plan: Plan, provided: Iterable[str], harbor: bool) -> frozenset[str]:
+    """Every distribution the image holds after the final sync (normalised names)."""
+    names = {p.name for p in plan.closure} | set(plan.local) | set(provided)
+    if harbor:
+        names.add("harbor")
+    return frozenset(str(canonicalize_name(n)) for n in names)
+
+
+def check_asserts(build: BuildSettings, installed: frozenset[str], *, variant: str = "") -> None:
+    """Each assert imports only the standard library and distributions the image installs."""
+    table = _import_names(build)
+    for statement in build.import_asserts:
+        for module in assert_modules(statement):
+            if module in sys.stdlib_module_names or module == "__future__":
+                continue
+            candidates = {str(canonicalize_name(module)), *table.get(module, ())}
+            if not candidates & installed:
+                raise DockerfileError(
+                    f"import assert {statement!r} imports {module!r}, which no distribution of "
+                    f"the image provides{_where(variant)}: the build would fail at that RUN",
+                    hint="drop the assert for this variant (its lock does not install "
+                         f"{module}), or if the module comes under another name, add "
+                         f'"{module}=DISTRIBUTION" to build.import-names')
+
+
+def check_torch(build: BuildSettings, plan: Plan, *, variant: str = "") -> str | None:
+    """The wheel-builder's torch is the lock's: same version, same CUDA label. Checked when the
+    variant compiles wheels and its lock installs torch; returns a note saying what matched."""
+    torch = next((p for p in plan.closure if p.name == "torch"), None)
+    if not build.wheel_globs or torch is None:
+        return None
+    try:
+        locked = Version(torch.version)
+        wanted = Version(build.torch_version)
+    except InvalidVersion:
+        raise DockerfileError(
+            f"build.torch-version = {build.torch_version!r} is not a version{_where(variant)}",
+            hint=f"set it to the lock's torch, {torch.version}") from None
+    if wanted.public != locked.public or (wanted.local and wanted.local != locked.local):
+        raise DockerfileError(
+            f"build.torch-version {build.torch_version} is not the lock's torch "
+            f"{torch.version}{_where(variant)}: the compiled wheels would not match the "
+            "installed torch's ABI",
+            hint=f'set torch-version = "{locked.public}" in the [tool.gpurl] build table of this '
+                 "profile (or variant), or re-lock the workspace")
+    if locked.local and locked.local != build.cuda_tag:
+        raise DockerfileError(
+            f"build.cuda-tag {build.cuda_tag} is not the CUDA label of the lock's torch "
+            f"{torch.version}{_where(variant)}: the compiled wheels would link another CUDA",
+            hint=f'set cuda-tag = "{locked.local}" (and a base image of that CUDA)')
+    return (f"torch: lock {torch.version}, wheel-builder torch {build.torch_version} "
+            f"({build.cuda_tag})")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LocalCopy:
+    """A local package's source: where it is in the build context, where the lock expects it."""
+
+    name: str
+    source: str  # relative to the build context, symlinks resolved
+    dest: str  # absolute path in the image
+    link: str = ""  # the symlink in the context that points at it (kept out of the context)
+
+
+def local_copies(local_paths: Sequence[tuple[str, str]], *, workspace: Path, root: Path,
+                 workdir: str, resolve: Mapping[str, Path], variant: str = "") -> tuple[LocalCopy, ...]:
+    """One COPY per path source the lock records outside the workspace's own directory.
+
+    `local_paths` are (name, path as the lock records it, relative to the workspace);
+    `resolve` maps each such path to its real location (symlinks resolved) on this machine.
+    """
+    copies: list[LocalCopy] = []
+    for name, path in sorted(local_paths):
+        real = resolve[path]
+        where = f"{name}'s source {path!r} (resolved to {real})"
+        if not real.is_relative_to(root):
+            raise DockerfileError(
+                f"{where} is outside the build context {root}{_where(variant)}: the image "
+                "cannot contain it and the final sync would fail",
+                hint="move the package inside the repository, or make it a registry/git "
+                     "dependency")
+        if not real.is_dir():
+            raise DockerfileError(f"{where} {'is not a directory' if real.exists() else 'does not exist'}"
+                                  f"{_where(variant)}: the final sync would fail with "
+                                  "`Distribution not found`",
+                                  hint="check out the repository with its path dependencies")
+        link = Path(posixpath.normpath(workspace / path))
+        if link == real and real.is_relative_to(workspace):
+            continue  # no symlink on the way: it arrives with the workspace's own COPY
+        in_context = link.is_relative_to(root) and link.is_symlink()
+        copies.append(LocalCopy(
+            name=name, source=real.relative_to(root).as_posix(),
+            dest=posixpath.normpath(posixpath.join(workdir, path)),
+            link=link.relative_to(root).as_posix() if in_context else ""))
+    return tuple(copies)
