@@ -78,37 +78,30 @@ def test_every_variant_none_is_exit_0_and_silent(repo_root: Path) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Answer:
+class _Outcome:
+    """An outcome whose exit code is an answer (`verdict`) or a failure (`failure`)."""
+
     exit_code: int
-    verdict: str
+    verdict: str | None = None
+    failure: str | None = None
 
     def human(self) -> str:
-        return self.verdict
+        return self.verdict or self.failure or ""
 
     def to_json(self) -> str:
-        return self.verdict
-
-
-@dataclasses.dataclass(frozen=True)
-class _Failure:
-    exit_code: int
-    failure: str
-
-    def human(self) -> str:
-        return self.failure
-
-    def to_json(self) -> str:
-        return self.failure
+        return self.human()
 
 
 @pytest.mark.parametrize(("outcomes", "code", "line"), [
-    ((_Answer(10, "image"), _Answer(0, "none")), 10, "a: image; b: none"),
-    ((_Answer(10, "image"), _Answer(11, "wheels+image")), 11, "a: image; b: wheels+image"),
-    ((_Answer(0, "none"), _Answer(0, "none")), 0, None),
-    ((_Answer(11, "wheels+image"), _Failure(2, "no lock")), 2, "a: wheels+image; b: no lock"),
-    ((_Failure(1, "bad"), _Answer(10, "image")), 1, "a: bad; b: image"),
+    ((_Outcome(10, verdict="image"), _Outcome(0, verdict="none")), 10, "a: image; b: none"),
+    ((_Outcome(10, verdict="image"), _Outcome(11, verdict="wheels+image")), 11,
+     "a: image; b: wheels+image"),
+    ((_Outcome(0, verdict="none"), _Outcome(0, verdict="none")), 0, None),
+    ((_Outcome(11, verdict="wheels+image"), _Outcome(2, failure="no lock")), 2,
+     "a: wheels+image; b: no lock"),
+    ((_Outcome(1, failure="bad"), _Outcome(10, verdict="image")), 1, "a: bad; b: image"),
 ])
-def test_answers_rank_below_failures(outcomes: tuple[_Answer | _Failure, ...], code: int,
+def test_answers_rank_below_failures(outcomes: tuple[_Outcome, ...], code: int,
                                      line: str | None) -> None:
     each = EachVariant(tuple(zip(("a", "b"), outcomes, strict=True)))
     assert (each.exit_code, each.failure) == (code, line)
