@@ -50,13 +50,17 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
 
 
 @task(iterable=["extra"], help={
-    "probe": "fetch the unknown sizes over HTTP (HEAD + zip directory) into layers.size-cache",
+    "probe": "fetch the missing sizes over HTTP (HEAD + zip directory) into layers.size-cache",
     "lock": "uv.lock to read (config key: lock)", "extra": "extra to select; repeatable",
     "dry_run": "list what would be probed, no network", "json": _JSON, "profile": _PROFILE})
 def sizes(c: Context, probe: bool = False, lock: str | None = None,
           extra: list[str] | None = None, dry_run: bool = False, json: bool = False,
           profile: str | None = None) -> None:
-    """List the wheels whose size nothing records; with --probe, fetch and cache them."""
+    """List the wheels whose installed size (and maybe compressed size) nothing records.
+
+    With --probe, fetch every one over HTTP and cache what worked in layers.size-cache; exit 2
+    if any failed (one line each, with its host and error).
+    """
     from gpurl_tasks.plan.probe import survey_sizes
 
     with cli.clean_failures():

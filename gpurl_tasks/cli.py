@@ -110,13 +110,25 @@ class EachVariant:
 
     @property
     def exit_code(self) -> int:
-        return max((o.exit_code for _, o in self.outcomes), default=0)
+        """The most severe: a failure's code wins over any answer's (rebuild-needed's 10 and
+        11 are answers, its errors 1 and 2 failures), then the highest code."""
+        codes = [o.exit_code for _, o in self.outcomes]
+        failures = [o.exit_code for _, o in self.outcomes
+                    if o.exit_code and getattr(o, "verdict", None) is None]
+        return max(failures or codes, default=0)
 
     @property
     def failure(self) -> str | None:
-        failed = [f"{name}: {getattr(o, 'failure', None) or 'failed'}"
-                  for name, o in self.outcomes if o.exit_code]
-        return "; ".join(failed) or None
+        """The closing line: each variant's verdict when the outcomes are answers, else each
+        failed variant's failure."""
+        lines = []
+        for name, o in self.outcomes:
+            verdict = getattr(o, "verdict", None)
+            if verdict is not None:
+                lines.append(f"{name}: {verdict}")
+            elif o.exit_code:
+                lines.append(f"{name}: {getattr(o, 'failure', None) or 'failed'}")
+        return "; ".join(lines) if self.exit_code else None
 
     def human(self) -> str:
         if len(self.outcomes) == 1:
@@ -205,7 +217,9 @@ def step(name: str, *, out: Callable[[str], None] = say) -> AbstractContextManag
 
 class Outcome(Protocol):
     """What a task's one function returns: its human text, its JSON and its exit code (an
-    outcome may also carry `failure`, the one stderr line a non-zero exit ends with)."""
+    outcome may also carry `failure`, the one stderr line a non-zero exit ends with, or
+    `verdict`, its answer in a word when its exit code is an answer, not a failure:
+    rebuild-needed's `image` is 10)."""
 
     @property
     def exit_code(self) -> int: ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpurl_tasks.config import PythonSelection, TargetSpec
@@ -155,3 +157,46 @@ def test_dangling_dependency_is_reported() -> None:
     text = render_lock([], root_deps=[("ghost", None, None)], extras={}, dev=[])
     with pytest.raises(LockError, match="root depends on ghost but the lock has no package"):
         install_closure(parse_lock(text), TARGET, PythonSelection())
+
+
+CONFLICTING = """version = 1
+revision = 2
+requires-python = ">=3.12"
+conflicts = [[
+    { package = "app", extra = "a" },
+    { package = "app", extra = "b" },
+], [
+    { package = "app", group = "dev" },
+    { package = "app", group = "g" },
+]]
+
+[[package]]
+name = "app"
+version = "0.1.0"
+source = { editable = "." }
+"""
+_HINTED_KEY = re.compile(r"\[tool\.gpurl\.(profiles\.[A-Z]+\.variants\.[A-Z]+|[a-z-]+)\] "
+                         r"([a-z-]+(?: / [a-z-]+)*)")
+
+
+@pytest.mark.parametrize(("selection", "keys"), [
+    (PythonSelection(extras=("a", "b")), {"extras", "python.extras"}),
+    (PythonSelection(groups=("g",), no_dev=False), {"groups", "python.groups", "python.no-dev"}),
+])
+def test_conflict_hint_names_only_real_config_keys(selection: PythonSelection,
+                                                    keys: set[str]) -> None:
+    from gpurl_tasks.config import _VARIANT_KEYS, _known_keys
+    from gpurl_tasks.plan.lock import check_conflicts
+
+    lock = parse_lock(CONFLICTING)
+    with pytest.raises(LockError) as err:
+        check_conflicts(lock, "app", selection)
+    hint = err.value.hint or ""
+    named = set()
+    for table, listed in _HINTED_KEY.findall(hint):
+        for key in listed.split(" / "):
+            named.add(key if table.startswith("profiles.") else f"{table}.{key}")
+    assert named == keys, hint
+    for key in named:
+        assert key in (_VARIANT_KEYS if "." not in key else _known_keys()), key
+    assert "python-extras" not in hint and "python-groups" not in hint

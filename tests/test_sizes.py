@@ -75,10 +75,37 @@ def test_unknown_sizes_are_all_listed_with_the_remedy(tmp_path: Path) -> None:
         package_sizes(pkgs, TAGS, load_size_sources(overrides, None))
     err = info.value
     assert "2 package size(s) unknown" in err.message
-    assert "torch==1.0 (wheel has no size in the lock)" in err.message
+    assert "torch==1.0 (its wheel has no compressed size in the lock" in err.message
     assert "flash-attn==1.0 (no wheel for the target and only an sdist" in err.message
     assert "ok==" not in err.message
     assert err.hint is not None and "overrides.json" in err.hint and "--probe" in err.hint
+
+
+def test_an_sdist_only_package_hint_says_how_to_get_its_size(tmp_path: Path) -> None:
+    """No wheel, no size: the hint says how to build the wheel, where its size goes, and the
+    exact JSON line; probing (which needs a wheel URL) is not offered for it."""
+    overrides = tmp_path / "overrides.json"
+    overrides.write_text("{}")
+    with pytest.raises(SizeError) as info:
+        package_sizes([_pkg("flash-attn", [], sdist=True)], TAGS,
+                      load_size_sources(overrides, None))
+    hint = info.value.hint or ""
+    assert "`pip wheel --no-deps flash-attn==1.0 -w " in hint
+    assert "`uv build --wheel`" in hint
+    assert f'add "flash-attn==1.0": BYTES to {overrides} (layers.size-overrides)' in hint
+    assert "--probe" not in hint
+    # the line, with the built wheel's byte count for BYTES, is what the plan then reads
+    overrides.write_text('{\n' + hint.split("add ", 1)[1].split(" to ", 1)[0]
+                         .replace("BYTES", "4321") + "\n}\n")
+    (size,) = package_sizes([_pkg("flash-attn", [], sdist=True)], TAGS,
+                            load_size_sources(overrides, None))
+    assert (size.compressed_bytes, size.source) == (4321, "override")
+
+
+def test_without_an_override_file_the_hint_names_the_config_key() -> None:
+    with pytest.raises(SizeError) as info:
+        package_sizes([_pkg("flash-attn", [], sdist=True)], TAGS, load_size_sources(None, None))
+    assert "a JSON file named by layers.size-overrides" in (info.value.hint or "")
 
 
 def test_a_named_override_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:

@@ -299,8 +299,20 @@ def check_conflicts(lock: Lock, root: str, selection: PythonSelection) -> None:
             raise LockError(
                 f"{lock.source} declares {named} as conflicting: conflicts = [["
                 + ", ".join(item.render() for item in entry) + "]]",
-                hint="select at most one of them per variant ([tool.gpurl.profiles.NAME."
-                     "variants.VARIANT] python-extras / python-groups); uv resolved each apart")
+                hint=_conflict_hint({item.kind for item in hit},
+                                    dev=any((i.kind, i.name) == ("group", "dev") for i in hit)))
+
+
+def _conflict_hint(kinds: set[str], *, dev: bool) -> str:
+    """Where the selection is configured, in the config's own keys (uv resolved them apart)."""
+    keys = [key for kind, key in (("extra", "extras"), ("group", "groups")) if kind in kinds]
+    listed = " / ".join(f"{key} = [...]" for key in keys)
+    hint = (f"select at most one of them per variant: [tool.gpurl.profiles.PROFILE.variants."
+            f"VARIANT] {listed}, or for every variant [tool.gpurl.python] "
+            + " / ".join(keys))
+    if dev:
+        hint += "; the dev group is selected unless [tool.gpurl.python] no-dev = true"
+    return hint + "; uv resolved each apart"
 
 
 def load_lock(path: Path) -> Lock:

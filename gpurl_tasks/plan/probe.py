@@ -13,6 +13,7 @@ import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -23,8 +24,8 @@ from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.sizes import load_size_sources, urls_to_probe
 from gpurl_tasks.plan.target import target_tags
 
-__all__ = ["SizeSurvey", "central_directory_installed_size", "probe_url", "probe_urls", "survey_sizes",
-           "write_cache"]
+__all__ = ["ProbeFailure", "SizeSurvey", "central_directory_installed_size", "probe_url",
+           "probe_urls", "survey_sizes", "write_cache"]
 
 _EOCD = b"PK\x05\x06"
 _ZIP64_LOCATOR = b"PK\x06\x07"
@@ -96,14 +97,33 @@ def probe_url(client: httpx.Client, url: str) -> dict[str, int]:
                         hint="check the URL is reachable, or add the size to the override file") from None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ProbeFailure:
+    """One URL the probe could not read, and why."""
+
+    url: str
+    error: str
+
+    @property
+    def host(self) -> str:
+        parts = urlsplit(self.url)
+        return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname or self.url
+
+
 def probe_urls(urls: Iterable[str], *, timeout: float = 30.0,
-               progress: Callable[[str], None] = lambda _: None) -> dict[str, dict[str, int]]:
+               progress: Callable[[str], None] = lambda _: None
+               ) -> tuple[dict[str, dict[str, int]], tuple[ProbeFailure, ...]]:
+    """Probe every URL: (what was found, what failed); one unreachable URL stops nothing."""
+    found: dict[str, dict[str, int]] = {}
+    failed: list[ProbeFailure] = []
     with httpx.Client(timeout=timeout, follow_redirects=True) as client:
-        found = {}
         for url in urls:
             progress(url)
-            found[url] = probe_url(client, url)
-        return found
+            try:
+                found[url] = probe_url(client, url)
+            except SizeError as exc:
+                failed.append(ProbeFailure(url=url, error=exc.message))
+    return found, tuple(failed)
 
 
 def write_cache(path: Path, entries: dict[str, dict[str, int]]) -> None:
@@ -120,38 +140,70 @@ def write_cache(path: Path, entries: dict[str, dict[str, int]]) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SizeSurvey:
-    """`invoke sizes`: the wheel URLs whose size nothing records, and what a probe found."""
+    """`invoke sizes`: the wheel URLs whose installed size nothing records (and which of them
+    have no compressed size either), and what a probe found and could not read."""
 
     to_probe: tuple[str, ...]
+    no_compressed: tuple[str, ...] = ()  # no compressed size in the lock, overrides or cache
     probed: dict[str, dict[str, int]] | None = None  # None: nothing was fetched
+    failed: tuple[ProbeFailure, ...] = ()
     cache: Path | None = None
-    exit_code: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return SizeError.exit_code if self.failed else 0
+
+    @property
+    def failure(self) -> str | None:
+        if not self.failed:
+            return None
+        worked = len(self.probed or {})
+        return (f"{len(self.failed)} of {len(self.to_probe)} probe(s) failed; " + (
+            f"the {worked} that worked are cached in {self.cache}" if worked
+            else "nothing was cached"))
 
     def human(self) -> str:
         if self.probed is not None:
-            return f"probed {len(self.probed)} wheel(s) into {self.cache}"
+            lines = [f"probed {len(self.probed)} of {len(self.to_probe)} wheel(s)"
+                     + (f" into {self.cache}" if self.probed else "")]
+            lines += [f"  failed  {f.host}: {f.error}" for f in self.failed]
+            return "\n".join(lines)
         if not self.to_probe:
-            return "every wheel size is known (lock, overrides or probe cache)"
-        head = (f"{len(self.to_probe)} wheel(s) the target installs have no size in the lock, "
-                "the overrides or the probe cache; `invoke sizes --probe` fetches them:")
-        return "\n".join([head, *(f"  {url}" for url in self.to_probe)])
+            return ("every wheel the target installs has its compressed size (lock, overrides "
+                    "or probe cache) and its installed size (probe cache)")
+        head = (f"{len(self.to_probe)} wheel(s) the target installs have no installed size in "
+                f"the probe cache (the plan estimates it from the compressed size)")
+        if self.no_compressed:
+            head += (f", {len(self.no_compressed)} of them no compressed size either (not in "
+                     "the lock, the overrides or the probe cache)")
+        head += "; `invoke sizes --probe` fetches them:"
+        return "\n".join([head, *(f"  {url}" + ("  (no compressed size)" if url in
+                                                 self.no_compressed else "")
+                                  for url in self.to_probe)])
 
     def to_json(self) -> dict[str, Any]:
-        return {"to_probe": list(self.to_probe)} if self.probed is None else self.probed
+        if self.probed is None:
+            return {"to_probe": list(self.to_probe), "no_compressed_size": list(self.no_compressed)}
+        return {"probed": self.probed, "cache": str(self.cache),
+                "failed": [{"url": f.url, "host": f.host, "error": f.error} for f in self.failed]}
 
 
 def survey_sizes(config: Config, *, probe: bool, dry_run: bool,
                  progress: Callable[[str], None] = lambda _: None) -> SizeSurvey:
-    """The closure's wheels without a known size; with `probe` (not `dry_run`), fetch them into
-    layers.size-cache."""
+    """The closure's wheels without a known installed size; with `probe` (not `dry_run`), fetch
+    every one and cache what was found in layers.size-cache, even when some fail."""
     closure = install_closure(load_lock(config.lock), config.target, config.python)
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
-    urls = tuple(urls_to_probe(closure.packages, target_tags(config.target), sources))
+    known = urls_to_probe(closure.packages, target_tags(config.target), sources)
+    urls = tuple(known)
+    no_compressed = tuple(url for url, compressed in known.items() if not compressed)
     if not probe or dry_run:
-        return SizeSurvey(to_probe=urls)
+        return SizeSurvey(to_probe=urls, no_compressed=no_compressed)
     cache = config.layers.size_cache
     if cache is None:
         raise ConfigError("layers.size-cache is not set; nowhere to store probed sizes")
-    found = probe_urls(urls, progress=lambda url: progress(f"probing {url}"))
-    write_cache(cache, found)
-    return SizeSurvey(to_probe=urls, probed=found, cache=cache)
+    found, failed = probe_urls(urls, progress=lambda url: progress(f"probing {url}"))
+    if found:
+        write_cache(cache, found)
+    return SizeSurvey(to_probe=urls, no_compressed=no_compressed, probed=found, failed=failed,
+                      cache=cache)

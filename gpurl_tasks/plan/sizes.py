@@ -135,53 +135,85 @@ def load_size_sources(overrides: Path | None, cache: Path | None) -> SizeSources
     return SizeSources(overrides=table, probed=probed, overrides_path=overrides)
 
 
+def _compressed(pkg: LockedPackage, wheel: Artifact | None,
+                sources: SizeSources) -> tuple[int, str] | None:
+    """(compressed bytes, where from) in precedence order: override, lock, probe cache."""
+    version = pkg.version or "?"
+    override = sources.overrides.get(f"{pkg.name}=={version}", sources.overrides.get(pkg.name))
+    if override is not None:
+        return override, "override"
+    if wheel is not None and wheel.size is not None:
+        return wheel.size, "lock"
+    probe = sources.probed.get(wheel.url or "", {}) if wheel is not None else {}
+    if "compressed" in probe:
+        return probe["compressed"], "probe"
+    return None
+
+
+def _unknown_hint(sdists: list[str], sources: SizeSources, *, probe: bool) -> str:
+    """How to get what is missing: an sdist's size is its built wheel's, by hand; a wheel's
+    is probed."""
+    where = (f"{sources.overrides_path} (layers.size-overrides)" if sources.overrides_path
+             else "a JSON file named by layers.size-overrides (e.g. sizes/overrides.json)")
+    parts = []
+    if sdists:
+        first = sdists[0]
+        lines = ", ".join(f'"{spec}": BYTES' for spec in sdists)
+        parts.append(f"an sdist's size is the wheel it builds: build it (`pip wheel --no-deps "
+                     f"{first} -w /tmp/gpurl-wheels`, or `uv build --wheel` in its source tree), "
+                     f"take the .whl file's size in bytes (`stat -c %s /tmp/gpurl-wheels/*.whl`) "
+                     f"and add {lines} to {where}")
+    if probe or not sdists:
+        parts.append(f"for a wheel: run `invoke sizes --probe` (wheels with a URL), or add "
+                     f'"name==version": BYTES (its compressed size) to {where}')
+    return "; ".join(parts)
+
+
 def package_sizes(
     packages: Iterable[LockedPackage], supported: Sequence[Tag], sources: SizeSources
 ) -> list[PackageSize]:
     """Sizes for every package, or one SizeError naming every package still unknown."""
     result: list[PackageSize] = []
     unknown: list[str] = []
+    sdists: list[str] = []
     for pkg in packages:
         version = pkg.version or "?"
         wheel = select_wheel(pkg, supported)
         artifact = wheel or pkg.sdist
-        probe = sources.probed.get(artifact.url or "", {}) if artifact else {}
-        installed = probe.get("installed") if wheel else None
-        override = sources.overrides.get(f"{pkg.name}=={version}", sources.overrides.get(pkg.name))
-        if override is not None:
-            size, origin = override, "override"
-        elif wheel is not None and wheel.size is not None:
-            size, origin = wheel.size, "lock"
-        elif wheel is not None and "compressed" in probe:
-            size, origin = probe["compressed"], "probe"
-        else:
-            why = ("no wheel for the target and only an sdist (built in the image)" if wheel is None
-                   and pkg.sdist else "wheel has no size in the lock" if wheel
-                   else f"{pkg.source_kind} source with no wheel")
+        installed = sources.probed.get(wheel.url or "", {}).get("installed") if wheel else None
+        known = _compressed(pkg, wheel, sources)
+        if known is None:
+            if wheel is None and pkg.sdist:
+                why = "no wheel for the target and only an sdist (built in the image)"
+                sdists.append(f"{pkg.name}=={version}")
+            else:
+                why = ("its wheel has no compressed size in the lock, the overrides or "
+                       "the probe cache" if wheel
+                       else f"{pkg.source_kind} source with no wheel")
             unknown.append(f"{pkg.name}=={version} ({why})")
             continue
+        size, origin = known
         result.append(PackageSize(name=pkg.name, version=version, compressed_bytes=size,
                                   installed_bytes=installed, source=origin,
                                   artifact=artifact.filename if artifact else None))
     if unknown:
-        where = sources.overrides_path or "a size override file"
         raise SizeError(
             f"{len(unknown)} package size(s) unknown: " + "; ".join(unknown),
-            hint=f"add them to {where} as {{\"name\": bytes}} or {{\"name==version\": bytes}}, "
-                 "or run `invoke sizes --probe` for wheels with a URL",
+            hint=_unknown_hint(sdists, sources, probe=len(sdists) < len(unknown)),
         )
     return result
 
 
 def urls_to_probe(
     packages: Iterable[LockedPackage], supported: Sequence[Tag], sources: SizeSources
-) -> list[str]:
-    """Wheel URLs whose compressed or installed size is not known yet, sorted."""
-    urls = set()
+) -> dict[str, bool]:
+    """Wheel URLs (sorted) whose installed size is not known yet (only a probe gives it), each
+    with whether its compressed size is known (override, lock or probe cache)."""
+    urls: dict[str, bool] = {}
     for pkg in packages:
         wheel = select_wheel(pkg, supported)
         if wheel is None or not wheel.url or not wheel.url.startswith(("http://", "https://")):
             continue
         if "installed" not in sources.probed.get(wheel.url, {}):
-            urls.add(wheel.url)
-    return sorted(urls)
+            urls[wheel.url] = _compressed(pkg, wheel, sources) is not None
+    return dict(sorted(urls.items()))

@@ -112,6 +112,11 @@ class RebuildReport:
     def exit_code(self) -> int:
         return self.decision.exit_code
 
+    @property
+    def verdict(self) -> str:
+        """The decision in a word: exit codes 10 and 11 are answers, not failures."""
+        return self.decision.decision
+
     def human(self) -> str:
         lines = [f"rebuild: {self.decision.decision}  (since {self.since_ref} = "
                  f"{self.since_commit[:12]}, from {self.since_source})"]
