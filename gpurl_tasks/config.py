@@ -203,7 +203,7 @@ class Variant:
 
     name: str
     python: PythonSelection
-    wheel_globs: tuple[str, ...] = ()  # its compiled wheels (what the lock never installs)
+    build: BuildSettings = BuildSettings()  # its own build pins (compiled wheels, harbor, torch)
 
 
 @dataclasses.dataclass(**_KW)
@@ -468,11 +468,10 @@ def load_config(
         sections[section] = cls(**kwargs)
     def resolved(n: str) -> Variant:
         if n == chosen or _alone:
-            return Variant(name=n, python=sections["python"],
-                           wheel_globs=sections["build"].wheel_globs)
+            return Variant(name=n, python=sections["python"], build=sections["build"])
         other = load_config(root, profile=name, env=env, overrides=overrides, variant=n,
                             _alone=True)
-        return Variant(name=n, python=other.python, wheel_globs=other.build.wheel_globs)
+        return Variant(name=n, python=other.python, build=other.build)
 
     variants = tuple(resolved(n) for n in names)
     return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,

@@ -1,15 +1,22 @@
-"""Shared fixtures: the repository root and the real SkyRL locks when present."""
+"""Shared fixtures: the repository root and the real SkyRL locks (the project's test data)."""
 
 from __future__ import annotations
 
+import hashlib
+import lzma
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_LOCKS = REPO_ROOT.parent / "shared" / "data" / "locks"
+# SkyRL's real skyrl-train locks (commits 021b9d65b, older, and 0b8acf049), xz-compressed in the
+# project's own test data: a user's clone has no ../shared beside it.
+SKYRL_DATA = Path(__file__).resolve().parent / "data" / "skyrl"
+SKYRL_COMMITS = ("021b9d65b", "0b8acf049")  # oldest first
+SKYRL_WORKSPACE = REPO_ROOT / "examples" / "skyrl" / "skyrl-train"  # the `skyrl` profile's fixture
 
 
 @pytest.fixture
@@ -17,13 +24,22 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+def skyrl_pyproject(commit: str) -> Path:
+    """The real skyrl-train pyproject.toml at `commit`."""
+    return SKYRL_DATA / f"skyrl-train.{commit}.pyproject.toml"
+
+
 def skyrl_lock(commit: str) -> Path:
-    """Path of a real SkyRL lock; skips the test with the reason when it is absent."""
-    path = SHARED_LOCKS / f"skyrl-train.{commit}.uv.lock"
+    """The real skyrl-train uv.lock at `commit`, decompressed once into a temp directory."""
+    packed = SKYRL_DATA / f"skyrl-train.{commit}.uv.lock.xz"
+    text = lzma.decompress(packed.read_bytes())
+    digest = hashlib.sha256(text).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / "gpurl-test-data" / digest / f"skyrl-train.{commit}.uv.lock"
     if not path.exists():
-        if os.environ.get("CI"):  # CI runs with shared/ beside the clone
-            pytest.fail(f"real SkyRL lock not present at {path}")
-        pytest.skip(f"real SkyRL lock not present at {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(text)
+        tmp.replace(path)
     return path
 
 

@@ -22,7 +22,7 @@ from gpurl_tasks.cluster.iris_release import find_python312
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.plan.planner import plan_for_config
-from tests.conftest import REPO_ROOT, skyrl_lock
+from tests.conftest import REPO_ROOT, skyrl_lock, skyrl_pyproject
 from tests.support.pyindex import make_wheel
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,7 @@ def test_the_final_sync_leaves_the_compiled_wheels_alone(tmp_path: Path) -> None
     project = tmp_path / "skyrl-train"
     (project / "skyrl-gym").mkdir(parents=True)
     shutil.copy(lock, project / "uv.lock")
-    shutil.copy(lock.with_name(f"skyrl-train.{COMMIT}.pyproject.toml"), project / "pyproject.toml")
+    shutil.copy(skyrl_pyproject(COMMIT), project / "pyproject.toml")
     (project / "skyrl-gym" / "pyproject.toml").write_text('[project]\nname = "skyrl-gym"\n'
                                                           'version = "0.1.0"\n')
     venv = tmp_path / "venv"

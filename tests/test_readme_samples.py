@@ -3,7 +3,7 @@
 A sample is a fenced block whose first line is `$ invoke ...`, followed by the output. The
 samples that can be produced here are run for real (`invoke build --dry-run` with a stand-in
 KUBECONFIG file and token: a dry run touches no cluster and no registry; `invoke plan` on the
-real SkyRL lock in ../shared/data/locks/). The rest need a cluster, GHCR or a particular git
+real SkyRL lock of the skyrl fixture). The rest need a cluster, GHCR or a particular git
 history and are listed in NOT_REPRODUCIBLE, so a new sample must be sorted into one or the other.
 """
 
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED_LOCKS as LOCKS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOT_REPRODUCIBLE = {
@@ -69,12 +68,9 @@ def test_build_dry_run_sample_is_the_real_output(tmp_path: Path) -> None:
     assert _normalize(real) == _normalize(expected)
 
 
-PLAN_COMMAND = ("invoke plan --lock ../shared/data/locks/skyrl-train.0b8acf049.uv.lock "
-                "--extra vllm --size-overrides sizes/skyrl-train.json")
+PLAN_COMMAND = "invoke plan --profile skyrl --variant standard"
 
 
 def test_plan_sample_is_the_real_output() -> None:
-    if not (LOCKS / "skyrl-train.0b8acf049.uv.lock").exists():
-        pytest.skip("the SkyRL locks are not in ../shared/data/locks/")
     (expected,) = [out for command, out in samples() if command == PLAN_COMMAND]
     assert _run(PLAN_COMMAND, {}) == expected

@@ -13,7 +13,7 @@ from gpurl_tasks.config import PythonSelection, TargetSpec, load_config
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.planner import plan_for_config
 from gpurl_tasks.plan.target import marker_environment
-from tests.conftest import REPO_ROOT, SHARED_LOCKS, skyrl_lock
+from tests.conftest import REPO_ROOT, skyrl_lock, skyrl_pyproject
 
 pytestmark = pytest.mark.integration
 COMMITS = ["0b8acf049", "021b9d65b"]
@@ -45,7 +45,7 @@ def test_closure_matches_uv_export(commit: str, extra: str, tmp_path: Path) -> N
     lock_path = skyrl_lock(commit)
     (tmp_path / "uv.lock").write_bytes(lock_path.read_bytes())
     (tmp_path / "pyproject.toml").write_bytes(
-        (SHARED_LOCKS / f"skyrl-train.{commit}.pyproject.toml").read_bytes())
+        skyrl_pyproject(commit).read_bytes())
     expected = _export(tmp_path, extra)
     closure = install_closure(load_lock(lock_path), TARGET, PythonSelection(extras=(extra,)))
     got = {p.name: p.version for p in closure.packages}
@@ -80,6 +80,9 @@ workspace = "ws"
 [tool.gpurl.profiles.skyrl.layers]
 cap = "4GB"
 size-overrides = "{overrides}"
+
+[tool.gpurl.profiles.skyrl.build]
+wheel-globs = ["vllm-*.whl", "flash_attn-*.whl"]  # the compiled pair: in no slice
 
 [tool.gpurl.profiles.skyrl.variants.standard]
 extras = ["vllm"]

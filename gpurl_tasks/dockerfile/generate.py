@@ -172,12 +172,10 @@ def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) 
     if torch:
         notes.append(torch)
     installed = installed_distributions(plan, provided_names(config.build.wheel_globs),
-                                        harbor_outside_lock(config, plan))
+                                        harbor_outside_lock(plan))
     check_asserts(config.build, installed, variant=config.variant)
-    if harbor_outside_lock(config, plan):
-        notes.append(f"harbor: not in the lock; installed from {config.build.harbor_repo}@"
-                     f"{config.build.harbor_commit}, its dependencies resolved at build time, "
-                     "outside the lock")
+    notes += [f"outside the lock (its dependencies resolved at build time): {r}"
+              for r in plan.outside_lock]
     local = _local(config, plan)
     return Rendered(config=config, plan=plan, dockerfile=render_dockerfile(config, plan, local),
                     slices=slice_files(config, plan), others=dict(extra(config)) if extra else {},

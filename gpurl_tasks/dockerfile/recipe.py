@@ -263,11 +263,10 @@ def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
     return Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
 
 
-def harbor_outside_lock(config: Config, plan: Plan) -> bool:
-    """harbor is installed from HARBOR_REPO@HARBOR_COMMIT: asked for, and not in the variant's
-    closure (when the lock has it, its slice installs the lock's commit: one harbor, locked
-    dependencies)."""
-    return config.build.install_harbor and "harbor" not in {p.name for p in plan.closure}
+def harbor_outside_lock(plan: Plan) -> bool:
+    """harbor is installed from HARBOR_REPO@HARBOR_COMMIT (the planner decides: asked for, and
+    not in the variant's closure)."""
+    return any(r.split(" @", 1)[0] == "harbor" for r in plan.outside_lock)
 
 
 def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
@@ -311,7 +310,7 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
             Run(commands=(Command(head=("uv", "pip", "install"),
                                   groups=(("--no-deps",), *((g,) for g in globs))),)),
         ]
-    if harbor_outside_lock(config, plan):
+    if harbor_outside_lock(plan):
         body += [
             Comment(text="harbor is not in this lock: installed from HARBOR_COMMIT, its "
                     "dependencies resolved now."),

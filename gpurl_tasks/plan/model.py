@@ -126,6 +126,9 @@ class Plan:
     # (name, path as the lock records it) of each local package whose source is not the
     # workspace directory itself: the image must hold it there before the final sync
     local_paths: tuple[tuple[str, str], ...] = ()
+    # requirements the image installs outside the lock, resolved at build time (harbor when
+    # the lock lacks it)
+    outside_lock: tuple[str, ...] = ()
 
     @property
     def closure(self) -> tuple[PlannedPackage, ...]:
@@ -158,6 +161,7 @@ class Plan:
             "closure": [{"name": p.name, "version": p.version} for p in self.closure],
             "local": list(self.local),
             "local_paths": [{"name": n, "path": p} for n, p in self.local_paths],
+            "outside_lock": list(self.outside_lock),
             "provided": [p.to_json() for p in self.provided],
             "history_versions": self.history,
             "shared_layers": self.shared,

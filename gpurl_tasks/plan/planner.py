@@ -31,7 +31,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from gpurl_tasks.config import SHARED, Config, PythonSelection
+from gpurl_tasks.config import SHARED, BuildSettings, Config, PythonSelection
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.history import version_changes
 from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
@@ -52,6 +52,8 @@ __all__ = [
     "fresh_buckets",
     "glob_project",
     "local_install_flags",
+    "local_paths",
+    "outside_lock",
     "plan_for_config",
     "plan_layers",
     "plan_profile",
@@ -78,6 +80,7 @@ class VariantInput:
     provided: tuple[ProvidedPackage, ...]
     lines: Mapping[str, SliceLine]
     local_paths: tuple[tuple[str, str], ...] = ()
+    outside_lock: tuple[str, ...] = ()
 
 
 def _weight(size: PackageSize, basis: str) -> int:
@@ -382,11 +385,12 @@ def slice_path(config: Config, plan: Plan, layer: Layer) -> Path:
 
 def _variant_input(config: Config, parsed: Lock, selection: PythonSelection,
                    sources: SizeSources, name: str = "",
-                   wheel_globs: Sequence[str] | None = None) -> VariantInput:
-    """One selection's closure, sizes, slice lines and flags (`wheel_globs`: the variant's
-    compiled wheels, default the config's)."""
+                   build: BuildSettings | None = None) -> VariantInput:
+    """One selection's closure, sizes, slice lines and flags (`build`: the variant's own build
+    settings, default the config's)."""
+    build = build or config.build
     closure = install_closure(parsed, config.target, selection)
-    wanted = set(provided_names(config.build.wheel_globs if wheel_globs is None else wheel_globs))
+    wanted = set(provided_names(build.wheel_globs))
     provided = tuple(
         ProvidedPackage(name=p.name, version=p.version or "",
                         requirements=requirements_on(parsed, closure, config.target,
@@ -398,7 +402,16 @@ def _variant_input(config: Config, parsed: Lock, selection: PythonSelection,
         sync_flags=sync_selection_flags(selection, local_flags=local_install_flags(parsed, closure)),
         local=tuple(p.name for p in closure.local), provided=provided,
         lines={p.name: slice_line(p) for p in installed},
-        local_paths=local_paths(closure))
+        local_paths=local_paths(closure), outside_lock=outside_lock(build, closure))
+
+
+def outside_lock(build: BuildSettings, closure: Closure) -> tuple[str, ...]:
+    """What the image installs outside the lock, its dependencies resolved at build time:
+    harbor from HARBOR_REPO@HARBOR_COMMIT when asked for and the closure lacks it (when the
+    lock has harbor, its slice installs the lock's commit: one harbor, locked dependencies)."""
+    if build.install_harbor and "harbor" not in {p.name for p in closure.packages}:
+        return (f"harbor @ git+{build.harbor_repo}@{build.harbor_commit}",)
+    return ()
 
 
 def local_paths(closure: Closure) -> tuple[tuple[str, str], ...]:
@@ -424,8 +437,9 @@ def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
         plan = plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
                            sync_flags=one.sync_flags, local=one.local, provided=one.provided,
                            previous=previous or None, lines=one.lines, learn=learn)
-        return {"": dataclasses.replace(plan, local_paths=one.local_paths)}
-    inputs = [_variant_input(config, parsed, v.python, sources, v.name, v.wheel_globs)
+        return {"": dataclasses.replace(plan, local_paths=one.local_paths,
+                                        outside_lock=one.outside_lock)}
+    inputs = [_variant_input(config, parsed, v.python, sources, v.name, v.build)
               for v in config.variants]
     base = config.build.slices / config.profile
     plans = plan_variants(
@@ -433,7 +447,8 @@ def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
         shared=None if repack else read_assignment(shared_slices_dir(config)) or None,
         previous={} if repack else {v.name: read_assignment(base / v.name) for v in config.variants},
         learn=learn)
-    return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths) for v in inputs}
+    return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths,
+                                        outside_lock=v.outside_lock) for v in inputs}
 
 
 def plan_for_config(config: Config, *, repack: bool = False) -> Plan:

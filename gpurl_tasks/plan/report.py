@@ -60,6 +60,8 @@ def render_steps(plan: Plan) -> str:
         wanted = "; ".join(f"{d} requires {s}" for d, s in p.requirements) or "no specifier"
         lines.append(f"provided by the compiled wheels, never installed from the lock: "
                      f"{p.name} (lock {p.version}; {wanted})")
+    lines += [f"outside the lock (its dependencies resolved at build time): {r}"
+              for r in plan.outside_lock]
     return "\n".join(lines)
 
 
