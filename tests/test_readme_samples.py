@@ -16,9 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOT_REPRODUCIBLE = {
     "invoke rebuild-needed --since HEAD~1",  # three scenarios, each a particular git history

@@ -32,7 +32,7 @@ from gpurl_tasks.cluster.iris_release import find_python312
 from gpurl_tasks.cluster.kaniko import script_files
 from gpurl_tasks.config import BuildSettings, load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
-from gpurl_tasks.dockerfile.generate import generate_profiles, render_variant
+from gpurl_tasks.dockerfile.generate import StaleFileError, generate_profiles, render_variant
 from gpurl_tasks.dockerfile.model import DockerfileError
 from gpurl_tasks.plan.planner import plan_for_config
 from tests.conftest import REPO_ROOT, SKYRL_COMMITS
@@ -252,7 +252,8 @@ def test_a_removed_variant_leaves_no_generated_file(tmp_path: Path) -> None:
             root / "docker" / "build_skyrl_kaniko-megatron.sh",
             *(root / "docker" / "layers" / "skyrl" / "megatron").glob("*.txt")]
     assert all(p.exists() for p in gone) and len(gone) > 2
-    with pytest.raises(Exception, match="Dockerfile.skyrl-megatron"):
+    with pytest.raises(StaleFileError, match=r"docker/Dockerfile\.skyrl-megatron, .* left over "
+                                              r"\(no current variant or plan calls for it\)"):
         generate_profiles(root, "skyrl", check=True, extra=script_files)
     generate_profiles(root, "skyrl", check=False, extra=script_files)
     assert not any(p.exists() for p in gone)

@@ -227,6 +227,32 @@ class _Change:
     mode: int = 0o644
 
 
+def _stale_error(root: Path, changes: list[_Change]) -> StaleFileError:
+    """What --check found: files to write (missing or stale, with the variant they are for)
+    and files to remove (left over from a removed variant or an older plan)."""
+
+    def listed(paths: list[Path]) -> str:
+        shown = ", ".join(str(p.relative_to(root) if p.is_relative_to(root) else p)
+                          for p in paths[:4])
+        return shown + (f" (+{len(paths) - 4} more)" if len(paths) > 4 else "")
+
+    written = [c for c in changes if c.text is not None]
+    removed = [c.path for c in changes if c.text is None]
+    parts = []
+    if written:
+        owners = sorted({c.owner for c in written})
+        missing = all(not c.path.exists() for c in written)
+        parts.append(f"{listed([c.path for c in written])} "
+                     f"{'missing' if missing else 'missing or stale'} for "
+                     + ", ".join(f"profile {p!r}" + (f" variant {v!r}" if v else "")
+                                 for p, v in owners))
+    if removed:
+        parts.append(f"{listed(removed)} left over (no current variant or plan calls for it)")
+    profiles = {c.owner[0] for c in changes}
+    return StaleFileError("; ".join(parts), hint="run `invoke generate" + (
+        f" --profile {profiles.pop()}" if len(profiles) == 1 else "") + "` and commit the result")
+
+
 def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, check: bool
            ) -> list[GenerateResult]:
     """Compare every rendered file with the tree; with `check` raise on the first difference,
@@ -259,18 +285,8 @@ def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, ch
                                 for rule in context_rules(r.config, r.links)))
     new_ignore = updated_dockerignore(ignore_text, rules)
     if check:
-        stale_paths = [c.path for c in changes]
-        if stale_paths:
-            shown = ", ".join(str(p.relative_to(root) if p.is_relative_to(root) else p)
-                              for p in stale_paths[:4])
-            missing = all(not p.exists() for p in stale_paths)
-            owners = sorted({c.owner for c in changes})
-            what = ", ".join(f"profile {p!r}" + (f" variant {v!r}" if v else "") for p, v in owners)
-            raise StaleFileError(
-                f"{shown} {'missing' if missing else 'missing or stale'} for {what}"
-                + (f" (+{len(stale_paths) - 4} more)" if len(stale_paths) > 4 else ""),
-                hint="run `invoke generate" + (f" --profile {owners[0][0]}" if len(
-                    {p for p, _ in owners}) == 1 else "") + "` and commit the result")
+        if changes:
+            raise _stale_error(root, changes)
         if new_ignore is not None:
             raise stale_context_error(root, ignore_text, rules)
         return results
