@@ -131,7 +131,9 @@ def make_plan(config: Config, layer_names: list[list[str]],
     return Plan(cap_bytes=4 * 10**9, basis="compressed",
                 sync_flags=sync_selection_flags(config.python, local_flags=LOCAL_FLAGS),
                 layers=layers, local=("skyrl-train",), lower_bound_layers=1,
-                provided=tuple(ProvidedPackage(name=n, version="1") for n in provided))
+                provided=tuple(ProvidedPackage(name=n, version="1") for n in provided),
+                # as the planner decides it: harbor from HARBOR_COMMIT when asked for
+                outside_lock=("harbor @ git+HARBOR",) if config.build.install_harbor else ())
 
 
 @pytest.fixture(scope="module")
