@@ -34,19 +34,19 @@ dependencies = [
 [[package]]
 name = "from-git"
 version = "1.0"
-source = { git = "https://example.invalid/repo?rev=abc#abc" }
+source = { git = "https://example.invalid/repo?rev=abc#abc0123456789abcdef0123456789abcdef0123" }
 
 [[package]]
 name = "from-url"
 version = "2.0"
 source = { url = "https://example.invalid/from_url-2.0-py3-none-any.whl" }
-wheels = [{ url = "https://example.invalid/from_url-2.0-py3-none-any.whl", hash = "sha256:aa" }]
+wheels = [{ url = "https://example.invalid/from_url-2.0-py3-none-any.whl", hash = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" }]
 
 [[package]]
 name = "local-path"
 version = "3.0"
 source = { path = "wheels/local_path-3.0-py3-none-any.whl" }
-wheels = [{ filename = "local_path-3.0-py3-none-any.whl", hash = "sha256:bb" }]
+wheels = [{ filename = "local_path-3.0-py3-none-any.whl", hash = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb" }]
 
 [[package]]
 name = "local-dir"
@@ -62,7 +62,7 @@ source = { virtual = "packages/member" }
 name = "mixed-case"
 version = "1.0"
 source = { registry = "https://pypi.org/simple" }
-sdist = { url = "https://files.example/mixed_case-1.0.tar.gz", hash = "sha256:cc", size = 10 }
+sdist = { url = "https://files.example/mixed_case-1.0.tar.gz", hash = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc", size = 10 }
 """
 
 
@@ -140,7 +140,7 @@ def test_conflict_markers_use_set_semantics() -> None:
          'dependencies = [{ name = "b", marker = "sys_platform ==" }]\n',
          r"package\[0\] \(a\)\.dependencies\[0\]\.marker is invalid"),
         ('version = 1\n[[package]]\nname = "a"\nsource = { registry = "r" }\n'
-         'wheels = [{ url = "u/a-1-py3-none-any.whl", size = -3 }]\n',
+         'wheels = [{ url = "https://x.example/a-1-py3-none-any.whl", size = -3 }]\n',
          r"package\[0\] \(a\)\.wheels\[0\]\.size must be a non-negative integer"),
         ('version = 1\n[[package]]\nname = "a"\nsource = { registry = "r" }\nwheels = "x"\n',
          r"package\[0\] \(a\)\.wheels must be a list"),

@@ -98,9 +98,9 @@ version = 1
 name = "a"
 version = "1.0"
 source = { registry = "http://127.0.0.1:5006/simple" }
-sdist = { url = "http://127.0.0.1:5006/files/a-1.0.tar.gz", hash = "sha256:00", size = 1 }
+sdist = { url = "http://127.0.0.1:5006/files/a-1.0.tar.gz", hash = "sha256:0000000000000000000000000000000000000000000000000000000000000000", size = 1 }
 wheels = [
-    { url = "http://127.0.0.1:5006/files/a-1.0-py3-none-any.whl", hash = "sha256:01", size = 1 },
+    { url = "http://127.0.0.1:5006/files/a-1.0-py3-none-any.whl", hash = "sha256:0101010101010101010101010101010101010101010101010101010101010101", size = 1 },
 ]
 [[package]]
 name = "b"
