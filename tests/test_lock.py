@@ -40,13 +40,13 @@ source = { git = "https://example.invalid/repo?rev=abc#abc0123456789abcdef012345
 name = "from-url"
 version = "2.0"
 source = { url = "https://example.invalid/from_url-2.0-py3-none-any.whl" }
-wheels = [{ url = "https://example.invalid/from_url-2.0-py3-none-any.whl", hash = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" }]
+wheels = [{ url = "https://example.invalid/from_url-2.0-py3-none-any.whl", hash = "sha256:aa" }]
 
 [[package]]
 name = "local-path"
 version = "3.0"
 source = { path = "wheels/local_path-3.0-py3-none-any.whl" }
-wheels = [{ filename = "local_path-3.0-py3-none-any.whl", hash = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb" }]
+wheels = [{ filename = "local_path-3.0-py3-none-any.whl", hash = "sha256:bb" }]
 
 [[package]]
 name = "local-dir"
@@ -62,8 +62,9 @@ source = { virtual = "packages/member" }
 name = "mixed-case"
 version = "1.0"
 source = { registry = "https://pypi.org/simple" }
-sdist = { url = "https://files.example/mixed_case-1.0.tar.gz", hash = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc", size = 10 }
-"""
+sdist = { url = "https://files.example/mixed_case-1.0.tar.gz", hash = "sha256:cc", size = 10 }
+""".replace('"sha256:aa"', f'"sha256:{"aa" * 32}"').replace('"sha256:bb"', f'"sha256:{"bb" * 32}"') \
+    .replace('"sha256:cc"', f'"sha256:{"cc" * 32}"')  # real hashes: 64 hex digits
 
 
 def test_every_source_kind_is_parsed_and_local_ones_are_set_apart() -> None:
