@@ -256,9 +256,9 @@ def inside_repository(path: Path, root: Path, key: str, *,
     try:
         relative = full.relative_to(base).as_posix()
     except ValueError:
-        raise error(f"{key} = {shown(str(path))} is outside the repository {base} "
-                    f"(resolved: {full})",
-                    hint="it must live inside the repository (the build context)") from None
+        raise error(f"{key} = {shown(str(path))} is outside the build context, the "
+                    f"repository {base} (resolved: {full})",
+                    hint="it must live inside the repository, symlinks included") from None
     if not _PATH.fullmatch(relative) or relative.startswith("-"):
         raise _bad(error, key, relative, "a path of letters, digits and '._+-/' only")
     return relative
