@@ -31,7 +31,9 @@ __all__ = [
     "apt_package",
     "commit",
     "each",
+    "git_url",
     "hash_digest",
+    "identifier",
     "image_reference",
     "index_url",
     "inside_repository",
@@ -121,6 +123,19 @@ def url(value: object, key: str, *, error: type[GpurlError] = ConfigError,
     parts = urlsplit(text)
     if parts.scheme not in schemes or (parts.scheme != "file" and not parts.netloc):
         raise _bad(error, key, value, expected)
+    return text
+
+
+def git_url(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A git repository URL (`https://github.com/org/repo.git`, `ssh://...`)."""
+    return url(value, key, error=error, schemes=GIT_SCHEMES)
+
+
+def identifier(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A Python identifier (a launcher variable)."""
+    text = _string(value, key, error, "a Python identifier")
+    if not (text.isidentifier() and text.isascii()):
+        raise _bad(error, key, value, "a Python identifier such as DEFAULT_RL_DOCKER_IMAGE")
     return text
 
 

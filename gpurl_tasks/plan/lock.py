@@ -175,7 +175,7 @@ def _name(value: Any, where: str, source: str) -> str:
 # What each source kind records: a URL of known scheme, or a path (local sources).
 _SOURCE_CHECKS: dict[str, values.Check] = {
     "registry": values.index_url,
-    "git": functools.partial(values.url, schemes=values.GIT_SCHEMES),
+    "git": values.git_url,
     "url": values.url,
     **{kind: values.one_line for kind in ("path", "directory", "editable", "virtual")},
 }
