@@ -266,6 +266,7 @@ def inside_repository(path: Path, root: Path, key: str, *,
                       error: type[GpurlError] = ConfigError) -> str:
     """`path` (relative to `root`, or absolute) resolved with its symlinks stays inside the
     resolved `root`; returns it relative to the root, POSIX-spelled."""
+    one_line(str(path), key, error=error)  # a NUL byte or a newline is no path to resolve
     base = root.resolve()
     full = (base / path).resolve()
     try:
