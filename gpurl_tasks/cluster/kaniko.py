@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shlex
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.wheels import FLASH_ATTN, VLLM, expected_filenames, pins_from_args
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
-from gpurl_tasks.values import inside_repository, profile_name, registry_host
+from gpurl_tasks.values import inside_repository, plain_name, profile_name, registry_host
 
 __all__ = [
     "CRANE_SHA256",
@@ -85,7 +84,6 @@ def _relative(path: Path, root: Path, key: str) -> str:
     return inside_repository(path, root, key, error=BuildError)
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 _TEMPLATE = r"""#!/usr/bin/env bash
 # In-cluster build of the {profile} image: kaniko inside an iris job on ubuntu:22.04.
@@ -239,10 +237,7 @@ echo "pushed $DESTINATION@$(cat "$WORK/digest")"
 
 def _plain(key: str, value: str) -> str:
     """A value spliced into `"${VAR:-value}"`: only a registry-name alphabet is allowed."""
-    if not _PLAIN.fullmatch(value):
-        raise BuildError(f"{key} = {value!r} is not a plain name (letters, digits, . _ -)",
-                         hint="registry users, tags and the wheel source are simple names")
-    return value
+    return plain_name(value, key, error=BuildError)
 
 
 def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
