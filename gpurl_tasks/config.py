@@ -503,7 +503,10 @@ def load_config(
                 value, where, text = merged[dotted]
                 value = _convert(dotted, hints[field.name], value, where, text=text)
                 if dotted in _VALUE_CHECKS:  # issue 24: the value's grammar, at the edge
-                    _VALUE_CHECKS[dotted](value, f"{dotted} in {where}")
+                    try:
+                        _VALUE_CHECKS[dotted](value, dotted)
+                    except ConfigError as exc:
+                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint) from None
                 kwargs[field.name] = base / value if isinstance(value, Path) else value
             elif isinstance(field.default, Path):  # default paths resolve the same way
                 kwargs[field.name] = base / field.default
