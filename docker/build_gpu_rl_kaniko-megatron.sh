@@ -17,8 +17,9 @@ die() { echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }
 ROOT="${GPURL_KANIKO_ROOT:-}"
 APP_DIR="$ROOT/app"
 KANIKO_DIR="$ROOT/kaniko"
-WHEELHOUSE="$APP_DIR/docker/wheelhouse"
+WHEELHOUSE="$APP_DIR"/docker/wheelhouse
 REGISTRY_HOST=ghcr.io
+REGISTRY_HOST_JSON='"ghcr.io"'
 IMAGE=ghcr.io/open-thoughts/openthoughts-agent
 CACHE_REPO=ghcr.io/open-thoughts/openthoughts-agent/cache
 DEFAULT_DOCKERFILE=docker/Dockerfile.gpu-rl-megatron
@@ -82,7 +83,7 @@ fi
 export DOCKER_CONFIG="$KANIKO_DIR/.docker"
 mkdir -p "$DOCKER_CONFIG"
 AUTH="$(printf '%s:%s' "$DOCKER_USER_ID" "$DOCKER_TOKEN" | base64 -w0)"
-printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$REGISTRY_HOST" "$AUTH" \
+printf '{"auths":{%s:{"auth":"%s"}}}\n' "$REGISTRY_HOST_JSON" "$AUTH" \
   >"$DOCKER_CONFIG/.config.tmp"
 mv "$DOCKER_CONFIG/.config.tmp" "$DOCKER_CONFIG/config.json"
 # iris also hands the task every -e variable again as JSON in IRIS_JOB_ENV: drop that copy too.

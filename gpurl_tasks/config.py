@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+from gpurl_tasks import values
 from gpurl_tasks.errors import ConfigError, shown
 from gpurl_tasks.files import read_text
 from gpurl_tasks.units import parse_size
@@ -252,6 +253,41 @@ _VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
                  "import-asserts": "build.import-asserts"}
 _SIZE_KEYS = {"layers.cap", "verify.hard-limit", "verify.cap"}
 _URL_KEYS = {"cluster.controller-url"}
+# Values written as syntax into a generated artifact: each checked against its grammar (values.py).
+_VALUE_CHECKS: dict[str, values.Check] = {
+    "python.extras": values.each(values.package_name),
+    "python.groups": values.each(values.package_name),
+    "target.python": values.version,
+    "registry.host": values.registry_host,
+    "registry.user": values.optional(values.plain_name),
+    "registry.tag-prefix": values.plain_name,
+    "registry.floating-tag": values.plain_name,
+    "build.base-image": values.image_reference,
+    "build.uv-version": values.version,
+    "build.torch-version": values.version,
+    "build.flash-attn-version": values.version,
+    "build.vllm-version": values.version,
+    "build.cuda-tag": values.plain_name,
+    "build.vllm-fork-repo": values.git_url,
+    "build.vllm-fork-commit": values.commit,
+    "build.harbor-repo": values.git_url,
+    "build.harbor-commit": values.commit,
+    "build.index-url": values.optional(values.url),
+    "build.builder-extra-index-url": values.optional(values.url),
+    "build.wheel-base-url": values.url,
+    "build.apt-packages": values.each(values.apt_package),
+    "build.builder-apt-packages": values.each(values.apt_package),
+    "build.builder-requirements": values.each(values.requirement),
+    "build.wheel-specs": values.each(values.wheel_spec),
+    "build.wheel-globs": values.each(values.wheel_glob),
+    "build.import-asserts": values.each(values.one_line),
+    "cluster.name": values.plain_name,
+    "cluster.memory": values.resource_size,
+    "cluster.disk": values.resource_size,
+    "cluster.task-image": values.image_reference,
+    "cluster.cache-repo": values.optional(values.image_reference),
+    "launcher.variable": values.identifier,
+}
 # Paths relative to the repository root; the rest of the paths are relative to the workspace.
 _ROOT_RELATIVE = {"layers.size-overrides", "layers.size-cache", "build.dockerfile",
                   "build.kaniko-script", "build.wheelhouse", "build.slices"}
@@ -417,7 +453,7 @@ def load_config(
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
         raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
-    name = profile or env.get("GPURL_PROFILE") or default
+    name = values.profile_name(profile or env.get("GPURL_PROFILE") or default, "the profile name")
     if profiles and name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=1)
         raise ConfigError(
@@ -462,6 +498,11 @@ def load_config(
             if dotted in merged:
                 value, where, text = merged[dotted]
                 value = _convert(dotted, hints[field.name], value, where, text=text)
+                if dotted in _VALUE_CHECKS:  # issue 24: the value's grammar, at the edge
+                    try:
+                        _VALUE_CHECKS[dotted](value, dotted)
+                    except ConfigError as exc:
+                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint) from None
                 kwargs[field.name] = base / value if isinstance(value, Path) else value
             elif isinstance(field.default, Path):  # default paths resolve the same way
                 kwargs[field.name] = base / field.default
@@ -498,7 +539,7 @@ def _variant(profile: Mapping[str, Any], name: str, wanted: str | None,
             raise ConfigError(f"profile {name!r} has no variants, so --variant {wanted} means "
                               "nothing", hint=f"add [tool.gpurl.profiles.{name}.variants.{wanted}]")
         return (), ""
-    chosen = wanted or names[0]
+    chosen = values.profile_name(wanted or names[0], f"a variant name of profile {name!r}")
     if chosen not in names:
         close = difflib.get_close_matches(chosen, names, n=1)
         raise ConfigError(f"profile {name!r} has no variant {chosen!r}",

@@ -3,6 +3,7 @@ shellcheck-clean for every config variant (real shellcheck)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
@@ -22,7 +23,7 @@ from gpurl_tasks.cluster.kaniko import (
     write_script,
 )
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.errors import BuildError
+from gpurl_tasks.errors import BuildError, ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,8 +75,13 @@ def test_wheel_names_encode_the_abi_inputs() -> None:
 
 
 def test_unsafe_value_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"registry\.user"):  # at the edge, when read
+        config(**{"registry.user": 'x"; rm -rf / #'})
+    good = config()
+    bad = dataclasses.replace(good, registry=dataclasses.replace(  # and again at the writer
+        good.registry, user='x"; rm -rf / #'))
     with pytest.raises(BuildError, match=r"registry\.user"):
-        render_script(config(**{"registry.user": 'x"; rm -rf / #'}))
+        render_script(bad)
 
 
 def test_check_reports_a_stale_script(tmp_path: Path) -> None:

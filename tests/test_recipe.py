@@ -406,7 +406,7 @@ def test_bad_build_settings_are_rejected(gpu_config: Config, field: str, value: 
 
 def test_downloaded_interpreter_gets_its_own_layer(gpu: Parsed, demo_config: Config) -> None:
     base = gpu.stage("base")
-    assert "uv python install ${UV_PYTHON}" in base.of("RUN")
+    assert 'uv python install "${UV_PYTHON}"' in base.of("RUN")
     assert 'UV_PYTHON_INSTALL_DIR="/opt/uv-python"' in " ".join(base.of("ENV"))
     demo = parse(render(render_recipe(demo_config, make_plan(demo_config, [["a"]]),
                                       lock_sha256=LOCK_SHA)))

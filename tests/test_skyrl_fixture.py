@@ -290,9 +290,12 @@ def test_the_code_keeps_generic_defaults_and_gpu_rl_pins_live_in_pyproject() -> 
 
 
 def test_a_pin_the_recipe_uses_but_nobody_set_is_an_error() -> None:
+    """The demo sets no fork commit; a glob that needs one is refused, naming the key."""
+    config = load_config(REPO_ROOT, profile="demo", variant="standard", env={}, overrides={
+        "build.wheel-globs": ["gpurl_demo_ext-*.whl", "vllm-*g${VLLM_FORK_COMMIT}*.whl"]})
     with pytest.raises(DockerfileError, match=r"build.vllm-fork-commit is not set but the recipe "
-                                               r"uses \$\{VLLM_FORK_COMMIT\}"):
-        _render("standard", **{"build.vllm-fork-commit": ""})
+                                               r"uses \$\{VLLM_FORK_COMMIT\} \(variant 'standard'\)"):
+        render_variant(config, plan_for_config(config))
 
 
 # --- the task CLI on the fixture ----------------------------------------------------------

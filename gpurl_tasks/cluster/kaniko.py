@@ -7,11 +7,16 @@ executor (pinned by digest) over `/`; writes the registry auth file *after* that
 token is consumed; fetches the two prebuilt wheels + MANIFEST and verifies them, never
 falling back to a compile; then runs the executor with per-instruction layers and
 `--skip-unused-stages`. Rendering is pure and byte-reproducible (no dates, sorted inputs).
+
+Every value from the config is a `shlex.quote`d word (or, spliced into `"${VAR:-value}"`, a
+plain name); paths are checked to stay inside the repository, symlinks resolved; the registry
+host reaches the auth file as a JSON string made by `json.dumps`, so no host can add a key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shlex
 from pathlib import Path
@@ -20,6 +25,7 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.wheels import FLASH_ATTN, VLLM, expected_filenames, pins_from_args
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
+from gpurl_tasks.values import inside_repository, plain_name, profile_name, registry_host
 
 __all__ = [
     "CRANE_SHA256",
@@ -72,15 +78,11 @@ def prebuilt_wheel_names(config: Config) -> tuple[str, str]:
     return names[FLASH_ATTN], names[VLLM]
 
 
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        raise BuildError(f"{path} is not inside the repository {root}",
-                         hint="the kaniko context is the repository root (/app)") from None
+def _relative(path: Path, root: Path, key: str) -> str:
+    """`path` relative to the repository (the kaniko context, /app), symlinks resolved."""
+    return inside_repository(path, root, key, error=BuildError)
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 _TEMPLATE = r"""#!/usr/bin/env bash
 # In-cluster build of the image of profile '{profile}'{variant}: kaniko in an iris job.
@@ -101,8 +103,9 @@ die() {{ echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }}
 ROOT="${{{root_env}:-}}"
 APP_DIR="$ROOT/app"
 KANIKO_DIR="$ROOT/kaniko"
-WHEELHOUSE="$APP_DIR/{wheelhouse}"
+WHEELHOUSE="$APP_DIR"/{wheelhouse}
 REGISTRY_HOST={registry_host}
+REGISTRY_HOST_JSON={registry_host_json}
 IMAGE={image}
 CACHE_REPO={cache_repo}
 DEFAULT_DOCKERFILE={dockerfile}
@@ -166,7 +169,7 @@ fi
 export DOCKER_CONFIG="$KANIKO_DIR/.docker"
 mkdir -p "$DOCKER_CONFIG"
 AUTH="$(printf '%s:%s' "$DOCKER_USER_ID" "$DOCKER_TOKEN" | base64 -w0)"
-printf '{{"auths":{{"%s":{{"auth":"%s"}}}}}}\n' "$REGISTRY_HOST" "$AUTH" \
+printf '{{"auths":{{%s:{{"auth":"%s"}}}}}}\n' "$REGISTRY_HOST_JSON" "$AUTH" \
   >"$DOCKER_CONFIG/.config.tmp"
 mv "$DOCKER_CONFIG/.config.tmp" "$DOCKER_CONFIG/config.json"
 # iris also hands the task every -e variable again as JSON in IRIS_JOB_ENV: drop that copy too.
@@ -233,10 +236,7 @@ echo "pushed $DESTINATION@$(cat "$WORK/digest")"
 
 def _plain(key: str, value: str) -> str:
     """A value spliced into `"${VAR:-value}"`: only a registry-name alphabet is allowed."""
-    if not _PLAIN.fullmatch(value):
-        raise BuildError(f"{key} = {value!r} is not a plain name (letters, digits, . _ -)",
-                         hint="registry users, tags and the wheel source are simple names")
-    return value
+    return plain_name(value, key, error=BuildError)
 
 
 def _executor(image: str) -> str:
@@ -251,15 +251,17 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     """The script text for `config` (pure; the same config always gives the same bytes)."""
     q = shlex.quote
     registry = config.registry
+    host = registry_host(registry.host, "registry.host", error=BuildError)
     return _TEMPLATE.format(
-        profile=config.profile,
+        profile=profile_name(config.profile, "profile", error=BuildError),
         variant=f" (variant '{config.variant}')" if config.variant else "",
         root_env=ROOT_ENV,
-        wheelhouse=_relative(config.build.wheelhouse, config.root),
-        registry_host=q(registry.host),
+        wheelhouse=q(_relative(config.build.wheelhouse, config.root, "build.wheelhouse")),
+        registry_host=q(host),
+        registry_host_json=q(json.dumps(host)),
         image=q(registry.image),
         cache_repo=q(cache_repo(config)),
-        dockerfile=q(_relative(config.build.dockerfile, config.root)),
+        dockerfile=q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
         wheel_base_url=q(config.build.wheel_base_url.rstrip("/")),
         wheels=" ".join(q(n) for n in prebuilt_wheel_names(config)),
         crane_url=q(pins.crane_url),

@@ -4,6 +4,13 @@ Every instruction validates itself on construction (errors, not asserts) and ren
 `render()` is pure and deterministic, so a generated file is byte-identical for equal inputs.
 Long RUN commands are written one flag (with its value) or one package per line so a
 reviewer sees a one-line diff when one package changes.
+
+Quoting happens here, once for every value: `quote_word` leaves a word bare only when it holds
+nothing the shell would interpret but a glob; a build-arg reference `${NAME}` is expanded only
+inside double quotes (it cannot word-split); any other `$`, a backtick, `"` or a backslash is
+escaped.
+No instruction, comment or word may hold a control character (a newline would end the RUN and
+start another instruction): that is a DockerfileError, never an escape.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import dataclasses
 import json
 import re
 
-from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.errors import GpurlError, shown
 from gpurl_tasks.imageref import ImageRef, InvalidReference, parse_reference
 
 __all__ = [
@@ -50,12 +57,34 @@ class DockerfileError(GpurlError):
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STAGE = re.compile(r"[a-z][a-z0-9_.-]*")
-_SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./${}*?-]+")
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./*?-]+")  # nothing the shell interprets but globs
+_ARG_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+_PARTS = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})|([A-Za-z0-9_@%+=:,./*?-]+)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise DockerfileError(message)
+
+
+def _one_line(text: str, what: str) -> None:
+    """No control character (a newline or carriage return would end the instruction)."""
+    if _CONTROL.search(text):
+        raise DockerfileError(f"{what} must be one line without control characters, not "
+                              f"{shown(text)}")
+
+
+def _in_double_quotes(text: str) -> str:
+    """`text` for the inside of a double-quoted shell word: `${NAME}` stays a reference, any
+    other `$`, backtick, `"` and backslash is escaped."""
+    out = []
+    for piece in re.split(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})", text):
+        if _ARG_REF.fullmatch(piece):
+            out.append(piece)
+        else:
+            out.append(re.sub(r'([\\"`$])', r"\\\1", piece))
+    return "".join(out)
 
 
 @dataclasses.dataclass(**_KW)
@@ -82,13 +111,19 @@ def image(text: str) -> ImageRef:
 
 
 def quote_word(word: str) -> str:
-    """Shell-quote one word, leaving `${VAR}` expansion and globs working."""
+    """Shell-quote one word so it stays one word whatever it holds: bare when it holds only
+    safe characters and globs; a glob with build-arg references as bare pieces and `"${NAME}"`
+    (the glob still matches, the reference cannot split); anything else double-quoted with
+    `${NAME}` left live and every other `$`, backtick, `"` and backslash escaped."""
+    _one_line(word, "a shell word")
     if word == "$@":
         return '"$@"'
     if _SAFE_WORD.fullmatch(word):
         return word
-    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
-    return f'"{escaped}"'
+    parts = _PARTS.findall(word)
+    if any(c in word for c in "*?") and "".join(a or b for a, b in parts) == word:
+        return "".join(f'"{ref}"' if ref else safe for ref, safe in parts)
+    return f'"{_in_double_quotes(word)}"'
 
 
 @dataclasses.dataclass(**_KW)
@@ -130,8 +165,8 @@ class Shell:
     text: str
 
     def __post_init__(self) -> None:
-        _check(bool(self.text.strip()) and "\n" not in self.text,
-               f"a shell fragment must be one non-empty line: {self.text!r}")
+        _check(bool(self.text.strip()), "a shell fragment must be one non-empty line")
+        _one_line(self.text, "a shell fragment")
 
     def render(self) -> str:
         return self.text
@@ -144,7 +179,7 @@ class Comment:
     text: str
 
     def __post_init__(self) -> None:
-        _check("\n" not in self.text, "a comment is one line")
+        _one_line(self.text, "a comment")
 
     def render(self) -> str:
         return f"# {self.text}".rstrip()
@@ -159,12 +194,19 @@ class Arg:
 
     def __post_init__(self) -> None:
         _check(bool(_NAME.fullmatch(self.name)), f"invalid ARG name {self.name!r}")
-        _check(self.default is None or "\n" not in self.default, "ARG default is one line")
+        if self.default is not None:
+            _one_line(self.default, f"the ARG {self.name} default")
 
     def render(self) -> str:
         if self.default is None:
             return f"ARG {self.name}"
-        return f"ARG {self.name}={json.dumps(self.default)}"
+        return f"ARG {self.name}={_quoted_value(self.default)}"
+
+
+def _quoted_value(value: str) -> str:
+    """An ARG/ENV/LABEL value as Docker reads it: double-quoted (JSON escapes), a `${NAME}`
+    reference left live, any other `$` escaped so Docker substitutes nothing else."""
+    return re.sub(r"\$(?!\{[A-Za-z_][A-Za-z0-9_]*\})", r"\\$", json.dumps(value))
 
 
 def _pairs(kind: str, pairs: tuple[tuple[str, str], ...], key: re.Pattern[str]) -> str:
@@ -173,8 +215,8 @@ def _pairs(kind: str, pairs: tuple[tuple[str, str], ...], key: re.Pattern[str]) 
     _check(len(set(names)) == len(names), f"duplicate {kind} key in {names!r}")
     for k, v in pairs:
         _check(bool(key.fullmatch(k)), f"invalid {kind} key {k!r}")
-        _check("\n" not in v, f"{kind} value for {k!r} must be one line")
-    body = [f"{k}={json.dumps(v)}" for k, v in sorted(pairs)]
+        _one_line(v, f"the {kind} value for {k!r}")
+    body = [f"{k}={_quoted_value(v)}" for k, v in sorted(pairs)]
     return f"{kind} " + f" \\\n{_INDENT}".join(body)
 
 
@@ -222,8 +264,10 @@ class Copy:
     def __post_init__(self) -> None:
         _check(bool(self.sources) and all(self.sources), "COPY needs sources")
         _check(bool(self.dest), "COPY needs a destination")
-        _check(all(" " not in s for s in (*self.sources, self.dest)),
-               "COPY paths contain no spaces")
+        for path in (*self.sources, self.dest):
+            _one_line(path, "a COPY path")
+            _check(bool(re.fullmatch(r"[A-Za-z0-9_./+@-]+", path)) and not path.startswith("-"),
+                   f"a COPY path is letters, digits and '_./+@-' only, not {shown(path)}")
         _check(self.from_stage is None or bool(_STAGE.fullmatch(self.from_stage)),
                f"invalid COPY --from stage {self.from_stage!r}")
 
@@ -239,7 +283,8 @@ class Workdir:
     path: str
 
     def __post_init__(self) -> None:
-        _check(self.path.startswith("/"), f"WORKDIR must be absolute: {self.path!r}")
+        _check(bool(re.fullmatch(r"/[A-Za-z0-9_./+-]*", self.path)),
+               f"WORKDIR must be an absolute path of plain characters: {shown(self.path)}")
 
     def render(self) -> str:
         return f"WORKDIR {self.path}"
@@ -267,6 +312,8 @@ class Entrypoint:
 
     def __post_init__(self) -> None:
         _check(bool(self.argv), "ENTRYPOINT needs argv")
+        for word in self.argv:
+            _one_line(word, "an ENTRYPOINT argument")
 
     def render(self) -> str:
         return f"ENTRYPOINT {json.dumps(list(self.argv))}"
@@ -280,6 +327,8 @@ class Cmd:
 
     def __post_init__(self) -> None:
         _check(bool(self.argv), "CMD needs argv")
+        for word in self.argv:
+            _one_line(word, "a CMD argument")
 
     def render(self) -> str:
         return f"CMD {json.dumps(list(self.argv))}"
@@ -299,6 +348,8 @@ class Stage:
 
     def __post_init__(self) -> None:
         _check(bool(_STAGE.fullmatch(self.name)), f"invalid stage name {self.name!r}")
+        for line in self.comment.splitlines():
+            _one_line(line, "a stage comment line")
 
     def render(self) -> str:
         base = self.base if isinstance(self.base, str) else (
@@ -319,6 +370,8 @@ class Dockerfile:
 
     def __post_init__(self) -> None:
         _check(bool(self.stages), "a Dockerfile needs at least one stage")
+        for line in self.header:
+            _one_line(line, "a header comment line")
         arg_names = [a.name for a in self.global_args]
         _check(len(set(arg_names)) == len(arg_names), f"duplicate global ARG in {arg_names!r}")
         seen: list[str] = []

@@ -48,6 +48,7 @@ from gpurl_tasks.dockerfile.model import (
 from gpurl_tasks.plan.model import Layer, Plan
 from gpurl_tasks.plan.planner import slice_path
 from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import inside_repository
 
 __all__ = [
     "BOOTSTRAP_APT",
@@ -217,13 +218,10 @@ def _wheel_builder_stage(config: Config) -> Stage:
 
 
 def _rel(config: Config, path: str) -> str:
-    p = Path(path)
-    try:
-        return p.relative_to(config.root).as_posix() if p.is_absolute() else p.as_posix()
-    except ValueError:
-        raise DockerfileError(
-            f"{p} is outside the build context {config.root}",
-            hint="workspace and wheelhouse must live inside the repository") from None
+    """A path the Dockerfile copies, relative to the build context (the repository), which it
+    must stay inside with its symlinks resolved."""
+    return inside_repository(Path(path), config.root, "a path the Dockerfile copies",
+                             error=DockerfileError)
 
 
 def _sync_run(flags: Iterable[str]) -> Run:

@@ -1,7 +1,12 @@
 """uv.lock as data, and the install closure `uv sync --frozen` would produce for a target.
 
 Parsing is pure (text -> frozen values) and rejects malformed input with the key path of the
-problem. The closure walks the lock's dependency graph from the root project with marker
+problem. Every field that is later written as syntax (a slice line, a Dockerfile word) is
+checked here against its grammar (gpurl_tasks.values): names (PEP 508), versions (PEP 440),
+URLs (known schemes, URL characters only), hashes (`algo:hex` of the right length), extra and
+group names; a bad one is one LockError naming the entry (`package[12].version`) and the value.
+
+The closure walks the lock's dependency graph from the root project with marker
 evaluation for the *target* environment. uv records which optional extras are active with
 encoded conflict markers (`extra == 'extra-11-skyrl-train-vllm'`); they are evaluated with
 set semantics: an extra is "equal" when it is among the activated ones.
@@ -16,13 +21,15 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from packaging.markers import InvalidMarker, Marker
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
+from gpurl_tasks import values
 from gpurl_tasks.config import PythonSelection, TargetSpec
-from gpurl_tasks.errors import LockError
+from gpurl_tasks.errors import LockError, shown
 from gpurl_tasks.files import read_text
 from gpurl_tasks.plan.target import marker_environment
 
@@ -156,12 +163,49 @@ def _expect(value: Any, kind: type | tuple[type, ...], where: str, source: str) 
     return value
 
 
+def _check(check: values.Check, value: Any, where: str, source: str) -> Any:
+    """One lock field against its grammar; a LockError names the entry and the value."""
+    return check(value, f"{source}: {where}", error=LockError)
+
+
+def _name(value: Any, where: str, source: str) -> str:
+    return str(canonicalize_name(_check(values.package_name, value, where, source)))
+
+
+# What each source kind records: a URL of known scheme, or a path (local sources).
+_SOURCE_CHECKS: dict[str, values.Check] = {
+    "registry": values.index_url,
+    "git": values.git_url,
+    "url": values.url,
+    **{kind: values.one_line for kind in ("path", "directory", "editable", "virtual")},
+}
+
+
+def _source(raw: Mapping[Any, Any], where: str, source: str) -> dict[str, str]:
+    """A `source = { kind = value, subdirectory = ... }` table, every value checked."""
+    checked: dict[str, str] = {}
+    for key, value in raw.items():
+        check = _SOURCE_CHECKS.get(str(key), values.one_line)
+        checked[str(key)] = _check(check, value, f"{where}.{key}", source)
+    git = checked.get("git")
+    if git is not None and not re.fullmatch(r"[0-9a-f]{7,40}", urlsplit(git).fragment):
+        raise LockError(f"{source}: {where}.git must end in #<commit id>, not {shown(git)}",
+                        hint="uv records a git source pinned to its commit; re-lock")
+    return checked
+
+
 def _artifact(raw: Any, where: str, source: str) -> Artifact:
     _expect(raw, dict, where, source)
     url = raw.get("url")
     path = raw.get("path") or raw.get("filename")
     if url is None and path is None:
         raise LockError(f"{source}: {where} has neither 'url' nor 'path'")
+    if url is not None:
+        _check(values.url, url, f"{where}.url", source)
+    if path is not None:
+        _check(values.one_line, path, f"{where}.{'path' if 'path' in raw else 'filename'}", source)
+    if raw.get("hash") is not None:
+        _check(values.hash_digest, raw["hash"], f"{where}.hash", source)
     filename = unquote(str(url or path).rsplit("/", 1)[-1].split("#", 1)[0])
     size = raw.get("size")
     if size is not None and (not isinstance(size, int) or size < 0):
@@ -176,20 +220,32 @@ def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
         _expect(entry, dict, here, source)
         if "name" not in entry:
             raise LockError(f"{source}: {here} has no 'name'")
-        marker = entry.get("marker")
-        if marker is not None:
-            try:
-                Marker(marker)
-            except InvalidMarker as exc:
-                raise LockError(f"{source}: {here}.marker is invalid: {exc}") from None
+        marker = _marker(entry.get("marker"), f"{here}.marker", source)
+        extras = _expect(entry.get("extra", []), list, f"{here}.extra", source)
+        version = entry.get("version")
+        if version is not None:
+            _check(values.version, version, f"{here}.version", source)
         deps.append(Dependency(
-            name=canonicalize_name(entry["name"]),
-            extras=tuple(sorted(canonicalize_name(e) for e in entry.get("extra", []))),
+            name=_name(entry["name"], f"{here}.name", source),
+            extras=tuple(sorted(_name(e, f"{here}.extra[{j}]", source)
+                                for j, e in enumerate(extras))),
             marker=marker,
-            version=entry.get("version"),
-            source=tuple(sorted((str(k), str(v)) for k, v in (entry.get("source") or {}).items())),
+            version=version,
+            source=tuple(sorted(_source(_expect(entry.get("source") or {}, dict,
+                                                f"{here}.source", source),
+                                        f"{here}.source", source).items())),
         ))
     return tuple(deps)
+
+
+def _marker(marker: Any, where: str, source: str) -> str | None:
+    if marker is None:
+        return None
+    try:
+        Marker(_expect(marker, str, where, source))
+    except InvalidMarker as exc:
+        raise LockError(f"{source}: {where} is invalid: {exc}") from None
+    return str(marker)
 
 
 def _requirements(raw: Any, where: str, source: str) -> tuple[Requirement, ...]:
@@ -202,8 +258,13 @@ def _requirements(raw: Any, where: str, source: str) -> tuple[Requirement, ...]:
         name, specifier = entry.get("name"), entry.get("specifier", "")
         if not isinstance(name, str) or not isinstance(specifier, str):
             raise LockError(f"{source}: {here} needs a string 'name' (and 'specifier')")
-        found.append(Requirement(name=canonicalize_name(name), specifier=specifier,
-                                 marker=entry.get("marker")))
+        try:
+            SpecifierSet(specifier)
+        except InvalidSpecifier:
+            raise LockError(f"{source}: {here}.specifier must be a version specifier such as "
+                            f"'>=1.0', not {shown(specifier)}") from None
+        found.append(Requirement(name=_name(name, f"{here}.name", source), specifier=specifier,
+                                 marker=_marker(entry.get("marker"), f"{here}.marker", source)))
     return tuple(found)
 
 
@@ -212,17 +273,24 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
     _expect(raw, dict, where, source)
     if "name" not in raw:
         raise LockError(f"{source}: {where} has no 'name'")
-    where = f"package[{index}] ({raw['name']})"
-    src = _expect(raw.get("source", {}), dict, f"{where}.source", source)
+    name = _name(raw["name"], f"{where}.name", source)
+    version = raw.get("version")
+    if version is not None:
+        _check(values.version, version, f"{where}.version", source)
+    where = f"package[{index}] ({name})"
+    src = _source(_expect(raw.get("source", {}), dict, f"{where}.source", source),
+                  f"{where}.source", source)
     kinds = [k for k in SOURCE_KINDS if k in src]
     if len(kinds) != 1:
         raise LockError(f"{source}: {where}.source must name exactly one of {', '.join(SOURCE_KINDS)}")
     optional: dict[str, tuple[Dependency, ...]] = {
-        canonicalize_name(extra): _dependencies(deps, f"{where}.optional-dependencies.{extra}", source)
+        _name(extra, f"{where}.optional-dependencies.{extra}", source):
+            _dependencies(deps, f"{where}.optional-dependencies.{extra}", source)
         for extra, deps in _expect(raw.get("optional-dependencies", {}), dict, where, source).items()
     }
     dev: dict[str, tuple[Dependency, ...]] = {
-        canonicalize_name(group): _dependencies(deps, f"{where}.dev-dependencies.{group}", source)
+        _name(group, f"{where}.dev-dependencies.{group}", source):
+            _dependencies(deps, f"{where}.dev-dependencies.{group}", source)
         for group, deps in _expect(raw.get("dev-dependencies", {}), dict, where, source).items()
     }
     wheels = tuple(
@@ -231,10 +299,10 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
     )
     sdist = _artifact(raw["sdist"], f"{where}.sdist", source) if "sdist" in raw else None
     return LockedPackage(
-        name=canonicalize_name(raw["name"]),
-        version=raw.get("version"),
+        name=name,
+        version=version,
         source_kind=kinds[0],
-        source={str(k): str(v) for k, v in src.items()},
+        source=src,
         dependencies=_dependencies(raw.get("dependencies"), f"{where}.dependencies", source),
         optional_dependencies=optional,
         dev_dependencies=dev,
@@ -261,8 +329,10 @@ def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
                         hint="upgrade gpurl, or lock with the uv release pinned in pyproject")
     raw_packages = _expect(data.get("package", []), list, "package", source)
     packages = tuple(_package(raw, i, source) for i, raw in enumerate(raw_packages))
-    manifest = data.get("manifest", {})
-    members = tuple(canonicalize_name(m) for m in manifest.get("members", []))
+    manifest = _expect(data.get("manifest", {}), dict, "manifest", source)
+    members = tuple(_name(m, f"manifest.members[{i}]", source)
+                    for i, m in enumerate(_expect(manifest.get("members", []), list,
+                                                  "manifest.members", source)))
     return Lock(version=1, revision=revision, requires_python=data.get("requires-python"),
                 packages=packages, members=members, source=source,
                 conflicts=_conflicts(data.get("conflicts", []), source))
@@ -279,8 +349,10 @@ def _conflicts(raw: Any, source: str) -> tuple[tuple[ConflictItem, ...], ...]:
             if len(kinds) != 1 or not isinstance(item.get("package"), str):
                 raise LockError(f"{source}: conflicts[{i}][{j}] must name a package and one "
                                 f"extra or group, not {item!r}")
-            items.append(ConflictItem(package=canonicalize_name(item["package"]), kind=kinds[0],
-                                      name=canonicalize_name(item[kinds[0]])))
+            here = f"conflicts[{i}][{j}]"
+            items.append(ConflictItem(package=_name(item["package"], f"{here}.package", source),
+                                      kind=kinds[0],
+                                      name=_name(item[kinds[0]], f"{here}.{kinds[0]}", source)))
         sets.append(tuple(items))
     return tuple(sets)
 

@@ -37,7 +37,14 @@ from gpurl_tasks.plan.history import version_changes
 from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, sync_selection_flags
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources, load_size_sources, package_sizes
-from gpurl_tasks.plan.slices import Assignment, SliceLine, read_assignment, slice_line, slice_name
+from gpurl_tasks.plan.slices import (
+    Assignment,
+    SliceLine,
+    read_assignment,
+    slice_line,
+    slice_name,
+    split_unhashed,
+)
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.units import format_bytes
 
@@ -276,6 +283,8 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
              provided: tuple[ProvidedPackage, ...], changes: Mapping[str, int], history: int,
              lines: Mapping[str, SliceLine], shared: int = 0) -> Plan:
     """The Plan for chosen buckets (the lowest `shared` of them common to every variant)."""
+    buckets, shared = split_unhashed(  # a git line must not cost its layer --require-hashes
+        buckets, lambda s: lines[s.name].hashed if s.name in lines else True, shared=shared)
 
     def planned(s: PackageSize) -> PlannedPackage:
         line = lines.get(s.name)

@@ -1,0 +1,301 @@
+"""The one grammar of every value gpurl reads and later writes as syntax: validated at the edge.
+
+Each value reaches an artifact that runs with the team's registry token (a Dockerfile RUN, a
+slice file read by `uv pip install`, the kaniko script), so a value that could change the
+structure of that artifact is refused where it is read, naming its key path and the value.
+The writers quote as well (model.quote_word, shlex.quote, json.dumps): validation says what a
+value may be, quoting guarantees that even an allowed value stays one word.
+
+Every check is pure, returns the value unchanged, and raises `error` (ConfigError by default;
+the lock reader passes LockError) with `key` in the message: `build.apt-packages[2]`,
+`package[12].version`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as _Requirement
+from packaging.version import InvalidVersion, Version
+
+from gpurl_tasks.errors import ConfigError, GpurlError, shown
+from gpurl_tasks.imageref import InvalidReference, parse_reference
+
+__all__ = [
+    "HASH_LENGTHS",
+    "Check",
+    "apt_package",
+    "commit",
+    "each",
+    "git_url",
+    "hash_digest",
+    "identifier",
+    "image_reference",
+    "index_url",
+    "inside_repository",
+    "one_line",
+    "optional",
+    "package_name",
+    "plain_name",
+    "profile_name",
+    "registry_host",
+    "requirement",
+    "resource_size",
+    "url",
+    "version",
+    "wheel_glob",
+    "wheel_spec",
+]
+
+Check = Callable[..., object]
+
+# PEP 508 names (also PEP 685 extra and group names, which are compared normalised).
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_PROFILE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+# Debian policy 5.6.1: lowercase letters, digits, + - . ; at least two; starts alphanumeric.
+# An optional `:arch` qualifier and `=version` pin, as apt-get accepts them.
+_APT = re.compile(r"[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[A-Za-z0-9.+~:-]+)?")
+_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[KkMmGgTtPp][Ii]?[Bb]?|[Bb])?")
+HASH_LENGTHS = {"md5": 32, "sha256": 64, "sha384": 96, "sha512": 128}
+_HASH = re.compile(r"(md5|sha256|sha384|sha512):([0-9a-f]+)")
+# RFC 3986 characters: no whitespace, control, quote, backslash, backtick or non-ASCII.
+_URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
+_PATH = re.compile(r"[A-Za-z0-9._+/-]+")
+_ARG_REF = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")
+_GLOB = re.compile(r"[A-Za-z0-9_.*?+/-]+")
+URL_SCHEMES = ("https", "http", "file")
+GIT_SCHEMES = ("https", "http", "ssh", "git", "file", "git+https", "git+http", "git+ssh",
+               "git+git", "git+file")
+
+
+def _bad(error: type[GpurlError], key: str, value: object, expected: str,
+         hint: str | None = None) -> GpurlError:
+    return error(f"{key} must be {expected}, not {shown(value)}", hint=hint)
+
+
+def _string(value: object, key: str, error: type[GpurlError], expected: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _bad(error, key, value, expected)
+    return value
+
+
+def one_line(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """Printable text on one line (a comment, an import assert): no control characters."""
+    text = _string(value, key, error, "non-empty text on one line")
+    if any(ord(c) < 32 or ord(c) == 127 or c in "\u2028\u2029\x85" for c in text):
+        raise _bad(error, key, value, "text on one line without control characters")
+    return text
+
+
+def package_name(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A PEP 508 distribution name (also an extra or a dependency group name, PEP 685)."""
+    text = _string(value, key, error, "a package name")
+    if not _NAME.fullmatch(text):
+        raise _bad(error, key, value, "a name of letters, digits, '.', '_' and '-' (PEP 508)")
+    return text
+
+
+def version(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A PEP 440 version, exactly as written (no surrounding whitespace, no options)."""
+    text = _string(value, key, error, "a version")
+    try:
+        Version(text)
+    except InvalidVersion:
+        raise _bad(error, key, value, "a PEP 440 version such as 1.2.3 or 2.8.0+cu128") from None
+    if text != text.strip() or any(c.isspace() for c in text):
+        raise _bad(error, key, value, "a PEP 440 version without whitespace")
+    return text
+
+
+def url(value: object, key: str, *, error: type[GpurlError] = ConfigError,
+        schemes: Sequence[str] = URL_SCHEMES) -> str:
+    """A URL of one of `schemes`, of URL characters only (no space, quote or control)."""
+    text = _string(value, key, error, "a URL")
+    expected = f"a {' or '.join(schemes)} URL without spaces, quotes or control characters"
+    if not _URL_CHARS.fullmatch(text):
+        raise _bad(error, key, value, expected)
+    parts = urlsplit(text)
+    if parts.scheme not in schemes or (parts.scheme != "file" and not parts.netloc):
+        raise _bad(error, key, value, expected)
+    return text
+
+
+def git_url(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A git repository URL (`https://github.com/org/repo.git`, `ssh://...`)."""
+    return url(value, key, error=error, schemes=GIT_SCHEMES)
+
+
+def identifier(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A Python identifier (a launcher variable)."""
+    text = _string(value, key, error, "a Python identifier")
+    if not (text.isidentifier() and text.isascii()):
+        raise _bad(error, key, value, "a Python identifier such as DEFAULT_RL_DOCKER_IMAGE")
+    return text
+
+
+def index_url(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A package index: a URL, or a directory path as uv records a flat index on disk."""
+    text = _string(value, key, error, "an index URL or path")
+    if "://" in text:
+        return url(text, key, error=error)
+    if not _URL_CHARS.fullmatch(text) or text.startswith("-"):
+        raise _bad(error, key, value, "an index URL, or a path without spaces or options")
+    return text
+
+
+def hash_digest(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """`algo:hex`, the hex as long as the algorithm's digest (sha256: 64 digits)."""
+    text = _string(value, key, error, "a hash")
+    match = _HASH.fullmatch(text)
+    if not match or len(match.group(2)) != HASH_LENGTHS[match.group(1)]:
+        raise _bad(error, key, value, "a hash like sha256:<64 lowercase hex digits>")
+    return text
+
+
+def commit(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A git commit id: 7 to 40 lowercase hex digits."""
+    text = _string(value, key, error, "a commit id")
+    if not _COMMIT.fullmatch(text):
+        raise _bad(error, key, value, "a commit id of 7 to 40 lowercase hex digits")
+    return text
+
+
+def profile_name(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A profile or variant name: it names files and directories and appears in comments."""
+    text = _string(value, key, error, "a name")
+    if not _PROFILE.fullmatch(text):
+        raise _bad(error, key, value, "a name of lowercase letters, digits, '.', '_' and '-' "
+                   "starting with a letter or digit")
+    return text
+
+
+def plain_name(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A registry user, tag prefix or similar simple token."""
+    text = _string(value, key, error, "a name")
+    if not _PLAIN.fullmatch(text):
+        raise _bad(error, key, value, "a plain name (letters, digits, '.', '_', '-')")
+    return text
+
+
+def apt_package(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A Debian package name (policy 5.6.1), optionally `:arch` and `=version`."""
+    text = _string(value, key, error, "an apt package name")
+    if not _APT.fullmatch(text):
+        raise _bad(error, key, value, "a Debian package name (lowercase letters, digits, "
+                   "'+', '-', '.'), optionally with :arch or =version")
+    return text
+
+
+def requirement(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A PEP 508 requirement (`setuptools>=77`, `torch==${TORCH_VERSION}`): a build-arg
+    reference stands for a version and is checked as one."""
+    text = one_line(value, key, error=error)
+    try:
+        _Requirement(_ARG_REF.sub("0", text))
+    except InvalidRequirement:
+        raise _bad(error, key, value, "a requirement such as 'name>=1.0'") from None
+    if text.startswith("-") or any(c.isspace() for c in text.replace(" @ ", "@")):
+        raise _bad(error, key, value, "a requirement without options or spaces")
+    return text
+
+
+def wheel_spec(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A `pip wheel` argument: a requirement, a git/https URL, or `./path` in the context."""
+    text = one_line(value, key, error=error)
+    if text.startswith("./"):
+        if not _PATH.fullmatch(text) or ".." in Path(text).parts:
+            raise _bad(error, key, value, "a ./path inside the build context")
+        return text
+    if "://" in text or text.startswith("git+"):
+        probe = _ARG_REF.sub("https://example.invalid/x", text, count=1)
+        probe = _ARG_REF.sub("0", probe)
+        url(probe.removeprefix("git+"), key, error=error, schemes=GIT_SCHEMES)
+        if not _URL_CHARS.fullmatch(text.replace("{", "").replace("}", "")):
+            raise _bad(error, key, value, "a URL without spaces or quotes")
+        return text
+    return requirement(text, key, error=error)
+
+
+def wheel_glob(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A wheel file glob (`vllm-*g${VLLM_FORK_COMMIT}*.whl`): file-name characters, `*`, `?`
+    and build-arg references only."""
+    text = _string(value, key, error, "a wheel glob")
+    if not _GLOB.fullmatch(_ARG_REF.sub("x", text)) or text.startswith("-"):
+        raise _bad(error, key, value, "a file glob of letters, digits, '._-+/*?' and ${ARG}")
+    return text
+
+
+def resource_size(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """An iris `--memory`/`--disk` size: digits and a unit (`512GB`, `400G`, `1.5Ti`)."""
+    text = _string(value, key, error, "a size")
+    if not _SIZE.fullmatch(text):
+        raise _bad(error, key, value, "a size like 512GB (digits and a unit, no sign or spaces)")
+    return text
+
+
+def image_reference(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """An image reference in the one grammar (imageref.parse_reference)."""
+    text = _string(value, key, error, "an image reference")
+    try:
+        parse_reference(text, bare=True)
+    except InvalidReference as exc:
+        raise error(f"{key} must be an image reference, not {shown(value)}: {exc.message}",
+                    hint=exc.hint) from None
+    return text
+
+
+def registry_host(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A registry host[:port] as image references spell it."""
+    text = _string(value, key, error, "a registry host")
+    try:
+        parsed = parse_reference(f"{text}/x", bare=True)
+    except InvalidReference:
+        parsed = None
+    if parsed is None or parsed.host != text:
+        raise _bad(error, key, value, "a registry host like ghcr.io or 127.0.0.1:5005")
+    return text
+
+
+def inside_repository(path: Path, root: Path, key: str, *,
+                      error: type[GpurlError] = ConfigError) -> str:
+    """`path` (relative to `root`, or absolute) resolved with its symlinks stays inside the
+    resolved `root`; returns it relative to the root, POSIX-spelled."""
+    one_line(str(path), key, error=error)  # a NUL byte or a newline is no path to resolve
+    base = root.resolve()
+    full = (base / path).resolve()
+    try:
+        relative = full.relative_to(base).as_posix()
+    except ValueError:
+        raise error(f"{key} = {shown(str(path))} is outside the build context, the "
+                    f"repository {base} (resolved: {full})",
+                    hint="it must live inside the repository, symlinks included") from None
+    if not _PATH.fullmatch(relative) or relative.startswith("-"):
+        raise _bad(error, key, relative, "a path of letters, digits and '._+-/' only")
+    return relative
+
+
+def optional(check: Check) -> Check:
+    """`check`, with the empty string allowed (an unset optional value)."""
+
+    def run(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> object:
+        return value if value == "" else check(value, key, error=error)
+
+    return run
+
+
+def each(check: Check) -> Check:
+    """`check` over every item of a list value, keyed `key[i]`."""
+
+    def run(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> object:
+        items = value if isinstance(value, tuple | list) else (value,)
+        for i, item in enumerate(items):
+            check(item, f"{key}[{i}]", error=error)
+        return value
+
+    return run
