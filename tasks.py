@@ -74,9 +74,11 @@ def sizes(c: Context, probe: bool = False, lock: str | None = None,
             "profile": "only this profile (default: every profile)", "json": _JSON})
 def generate(c: Context, check: bool = False, repack: bool = False, profile: str | None = None,
              json: bool = False) -> None:
-    """Render every generated file from the committed config and plan: each variant's
-    Dockerfile, slice files and (cluster profiles) kaniko script, and .dockerignore's rules.
-    Everything is checked first; a failure writes nothing."""
+    """Render every generated file from the committed config and plan.
+
+    Each variant's Dockerfile, slice files and (cluster profiles) kaniko script, and
+    .dockerignore's rules; everything is checked first, and a failure writes nothing.
+    """
     from gpurl_tasks.cluster.kaniko import script_files
     from gpurl_tasks.dockerfile.generate import generate_profiles
 
