@@ -37,7 +37,7 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
          json: bool = False, repack: bool = False, profile: str | None = None,
          variant: str | None = None) -> None:
     """Plan the layers: which packages each slice installs, each layer under the cap."""
-    from gpurl_tasks.plan.report import plan_views
+    from gpurl_tasks.plan.profile import plan_views
 
     with cli.clean_failures():
         config = cli.config_for(profile, variant=variant, lock=cli.path_flag(lock),

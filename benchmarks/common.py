@@ -6,10 +6,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gpurl_tasks.config import PythonSelection, TargetSpec
+from gpurl_tasks.config import PythonSelection, SizeBasis, TargetSpec
 from gpurl_tasks.plan.lock import Lock, install_closure
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import local_install_flags, plan_layers
+from gpurl_tasks.plan.planner import plan_layers
+from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
 from gpurl_tasks.plan.target import target_tags
 
@@ -61,7 +62,7 @@ def closure_sizes(lock: Lock, extras: Sequence[str], sources: SizeSources,
     return sizes, flags, tuple(p.name for p in closure.local)
 
 
-def plan_lock(item: LockInput, cap: int, basis: str = "compressed") -> Plan:
+def plan_lock(item: LockInput, cap: int, basis: SizeBasis = "compressed") -> Plan:
     """The planner's plan for one lock, exactly as `plan_for_config` would compute it."""
     sizes, flags, local = closure_sizes(item.lock, item.extras, item.sources)
     return plan_layers(sizes, cap=cap, basis=basis, sync_flags=flags, local=local)

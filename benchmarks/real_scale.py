@@ -258,7 +258,7 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
     from gpurl_tasks.oci import release
     from gpurl_tasks.oci.verify import render_table
-    from gpurl_tasks.plan.planner import plan_for_config
+    from gpurl_tasks.plan.profile import plan_for_config
     from gpurl_tasks.plan.report import render_plan
 
     config = load_config(REPO_ROOT, profile=PROFILE)

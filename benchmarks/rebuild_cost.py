@@ -34,10 +34,12 @@ from gpurl_tasks.dockerfile.recipe import SLICE_DIR, render_recipe
 from gpurl_tasks.plan.history import count_changes
 from gpurl_tasks.plan.lock import Lock, install_closure
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import assignment_of, local_install_flags, plan_layers, provided_names
+from gpurl_tasks.plan.planner import assignment_of, plan_layers
+from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import package_sizes
 from gpurl_tasks.plan.slices import SliceLine, render_slice, slice_line
 from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = ["DESIGNS", "BuildStep", "PairCost", "cache_keys", "chain_steps", "lock_digest",
            "plan_version", "rebuild_costs", "rebuilt_bytes", "recipe_config", "slice_steps",

@@ -23,7 +23,8 @@ from gpurl_tasks.config import PythonSelection
 from gpurl_tasks.plan import lock as lock_module
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import local_install_flags, plan_layers
+from gpurl_tasks.plan.planner import plan_layers
+from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import load_size_sources, package_sizes
 from gpurl_tasks.plan.target import target_tags
 

@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpurl_tasks"
 LAYERS = {"basics": 0, "plan": 1, "dockerfile": 2, "oci": 3, "rebuild": 4, "cluster": 5,
           "local": 5}
 EDGE_IMPORTS = {"subprocess", "httpx", "socket", "http.server", "urllib.request"}
-PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.model", "plan.report",
+PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants",
+        "plan.wheelglobs", "plan.model", "plan.report", "dockerfile.checks",
         "dockerfile.model", "dockerfile.recipe", "dockerfile.lint", "dockerfile.inputs",
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.verify", "oci.pin",
         "rebuild.fingerprint", "cluster.watch", "imageref", "units", "errors", "steps",
@@ -97,3 +98,48 @@ def test_every_subpackage_says_what_it_owns() -> None:
         if name != "basics":
             doc = ast.get_docstring(MODULES[name]) or ""
             assert "Imports" in doc, f"gpurl_tasks/{name}/__init__.py does not say what it imports"
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the gpurl_tasks modules it imports (function-level imports too)."""
+    graph: dict[str, set[str]] = {}
+    for module, tree in MODULES.items():
+        targets = {t.removeprefix("gpurl_tasks.") for t in _imports(tree)
+                   if t.startswith("gpurl_tasks.")}
+        graph[module] = {t for t in targets if t in MODULES and t != module}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, as the modules on it, or None (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_no_import_cycle_anywhere() -> None:
+    """Within a package as between packages: a cycle hidden by a function-level import (the
+    planner and its variants once imported each other) is still a cycle."""
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

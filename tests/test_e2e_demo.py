@@ -26,7 +26,7 @@ from gpurl_tasks.errors import BuildError
 from gpurl_tasks.local.builder import build_and_push, serving_index
 from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
 from tests.local_parts import need
 from tests.support.pyindex import make_wheel

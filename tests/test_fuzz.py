@@ -286,7 +286,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.integration
 def test_fuzz_config(checkout: Path) -> None:
     from gpurl_tasks.dockerfile.generate import generate_profiles
-    from gpurl_tasks.plan.planner import plan_for_config
+    from gpurl_tasks.plan.profile import plan_for_config
 
     @examples("toml")
     @given(_tool_table())
@@ -362,7 +362,7 @@ def test_fuzz_dockerfile(repo: Path) -> None:
 
 @pytest.mark.integration
 def test_fuzz_lock(checkout: Path) -> None:
-    from gpurl_tasks.plan.planner import plan_for_config
+    from gpurl_tasks.plan.profile import plan_for_config
 
     sample = REPO_ROOT / "examples" / "demo" / "uv.lock"
     valid = sample.read_bytes() if sample.exists() else (checkout / "uv.lock").read_bytes()
@@ -383,7 +383,7 @@ def test_fuzz_slice_files(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Arbitrary bytes in a committed slice file (the previous plan) reach the real planner and
     generator: success or one clear error; generated files change only when generate succeeds."""
     from gpurl_tasks.dockerfile.generate import generate
-    from gpurl_tasks.plan.planner import plan_for_config
+    from gpurl_tasks.plan.profile import plan_for_config
 
     root = tmp_path_factory.mktemp("fuzzslices")
     shutil.copytree(REPO_ROOT / "examples" / "demo", root / "examples" / "demo")

@@ -14,7 +14,8 @@ from packaging.requirements import Requirement
 from benchmarks import real_scale
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import generate
-from gpurl_tasks.plan.planner import TAIL_SHARE, plan_for_config
+from gpurl_tasks.plan.planner import TAIL_SHARE
+from gpurl_tasks.plan.profile import plan_for_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GB = 10**9

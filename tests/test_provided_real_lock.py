@@ -21,7 +21,7 @@ import pytest
 from gpurl_tasks.cluster.iris_release import find_python312
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT, skyrl_lock, skyrl_pyproject
 from tests.support.pyindex import make_wheel
 

@@ -28,7 +28,8 @@ from gpurl_tasks.plan.model import (
     ProvidedPackage,
     sync_selection_flags,
 )
-from gpurl_tasks.plan.planner import plan_for_config, plan_layers, slice_path
+from gpurl_tasks.plan.planner import plan_layers
+from gpurl_tasks.plan.profile import plan_for_config, slice_path
 from gpurl_tasks.plan.sizes import PackageSize
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

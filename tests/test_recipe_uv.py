@@ -25,7 +25,7 @@ from gpurl_tasks.dockerfile.model import render
 from gpurl_tasks.dockerfile.recipe import SLICE_DIR, render_recipe
 from gpurl_tasks.local import pyindex, setup
 from gpurl_tasks.local.builder import serving_index
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.profile import plan_for_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO = REPO_ROOT / "examples" / "demo"

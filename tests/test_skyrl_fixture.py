@@ -34,7 +34,7 @@ from gpurl_tasks.config import BuildSettings, load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import StaleFileError, generate_profiles, render_variant
 from gpurl_tasks.dockerfile.model import DockerfileError
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT, SKYRL_COMMITS
 from tests.support.checkout import SKYRL_PROFILE_HEADER, repo_copy, skyrl_at
 from tests.support.git import git

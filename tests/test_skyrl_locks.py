@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 
 from gpurl_tasks.config import PythonSelection, TargetSpec, load_config
 from gpurl_tasks.plan.lock import install_closure, load_lock
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.plan.target import marker_environment
 from tests.conftest import REPO_ROOT, skyrl_lock, skyrl_pyproject
 
@@ -110,7 +110,7 @@ def test_variants_plan_under_4gb_and_share_their_lower_slices(commit: str, tmp_p
     lowest layers are byte-identical slice files (one file under shared/, both Dockerfiles
     install it first with the same RUN)."""
     from gpurl_tasks.dockerfile.generate import slice_files
-    from gpurl_tasks.plan.planner import plan_profile
+    from gpurl_tasks.plan.profile import plan_profile
 
     root = _variants_root(tmp_path, commit)
     config = load_config(root, env={})
@@ -138,7 +138,7 @@ def test_conflicting_extras_are_an_error_in_the_locks_words(tmp_path: Path) -> N
     """SkyRL declares mcore and vllm as conflicting: a variant selecting both is refused with
     the lock's own conflict entry, never planned into a sync that cannot exist."""
     from gpurl_tasks.errors import LockError
-    from gpurl_tasks.plan.planner import plan_profile
+    from gpurl_tasks.plan.profile import plan_profile
 
     root = _variants_root(tmp_path, "0b8acf049", megatron_extras='mcore", "vllm')
     with pytest.raises(LockError) as err:

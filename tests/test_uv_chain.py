@@ -23,7 +23,8 @@ from packaging.requirements import Requirement
 from gpurl_tasks.config import PythonSelection, TargetSpec
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.model import sync_selection_flags
-from gpurl_tasks.plan.planner import local_install_flags, plan_layers
+from gpurl_tasks.plan.planner import plan_layers
+from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import SizeSources, package_sizes
 from gpurl_tasks.plan.slices import SliceLine, render_slice, slice_line
 from gpurl_tasks.plan.target import marker_environment, target_tags

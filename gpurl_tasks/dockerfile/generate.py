@@ -39,15 +39,9 @@ from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import GpurlError, LockError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.planner import (
-    plan_for_config,
-    plan_profile,
-    provided_names,
-    shared_slices_dir,
-    slice_path,
-    slices_dir,
-)
+from gpurl_tasks.plan.profile import plan_for_config, plan_profile, shared_slices_dir, slice_path, slices_dir
 from gpurl_tasks.plan.slices import SliceLine, render_slice
+from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = [
     "ExtraFiles",

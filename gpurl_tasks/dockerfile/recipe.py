@@ -46,7 +46,7 @@ from gpurl_tasks.dockerfile.model import (
     image,
 )
 from gpurl_tasks.plan.model import Layer, Plan
-from gpurl_tasks.plan.planner import slice_path
+from gpurl_tasks.plan.profile import slice_path
 from gpurl_tasks.units import format_bytes
 from gpurl_tasks.values import inside_repository
 

@@ -40,8 +40,8 @@ from packaging.version import InvalidVersion, Version
 from gpurl_tasks.config import BuildSettings, TargetSpec
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.plan.model import ProvidedPackage
-from gpurl_tasks.plan.planner import glob_project
 from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.wheelglobs import glob_project
 
 __all__ = [
     "FoundWheel",

@@ -22,7 +22,7 @@ from gpurl_tasks.local.setup import cache_dir, setup_local
 from gpurl_tasks.oci import release
 from gpurl_tasks.oci.verify import Report, render_table, report_json
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.plan.report import render_plan
 from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
 from gpurl_tasks.steps import DryRun, StepRecord, timed

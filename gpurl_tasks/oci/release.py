@@ -34,7 +34,7 @@ from gpurl_tasks.oci.pin import (
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.verify import Report, Rules, check_layers, report_json
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.planner import plan_for_config
+from gpurl_tasks.plan.profile import plan_for_config
 
 __all__ = [
     "PinChange",

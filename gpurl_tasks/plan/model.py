@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from gpurl_tasks.config import PythonSelection
+from gpurl_tasks.config import PythonSelection, SizeBasis
 from gpurl_tasks.plan.sizes import installed_estimate
 
 __all__ = ["LOCAL_INSTALL_FLAGS", "Layer", "Plan", "PlannedPackage", "ProvidedPackage",
@@ -115,7 +115,7 @@ class Plan:
     """Slices in build order, then the final sync; local packages come with the source."""
 
     cap_bytes: int
-    basis: str  # "compressed" | "installed": which size the cap applies to
+    basis: SizeBasis  # which size the cap applies to
     sync_flags: tuple[str, ...]  # the final sync's selection (see sync_selection_flags)
     layers: tuple[Layer, ...]
     local: tuple[str, ...]  # root project, workspace members, path/editable packages

@@ -19,6 +19,9 @@ parent), so the order decides what a lock bump costs:
   rebuilds every layer anyway, so then the planner packs afresh at no extra cost.
 
 Packages the compiled wheels provide are in no slice; the final sync excludes them.
+
+Pure: sizes, the committed layout and the history come in as data (`plan/profile.py` reads
+them from the config, the lock and the committed files).
 """
 
 from __future__ import annotations
@@ -27,47 +30,29 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
-from gpurl_tasks.config import SHARED, BuildSettings, Config, PythonSelection
+from gpurl_tasks.config import SizeBasis
 from gpurl_tasks.errors import PlanError
-from gpurl_tasks.plan.history import version_changes
-from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, sync_selection_flags
-from gpurl_tasks.plan.sizes import PackageSize, SizeSources, load_size_sources, package_sizes
-from gpurl_tasks.plan.slices import (
-    Assignment,
-    SliceLine,
-    read_assignment,
-    slice_line,
-    slice_name,
-    split_unhashed,
-)
-from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage
+from gpurl_tasks.plan.sizes import PackageSize
+from gpurl_tasks.plan.slices import Assignment, SliceLine, slice_name, split_unhashed
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
     "TAIL",
     "TAIL_SHARE",
-    "VariantInput",
+    "Bucket",
+    "Choice",
+    "Learn",
     "assemble",
     "assignment_of",
     "check_sizes",
     "choose_buckets",
     "fresh_buckets",
-    "glob_project",
-    "local_install_flags",
-    "local_paths",
-    "outside_lock",
-    "plan_for_config",
     "plan_layers",
-    "plan_profile",
-    "provided_names",
-    "shared_slices_dir",
-    "slice_path",
-    "slices_dir",
+    "slice_requirement",
+    "tail_names",
+    "weight",
 ]
 
 TAIL = "tail"
@@ -76,42 +61,29 @@ TAIL_SHARE = 0.08  # the tail's budget: a share of the environment, never above 
 Bucket = tuple[str, list[PackageSize]]  # (label, members)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class VariantInput:
-    """One selection's closure as the planner needs it (a variant's, or the profile's)."""
-
-    name: str
-    sizes: tuple[PackageSize, ...]
-    sync_flags: tuple[str, ...]
-    local: tuple[str, ...]
-    provided: tuple[ProvidedPackage, ...]
-    lines: Mapping[str, SliceLine]
-    local_paths: tuple[tuple[str, str], ...] = ()
-    outside_lock: tuple[str, ...] = ()
-
-
-def _weight(size: PackageSize, basis: str) -> int:
+def weight(size: PackageSize, basis: SizeBasis) -> int:
+    """The bytes the cap applies to: compressed (what is pushed and pulled) or installed."""
     return size.installed_estimate if basis == "installed" else size.compressed_bytes
 
 
-def _load(members: Sequence[PackageSize], basis: str) -> int:
-    return sum(_weight(s, basis) for s in members)
+def _load(members: Sequence[PackageSize], basis: SizeBasis) -> int:
+    return sum(weight(s, basis) for s in members)
 
 
-def _pack(sizes: Sequence[PackageSize], k: int, cap: int, basis: str) -> list[list[PackageSize]] | None:
+def _pack(sizes: Sequence[PackageSize], k: int, cap: int, basis: SizeBasis) -> list[list[PackageSize]] | None:
     """LPT into k buckets; None when some package does not fit the lightest bucket."""
     buckets: list[list[PackageSize]] = [[] for _ in range(k)]
     loads = [0] * k
-    for size in sorted(sizes, key=lambda s: (-_weight(s, basis), s.name)):
+    for size in sorted(sizes, key=lambda s: (-weight(s, basis), s.name)):
         lightest = min(range(k), key=lambda i: (loads[i], i))
-        if loads[lightest] + _weight(size, basis) > cap:
+        if loads[lightest] + weight(size, basis) > cap:
             return None
         buckets[lightest].append(size)
-        loads[lightest] += _weight(size, basis)
+        loads[lightest] += weight(size, basis)
     return buckets
 
 
-def _fewest_buckets(sizes: Sequence[PackageSize], cap: int, basis: str) -> list[list[PackageSize]]:
+def _fewest_buckets(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> list[list[PackageSize]]:
     """LPT with the fewest buckets it manages, heaviest bucket first; [] for no packages."""
     if not sizes:
         return []
@@ -124,9 +96,9 @@ def _fewest_buckets(sizes: Sequence[PackageSize], cap: int, basis: str) -> list[
     raise AssertionError("one package per bucket always fits")  # sizes were checked against cap
 
 
-def _label(members: Sequence[PackageSize], basis: str, taken: set[str]) -> str:
+def _label(members: Sequence[PackageSize], basis: SizeBasis, taken: set[str]) -> str:
     """A stable name for a new slice: its heaviest package (unique among the slices)."""
-    anchor = max(members, key=lambda s: (_weight(s, basis), s.name)).name
+    anchor = max(members, key=lambda s: (weight(s, basis), s.name)).name
     label = re.sub(r"[^a-z0-9._-]", "-", anchor.lower())
     while label in taken:
         label += "-2"
@@ -134,42 +106,57 @@ def _label(members: Sequence[PackageSize], basis: str, taken: set[str]) -> str:
     return label
 
 
-def _next_fit(sizes: Sequence[PackageSize], cap: int, basis: str) -> list[list[PackageSize]]:
+def _next_fit(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> list[list[PackageSize]]:
     """Fill buckets in the given order, opening the next when a package does not fit: what comes
     later in the order never lands in an earlier (lower) layer."""
     buckets: list[list[PackageSize]] = []
     load = 0
     for size in sizes:
-        weight = _weight(size, basis)
-        if not buckets or load + weight > cap:
+        bytes_ = weight(size, basis)
+        if not buckets or load + bytes_ > cap:
             buckets.append([])
             load = 0
         buckets[-1].append(size)
-        load += weight
+        load += bytes_
     return buckets
 
 
-def _fresh(sizes: Sequence[PackageSize], cap: int, basis: str, changes: Mapping[str, int], *,
+def tail_names(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, *,
+               tail_base: int | None = None) -> set[str]:
+    """The light tail of a fresh packing: the smallest packages within TAIL_SHARE of the
+    environment (`tail_base`, default these packages' total; 0: no tail), never above the cap."""
+    total = _load(sizes, basis) if tail_base is None else tail_base
+    budget = min(cap, TAIL_SHARE * total)
+    names: set[str] = set()
+    load = 0
+    for size in sorted(sizes, key=lambda s: (weight(s, basis), s.name)):
+        load += weight(size, basis)
+        if load > budget:
+            break
+        names.add(size.name)
+    return names
+
+
+def slice_requirement(lines: Mapping[str, SliceLine], size: PackageSize) -> str:
+    """A package's slice line as the lock records it (`name==version` when none was given)."""
+    line = lines.get(size.name)
+    return line.requirement if line else f"{size.name}=={size.version}"
+
+
+def _fresh(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, changes: Mapping[str, int], *,
            tail_base: int | None = None) -> tuple[list[list[PackageSize]], list[PackageSize]]:
     """The smallest packages within the tail's budget, last (the long tail churns at random:
     history cannot say which small package moves next); the heavy rest in order of how often it
     changed, then of size, filled layer after layer. `tail_base`: the environment the tail's
     budget is a share of (default: these packages; 0: no tail)."""
     total = _load(sizes, basis)
-    budget = min(cap, TAIL_SHARE * (total if tail_base is None else tail_base))
-    tail: list[PackageSize] = []
-    load = 0
-    for size in sorted(sizes, key=lambda s: (_weight(s, basis), s.name)):
-        load += _weight(size, basis)
-        if load > budget:
-            break
-        tail.append(size)
-    in_tail = {s.name for s in tail}
+    in_tail = tail_names(sizes, cap, basis, tail_base=tail_base)
+    tail = sorted((s for s in sizes if s.name in in_tail), key=lambda s: (weight(s, basis), s.name))
     # Smith's rule: a package costs (its layer and all above) each time it changes, so what
     # changes least per byte goes lowest; never-changed packages by size, largest first.
     heavy = sorted((s for s in sizes if s.name not in in_tail),
-                   key=lambda s: (changes.get(s.name, 0) / max(1, _weight(s, basis)),
-                                  -_weight(s, basis), s.name))
+                   key=lambda s: (changes.get(s.name, 0) / max(1, weight(s, basis)),
+                                  -weight(s, basis), s.name))
     bound = max(1, math.ceil(total / cap)) + 1  # the layer budget, tail included
     heavy_buckets = _next_fit(heavy, cap, basis)
     if len(heavy_buckets) + bool(tail) > bound:  # in order costs a layer: pack them tightly
@@ -178,7 +165,7 @@ def _fresh(sizes: Sequence[PackageSize], cap: int, basis: str, changes: Mapping[
     return heavy_buckets, tail
 
 
-def fresh_buckets(sizes: Sequence[PackageSize], cap: int, basis: str, changes: Mapping[str, int],
+def fresh_buckets(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, changes: Mapping[str, int],
                   *, tail_base: int | None = None, taken: set[str] | None = None) -> list[Bucket]:
     """The fresh packing, labelled: the heavy buckets by their anchor (unique among `taken`,
     which grows), the tail as `tail`."""
@@ -190,7 +177,7 @@ def fresh_buckets(sizes: Sequence[PackageSize], cap: int, basis: str, changes: M
 
 
 def _replan(sizes: Sequence[PackageSize], previous: Assignment, cap: int,
-            basis: str) -> list[Bucket]:
+            basis: SizeBasis) -> list[Bucket]:
     """The committed assignment kept; new packages join the last slice; only a slice over the
     cap is split (its first part keeps the slice's name)."""
     members: dict[str, list[PackageSize]] = {label: [] for label in previous.labels}
@@ -216,16 +203,15 @@ def _rebuilds_everything(buckets: Sequence[Bucket], previous: Assignment | None,
     if not previous or not previous.lines or not buckets:
         return False
     label, bucket = buckets[0]
-    now = frozenset(lines[s.name].requirement if s.name in lines else f"{s.name}=={s.version}"
-                    for s in bucket)
+    now = frozenset(slice_requirement(lines, s) for s in bucket)
     return label != previous.labels[0] or now != previous.lines.get(label)
 
 
 def _reason(label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
-            changes: Mapping[str, int], history: int, basis: str) -> str:
+            changes: Mapping[str, int], history: int, basis: SizeBasis) -> str:
     origin = "kept from the committed slices; " if kept else ""
     if label == TAIL or last:
-        largest = max((_weight(s, basis) for s in bucket), default=0)
+        largest = max((weight(s, basis) for s in bucket), default=0)
         return (f"{origin}last: the light tail ({len(bucket)} packages up to "
                 f"{format_bytes(largest)} each) where new packages land, so a small bump "
                 "rebuilds only this layer")
@@ -241,7 +227,7 @@ def _reason(label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool
     return f"{origin}changes: {busiest} in {history} lock versions, so it sits above the stable ones"
 
 
-def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: str) -> None:
+def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> None:
     """A positive cap, each package once, none above the cap."""
     if cap <= 0:
         raise PlanError(f"layer cap must be positive, got {cap}")
@@ -249,10 +235,10 @@ def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: str) -> None:
     if len(set(names)) != len(names):
         raise PlanError("the closure lists a package twice: " +
                         ", ".join(sorted({n for n in names if names.count(n) > 1})))
-    too_big = [s for s in sizes if _weight(s, basis) > cap]
+    too_big = [s for s in sizes if weight(s, basis) > cap]
     if too_big:
-        biggest_first = sorted(too_big, key=lambda s: (-_weight(s, basis), s.name))
-        listed = ", ".join(f"{s.name}=={s.version} ({format_bytes(_weight(s, basis))})"
+        biggest_first = sorted(too_big, key=lambda s: (-weight(s, basis), s.name))
+        listed = ", ".join(f"{s.name}=={s.version} ({format_bytes(weight(s, basis))})"
                            for s in biggest_first[:10])
         if len(too_big) > 10:
             listed += f" and {len(too_big) - 10} more"
@@ -263,23 +249,33 @@ def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: str) -> None:
 Learn = Callable[[], tuple[Mapping[str, int], int]]
 
 
-def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: str,
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Choice:
+    """The buckets chosen, whether the committed assignment was kept, and the history a fresh
+    packing learned from (empty when kept: re-planning never looks at history)."""
+
+    buckets: list[Bucket]
+    kept: bool
+    changes: Mapping[str, int]
+    history: int
+
+
+def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: SizeBasis,
                    previous: Assignment | None, lines: Mapping[str, SliceLine],
-                   changes: Mapping[str, int], history: int, learn: Learn | None,
-                   ) -> tuple[list[Bucket], bool, Mapping[str, int], int]:
-    """(buckets, kept, changes, history): the committed assignment kept, or a fresh packing
-    when there is none or the change rebuilds every layer anyway."""
+                   learn: Learn | None) -> Choice:
+    """The committed assignment kept, or a fresh packing when there is none or the change
+    rebuilds every layer anyway (`learn` gives the history it orders by)."""
     ordered = sorted(sizes, key=lambda s: s.name)
     buckets = _replan(ordered, previous, cap, basis) if previous else []
     if buckets and not _rebuilds_everything(buckets, previous, lines):
-        return buckets, True, changes, history
-    if learn is not None:
-        changes, history = learn()
-    return fresh_buckets(ordered, cap, basis, changes), False, changes, history
+        return Choice(buckets=buckets, kept=True, changes={}, history=0)
+    changes, history = learn() if learn is not None else ({}, 0)
+    return Choice(buckets=fresh_buckets(ordered, cap, basis, changes), kept=False,
+                  changes=changes, history=history)
 
 
 def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: bool,
-             cap: int, basis: str, sync_flags: tuple[str, ...], local: tuple[str, ...],
+             cap: int, basis: SizeBasis, sync_flags: tuple[str, ...], local: tuple[str, ...],
              provided: tuple[ProvidedPackage, ...], changes: Mapping[str, int], history: int,
              lines: Mapping[str, SliceLine], shared: int = 0) -> Plan:
     """The Plan for chosen buckets (the lowest `shared` of them common to every variant)."""
@@ -290,7 +286,7 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
         line = lines.get(s.name)
         return PlannedPackage(name=s.name, version=s.version, compressed_bytes=s.compressed_bytes,
                               installed_bytes=s.installed_bytes,
-                              requirement=line.requirement if line else f"{s.name}=={s.version}",
+                              requirement=slice_requirement(lines, s),
                               index=line.index if line else None,
                               hashed=line.hashed if line else True)
 
@@ -311,7 +307,7 @@ def plan_layers(
     sizes: Sequence[PackageSize],
     *,
     cap: int,
-    basis: str,
+    basis: SizeBasis,
     sync_flags: tuple[str, ...],
     local: tuple[str, ...] = (),
     provided: tuple[ProvidedPackage, ...] = (),
@@ -326,11 +322,16 @@ def plan_layers(
     packing needs them (read lazily: re-planning never looks at history)."""
     check_sizes(sizes, cap, basis)
     lines = lines or {}
-    buckets, kept, changes, history = choose_buckets(
-        sizes, cap=cap, basis=basis, previous=previous, lines=lines, changes=changes or {},
-        history=history, learn=learn)
-    return assemble(buckets, sizes, kept=kept, cap=cap, basis=basis, sync_flags=sync_flags,
-                    local=local, provided=provided, changes=changes, history=history, lines=lines)
+    if learn is None and changes is not None:
+        known = changes
+
+        def learn() -> tuple[Mapping[str, int], int]:
+            return known, history
+    choice = choose_buckets(sizes, cap=cap, basis=basis, previous=previous, lines=lines,
+                            learn=learn)
+    return assemble(choice.buckets, sizes, kept=choice.kept, cap=cap, basis=basis,
+                    sync_flags=sync_flags, local=local, provided=provided,
+                    changes=choice.changes, history=choice.history, lines=lines)
 
 
 def assignment_of(plan: Plan) -> Assignment:
@@ -341,126 +342,3 @@ def assignment_of(plan: Plan) -> Assignment:
                                              for p in layer.packages},
                       lines={label: frozenset(p.requirement for p in layer.packages)
                              for layer, label in zip(plan.layers, labels, strict=True)})
-
-
-def local_install_flags(lock: Lock, closure: Closure) -> tuple[str, ...]:
-    """Flags that keep local sources out of the slices' environment until the source is copied."""
-    flags = ["--no-install-project"]
-    if lock.members:
-        flags.append("--no-install-workspace")
-    if any(p.source.get(p.source_kind) != "." for p in closure.local):
-        flags.append("--no-install-local")
-    return tuple(flags)
-
-
-def glob_project(pattern: str) -> str | None:
-    """The distribution a wheel glob names: "flash_attn-${V}-*.whl" -> "flash-attn"."""
-    head = pattern.rsplit("/", 1)[-1].split("-", 1)[0]
-    if not head or any(c in head for c in "*?[$") or head == pattern:
-        return None
-    return str(canonicalize_name(head))
-
-
-def provided_names(wheel_globs: Sequence[str]) -> tuple[str, ...]:
-    """The distributions the compiled wheels provide (each glob names its project)."""
-    names = []
-    for pattern in wheel_globs:
-        name = glob_project(pattern)
-        if name is None:
-            raise PlanError(f"wheel glob {pattern!r} does not name its distribution",
-                            hint="start each build.wheel-globs entry with the project name, "
-                                 "e.g. 'vllm-*.whl'")
-        names.append(name)
-    return tuple(sorted(set(names)))
-
-
-def slices_dir(config: Config) -> Path:
-    """Where the profile's (or the variant's own) committed slice files live:
-    build.slices/<profile>, or build.slices/<profile>/<variant> for a profile with variants."""
-    return config.build.slices / config.profile / config.variant if config.variants \
-        else config.build.slices / config.profile
-
-
-def shared_slices_dir(config: Config) -> Path:
-    """Where the slices every variant of the profile installs first live."""
-    return config.build.slices / config.profile / SHARED
-
-
-def slice_path(config: Config, plan: Plan, layer: Layer) -> Path:
-    """The committed file of one of the plan's slices."""
-    shared = config.variants and layer.index < plan.shared
-    return (shared_slices_dir(config) if shared else slices_dir(config)) / f"{layer.name}.txt"
-
-
-def _variant_input(config: Config, parsed: Lock, selection: PythonSelection,
-                   sources: SizeSources, name: str = "",
-                   build: BuildSettings | None = None) -> VariantInput:
-    """One selection's closure, sizes, slice lines and flags (`build`: the variant's own build
-    settings, default the config's)."""
-    build = build or config.build
-    closure = install_closure(parsed, config.target, selection)
-    wanted = set(provided_names(build.wheel_globs))
-    provided = tuple(
-        ProvidedPackage(name=p.name, version=p.version or "",
-                        requirements=requirements_on(parsed, closure, config.target,
-                                                     selection, p.name))
-        for p in closure.packages if p.name in wanted)
-    installed = [p for p in closure.packages if p.name not in wanted]
-    return VariantInput(
-        name=name, sizes=tuple(package_sizes(installed, target_tags(config.target), sources)),
-        sync_flags=sync_selection_flags(selection, local_flags=local_install_flags(parsed, closure)),
-        local=tuple(p.name for p in closure.local), provided=provided,
-        lines={p.name: slice_line(p) for p in installed},
-        local_paths=local_paths(closure), outside_lock=outside_lock(build, closure))
-
-
-def outside_lock(build: BuildSettings, closure: Closure) -> tuple[str, ...]:
-    """What the image installs outside the lock, its dependencies resolved at build time:
-    harbor from HARBOR_REPO@HARBOR_COMMIT when asked for and the closure lacks it (when the
-    lock has harbor, its slice installs the lock's commit: one harbor, locked dependencies)."""
-    if build.install_harbor and "harbor" not in {p.name for p in closure.packages}:
-        return (f"harbor @ git+{build.harbor_repo}@{build.harbor_commit}",)
-    return ()
-
-
-def local_paths(closure: Closure) -> tuple[tuple[str, str], ...]:
-    """(name, path) of every local package whose source is a path other than the workspace's
-    own directory, as the lock records it (relative to the workspace)."""
-    return tuple(sorted((p.name, p.source[p.source_kind]) for p in closure.local
-                        if p.source.get(p.source_kind, ".") not in (".", "")))
-
-
-def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
-    """Every variant's plan ({"": plan} for a profile without variants), planned together."""
-    from gpurl_tasks.plan.variants import plan_variants  # it builds on this module's packing
-
-    parsed = load_lock(config.lock)
-    sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
-
-    def learn() -> tuple[Mapping[str, int], int]:
-        return version_changes(config.lock)
-
-    if not config.variants:
-        one = _variant_input(config, parsed, config.python, sources)
-        previous = None if repack else read_assignment(slices_dir(config))
-        plan = plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
-                           sync_flags=one.sync_flags, local=one.local, provided=one.provided,
-                           previous=previous or None, lines=one.lines, learn=learn)
-        return {"": dataclasses.replace(plan, local_paths=one.local_paths,
-                                        outside_lock=one.outside_lock)}
-    inputs = [_variant_input(config, parsed, v.python, sources, v.name, v.build)
-              for v in config.variants]
-    base = config.build.slices / config.profile
-    plans = plan_variants(
-        inputs, cap=config.layers.cap, basis=config.layers.basis,
-        shared=None if repack else read_assignment(shared_slices_dir(config)) or None,
-        previous={} if repack else {v.name: read_assignment(base / v.name) for v in config.variants},
-        learn=learn)
-    return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths,
-                                        outside_lock=v.outside_lock) for v in inputs}
-
-
-def plan_for_config(config: Config, *, repack: bool = False) -> Plan:
-    """Load the lock, sizes and committed slices the config names and plan the layers (of the
-    config's variant, planned together with the profile's other variants)."""
-    return plan_profile(config, repack=repack)[config.variant]

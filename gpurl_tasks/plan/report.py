@@ -5,12 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpurl_tasks.config import Config
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.planner import plan_profile
 from gpurl_tasks.units import format_bytes
 
-__all__ = ["PlanView", "PlanViews", "bar", "plan_views", "render_plan", "render_steps"]
+__all__ = ["PlanView", "PlanViews", "bar", "render_plan", "render_steps"]
 
 _BAR_WIDTH = 20
 
@@ -96,13 +94,3 @@ class PlanViews:
         if len(self.plans) == 1:
             return self.plans[0][1].to_json()
         return {"variants": {name: plan.to_json() for name, plan in self.plans}}
-
-
-def plan_views(config: Config, *, repack: bool, only: str | None = None,
-               selection_given: bool = False) -> PlanViews:
-    """Plan every variant of the config's profile together; show `only` one, or all (a
-    selection given on the command line replaces every variant's: one plan shows)."""
-    plans = plan_profile(config, repack=repack)
-    only = only or (config.variant if selection_given else None)
-    return PlanViews(tuple((name, plan) for name, plan in plans.items()
-                           if only is None or name == only))

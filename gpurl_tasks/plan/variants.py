@@ -17,23 +17,40 @@ variant is new, the whole profile is packed afresh.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.config import SizeBasis
+from gpurl_tasks.plan.model import Plan, ProvidedPackage
 from gpurl_tasks.plan.planner import (
-    TAIL_SHARE,
     Bucket,
     Learn,
-    VariantInput,
     assemble,
     check_sizes,
     choose_buckets,
     fresh_buckets,
+    slice_requirement,
+    tail_names,
+    weight,
 )
 from gpurl_tasks.plan.sizes import PackageSize
-from gpurl_tasks.plan.slices import Assignment
+from gpurl_tasks.plan.slices import Assignment, SliceLine
 
 __all__ = ["VariantInput", "merge_assignments", "plan_variants"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class VariantInput:
+    """One selection's closure as the planner needs it (a variant's, or the profile's)."""
+
+    name: str
+    sizes: tuple[PackageSize, ...]
+    sync_flags: tuple[str, ...]
+    local: tuple[str, ...]
+    provided: tuple[ProvidedPackage, ...]
+    lines: Mapping[str, SliceLine]
+    local_paths: tuple[tuple[str, str], ...] = ()
+    outside_lock: tuple[str, ...] = ()
 
 
 def merge_assignments(shared: Assignment, own: Assignment) -> Assignment:
@@ -43,37 +60,20 @@ def merge_assignments(shared: Assignment, own: Assignment) -> Assignment:
                       lines={**own.lines, **shared.lines})
 
 
-def _weight(size: PackageSize, basis: str) -> int:
-    return size.installed_estimate if basis == "installed" else size.compressed_bytes
-
-
-def _tail_names(sizes: Sequence[PackageSize], cap: int, basis: str) -> set[str]:
-    """The packages a fresh packing of this closure would put in its light tail."""
-    budget = min(cap, TAIL_SHARE * sum(_weight(s, basis) for s in sizes))
-    names, load = set(), 0
-    for size in sorted(sizes, key=lambda s: (_weight(s, basis), s.name)):
-        load += _weight(size, basis)
-        if load > budget:
-            break
-        names.add(size.name)
-    return names
-
-
 def _line(variant: VariantInput, size: PackageSize) -> str:
-    line = variant.lines.get(size.name)
-    return line.requirement if line else f"{size.name}=={size.version}"
+    return slice_requirement(variant.lines, size)
 
 
-def _common(variants: Sequence[VariantInput], cap: int, basis: str) -> list[PackageSize]:
+def _common(variants: Sequence[VariantInput], cap: int, basis: SizeBasis) -> list[PackageSize]:
     """Packages every variant installs with the same slice line, none in any variant's tail."""
     first, *rest = variants
-    tails = set().union(*(_tail_names(v.sizes, cap, basis) for v in variants))
+    tails = set().union(*(tail_names(v.sizes, cap, basis) for v in variants))
     lines = [{s.name: _line(v, s) for s in v.sizes} for v in rest]
     return [s for s in first.sizes if s.name not in tails
             and all(other.get(s.name) == _line(first, s) for other in lines)]
 
 
-def _fresh(variants: Sequence[VariantInput], cap: int, basis: str,
+def _fresh(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
            changes: Mapping[str, int]) -> tuple[list[Bucket], dict[str, list[Bucket]]]:
     """Shared buckets over the common packages (no tail), then each variant's own."""
     common = sorted(_common(variants, cap, basis), key=lambda s: s.name)
@@ -83,14 +83,14 @@ def _fresh(variants: Sequence[VariantInput], cap: int, basis: str,
     own: dict[str, list[Bucket]] = {}
     for variant in variants:
         rest = sorted((s for s in variant.sizes if s.name not in names), key=lambda s: s.name)
-        total = sum(_weight(s, basis) for s in variant.sizes)
+        total = sum(weight(s, basis) for s in variant.sizes)
         own[variant.name] = fresh_buckets(rest, cap, basis, changes, tail_base=total,
                                           taken=set(taken))
     return shared, own
 
 
 def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
-          shared: Assignment, cap: int, basis: str) -> dict[str, list[Bucket]] | None:
+          shared: Assignment, cap: int, basis: SizeBasis) -> dict[str, list[Bucket]] | None:
     """Each variant's buckets from the committed slices, or None when they cannot be kept:
     a variant without slices, a fresh packing forced, or the shared slices no longer agree."""
     chosen: dict[str, list[Bucket]] = {}
@@ -98,12 +98,12 @@ def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
         own = previous.get(variant.name)
         if not own:
             return None
-        buckets, kept, _, _ = choose_buckets(
-            variant.sizes, cap=cap, basis=basis, previous=merge_assignments(shared, own),
-            lines=variant.lines, changes={}, history=0, learn=None)
-        if not kept:
+        choice = choose_buckets(variant.sizes, cap=cap, basis=basis,
+                                previous=merge_assignments(shared, own), lines=variant.lines,
+                                learn=None)
+        if not choice.kept:
             return None
-        chosen[variant.name] = buckets
+        chosen[variant.name] = choice.buckets
     width = len(shared.labels)
     lows = [[(label, sorted(_line(v, s) for s in bucket)) for label, bucket in chosen[v.name][:width]]
             for v in variants]
@@ -112,7 +112,7 @@ def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
     return chosen
 
 
-def plan_variants(variants: Sequence[VariantInput], *, cap: int, basis: str,
+def plan_variants(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
                   shared: Assignment | None = None,
                   previous: Mapping[str, Assignment] | None = None,
                   learn: Learn | None = None) -> dict[str, Plan]:
