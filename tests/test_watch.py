@@ -57,7 +57,7 @@ class FakeClock:
 def scripted(*items: Observation | Exception):
     it = iter(items)
 
-    def read() -> Observation:
+    def read(_left: float) -> Observation:
         item = next(it)
         if isinstance(item, Exception):
             raise item
@@ -147,17 +147,23 @@ def test_log_window_prefers_submission_time() -> None:
 
 class Replay:
     """Stand-in runner: answers `--help` from a recorded help page and state commands
-    from a queue of recorded outputs (a str is stdout, an int a non-zero exit + stderr)."""
+    from a queue of recorded outputs (a str is stdout, an int a non-zero exit + stderr);
+    `job list` calls besides the state command's (a pending job's reason, the submission
+    time) from `lists`, else "[]"."""
 
-    def __init__(self, job_help: str, states: list[str | tuple[int, str]], log: str = "") -> None:
+    def __init__(self, job_help: str, states: list[str | tuple[int, str]], log: str = "",
+                 lists: list[str] | None = None) -> None:
         self.job_help = (DATA / job_help).read_text()
         self.top_help = (DATA / "help-0.2.35.txt").read_text()
         self.states = list(states)
+        self.lists = list(lists or [])
         self.log = log
         self.calls: list[tuple[str, ...]] = []
+        self.timeouts: list[float] = []
 
-    def __call__(self, argv: Sequence[str]) -> Completed:
+    def __call__(self, argv: Sequence[str], timeout: float) -> Completed:
         args = tuple(argv)
+        self.timeouts.append(timeout)
         self.calls.append(args)
         if args[1:] == ("--help",):
             out = self.top_help
@@ -165,8 +171,8 @@ class Replay:
             out = self.job_help
         elif "logs" in args:
             out = self.log
-        elif "list" in args and not self.states:  # the submission time, after the end
-            out = "[]"
+        elif "list" in args and not str(self.states[:1]).startswith("['list-"):
+            out = (DATA / self.lists.pop(0)).read_text() if self.lists else "[]"
         else:
             item = self.states.pop(0)
             if isinstance(item, tuple):
