@@ -128,6 +128,9 @@ def watch(
             continue
         elapsed = clock() - start
         failures = 0
+        if last and last.state == observation.state and not observation.pending_reason:
+            # a reading without the reason (it is read separately, best effort) keeps the last
+            observation = dataclasses.replace(observation, pending_reason=last.pending_reason)
         if _changed(last, observation):
             on_change(elapsed, observation)
         last = observation
@@ -136,8 +139,8 @@ def watch(
                                elapsed=elapsed, polls=polls, reason=observation.state)
         if elapsed + interval >= max_duration:
             return WatchResult(exit_code=EXIT_WATCHER, observation=observation, elapsed=elapsed,
-                               polls=polls, reason=f"still {observation.state} after "
-                               f"{elapsed:.0f}s (--max-duration {max_duration:g}s)")
+                               polls=polls, reason=f"still {observation.state} at the bound "
+                               f"(--max-duration {max_duration:g}s)")
         sleep(interval)
 
 
