@@ -134,26 +134,35 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
 
 
 @task(help={"job": "the job id `invoke build` printed, e.g. /alice/gpurl-kaniko-0123abc",
-            "interval": "seconds between state polls", "max_duration": "give up (exit 3) after",
+            "interval": "seconds between state polls",
+            "max_duration": "give up (exit 3) after this many seconds, also while iris hangs",
             "cluster": "iris cluster name (config key: cluster.name)", "profile": _PROFILE,
             "json": _JSON})
 def watch(c: Context, job: str, interval: int = 60, max_duration: int = 6 * 3600,
           cluster: str | None = None, profile: str | None = None, json: bool = False) -> None:
-    """Poll an iris job's state until terminal. Exit 0 succeeded, 1 failed, 2 absent, 3 stuck."""
+    """Poll an iris job's state until terminal (exit 0 succeeded, 1 failed, 2 absent, 3 stuck).
+
+    Exit 3 also when iris does not answer within --max-duration; 130 on Ctrl-C, which leaves
+    the job running.
+    """
     from gpurl_tasks.cluster.jobs import run_watch
 
-    with cli.clean_failures():
+    with cli.clean_failures(f"interrupted: stopped watching {job}; the job was not touched"):
         cli.finish(run_watch(cli.config_for(profile), cli.positional("watch", job), interval=interval,
                              max_duration=max_duration, say=cli.say, cluster=cluster),
                    as_json=json)
 
 
-@task(help={"job": "the job id to stop (job-scoped; never anything cluster-wide)",
+@task(help={"job": "the id of the one job to stop; no other job is touched (no prefix match)",
             "cluster": "iris cluster name (config key: cluster.name)", "profile": _PROFILE,
             "dry_run": "print the command and run nothing", "json": _JSON})
 def kill(c: Context, job: str, cluster: str | None = None, profile: str | None = None,
          dry_run: bool = False, json: bool = False) -> None:
-    """Stop one iris job (`iris job kill JOB`)."""
+    """Stop exactly one iris job, no other job whose id shares its prefix.
+
+    Exit 0 killed, 2 not running (ended or unknown), 1 refused (it would touch another job) or
+    another job was touched, 3 no answer from iris within its bound, 130 interrupted.
+    """
     from gpurl_tasks.cluster.jobs import kill_job
 
     with cli.clean_failures():

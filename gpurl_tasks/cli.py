@@ -29,6 +29,7 @@ from gpurl_tasks.steps import StepRecord, timed
 __all__ = [
     "DEBUG_ENV",
     "INTERNAL_ERROR_EXIT",
+    "INTERRUPTED_EXIT",
     "REPO_ROOT",
     "ConfigError",
     "EachVariant",
@@ -158,6 +159,8 @@ def each_variant(configs: tuple[Config, ...], run: Callable[[Config], Outcome]) 
 # script can tell the two apart; GPURL_DEBUG=1 shows its traceback.
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE in sysexits.h
 DEBUG_ENV = "GPURL_DEBUG"
+# Ctrl-C: 128 + SIGINT, as a shell reports it; not 1, which a wrapper reads as "failed".
+INTERRUPTED_EXIT = 130
 
 
 def _redacted(text: str) -> str:
@@ -179,9 +182,10 @@ def profile_for_reference(root: Path, text: str, env: Mapping[str, str] | None =
 
 
 @contextlib.contextmanager
-def clean_failures() -> Iterator[None]:
+def clean_failures(interrupted: str = "interrupted") -> Iterator[None]:
     """The top-level handler of every task: a GpurlError becomes one actionable line and its
-    exit code; any other exception one "internal error" line and INTERNAL_ERROR_EXIT (its
+    exit code; Ctrl-C (SIGINT) the line `interrupted` and INTERRUPTED_EXIT, never a failure's
+    code; any other exception one "internal error" line and INTERNAL_ERROR_EXIT (its
     traceback with GPURL_DEBUG=1). Never a traceback for input a user can give."""
     try:
         yield
@@ -190,7 +194,9 @@ def clean_failures() -> Iterator[None]:
         if exc.hint:
             line += f"\n  hint: {exc.hint}"
         raise Exit(_redacted(line), code=exc.exit_code) from None
-    except (Exit, KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:
+        raise Exit(interrupted, code=INTERRUPTED_EXIT) from None
+    except (Exit, SystemExit):
         raise
     except Exception as exc:  # the one place a bug is caught: see INTERNAL_ERROR_EXIT
         if os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):

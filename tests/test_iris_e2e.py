@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -62,10 +63,8 @@ JOBS: list[str] = []
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalIris]:
     # the controller's environment is every task's: no token or gpurl setting leaks in
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("GPURL_", "GHCR_", "DOCKER_"))}
     start = time.monotonic()
-    with local_iris(tmp_path_factory.mktemp("iris"), free_port(), env=clean) as running:
+    with local_iris(tmp_path_factory.mktemp("iris"), free_port(), env=_clean_env()) as running:
         print(f"\nlocal iris controller up in {time.monotonic() - start:.1f}s at {running.url}")
         yield running
 
@@ -230,11 +229,11 @@ def test_kill_ends_the_job_killed(cluster: LocalIris, workspace: Path, user_env:
                                   tmp_path: Path) -> None:
     with rig(tmp_path, executor_tail="sleep 300") as r:
         job_id = submit(workspace, user_env, r)
-        iris = IrisCli(lambda argv: run(argv, echo=None), program=str(cluster.iris),
-                       cluster=ClusterTarget(controller_url=cluster.url))
+        iris = IrisCli(lambda argv, timeout: run(argv, echo=None, timeout=timeout),
+                       program=str(cluster.iris), cluster=ClusterTarget(controller_url=cluster.url))
         deadline = time.monotonic() + 120
         while not r.calls("executor"):  # the job is inside the (stand-in) kaniko build
-            assert iris.read_state(job_id).state in ("pending", "running")
+            assert iris.read_state(job_id, within=60).state in ("pending", "running")
             assert time.monotonic() < deadline, "the job never reached the executor"
             time.sleep(1)
         killed = invoke(workspace, user_env, "kill", job_id)
@@ -242,8 +241,11 @@ def test_kill_ends_the_job_killed(cluster: LocalIris, workspace: Path, user_env:
         proc, out = watch(workspace, user_env, job_id)
     assert proc.returncode == 1 and out["state"] == "killed"
     assert out["error"] == "Terminated by user"
-    again = invoke(workspace, user_env, "kill", job_id)  # iris itself says 0 "No running jobs"
+    # iris itself would say "Terminated jobs: <id>" again (with --no-include-children) or
+    # kill a running job the id prefixes (without): gpurl reads the state first
+    again = invoke(workspace, user_env, "kill", job_id)
     assert again.returncode == 2 and "nothing killed" in again.stdout
+    assert "already killed" in again.stdout
 
 
 def test_an_unknown_job_is_absent_not_a_wait(cluster: LocalIris, workspace: Path,
@@ -260,6 +262,154 @@ def test_a_job_past_its_timeout_ends_failed_with_the_reason(
     assert proc.returncode == 1, proc.stderr
     assert out["state"] == "failed" and out["error"] == "Execution timeout exceeded"
     assert "Execution timeout exceeded" in proc.stderr
+
+
+def _clean_env() -> dict[str, str]:
+    """The controller's environment, and so every task's: no token or gpurl setting."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("GPURL_", "GHCR_", "DOCKER_"))}
+
+
+def plain_job(cluster: LocalIris, cwd: Path, name: str, *, cpu: int = 1,
+              seconds: int = 300) -> str:
+    """A `sleep` job submitted with the stock client (what gpurl watches or kills need not be
+    a kaniko build); its id."""
+    proc = cluster.client("job", "run", "--cpu", str(cpu), "--memory", "1GB", "--job-name",
+                          name, "--no-wait", "--", "sleep", str(seconds), cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    assert job_id.endswith("/" + name)
+    return job_id
+
+
+def stock_state(cluster: LocalIris, job_id: str, cwd: Path) -> str:
+    """The job's state as the stock client reads it."""
+    proc = cluster.client("job", "summary", job_id, "--json", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return str(json.loads(proc.stdout)["state"])
+
+
+def stock_kill(cluster: LocalIris, cwd: Path, *job_ids: str) -> None:
+    for job_id in job_ids:
+        cluster.client("job", "kill", "--no-include-children", job_id, cwd=cwd)
+
+
+class Background:
+    """`invoke ARGS` running in the background, its stderr in a file read while it runs."""
+
+    def __init__(self, workspace: Path, env: dict[str, str], tmp: Path, *args: str) -> None:
+        self.err_file = tmp / "stderr.txt"
+        self.started = time.monotonic()
+        with self.err_file.open("w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=workspace,
+                                         env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+
+    @property
+    def stderr(self) -> str:
+        return self.err_file.read_text()
+
+    def wait_for(self, text: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.stderr:
+            assert self.proc.poll() is None, f"ended ({self.proc.returncode}): {self.stderr}"
+            assert time.monotonic() < deadline, f"no {text!r} in: {self.stderr}"
+            time.sleep(0.2)
+
+    def finish(self, timeout: float) -> tuple[int, str, str]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        PRINTED.extend([out, self.stderr])
+        assert "Traceback" not in self.stderr, self.stderr
+        return self.proc.returncode, out, self.stderr
+
+
+def test_kill_stops_only_the_named_job_not_one_its_id_prefixes(
+        cluster: LocalIris, workspace: Path, user_env: dict[str, str], tmp_path: Path) -> None:
+    """A clean-tree job name is a prefix of the same commit's dirty-tree job name; iris's own
+    `job kill` matches by prefix. Both run; killing the clean one must leave the dirty one."""
+    clean = plain_job(cluster, tmp_path, "gpurl-kaniko-fa17ed1")
+    dirty = plain_job(cluster, tmp_path, "gpurl-kaniko-fa17ed1-dirty-0badc0de")
+    try:
+        killed = invoke(workspace, user_env, "kill", clean)
+        print(f"\n$ invoke kill {clean}  -> {killed.returncode}\n{killed.stdout}{killed.stderr}")
+        assert killed.returncode == 0, killed.stdout + killed.stderr
+        assert killed.stdout.startswith(f"killed {clean} ") and dirty in killed.stdout
+        assert stock_state(cluster, clean, tmp_path) == "killed"
+        assert stock_state(cluster, dirty, tmp_path) in ("pending", "running")
+        again = invoke(workspace, user_env, "kill", clean)
+        print(f"$ invoke kill {clean}  -> {again.returncode}\n{again.stdout}{again.stderr}")
+        assert again.returncode == 2 and "not running" in again.stdout
+        assert stock_state(cluster, dirty, tmp_path) in ("pending", "running")
+        # a trailing slash (iris: "Job name contains empty ... component") is the same job
+        proc = invoke(workspace, user_env, "watch", clean + "/", "--interval", "1",
+                      "--max-duration", "60", "--json")
+        print(f"$ invoke watch {clean}/ --json  -> {proc.returncode}\n{proc.stderr}")
+        out = json.loads(proc.stdout)
+        assert proc.returncode == 1 and out["job_id"] == clean and out["state"] == "killed"
+        last = invoke(workspace, user_env, "kill", dirty + "/")
+        assert last.returncode == 0 and last.stdout.strip() == f"killed {dirty}"
+        assert stock_state(cluster, dirty, tmp_path) == "killed"
+    finally:
+        stock_kill(cluster, tmp_path, dirty)
+
+
+def test_watch_shows_why_a_job_is_pending(
+        cluster: LocalIris, workspace: Path, user_env: dict[str, str], tmp_path: Path) -> None:
+    """A job asking for the whole worker waits behind another; the controller says why."""
+    blocker = plain_job(cluster, tmp_path, f"gpurl-blocker-{os.getpid()}")
+    waiter = plain_job(cluster, tmp_path, f"gpurl-waiter-{os.getpid()}", cpu=8, seconds=1)
+    try:
+        proc = invoke(workspace, user_env, "watch", waiter, "--interval", "2",
+                      "--max-duration", "30")
+        print(f"\n$ invoke watch {waiter} --max-duration 30  -> {proc.returncode}\n"
+              f"{proc.stdout}{proc.stderr}")
+        listed = cluster.client("job", "list", "--json", "--prefix", waiter, cwd=tmp_path)
+        reason = json.loads(listed.stdout)[0]["pending_reason"]
+    finally:
+        stock_kill(cluster, tmp_path, waiter, blocker)
+    assert proc.returncode == 3, proc.stderr
+    first = reason.splitlines()[0].split("(")[0].strip()  # "Scheduler: Insufficient CPU"
+    assert first and first in proc.stdout and f"reason={first}" in proc.stderr
+    assert proc.stdout.startswith(f"{waiter}: still pending at the bound")
+
+
+def test_watch_holds_its_bound_when_the_controller_stops(
+        workspace: Path, user_env: dict[str, str], tmp_path: Path) -> None:
+    """A second controller, stopped mid-watch: every iris call then hangs (the client retries
+    for 30 minutes); the watch still ends at --max-duration, exit 3."""
+    bound = 30
+    with local_iris(tmp_path / "iris", free_port(), env=_clean_env()) as other:
+        job_id = plain_job(other, tmp_path, "gpurl-orphan")
+        env = {**user_env, "GPURL_CLUSTER_CONTROLLER_URL": other.url,
+               jobs.IRIS_ENV: str(other.iris)}
+        watching = Background(workspace, env, tmp_path, "watch", job_id, "--interval", "1",
+                              "--max-duration", str(bound))
+        watching.wait_for("] running")
+    stopped = time.monotonic()  # the controller is gone (SIGTERM, waited for)
+    code, out, err = watching.finish(timeout=bound + 60)
+    took = time.monotonic() - watching.started
+    print(f"\n$ invoke watch {job_id} --interval 1 --max-duration {bound}  -> {code} after "
+          f"{took:.1f}s (controller stopped at {stopped - watching.started:.1f}s)\n{out}{err}")
+    assert code == 3
+    assert "cannot reach the controller since" in out
+    assert took < bound + 15  # the bound, plus starting Python and invoke
+
+
+def test_ctrl_c_ends_a_watch_with_130_and_leaves_the_job_running(
+        cluster: LocalIris, workspace: Path, user_env: dict[str, str], tmp_path: Path) -> None:
+    job_id = plain_job(cluster, tmp_path, f"gpurl-interrupted-{os.getpid()}")
+    try:
+        watching = Background(workspace, user_env, tmp_path, "watch", job_id, "--interval", "1")
+        watching.wait_for("] running")
+        sent = time.monotonic()
+        watching.proc.send_signal(signal.SIGINT)
+        code, out, err = watching.finish(timeout=30)
+        took = time.monotonic() - sent
+        print(f"\n$ invoke watch {job_id}  (SIGINT)  -> {code} after {took:.1f}s\n{out}{err}")
+        assert code == 130 and "interrupted" in err
+        assert took < 10
+        assert stock_state(cluster, job_id, tmp_path) == "running"
+    finally:
+        stock_kill(cluster, tmp_path, job_id)
 
 
 def test_the_token_never_reaches_stored_logs_or_output(cluster: LocalIris, tmp_path: Path) -> None:

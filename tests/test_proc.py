@@ -97,7 +97,8 @@ def test_kill_is_job_scoped(repo_root: object, capsys: pytest.CaptureFixture[str
         with pytest.raises(IrisError, match="is not a job id"):
             kill_job(config, bad, dry_run=True)
     assert kill_job(config, "/alice/gpurl-kaniko-0123abc", dry_run=True).human() == (
-        "iris --cluster=cw-us-east-02a job kill /alice/gpurl-kaniko-0123abc")
+        "iris --cluster=cw-us-east-02a job kill --no-include-children "
+        "/alice/gpurl-kaniko-0123abc")
 
 
 def test_a_long_step_says_it_is_alive_and_ends_with_its_duration() -> None:
@@ -131,4 +132,4 @@ def test_kill_targets_the_configured_controller_url(repo_root: object) -> None:
     config = load_config(Path(str(repo_root)),
                          env={"GPURL_CLUSTER_CONTROLLER_URL": "http://127.0.0.1:18765"})
     assert kill_job(config, "/alice/j-1", dry_run=True).human() == (
-        "iris --controller-url=http://127.0.0.1:18765 job kill /alice/j-1")
+        "iris --controller-url=http://127.0.0.1:18765 job kill --no-include-children /alice/j-1")

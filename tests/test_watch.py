@@ -22,6 +22,7 @@ from gpurl_tasks.cluster.iris import (
     IrisOutputError,
     Observation,
     TransientIrisError,
+    normalise_job_id,
 )
 from gpurl_tasks.cluster.watch import (
     EXIT_ABSENT,
@@ -34,6 +35,7 @@ from gpurl_tasks.cluster.watch import (
     watch,
 )
 from gpurl_tasks.config import load_config
+from gpurl_tasks.errors import IrisError
 from gpurl_tasks.proc import CommandFailed, Completed
 
 DATA = Path(__file__).parent / "data" / "iris"
@@ -57,7 +59,7 @@ class FakeClock:
 def scripted(*items: Observation | Exception):
     it = iter(items)
 
-    def read() -> Observation:
+    def read(_left: float) -> Observation:
         item = next(it)
         if isinstance(item, Exception):
             raise item
@@ -147,17 +149,23 @@ def test_log_window_prefers_submission_time() -> None:
 
 class Replay:
     """Stand-in runner: answers `--help` from a recorded help page and state commands
-    from a queue of recorded outputs (a str is stdout, an int a non-zero exit + stderr)."""
+    from a queue of recorded outputs (a str is stdout, an int a non-zero exit + stderr);
+    `job list` calls besides the state command's (a pending job's reason, the submission
+    time) from `lists`, else "[]"."""
 
-    def __init__(self, job_help: str, states: list[str | tuple[int, str]], log: str = "") -> None:
+    def __init__(self, job_help: str, states: list[str | tuple[int, str]], log: str = "",
+                 lists: list[str] | None = None) -> None:
         self.job_help = (DATA / job_help).read_text()
         self.top_help = (DATA / "help-0.2.35.txt").read_text()
         self.states = list(states)
+        self.lists = list(lists or [])
         self.log = log
         self.calls: list[tuple[str, ...]] = []
+        self.timeouts: list[float] = []
 
-    def __call__(self, argv: Sequence[str]) -> Completed:
+    def __call__(self, argv: Sequence[str], timeout: float) -> Completed:
         args = tuple(argv)
+        self.timeouts.append(timeout)
         self.calls.append(args)
         if args[1:] == ("--help",):
             out = self.top_help
@@ -165,8 +173,8 @@ class Replay:
             out = self.job_help
         elif "logs" in args:
             out = self.log
-        elif "list" in args and not self.states:  # the submission time, after the end
-            out = "[]"
+        elif "list" in args and not str(self.states[:1]).startswith("['list-"):
+            out = (DATA / self.lists.pop(0)).read_text() if self.lists else "[]"
         else:
             item = self.states.pop(0)
             if isinstance(item, tuple):
@@ -335,3 +343,197 @@ def test_invoke_watch_through_a_standin_iris_program(tmp_path: Path) -> None:
     assert out["log_tail"] == ["step 1", "step 2"]
     assert "--tail" in (tmp_path / "logs").read_text().split()
     assert "] failed exit=3 error=Exit code: 3. stderr: err-line" in proc.stderr
+
+
+# --- faults: iris hangs, refuses the input; the kill stays job-scoped ------------------------
+
+
+def test_a_hanging_iris_cannot_outlast_the_bound() -> None:
+    """Each call may take the time left and no more (the iris client retries an unreachable
+    controller for 30 minutes); elapsed time is measured after the call."""
+    clock, given = FakeClock(), []
+
+    def hangs(left: float) -> Observation:
+        given.append(left)
+        clock.now += left  # used every second it was given, then timed out
+        raise TransientIrisError(f"iris did not answer within {left:.1f}s")
+
+    result = watch(hangs, interval=2, max_duration=8, clock=clock, sleep=clock.sleep)
+    assert result.exit_code == EXIT_WATCHER and clock.now <= 8
+    assert result.reason.startswith("cannot reach the controller since 0s into the watch")
+    assert given == [8]
+
+
+def test_slow_calls_count_against_the_bound() -> None:
+    clock = FakeClock()
+
+    def slow(left: float) -> Observation:
+        clock.now += min(left, 50)
+        return obs("running")
+
+    result = watch(slow, interval=60, max_duration=300, clock=clock, sleep=clock.sleep)
+    assert result.exit_code == EXIT_WATCHER and "still running at the bound" in result.reason
+    assert clock.now <= 300 and result.elapsed == clock.now
+
+
+def test_failures_after_readings_say_since_when() -> None:
+    clock = FakeClock()
+    err = TransientIrisError("connection refused")
+    result = watch(scripted(obs("running"), obs("running"), *[err] * 20), interval=10,
+                   max_duration=40, clock=clock, sleep=clock.sleep)
+    assert result.exit_code == EXIT_WATCHER
+    assert result.reason.startswith("cannot reach the controller since 20s into the watch")
+    assert result.observation == obs("running") and clock.now <= 40
+
+
+def test_the_bound_starts_before_the_first_poll() -> None:
+    clock = FakeClock()
+    clock.now = 7.0
+    result = watch(scripted(*[obs("running")] * 10), interval=1, max_duration=10, started=0.0,
+                   clock=clock, sleep=clock.sleep)
+    assert result.exit_code == EXIT_WATCHER and clock.now <= 10
+
+
+def test_a_refused_job_name_is_not_retried() -> None:
+    """`job summary /root/gk-abc/` (recorded): iris's ValueError is the input's fault."""
+    replay = Replay("job-help-0.2.35.txt", [(1, "summary-bad-name.stderr")])
+    with pytest.raises(IrisError) as info:
+        _cli(replay).read_state("/root/gk-abc/", within=60)
+    assert not isinstance(info.value, TransientIrisError)
+    assert "Job name contains empty or whitespace-only component" in info.value.message
+    assert sum("summary" in c for c in replay.calls) == 1
+
+
+@pytest.mark.parametrize("raw", ["/alice/job/", "/alice/job//", " /alice/job "])
+def test_job_ids_lose_a_trailing_slash(raw: str) -> None:
+    assert normalise_job_id(raw) == "/alice/job"
+
+
+@pytest.mark.parametrize("raw", ["", "/", "//", "/alice", "alice/job", "/alice//job",
+                                 "/alice/ /x", "--all"])
+def test_job_ids_iris_would_refuse_are_refused_at_once(raw: str) -> None:
+    with pytest.raises(IrisError, match="is not a job id"):
+        normalise_job_id(raw)
+
+
+def test_a_trailing_slash_is_watched_as_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    replay = Replay("job-help-0.2.35.txt", ["summary-succeeded.json"])
+    clock = FakeClock()
+    outcome = jobs.run_watch(load_config(REPO_ROOT, env={}), JOB + "/", interval=60,
+                             max_duration=600, cli=_cli(replay), clock=clock, sleep=clock.sleep)
+    assert outcome.exit_code == 0 and outcome.job_id == JOB
+    assert ("iris", "--cluster=cw-test", "job", "summary", JOB, "--json") in replay.calls
+
+
+def test_every_call_gets_no_more_than_the_time_left() -> None:
+    replay = Replay("job-help-0.2.35.txt", ["summary-running.json"] * 50)
+    clock = FakeClock()
+    jobs.run_watch(load_config(REPO_ROOT, env={}), JOB, interval=30, max_duration=200,
+                   cli=IrisCli(replay, program="iris", cluster=ClusterTarget(name="cw-test"),
+                               clock=clock), clock=clock, sleep=clock.sleep)
+    assert replay.timeouts and max(replay.timeouts) <= 200
+    assert replay.timeouts[-1] <= 200 - 30 * (len(replay.timeouts) - 2)
+
+
+def test_the_pending_reason_is_in_the_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """Recorded from a real controller: a job pending behind others. `job summary` has no
+    reason; `job list` does, and the text a person reads shows it."""
+    job = "/root/gk-wait"
+    recorded = json.loads((DATA / "list-pending.json").read_text())[0]["pending_reason"]
+    replay = Replay("job-help-0.2.35.txt", ["summary-pending.json"] * 3,
+                    lists=["list-pending.json"])
+    said: list[str] = []
+    clock = FakeClock()
+    outcome = jobs.run_watch(load_config(REPO_ROOT, env={}), job, interval=60,
+                             max_duration=150, cli=_cli(replay), say=said.append, clock=clock,
+                             sleep=clock.sleep)
+    assert outcome.exit_code == EXIT_WATCHER
+    parts = [line.strip() for line in recorded.splitlines() if line.strip()]
+    assert len(parts) == 2 and all(part in outcome.human() for part in parts)
+    pending = [line for line in said if "] pending" in line]
+    assert len(pending) == 1 and all(part in pending[0] for part in parts)  # kept, not repeated
+    assert outcome.to_json()["pending_reason"] == outcome.result.observation.pending_reason  # type: ignore[union-attr]
+
+
+def test_an_error_within_the_same_state_is_shown() -> None:
+    """A lost worker: the task's error appears while the job is still running (retried)."""
+    clock, changes = FakeClock(), []
+    lost = Observation(state="running", error="Worker w-1 failed: heartbeat timeout")
+    watch(scripted(obs("running"), lost, lost, obs("succeeded")), interval=5,
+          max_duration=100, clock=clock, sleep=clock.sleep,
+          on_change=lambda t, o: changes.append((o.state, o.error)))
+    assert changes == [("running", ""), ("running", lost.error), ("succeeded", "")]
+
+
+class KillReplay:
+    """Stand-in runner for `invoke kill`: `job list` and `job kill` answered from recorded
+    outputs of the real controller (tests/data/iris), optionally edited by the test."""
+
+    def __init__(self, listing: str, killed: str) -> None:
+        self.listing, self.killed = listing, killed
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> Completed:
+        self.calls.append(tuple(argv))
+        out = self.killed if "kill" in argv else self.listing
+        return Completed(argv=tuple(argv), returncode=0, stdout=out, stderr="")
+
+
+def _kill(listing: str, killed: str, job: str = "/root/gk-abc") -> tuple[jobs.KillOutcome,
+                                                                         KillReplay]:
+    replay = KillReplay(listing, killed)
+    cli = IrisCli(replay, program="iris", cluster=ClusterTarget(name="cw-test"))
+    return jobs.kill_job(load_config(REPO_ROOT, env={}), job, dry_run=False, cli=cli), replay
+
+
+SIBLINGS = (DATA / "list-prefix-siblings.json").read_text()
+KILLED_ONE = (DATA / "kill-ended-no-include-children.txt").read_text()
+
+
+def test_kill_of_an_ended_job_is_not_running_and_calls_no_kill() -> None:
+    """Recorded: `/root/gk-abc` killed, `/root/gk-abc-dirty-123` running. iris itself would
+    print the ended job under "Terminated jobs:" (recorded too), so the state is read first."""
+    outcome, replay = _kill(SIBLINGS, KILLED_ONE)
+    assert outcome.exit_code == 2 and "not running" in outcome.text
+    assert not any("kill" in c for c in replay.calls)
+
+
+def test_kill_of_a_running_job_spares_its_prefix_sibling() -> None:
+    listing = SIBLINGS.replace('"JOB_STATE_KILLED"', '"JOB_STATE_RUNNING"')
+    outcome, replay = _kill(listing, KILLED_ONE)
+    assert outcome.exit_code == 0 and outcome.terminated == ("/root/gk-abc",)
+    assert outcome.text.startswith("killed /root/gk-abc ")
+    assert "/root/gk-abc-dirty-123" in outcome.text  # said to be left running
+    (kill_call,) = [c for c in replay.calls if "kill" in c]
+    assert kill_call[-2:] == ("--no-include-children", "/root/gk-abc")
+
+
+def test_kill_says_loudly_when_iris_touched_another_job() -> None:
+    listing = SIBLINGS.replace('"JOB_STATE_KILLED"', '"JOB_STATE_RUNNING"')
+    outcome, _ = _kill(listing, KILLED_ONE + "  /root/gk-abc-dirty-123\n")
+    assert outcome.exit_code == 1 and outcome.failure is not None
+    assert "also terminated /root/gk-abc-dirty-123" in outcome.failure
+
+
+def test_kill_refuses_a_job_whose_running_children_would_die_with_it() -> None:
+    data = json.loads(SIBLINGS.replace('"JOB_STATE_KILLED"', '"JOB_STATE_RUNNING"'))
+    child = {**data[0], "job_id": "/root/gk-abc/worker-0", "name": "/root/gk-abc/worker-0"}
+    outcome, replay = _kill(json.dumps([*data, child]), KILLED_ONE)
+    assert outcome.exit_code == 1 and "/root/gk-abc/worker-0" in outcome.text
+    assert not any("kill" in c for c in replay.calls)
+
+
+def test_kill_of_an_unknown_job() -> None:
+    outcome, replay = _kill("[]", "No running jobs matched.\n", job="/root/nobody")
+    assert outcome.exit_code == 2 and "unknown" in outcome.text
+    assert not any("kill" in c for c in replay.calls)
+
+
+def test_ctrl_c_in_any_task_is_exit_130_not_a_failure() -> None:
+    from invoke.exceptions import Exit
+
+    from gpurl_tasks import cli
+
+    with pytest.raises(Exit) as info, cli.clean_failures("interrupted: left as it was"):
+        raise KeyboardInterrupt
+    assert info.value.code == 130 and info.value.message == "interrupted: left as it was"

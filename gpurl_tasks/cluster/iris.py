@@ -9,12 +9,14 @@ can test every variant. A job the controller has no record of reads as `absent`.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import enum
 import io
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,13 +40,18 @@ __all__ = [
     "choose_state_commands",
     "is_not_found",
     "job_run_argv",
+    "normalise_job_id",
+    "one_line",
     "parse_command_list",
     "parse_describe_text",
     "parse_job_id",
+    "parse_kill_output",
     "parse_list_json",
+    "parse_prefix_list",
     "parse_query_csv",
     "parse_summary_json",
     "query_sql",
+    "refusal",
 ]
 
 ACTIVE_STATES = ("pending", "building", "running")
@@ -68,12 +75,14 @@ class IrisOutputError(TransientIrisError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Observation:
-    """One reading of a job's state; `submitted_ms` is known to some commands only."""
+    """One reading of a job's state; `submitted_ms` and `pending_reason` (why the controller
+    has not scheduled it yet) are known to some commands only."""
 
     state: str
     exit_code: int | None = None
     error: str = ""
     submitted_ms: int | None = None
+    pending_reason: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -160,6 +169,18 @@ def job_run_argv(spec: JobSpec, *, reveal: bool) -> tuple[str, ...]:
     return (*argv, "--", *spec.command)
 
 
+def normalise_job_id(text: str) -> str:
+    """A job id as iris takes it, `/USER/NAME[/...]`, with a trailing `/` dropped; anything
+    iris would refuse (an empty or blank component) is refused here, at once."""
+    job_id = text.strip()
+    trimmed = job_id.rstrip("/") if job_id != "/" else job_id
+    parts = trimmed.split("/")[1:]
+    if not trimmed.startswith("/") or len(parts) < 2 or any(not p.strip() for p in parts):
+        raise IrisError(f"{text!r} is not a job id like /USER/NAME",
+                        hint="pass the id `invoke build` printed, e.g. /alice/gpurl-kaniko-0123abc")
+    return trimmed
+
+
 _JOB_ID = re.compile(r"(?<![\w/])(/[A-Za-z0-9_.@-]+/[A-Za-z0-9_.@/-]+)")
 
 
@@ -241,6 +262,12 @@ def _load_json(text: str, source: str) -> Any:
         raise IrisOutputError(f"{source}: not JSON ({exc.msg}): {snippet!r}") from None
 
 
+def one_line(text: str) -> str:
+    """A multi-line message (a pending reason: "Scheduler: ...\\n\\nAutoscaler: ...") as one
+    line, its non-blank lines joined by "; "."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def _task_exit_code(data: dict[str, Any]) -> int | None:
     """The job's real exit code: a real controller reports the job-level `exit_code` as 0
     for failed, killed and timed-out jobs alike, and the task's code only in `tasks[]`."""
@@ -281,7 +308,8 @@ def parse_summary_json(text: str) -> Observation:
     if not error:
         error = next((str(t.get("error")) for t in data.get("tasks", [])
                       if isinstance(t, dict) and t.get("error")), "")
-    return Observation(state=state, exit_code=exit_code, error=error)
+    return Observation(state=state, exit_code=exit_code, error=error,
+                       pending_reason=one_line(str(data.get("pending_reason") or "")))
 
 
 def parse_list_json(text: str, job_id: str) -> Observation:
@@ -298,7 +326,8 @@ def parse_list_json(text: str, job_id: str) -> Observation:
             error = str(item.get("error") or "")
             exit_code = _real_exit_code(state, _int_or_none(item.get("exit_code")), error)
             return Observation(state=state, exit_code=exit_code, error=error,
-                               submitted_ms=submitted_ms)
+                               submitted_ms=submitted_ms,
+                               pending_reason=one_line(str(item.get("pending_reason") or "")))
     return Observation(state=ABSENT)
 
 
@@ -356,33 +385,107 @@ def is_not_found(stderr: str) -> bool:
 
 # --- the adapter -------------------------------------------------------------------------
 
-Runner = Callable[[Sequence[str]], Completed]
+# (argv, seconds the call may take) -> its result; proc.run in production.
+Runner = Callable[[Sequence[str], float], Completed]
+# What iris prints when it refuses the *input* (a bad job name, an unknown option): retrying
+# cannot help. Its Python exceptions end the traceback it prints; click's usage errors start
+# with "Error: ".
+_REFUSED = re.compile(r"^(?:[\w.]*(?:ValueError|TypeError)|Error: (?:No such (?:option|command)|"
+                      r"Invalid value|Missing argument|Got unexpected extra))\b:?\s*(.*)$",
+                      re.MULTILINE)
+_TERMINATED = re.compile(r"^Terminated jobs:\s*$")
+
+
+_RETRYING = re.compile(r"failed \(attempt \d+/\d+, [\d.]+s elapsed\), retrying in [\d.]+s: (.*)$")
+
+
+def _last_words(stderr: str) -> str:
+    """What a timed-out call last said: the iris client logs each retry of an unreachable
+    controller ("... retrying in 1.9s: Request failed: ... Connection refused")."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    match = _RETRYING.search(lines[-1])
+    text = match.group(1) if match else lines[-1].strip()
+    return text if len(text) <= 160 else text[:77] + " ... " + text[-78:]
+
+
+def refusal(text: str) -> str | None:
+    """The reason when iris refused its input (not a transient failure), else None."""
+    match = _REFUSED.search(text)
+    return match.group(0).strip() if match else None
+
+
+def parse_kill_output(text: str) -> tuple[str, ...]:
+    """The job ids `iris job kill` says it terminated (none: "No running jobs matched.")."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if _TERMINATED.match(line):
+            return tuple(item.strip() for item in lines[index + 1:] if item.strip())
+        if line.strip() == "No running jobs matched.":
+            return ()
+    raise IrisOutputError(f"job kill: neither 'Terminated jobs:' nor 'No running jobs matched.' "
+                          f"in {text.strip()[:80]!r}")
+
+
+def parse_prefix_list(text: str) -> dict[str, str]:
+    """`iris job list --json --prefix P`: every job id under the (string) prefix -> its state."""
+    data = _load_json(text, "job list")
+    if not isinstance(data, list):
+        raise IrisOutputError("job list: JSON is not a list")
+    return {str(item["job_id"]): _normalise(item.get("state", "JOB_STATE_UNSPECIFIED"),
+                                            "job list")
+            for item in data if isinstance(item, dict) and "job_id" in item}
 
 
 class IrisCli:
-    """Runs the iris CLI for one cluster through `runner` (proc.run in production)."""
+    """Runs the iris CLI for one cluster through `runner` (proc.run in production).
 
-    def __init__(self, runner: Runner, *, program: str = "iris", cluster: ClusterTarget) -> None:
+    Every method takes `within`, the seconds it may spend in all: each iris call gets what
+    is left of it (the iris client itself retries an unreachable controller for up to 30
+    minutes, so an unbounded call can outlast any bound of the caller)."""
+
+    def __init__(self, runner: Runner, *, program: str = "iris", cluster: ClusterTarget,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._run = runner
         self._base = (program, *cluster.args)
         self._program = program
+        self._clock = clock
         self._commands: tuple[StateCommand, ...] | None = None
 
-    def _call(self, *args: str) -> Completed:
+    def _exec(self, argv: Sequence[str], deadline: float) -> Completed:
+        """One iris call within the time left; a refusal of the input is not transient."""
+        left = deadline - self._clock()
+        if left <= 0:
+            raise TransientIrisError(f"no time left for `{' '.join(argv[1:3])}`")
         try:
-            return self._run([*self._base, *args])
+            return self._run(argv, left)
         except CommandFailed as exc:
-            raise TransientIrisError(exc.message) from None
+            refused = refusal(exc.stderr) or refusal(exc.stdout)
+            if refused and not is_not_found(refused):
+                raise IrisError(f"iris refused {' '.join(argv[len(self._base):][:2])}: "
+                                f"{refused}") from None
+            if exc.returncode is None:  # timed out: the time left ran out
+                said = _last_words(exc.stderr)
+                raise TransientIrisError(f"iris did not answer within {left:.1f}s"
+                                         + (f" ({said})" if said else "")) from exc
+            raise TransientIrisError(exc.message) from exc
 
-    def state_commands(self) -> tuple[StateCommand, ...]:
+    def _call(self, *args: str, within: float) -> Completed:
+        return self._exec([*self._base, *args], self._clock() + within)
+
+    def state_commands(self, *, within: float) -> tuple[StateCommand, ...]:
         """Detected once from `iris job --help` (and `iris --help` only when that offers no
         job-level command: each CLI call costs seconds of imports)."""
         if self._commands is None:
+            deadline = self._clock() + within
             try:
-                job = parse_command_list(self._run([self._program, "job", "--help"]).stdout)
+                job = parse_command_list(self._exec([self._program, "job", "--help"],
+                                                    deadline).stdout)
                 top = (set() if job & {"summary", "list", "describe"} else
-                       parse_command_list(self._run([self._program, "--help"]).stdout))
-            except CommandFailed as exc:
+                       parse_command_list(self._exec([self._program, "--help"],
+                                                     deadline).stdout))
+            except IrisError as exc:
                 raise IrisError(f"`iris --help` failed: {exc.message}",
                                 hint="check the iris installation") from None
             self._commands = choose_state_commands(job, top)
@@ -392,9 +495,12 @@ class IrisCli:
                                 hint="install a supported marin-iris release")
         return self._commands
 
-    def read_state(self, job_id: str) -> Observation:
-        """The job's state through the best available command."""
-        command = self.state_commands()[0]
+    def read_state(self, job_id: str, *, within: float) -> Observation:
+        """The job's state through the best available command; a pending job's reason too
+        (`job summary` has none: `job list` tells it, when the CLI has it)."""
+        deadline = self._clock() + within
+        commands = self.state_commands(within=within)
+        command = commands[0]
         args: tuple[str, ...]
         if command is StateCommand.SUMMARY:
             args = ("job", "summary", job_id, "--json")
@@ -405,39 +511,49 @@ class IrisCli:
         else:
             args = ("query", "-f", "csv", query_sql(job_id))
         try:
-            result = self._run([*self._base, *args])
-        except CommandFailed as exc:
-            if is_not_found(exc.stderr) or is_not_found(exc.stdout):
+            result = self._exec([*self._base, *args], deadline)
+        except TransientIrisError as exc:
+            failed = exc.__cause__
+            if isinstance(failed, CommandFailed) and (is_not_found(failed.stderr)
+                                                      or is_not_found(failed.stdout)):
                 return Observation(state=ABSENT)
-            raise TransientIrisError(exc.message) from None
+            raise
         if command is StateCommand.SUMMARY:
-            return parse_summary_json(result.stdout)
+            observation = parse_summary_json(result.stdout)
+            if observation.state == "pending" and StateCommand.LIST in commands:
+                with contextlib.suppress(IrisError):  # the reason is extra: never a failure
+                    listed = self._exec([*self._base, "job", "list", "--json", "--prefix",
+                                         job_id], deadline)
+                    reason = parse_list_json(listed.stdout, job_id).pending_reason
+                    observation = dataclasses.replace(observation, pending_reason=reason)
+            return observation
         if command is StateCommand.LIST:
             return parse_list_json(result.stdout, job_id)
         if command is StateCommand.DESCRIBE:
             return parse_describe_text(result.stdout)
         return parse_query_csv(result.stdout)
 
-    def submitted_ms(self, job_id: str) -> int | None:
+    def submitted_ms(self, job_id: str, *, within: float) -> int | None:
         """When the job (this run of its name) was submitted, from a command that tells;
         None when none does. `job summary` does not."""
-        for command in self.state_commands():
+        deadline = self._clock() + within
+        for command in self.state_commands(within=within):
             if command in (StateCommand.LIST, StateCommand.QUERY):
                 args = (("job", "list", "--json", "--prefix", job_id)
                         if command is StateCommand.LIST
                         else ("query", "-f", "csv", query_sql(job_id)))
                 try:
-                    result = self._run([*self._base, *args])
+                    result = self._exec([*self._base, *args], deadline)
                     observation = (parse_list_json(result.stdout, job_id)
                                    if command is StateCommand.LIST
                                    else parse_query_csv(result.stdout))
-                except (CommandFailed, IrisError):
+                except IrisError:
                     continue
                 if observation.submitted_ms:
                     return observation.submitted_ms
         return None
 
-    def log_tail(self, job_id: str, *, since_ms: int, lines: int) -> str:
+    def log_tail(self, job_id: str, *, since_ms: int, lines: int, within: float) -> str:
         """The job's last `lines` log lines from `since_ms` on, oldest first.
 
         `--tail` matters: without it the server returns the *earliest* lines, at most 1000
@@ -445,11 +561,30 @@ class IrisCli:
         `since_ms` keeps out an earlier run of a reused job name, whose lines stay in the log.
         """
         return self._call("job", "logs", job_id, "--since-ms", str(since_ms), "--tail",
-                          "--max-lines", str(lines)).stdout
+                          "--max-lines", str(lines), within=within).stdout
 
-    def kill(self, job_id: str) -> str:
-        """Stop this one job (job-scoped; nothing cluster-wide)."""
+    def jobs_with_prefix(self, prefix: str, *, within: float) -> dict[str, str] | None:
+        """Every job whose id starts with `prefix` (a plain string prefix, as iris matches
+        it), with its state; None when this CLI has no `job list`."""
         try:
-            return self._run([*self._base, "job", "kill", job_id]).stdout
-        except CommandFailed as exc:
-            raise IrisError(f"could not kill {job_id}: {exc.message}") from None
+            result = self._call("job", "list", "--json", "--prefix", prefix, within=within)
+        except IrisError as exc:
+            if "No such command" in exc.message:
+                return None
+            raise
+        return parse_prefix_list(result.stdout)
+
+    def kill(self, job_id: str, *, within: float) -> tuple[str, ...]:
+        """`iris job kill --no-include-children ID`: the ids iris says it terminated.
+
+        Without that option iris terminates every *running* job whose id merely starts with
+        `job_id` (a dirty tree's `NAME-dirty-<hash>` job included). The controller itself
+        still cascades to the job's child jobs (`ID/...`): the caller checks for those."""
+        try:
+            said = self._call("job", "kill", "--no-include-children", job_id, within=within)
+        except TransientIrisError as exc:
+            failed = exc.__cause__
+            if isinstance(failed, CommandFailed) and is_not_found(failed.stderr):
+                return ()  # gone since the caller looked
+            raise
+        return parse_kill_output(said.stdout)

@@ -17,7 +17,16 @@ from typing import Any
 from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
-from gpurl_tasks.cluster.iris import ClusterTarget, IrisCli, Observation, parse_job_id
+from gpurl_tasks.cluster.iris import (
+    ABSENT,
+    ACTIVE_STATES,
+    ClusterTarget,
+    IrisCli,
+    Observation,
+    TransientIrisError,
+    normalise_job_id,
+    parse_job_id,
+)
 from gpurl_tasks.cluster.iris_release import install_hint
 from gpurl_tasks.cluster.submit import (
     BuildEnv,
@@ -29,6 +38,7 @@ from gpurl_tasks.cluster.submit import (
 from gpurl_tasks.cluster.watch import (
     EXIT_ABSENT,
     EXIT_FAILED,
+    EXIT_WATCHER,
     WatcherError,
     WatchResult,
     log_window_start,
@@ -57,6 +67,10 @@ __all__ = [
 # The iris binary to drive (the runbook insists on one specific cw-capable install).
 IRIS_ENV = "GPURL_IRIS"
 LOG_TAIL_LINES = 40
+# Seconds `kill` may spend in all, and each call after a watch (log tail, submission time):
+# the iris client retries an unreachable controller for up to 30 minutes on its own.
+KILL_BOUND_S = 60.0
+AFTER_WATCH_BOUND_S = 60.0
 Say = Callable[[str], None]
 
 
@@ -162,7 +176,7 @@ def cluster_target(config: Config, flag: str | None) -> ClusterTarget:
 def _iris(config: Config, env: Mapping[str, str], cluster: str | None) -> IrisCli:
     program = iris_program(env)
     _find_iris(program, env)
-    return IrisCli(lambda argv: run(argv, echo=None, timeout=300), program=program,
+    return IrisCli(lambda argv, timeout: run(argv, echo=None, timeout=timeout), program=program,
                    cluster=cluster_target(config, cluster))
 
 
@@ -181,7 +195,9 @@ class WatchOutcome:
 
     def human(self) -> str:
         obs = self.result.observation
-        why = f" ({obs.error})" if obs and obs.terminal and obs.error else ""
+        detail = (obs.error or (obs.pending_reason if obs.state == "pending" else "")) if obs \
+            else ""
+        why = f" ({detail})" if detail else ""
         code = f", exit code {obs.exit_code}" if obs and obs.exit_code else ""
         return f"{self.job_id}: {self.result.reason}{why}{code} after {self.result.elapsed:.0f}s"
 
@@ -190,7 +206,9 @@ class WatchOutcome:
         return {"job_id": self.job_id, "exit_code": self.exit_code, "reason": self.result.reason,
                 "state": obs.state if obs else None,
                 "job_exit_code": obs.exit_code if obs else None,
-                "error": obs.error if obs else None, "elapsed_s": round(self.result.elapsed, 1),
+                "error": obs.error if obs else None,
+                "pending_reason": obs.pending_reason if obs else None,
+                "elapsed_s": round(self.result.elapsed, 1),
                 "events": list(self.events), "log_tail": list(self.log_tail)}
 
 
@@ -199,14 +217,17 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
               cli: IrisCli | None = None,
               clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> WatchOutcome:
-    """Watch `job_id` by state to a terminal one; a failed job's log tail is fetched, redacted."""
+    """Watch `job_id` by state to a terminal one, within `max_duration` however iris behaves;
+    a failed job's log tail is fetched, redacted."""
     if interval <= 0 or max_duration <= 0:
         raise WatcherError(f"--interval ({interval:g}) and --max-duration ({max_duration:g}) "
                            "must be positive seconds")
+    job_id = normalise_job_id(job_id)
+    start = clock()
     started_ms = int(time.time() * 1000)
     try:
         iris = cli or _iris(config, os.environ, cluster)
-        commands = iris.state_commands()
+        commands = iris.state_commands(within=max_duration)
     except GpurlError as exc:
         raise WatcherError(exc.message, hint=exc.hint) from None
     say(f"watching {job_id} via `iris {commands[0].value}` every {interval:g}s")
@@ -218,28 +239,30 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
         events.append({"elapsed_s": round(elapsed, 1), "state": obs.state})
         extra = f" exit={obs.exit_code}" if obs.exit_code is not None else ""
         extra += f" error={obs.error}" if obs.error else ""
+        extra += f" reason={obs.pending_reason}" if obs.pending_reason else ""
         say(f"[{elapsed:7.0f}s] {obs.state}{extra}")
 
     def on_retry(elapsed: float, message: str, delay: float) -> None:
         say(f"[{elapsed:7.0f}s] iris failed ({message}); retrying in {delay:g}s")
 
-    def read() -> Observation:
-        obs = iris.read_state(job_id)
-        return dataclasses.replace(obs, error=redact(obs.error, secrets))
+    def read(left: float) -> Observation:
+        obs = iris.read_state(job_id, within=left)
+        return dataclasses.replace(obs, error=redact(obs.error, secrets),
+                                   pending_reason=redact(obs.pending_reason, secrets))
 
-    result = watch(read, interval=interval, max_duration=max_duration,
+    result = watch(read, interval=interval, max_duration=max_duration, started=start,
                    clock=clock, sleep=sleep, on_change=on_change, on_retry=on_retry)
     log_tail: list[str] = []
     if result.exit_code == EXIT_FAILED:
         try:
             submitted = (result.observation.submitted_ms if result.observation else None) \
-                or iris.submitted_ms(job_id)
+                or iris.submitted_ms(job_id, within=AFTER_WATCH_BOUND_S)
             since = log_window_start(
                 dataclasses.replace(result.observation, submitted_ms=submitted)
                 if result.observation else None,
                 watch_started_ms=started_ms, job_timeout_s=config.cluster.timeout)
-            log_tail = iris.log_tail(job_id, since_ms=since,
-                                     lines=LOG_TAIL_LINES).splitlines()[-LOG_TAIL_LINES:]
+            log_tail = iris.log_tail(job_id, since_ms=since, lines=LOG_TAIL_LINES,
+                                     within=AFTER_WATCH_BOUND_S).splitlines()[-LOG_TAIL_LINES:]
         except IrisError as exc:
             since = 0
             log_tail = [f"(could not fetch the log: {exc.message})"]
@@ -251,34 +274,94 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
                         log_tail=tuple(log_tail))
 
 
+# `invoke kill` exit codes: 0 killed exactly the named job; 2 it was not running (ended, or
+# unknown); 1 refused, or iris touched another job too; 3 could not conclude (no answer).
+EXIT_KILL_REFUSED = 1
+
+
+class NoAnswer(IrisError):
+    """iris did not answer within the bound: nothing is known (exit 3, as for `watch`)."""
+
+    exit_code = EXIT_WATCHER
+
+
 @dataclasses.dataclass(frozen=True)
 class KillOutcome:
-    """A stopped job, or with --dry-run the command that would stop it."""
+    """A stopped job, or with --dry-run the command that would stop it; `failure` is the loud
+    line a refusal, or another job touched, ends with."""
 
     text: str
     exit_code: int = 0
+    failure: str | None = None
+    terminated: tuple[str, ...] = ()
 
     def human(self) -> str:
         return self.text
 
     def to_json(self) -> dict[str, Any]:
-        return {"result": self.text}
+        return {"result": self.text, "exit_code": self.exit_code,
+                "terminated": list(self.terminated), "failure": self.failure}
+
+
+def _kill_argv(job_id: str) -> tuple[str, ...]:
+    """The job-scoped kill: without `--no-include-children` iris kills by id *prefix*."""
+    return ("job", "kill", "--no-include-children", job_id)
 
 
 def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None = None,
-             ) -> KillOutcome:
-    """Stop one job, never anything cluster-wide."""
-    if not job_id.startswith("/") or job_id.rstrip("/").count("/") < 2:
-        raise IrisError(f"{job_id!r} is not a job id like /USER/NAME",
-                        hint="kill is job-scoped; pass the id `invoke build` printed")
+             cli: IrisCli | None = None) -> KillOutcome:
+    """Stop exactly one job, never anything else: its state and every job sharing its id
+    prefix are read first; a job with running child jobs (which the controller would kill
+    with it) is refused; what iris says it terminated is compared with the id exactly."""
+    job_id = normalise_job_id(job_id)
     if dry_run:
-        return KillOutcome(shlex.join(["iris", *cluster_target(config, cluster).args, "job", "kill",
-                                       job_id]))
-    said = _iris(config, os.environ, cluster).kill(job_id)
-    if job_id not in said:  # iris exits 0 for a finished or unknown job: "No running jobs matched."
-        return KillOutcome(f"nothing killed: no running job {job_id} (already finished, or "
-                           "unknown); `invoke watch` tells which", exit_code=EXIT_ABSENT)
-    return KillOutcome(f"killed {job_id}")
+        return KillOutcome(shlex.join(["iris", *cluster_target(config, cluster).args,
+                                       *_kill_argv(job_id)]))
+    iris = cli or _iris(config, os.environ, cluster)
+    deadline = time.monotonic() + KILL_BOUND_S
+    try:
+        related = iris.jobs_with_prefix(job_id, within=KILL_BOUND_S)
+        state = (related.get(job_id, ABSENT) if related is not None
+                 else iris.read_state(job_id, within=deadline - time.monotonic()).state)
+        if state not in ACTIVE_STATES:
+            what = "unknown to the controller" if state == ABSENT else f"already {state}"
+            return KillOutcome(f"nothing killed: {job_id} is not running ({what})",
+                               exit_code=EXIT_ABSENT)
+        children = sorted(j for j, s in (related or {}).items()
+                          if j.startswith(job_id + "/") and s in ACTIVE_STATES)
+        if children:
+            return KillOutcome(
+                f"nothing killed: {job_id} has running child jobs, which the controller would "
+                f"kill with it: {', '.join(children)}", exit_code=EXIT_KILL_REFUSED,
+                failure=f"refused: killing {job_id} would also kill {len(children)} other "
+                        "job(s); kill them by id first, or use `iris job kill` yourself")
+        try:
+            terminated = iris.kill(job_id, within=deadline - time.monotonic())
+        except TransientIrisError:
+            raise
+        except IrisError as exc:
+            if "--no-include-children" not in exc.message:
+                raise
+            return KillOutcome(f"nothing killed: this iris CLI's `job kill` cannot be limited to "
+                               f"one job ({exc.message})", exit_code=EXIT_KILL_REFUSED,
+                               failure=f"refused: it would kill every running job whose id "
+                                       f"starts with {job_id}; install the pinned marin-iris")
+    except TransientIrisError as exc:
+        raise NoAnswer(f"could not kill {job_id}: {exc.message}",
+                        hint="the controller did not answer; `invoke watch` tells the job's "
+                             "state once it does") from None
+    others = [t for t in terminated if t != job_id]
+    if others:
+        return KillOutcome(f"iris terminated {', '.join(terminated)}", exit_code=EXIT_KILL_REFUSED,
+                           terminated=terminated,
+                           failure=f"DANGER: iris also terminated {', '.join(others)}, "
+                                   f"not only {job_id}")
+    if not terminated:
+        return KillOutcome(f"nothing killed: {job_id} is not running (it ended before the kill)",
+                           exit_code=EXIT_ABSENT)
+    spared = sorted(j for j, s in (related or {}).items() if j != job_id and s in ACTIVE_STATES)
+    note = f" (left running, sharing its id prefix: {', '.join(spared)})" if spared else ""
+    return KillOutcome(f"killed {job_id}{note}", terminated=terminated)
 
 
 def generate_script(config: Config, *, check: bool) -> str:

@@ -12,7 +12,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from gpurl_tasks.cluster.iris import ABSENT, FAILED_STATES, Observation, TransientIrisError
+from gpurl_tasks.cluster.iris import (
+    ABSENT,
+    FAILED_STATES,
+    IrisOutputError,
+    Observation,
+    TransientIrisError,
+)
 from gpurl_tasks.errors import IrisError
 
 __all__ = [
@@ -61,8 +67,15 @@ class WatchResult:
     polls: int
 
 
+def _changed(last: Observation | None, now: Observation) -> bool:
+    """Worth a line: a new state, or a new error or pending reason within the same state (a
+    lost worker's error while its task is retried; why the job still waits)."""
+    return last is None or (last.state, last.error, last.pending_reason) != \
+        (now.state, now.error, now.pending_reason)
+
+
 def watch(
-    read_state: Callable[[], Observation],
+    read_state: Callable[[float], Observation],
     *,
     interval: float,
     max_duration: float,
@@ -73,48 +86,61 @@ def watch(
     max_failures: int = 6,
     backoff_base: float = 2.0,
     backoff_cap: float = 60.0,
+    started: float | None = None,
 ) -> WatchResult:
     """Poll every `interval` seconds until terminal or `max_duration` has passed.
 
+    `read_state` gets the seconds left in the bound and must not take longer (an iris call
+    can hang while the controller is unreachable); elapsed time is measured after each call.
     Transient CLI failures are retried with exponential backoff (base, doubling, capped);
-    `max_failures` in a row end the watch with EXIT_WATCHER.
+    `max_failures` in a row, or the bound, end the watch with EXIT_WATCHER. Any other
+    IrisError (iris refused the input) is not retried: it propagates. `started`: when the
+    bound began on `clock` (default: now), if work before the first poll counts against it.
     """
     if interval <= 0 or max_duration <= 0:
         raise ValueError("interval and max_duration must be positive")
-    start = clock()
+    start = clock() if started is None else started
     last: Observation | None = None
     failures = 0
+    failing_since = 0.0
     polls = 0
     while True:
-        elapsed = clock() - start
+        before = clock() - start
         try:
             polls += 1
-            observation = read_state()
+            observation = read_state(max_duration - before)
         except TransientIrisError as exc:
+            elapsed = clock() - start
             failures += 1
-            if failures >= max_failures:
-                return WatchResult(exit_code=EXIT_WATCHER, observation=last, elapsed=elapsed,
-                                   polls=polls,
-                                   reason=f"iris failed {failures} times in a row: {exc.message}")
+            if failures == 1:
+                failing_since = before
             delay = min(backoff_cap, backoff_base * 2 ** (failures - 1))
-            if elapsed + delay > max_duration:
+            if failures >= max_failures or elapsed + delay >= max_duration:
+                why = (f"iris failed {failures} times in a row" if failures >= max_failures
+                       else f"gave up at the bound (--max-duration {max_duration:g}s)")
+                what = ("cannot read iris's answers" if isinstance(exc, IrisOutputError)
+                        else "cannot reach the controller")
                 return WatchResult(exit_code=EXIT_WATCHER, observation=last, elapsed=elapsed,
-                                   polls=polls, reason=f"gave up after {elapsed:.0f}s; last "
-                                   f"error: {exc.message}")
+                                   polls=polls, reason=f"{what} since {failing_since:.0f}s into "
+                                   f"the watch: {why}; last error: {exc.message}")
             on_retry(elapsed, exc.message, delay)
             sleep(delay)
             continue
+        elapsed = clock() - start
         failures = 0
-        if last is None or observation.state != last.state:
+        if last and last.state == observation.state and not observation.pending_reason:
+            # a reading without the reason (it is read separately, best effort) keeps the last
+            observation = dataclasses.replace(observation, pending_reason=last.pending_reason)
+        if _changed(last, observation):
             on_change(elapsed, observation)
         last = observation
         if observation.terminal:
             return WatchResult(exit_code=exit_code_for(observation.state), observation=observation,
                                elapsed=elapsed, polls=polls, reason=observation.state)
-        if elapsed + interval > max_duration:
+        if elapsed + interval >= max_duration:
             return WatchResult(exit_code=EXIT_WATCHER, observation=observation, elapsed=elapsed,
-                               polls=polls, reason=f"still {observation.state} after "
-                               f"{elapsed:.0f}s (--max-duration {max_duration:.0f}s)")
+                               polls=polls, reason=f"still {observation.state} at the bound "
+                               f"(--max-duration {max_duration:g}s)")
         sleep(interval)
 
 
