@@ -140,7 +140,8 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "") 
         (served / "wheels" / "MANIFEST").write_text("\n".join(lines) + "\n")
         pins = ToolPins(crane_url=f"{url}/crane.tgz",
                         crane_sha256=crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
-                        executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32)
+                        executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
+                        wheel_base_url=url + "/wheels")
         script = tmp / "build.sh"
         script.write_text(render_script(config, pins))
         yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,

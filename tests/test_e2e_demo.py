@@ -29,6 +29,7 @@ from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
 from tests.local_parts import need
+from tests.support.checkout import repo_copy
 from tests.support.pyindex import make_wheel
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
@@ -38,13 +39,7 @@ BUMPED = "pycparser==3.11"  # the demo lock pins 3.12 (a tail package)
 
 def _copy_tree(dest: Path) -> Path:
     """The working tree's tracked and unignored files, committed in a fresh repository."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=REPO_ROOT, check=True, capture_output=True).stdout
-    for name in filter(None, listed.decode().split("\0")):
-        source = REPO_ROOT / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
+    repo_copy(dest, untracked=True)
     for argv in (["git", "init", "-q"], ["git", "add", "-A"],
                  ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost",
                   "commit", "-qm", "demo workspace"]):

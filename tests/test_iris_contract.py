@@ -8,6 +8,7 @@ proves nothing (`job run` passes unknown options through into the command), so t
 
 from __future__ import annotations
 
+import base64
 import importlib.metadata
 import importlib.util
 import os
@@ -103,9 +104,13 @@ def test_the_megatron_variant_argv_names_its_dockerfile_and_tags(tmp_path: Path)
                              jobs.real_world(env))
     params = parse_job_run(prepared.argv("iris", reveal=True)[1:])
     env_vars = dict(params["env_vars"])
-    assert env_vars["TAG_PREFIX"] == "gpu-rl-megatron"
-    assert env_vars["DOCKERFILE"] == "docker/Dockerfile.gpu-rl-megatron"
+    # the variant ships its own committed script: its Dockerfile and tags are the defaults there
+    script = base64.b64decode(env_vars["BUILD_B64"]).decode()
+    assert script == (REPO_ROOT / "docker" / "build_gpu_rl_kaniko-megatron.sh").read_text()
+    assert "DEFAULT_DOCKERFILE=docker/Dockerfile.gpu-rl-megatron" in script
+    assert 'TAG_PREFIX="${TAG_PREFIX:-gpu-rl-megatron}"' in script
     assert "INSTALL_MEGATRON" not in env_vars
+    assert params["job_name"] == f"gpurl-kaniko-megatron-{prepared.gitsha}"
     assert prepared.image_tag.endswith(f":gpu-rl-megatron-{prepared.gitsha}")
 
 

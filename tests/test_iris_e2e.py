@@ -22,7 +22,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from gpurl_tasks.proc import run
 from tests.iris_cluster import LocalIris, local_iris
 from tests.kaniko_harness import Rig, rig
 from tests.local_parts import free_port
+from tests.support.checkout import repo_copy
 from tests.support.git import git
 from tests.support.registry_server import RegistryServer, require_registry, running_registry
 
@@ -72,13 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalIris]:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real git checkout of this project (its tracked and untracked-unignored files)."""
-    root = tmp_path_factory.mktemp("workspace")
-    files = git(REPO_ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
-    for name in filter(None, files.split("\0")):
-        source = REPO_ROOT / name
-        if source.is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, root / name)
+    root = repo_copy(tmp_path_factory.mktemp("workspace"), untracked=True)
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "workspace")
@@ -107,8 +101,9 @@ def user_env(cluster: LocalIris, workspace: Path, registry: RegistryServer,
             "HOME": str(cluster.home.parent / "client-home")}
 
 
-def _config(workspace: Path, env: dict[str, str], r: Rig) -> Config:
-    return load_config(workspace, env={**env, "GPURL_BUILD_WHEEL_BASE_URL": r.base_url + "/wheels"})
+def _config(workspace: Path, env: dict[str, str]) -> Config:
+    """The user's config; the rig's pins point the shipped script at its stand-in wheels."""
+    return load_config(workspace, env=env)
 
 
 def submit(workspace: Path, env: dict[str, str], r: Rig, **request: object) -> str:
@@ -116,7 +111,7 @@ def submit(workspace: Path, env: dict[str, str], r: Rig, **request: object) -> s
     git(workspace, "commit", "-q", "--allow-empty", "-m", f"build {len(JOBS)}")
     said: list[str] = []
     options = {"cpu": 1, "memory": "1GB", "disk": "1GB", "force": True, **request}
-    submission = jobs.run_build(_config(workspace, env, r), BuildRequest(**options),  # type: ignore[arg-type]
+    submission = jobs.run_build(_config(workspace, env), BuildRequest(**options),  # type: ignore[arg-type]
                                 dry_run=False, say=said.append, world=jobs.real_world(env),
                                 pins=r.pins)
     PRINTED.extend([*said, submission.human(), json.dumps(submission.to_json())])

@@ -52,12 +52,15 @@ ROOT_ENV = "GPURL_KANIKO_ROOT"
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ToolPins:
-    """Where crane comes from and which executor image is exported (tests use local ones;
-    an empty executor_image means the config's `cluster.kaniko-executor`)."""
+    """Where crane comes from, which executor image is exported and where the prebuilt wheels
+    are fetched (tests use local stand-ins; an empty executor_image or wheel_base_url means the
+    config's `cluster.kaniko-executor` / `build.wheel-base-url`, so the default pins render
+    exactly the committed script)."""
 
     crane_url: str = _CRANE_URL
     crane_sha256: str = CRANE_SHA256
     executor_image: str = ""
+    wheel_base_url: str = ""
 
 
 DEFAULT_PINS = ToolPins()
@@ -262,7 +265,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         image=q(registry.image),
         cache_repo=q(cache_repo(config)),
         dockerfile=q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
-        wheel_base_url=q(config.build.wheel_base_url.rstrip("/")),
+        wheel_base_url=q((pins.wheel_base_url or config.build.wheel_base_url).rstrip("/")),
         wheels=" ".join(q(n) for n in prebuilt_wheel_names(config)),
         crane_url=q(pins.crane_url),
         crane_sha256=q(pins.crane_sha256),

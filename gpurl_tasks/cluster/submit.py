@@ -197,7 +197,9 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     bundle = world.bundle(config.root)
     check_bundle(bundle)
 
-    script = kaniko.render_script(committed, pins)  # the script just checked (pins: tests' stand-ins)
+    # the variant's script with this run's settings: byte-identical to the committed file just
+    # checked unless a GPURL_* variable overrides a value the script carries (registry, wheels)
+    script = kaniko.render_script(config, pins)
     env: list[tuple[str, str | Secret]] = [
         ("DOCKER_USER_ID", config.registry.user),
         ("DOCKER_TOKEN", token.token),
