@@ -334,16 +334,13 @@ def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> Non
 
 
 def check_layout(layout: Layout, cap: int) -> None:
-    """Independent layers need at least one group, at most MAX_GROUPS, and an own-layer
-    threshold within the cap."""
+    """Independent layers need at least one group and at most MAX_GROUPS (an own-layer
+    threshold above the cap is no error: then every package goes into the groups)."""
     if layout.mode != "independent":
         return
     if not 1 <= layout.tail_groups <= MAX_GROUPS:
         raise PlanError(f"layers.tail-groups must be between 1 and {MAX_GROUPS}, not "
                         f"{layout.tail_groups}", hint="32 groups measure well (README, The layer plan)")
-    if layout.own_layer > cap:
-        raise PlanError(f"layers.own-layer ({format_bytes(layout.own_layer)}) is above the layer "
-                        f"cap ({format_bytes(cap)})", hint="set own-layer below the cap, e.g. 20MB")
 
 
 Learn = Callable[[], tuple[Mapping[str, int], int]]

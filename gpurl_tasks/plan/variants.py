@@ -115,11 +115,13 @@ def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
           shared: Assignment, cap: int, basis: SizeBasis,
           layout: Layout) -> dict[str, list[Bucket]] | None:
     """Each variant's buckets from the committed slices, or None when they cannot be kept:
-    a variant without slices, a fresh packing forced, or the shared slices no longer agree."""
+    a variant without slices (with independent layers a variant may have none of its own:
+    every package it installs is shared), a fresh packing forced, or the shared slices no
+    longer agree."""
     chosen: dict[str, list[Bucket]] = {}
     for variant in variants:
         own = previous.get(variant.name)
-        if not own:
+        if own is None or (not own and layout.mode == "chain"):  # chain: every variant has a tail
             return None
         choice = choose_buckets(variant.sizes, cap=cap, basis=basis,
                                 previous=merge_assignments(shared, own), lines=variant.lines,
