@@ -35,10 +35,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.units import format_bytes
+
+if TYPE_CHECKING:
+    from gpurl_tasks.config import Config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "heavy"
@@ -214,7 +217,7 @@ def _build(config: Any, sha: str, *, no_cache: bool, log: Path) -> Any:
                            on_line=lambda line: print(line, file=sink, flush=True))
 
 
-def stage_bump_workspace(config: Any, dest: Path) -> Path:
+def stage_bump_workspace(config: Config, dest: Path) -> Path:
     """Copy what a user's repository holds for the profile into `dest`: the workspace, the
     root pyproject.toml, the size tables, the committed slice files (the previous plan: without
     them the bump would pack afresh and move unchanged packages), an empty wheelhouse and the
