@@ -217,9 +217,9 @@ def _findings(results: dict[str, Any]) -> list[str]:
         out.append(f"- One small package bumped ({mine['new']}): {_pct(mine['fraction'])} "
                    f"({format_bytes(mine['bytes_rebuilt'])}) of the Python layers; chain layers "
                    f"{_pct(small[CHAIN]['fraction'])}, before slices {_pct(before['fraction'])}.")
-    out += ["", "Chain layers (issue 17): "
-            f"closure-changing bumps median {_pct(s_chain['median'])} (before slices "
-            f"{_pct(s_old['median'])}; target at most 10%)."]
+    out += ["", f"Chain layers (issue 17; {CHAIN}):", "",
+            f"- Closure-changing bumps on the lock history: median {_pct(s_chain['median'])} "
+            f"(before slices {_pct(s_old['median'])}); target at most 10%."]
     for item in rebuild["layer_counts"]:
         out.append(f"- Layers at {format_bytes(item['cap'])} for {item['lock']}: {item['layers']} "
                    f"(lower bound {item['lower_bound']}, so at most {item['lower_bound'] + 1} allowed); "

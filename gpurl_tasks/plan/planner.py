@@ -301,14 +301,15 @@ def _reason(label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool
 
 
 def _independent_reason(label: str, bucket: Sequence[PackageSize], *, kept: bool,
-                        layout: Layout, basis: SizeBasis) -> str:
+                        layout: Layout, basis: SizeBasis, history: int) -> str:
     origin = "kept from the committed slices; " if kept else ""
     names = {s.name for s in bucket}
     if len(bucket) == 1 and weight(bucket[0], basis) >= layout.own_layer:
         return (f"{origin}its own layer ({format_bytes(weight(bucket[0], basis))}, at least "
                 f"own-layer {format_bytes(layout.own_layer)}): a bump of it re-pushes this slice alone")
     if re.fullmatch(rf"({GROUP}|{OWN_GROUP})-\d\d(-git)?", label):
-        how = "the hash of the name" + ("" if kept else ", and whether it changed in the lock history")
+        how = "the hash of the name" + (f", and whether it changed in {history} lock versions"
+                                        if history and not kept else "")
         return (f"{origin}a stable group of {len(names)} package(s) under own-layer (by {how}): "
                 "a bump re-pushes only the groups holding a changed package")
     return f"{origin}an independent layer: a bump re-pushes it only when one of its packages changes"
@@ -397,7 +398,8 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
     layers = tuple(
         Layer(index=i, name=slice_name(i, label),
               reason=("shared by every variant; " if i < shared else "")
-              + (_independent_reason(label, bucket, kept=kept, layout=layout, basis=basis)
+              + (_independent_reason(label, bucket, kept=kept, layout=layout, basis=basis,
+                                     history=history)
                  if layout.mode == "independent" else
                  _reason(label, bucket, last=i == len(buckets) - 1, kept=kept,
                          changes=changes, history=history, basis=basis)),
