@@ -3,6 +3,7 @@ partition the closure under the cap, re-planning is stable, a bump edits one lin
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -11,12 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpurl_tasks.config import Layout, PythonSelection, TargetSpec
+from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.lock import install_closure, parse_lock
-from gpurl_tasks.plan.model import Plan, sync_selection_flags
+from gpurl_tasks.plan.model import Layer, Plan, sync_selection_flags
 from gpurl_tasks.plan.planner import assignment_of, group_label, group_of, plan_layers
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
-from gpurl_tasks.plan.slices import SliceLine, render_slice
+from gpurl_tasks.plan.slices import Assignment, SliceLine, render_slice
 from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.variants import VariantInput, plan_variants
 from tests.locks import lock_texts
 
 TARGET = TargetSpec()
@@ -193,3 +196,56 @@ def test_independent_replan_keeps_every_package_and_places_new_ones_by_rule(
         assert after[s.name] == before[s.name] or after[s.name] in split_off
     for s in added:
         assert after[s.name] == rule[s.name] or after[s.name] in split_off
+
+
+@pytest.mark.parametrize("groups", [0, 100])
+def test_independent_groups_out_of_range_are_a_plan_error(groups: int) -> None:
+    with pytest.raises(PlanError, match="tail-groups"):
+        plan_layers(_sizes([1, 2]), cap=10, basis="compressed", sync_flags=(),
+                    layout=Layout(mode="independent", tail_groups=groups))
+
+
+def _variant(name: str, sizes: list[PackageSize]) -> VariantInput:
+    return VariantInput(name=name, sizes=tuple(sizes), sync_flags=(), local=(), provided=(),
+                        lines={})
+
+
+def _assignments(plans: dict[str, Plan]) -> tuple[Assignment, dict[str, Assignment]]:
+    """What the committed shared and per-variant slice directories would hold."""
+    def part(plan: Plan, layers: tuple[Layer, ...]) -> Assignment:
+        return assignment_of(dataclasses.replace(plan, layers=layers))
+    first = next(iter(plans.values()))
+    shared = part(first, first.layers[:first.shared])
+    return shared, {name: part(p, p.layers[p.shared:]) for name, p in plans.items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 10_000), min_size=2, max_size=40), st.integers(10_000, 40_000),
+       st.data())
+def test_independent_variants_share_the_common_packages_and_replan_stably(
+        weights: list[int], cap: int, data: st.DataObject) -> None:
+    layout = Layout(mode="independent", own_layer=cap // 4, tail_groups=data.draw(st.integers(1, 8)))
+    sizes = _sizes(weights)
+    only_b = set(data.draw(st.lists(st.sampled_from([s.name for s in sizes]), unique=True,
+                                    max_size=len(sizes) - 1)))
+    a = [s for s in sizes if s.name not in only_b]  # a's packages are all shared: none of its own
+    plans = plan_variants([_variant("a", a), _variant("b", sizes)], cap=cap, basis="compressed",
+                          layout=layout)
+    common = {s.name for s in a}
+    low = [[(layer.name, layer.names) for layer in p.layers[:p.shared]] for p in plans.values()]
+    assert low[0] == low[1]
+    assert {n for _, names in low[0] for n in names} == common
+    assert len(plans["a"].layers) == plans["a"].shared
+    # bump a common package: every package keeps its slice, no fresh packing
+    i = data.draw(st.sampled_from(sorted(common)))
+    bumped = [PackageSize(name=s.name, version="2" if s.name == i else "1",
+                          compressed_bytes=s.compressed_bytes, installed_bytes=None,
+                          source="lock", artifact=None) for s in sizes]
+    shared, own = _assignments(plans)
+    again = plan_variants([_variant("a", [s for s in bumped if s.name in common]),
+                           _variant("b", bumped)], cap=cap, basis="compressed", layout=layout,
+                          shared=shared, previous=own)
+    for name in ("a", "b"):
+        where = {p: layer.name for layer in plans[name].layers for p in layer.names}
+        assert {p: layer.name for layer in again[name].layers for p in layer.names} == where
+        assert all("kept from the committed slices" in layer.reason for layer in again[name].layers)
