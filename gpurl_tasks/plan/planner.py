@@ -18,6 +18,16 @@ parent), so the order decides what a lock bump costs:
   only a slice the change pushes over the cap is split. A change that alters the lowest slice
   rebuilds every layer anyway, so then the planner packs afresh at no extra cost.
 
+**Independent layers** (`Layout.mode == "independent"`, the config's default): each slice is
+its own layer wherever it sits, so a bump costs only the slices holding a changed package.
+Fresh packing (`independent_buckets`): a slice of its own for every package of at least
+`own_layer`, heaviest first; the rest in `tail_groups` stable groups `group-NN` by a hash of
+the name (`group_of`), with history the churning and the never-changed packages in separate
+halves; a group over the cap is split. Re-planning keeps the committed assignment as above; a
+new package goes to its own slice or its group (`_home`), and the planner never packs afresh
+by itself. The chain rules below (tail, order, repack when the lowest slice changes) are for
+`mode == "chain"`.
+
 Packages the compiled wheels provide are in no slice; the final sync excludes them.
 
 Pure: sizes, the committed layout and the history come in as data (`plan/profile.py` reads
