@@ -5,7 +5,9 @@ Baselines, computed from the same closure sizes:
 - per-package: one layer per package above 100 MB, everything else in one layer;
 - first-fit: packages in lock order (uv.lock lists them by name) into the first layer with room.
 A package larger than the cap cannot be placed by any method; the planner refuses such a plan,
-so its row says which package made it infeasible instead of showing numbers.
+so its row says which package made it infeasible instead of showing numbers. "planner" is the
+planner with chain layers (within ceil(total / cap) + 1 layers); "planner, independent layers"
+packs for independent layers (more, smaller slices: a bump costs only the slices it touches).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from gpurl_tasks.config import DEFAULT_LAYOUT, Layout
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.sizes import PackageSize
@@ -23,6 +26,7 @@ from gpurl_tasks.units import format_bytes
 
 __all__ = [
     "HEAVY_THRESHOLD",
+    "INDEPENDENT",
     "QualityRow",
     "first_fit_lock_order",
     "layer_stats",
@@ -32,6 +36,7 @@ __all__ = [
 ]
 
 HEAVY_THRESHOLD = 100 * 10**6
+INDEPENDENT = "planner, independent layers"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -90,10 +95,11 @@ def layer_stats(loads: Sequence[int], *, lock: str, cap: int, method: str, total
         stdev=statistics.pstdev(loads) if len(loads) > 1 else 0.0)
 
 
-def _infeasible(sizes: Sequence[PackageSize], *, lock: str, cap: int, total: int) -> QualityRow:
+def _infeasible(sizes: Sequence[PackageSize], *, lock: str, cap: int, total: int,
+                method: str = "planner") -> QualityRow:
     too_big = sorted((s for s in sizes if s.compressed_bytes > cap), key=lambda s: -s.compressed_bytes)
     names = ", ".join(f"{s.name} ({format_bytes(s.compressed_bytes)})" for s in too_big)
-    return QualityRow(lock=lock, cap=cap, method="planner", feasible=False,
+    return QualityRow(lock=lock, cap=cap, method=method, feasible=False,
                       note=f"infeasible: package {names} is larger than the cap",
                       layers=0, lower_bound=max(1, math.ceil(total / cap)), largest=0, smallest=0,
                       over_cap=0, spread=0.0, stdev=0.0)
@@ -101,17 +107,24 @@ def _infeasible(sizes: Sequence[PackageSize], *, lock: str, cap: int, total: int
 
 def quality_rows(sizes: Sequence[PackageSize], *, lock: str, cap: int,
                  sync_flags: tuple[str, ...] = ()) -> list[QualityRow]:
-    """The planner and the three baselines for one closure and cap."""
+    """The planner (chain layers, and independent layers with the config's default
+    thresholds) and the three baselines for one closure and cap."""
     total = sum(s.compressed_bytes for s in sizes)
-    try:
-        plan = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=sync_flags)
-    except PlanError:
-        planner = _infeasible(sizes, lock=lock, cap=cap, total=total)
-    else:
-        planner = layer_stats([layer.compressed_bytes for layer in plan.layers], lock=lock, cap=cap,
-                              method="planner", total=total)
+
+    def planned(method: str, layout: Layout) -> QualityRow:
+        try:
+            plan = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=sync_flags,
+                               layout=layout)
+        except PlanError:
+            return _infeasible(sizes, lock=lock, cap=cap, total=total, method=method)
+        return layer_stats([layer.compressed_bytes for layer in plan.layers], lock=lock, cap=cap,
+                           method=method, total=total)
+
+    planner = planned("planner", Layout(mode="chain"))
+    independent = planned(INDEPENDENT, DEFAULT_LAYOUT)
     return [
         planner,
+        independent,
         layer_stats(single_sync(sizes), lock=lock, cap=cap, method="single sync", total=total),
         layer_stats(per_heavy_package(sizes), lock=lock, cap=cap, method="one per package >100 MB",
                     total=total),

@@ -11,10 +11,18 @@ Designs compared on the same versions, closure sizes and cap:
   rebuilds all of them;
 - **slices, repacked**: this design's slice files, but every version packed afresh (what
   `generate --repack` on every bump would do): shows what stable assignment buys;
-- **slices (this design)**: the rl stage `render_recipe` writes today, slices from the real
-  planner, each version re-planned from the previous version's slices (as committed slice
-  files make `invoke generate` do); its first plan is packed afresh, with the package churn
-  learned from the versions before it when the sequence has them.
+- **slices, chain**: the rl stage `render_recipe` writes for chain layers (`layers.mode =
+  "chain"`), slices from the real planner, each version re-planned from the previous version's
+  slices (as committed slice files make `invoke generate` do); its first plan is packed
+  afresh, with the package churn learned from the versions before it when the sequence has
+  them;
+- **independent, own-layer X, N groups**: the planner's independent layers (`layers.mode =
+  "independent"`), re-planned the same way; each slice is its own layer wherever it sits, so a
+  bump costs the bytes of the slices whose file changed (a slice whose file is byte-equal to
+  one of the old build's is the same blob); the thresholds tried are INDEPENDENT_LAYOUTS, the
+  config's default among them;
+- **floor**: the bytes of the packages whose version changed (or that are new): what any
+  layering must push.
 What is counted: compressed bytes of the Python environment's layers (the slices, or the
 chain); the base image, apt, compiled wheels, the workspace source and the final sync (which
 installs only local packages, verified with real uv) are left out.
@@ -28,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.common import REPO_ROOT, TARGET, LockInput
-from gpurl_tasks.config import Config, PythonSelection, load_config
+from gpurl_tasks.config import DEFAULT_LAYOUT, Config, Layout, PythonSelection, load_config
 from gpurl_tasks.dockerfile.model import Comment, Copy, Run
 from gpurl_tasks.dockerfile.recipe import SLICE_DIR, render_recipe
 from gpurl_tasks.plan.history import count_changes
@@ -41,11 +49,31 @@ from gpurl_tasks.plan.slices import SliceLine, render_slice, slice_line
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import provided_names
 
-__all__ = ["DESIGNS", "BuildStep", "PairCost", "cache_keys", "chain_steps", "lock_digest",
+__all__ = ["BEFORE", "CHAIN", "CHAIN_LAYOUT", "DESIGNS", "FLOOR", "INDEPENDENT_LAYOUTS",
+           "REPACKED", "THIS_DESIGN", "BuildStep", "PairCost", "cache_keys", "chain_steps",
+           "floor_bytes", "independent_design", "independent_rebuilt", "lock_digest",
            "plan_version", "rebuild_costs", "rebuilt_bytes", "recipe_config", "slice_steps",
            "versions_of"]
 
-DESIGNS = ("chain (before)", "slices, repacked", "slices (this design)")
+MB = 10**6
+CHAIN_LAYOUT = Layout(mode="chain")
+# Independent layers: the thresholds compared (the config's default among them).
+INDEPENDENT_LAYOUTS = tuple(dict.fromkeys((
+    Layout(own_layer=100 * MB, tail_groups=8), Layout(own_layer=50 * MB, tail_groups=16),
+    DEFAULT_LAYOUT)))
+
+
+def independent_design(layout: Layout) -> str:
+    """The design's name for independent layers with these thresholds."""
+    return f"independent, own-layer {layout.own_layer / MB:g} MB, {layout.tail_groups} groups"
+
+
+BEFORE = "chain (before)"
+REPACKED = "slices, repacked"
+CHAIN = "slices, chain"
+THIS_DESIGN = independent_design(DEFAULT_LAYOUT)
+FLOOR = "floor (changed packages)"
+DESIGNS = (BEFORE, REPACKED, CHAIN, *map(independent_design, INDEPENDENT_LAYOUTS), FLOOR)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -139,7 +167,8 @@ def slice_steps(plan: Plan, lock: Lock, config: Config | None = None) -> list[Bu
 
 def plan_version(item: LockInput, cap: int, *, previous: Plan | None = None,
                  changes: dict[str, int] | None = None, history: int = 0,
-                 provided: tuple[str, ...] = ("flash-attn", "vllm")) -> Plan:
+                 provided: tuple[str, ...] = ("flash-attn", "vllm"),
+                 layout: Layout = DEFAULT_LAYOUT) -> Plan:
     """One version planned as `plan_for_config` plans it: the compiled wheels' packages left
     out, slice lines from the lock, the previous slices kept when given."""
     selection = PythonSelection(extras=item.extras)
@@ -150,7 +179,7 @@ def plan_version(item: LockInput, cap: int, *, previous: Plan | None = None,
     return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags,
                        local=tuple(p.name for p in closure.local),
                        previous=assignment_of(previous) if previous else None,
-                       changes=changes, history=history,
+                       changes=changes, history=history, layout=layout,
                        lines={p.name: slice_line(p) for p in installed})
 
 
@@ -164,6 +193,32 @@ def _moved(old: Plan, new: Plan) -> int:
                if n in before and before[n] != layer.name.split("-", 1)[1])
 
 
+def _slice_texts(plan: Plan) -> dict[str, int]:
+    """Each slice file's text -> its layer's bytes."""
+    return {render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
+                         for p in layer.packages): layer.compressed_bytes for layer in plan.layers}
+
+
+def independent_rebuilt(old: Plan, new: Plan) -> tuple[int, int]:
+    """(slices rebuilt, bytes) with independent layers: every slice whose file is not
+    byte-equal to one of the old build's is built and pushed; the others are the same blobs."""
+    before = _slice_texts(old)
+    missed = [size for text, size in _slice_texts(new).items() if text not in before]
+    return len(missed), sum(missed)
+
+
+def floor_bytes(old: Plan, new: Plan) -> tuple[int, int]:
+    """(packages, bytes) of the new closure whose version changed or that are new."""
+    before = {(p.name, p.version) for p in old.closure}
+    changed = [p.compressed_bytes for p in new.closure if (p.name, p.version) not in before]
+    return len(changed), sum(changed)
+
+
+def _layout(design: str) -> Layout:
+    found = [layout for layout in INDEPENDENT_LAYOUTS if independent_design(layout) == design]
+    return found[0] if found else CHAIN_LAYOUT
+
+
 def rebuild_costs(versions: Sequence[LockInput], *, cap: int, learn: Sequence[LockInput] = (),
                   designs: Sequence[str] = DESIGNS) -> list[PairCost]:
     """Cost of every consecutive pair of `versions` under every design; `learn` are earlier
@@ -172,20 +227,26 @@ def rebuild_costs(versions: Sequence[LockInput], *, cap: int, learn: Sequence[Lo
     provided = provided_names(recipe_config().build.wheel_globs)
     results = []
     for design in designs:
+        layout = _layout(design)
         plans: list[Plan] = []
         for i, item in enumerate(versions):
             seen = [*learn, *versions[:i + 1]]  # what a repack may learn from: the past only
             churn = count_changes(versions_of(v) for v in seen)
-            if design == "slices (this design)" and plans:
+            if design != REPACKED and plans:
                 plans.append(plan_version(item, cap, previous=plans[-1], provided=provided,
-                                          changes=churn, history=len(seen)))
+                                          changes=churn, history=len(seen), layout=layout))
             else:
                 plans.append(plan_version(item, cap, changes=churn if learn or i else {},
                                           history=len(seen) if learn or i else 0,
-                                          provided=provided))
-        build = chain_steps if design == "chain (before)" else slice_steps
+                                          provided=provided, layout=layout))
         for old_plan, new_plan, old, new in zip(plans, plans[1:], versions, versions[1:], strict=False):
-            count, rebuilt = rebuilt_bytes(build(old_plan, old.lock), build(new_plan, new.lock))
+            if design == FLOOR:
+                count, rebuilt = floor_bytes(old_plan, new_plan)
+            elif layout.mode == "independent":
+                count, rebuilt = independent_rebuilt(old_plan, new_plan)
+            else:
+                build = chain_steps if design == BEFORE else slice_steps
+                count, rebuilt = rebuilt_bytes(build(old_plan, old.lock), build(new_plan, new.lock))
             closure_changed = ({(p.name, p.version) for p in old_plan.closure}
                                != {(p.name, p.version) for p in new_plan.closure})
             results.append(PairCost(design=design, old=old.label, new=new.label,

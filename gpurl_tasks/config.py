@@ -25,12 +25,15 @@ from gpurl_tasks.files import read_text
 from gpurl_tasks.units import parse_size
 
 __all__ = [
+    "DEFAULT_LAYOUT",
     "SHARED",
     "BuildSettings",
     "ClusterSettings",
     "Config",
     "LauncherSettings",
+    "LayerMode",
     "LayerSettings",
+    "Layout",
     "PythonSelection",
     "RegistrySettings",
     "TargetSpec",
@@ -45,6 +48,7 @@ _KW = {"frozen": True, "kw_only": True}
 
 Backend = Literal["iris", "local"]
 SizeBasis = Literal["compressed", "installed"]
+LayerMode = Literal["independent", "chain"]
 WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 
@@ -76,6 +80,28 @@ class LayerSettings:
     basis: SizeBasis = "compressed"
     size_overrides: Path | None = None  # JSON {"name" | "name==version": compressed bytes}
     size_cache: Path | None = None  # JSON written by `invoke sizes --probe`
+    # independent: each slice is its own layer wherever it sits (a bump costs the slices that
+    # hold a changed package); chain: each layer sits on the ones below (a bump costs its
+    # layer and every layer above). See README "The layer plan".
+    mode: LayerMode = "independent"
+    own_layer: int = 20 * 10**6  # independent: a package this large gets a slice of its own
+    tail_groups: int = 32  # independent: the smaller packages go into this many stable groups
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(mode=self.mode, own_layer=self.own_layer, tail_groups=self.tail_groups)
+
+
+@dataclasses.dataclass(**_KW)
+class Layout:
+    """How the planner packs: the layer mode and, for independent layers, its thresholds."""
+
+    mode: LayerMode = LayerSettings.mode
+    own_layer: int = LayerSettings.own_layer
+    tail_groups: int = LayerSettings.tail_groups
+
+
+DEFAULT_LAYOUT = Layout()
 
 
 # The source id in an immutable tag: a commit's short (or full) sha, with `-dirty-<12 hex of
@@ -251,7 +277,7 @@ _VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
                  "tag-prefix": "registry.tag-prefix", "floating-tag": "registry.floating-tag",
                  "launcher-variable": "launcher.variable", "dockerfile": "build.dockerfile",
                  "import-asserts": "build.import-asserts"}
-_SIZE_KEYS = {"layers.cap", "verify.hard-limit", "verify.cap"}
+_SIZE_KEYS = {"layers.cap", "layers.own-layer", "verify.hard-limit", "verify.cap"}
 _URL_KEYS = {"cluster.controller-url"}
 # Values written as syntax into a generated artifact: each checked against its grammar (values.py).
 _VALUE_CHECKS: dict[str, values.Check] = {

@@ -58,8 +58,20 @@ def test_unknown_keys_suggest_the_right_one(root: Path) -> None:
         load_config(root, profile="aa", env={})
 
 
+def test_layer_mode_and_thresholds(root: Path) -> None:
+    default = load_config(root, env={}).layers.layout
+    assert (default.mode, default.own_layer, default.tail_groups) == ("independent", 20 * 10**6, 32)
+    chosen = load_config(root, env={"GPURL_LAYERS_TAIL_GROUPS": "16"},
+                         overrides={"layers.mode": "chain", "layers.own-layer": "50MB"}).layers
+    assert (chosen.mode, chosen.own_layer, chosen.tail_groups) == ("chain", 50 * 10**6, 16)
+    with pytest.raises(ConfigError) as info:
+        load_config(root, env={}, overrides={"layers.mode": "chian"})
+    assert info.value.hint == "did you mean 'chain'?"
+
+
 @pytest.mark.parametrize(("key", "value"), [("layers.cap", "four"), ("layers.cap", "4XB"),
-                                            ("layers.basis", "zipped"), ("verify.min-layers", "x")])
+                                            ("layers.basis", "zipped"), ("verify.min-layers", "x"),
+                                            ("layers.own-layer", "0"), ("layers.tail-groups", "-1")])
 def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
     with pytest.raises(ConfigError):
         load_config(root, env={}, overrides={key: value})

@@ -6,6 +6,8 @@ stale lock or Dockerfile fails the normal suite instead of a 20-minute benchmark
 
 from __future__ import annotations
 
+import hashlib
+import re
 import tomllib
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from packaging.requirements import Requirement
 from benchmarks import real_scale
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import generate
-from gpurl_tasks.plan.planner import TAIL_SHARE
+from gpurl_tasks.plan.planner import group_label, group_of
 from gpurl_tasks.plan.profile import plan_for_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -41,14 +43,60 @@ def test_lock_matches_the_workspace_and_its_loopback_index() -> None:
     assert "triton" in names and {"nvidia-cublas-cu12", "nvidia-cudnn-cu12"} <= names
 
 
-def test_plan_spans_at_least_four_gb_scale_layers_under_the_cap() -> None:
-    plan = plan_for_config(_config())
+def test_plan_spans_independent_layers_under_the_cap() -> None:
+    config = _config()
+    plan = plan_for_config(config)
+    layout = config.layers.layout
     sizes = [layer.compressed_bytes for layer in plan.layers]
-    assert plan.cap_bytes == GB
-    assert len(sizes) >= 4 and max(sizes) <= plan.cap_bytes
-    assert sum(sizes) >= 3 * GB
-    assert min(sizes[:-1]) >= plan.cap_bytes // 2  # GB-scale layers, then the light tail
-    assert sizes[-1] <= TAIL_SHARE * sum(sizes)
+    assert plan.cap_bytes == GB and plan.mode == "independent"
+    assert max(sizes) <= plan.cap_bytes and sum(sizes) >= 3 * GB
+    for layer in plan.layers:  # a large package alone; the rest in their hash group
+        label = layer.name.split("-", 1)[1]
+        for p in layer.packages:
+            if p.compressed_bytes >= layout.own_layer:
+                assert layer.names == (p.name,)
+            else:
+                assert label == group_label(group_of(p.name, layout.tail_groups))
+
+
+def _bump_in_lock(text: str, name: str) -> tuple[str, str]:
+    """The lock text with `name` at another version (new wheel name and hash), as a re-lock
+    writes it; and the old version."""
+    old = re.search(rf'^name = "{name}"\nversion = "([^"]+)"', text, re.M)
+    assert old is not None
+    version = old.group(1)
+    new = version + ".post1"
+    start = old.start()
+    end = text.index("\n[[package]]", start)
+    entry = text[start:end].replace(f'version = "{version}"', f'version = "{new}"')
+    entry = entry.replace(f"{name}-{version}-", f"{name}-{new}-")
+    entry = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + hashlib.sha256(new.encode()).hexdigest(), entry)
+    return text[:start] + entry + text[end:], version
+
+
+def test_bump_copy_starts_from_the_committed_slices(tmp_path: Path) -> None:
+    """bench-heavy's bump copy holds the committed slice files, so re-planning the bumped lock
+    keeps every unchanged package in its slice and changes only the bumped package's slice."""
+    config = _config()
+    dest = tmp_path / "bump"
+    workspace = real_scale.stage_bump_workspace(config, dest)
+    committed = config.build.slices / config.profile
+    copied = dest / committed.relative_to(config.root)
+    assert {p.name: p.read_text() for p in committed.glob("*.txt")} == \
+        {p.name: p.read_text() for p in copied.glob("*.txt")}
+    name = real_scale.BUMP[0]
+    text, version = _bump_in_lock((workspace / "uv.lock").read_text(), name)
+    (workspace / "uv.lock").write_text(text)
+    before = plan_for_config(config)
+    after = plan_for_config(load_config(dest, profile="heavy", env={}))
+    where = {p.name: layer.name for layer in before.layers for p in layer.packages}
+    assert {p.name: layer.name for layer in after.layers for p in layer.packages} == where
+    changed = {layer.name for layer in after.layers} ^ {layer.name for layer in before.layers}
+    lines = {layer.name: {p.requirement for p in layer.packages} for layer in before.layers}
+    edited = [layer.name for layer in after.layers
+              if {p.requirement for p in layer.packages} != lines[layer.name]]
+    assert not changed and edited == [where[name]]
+    assert {p.name: p.version for p in after.closure}[name] != version
 
 
 def test_committed_dockerfile_is_current() -> None:

@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from gpurl_tasks.config import PythonSelection, SizeBasis
+from gpurl_tasks.config import LayerMode, Layout, PythonSelection, SizeBasis
 from gpurl_tasks.plan.sizes import installed_estimate
 
 __all__ = ["LOCAL_INSTALL_FLAGS", "Layer", "Plan", "PlannedPackage", "ProvidedPackage",
@@ -129,6 +129,9 @@ class Plan:
     # requirements the image installs outside the lock, resolved at build time (harbor when
     # the lock lacks it)
     outside_lock: tuple[str, ...] = ()
+    # independent: each slice is its own layer wherever it sits, composed in plan order;
+    # chain: each slice's layer sits on the ones below (config layers.mode)
+    mode: LayerMode = Layout.mode
 
     @property
     def closure(self) -> tuple[PlannedPackage, ...]:
@@ -165,6 +168,7 @@ class Plan:
             "provided": [p.to_json() for p in self.provided],
             "history_versions": self.history,
             "shared_layers": self.shared,
+            "mode": self.mode,
             "layers": [
                 {
                     "index": layer.index,
@@ -190,6 +194,7 @@ class Plan:
                        for layer in self.layers],
             "provided": list(self.final_exclusions),
             "local": list(self.local),
+            "mode": self.mode,
         }
         blob = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()

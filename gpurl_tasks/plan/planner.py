@@ -18,6 +18,16 @@ parent), so the order decides what a lock bump costs:
   only a slice the change pushes over the cap is split. A change that alters the lowest slice
   rebuilds every layer anyway, so then the planner packs afresh at no extra cost.
 
+**Independent layers** (`Layout.mode == "independent"`, the config's default): each slice is
+its own layer wherever it sits, so a bump costs only the slices holding a changed package.
+Fresh packing (`independent_buckets`): a slice of its own for every package of at least
+`own_layer`, heaviest first; the rest in `tail_groups` stable groups `group-NN` by a hash of
+the name (`group_of`), with history the churning and the never-changed packages in separate
+halves; a group over the cap is split. Re-planning keeps the committed assignment as above; a
+new package goes to its own slice or its group (`_home`), and the planner never packs afresh
+by itself. The chain rules below (tail, order, repack when the lowest slice changes) are for
+`mode == "chain"`.
+
 Packages the compiled wheels provide are in no slice; the final sync excludes them.
 
 Pure: sizes, the committed layout and the history come in as data (`plan/profile.py` reads
@@ -27,11 +37,12 @@ them from the config, the lock and the committed files).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from gpurl_tasks.config import SizeBasis
+from gpurl_tasks.config import DEFAULT_LAYOUT, Layout, SizeBasis
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage
 from gpurl_tasks.plan.sizes import PackageSize
@@ -39,6 +50,9 @@ from gpurl_tasks.plan.slices import Assignment, SliceLine, slice_name, split_unh
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
+    "GROUP",
+    "MAX_GROUPS",
+    "OWN_GROUP",
     "TAIL",
     "TAIL_SHARE",
     "Bucket",
@@ -46,9 +60,13 @@ __all__ = [
     "Learn",
     "assemble",
     "assignment_of",
+    "check_layout",
     "check_sizes",
     "choose_buckets",
     "fresh_buckets",
+    "group_label",
+    "group_of",
+    "independent_buckets",
     "plan_layers",
     "slice_requirement",
     "tail_names",
@@ -57,6 +75,9 @@ __all__ = [
 
 TAIL = "tail"
 TAIL_SHARE = 0.08  # the tail's budget: a share of the environment, never above the cap
+GROUP = "group"  # independent layers: the label stem of the groups of smaller packages
+OWN_GROUP = "own"  # ... of a variant's own smaller packages (its shared ones are `group-NN`)
+MAX_GROUPS = 99  # a group's label has two digits; Docker allows 127 layers in all
 
 Bucket = tuple[str, list[PackageSize]]  # (label, members)
 
@@ -177,23 +198,85 @@ def fresh_buckets(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, chan
 
 
 def _replan(sizes: Sequence[PackageSize], previous: Assignment, cap: int,
-            basis: SizeBasis) -> list[Bucket]:
-    """The committed assignment kept; new packages join the last slice; only a slice over the
-    cap is split (its first part keeps the slice's name)."""
+            basis: SizeBasis, home: Callable[[PackageSize, set[str]], str] | None = None) -> list[Bucket]:
+    """The committed assignment kept; a new package joins the slice `home` names (default: the
+    last slice; a label not committed yet opens a slice after the committed ones); only a slice
+    over the cap is split (its first part keeps the slice's name)."""
     members: dict[str, list[PackageSize]] = {label: [] for label in previous.labels}
     last = previous.labels[-1]
-    for size in sizes:
-        members[previous.member.get(size.name, last)].append(size)
     taken = set(previous.labels)
+    for size in sizes:
+        label = previous.member.get(size.name)
+        if label is None:
+            label = home(size, taken) if home is not None else last
+            taken.add(label)
+        members.setdefault(label, []).append(size)
     buckets: list[Bucket] = []
-    for label in previous.labels:
-        bucket = members[label]
+    for label, bucket in members.items():
         if _load(bucket, basis) <= cap:
             buckets.append((label, bucket))
             continue
         first, *rest = _fewest_buckets(bucket, cap, basis)
         buckets += [(label, first), *((_label(b, basis, taken), b) for b in rest)]
     return [(label, bucket) for label, bucket in buckets if bucket]
+
+
+def group_of(name: str, groups: int) -> int:
+    """A package's stable group among `groups`: from a hash of its name alone, so a new
+    package's group never depends on the closure, the history or who plans."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") % groups
+
+
+def group_label(index: int, stem: str = GROUP) -> str:
+    """`group-07`: the label of a group of smaller packages."""
+    return f"{stem}-{index:02d}"
+
+
+def _home(layout: Layout, basis: SizeBasis, stem: str) -> Callable[[PackageSize, set[str]], str]:
+    """Where a package new to the committed slices goes with independent layers: a slice of its
+    own when it is at least `own-layer`, else its group by the hash of its name."""
+    def home(size: PackageSize, taken: set[str]) -> str:
+        if weight(size, basis) >= layout.own_layer:
+            return _label([size], basis, taken)
+        return group_label(group_of(size.name, layout.tail_groups), stem)
+    return home
+
+
+def _group_indexes(names: Sequence[str], groups: int, changes: Mapping[str, int]) -> dict[str, int]:
+    """Each smaller package's group. With history, the packages that changed version and the
+    ones that never did hash into separate halves of the groups: a bump of a churning package
+    then re-pushes a group of churning packages, and the stable groups stay put. Without
+    history (or with one kind only) every package hashes over all the groups."""
+    moved = {n for n in names if changes.get(n, 0) > 0}
+    if groups < 2 or not moved or len(moved) == len(names):
+        return {n: group_of(n, groups) for n in names}
+    churn = (groups + 1) // 2
+    return {n: group_of(n, churn) if n in moved else churn + group_of(n, groups - churn)
+            for n in names}
+
+
+def independent_buckets(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, layout: Layout,
+                        changes: Mapping[str, int], *, stem: str = GROUP,
+                        groups: int | None = None, taken: set[str] | None = None) -> list[Bucket]:
+    """The fresh packing for independent layers: each package of at least `own-layer` in a
+    slice of its own (heaviest first, labelled by its name), the rest in `groups` (default
+    `tail-groups`) stable groups `<stem>-NN`, in group order; a group over the cap is split.
+    `taken` (the labels already used; it grows) keeps the labels unique."""
+    taken = taken if taken is not None else set()
+    ordered = sorted(sizes, key=lambda s: (-weight(s, basis), s.name))
+    own = [s for s in ordered if weight(s, basis) >= layout.own_layer]
+    rest = [s for s in ordered if weight(s, basis) < layout.own_layer]
+    buckets: list[Bucket] = [(_label([s], basis, taken), [s]) for s in own]
+    index = _group_indexes([s.name for s in rest], groups or layout.tail_groups, changes)
+    members: dict[int, list[PackageSize]] = {}
+    for size in rest:
+        members.setdefault(index[size.name], []).append(size)
+    for number in sorted(members):
+        label = group_label(number, stem)
+        taken.add(label)
+        first, *more = _fewest_buckets(members[number], cap, basis)
+        buckets += [(label, first), *((_label(b, basis, taken), b) for b in more)]
+    return buckets
 
 
 def _rebuilds_everything(buckets: Sequence[Bucket], previous: Assignment | None,
@@ -227,6 +310,21 @@ def _reason(label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool
     return f"{origin}changes: {busiest} in {history} lock versions, so it sits above the stable ones"
 
 
+def _independent_reason(label: str, bucket: Sequence[PackageSize], *, kept: bool,
+                        layout: Layout, basis: SizeBasis, history: int) -> str:
+    origin = "kept from the committed slices; " if kept else ""
+    names = {s.name for s in bucket}
+    if len(bucket) == 1 and weight(bucket[0], basis) >= layout.own_layer:
+        return (f"{origin}its own layer ({format_bytes(weight(bucket[0], basis))}, at least "
+                f"own-layer {format_bytes(layout.own_layer)}): a bump of it re-pushes this slice alone")
+    if re.fullmatch(rf"({GROUP}|{OWN_GROUP})-\d\d(-git)?", label):
+        how = "the hash of the name" + (f", and whether it changed in {history} lock versions"
+                                        if history and not kept else "")
+        return (f"{origin}a stable group of {len(names)} package(s) under own-layer (by {how}): "
+                "a bump re-pushes only the groups holding a changed package")
+    return f"{origin}an independent layer: a bump re-pushes it only when one of its packages changes"
+
+
 def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> None:
     """A positive cap, each package once, none above the cap."""
     if cap <= 0:
@@ -246,6 +344,16 @@ def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> Non
                         hint="raise the cap (--cap) or split the package out of the image")
 
 
+def check_layout(layout: Layout, cap: int) -> None:
+    """Independent layers need at least one group and at most MAX_GROUPS (an own-layer
+    threshold above the cap is no error: then every package goes into the groups)."""
+    if layout.mode != "independent":
+        return
+    if not 1 <= layout.tail_groups <= MAX_GROUPS:
+        raise PlanError(f"layers.tail-groups must be between 1 and {MAX_GROUPS}, not "
+                        f"{layout.tail_groups}", hint="32 groups measure well (README, The layer plan)")
+
+
 Learn = Callable[[], tuple[Mapping[str, int], int]]
 
 
@@ -262,22 +370,29 @@ class Choice:
 
 def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: SizeBasis,
                    previous: Assignment | None, lines: Mapping[str, SliceLine],
-                   learn: Learn | None) -> Choice:
-    """The committed assignment kept, or a fresh packing when there is none or the change
-    rebuilds every layer anyway (`learn` gives the history it orders by)."""
+                   learn: Learn | None, layout: Layout = DEFAULT_LAYOUT, stem: str = GROUP,
+                   groups: int | None = None) -> Choice:
+    """The committed assignment kept, or a fresh packing when there is none (`learn` gives the
+    history it orders or groups by). Chain layers also pack afresh when the change rebuilds
+    every layer anyway; independent layers never do (each slice costs only itself). `stem`
+    and `groups`: the groups new smaller packages join with independent layers."""
     ordered = sorted(sizes, key=lambda s: s.name)
-    buckets = _replan(ordered, previous, cap, basis) if previous else []
-    if buckets and not _rebuilds_everything(buckets, previous, lines):
+    independent = layout.mode == "independent"
+    home = _home(dataclasses.replace(layout, tail_groups=groups or layout.tail_groups), basis,
+                 stem) if independent else None
+    buckets = _replan(ordered, previous, cap, basis, home) if previous else []
+    if buckets and (independent or not _rebuilds_everything(buckets, previous, lines)):
         return Choice(buckets=buckets, kept=True, changes={}, history=0)
     changes, history = learn() if learn is not None else ({}, 0)
-    return Choice(buckets=fresh_buckets(ordered, cap, basis, changes), kept=False,
-                  changes=changes, history=history)
+    fresh = independent_buckets(ordered, cap, basis, layout, changes, stem=stem, groups=groups) \
+        if independent else fresh_buckets(ordered, cap, basis, changes)
+    return Choice(buckets=fresh, kept=False, changes=changes, history=history)
 
 
 def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: bool,
              cap: int, basis: SizeBasis, sync_flags: tuple[str, ...], local: tuple[str, ...],
              provided: tuple[ProvidedPackage, ...], changes: Mapping[str, int], history: int,
-             lines: Mapping[str, SliceLine], shared: int = 0) -> Plan:
+             lines: Mapping[str, SliceLine], shared: int = 0, layout: Layout = DEFAULT_LAYOUT) -> Plan:
     """The Plan for chosen buckets (the lowest `shared` of them common to every variant)."""
     buckets, shared = split_unhashed(  # a git line must not cost its layer --require-hashes
         buckets, lambda s: lines[s.name].hashed if s.name in lines else True, shared=shared)
@@ -293,14 +408,17 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
     layers = tuple(
         Layer(index=i, name=slice_name(i, label),
               reason=("shared by every variant; " if i < shared else "")
-              + _reason(label, bucket, last=i == len(buckets) - 1, kept=kept,
-                        changes=changes, history=history, basis=basis),
+              + (_independent_reason(label, bucket, kept=kept, layout=layout, basis=basis,
+                                     history=history)
+                 if layout.mode == "independent" else
+                 _reason(label, bucket, last=i == len(buckets) - 1, kept=kept,
+                         changes=changes, history=history, basis=basis)),
               packages=tuple(planned(s) for s in sorted(bucket, key=lambda s: s.name)))
         for i, (label, bucket) in enumerate(buckets)
     )
     return Plan(cap_bytes=cap, basis=basis, sync_flags=sync_flags, layers=layers, local=local,
                 lower_bound_layers=max(1, math.ceil(_load(sizes, basis) / cap)),
-                provided=provided, history=history, shared=shared)
+                provided=provided, history=history, shared=shared, mode=layout.mode)
 
 
 def plan_layers(
@@ -316,11 +434,13 @@ def plan_layers(
     history: int = 0,
     lines: Mapping[str, SliceLine] | None = None,
     learn: Learn | None = None,
+    layout: Layout = DEFAULT_LAYOUT,
 ) -> Plan:
     """Pure planner: sizes of the closure (and the committed layout) -> the slices. Deterministic
     for equal input, whatever the input order. `learn` gives (changes, history) when a fresh
     packing needs them (read lazily: re-planning never looks at history)."""
     check_sizes(sizes, cap, basis)
+    check_layout(layout, cap)
     lines = lines or {}
     if learn is None and changes is not None:
         known = changes
@@ -328,10 +448,10 @@ def plan_layers(
         def learn() -> tuple[Mapping[str, int], int]:
             return known, history
     choice = choose_buckets(sizes, cap=cap, basis=basis, previous=previous, lines=lines,
-                            learn=learn)
+                            learn=learn, layout=layout)
     return assemble(choice.buckets, sizes, kept=choice.kept, cap=cap, basis=basis,
                     sync_flags=sync_flags, local=local, provided=provided,
-                    changes=choice.changes, history=choice.history, lines=lines)
+                    changes=choice.changes, history=choice.history, lines=lines, layout=layout)
 
 
 def assignment_of(plan: Plan) -> Assignment:

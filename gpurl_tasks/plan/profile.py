@@ -117,7 +117,8 @@ def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
         previous = None if repack else read_assignment(slices_dir(config))
         plan = plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
                            sync_flags=one.sync_flags, local=one.local, provided=one.provided,
-                           previous=previous or None, lines=one.lines, learn=learn)
+                           previous=previous or None, lines=one.lines, learn=learn,
+                           layout=config.layers.layout)
         return {"": dataclasses.replace(plan, local_paths=one.local_paths,
                                         outside_lock=one.outside_lock)}
     inputs = [_variant_input(config, parsed, v.python, sources, v.name, v.build)
@@ -127,7 +128,7 @@ def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
         inputs, cap=config.layers.cap, basis=config.layers.basis,
         shared=None if repack else read_assignment(shared_slices_dir(config)) or None,
         previous={} if repack else {v.name: read_assignment(base / v.name) for v in config.variants},
-        learn=learn)
+        learn=learn, layout=config.layers.layout)
     return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths,
                                         outside_lock=v.outside_lock) for v in inputs}
 

@@ -10,6 +10,12 @@ builds reuse one another's layers and the registry and the nodes hold those blob
 variant's own heavy packages come next and its own light tail last, so a small bump still
 rebuilds only a tail.
 
+With independent layers (`layers.mode`), a slice's layer is the same blob wherever it sits:
+every package common to all variants with the same pin is shared, packed like one profile
+(own slices for the large, `group-NN` for the rest), and each variant's own packages follow
+(own slices, and `own-NN` groups, a quarter as many: fewer packages). A package new to a
+variant's committed slices joins its own slices, so the shared ones stay identical.
+
 Re-planning keeps the committed slices (shared and each variant's) while every variant agrees
 on the shared ones; when they disagree (a shared package left one variant's closure), or a
 variant is new, the whole profile is packed afresh.
@@ -20,15 +26,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from gpurl_tasks.config import SizeBasis
+from gpurl_tasks.config import DEFAULT_LAYOUT, Layout, SizeBasis
 from gpurl_tasks.plan.model import Plan, ProvidedPackage
 from gpurl_tasks.plan.planner import (
+    GROUP,
+    OWN_GROUP,
     Bucket,
     Learn,
     assemble,
+    check_layout,
     check_sizes,
     choose_buckets,
     fresh_buckets,
+    independent_buckets,
     slice_requirement,
     tail_names,
     weight,
@@ -36,7 +46,7 @@ from gpurl_tasks.plan.planner import (
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.slices import Assignment, SliceLine
 
-__all__ = ["VariantInput", "merge_assignments", "plan_variants"]
+__all__ = ["VariantInput", "merge_assignments", "own_groups", "plan_variants"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,43 +74,59 @@ def _line(variant: VariantInput, size: PackageSize) -> str:
     return slice_requirement(variant.lines, size)
 
 
-def _common(variants: Sequence[VariantInput], cap: int, basis: SizeBasis) -> list[PackageSize]:
-    """Packages every variant installs with the same slice line, none in any variant's tail."""
+def own_groups(layout: Layout) -> int:
+    """How many groups a variant's own smaller packages form with independent layers."""
+    return max(1, layout.tail_groups // 4)
+
+
+def _common(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
+            layout: Layout) -> list[PackageSize]:
+    """Packages every variant installs with the same slice line (chain layers: none in any
+    variant's tail)."""
     first, *rest = variants
-    tails = set().union(*(tail_names(v.sizes, cap, basis) for v in variants))
+    tails = set().union(*(tail_names(v.sizes, cap, basis) for v in variants)) \
+        if layout.mode == "chain" else set()
     lines = [{s.name: _line(v, s) for s in v.sizes} for v in rest]
     return [s for s in first.sizes if s.name not in tails
             and all(other.get(s.name) == _line(first, s) for other in lines)]
 
 
 def _fresh(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
-           changes: Mapping[str, int]) -> tuple[list[Bucket], dict[str, list[Bucket]]]:
-    """Shared buckets over the common packages (no tail), then each variant's own."""
-    common = sorted(_common(variants, cap, basis), key=lambda s: s.name)
+           changes: Mapping[str, int], layout: Layout) -> tuple[list[Bucket], dict[str, list[Bucket]]]:
+    """Shared buckets over the common packages (chain: no tail), then each variant's own."""
+    common = sorted(_common(variants, cap, basis, layout), key=lambda s: s.name)
     taken: set[str] = set()
-    shared = fresh_buckets(common, cap, basis, changes, tail_base=0, taken=taken)
+    independent = layout.mode == "independent"
+    shared = independent_buckets(common, cap, basis, layout, changes, stem=GROUP, taken=taken) \
+        if independent else fresh_buckets(common, cap, basis, changes, tail_base=0, taken=taken)
     names = {s.name for s in common}
     own: dict[str, list[Bucket]] = {}
     for variant in variants:
         rest = sorted((s for s in variant.sizes if s.name not in names), key=lambda s: s.name)
         total = sum(weight(s, basis) for s in variant.sizes)
-        own[variant.name] = fresh_buckets(rest, cap, basis, changes, tail_base=total,
-                                          taken=set(taken))
+        own[variant.name] = independent_buckets(
+            rest, cap, basis, layout, changes, stem=OWN_GROUP, groups=own_groups(layout),
+            taken=set(taken)) if independent else \
+            fresh_buckets(rest, cap, basis, changes, tail_base=total, taken=set(taken))
     return shared, own
 
 
 def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
-          shared: Assignment, cap: int, basis: SizeBasis) -> dict[str, list[Bucket]] | None:
+          shared: Assignment, cap: int, basis: SizeBasis,
+          layout: Layout) -> dict[str, list[Bucket]] | None:
     """Each variant's buckets from the committed slices, or None when they cannot be kept:
-    a variant without slices, a fresh packing forced, or the shared slices no longer agree."""
+    a variant without slices (with independent layers a variant may have none of its own:
+    every package it installs is shared), a fresh packing forced, or the shared slices no
+    longer agree."""
     chosen: dict[str, list[Bucket]] = {}
     for variant in variants:
         own = previous.get(variant.name)
-        if not own:
+        if own is None or (not own and layout.mode == "chain"):  # chain: every variant has a tail
             return None
         choice = choose_buckets(variant.sizes, cap=cap, basis=basis,
                                 previous=merge_assignments(shared, own), lines=variant.lines,
-                                learn=None)
+                                learn=None, layout=layout, stem=OWN_GROUP,
+                                groups=own_groups(layout))
         if not choice.kept:
             return None
         chosen[variant.name] = choice.buckets
@@ -115,23 +141,25 @@ def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
 def plan_variants(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
                   shared: Assignment | None = None,
                   previous: Mapping[str, Assignment] | None = None,
-                  learn: Learn | None = None) -> dict[str, Plan]:
+                  learn: Learn | None = None, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Plan]:
     """Every variant's plan, the lowest `plan.shared` layers identical across them; pure."""
     for variant in variants:
         check_sizes(variant.sizes, cap, basis)
-    kept = _kept(variants, previous or {}, shared, cap, basis) if shared else None
+    check_layout(layout, cap)
+    kept = _kept(variants, previous or {}, shared, cap, basis, layout) if shared else None
     changes: Mapping[str, int] = {}
     history = 0
     if kept is not None:
         width = len(shared.labels) if shared else 0
-        layout = kept
+        chosen = kept
     else:
         if learn is not None:
             changes, history = learn()
-        low, own = _fresh(variants, cap, basis, changes)
+        low, own = _fresh(variants, cap, basis, changes, layout)
         width = len(low)
-        layout = {name: [*low, *buckets] for name, buckets in own.items()}
-    return {v.name: assemble(layout[v.name], v.sizes, kept=kept is not None, cap=cap, basis=basis,
+        chosen = {name: [*low, *buckets] for name, buckets in own.items()}
+    return {v.name: assemble(chosen[v.name], v.sizes, kept=kept is not None, cap=cap, basis=basis,
                              sync_flags=v.sync_flags, local=v.local, provided=v.provided,
-                             changes=changes, history=history, lines=v.lines, shared=width)
+                             changes=changes, history=history, lines=v.lines, shared=width,
+                             layout=layout)
             for v in variants}
