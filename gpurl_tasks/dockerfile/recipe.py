@@ -61,6 +61,7 @@ __all__ = [
     "harbor_outside_lock",
     "render_recipe",
     "slice_file",
+    "slice_run",
     "slice_stage",
 ]
 
@@ -246,7 +247,7 @@ def _flag_groups(flags: Iterable[str]) -> list[tuple[str, ...]]:
     return groups
 
 
-def _slice_run(plan: Plan, layer: Layer) -> Run:
+def slice_run(plan: Plan, layer: Layer) -> Run:
     """Install one slice: exactly its pinned artifacts, nothing they depend on."""
     groups: list[tuple[str, ...]] = [("--no-deps",)]
     if layer.hashed:
@@ -296,7 +297,7 @@ def _slice_steps(config: Config, plan: Plan, layer: Layer) -> list[Instruction]:
                 "compressed"),
         Copy(sources=(_rel(config, str(slice_path(config, plan, layer))),),
              dest=slice_file(plan, layer)),
-        _slice_run(plan, layer),
+        slice_run(plan, layer),
     ]
 
 
