@@ -298,7 +298,7 @@ def test_a_lowest_slice_change_pushes_only_that_slice(tree: Path, first: dict[st
     _, warm = _timed_build(config, f"c0a{run}5", composed=True, logs=tmp_path)
     _, chain_warm = _timed_build(config, f"c0a{run}6", composed=False, logs=tmp_path)
     try:
-        lowest.write_text(original + "# the lowest slice changed\n")
+        lowest.write_text(original + f"# the lowest slice changed ({run})\n")  # new each run
         (built, env_after), composed_s = _timed_build(config, f"c0a{run}3", composed=True,
                                                       logs=tmp_path)
         (chained, _), chain_s = _timed_build(config, f"c0a{run}4", composed=False,

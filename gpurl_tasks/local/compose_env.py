@@ -52,13 +52,12 @@ class _Builds:
     build_args: Mapping[str, str]
     log_dir: Path
     on_line: LineSink | None
-    no_cache: bool
 
     def run(self, target: str, *, tags: tuple[str, ...] = (), iidfile: Path | None = None,
             ) -> None:
         argv = builder.build_command(self.client, dockerfile=self.dockerfile,
                                      context=self.context, build_args=self.build_args,
-                                     target=target, tags=tags, no_cache=self.no_cache,
+                                     target=target, tags=tags,
                                      iidfile=iidfile)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         builder.run_build(argv, self.on_line, self.log_dir / f"{target}.log")
@@ -72,13 +71,16 @@ def _slice_image(registry: RegistryClient, ref: ImageRef, name: str) -> SliceIma
 
 def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: Path,
                         context: Path, build_args: Mapping[str, str], log_dir: Path,
-                        on_line: LineSink | None = None, no_cache: bool = False) -> ComposedEnv:
+                        on_line: LineSink | None = None) -> ComposedEnv:
     """Build the missing slice images, compose the environment at the registry, return it.
-    The package index must be served for the duration (the caller's `serving_index`)."""
+    The package index must be served for the duration (the caller's `serving_index`).
+
+    Always from the build cache: a slice image is named by its inputs, so one that exists is
+    reused, and every slice must sit on the one env-base this run built (a `--no-cache` build
+    of each slice target would rebuild env-base under each, each time different)."""
     start = time.monotonic()
     builds = _Builds(client=client, dockerfile=dockerfile, context=context,
-                     build_args=dict(build_args), log_dir=log_dir, on_line=on_line,
-                     no_cache=no_cache)
+                     build_args=dict(build_args), log_dir=log_dir, on_line=on_line)
     with tempfile.TemporaryDirectory(prefix="gpurl-env-") as tmp:
         iidfile = Path(tmp) / "env-base.iid"
         builds.run(ENV_BASE_STAGE, iidfile=iidfile)
@@ -96,7 +98,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                             slice_text=text, install=slice_run(plan, layer).render(),
                             dest=slice_file(plan, layer))
             ref = dataclasses.replace(cache, tag=tag, digest=None)
-            built = no_cache or registry.lookup(ref) is None
+            built = registry.lookup(ref) is None
             if built:
                 builds.run(slice_stage(layer), tags=(str(ref),))
                 builder.push_image(client, str(ref))

@@ -119,7 +119,9 @@ def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None
     """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args.
     A stale Dockerfile or slice set is refused with generate --check's message. The
     environment is composed at the registry from slice images (local/compose_env.py), or with
-    `chain` built as one layer chain (the env-chain stage, as kaniko builds it)."""
+    `chain` built as one layer chain (the env-chain stage, as kaniko builds it). `no_cache`
+    rebuilds every step of the final build; slice images are named by their inputs and
+    reused (with `chain`, the environment is rebuilt too)."""
     generate(load_committed_config(config.root, config.profile, config.variant or None), check=True)
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
     logs = cache_dir(config.root) / "logs"
@@ -131,8 +133,7 @@ def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None
             environment = compose_environment(
                 config, plan_for_config(config), client=find_buildkit_client()[0],
                 dockerfile=config.build.dockerfile, context=config.root, build_args=args,
-                log_dir=logs / f"env-{config.registry.tag_prefix}-{git_sha}", on_line=on_line,
-                no_cache=no_cache)
+                log_dir=logs / f"env-{config.registry.tag_prefix}-{git_sha}", on_line=on_line)
         args["ENV_SOURCE"] = environment.reference
     built = builder.build_and_push(config, git_sha=git_sha, build_args=args,
                                    push_floating=push_floating, no_cache=no_cache,
