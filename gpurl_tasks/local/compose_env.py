@@ -12,11 +12,13 @@ loopback registry (oci/compose.py), then handed to the final build as ENV_SOURCE
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpurl_tasks import proc
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, slice_file, slice_run, slice_stage
 from gpurl_tasks.errors import BuildError
@@ -85,6 +87,8 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
         iidfile = Path(tmp) / "env-base.iid"
         builds.run(ENV_BASE_STAGE, iidfile=iidfile)
         base_id = iidfile.read_text().strip()
+    base_layers = tuple(json.loads(proc.run_quiet(
+        [client, "image", "inspect", "--format", "{{json .RootFS.Layers}}", base_id]).stdout))
     cache = parse_reference(cache_repository(config), default_host=config.registry.host,
                             bare=True)
     target = parse_reference(config.registry.image, default_host=config.registry.host, bare=True)
@@ -98,11 +102,22 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                             slice_text=text, install=slice_run(plan, layer).render(),
                             dest=slice_file(plan, layer))
             ref = dataclasses.replace(cache, tag=tag, digest=None)
-            built = registry.lookup(ref) is None
-            if built:
+            image = None
+            if registry.lookup(ref) is not None:
+                image = _slice_image(registry, ref, layer.name)
+                if image.diff_ids[:image.base_count] != base_layers:
+                    image = None  # built on another build of env-base: build it again
+            built = image is None
+            if image is None:
                 builds.run(slice_stage(layer), tags=(str(ref),))
                 builder.push_image(client, str(ref))
-            image = _slice_image(registry, ref, layer.name)
+                image = _slice_image(registry, ref, layer.name)
+                if image.diff_ids[:image.base_count] != base_layers:
+                    raise BuildError(
+                        f"slice {layer.name} was built on another build of {ENV_BASE_STAGE} "
+                        f"than {base_id[:19]}",
+                        hint="the engine's cache holds two builds of env-base (a --no-cache "
+                             "build adds one); `docker builder prune` and build again")
             images.append(image)
             install = image.manifest.layers[-1]
             outcomes.append(SliceOutcome(name=layer.name, reference=str(ref), built=built,
