@@ -90,6 +90,7 @@ def _args(config: Config) -> dict[str, str]:
         "HARBOR_COMMIT": b.harbor_commit,
         "WHEEL_SOURCE": b.wheel_source,
         "ENV_SOURCE": ENV_CHAIN,
+        "SLICE_BASE": ENV_BASE_STAGE,
         "MAX_JOBS": str(b.max_jobs),
         "GITSHA": "unknown",
     }
@@ -321,10 +322,11 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
     stages = [Stage(name=ENV_BASE_STAGE, base="base", instructions=_with_args(base, known),
                     comment="What every slice installs onto: the runtime's apt set and an "
                             "empty venv.")]
-    stages += [Stage(name=slice_stage(layer), base=ENV_BASE_STAGE,
+    stages += [Stage(name=slice_stage(layer), base=ArgImage(name="SLICE_BASE"),
                      instructions=tuple(_slice_steps(config, plan, layer)[1:]),
-                     comment=f"Slice {layer.name} alone: its install layer is the same blob "
-                             "wherever the plan puts it.")
+                     comment=f"Slice {layer.name} alone on env-base (SLICE_BASE: the stage, or "
+                             "the image of it the slice tags name):\nits install layer is the "
+                             "same blob wherever the plan puts it.")
                for layer in plan.layers]
     chain: list[Instruction] = [
         Comment(text=f"The layer plan: {len(plan.layers)} slice(s) of uv.lock, each a COPY of its "
@@ -479,7 +481,7 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
         _rl_stage(config, plan, lock_sha256=lock_sha256, local=local),
     )
     used = {n for s in stages for i in s.instructions if isinstance(i, Arg) for n in [i.name]}
-    used |= {"BASE_IMAGE", "WHEEL_SOURCE", "ENV_SOURCE"}
+    used |= {"BASE_IMAGE", "WHEEL_SOURCE", "ENV_SOURCE", "SLICE_BASE"}
     _check_pins(used, args, config)
     global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
     header = (

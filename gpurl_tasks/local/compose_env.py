@@ -89,6 +89,12 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
         base_id = iidfile.read_text().strip()
     base_layers = tuple(json.loads(proc.run_quiet(
         [client, "image", "inspect", "--format", "{{json .RootFS.Layers}}", base_id]).stdout))
+    # the slices build FROM this very image, never from the stage again: after a --no-cache
+    # build the engine's cache holds two builds of env-base and may pick either
+    local_base = f"gpurl-env-base:{base_id.removeprefix('sha256:')[:32]}"
+    proc.run_quiet([client, "tag", base_id, local_base])
+    builds = dataclasses.replace(builds, build_args={**builds.build_args,
+                                                     "SLICE_BASE": local_base})
     cache = parse_reference(cache_repository(config), default_host=config.registry.host,
                             bare=True)
     target = parse_reference(config.registry.image, default_host=config.registry.host, bare=True)
@@ -113,11 +119,8 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                 builder.push_image(client, str(ref))
                 image = _slice_image(registry, ref, layer.name)
                 if image.diff_ids[:image.base_count] != base_layers:
-                    raise BuildError(
-                        f"slice {layer.name} was built on another build of {ENV_BASE_STAGE} "
-                        f"than {base_id[:19]}",
-                        hint="the engine's cache holds two builds of env-base (a --no-cache "
-                             "build adds one); `docker builder prune` and build again")
+                    raise BuildError(f"slice {layer.name} was not built on {ENV_BASE_STAGE} "
+                                     f"{base_id[:19]} ({local_base})")
             images.append(image)
             install = image.manifest.layers[-1]
             outcomes.append(SliceOutcome(name=layer.name, reference=str(ref), built=built,
