@@ -101,14 +101,16 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
              "already holds a different image", "json": _JSON,
     "wheel_source": "local: prebuilt-wheelhouse or wheel-builder (config: build.wheel-source)",
     "push_floating": "local: also push the floating tag", "no_cache": "local: rebuild every step",
-    "verbose": "local: stream the whole build log"})
+    "verbose": "local: stream the whole build log",
+    "chain": "local: build the environment as one layer chain (env-chain) instead of composing "
+             "it from slice images at the registry"})
 def build(c: Context, profile: str | None = None, backend: str | None = None,
           cluster: str | None = None, cpu: float | None = None, memory: str | None = None,
           disk: str | None = None, timeout: int | None = None, variant: str | None = None,
           megatron: bool = False,
           dry_run: bool = False, force: bool = False, json: bool = False,
           wheel_source: str | None = None, push_floating: bool = False, no_cache: bool = False,
-          verbose: bool = False) -> None:
+          verbose: bool = False, chain: bool = False) -> None:
     """Build and push the image: an iris job running kaniko, or the local Docker engine."""
     from gpurl_tasks.cluster.jobs import run_build
     from gpurl_tasks.cluster.submit import BuildRequest
@@ -122,14 +124,15 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
         if config.backend == "local":
             cli.finish(build_task(config, dry_run=dry_run, wheel_source=source,
                                   push_floating=push_floating, no_cache=no_cache, say=cli.say,
-                                  stream=verbose, force=force), as_json=json)
+                                  stream=verbose, force=force, chain=chain), as_json=json)
             return
         request = BuildRequest(cluster=cluster, cpu=cli.positive_flag("--cpu", cpu, float), memory=memory,
                                disk=disk, timeout=cli.positive_flag("--timeout", timeout, int),
                                force=force, local_only=tuple(
                                    f for f, on in (("--wheel-source", source),
                                                    ("--push-floating", push_floating),
-                                                   ("--no-cache", no_cache)) if on))
+                                                   ("--no-cache", no_cache),
+                                                   ("--chain", chain)) if on))
         cli.finish(run_build(config, request, dry_run=dry_run, say=cli.say), as_json=json)
 
 

@@ -38,7 +38,7 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, TARGET, LockInput
 from gpurl_tasks.config import DEFAULT_LAYOUT, Config, Layout, PythonSelection, load_config
 from gpurl_tasks.dockerfile.model import Comment, Copy, Run
-from gpurl_tasks.dockerfile.recipe import SLICE_DIR, render_recipe
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, ENV_CHAIN, render_recipe, slice_file
 from gpurl_tasks.plan.history import count_changes
 from gpurl_tasks.plan.lock import Lock, install_closure
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
@@ -148,20 +148,23 @@ def slice_steps(plan: Plan, lock: Lock, config: Config | None = None) -> list[Bu
     texts = {layer.name: render_slice(SliceLine(requirement=p.requirement, index=p.index,
                                                 hashed=p.hashed) for p in layer.packages)
              for layer in plan.layers}
-    sizes = {layer.name: layer.compressed_bytes for layer in plan.layers}
+    by_file = {slice_file(plan, layer): layer for layer in plan.layers}
     dockerfile = render_recipe(config or recipe_config(), plan, lock_sha256=lock_digest(lock))
     steps = []
-    for ins in dockerfile.stage("rl").instructions:
-        if isinstance(ins, Comment):
-            continue
-        text = ins.render()
-        inputs, layer_bytes = "", 0
-        if isinstance(ins, Copy) and ins.from_stage is None:
-            name = ins.sources[0].rsplit("/", 1)[-1].removesuffix(".txt")
-            inputs = _sha(texts[name]) if name in texts else lock_digest(lock)
-        elif isinstance(ins, Run) and f"{SLICE_DIR}/" in text:
-            layer_bytes = sizes[text.rsplit("/", 1)[-1].removesuffix(".txt")]
-        steps.append(BuildStep(instruction=text, inputs=inputs, layer_bytes=layer_bytes))
+    # the chain build: env-base, every slice in env-chain, then the rl stage on top of it
+    for stage in (ENV_BASE_STAGE, ENV_CHAIN, "rl"):
+        for ins in dockerfile.stage(stage).instructions:
+            if isinstance(ins, Comment):
+                continue
+            text = ins.render()
+            inputs, layer_bytes = "", 0
+            if isinstance(ins, Copy) and ins.from_stage is None:
+                layer = by_file.get(ins.dest)
+                inputs = _sha(texts[layer.name]) if layer else lock_digest(lock)
+            elif isinstance(ins, Run):
+                installed = [layer for path, layer in by_file.items() if path in text.split()]
+                layer_bytes = installed[0].compressed_bytes if installed else 0
+            steps.append(BuildStep(instruction=text, inputs=inputs, layer_bytes=layer_bytes))
     return steps
 
 

@@ -275,12 +275,21 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     commands = json.loads(proc.stdout)["commands"]
-    build, push = commands
+    compose, build, push = commands
+    assert compose.startswith("compose the environment: build env-base")
+    assert "127.0.0.1:5005/gpurl/demo/cache" in compose
     assert build.startswith("DOCKER_BUILDKIT=1 docker build --network host")
     assert "--build-arg WHEEL_SOURCE=wheel-builder" in build
+    assert "ENV_SOURCE=127.0.0.1:5005/gpurl/demo@<composed digest>" in build
     assert "--tag 127.0.0.1:5005/gpurl/demo:demo-" in build
     assert push.startswith("docker push 127.0.0.1:5005/gpurl/demo:demo-")
     assert "==> setup-local" not in proc.stderr
+    chain = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "local",
+                            "--profile", "demo", "--chain", "--dry-run", "--json"],
+                           cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert chain.returncode == 0, chain.stderr
+    build, push = json.loads(chain.stdout)["commands"]
+    assert "ENV_SOURCE" not in build  # the Dockerfile's default: env-chain
 
 
 def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:

@@ -13,6 +13,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,14 @@ from gpurl_tasks.config import SHARED, load_config
 from gpurl_tasks.dockerfile.generate import render_dockerfile
 from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local.builder import build_and_push, serving_index
+from gpurl_tasks.local.compose_env import compose_environment
+from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
-from gpurl_tasks.plan.profile import plan_for_config
+from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.plan.profile import plan_for_config, slice_path
 from tests.conftest import REPO_ROOT
 from tests.local_parts import need
 from tests.support.checkout import repo_copy
@@ -212,18 +218,18 @@ def test_both_variants_built_verified_pinned_and_sharing_blobs(tree: Path,
     assert values["DEFAULT_RL_EXTRA_DOCKER_IMAGE"] == _registry_digest(extra["reference"])
 
     rows = {v: _layers(tree, built[v]["reference"]) for v in built}
-    # each shared slice is its COPY layer and, right above it, the sync layer installing it
-    shared_slices = [i + 1 for i, row in enumerate(rows["standard"])
-                     if (row["instruction"] or "").startswith("COPY")
-                     and f"/{SHARED}/" in (row["instruction"] or "")]
-    assert shared_slices, "no layer of the standard image installs a shared slice"
-    assert all(rows["standard"][i]["sync_step"] is not None for i in shared_slices)
+    # the environment is composed from slice images: the shared slices are the lowest
+    # `shared_layers` slice layers of each image, each one install layer
+    shared = load_config(tree, profile="demo", variant="standard", env={})
+    count = plan_for_config(shared).shared
+    shared_slices = [i for i, row in enumerate(rows["standard"])
+                     if row["sync_step"] is not None and row["sync_step"] < count]
+    assert len(shared_slices) == count > 0, "no layer of the standard image installs a shared slice"
     top = max(shared_slices) + 1  # the shared slices and every layer below them
     assert [r["instruction"] for r in rows["extra"][:top]] == \
         [r["instruction"] for r in rows["standard"][:top]]
     assert [r["digest"] for r in rows["extra"][:top]] == \
         [r["digest"] for r in rows["standard"][:top]]
-    # above them the images differ: each variant's own tail slice is its own blob
     tails = {v: next(r["digest"] for r in rows[v][top:] if r["sync_step"] is not None)
              for v in rows}
     assert tails["standard"] != tails["extra"]
@@ -239,6 +245,88 @@ def test_both_variants_built_verified_pinned_and_sharing_blobs(tree: Path,
     print(f"variants standard + extra: {top} shared layers, {total:,} bytes stored once "
           f"({len(shared_slices)} shared slice layers, {slice_bytes:,} bytes); own layers "
           f"{own['standard']:,} (standard) and {own['extra']:,} (extra) bytes")
+
+
+# --- position-independent slice layers: the environment composed at the registry
+
+
+def _image_layers(reference: str) -> list[tuple[str, int, str]]:
+    """(digest, size, instruction) of each layer of a pushed image, through the registry API."""
+    ref = parse_reference(reference)
+    with RegistryClient(ref.host) as registry:
+        image = registry.pull(ref)
+    made = [h.created_by for h in image.history if not h.empty_layer]
+    assert len(made) == len(image.layers)
+    return [(d.digest, d.size, text) for d, text in zip(image.layers, made, strict=True)]
+
+
+def _timed_build(config: Any, sha: str, *, composed: bool, logs: Path) -> tuple[Any, float]:
+    """One build of the demo as `invoke build --backend local` runs it (composed, or the
+    chain), under a tag of its own; returns the result and its seconds."""
+    start = time.monotonic()
+    args = {"WHEEL_SOURCE": "prebuilt-wheelhouse", "GITSHA": sha}
+    environment = None
+    if composed:
+        with serving_index(config.build.index_url, index_dir(CACHE)):
+            environment = compose_environment(
+                config, plan_for_config(config), client=find_buildkit_client()[0],
+                dockerfile=config.build.dockerfile, context=config.root, build_args=args,
+                log_dir=logs / sha)
+        args["ENV_SOURCE"] = environment.reference
+    built = build_and_push(config, git_sha=sha, build_args=args, cache=CACHE)
+    return (built, environment), time.monotonic() - start
+
+
+def test_a_lowest_slice_change_pushes_only_that_slice(tree: Path, first: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    """The lowest slice changes (as a torch bump would change it): only its slice image is
+    built and pushed; every other slice layer of the new image is the same registry blob as
+    before, above the changed one too; the final sync and asserts pass on the composed
+    environment. The chain (ENV_SOURCE=env-chain) is built from the same edit for the price."""
+    config = load_config(tree, profile="demo", env={})
+    plan = plan_for_config(config)
+    lowest = slice_path(config, plan, plan.layers[0])
+    original = lowest.read_text()
+    run = uuid.uuid4().hex[:4]
+    (_, env_before), _ = _timed_build(config, f"c0a{run}1", composed=True, logs=tmp_path)
+    _timed_build(config, f"c0a{run}2", composed=False, logs=tmp_path)  # the chain, cached now
+    _, warm = _timed_build(config, f"c0a{run}5", composed=True, logs=tmp_path)
+    _, chain_warm = _timed_build(config, f"c0a{run}6", composed=False, logs=tmp_path)
+    try:
+        lowest.write_text(original + f"# the lowest slice changed ({run})\n")  # new each run
+        (built, env_after), composed_s = _timed_build(config, f"c0a{run}3", composed=True,
+                                                      logs=tmp_path)
+        (chained, _), chain_s = _timed_build(config, f"c0a{run}4", composed=False,
+                                             logs=tmp_path)
+    finally:
+        lowest.write_text(original)
+    assert env_before is not None and env_after is not None
+    fresh = [s.name for s in env_after.slices if s.built]
+    assert fresh == [plan.layers[0].name], fresh
+    before = {s.name: s.blob for s in env_before.slices}
+    after = {s.name: s.blob for s in env_after.slices}
+    assert after[plan.layers[0].name] != before[plan.layers[0].name]
+    assert {n: b for n, b in after.items() if n != plan.layers[0].name} == \
+        {n: b for n, b in before.items() if n != plan.layers[0].name}
+    # the pushed image holds exactly those slice blobs, in plan order
+    new_layers = _image_layers(built.reference)
+    old = {d for d, _, _ in _image_layers(f"{config.registry.image}:demo-c0a{run}1")}
+    slice_rows = [(d, size) for d, size, text in new_layers if f"{SLICE_DIR}/" in text
+                  and text.startswith("RUN")]
+    assert [d for d, _ in slice_rows] == [s.blob for s in env_after.slices]
+    new_slice_bytes = sum(size for d, size in slice_rows if d not in old)
+    assert new_slice_bytes == env_after.slices[0].size
+    new_bytes = sum(size for d, size, _ in new_layers if d not in old)
+    chain_layers = _image_layers(chained.reference)
+    chain_old = {d for d, _, _ in _image_layers(f"{config.registry.image}:demo-c0a{run}2")}
+    chain_new = sum(size for d, size, _ in chain_layers if d not in chain_old)
+    slice_total = sum(size for _, size in slice_rows)
+    assert chain_new >= slice_total - env_after.slices[0].size  # the chain re-pushed them all
+    print(f"lowest slice changed: composed pushed {new_bytes:,} new bytes "
+          f"({new_slice_bytes:,} in slice layers, 1 of {len(slice_rows)} slices; "
+          f"{len(slice_rows) - 1} slice blobs reused), chain {chain_new:,} of {slice_total:,} "
+          f"slice bytes; build seconds composed {composed_s:.1f} vs chain {chain_s:.1f} "
+          f"(no change: composed {warm:.1f} vs chain {chain_warm:.1f})")
 
 
 # --- cache-stable layers and the compiled wheels, end to end
@@ -300,8 +388,14 @@ def test_a_small_bump_rebuilds_only_the_slice_it_lands_in(tree: Path, first: dic
     before = _layers(tree, json.loads(baseline.stdout)["reference"])
     after = _layers(tree, json.loads(built.stdout)["reference"])
     slice_rows = [i for i, row in enumerate(after) if row["sync_step"] is not None]
-    moved = next(i for i, row in enumerate(after) if changed[0] in (row["instruction"] or ""))
+    names = [layer.name for layer in plan_for_config(load_config(tree, profile="demo",
+                                                                 env={})).layers]
+    step = names.index(Path(changed[0]).stem)
+    moved = next(i for i, row in enumerate(after) if row["sync_step"] == step)
     assert [r["digest"] for r in after[:moved]] == [r["digest"] for r in before[:moved]]
+    # composed: every other slice layer, above the changed one too, is the same blob
+    assert [after[i]["digest"] for i in slice_rows if i != moved] == \
+        [r["digest"] for r in before if r["sync_step"] is not None and r["sync_step"] != step]
     had = {r["digest"] for r in before}
     python = sum(after[i]["size"] for i in slice_rows)
     new_python = sum(after[i]["size"] for i in slice_rows if after[i]["digest"] not in had)

@@ -258,7 +258,9 @@ def test_generated_dockerfile_in_the_repository_parses(repo_root: Path) -> None:
         assert args.get(name), name
     assert inputs.target == "rl" and "wheel-builder" not in inputs.image_stages()
     rl = next(s for s in inputs.stages if s.name == "rl")
-    assert {"rdma-core", "libibverbs1"} <= set(rl.apt)
+    env_base = next(s for s in inputs.stages if s.name == "env-base")
+    assert {"env-base", "env-chain", "env"} <= inputs.image_stages()
+    assert {"rdma-core", "libibverbs1"} <= set(env_base.apt)
     assert rl.syncs and rl.syncs[-1][1] == ()  # the last sync excludes nothing
     pins = pins_from_args(args, BuildSettings(), TargetSpec())
     names = expected_filenames(pins)

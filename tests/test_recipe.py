@@ -20,7 +20,13 @@ from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile import provenance
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
-from gpurl_tasks.dockerfile.recipe import IB_VERBS_APT, render_recipe
+from gpurl_tasks.dockerfile.recipe import (
+    ENV_BASE_STAGE,
+    ENV_CHAIN,
+    IB_VERBS_APT,
+    render_recipe,
+    slice_file,
+)
 from gpurl_tasks.plan.model import (
     Layer,
     Plan,
@@ -57,6 +63,12 @@ class Parsed:
 
     def stage(self, name: str) -> ParsedStage:
         return next(s for s in self.stages if s.name == name)
+
+    def runtime(self) -> ParsedStage:
+        """The image's own instructions as the chain builds it: env-base, env-chain, rl."""
+        parts = [self.stage(n) for n in (ENV_BASE_STAGE, ENV_CHAIN, "rl")]
+        return ParsedStage(name="rl", base="base",
+                           instructions=[i for p in parts for i in p.instructions])
 
 
 def parse(text: str) -> Parsed:
@@ -162,8 +174,15 @@ def test_stages_in_order(gpu: Parsed) -> None:
         ("wheel-builder", "base"),
         ("prebuilt-wheelhouse", "scratch"),
         ("wheels", "${WHEEL_SOURCE}"),
-        ("rl", "base"),
+        ("env-base", "base"),
+        ("slice-00-six", "${SLICE_BASE}"),
+        ("slice-01-torch", "${SLICE_BASE}"),
+        ("slice-02-nvidia-cublas-cu12", "${SLICE_BASE}"),
+        ("env-chain", "env-base"),
+        ("env", "${ENV_SOURCE}"),
+        ("rl", "env"),
     ]
+    assert gpu.global_args["ENV_SOURCE"] == ENV_CHAIN
     assert gpu.stage("wheels").instructions == []
     assert gpu.stage("prebuilt-wheelhouse").of("COPY") == ["docker/wheelhouse/ /wheels/"]
 
@@ -191,7 +210,7 @@ def test_every_used_arg_is_declared_in_its_stage(gpu: Parsed, gpu_config: Config
 
 def test_rl_apt_set_always_has_ib_verbs(gpu: Parsed, demo_config: Config) -> None:
     def apt_set(parsed: Parsed) -> set[str]:
-        runs = [shlex.split(v) for v in parsed.stage("rl").of("RUN") if "apt-get" in v]
+        runs = [shlex.split(v) for v in parsed.runtime().of("RUN") if "apt-get" in v]
         assert len(runs) == 1
         words = runs[0]
         start = words.index("--no-install-recommends") + 1
@@ -226,7 +245,7 @@ def test_wheel_builder_index_strategy_and_pip_wheel(gpu: Parsed) -> None:
 
 
 def test_asserts_are_separate_runs(gpu: Parsed) -> None:
-    runs = gpu.stage("rl").of("RUN")
+    runs = gpu.runtime().of("RUN")
     codes = [shlex.split(v)[3] for v in runs if v.startswith("python -B -c ")]
     compiled = codes.pop(0)  # first: the compiled wheels are what is installed, nothing reverted
     assert "/tmp/wheels/vllm-*g${VLLM_FORK_COMMIT}*.whl" in compiled
@@ -249,7 +268,7 @@ def test_the_megatron_variant_is_its_own_planned_dockerfile() -> None:
     assert config.launcher.variable == "DEFAULT_RL_MEGATRON_DOCKER_IMAGE"
     plan = make_plan(config, [["torch"], ["megatron-core"]], provided=("flash-attn", "vllm"))
     plan = dataclasses.replace(plan, shared=1)
-    rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).stage("rl")
+    rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).runtime()
     (final,) = sync_runs(rl)
     assert final[final.index("--extra", final.index("--extra") + 1) + 1] == "megatron"
     assert [s for s, _ in slice_runs(rl)] == ["docker/layers/gpu-rl/shared/00-torch.txt",
@@ -259,7 +278,7 @@ def test_the_megatron_variant_is_its_own_planned_dockerfile() -> None:
 
 
 def test_slices_then_wheels_then_harbor_then_the_one_sync(gpu: Parsed) -> None:
-    rl = gpu.stage("rl")
+    rl = gpu.runtime()
     order = [(i["instruction"], i["value"]) for i in rl.instructions]
     slices = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "-r /tmp/gpurl-layers/" in v]
     syncs = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "uv sync" in v]
@@ -280,15 +299,15 @@ def test_no_cache_and_no_bytecode(gpu: Parsed) -> None:
     env = " ".join(gpu.stage("base").of("ENV"))
     assert 'UV_NO_CACHE="1"' in env and 'UV_COMPILE_BYTECODE="0"' in env
     assert 'UV_LINK_MODE="copy"' in env
-    for argv in sync_runs(gpu.stage("rl")):
+    for argv in sync_runs(gpu.runtime()):
         assert "--no-cache" in argv and "--frozen" in argv
-    assert [s for s, _ in slice_runs(gpu.stage("rl"))] == [
+    assert [s for s, _ in slice_runs(gpu.runtime())] == [
         f"docker/layers/gpu-rl/standard/{n}.txt"
         for n in ("00-six", "01-torch", "02-nvidia-cublas-cu12")]
 
 
 def test_provenance_labels_come_last(gpu: Parsed) -> None:
-    rl = gpu.stage("rl").instructions
+    rl = gpu.runtime().instructions
     assert rl[-1]["instruction"] == "LABEL"
     assert rl[-2] == {**rl[-2], "instruction": "ARG", "value": "GITSHA"}
     labels = dict(pair.split("=", 1) for pair in shlex.split(rl[-1]["value"]))
@@ -301,7 +320,7 @@ def test_provenance_labels_come_last(gpu: Parsed) -> None:
 
 def test_harbor_arg_is_declared_after_the_slices(gpu: Parsed) -> None:
     """A HARBOR_COMMIT bump must not invalidate the cached slice layers (ARG scope = cache key)."""
-    rl = [(i["instruction"], i["value"]) for i in gpu.stage("rl").instructions]
+    rl = [(i["instruction"], i["value"]) for i in gpu.runtime().instructions]
     last_chain_sync = max(k for k, (kind, v) in enumerate(rl)
                           if kind == "RUN" and "/tmp/gpurl-layers/" in v)
     harbor_arg = rl.index(("ARG", "HARBOR_COMMIT"))
@@ -333,10 +352,10 @@ def test_plan_slices_round_trip(gpu_config: Config, partition: list[list[str]],
     shared = data.draw(st.integers(0, len(partition)))
     plan = dataclasses.replace(make_plan(config, partition, provided=("flash-attn", "vllm")),
                                shared=shared)
-    rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).stage("rl")
+    rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).runtime()
     assert slice_runs(rl) == [
         (f"docker/layers/gpu-rl/{'shared' if layer.index < shared else 'standard'}/{layer.name}.txt",
-         f"/tmp/gpurl-layers/{layer.name}.txt") for layer in plan.layers]
+         slice_file(plan, layer)) for layer in plan.layers]
     (final,) = sync_runs(rl)
     selection, exclusions = split_sync(final)
     assert exclusions == ["flash-attn", "vllm"]  # the compiled wheels' packages, every time
@@ -350,8 +369,9 @@ def test_plan_slices_round_trip(gpu_config: Config, partition: list[list[str]],
 def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     plan = make_plan(demo_config, [["pyyaml", "cffi"], ["lxml"], ["pillow"]])
     parsed = parse(render(render_recipe(demo_config, plan, lock_sha256=LOCK_SHA)))
-    assert [s.name for s in parsed.stages] == ["base", "wheel-builder", "prebuilt-wheelhouse",
-                                               "wheels", "rl"]
+    assert [s.name for s in parsed.stages] == [
+        "base", "wheel-builder", "prebuilt-wheelhouse", "wheels", "env-base", "slice-00-pyyaml",
+        "slice-01-lxml", "slice-02-pillow", "env-chain", "env", "rl"]
     assert parsed.global_args["BASE_IMAGE"] == demo_config.build.base_image
     assert "INSTALL_MEGATRON" not in parsed.global_args
     builder = parsed.stage("wheel-builder")
@@ -363,7 +383,7 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     env = " ".join(parsed.stage("base").of("ENV"))
     assert 'UV_PYTHON="3.11"' in env and 'UV_PYTHON_DOWNLOADS="never"' in env
     assert 'PIP_INDEX_URL="${INDEX_URL}"' in env
-    rl = parsed.stage("rl")
+    rl = parsed.runtime()
     assert [s for s, _ in slice_runs(rl)] == [  # the first of the demo's variants
         f"docker/layers/demo/standard/{n}.txt" for n in ("00-pyyaml", "01-lxml", "02-pillow")]
     assert rl.of("COPY")[-1] == "examples/demo/ /app/"
@@ -433,7 +453,7 @@ def planner_plans(draw: st.DrawFn, config: Config) -> Plan:
 def test_planner_plans_round_trip(gpu_config: Config, data: st.DataObject) -> None:
     """For plans from the real planner, the parsed slices are exactly the plan's layers."""
     plan = data.draw(planner_plans(gpu_config))
-    rl = parse(render(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA))).stage("rl")
+    rl = parse(render(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA))).runtime()
     assert [s for s, _ in slice_runs(rl)] == [str(slice_path(gpu_config, plan, layer).relative_to(
         REPO_ROOT)) for layer in plan.layers]
     assert len(sync_runs(rl)) == 1
@@ -446,7 +466,7 @@ def test_committed_dockerfiles_match_their_plans() -> None:
         config = load_config(REPO_ROOT, profile=profile, env={}, variant=variant)
         plan = plan_for_config(config)
         parsed = parse(config.build.dockerfile.read_text())
-        rl = parsed.stage("rl")
+        rl = parsed.runtime()
         assert [s for s, _ in slice_runs(rl)] == [
             str(slice_path(config, plan, layer).relative_to(REPO_ROOT))
             for layer in plan.layers], profile

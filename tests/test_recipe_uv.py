@@ -45,18 +45,24 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
     assert len(plan.layers) >= 3, "the demo cap should give several layers"
     text = render(render_recipe(config, plan, lock_sha256="0" * 64))
     structure = DockerfileParser(fileobj=io.BytesIO(text.encode())).structure
-    start = next(i for i, e in enumerate(structure) if e["value"].endswith(" AS rl"))
-    rl = structure[start:]
+    # the image as the chain builds it: env-base, env-chain, rl (the slice-NN stages are the
+    # same installs, one by one, for composing)
+    stage, rl = "", []
+    for entry in structure:
+        if entry["instruction"] == "FROM":
+            stage = entry["value"].rpartition(" AS ")[2]
+        elif stage in ("env-base", "env-chain", "rl"):
+            rl.append(entry)
     slices = tmp_path / "layers"
-    copies = [e["value"].split()[0] for e in rl if e["instruction"] == "COPY"
-              and e["value"].endswith(f"{SLICE_DIR}/")]
+    copies = [e["value"].split() for e in rl if e["instruction"] == "COPY"
+              and e["value"].split()[-1].startswith(f"{SLICE_DIR}/")]
     runs = [e["value"].replace(f"{SLICE_DIR}/", f"{slices}/") for e in rl
             if e["instruction"] == "RUN" and ("uv sync" in e["value"] or SLICE_DIR in e["value"]
                                               or e["value"] == "uv venv /opt/venv")]
     assert runs[0] == "uv venv /opt/venv" and len(runs) == len(plan.layers) + 2
     slices.mkdir()
-    for source in copies:  # the committed slice files, as the COPYs put them
-        shutil.copy(REPO_ROOT / source, slices)
+    for source, dest in copies:  # the committed slice files, as the COPYs put them
+        shutil.copy(REPO_ROOT / source, slices / Path(dest).name)
 
     work = tmp_path / "app"
     work.mkdir()

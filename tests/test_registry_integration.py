@@ -18,6 +18,7 @@ import pytest
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import Credentials
+from gpurl_tasks.oci.compose import SliceImage, compose
 from gpurl_tasks.oci.registry import RegistryClient
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import (
@@ -293,3 +294,41 @@ def test_basic_auth_against_the_real_registry(tmp_path: Path, registry: Registry
                 client.pull(ref_of(server, "org/img:gpu-rl-abc1234"))
             assert "asks for authentication to read" in info.value.message
             assert CANARY not in str(info.value) and WRONG not in str(info.value)
+
+
+def test_composes_slice_images_by_mounting_their_blobs(registry: RegistryServer) -> None:
+    """Two slice images in a cache repository (the real registry): the composed image in
+    another repository is env-base plus each install layer, its blobs mounted across
+    repositories (nothing uploaded but the config), and reads back with its history."""
+    base = [tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs.tar /"),
+            random_layer(50_000, "RUN uv venv /opt/venv", seed=10)]
+    images = []
+    for n, name in enumerate(("torch", "tail")):
+        layers = [*base, random_layer(1_000, f"COPY x /tmp/gpurl-layers/{name}.txt", seed=20 + n),
+                  random_layer(80_000, f"RUN uv pip install -r /tmp/gpurl-layers/{name}.txt",
+                               seed=30 + n)]
+        pushed = push_image(registry.url, "org/cache", layers, tag=f"slice-{name}",
+                            media_type=DOCKER_MANIFEST)
+        with quick_client(registry.host) as client:
+            ref = ref_of(registry, f"org/cache:slice-{name}")
+            _, _, manifest = client.manifest(ref)
+            images.append(SliceImage.from_documents(
+                name, manifest, client.blob_json(ref, pushed.config_digest)))
+    composed = compose(images)
+    target = ref_of(registry, "org/env:unused")
+    with quick_client(registry.host) as client:
+        assert not client.has_blob(target, images[0].manifest.layers[-1].digest)
+        for blob in composed.manifest.layers:
+            client.mount_blob(target, blob.digest, "org/cache")
+        client.push_blob(target, composed.config)
+        digest = client.put_manifest(target, "env-test", composed.manifest_bytes,
+                                     composed.manifest.media_type)
+        pulled = client.pull(ref_of(registry, "org/env:env-test"))
+        copy_layers = [i.manifest.layers[-2].digest for i in images]
+        assert not any(client.has_blob(target, d) for d in copy_layers)  # never needed
+    assert pulled.manifest_digest == digest
+    assert [d.digest for d in pulled.layers] == [
+        *(d.digest for d in images[0].manifest.layers[:2]),
+        *(i.manifest.layers[-1].digest for i in images)]
+    made = [h.created_by for h in pulled.history if not h.empty_layer]
+    assert made[2:] == [f"RUN uv pip install -r /tmp/gpurl-layers/{n}.txt" for n in ("torch", "tail")]

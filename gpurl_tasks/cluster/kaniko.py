@@ -25,6 +25,7 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.wheels import FLASH_ATTN, VLLM, expected_filenames, pins_from_args
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
+from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.values import inside_repository, plain_name, profile_name, registry_host
 
 __all__ = [
@@ -68,7 +69,7 @@ DEFAULT_PINS = ToolPins()
 
 def cache_repo(config: Config) -> str:
     """The kaniko layer cache repository (shared across builds: never delete it)."""
-    return config.cluster.cache_repo or f"{config.registry.image}/cache"
+    return cache_repository(config)
 
 
 def prebuilt_wheel_names(config: Config) -> tuple[str, str]:

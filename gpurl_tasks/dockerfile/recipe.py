@@ -52,12 +52,17 @@ from gpurl_tasks.values import inside_repository
 
 __all__ = [
     "BOOTSTRAP_APT",
+    "ENV_BASE_STAGE",
+    "ENV_CHAIN",
     "IB_VERBS_APT",
     "SLICE_DIR",
     "VENV",
     "WORKDIR",
     "harbor_outside_lock",
     "render_recipe",
+    "slice_file",
+    "slice_run",
+    "slice_stage",
 ]
 
 BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
@@ -66,6 +71,8 @@ VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"
 SLICE_DIR = "/tmp/gpurl-layers"
+ENV_BASE_STAGE = "env-base"  # every slice image's base: the rl stage's apt set and `uv venv`
+ENV_CHAIN = "env-chain"  # ENV_SOURCE's default: every slice in one layer chain
 _REF = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 
@@ -82,6 +89,8 @@ def _args(config: Config) -> dict[str, str]:
         "HARBOR_REPO": b.harbor_repo,
         "HARBOR_COMMIT": b.harbor_commit,
         "WHEEL_SOURCE": b.wheel_source,
+        "ENV_SOURCE": ENV_CHAIN,
+        "SLICE_BASE": ENV_BASE_STAGE,
         "MAX_JOBS": str(b.max_jobs),
         "GITSHA": "unknown",
     }
@@ -239,14 +248,14 @@ def _flag_groups(flags: Iterable[str]) -> list[tuple[str, ...]]:
     return groups
 
 
-def _slice_run(layer: Layer) -> Run:
+def slice_run(plan: Plan, layer: Layer) -> Run:
     """Install one slice: exactly its pinned artifacts, nothing they depend on."""
     groups: list[tuple[str, ...]] = [("--no-deps",)]
     if layer.hashed:
         groups.append(("--require-hashes",))
     if len(layer.indexes) > 1:  # each pin names its version and hashes; any listed index may serve it
         groups.append(("--index-strategy", "unsafe-best-match"))
-    groups.append(("-r", f"{SLICE_DIR}/{layer.name}.txt"))
+    groups.append(("-r", slice_file(plan, layer)))
     return Run(commands=(Command(head=("uv", "pip", "install"), groups=tuple(groups)),))
 
 
@@ -267,11 +276,39 @@ def harbor_outside_lock(plan: Plan) -> bool:
     return any(r.split(" @", 1)[0] == "harbor" for r in plan.outside_lock)
 
 
-def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
-              local: tuple[LocalCopy, ...]) -> Stage:
+def slice_stage(layer: Layer) -> str:
+    """The stage that installs one slice alone on `env-base` (a small image of its own)."""
+    return f"slice-{layer.name}"
+
+
+def slice_file(plan: Plan, layer: Layer) -> str:
+    """Where a slice file sits in the image: named by its label, not its position, so the
+    same slice installs with the same instruction wherever the plan puts it (a label two
+    slices share keeps its NN- prefix)."""
+    label = layer.name.split("-", 1)[1]
+    labels = [other.name.split("-", 1)[1] for other in plan.layers]
+    return f"{SLICE_DIR}/{label if labels.count(label) == 1 else layer.name}.txt"
+
+
+def _slice_steps(config: Config, plan: Plan, layer: Layer) -> list[Instruction]:
+    """One slice: a COPY of its file and one install (the same in the chain and alone)."""
+    return [
+        Comment(text=f"slice {layer.index + 1}/{len(plan.layers)} {layer.name}: "
+                f"{len(layer.packages)} package(s), ~{format_bytes(layer.compressed_bytes)} "
+                "compressed"),
+        Copy(sources=(_rel(config, str(slice_path(config, plan, layer))),),
+             dest=slice_file(plan, layer)),
+        slice_run(plan, layer),
+    ]
+
+
+def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
+    """`env-base` (the runtime's apt set and an empty venv), one `slice-NN-label` stage per
+    slice on it, the `env-chain` of every slice, and `env` FROM ${ENV_SOURCE}: the chain, or
+    an image composed at the registry from env-base's and each slice image's install layer
+    (`invoke build --backend local` composes; see oci/compose.py)."""
     b = config.build
-    ws = _rel(config, str(config.workspace))
-    body: list[Instruction] = [
+    base: list[Instruction] = [
         Comment(text="The InfiniBand verbs userspace is always installed: without it NCCL "
                 "silently falls back"),
         Comment(text="to NET/Socket (the 'Could not find libnccl-net.so' line is a red herring)."),
@@ -279,22 +316,42 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
         Env(pairs=(("PATH", f"{VENV}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", VENV),
                    ("VIRTUAL_ENV", VENV))),
         Workdir(path=WORKDIR),
+        Run(commands=(Command(head=("uv", "venv", VENV)),)),
     ]
-    body += [
+    known = _args(config)
+    stages = [Stage(name=ENV_BASE_STAGE, base="base", instructions=_with_args(base, known),
+                    comment="What every slice installs onto: the runtime's apt set and an "
+                            "empty venv.")]
+    stages += [Stage(name=slice_stage(layer), base=ArgImage(name="SLICE_BASE"),
+                     instructions=tuple(_slice_steps(config, plan, layer)[1:]),
+                     comment=f"Slice {layer.name} alone on env-base (SLICE_BASE: the stage, or "
+                             "the image of it the slice tags name):\nits install layer is the "
+                             "same blob wherever the plan puts it.")
+               for layer in plan.layers]
+    chain: list[Instruction] = [
         Comment(text=f"The layer plan: {len(plan.layers)} slice(s) of uv.lock, each a COPY of its "
                 "own file and one install,"),
         Comment(text="so a lock bump rebuilds only the layers whose pins changed (and those above "
                 "them)."),
-        Run(commands=(Command(head=("uv", "venv", VENV)),)),
     ]
     for layer in plan.layers:
-        body += [
-            Comment(text=f"slice {layer.index + 1}/{len(plan.layers)} {layer.name}: "
-                    f"{len(layer.packages)} package(s), ~{format_bytes(layer.compressed_bytes)} "
-                    "compressed"),
-            Copy(sources=(_rel(config, str(slice_path(config, plan, layer))),), dest=f"{SLICE_DIR}/"),
-            _slice_run(layer),
-        ]
+        chain += _slice_steps(config, plan, layer)
+    stages += [
+        Stage(name=ENV_CHAIN, base=ENV_BASE_STAGE, instructions=tuple(chain),
+              comment="Every slice in one chain: for builders that cannot compose "
+                      "(ENV_SOURCE=env-chain, the default)."),
+        Stage(name="env", base=ArgImage(name="ENV_SOURCE"),
+              comment="The environment: the chain, or the composed image's reference "
+                      "(ENV_SOURCE=<registry>/<repo>@sha256:...)."),
+    ]
+    return tuple(stages)
+
+
+def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
+              local: tuple[LocalCopy, ...]) -> Stage:
+    b = config.build
+    ws = _rel(config, str(config.workspace))
+    body: list[Instruction] = []
     globs = tuple(f"{_WHEELS_TMP}/{g}" for g in b.wheel_globs)
     provided = plan.final_exclusions
     if globs:
@@ -344,8 +401,8 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
             (provenance.LABEL_GENERATOR, f"gpurl {gpurl_tasks.__version__}"),
         )),
     ]
-    return Stage(name="rl", base="base", instructions=_with_args(body, _args(config)),
-                 comment="The RL runtime: the planned slices, compiled wheels, the final sync, "
+    return Stage(name="rl", base="env", instructions=_with_args(body, _args(config)),
+                 comment="The RL runtime: the environment, compiled wheels, the final sync, "
                          "asserts.")
 
 
@@ -420,10 +477,11 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
         Stage(name="wheels", base=ArgImage(name="WHEEL_SOURCE"),
               comment="Exactly one wheel source; kaniko needs --skip-unused-stages to skip the "
                       "other."),
+        *_env_stages(config, plan),
         _rl_stage(config, plan, lock_sha256=lock_sha256, local=local),
     )
     used = {n for s in stages for i in s.instructions if isinstance(i, Arg) for n in [i.name]}
-    used |= {"BASE_IMAGE", "WHEEL_SOURCE"}
+    used |= {"BASE_IMAGE", "WHEEL_SOURCE", "ENV_SOURCE", "SLICE_BASE"}
     _check_pins(used, args, config)
     global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
     header = (

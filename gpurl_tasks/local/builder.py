@@ -31,6 +31,7 @@ from gpurl_tasks.local.build_log import BuildStep, parse_plain_progress, stages_
 from gpurl_tasks.local.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir
 from gpurl_tasks.oci import tags
+from gpurl_tasks.oci.compose import ComposedEnv
 from gpurl_tasks.oci.registry import RegistryClient
 
 __all__ = [
@@ -43,6 +44,8 @@ __all__ = [
     "check_build_args",
     "export_dockerfile",
     "image_reference",
+    "push_image",
+    "run_build",
     "serving_index",
 ]
 
@@ -69,6 +72,7 @@ class BuildResult:
     push_seconds: float = 0.0  # of `seconds`: the push(es) and the registry cross-check
     pushed: bool = True  # False: the registry already held this exact image under the tag
     log_file: Path | None = None  # the whole build log, when it was written to a file
+    environment: ComposedEnv | None = None  # the composed environment it was built FROM
 
     @property
     def pinned(self) -> str:
@@ -114,6 +118,7 @@ def build_command(
     output: str | None = None,
     progress: str = "plain",
     no_cache: bool = False,
+    iidfile: Path | None = None,
 ) -> list[str]:
     """The `docker build` argv (run with DOCKER_BUILDKIT=1); pure, so tests can read it."""
     argv = [client, "build", "--network", "host", "--progress", progress, "-f", str(dockerfile)]
@@ -127,6 +132,8 @@ def build_command(
         argv += ["--tag", tag]
     if output:
         argv += ["--output", output]
+    if iidfile:
+        argv += ["--iidfile", str(iidfile)]
     return [*argv, str(context)]
 
 
@@ -154,7 +161,7 @@ def serving_index(index_url: str, directory: Path) -> Iterator[str | None]:
         yield index_url
 
 
-def _run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
+def run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
                ) -> tuple[str, list[BuildStep]]:
     code, log = proc.stream(argv, env={**os.environ, **BUILDKIT_ENV}, on_line=on_line,
                             log_file=log_file)
@@ -172,7 +179,7 @@ def _run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
     return log, steps
 
 
-def _push(client: str, reference: str) -> str:
+def push_image(client: str, reference: str) -> str:
     done = proc.run_quiet([client, "push", reference], timeout=3600)
     found = _PUSH_DIGEST.search(done.stdout)
     if not found:
@@ -217,20 +224,20 @@ def build_and_push(
     start = time.monotonic()
     existing = tags.existing_image(config, reference)
     with serving_index(config.build.index_url, served_from):
-        log, steps = _run_build(argv, on_line, log_file)
+        log, steps = run_build(argv, on_line, log_file)
     built = time.monotonic()
     if existing:
         image_id = proc.run_quiet([client, "image", "inspect", "--format", "{{.Id}}",
                                    reference]).stdout.strip()
         if image_id == existing[1]:
             if floating:
-                _push(client, floating)
+                push_image(client, floating)
             return _result(reference, existing[0], log, steps, floating, start, built,
                            pushed=False, log_file=log_file)
         tags.refuse_to_move(reference, existing[0], force=force,
                             why=f"this build is a different image (config {image_id[:19]}, "
                                 f"the registry's {existing[1][:19]})")
-    digest = _push(client, reference)
+    digest = push_image(client, reference)
     ref = parse_reference(reference, default_host=config.registry.host)
     with RegistryClient(ref.host, insecure=config.registry.insecure) as registry:
         registry_digest = registry.resolve(ref)
@@ -238,7 +245,7 @@ def build_and_push(
         raise BuildError(f"pushed {reference} as {digest} but the registry serves "
                          f"{registry_digest}", hint="another push raced this one; rebuild")
     if floating:
-        _push(client, floating)
+        push_image(client, floating)
     return _result(reference, digest, log, steps, floating, start, built, pushed=True,
                    log_file=log_file)
 
@@ -300,7 +307,7 @@ def build_wheels(
         log_file = base / "logs" / f"wheels-{target}.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with serving_index(config.build.index_url, index_dir(base)):
-            log, steps = _run_build(argv, on_line, log_file)
+            log, steps = run_build(argv, on_line, log_file)
         exported = Path(tmp) / "out"
         found = sorted(p for p in exported.iterdir() if p.is_file()
                        and (p.suffix == ".whl" or p.name.startswith("MANIFEST")))

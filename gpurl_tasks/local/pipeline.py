@@ -15,11 +15,15 @@ from typing import Any, TypeVar
 from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import generate
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE
 from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import BuildResult, WheelsResult
-from gpurl_tasks.local.setup import cache_dir, setup_local
+from gpurl_tasks.local.compose_env import compose_environment
+from gpurl_tasks.local.engine import find_buildkit_client
+from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
 from gpurl_tasks.oci import release
+from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.oci.verify import Report, render_table, report_json
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_for_config
@@ -77,7 +81,9 @@ class PipelineResult:
                       "steps": sum(1 for s in self.build.steps if not s.is_from),
                       "stages": sorted(self.build.stages),
                       "stages_run": sorted(self.build.stages_run),
-                      "seconds": round(self.build.seconds, 1)},
+                      "seconds": round(self.build.seconds, 1),
+                      "environment": (self.build.environment.to_json()
+                                      if self.build.environment else None)},
             "verify": report_json(self.report),
             "steps": [s.to_json() for s in self.steps],
         }
@@ -108,16 +114,31 @@ def ensure_wheels(config: Config, say: Say) -> str:
 
 def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None,
                 push_floating: bool = False, no_cache: bool = False,
-                on_line: Say | None = None, force: bool = False) -> BuildResult:
+                on_line: Say | None = None, force: bool = False, chain: bool = False,
+                ) -> BuildResult:
     """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args.
-    A stale Dockerfile or slice set is refused with generate --check's message."""
+    A stale Dockerfile or slice set is refused with generate --check's message. The
+    environment is composed at the registry from slice images (local/compose_env.py), or with
+    `chain` built as one layer chain (the env-chain stage, as kaniko builds it). `no_cache`
+    rebuilds every step of the final build; slice images are named by their inputs and
+    reused (with `chain`, the environment is rebuilt too)."""
     generate(load_committed_config(config.root, config.profile, config.variant or None), check=True)
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
-    log_file = cache_dir(config.root) / "logs" / f"build-{config.registry.tag_prefix}-{git_sha}.log"
+    logs = cache_dir(config.root) / "logs"
+    log_file = logs / f"build-{config.registry.tag_prefix}-{git_sha}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    return builder.build_and_push(config, git_sha=git_sha, build_args=args,
-                                  push_floating=push_floating, no_cache=no_cache,
-                                  on_line=on_line, force=force, log_file=log_file)
+    environment = None
+    if not chain:
+        with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root))):
+            environment = compose_environment(
+                config, plan_for_config(config), client=find_buildkit_client()[0],
+                dockerfile=config.build.dockerfile, context=config.root, build_args=args,
+                log_dir=logs / f"env-{config.registry.tag_prefix}-{git_sha}", on_line=on_line)
+        args["ENV_SOURCE"] = environment.reference
+    built = builder.build_and_push(config, git_sha=git_sha, build_args=args,
+                                   push_floating=push_floating, no_cache=no_cache,
+                                   on_line=on_line, force=force, log_file=log_file)
+    return dataclasses.replace(built, environment=environment)
 
 
 class _Steps:
@@ -135,15 +156,23 @@ class _Steps:
 
 
 def describe_local_build(config: Config, *, git_sha: str, wheel_source: str | None = None,
-                         push_floating: bool = False, no_cache: bool = False) -> list[str]:
+                         push_floating: bool = False, no_cache: bool = False,
+                         chain: bool = False) -> list[str]:
     """What `build_local` would run, as printable lines (no engine, registry or index touched)."""
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
     builder.check_build_args(args)
     reference = builder.image_reference(config, git_sha)
+    lines = []
+    if not chain:
+        lines = [f"compose the environment: build {ENV_BASE_STAGE}, then each slice-NN-label "
+                 f"stage whose slice-<label>-<hash> tag {cache_repository(config)} lacks, "
+                 f"push it there; write {config.registry.image}:env-<hash> from their layers",
+                 ]
+        args["ENV_SOURCE"] = f"{config.registry.image}@<composed digest>"
     argv = builder.build_command("docker", dockerfile=config.build.dockerfile,
                                      context=config.root, build_args=args, target=None,
                                      tags=[reference], no_cache=no_cache)
-    lines = ["DOCKER_BUILDKIT=1 " + shlex.join(argv), f"docker push {reference}"]
+    lines += ["DOCKER_BUILDKIT=1 " + shlex.join(argv), f"docker push {reference}"]
     if push_floating:
         lines.append(f"docker push {config.registry.image}:{config.registry.floating_tag}")
     return lines
@@ -220,8 +249,9 @@ def build_summary(built: BuildResult) -> str:
     what = "pushed" if built.pushed else "the registry already holds this exact image as"
     runnable = sum(1 for s in built.steps if not s.is_from)
     log = f"; log {built.log_file}" if built.log_file else ""
+    env = f"; {built.environment.summary()}" if built.environment else ""
     return (f"{what} {built.reference}: {runnable} steps, {built.cached_steps} cached, "
-            f"{runnable - built.cached_steps} ran{log}")
+            f"{runnable - built.cached_steps} ran{env}{log}")
 
 
 def _verify(config: Config, reference: str, say: Say) -> tuple[Report, str]:
@@ -269,24 +299,27 @@ class LocalBuild:
         return {"reference": r.reference, "digest": r.digest, "pinned": r.pinned,
                 "pushed": r.pushed, "cached_steps": r.cached_steps,
                 "steps": sum(1 for s in r.steps if not s.is_from),
-                "stages": sorted(r.stages), "stages_run": sorted(r.stages_run)}
+                "stages": sorted(r.stages), "stages_run": sorted(r.stages_run),
+                "seconds": round(r.seconds, 1),
+                "environment": r.environment.to_json() if r.environment else None}
 
 
 def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_floating: bool,
-               no_cache: bool, say: Say, stream: bool, force: bool = False) -> LocalBuild | DryRun:
+               no_cache: bool, say: Say, stream: bool, force: bool = False,
+               chain: bool = False) -> LocalBuild | DryRun:
     """setup-local, then build and push (or with `dry_run`, the commands it would run)."""
     git_sha = source_id(config)
     if dry_run:
         return DryRun(tuple(describe_local_build(
             config, git_sha=git_sha, wheel_source=wheel_source, push_floating=push_floating,
-            no_cache=no_cache)), key="commands")
+            no_cache=no_cache, chain=chain)), key="commands")
     with timed("setup-local", say) as record:
         record.detail = ", ".join(f"{s.name} {s.status}"
                                   for s in setup_local(config, say=say).steps)
     with timed("build + push", say) as record:
         result = build_local(config, git_sha=git_sha, wheel_source=wheel_source,
                              push_floating=push_floating, no_cache=no_cache,
-                             on_line=say if stream else None, force=force)
+                             on_line=say if stream else None, force=force, chain=chain)
         record.detail = build_summary(result)
     return LocalBuild(result=result, profile=config.profile)
 

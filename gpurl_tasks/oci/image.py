@@ -27,6 +27,7 @@ __all__ = [
     "Manifest",
     "PulledImage",
     "parse_config",
+    "parse_diff_ids",
     "parse_index",
     "parse_manifest",
 ]
@@ -77,6 +78,10 @@ class Descriptor:
                                                  plat.get("variant")) if p)
         return Descriptor(media_type=media_type, digest=digest, size=size, platform=platform)
 
+    def to_json(self) -> dict[str, Any]:
+        """The descriptor as a manifest lists a layer or config (no platform)."""
+        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Manifest:
@@ -84,6 +89,15 @@ class Manifest:
 
     layers: tuple[Descriptor, ...]
     config_digest: str
+    config: Descriptor | None = None  # the config's descriptor as the manifest lists it
+    media_type: str = ""  # the manifest's own mediaType, when it states one
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest document (schema 2) for these layers and config."""
+        if self.config is None:
+            raise RegistryError("a manifest without its config descriptor cannot be written")
+        return {"schemaVersion": 2, "mediaType": self.media_type or OCI_MANIFEST,
+                "config": self.config.to_json(), "layers": [d.to_json() for d in self.layers]}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,9 +119,22 @@ class ImageConfig:
 def parse_manifest(doc: Mapping[str, Any], where: str) -> Manifest:
     layers = _field(doc, "layers", list, where)
     config = Descriptor.from_json(doc.get("config"), f"{where}: config")
+    media_type = doc.get("mediaType", "")
     return Manifest(layers=tuple(Descriptor.from_json(layer, f"{where}: layers[{i}]")
                                  for i, layer in enumerate(layers)),
-                    config_digest=config.digest)
+                    config_digest=config.digest, config=config,
+                    media_type=media_type if isinstance(media_type, str) else "")
+
+
+def parse_diff_ids(doc: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """The config's `rootfs.diff_ids`: one uncompressed-layer digest per manifest layer."""
+    rootfs = doc.get("rootfs")
+    if not isinstance(rootfs, Mapping):
+        raise RegistryError(f"{where}: field 'rootfs' is {shown(rootfs)}, not an object")
+    ids = _field(rootfs, "diff_ids", list, f"{where}: rootfs")
+    if not all(isinstance(i, str) and DIGEST_RE.match(i) for i in ids):
+        raise RegistryError(f"{where}: rootfs.diff_ids holds {shown(ids)}, not sha256 digests")
+    return tuple(ids)
 
 
 def parse_index(doc: Mapping[str, Any], where: str) -> tuple[Descriptor, ...]:

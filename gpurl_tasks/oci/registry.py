@@ -170,12 +170,65 @@ class RegistryClient:
                            config_digest=config_digest, labels=labels, history=history,
                            platforms=platforms)
 
+    # --- writing (composition: oci/compose.py) -------------------------------------------
+
+    def has_blob(self, ref: ImageRef, digest: str) -> bool:
+        """`ref`'s repository holds the blob `digest`."""
+        try:
+            self._request("HEAD", ref, f"blobs/{digest}", push=True)
+        except ManifestUnknown:
+            return False
+        return True
+
+    def mount_blob(self, ref: ImageRef, digest: str, source: str) -> None:
+        """Make blob `digest` of repository `source` (same host) part of `ref`'s repository
+        without moving its bytes (a cross-repository mount); a no-op when it is there."""
+        if source == ref.repository or self.has_blob(ref, digest):
+            return
+        response = self._request("POST", ref, "blobs/uploads/", push=True,
+                                 params={"mount": digest, "from": source})
+        if response.status_code != 201:
+            raise RegistryError(f"{self.host} did not mount blob {digest[:19]} from {source} "
+                                f"into {ref.repository} (answered {response.status_code})",
+                                hint="the registry must allow cross-repository mounts, and the "
+                                     "credentials must read the source repository")
+
+    def push_blob(self, ref: ImageRef, data: bytes) -> str:
+        """Upload a small blob (an image config) in one request; returns its digest."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if self.has_blob(ref, digest):
+            return digest
+        started = self._request("POST", ref, "blobs/uploads/", push=True)
+        location = started.headers.get("Location", "")
+        if not location:
+            raise RegistryError(f"{self.host} started an upload to {ref.repository} without "
+                                "a Location")
+        url = httpx.URL(self.base_url).join(location).copy_merge_params({"digest": digest})
+        self._request("PUT", ref, "", push=True, url=url, content=data,
+                      headers={"Content-Type": "application/octet-stream"})
+        return digest
+
+    def put_manifest(self, ref: ImageRef, tag: str, body: bytes, media_type: str) -> str:
+        """Store an image manifest under `tag` in `ref`'s repository; returns its digest,
+        checked against the registry's Docker-Content-Digest."""
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        response = self._request("PUT", ref, f"manifests/{tag}", push=True, content=body,
+                                 headers={"Content-Type": media_type})
+        said = response.headers.get("Docker-Content-Digest")
+        if said and said != digest:
+            raise RegistryError(f"{self.host} stored the manifest for {ref.repository}:{tag} "
+                                f"as {said}, not {digest}")
+        return digest
+
     # --- transport ---------------------------------------------------------------------
 
     def _request(self, method: str, ref: ImageRef, path: str,
-                 headers: Mapping[str, str] | None = None) -> httpx.Response:
-        url = f"{self.base_url}/v2/{ref.repository}/{path}"
-        scope = f"repository:{ref.repository}:pull"
+                 headers: Mapping[str, str] | None = None, *, push: bool = False,
+                 params: Mapping[str, str] | None = None, url: httpx.URL | None = None,
+                 content: bytes | None = None) -> httpx.Response:
+        target = url or httpx.URL(f"{self.base_url}/v2/{ref.repository}/{path}",
+                                  params=params or {})
+        scope = f"repository:{ref.repository}:{'pull,push' if push else 'pull'}"
         authenticated = False
         attempt = 0
         while True:
@@ -185,9 +238,10 @@ class RegistryClient:
             if auth:
                 request_headers["Authorization"] = auth
             try:
-                response = self._http.request(method, url, headers=request_headers)
+                response = self._http.request(method, target, headers=request_headers,
+                                              content=content)
             except httpx.InvalidURL as exc:
-                raise RegistryError(f"{url} is not a valid registry URL for {ref}: {exc}",
+                raise RegistryError(f"{target} is not a valid registry URL for {ref}: {exc}",
                                     hint="check registry.host and the image reference") from None
             except httpx.TransportError as exc:
                 if attempt >= self._attempts:

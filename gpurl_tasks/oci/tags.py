@@ -14,11 +14,17 @@ from gpurl_tasks.errors import BuildError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.release import open_client
 
-__all__ = ["TagMoveRefused", "existing_digest", "existing_image", "refuse_to_move"]
+__all__ = ["TagMoveRefused", "cache_repository", "existing_digest", "existing_image", "refuse_to_move"]
 
 
 class TagMoveRefused(BuildError):
     """The immutable tag already names a different image."""
+
+
+def cache_repository(config: Config) -> str:
+    """`host/repository` of the layer cache (kaniko's cache, the slice images): shared across
+    builds, never delete it."""
+    return config.cluster.cache_repo or f"{config.registry.image}/cache"
 
 
 def existing_digest(config: Config, reference: str, env: Mapping[str, str] | None = None
