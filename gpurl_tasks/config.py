@@ -78,11 +78,6 @@ class LayerSettings:
     size_cache: Path | None = None  # JSON written by `invoke sizes --probe`
 
 
-# The source id in an immutable tag: a commit's short (or full) sha, with `-dirty-<12 hex of
-# the diff>` when the tree had uncommitted tracked edits (git.source_id writes it).
-SOURCE_ID_PATTERN = r"[0-9a-f]{7,40}(?:-dirty-[0-9a-f]{12})?"
-
-
 @dataclasses.dataclass(**_KW)
 class RegistrySettings:
     """Where the image is pushed and how its tags are named."""
@@ -107,7 +102,7 @@ class RegistrySettings:
 
     def is_immutable_tag(self, tag: str, *, prefix: str | None = None) -> bool:
         """`tag` is spelled like an immutable_reference's tag."""
-        return re.fullmatch(rf"{re.escape(prefix or self.tag_prefix)}-{SOURCE_ID_PATTERN}",
+        return re.fullmatch(rf"{re.escape(prefix or self.tag_prefix)}-{values.SOURCE_ID_PATTERN}",
                             tag) is not None
 
 

@@ -27,6 +27,8 @@ from gpurl_tasks.imageref import InvalidReference, parse_reference
 
 __all__ = [
     "HASH_LENGTHS",
+    "SOURCE_ID_ERE",
+    "SOURCE_ID_PATTERN",
     "Check",
     "apt_package",
     "commit",
@@ -45,6 +47,8 @@ __all__ = [
     "registry_host",
     "requirement",
     "resource_size",
+    "source_commit",
+    "source_id",
     "url",
     "version",
     "wheel_glob",
@@ -58,6 +62,11 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _PROFILE = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
+# The source id an immutable tag ends with: a commit's short (or full) sha, with
+# `-dirty-<12 hex of the diff>` when the tree had uncommitted tracked edits (source_id).
+SOURCE_ID_PATTERN = r"[0-9a-f]{7,40}(?:-dirty-[0-9a-f]{12})?"
+# The same pattern as bash's `[[ =~ ]]` (POSIX ERE, no `(?:`) reads it: the kaniko script.
+SOURCE_ID_ERE = SOURCE_ID_PATTERN.replace("(?:", "(")
 # Debian policy 5.6.1: lowercase letters, digits, + - . ; at least two; starts alphanumeric.
 # An optional `:arch` qualifier and `=version` pin, as apt-get accepts them.
 _APT = re.compile(r"[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[A-Za-z0-9.+~:-]+)?")
@@ -278,6 +287,19 @@ def inside_repository(path: Path, root: Path, key: str, *,
     if not _PATH.fullmatch(relative) or relative.startswith("-"):
         raise _bad(error, key, relative, "a path of letters, digits and '._+-/' only")
     return relative
+
+
+def source_id(commit: str, diff: str | None = None) -> str:
+    """The one spelling of a source id: `commit`, or `commit-dirty-<diff>` for a tree with
+    uncommitted tracked edits whose diff hashes to `diff` (12 hex digits)."""
+    return f"{commit}-dirty-{diff}" if diff else commit
+
+
+def source_commit(text: str) -> str | None:
+    """The commit of a source id found at the start of `text` (its `-dirty-` part, if any,
+    dropped), or None when `text` does not start with one."""
+    match = re.match(rf"({_COMMIT.pattern})(?:-dirty-[0-9a-f]{{12}})?(?![0-9A-Za-z_])", text)
+    return match.group(1) if match else None
 
 
 def optional(check: Check) -> Check:
