@@ -23,7 +23,7 @@ from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.model import render
 from gpurl_tasks.dockerfile.recipe import SLICE_DIR, render_recipe
-from gpurl_tasks.local import pyindex, setup
+from gpurl_tasks.local import download, setup
 from gpurl_tasks.local.builder import serving_index
 from gpurl_tasks.plan.profile import plan_for_config
 
@@ -76,8 +76,8 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
 
     cache = setup.cache_dir(REPO_ROOT)
     setup.ensure_index(config, cache=cache)
-    pyindex.download(["six==1.17.0"], setup.index_dir(cache),  # the stand-in wheel below
-                     target=pyindex.DownloadTarget(python_version=config.target.python))
+    download.download(["six==1.17.0"], setup.index_dir(cache),  # the stand-in wheel below
+                     target=download.DownloadTarget(python_version=config.target.python))
     with serving_index(config.build.index_url, setup.index_dir(cache)):
         sh(runs[0].replace("/opt/venv", str(venv)))
         seen: set[str] = set()

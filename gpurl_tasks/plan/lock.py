@@ -45,6 +45,7 @@ __all__ = [
     "check_conflicts",
     "install_closure",
     "load_lock",
+    "package_versions",
     "parse_lock",
     "requirements_on",
 ]
@@ -336,6 +337,25 @@ def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
     return Lock(version=1, revision=revision, requires_python=data.get("requires-python"),
                 packages=packages, members=members, source=source,
                 conflicts=_conflicts(data.get("conflicts", []), source))
+
+
+_PACKAGE_HEAD = re.compile(r'^\[\[package\]\]\nname = "([^"]+)"\nversion = "([^"]+)"', re.M)
+
+
+def package_versions(text: str) -> dict[str, frozenset[str]]:
+    """name -> the versions a uv.lock text pins (a forked package has several), for reading
+    many old locks quickly: a scan of uv's fixed layout, with parse_lock when the layout is not
+    uv's (a lock it cannot read pins nothing)."""
+    found: dict[str, set[str]] = {}
+    pairs = [(str(canonicalize_name(n)), v) for n, v in _PACKAGE_HEAD.findall(text)]
+    if not pairs:
+        try:
+            pairs = [(p.name, p.version) for p in parse_lock(text).packages if p.version]
+        except LockError:
+            return {}
+    for name, version in pairs:
+        found.setdefault(name, set()).add(version)
+    return {name: frozenset(versions) for name, versions in found.items()}
 
 
 def _conflicts(raw: Any, source: str) -> tuple[tuple[ConflictItem, ...], ...]:
