@@ -1,5 +1,5 @@
 """Issue 24: the grammar of each config value written into an artifact (values.py), and its one
-hook in the config cascade (config._VALUE_CHECKS)."""
+hook in the config cascade (the `check` each config field declares)."""
 
 from __future__ import annotations
 
