@@ -20,7 +20,13 @@ from typing import Any, Protocol, TypeVar, get_args
 from invoke.exceptions import Exit
 
 from gpurl_tasks import proc
-from gpurl_tasks.config import Config, load_committed_config, load_config, load_profile_names
+from gpurl_tasks.config import (
+    Config,
+    load_committed_config,
+    load_config,
+    load_profile_names,
+    profile_from_env,
+)
 from gpurl_tasks.errors import ConfigError, GpurlError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.redact import known_secrets, redact
@@ -64,8 +70,7 @@ def config_for(profile: str | None = None, *, variant: str | None = None,
     """
     variant = text_flag("--variant", variant)
     if committed:
-        name = profile or os.environ.get("GPURL_PROFILE") or load_config(REPO_ROOT, env={}).profile
-        return load_committed_config(REPO_ROOT, name, variant)
+        return load_committed_config(REPO_ROOT, profile, variant)
     dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
                                  for k, v in overrides.items()}
     return load_config(REPO_ROOT, profile=profile, overrides=dotted, variant=variant)
@@ -79,7 +84,7 @@ def variant_configs(profile: str | None, variant: str | None, *, ref: str | None
     whose tag prefix its tag carries, else (`strict`: an error) the profile's first. `single`:
     a given flag that only makes sense for one variant (--variable), which needs --variant."""
     ref = text_flag("--ref", ref)
-    if ref and not profile and not os.environ.get("GPURL_PROFILE"):
+    if ref and not profile and not profile_from_env():
         profile, note = profile_for_reference(REPO_ROOT, ref)
         if note:
             say(note)

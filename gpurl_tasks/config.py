@@ -36,9 +36,11 @@ __all__ = [
     "TargetSpec",
     "Variant",
     "VerifySettings",
+    "environment_value",
     "load_committed_config",
     "load_config",
     "load_profile_names",
+    "profile_from_env",
 ]
 
 _KW = {"frozen": True, "kw_only": True}
@@ -328,6 +330,21 @@ def _flatten(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     return flat
 
 
+PROFILE_ENV = "GPURL_PROFILE"
+
+
+def profile_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """The profile $GPURL_PROFILE selects (None: unset), as load_config reads it."""
+    return (os.environ if env is None else env).get(PROFILE_ENV) or None
+
+
+def environment_value(dotted: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The raw GPURL_<SECTION>_<KEY> value of config key `dotted` in `env`, for the one path
+    that runs without a resolved config: redacting a failed task's output."""
+    found = _from_env(os.environ if env is None else env).get(dotted)
+    return found[0] if found else None
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """GPURL_<SECTION>_<KEY> variables as {dotted key: (value, variable name)}."""
     by_var = {"GPURL_" + k.upper().replace(".", "_").replace("-", "_"): k for k in _known_keys()}
@@ -452,7 +469,7 @@ def load_config(
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
         raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
-    name = values.profile_name(profile or env.get("GPURL_PROFILE") or default, "the profile name")
+    name = values.profile_name(profile or profile_from_env(env) or default, "the profile name")
     if profiles and name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=1)
         raise ConfigError(
@@ -604,10 +621,11 @@ def _variant(profile: Mapping[str, Any], name: str, names: tuple[str, ...], chos
         merged[dotted] = (value, where, False)
 
 
-def load_committed_config(root: Path, profile: str, variant: str | None = None) -> Config:
-    """The config as committed: pyproject.toml alone, no GPURL_* variables and no flags.
+def load_committed_config(root: Path, profile: str | None, variant: str | None = None) -> Config:
+    """The config as committed: pyproject.toml alone, no GPURL_* variables and no flags (the
+    profile, when not named, is still the one $GPURL_PROFILE selects).
 
     Files that are generated and committed (Dockerfiles, the kaniko script, slice files) must
     not depend on whoever runs the generator.
     """
-    return load_config(root, profile=profile, env={}, variant=variant)
+    return load_config(root, profile=profile or profile_from_env(), env={}, variant=variant)

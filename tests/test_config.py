@@ -119,3 +119,19 @@ def test_each_key_declares_its_reading_on_its_field() -> None:
     assert keys["cap"].size and keys["size_cache"].root_relative
     build = {f.name: f.metadata.get("gpurl") for f in dataclasses.fields(BuildSettings)}
     assert build["dockerfile"].root_relative and build["uv_version"].check is not None
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("GPURL_BUILD_WHEEL_SOURCE", "prebuilt",
+     "build.wheel-source in $GPURL_BUILD_WHEEL_SOURCE must be one of 'prebuilt-wheelhouse', "
+     "'wheel-builder', not 'prebuilt'"),
+    ("GPURL_BUILD_PYTHON_DOWNLOADS", "sometimes",
+     "build.python-downloads in $GPURL_BUILD_PYTHON_DOWNLOADS must be one of 'automatic', "
+     "'manual', 'never', not 'sometimes'"),
+])
+def test_a_setting_outside_its_choices_is_refused_by_the_config(
+        root: Path, variable: str, value: str, message: str) -> None:
+    """The one check of a Literal setting (the recipe trusts the typed config)."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(root, env={variable: value})
+    assert caught.value.message == message

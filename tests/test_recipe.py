@@ -394,8 +394,6 @@ def test_workspace_outside_context_is_rejected(gpu_config: Config, tmp_path: Pat
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("base_image", "Nvidia/CUDA:12", "invalid repository name"),
-    ("wheel_source", "prebuilt", "wheel-source"),
-    ("python_downloads", "sometimes", "python-downloads"),
 ])
 def test_bad_build_settings_are_rejected(gpu_config: Config, field: str, value: str,
                                          message: str) -> None:

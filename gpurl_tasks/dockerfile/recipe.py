@@ -378,12 +378,6 @@ def _check_config(config: Config) -> None:
     b = config.build
     _check_no_credentials(config)
     image(b.base_image)  # a typo fails here, not in the middle of a cluster build
-    if b.wheel_source not in ("prebuilt-wheelhouse", "wheel-builder"):
-        raise DockerfileError(f"build.wheel-source must be 'prebuilt-wheelhouse' or "
-                              f"'wheel-builder', not {b.wheel_source!r}")
-    if b.python_downloads not in ("automatic", "manual", "never"):
-        raise DockerfileError(f"build.python-downloads must be automatic, manual or never, not "
-                              f"{b.python_downloads!r}")
 
 
 # The build ARGs a profile must pin when its recipe uses them (no generic default exists).
