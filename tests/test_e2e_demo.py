@@ -21,11 +21,11 @@ import pytest
 
 from gpurl_tasks.config import SHARED, load_config
 from gpurl_tasks.dockerfile.generate import render_dockerfile
-from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.local.builder import build_and_push, serving_index
 from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
+from gpurl_tasks.plan.model import SLICE_DIR
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
 from tests.local_parts import need

@@ -22,9 +22,10 @@ from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.model import render
-from gpurl_tasks.dockerfile.recipe import SLICE_DIR, render_recipe
+from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.local import download, setup
 from gpurl_tasks.local.builder import serving_index
+from gpurl_tasks.plan.model import SLICE_DIR
 from gpurl_tasks.plan.profile import plan_for_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -119,7 +119,7 @@ def test_secret_is_not_in_repr() -> None:
 
 def test_the_token_is_only_offered_to_the_configured_registry(tmp_path: Path) -> None:
     from gpurl_tasks.config import load_config
-    from gpurl_tasks.oci.release import open_client
+    from gpurl_tasks.oci.connect import open_client
 
     repo = Path(__file__).resolve().parent.parent
     config = load_config(repo, env={"GPURL_REGISTRY_HOST": "ghcr.io"})

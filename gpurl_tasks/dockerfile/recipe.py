@@ -45,7 +45,7 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
     image,
 )
-from gpurl_tasks.plan.model import Layer, Plan
+from gpurl_tasks.plan.model import SLICE_DIR, Layer, Plan
 from gpurl_tasks.plan.profile import slice_path
 from gpurl_tasks.units import format_bytes
 from gpurl_tasks.values import inside_repository
@@ -65,7 +65,6 @@ IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1
 VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"
-SLICE_DIR = "/tmp/gpurl-layers"
 _REF = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 

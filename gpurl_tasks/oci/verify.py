@@ -19,9 +19,8 @@ import re
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.oci.image import PulledImage
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.model import SLICE_DIR, Plan
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
