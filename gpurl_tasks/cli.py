@@ -1,4 +1,4 @@
-"""Helpers shared by tasks.py and noxfile.py: config from flags, clean failures, output.
+"""Helpers of the tasks in tasks.py: config from flags, clean failures, output.
 
 This is the edge where errors become one line and an exit code, and where JSON and
 human output are printed; the modules below never print or exit.
@@ -13,7 +13,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, get_args
 
@@ -30,7 +29,6 @@ from gpurl_tasks.config import (
 from gpurl_tasks.errors import ConfigError, GpurlError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.redact import known_secrets, redact
-from gpurl_tasks.steps import StepRecord, timed
 
 __all__ = [
     "DEBUG_ENV",
@@ -52,7 +50,6 @@ __all__ = [
     "positive_flag",
     "profile_for_reference",
     "say",
-    "step",
     "text_flag",
     "variant_configs",
 ]
@@ -219,11 +216,6 @@ def say(message: str = "") -> None:
 def emit_json(obj: Any) -> None:
     """Exactly one JSON object on stdout."""
     print(json.dumps(obj, indent=2, sort_keys=False))
-
-
-def step(name: str, *, out: Callable[[str], None] = say) -> AbstractContextManager[StepRecord]:
-    """A timed step whose start and end lines go to stderr (see `steps.timed`)."""
-    return timed(name, out)
 
 
 class Outcome(Protocol):

@@ -48,7 +48,7 @@ from gpurl_tasks.dockerfile.model import (
 from gpurl_tasks.plan.model import SLICE_DIR, Layer, Plan
 from gpurl_tasks.plan.profile import slice_path
 from gpurl_tasks.units import format_bytes
-from gpurl_tasks.values import inside_repository
+from gpurl_tasks.values import ARG_REF, inside_repository
 
 __all__ = [
     "BOOTSTRAP_APT",
@@ -65,7 +65,6 @@ IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1
 VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"
-_REF = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 
 def _args(config: Config) -> dict[str, str]:
@@ -93,7 +92,7 @@ def _refs(instructions: Iterable[Instruction]) -> list[str]:
     """ARG names referenced as ${NAME}, in order of first use."""
     names: list[str] = []
     for ins in instructions:
-        for name in _REF.findall(ins.render()):
+        for name in ARG_REF.findall(ins.render()):
             if name not in names:
                 names.append(name)
     return names
