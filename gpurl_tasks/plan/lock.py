@@ -242,11 +242,16 @@ def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
 def _marker(marker: Any, where: str, source: str) -> str | None:
     if marker is None:
         return None
+    text = _expect(marker, str, where, source)
     try:
-        Marker(_expect(marker, str, where, source))
-    except InvalidMarker as exc:
-        raise LockError(f"{source}: {where} is invalid: {exc}") from None
-    return str(marker)
+        _compiled(text)  # parsed once per distinct marker: the closure walk reuses it
+    except InvalidMarker:
+        try:  # the message in the lock's own words
+            Marker(text)
+        except InvalidMarker as exc:
+            raise LockError(f"{source}: {where} is invalid: {exc}") from None
+        raise LockError(f"{source}: {where} is invalid") from None
+    return text
 
 
 def _requirements(raw: Any, where: str, source: str) -> tuple[Requirement, ...]:
