@@ -291,6 +291,16 @@ def _key(name: str) -> str:
     return name.replace("_", "-")
 
 
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """The field types of a settings class (resolved once: annotations are strings here)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
+
+
 def _key_of(field: dataclasses.Field[Any]) -> _Key:
     key = field.metadata.get("gpurl", _PLAIN)
     assert isinstance(key, _Key)
@@ -500,7 +510,7 @@ def load_config(
         return {**merged, **late}
 
     merged = merged_for(chosen)
-    top_hints = get_type_hints(Config)
+    top_hints = _hints(Config)
 
     def top(key: str, default: Any) -> Any:
         if key not in merged:
@@ -526,7 +536,7 @@ def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
     """Each section's settings from the merged values, every key read as its field declares."""
     sections: dict[str, Any] = {}
     for section, cls in _SECTIONS.items():
-        hints = get_type_hints(cls)
+        hints = _hints(cls)
         kwargs: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             dotted = f"{section}.{_key(field.name)}"

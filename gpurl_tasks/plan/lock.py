@@ -242,7 +242,7 @@ def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
 def _marker(marker: Any, where: str, source: str) -> str | None:
     if marker is None:
         return None
-    text = _expect(marker, str, where, source)
+    text = str(_expect(marker, str, where, source))
     try:
         _compiled(text)  # parsed once per distinct marker: the closure walk reuses it
     except InvalidMarker:
