@@ -24,9 +24,8 @@ from pathlib import Path
 
 from gpurl_tasks.cluster.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
 from gpurl_tasks.config import Config, load_config
+from tests.conftest import REPO_ROOT
 from tests.support.rangeserver import serve_files
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # The stand-in executor: records argv, whether the auth file existed and what it held.
 EXECUTOR = r"""#!/usr/bin/env bash

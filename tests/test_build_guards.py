@@ -23,9 +23,9 @@ from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.git import ls_bundle_files, short_sha
 from gpurl_tasks.redact import find_registry_token
+from tests.conftest import REPO_ROOT
 from tests.support.git import git
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CANARY = "ghp_CANARYa1b2c3d4e5"
 STANDIN_IRIS = """#!/usr/bin/env bash
 printf '%s\\n' "$@" > "$IRIS_CALLED"

@@ -8,6 +8,7 @@ import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import ConfigError
+from tests.conftest import REPO_ROOT
 
 PYPROJECT = """
 [tool.gpurl]
@@ -66,7 +67,7 @@ def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
 
 
 def test_the_repository_config_loads_for_every_profile() -> None:
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO_ROOT
     for profile in ("gpu-rl", "demo"):
         config = load_config(repo, profile=profile, env={})
         assert config.layers.cap > 0 and config.profile == profile
@@ -91,7 +92,6 @@ def test_cluster_controller_url_must_be_an_http_url(root: Path, bad: str) -> Non
 def test_a_profile_with_variants_reads_pyproject_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every variant is resolved from the same tables in one pass, not by re-loading."""
     from gpurl_tasks import config as config_module
-    from tests.conftest import REPO_ROOT
 
     reads: list[Path] = []
     real = config_module._tool_table

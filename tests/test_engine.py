@@ -16,9 +16,8 @@ from gpurl_tasks import proc
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.local import base_image, engine, registry_server, setup
+from tests.conftest import REPO_ROOT
 from tests.local_parts import free_port, need
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_mirror_from_one_line_sources() -> None:

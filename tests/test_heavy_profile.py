@@ -7,7 +7,6 @@ stale lock or Dockerfile fails the normal suite instead of a 20-minute benchmark
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 from packaging.requirements import Requirement
 
@@ -16,8 +15,8 @@ from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.plan.planner import TAIL_SHARE
 from gpurl_tasks.plan.profile import plan_for_config
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 GB = 10**9
 
 

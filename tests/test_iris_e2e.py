@@ -37,13 +37,13 @@ from gpurl_tasks.cluster.iris import ClusterTarget, IrisCli
 from gpurl_tasks.cluster.submit import BuildRequest
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.proc import run
+from tests.conftest import REPO_ROOT
 from tests.iris_cluster import LocalIris, local_iris
 from tests.kaniko_harness import Rig, rig
 from tests.local_parts import free_port
 from tests.support.git import git
 from tests.support.registry_server import RegistryServer, require_registry, running_registry
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CANARY = "ghp_CANARYe2e5c1f00d"
 PIN_ENV = "GPURL_IRIS_CONTRACT"  # set by the iris sessions: there a missing iris fails
 

@@ -29,9 +29,8 @@ from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
 from gpurl_tasks.local import base_image, builder, download, engine, pyindex, registry_server, setup
 from gpurl_tasks.local.build_log import parse_plain_progress, stages_run, vertex_output
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
+from tests.conftest import REPO_ROOT
 from tests.local_parts import free_port, need
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # --- pure parts --------------------------------------------------------------------------
 

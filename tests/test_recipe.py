@@ -31,8 +31,8 @@ from gpurl_tasks.plan.model import (
 from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.profile import plan_for_config, slice_path
 from gpurl_tasks.plan.sizes import PackageSize
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCK_SHA = "ab" * 32
 LOCAL_FLAGS = ("--no-install-project",)
 

@@ -27,8 +27,8 @@ from gpurl_tasks.local import download, setup
 from gpurl_tasks.local.builder import serving_index
 from gpurl_tasks.plan.model import SLICE_DIR
 from gpurl_tasks.plan.profile import plan_for_config
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO = REPO_ROOT / "examples" / "demo"
 def _installed(venv: Path) -> set[str]:
     site = next(venv.glob("lib/python3*/site-packages"))

@@ -37,9 +37,9 @@ from gpurl_tasks.cluster.watch import (
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import IrisError
 from gpurl_tasks.proc import CommandFailed, Completed
+from tests.conftest import REPO_ROOT
 
 DATA = Path(__file__).parent / "data" / "iris"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = "/alice/gpurl-kaniko-0123abc"
 
 
