@@ -28,7 +28,7 @@ from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
 from gpurl_tasks.plan.model import SLICE_DIR
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
-from tests.local_parts import need
+from tests.support.local_parts import need
 from tests.support.pyindex import make_wheel
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]

@@ -15,7 +15,7 @@ from gpurl_tasks.plan.planner import assignment_of, plan_layers
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
 from gpurl_tasks.plan.slices import SliceLine, render_slice
 from gpurl_tasks.plan.target import target_tags
-from tests.locks import lock_texts
+from tests.support.locks import lock_texts
 
 TARGET = TargetSpec()
 selections = st.builds(

@@ -30,7 +30,7 @@ from gpurl_tasks.local import base_image, builder, download, engine, pyindex, re
 from gpurl_tasks.local.build_log import parse_plain_progress, stages_run, vertex_output
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
 from tests.conftest import REPO_ROOT
-from tests.local_parts import free_port, need
+from tests.support.local_parts import free_port, need
 
 # --- pure parts --------------------------------------------------------------------------
 

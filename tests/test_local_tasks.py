@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
-from tests.local_parts import free_port
+from tests.support.local_parts import free_port
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

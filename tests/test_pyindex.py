@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
 from gpurl_tasks.local import download, pyindex
 from gpurl_tasks.plan.lock import parse_lock
-from tests.local_parts import free_port, need
+from tests.support.local_parts import free_port, need
 
 PIN = "iniconfig==2.0.0"  # a tiny pure-Python wheel on PyPI
 
