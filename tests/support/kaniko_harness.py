@@ -28,7 +28,6 @@ from tests.conftest import REPO_ROOT
 from tests.support.rangeserver import serve_files
 
 
-
 def _logged(name: str) -> str:
     """A stand-in's opening: strict mode, and its name and argv appended to the log."""
     return ("#!/usr/bin/env bash\nset -eu\nlog=\"${STANDIN_LOG:-@LOG@}\"\n"
