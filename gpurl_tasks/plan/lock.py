@@ -169,8 +169,15 @@ def _check(check: values.Check, value: Any, where: str, source: str) -> Any:
     return check(value, f"{source}: {where}", error=LockError)
 
 
+_NAMES: dict[str, str] = {}  # a checked name -> its normalised form (names repeat on every edge)
+
+
 def _name(value: Any, where: str, source: str) -> str:
-    return str(canonicalize_name(_check(values.package_name, value, where, source)))
+    if isinstance(value, str) and value in _NAMES:
+        return _NAMES[value]
+    name = str(canonicalize_name(_check(values.package_name, value, where, source)))
+    _NAMES[value] = name
+    return name
 
 
 # What each source kind records: a URL of known scheme, or a path (local sources).
