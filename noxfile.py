@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import glob
-import os
-import sys
+import tomllib
+from pathlib import Path
 
 import nox
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpurl_tasks without an install
-from gpurl_tasks.cluster import iris_release
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "iris-contract", "iris-e2e", "lint"]
@@ -50,15 +47,24 @@ def lint(session: nox.Session) -> None:
 
 # --- cluster build (iris + kaniko) ------------------------------------------------------
 
-# The iris release `invoke build` is checked against, pinned once in gpurl_tasks (the
-# "couldn't find iris" hint names the same pins).
-IRIS_CONTRACT_PINS = iris_release.IRIS_CONTRACT_PINS
-IRIS_CONTRACT_EXCLUDE_NEWER = iris_release.IRIS_CONTRACT_EXCLUDE_NEWER
+# The iris release `invoke build` is checked against, pinned once in a data file of the package
+# (the "couldn't find iris" hint names the same pins), read here as data: the noxfile runs before
+# any session has installed gpurl.
+_RELEASE = tomllib.loads(
+    (Path(__file__).parent / "gpurl_tasks" / "cluster" / "iris-release.toml").read_text())
+IRIS_CONTRACT_PINS: tuple[str, ...] = tuple(_RELEASE["pins"])
+IRIS_CONTRACT_EXCLUDE_NEWER: str = _RELEASE["exclude-newer"]
+_IRIS_PYTHON: str = _RELEASE["python"]
 
 
 def _python312() -> str:
-    """The interpreter the iris sessions run on (nox's own lookup misses pyenv's versions)."""
-    return iris_release.find_python312() or "3.12"
+    """The interpreter the iris sessions run on (nox's own lookup misses pyenv's versions):
+    the installed gpurl's lookup when nox runs in the project's environment."""
+    try:
+        from gpurl_tasks.cluster.iris_release import find_python312
+    except ImportError:  # nox installed on its own: its lookup of "3.12"
+        return _IRIS_PYTHON
+    return find_python312() or _IRIS_PYTHON
 
 
 def _install_pinned_iris(session: nox.Session) -> None:

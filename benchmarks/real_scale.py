@@ -241,7 +241,7 @@ def _bump_copy(say: Callable[[str], None]) -> Path:
     """A small repository holding a copy of the workspace with BUMP applied and re-locked."""
     from gpurl_tasks import proc
     from gpurl_tasks.config import load_config
-    from gpurl_tasks.local import pyindex
+    from gpurl_tasks.local import download
     from gpurl_tasks.local.builder import serving_index
     from gpurl_tasks.local.setup import cache_dir, index_dir
 
@@ -249,9 +249,9 @@ def _bump_copy(say: Callable[[str], None]) -> Path:
     workspace = stage_bump_workspace(config, BUMP_DIR)
     name, version = BUMP
     index = index_dir(cache_dir(REPO_ROOT))
-    target = pyindex.DownloadTarget.for_target(python=config.target.python,
-                                               glibc=config.target.glibc, arch=config.target.arch)
-    pyindex.download([f"{name}=={version}"], index, target=target)
+    target = download.DownloadTarget.for_target(python=config.target.python,
+                                                glibc=config.target.glibc, arch=config.target.arch)
+    download.download([f"{name}=={version}"], index, target=target)
     pyproject = workspace / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace(
         "[tool.uv]\n", f'[tool.uv]\nconstraint-dependencies = ["{name}=={version}"]\n', 1))

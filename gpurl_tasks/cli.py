@@ -1,4 +1,4 @@
-"""Helpers shared by tasks.py and noxfile.py: config from flags, clean failures, output.
+"""Helpers of the tasks in tasks.py: config from flags, clean failures, output.
 
 This is the edge where errors become one line and an exit code, and where JSON and
 human output are printed; the modules below never print or exit.
@@ -13,18 +13,22 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, get_args
 
 from invoke.exceptions import Exit
 
 from gpurl_tasks import proc
-from gpurl_tasks.config import Config, load_committed_config, load_config, load_profile_names
+from gpurl_tasks.config import (
+    Config,
+    load_committed_config,
+    load_config,
+    load_profile_names,
+    profile_from_env,
+)
 from gpurl_tasks.errors import ConfigError, GpurlError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.redact import known_secrets, redact
-from gpurl_tasks.steps import StepRecord, timed
 
 __all__ = [
     "DEBUG_ENV",
@@ -46,7 +50,6 @@ __all__ = [
     "positive_flag",
     "profile_for_reference",
     "say",
-    "step",
     "text_flag",
     "variant_configs",
 ]
@@ -64,8 +67,7 @@ def config_for(profile: str | None = None, *, variant: str | None = None,
     """
     variant = text_flag("--variant", variant)
     if committed:
-        name = profile or os.environ.get("GPURL_PROFILE") or load_config(REPO_ROOT, env={}).profile
-        return load_committed_config(REPO_ROOT, name, variant)
+        return load_committed_config(REPO_ROOT, profile, variant)
     dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
                                  for k, v in overrides.items()}
     return load_config(REPO_ROOT, profile=profile, overrides=dotted, variant=variant)
@@ -79,7 +81,7 @@ def variant_configs(profile: str | None, variant: str | None, *, ref: str | None
     whose tag prefix its tag carries, else (`strict`: an error) the profile's first. `single`:
     a given flag that only makes sense for one variant (--variable), which needs --variant."""
     ref = text_flag("--ref", ref)
-    if ref and not profile and not os.environ.get("GPURL_PROFILE"):
+    if ref and not profile and not profile_from_env():
         profile, note = profile_for_reference(REPO_ROOT, ref)
         if note:
             say(note)
@@ -214,11 +216,6 @@ def say(message: str = "") -> None:
 def emit_json(obj: Any) -> None:
     """Exactly one JSON object on stdout."""
     print(json.dumps(obj, indent=2, sort_keys=False))
-
-
-def step(name: str, *, out: Callable[[str], None] = say) -> AbstractContextManager[StepRecord]:
-    """A timed step whose start and end lines go to stderr (see `steps.timed`)."""
-    return timed(name, out)
 
 
 class Outcome(Protocol):

@@ -39,9 +39,11 @@ __all__ = [
     "TargetSpec",
     "Variant",
     "VerifySettings",
+    "environment_value",
     "load_committed_config",
     "load_config",
     "load_profile_names",
+    "profile_from_env",
 ]
 
 _KW = {"frozen": True, "kw_only": True}
@@ -53,12 +55,35 @@ WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Key:
+    """How one config key is read, declared on its field: a size ("4GB" or bytes), an
+    http(s) URL, a path relative to the repository root (other paths are relative to the
+    workspace), and the grammar its value must meet because it is written as syntax into a
+    generated artifact (values.py)."""
+
+    size: bool = False
+    url: bool = False
+    root_relative: bool = False
+    check: values.Check | None = None
+
+
+_PLAIN = _Key()
+
+
+def _field(default: Any, *, size: bool = False, url: bool = False, root_relative: bool = False,
+           check: values.Check | None = None) -> Any:
+    """A config field with its reading declared next to it (read back by `_key_of`)."""
+    key = _Key(size=size, url=url, root_relative=root_relative, check=check)
+    return dataclasses.field(default=default, metadata={"gpurl": key})
+
+
 @dataclasses.dataclass(**_KW)
 class PythonSelection:
     """What `uv sync` selects: the extras and groups of the environment the slices install."""
 
-    extras: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
+    extras: tuple[str, ...] = _field((), check=values.each(values.package_name))
+    groups: tuple[str, ...] = _field((), check=values.each(values.package_name))
     no_dev: bool = True
 
 
@@ -66,7 +91,7 @@ class PythonSelection:
 class TargetSpec:
     """The platform the image runs on (not the machine running this tool)."""
 
-    python: str = "3.12"
+    python: str = _field("3.12", check=values.version)
     os: str = "linux"
     arch: str = "x86_64"
     glibc: str = "2.35"  # Ubuntu 22.04, the CUDA base image
@@ -76,15 +101,17 @@ class TargetSpec:
 class LayerSettings:
     """How the Python environment is split into layers."""
 
-    cap: int = 4 * 10**9  # decimal bytes; written "4GB" in config
+    cap: int = _field(4 * 10**9, size=True)  # decimal bytes; written "4GB" in config
     basis: SizeBasis = "compressed"
-    size_overrides: Path | None = None  # JSON {"name" | "name==version": compressed bytes}
-    size_cache: Path | None = None  # JSON written by `invoke sizes --probe`
+    # JSON {"name" | "name==version": compressed bytes}
+    size_overrides: Path | None = _field(None, root_relative=True)
+    size_cache: Path | None = _field(None, root_relative=True)  # written by `invoke sizes --probe`
     # independent: each slice is its own layer wherever it sits (a bump costs the slices that
     # hold a changed package); chain: each layer sits on the ones below (a bump costs its
     # layer and every layer above). See README "The layer plan".
     mode: LayerMode = "independent"
-    own_layer: int = 20 * 10**6  # independent: a package this large gets a slice of its own
+    # independent: a package this large gets a slice of its own
+    own_layer: int = _field(20 * 10**6, size=True)
     tail_groups: int = 32  # independent: the smaller packages go into this many stable groups
 
     @property
@@ -104,20 +131,15 @@ class Layout:
 DEFAULT_LAYOUT = Layout()
 
 
-# The source id in an immutable tag: a commit's short (or full) sha, with `-dirty-<12 hex of
-# the diff>` when the tree had uncommitted tracked edits (git.source_id writes it).
-SOURCE_ID_PATTERN = r"[0-9a-f]{7,40}(?:-dirty-[0-9a-f]{12})?"
-
-
 @dataclasses.dataclass(**_KW)
 class RegistrySettings:
     """Where the image is pushed and how its tags are named."""
 
-    host: str = "ghcr.io"
+    host: str = _field("ghcr.io", check=values.registry_host)
     repository: str = "open-thoughts/openthoughts-agent"
-    user: str = ""
-    tag_prefix: str = "gpu-rl"
-    floating_tag: str = "gpu-rl"
+    user: str = _field("", check=values.optional(values.plain_name))
+    tag_prefix: str = _field("gpu-rl", check=values.plain_name)
+    floating_tag: str = _field("gpu-rl", check=values.plain_name)
     insecure: bool | None = None  # None: plain HTTP only for loopback hosts, like dockerd
 
     @property
@@ -133,7 +155,7 @@ class RegistrySettings:
 
     def is_immutable_tag(self, tag: str, *, prefix: str | None = None) -> bool:
         """`tag` is spelled like an immutable_reference's tag."""
-        return re.fullmatch(rf"{re.escape(prefix or self.tag_prefix)}-{SOURCE_ID_PATTERN}",
+        return re.fullmatch(rf"{re.escape(prefix or self.tag_prefix)}-{values.SOURCE_ID_PATTERN}",
                             tag) is not None
 
 
@@ -147,34 +169,46 @@ class BuildSettings:
     `[tool.gpurl.profiles.NAME.variants.VARIANT.build]`: a fork bump is a config edit.
     """
 
-    dockerfile: Path = Path("docker/Dockerfile.gpu-rl")
-    kaniko_script: Path = Path("docker/build_gpu_rl_kaniko.sh")
-    wheelhouse: Path = Path("docker/wheelhouse")
-    slices: Path = Path("docker/layers")  # slice files go to <slices>/<profile>/NN-label.txt
-    base_image: str = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
-    torch_version: str = ""  # what the wheel-builder compiles against; must match the lock's torch
-    cuda_tag: str = "cu128"  # must match the local label of the lock's torch (2.9.1+cu128)
-    flash_attn_version: str = ""
-    vllm_fork_repo: str = ""
-    vllm_fork_commit: str = ""
-    vllm_version: str = ""
-    harbor_repo: str = ""
-    harbor_commit: str = ""
+    dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True)
+    kaniko_script: Path = _field(Path("docker/build_gpu_rl_kaniko.sh"), root_relative=True)
+    wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True)
+    # slice files go to <slices>/<profile>/NN-label.txt
+    slices: Path = _field(Path("docker/layers"), root_relative=True)
+    base_image: str = _field("nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
+                             check=values.image_reference)
+    # what the wheel-builder compiles against; must match the lock's torch
+    torch_version: str = _field("", check=values.version)
+    # must match the local label of the lock's torch (2.9.1+cu128)
+    cuda_tag: str = _field("cu128", check=values.plain_name)
+    flash_attn_version: str = _field("", check=values.version)
+    vllm_fork_repo: str = _field("", check=values.git_url)
+    vllm_fork_commit: str = _field("", check=values.commit)
+    vllm_version: str = _field("", check=values.version)
+    harbor_repo: str = _field("", check=values.git_url)
+    harbor_commit: str = _field("", check=values.commit)
     wheel_source: WheelSource = "prebuilt-wheelhouse"  # wheel-builder: the slow nvcc path
-    wheel_base_url: str = ""  # where the prebuilt wheels and their MANIFEST are published
+    # where the prebuilt wheels and their MANIFEST are published
+    wheel_base_url: str = _field("", check=values.url)
     max_jobs: int = 8
-    apt_packages: tuple[str, ...] = ("ca-certificates", "curl", "git", "ibverbs-providers",
-                                     "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
-    index_url: str = ""  # empty: uv's default; the demo points it at a loopback index
+    apt_packages: tuple[str, ...] = _field(
+        ("ca-certificates", "curl", "git", "ibverbs-providers", "ibverbs-utils", "libibverbs1",
+         "librdmacm1", "rdma-core"), check=values.each(values.apt_package))
+    # empty: uv's default; the demo points it at a loopback index
+    index_url: str = _field("", check=values.optional(values.url))
     # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
-    uv_version: str = "0.13.9"  # uv is pip-installed into /opt/uv inside the image
+    # uv is pip-installed into /opt/uv inside the image
+    uv_version: str = _field("0.13.9", check=values.version)
     python_downloads: PythonDownloads = "automatic"  # UV_PYTHON_DOWNLOADS; "never" for the demo
-    builder_apt_packages: tuple[str, ...] = ("build-essential", "git", "ninja-build")
-    builder_extra_index_url: str = ""
-    builder_requirements: tuple[str, ...] = ()
-    wheel_specs: tuple[str, ...] = ()  # `pip wheel` arguments; "./path" is copied from the context
-    wheel_globs: tuple[str, ...] = ()  # the wheels the rl stage installs with --no-deps
-    import_asserts: tuple[str, ...] = ()  # one RUN each, so a failure names itself
+    builder_apt_packages: tuple[str, ...] = _field(("build-essential", "git", "ninja-build"),
+                                                   check=values.each(values.apt_package))
+    builder_extra_index_url: str = _field("", check=values.optional(values.url))
+    builder_requirements: tuple[str, ...] = _field((), check=values.each(values.requirement))
+    # `pip wheel` arguments; "./path" is copied from the context
+    wheel_specs: tuple[str, ...] = _field((), check=values.each(values.wheel_spec))
+    # the wheels the rl stage installs with --no-deps
+    wheel_globs: tuple[str, ...] = _field((), check=values.each(values.wheel_glob))
+    # one RUN each, so a failure names itself
+    import_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line))
     # "module=distribution" where an assert imports a module under another name than its
     # distribution's (yaml=pyyaml); generate checks every assert against the variant's closure
     import_names: tuple[str, ...] = ()
@@ -190,15 +224,17 @@ class ClusterSettings:
     and a `--cluster` flag on a task wins over both.
     """
 
-    name: str = "cw-us-east-02a"
-    controller_url: str = ""  # e.g. http://127.0.0.1:18765; empty: use `name`
+    name: str = _field("cw-us-east-02a", check=values.plain_name)
+    # e.g. http://127.0.0.1:18765; empty: use `name`
+    controller_url: str = _field("", url=True)
     cpu: int = 48
-    memory: str = "512GB"
-    disk: str = "400GB"
+    memory: str = _field("512GB", check=values.resource_size)
+    disk: str = _field("400GB", check=values.resource_size)
     timeout: int = 18000
     max_retries: int = 0
-    task_image: str = "docker.io/library/ubuntu:22.04"
-    cache_repo: str = ""  # empty: REGISTRY_IMAGE/cache
+    task_image: str = _field("docker.io/library/ubuntu:22.04", check=values.image_reference)
+    # empty: REGISTRY_IMAGE/cache
+    cache_repo: str = _field("", check=values.optional(values.image_reference))
     # The kaniko executor image, pinned by digest (`crane digest IMAGE:TAG` refreshes it).
     # Upstream kaniko (gcr.io/kaniko-project/executor) was archived in June 2025; v1.23.2 is its
     # last release. The maintained fork publishes ghcr.io/osscontainertools/kaniko: point this
@@ -211,9 +247,10 @@ class ClusterSettings:
 class VerifySettings:
     """Rules a pushed image must meet before it may be pinned."""
 
-    hard_limit: int = 8 * 10**9
+    hard_limit: int = _field(8 * 10**9, size=True)
     min_layers: int = 20
-    cap: int | None = None  # every layer's target; None: layers.cap (a small demo cap is for sync layers)
+    # every layer's target; None: layers.cap (a small demo cap is for sync layers)
+    cap: int | None = _field(None, size=True)
 
 
 @dataclasses.dataclass(**_KW)
@@ -221,7 +258,7 @@ class LauncherSettings:
     """The file and variable that hold the pinned image digest (path relative to workspace)."""
 
     path: Path = Path("cloud/iris/launch_rl_iris.py")
-    variable: str = "DEFAULT_RL_DOCKER_IMAGE"
+    variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier)
 
 
 @dataclasses.dataclass(**_KW)
@@ -277,50 +314,24 @@ _VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
                  "tag-prefix": "registry.tag-prefix", "floating-tag": "registry.floating-tag",
                  "launcher-variable": "launcher.variable", "dockerfile": "build.dockerfile",
                  "import-asserts": "build.import-asserts"}
-_SIZE_KEYS = {"layers.cap", "layers.own-layer", "verify.hard-limit", "verify.cap"}
-_URL_KEYS = {"cluster.controller-url"}
-# Values written as syntax into a generated artifact: each checked against its grammar (values.py).
-_VALUE_CHECKS: dict[str, values.Check] = {
-    "python.extras": values.each(values.package_name),
-    "python.groups": values.each(values.package_name),
-    "target.python": values.version,
-    "registry.host": values.registry_host,
-    "registry.user": values.optional(values.plain_name),
-    "registry.tag-prefix": values.plain_name,
-    "registry.floating-tag": values.plain_name,
-    "build.base-image": values.image_reference,
-    "build.uv-version": values.version,
-    "build.torch-version": values.version,
-    "build.flash-attn-version": values.version,
-    "build.vllm-version": values.version,
-    "build.cuda-tag": values.plain_name,
-    "build.vllm-fork-repo": values.git_url,
-    "build.vllm-fork-commit": values.commit,
-    "build.harbor-repo": values.git_url,
-    "build.harbor-commit": values.commit,
-    "build.index-url": values.optional(values.url),
-    "build.builder-extra-index-url": values.optional(values.url),
-    "build.wheel-base-url": values.url,
-    "build.apt-packages": values.each(values.apt_package),
-    "build.builder-apt-packages": values.each(values.apt_package),
-    "build.builder-requirements": values.each(values.requirement),
-    "build.wheel-specs": values.each(values.wheel_spec),
-    "build.wheel-globs": values.each(values.wheel_glob),
-    "build.import-asserts": values.each(values.one_line),
-    "cluster.name": values.plain_name,
-    "cluster.memory": values.resource_size,
-    "cluster.disk": values.resource_size,
-    "cluster.task-image": values.image_reference,
-    "cluster.cache-repo": values.optional(values.image_reference),
-    "launcher.variable": values.identifier,
-}
-# Paths relative to the repository root; the rest of the paths are relative to the workspace.
-_ROOT_RELATIVE = {"layers.size-overrides", "layers.size-cache", "build.dockerfile",
-                  "build.kaniko-script", "build.wheelhouse", "build.slices"}
-
-
 def _key(name: str) -> str:
     return name.replace("_", "-")
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """The field types of a settings class (resolved once: annotations are strings here)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _key_of(field: dataclasses.Field[Any]) -> _Key:
+    key = field.metadata.get("gpurl", _PLAIN)
+    assert isinstance(key, _Key)
+    return key
 
 
 @functools.cache
@@ -356,6 +367,21 @@ def _flatten(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     return flat
 
 
+PROFILE_ENV = "GPURL_PROFILE"
+
+
+def profile_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """The profile $GPURL_PROFILE selects (None: unset), as load_config reads it."""
+    return (os.environ if env is None else env).get(PROFILE_ENV) or None
+
+
+def environment_value(dotted: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The raw GPURL_<SECTION>_<KEY> value of config key `dotted` in `env`, for the one path
+    that runs without a resolved config: redacting a failed task's output."""
+    found = _from_env(os.environ if env is None else env).get(dotted)
+    return found[0] if found else None
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """GPURL_<SECTION>_<KEY> variables as {dotted key: (value, variable name)}."""
     by_var = {"GPURL_" + k.upper().replace(".", "_").replace("-", "_"): k for k in _known_keys()}
@@ -377,7 +403,8 @@ def _type_name(hint: Any) -> str:
                                               str), "a value")
 
 
-def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool) -> Any:
+def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool,
+             key: _Key = _PLAIN) -> Any:
     """One config value as its typed field, or a ConfigError naming the key path, where it
     came from, the expected type and the value found. `text`: the value came from an
     environment variable or a flag (a string to parse); TOML values must have the right type."""
@@ -391,7 +418,7 @@ def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool) -> A
         if optional:
             return None
         raise bad(_type_name(base))
-    if dotted in _SIZE_KEYS:
+    if key.size:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise bad('a size like "4GB" or a byte count')
         try:
@@ -436,7 +463,7 @@ def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool) -> A
         if not value:
             raise bad("a path, not empty")
         return Path(value)
-    if dotted in _URL_KEYS and value and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+    if key.url and value and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
         raise bad("an http:// or https:// URL, or empty")
     return value
 
@@ -464,10 +491,10 @@ def load_config(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     variant: str | None = None,
-    _alone: bool = False,
 ) -> Config:
     """Resolve the config for `profile` (and `variant`) from `root/pyproject.toml`, `env` and
-    `overrides`.
+    `overrides`, in one pass: pyproject is read once, and every variant of the profile is
+    resolved from the same tables (the chosen one first, so its errors come first).
 
     `overrides` uses dotted keys ("layers.cap", "python.extras", "lock"); None values are
     ignored so task flags can pass their defaults straight through.
@@ -479,7 +506,7 @@ def load_config(
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
         raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
-    name = values.profile_name(profile or env.get("GPURL_PROFILE") or default, "the profile name")
+    name = values.profile_name(profile or profile_from_env(env) or default, "the profile name")
     if profiles and name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=1)
         raise ConfigError(
@@ -489,21 +516,28 @@ def load_config(
 
     # every value with where it came from: errors name the place, and strings from the
     # environment or flags are parsed while TOML values must already have the right type
-    merged: dict[str, tuple[Any, str, bool]] = {}
+    shared: dict[str, tuple[Any, str, bool]] = {}
     for table, where in ((tool, "[tool.gpurl]"),
                          (profiles.get(name, {}), f"[tool.gpurl.profiles.{name}]")):
-        merged.update({k: (v, where, False)
+        shared.update({k: (v, where, False)
                        for k, v in _flatten(_table(table, where), where).items()})
-    names, chosen = _variant(profiles.get(name, {}), name, variant, merged)
-    merged.update({k: (v, f"${var}", True) for k, (v, var) in _from_env(env).items()})
+    names, chosen = _variant_names(profiles.get(name, {}), name, variant)
+    late = {k: (v, f"${var}", True) for k, (v, var) in _from_env(env).items()}
     for key, value in (overrides or {}).items():
         if value is None:
             continue
         if key not in _known_keys():
             raise _unknown(key, "the command line")
-        merged[key] = (value, "the command line", not isinstance(value, bool | int | list | tuple))
+        late[key] = (value, "the command line", not isinstance(value, bool | int | list | tuple))
 
-    top_hints = get_type_hints(Config)
+    def merged_for(which: str) -> dict[str, tuple[Any, str, bool]]:
+        merged = dict(shared)
+        if which:
+            _variant(profiles.get(name, {}), name, names, which, merged)
+        return {**merged, **late}
+
+    merged = merged_for(chosen)
+    top_hints = _hints(Config)
 
     def top(key: str, default: Any) -> Any:
         if key not in merged:
@@ -514,47 +548,45 @@ def load_config(
     workspace = (root / top("workspace", Path("."))).resolve()
     lock = workspace / top("lock", Path("uv.lock"))
     backend = top("backend", "iris")
+    sections = _sections(merged, root, workspace)
+    # every variant resolved as fully as the chosen one (its errors are errors here too)
+    each = {n: sections if n == chosen else _sections(merged_for(n), root, workspace)
+            for n in names}
+    variants = tuple(Variant(name=n, python=each[n]["python"], build=each[n]["build"])
+                     for n in names)
+    return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
+                  variant=chosen, variants=variants, **sections)
+
+
+def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
+              workspace: Path) -> dict[str, Any]:
+    """Each section's settings from the merged values, every key read as its field declares."""
     sections: dict[str, Any] = {}
     for section, cls in _SECTIONS.items():
-        hints = get_type_hints(cls)
+        hints = _hints(cls)
         kwargs: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             dotted = f"{section}.{_key(field.name)}"
-            base = root if dotted in _ROOT_RELATIVE else workspace
+            key = _key_of(field)
+            base = root if key.root_relative else workspace
             if dotted in merged:
                 value, where, text = merged[dotted]
-                value = _convert(dotted, hints[field.name], value, where, text=text)
-                if dotted in _VALUE_CHECKS:  # issue 24: the value's grammar, at the edge
+                value = _convert(dotted, hints[field.name], value, where, text=text, key=key)
+                if key.check is not None:  # issue 24: the value's grammar, at the edge
                     try:
-                        _VALUE_CHECKS[dotted](value, dotted)
+                        key.check(value, dotted)
                     except ConfigError as exc:
                         raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint) from None
                 kwargs[field.name] = base / value if isinstance(value, Path) else value
             elif isinstance(field.default, Path):  # default paths resolve the same way
                 kwargs[field.name] = base / field.default
         sections[section] = cls(**kwargs)
-    def resolved(n: str) -> Variant:
-        if n == chosen or _alone:
-            return Variant(name=n, python=sections["python"], build=sections["build"])
-        other = load_config(root, profile=name, env=env, overrides=overrides, variant=n,
-                            _alone=True)
-        return Variant(name=n, python=other.python, build=other.build)
-
-    variants = tuple(resolved(n) for n in names)
-    return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
-                  variant=chosen, variants=variants, **sections)
+    return sections
 
 
-def _variant(profile: Mapping[str, Any], name: str, wanted: str | None,
-             merged: dict[str, tuple[Any, str, bool]]) -> tuple[tuple[str, ...], str]:
-    """Apply the chosen variant's keys onto `merged`; (every variant's name, the chosen one).
-
-    The first variant is the profile's own image: its tag prefix, floating tag, launcher
-    variable, Dockerfile and kaniko script default to the profile's. Any other one defaults to
-    PREFIX-VARIANT tags, a Dockerfile named DOCKERFILE-VARIANT and a script SCRIPT-VARIANT.sh,
-    and must name its launcher variable (a pin must never land in another variant's variable).
-    Its `build` table overrides any build key (its own compiled-wheel pins, torch, wheelhouse).
-    """
+def _variant_names(profile: Mapping[str, Any], name: str,
+                   wanted: str | None) -> tuple[tuple[str, ...], str]:
+    """(every variant's name in file order, the chosen one); ((), "") for a profile without."""
     table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
     names = tuple(table)
     if SHARED in names:
@@ -571,6 +603,20 @@ def _variant(profile: Mapping[str, Any], name: str, wanted: str | None,
         raise ConfigError(f"profile {name!r} has no variant {chosen!r}",
                           hint=f"did you mean {close[0]!r}?" if close else
                           f"choose one of {', '.join(names)}")
+    return names, chosen
+
+
+def _variant(profile: Mapping[str, Any], name: str, names: tuple[str, ...], chosen: str,
+             merged: dict[str, tuple[Any, str, bool]]) -> None:
+    """Apply variant `chosen`'s keys onto `merged` (the profile's values).
+
+    The first variant is the profile's own image: its tag prefix, floating tag, launcher
+    variable, Dockerfile and kaniko script default to the profile's. Any other one defaults to
+    PREFIX-VARIANT tags, a Dockerfile named DOCKERFILE-VARIANT and a script SCRIPT-VARIANT.sh,
+    and must name its launcher variable (a pin must never land in another variant's variable).
+    Its `build` table overrides any build key (its own compiled-wheel pins, torch, wheelhouse).
+    """
+    table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
     where = f"[tool.gpurl.profiles.{name}.variants.{chosen}]"
     keys = dict(_table(table[chosen], where))
     build = _table(keys.pop("build", {}), f"{where[:-1]}.build]")
@@ -610,13 +656,13 @@ def _variant(profile: Mapping[str, Any], name: str, wanted: str | None,
                 raise ConfigError(f"import-asserts in {where} must be a list of strings")
             value = [*base, *value]
         merged[dotted] = (value, where, False)
-    return names, chosen
 
 
-def load_committed_config(root: Path, profile: str, variant: str | None = None) -> Config:
-    """The config as committed: pyproject.toml alone, no GPURL_* variables and no flags.
+def load_committed_config(root: Path, profile: str | None, variant: str | None = None) -> Config:
+    """The config as committed: pyproject.toml alone, no GPURL_* variables and no flags (the
+    profile, when not named, is still the one $GPURL_PROFILE selects).
 
     Files that are generated and committed (Dockerfiles, the kaniko script, slice files) must
     not depend on whoever runs the generator.
     """
-    return load_config(root, profile=profile, env={}, variant=variant)
+    return load_config(root, profile=profile or profile_from_env(), env={}, variant=variant)

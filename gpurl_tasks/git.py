@@ -3,16 +3,19 @@ files as they were at a commit (rebuild-needed compares baked inputs at two poin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpurl_tasks import values
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.files import decode_text
 from gpurl_tasks.proc import CommandFailed, Completed, ProgramNotFound, run
 
-__all__ = ["GitError", "diff_hash", "dirty_tracked_files", "file_history", "head_sha",
-           "ls_bundle_files", "resolve_commit", "short_sha", "show_file", "source_id", "toplevel"]
+__all__ = ["GitError", "Source", "diff_hash", "dirty_tracked_files", "file_history",
+           "head_sha", "ls_bundle_files", "resolve_commit", "short_sha", "show_file", "source", "source_id",
+           "toplevel"]
 
 
 class GitError(GpurlError):
@@ -29,7 +32,7 @@ def short_sha(root: Path) -> str | None:
 
 
 def head_sha(root: Path) -> str:
-    """`git rev-parse --short HEAD` in `root`: the sha a build tags the image with."""
+    """`git rev-parse --short HEAD` in `root`, or an error naming the directory."""
     sha = short_sha(root)
     if not sha:
         raise GitError(f"{root} is not a git checkout with a commit",
@@ -56,14 +59,38 @@ def diff_hash(root: Path, exclude: Sequence[str] = ()) -> str:
     return hashlib.sha256(out.encode()).hexdigest()[:12]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Source:
+    """The tree a build runs from: its commit, and the tracked files with uncommitted edits
+    (with the hash of their diff) that make it differ from that commit."""
+
+    commit: str
+    dirty: tuple[str, ...] = ()
+    diff: str | None = None  # set exactly when `dirty` is not empty
+
+    @property
+    def id(self) -> str:
+        """What an image built from this tree is tagged with (values.source_id)."""
+        return values.source_id(self.commit, self.diff)
+
+
+def source(root: Path, exclude: Sequence[str] = ()) -> Source | None:
+    """The tree at `root` (tracked edits to `exclude` paths left out, as they cannot enter
+    the image), or None when there is no commit to name it by. Both backends tag with it."""
+    sha = short_sha(root)
+    return _tree(root, sha, exclude) if sha else None
+
+
+def _tree(root: Path, sha: str, exclude: Sequence[str]) -> Source:
+    dirty = tuple(dirty_tracked_files(root, exclude))
+    return Source(sha, dirty, diff_hash(root, exclude) if dirty else None)
+
+
 def source_id(root: Path, exclude: Sequence[str] = ()) -> str:
-    """What an image built from this tree is tagged with: the short commit id, or
-    `SHA-dirty-<diff hash>` when tracked files (other than `exclude`) have uncommitted
-    edits, because such a tree is not the commit its sha names."""
-    sha = head_sha(root)
-    if dirty_tracked_files(root, exclude):
-        return f"{sha}-dirty-{diff_hash(root, exclude)}"
-    return sha
+    """The source id of the tree at `root`: the short commit id, or `SHA-dirty-<diff hash>`
+    when tracked files (other than `exclude`) have uncommitted edits, because such a tree is
+    not the commit its sha names."""
+    return _tree(root, head_sha(root), exclude).id
 
 
 def ls_bundle_files(root: Path) -> list[str]:

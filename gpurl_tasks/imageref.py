@@ -14,7 +14,7 @@ import re
 
 from gpurl_tasks.errors import GpurlError
 
-__all__ = ["DIGEST_RE", "ImageRef", "InvalidReference", "immutable_tag", "is_loopback",
+__all__ = ["DIGEST_RE", "ImageRef", "InvalidReference", "is_loopback",
            "parse_reference", "split_host_port", "uses_plain_http"]
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -97,11 +97,6 @@ def parse_reference(text: str, *, default_host: str = "", bare: bool = False) ->
         raise InvalidReference(f"image reference {text!r} names neither a tag nor a digest",
                                hint="write REPO:TAG or REPO@sha256:...")
     return ref
-
-
-def immutable_tag(prefix: str, git_sha: str) -> str:
-    """The one spelling of an image's immutable tag: `PREFIX-<git sha>`."""
-    return f"{prefix}-{git_sha}"
 
 
 def split_host_port(host: str) -> tuple[str, int | None]:

@@ -11,11 +11,15 @@ import dataclasses
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["REDACTED", "Secret", "TokenSource", "find_registry_token", "known_secrets",
+from gpurl_tasks.config import environment_value
+
+__all__ = ["REDACTED", "TOKEN_ENVS", "Secret", "TokenSource", "find_registry_token", "known_secrets",
            "looks_like_docker_hub", "redact"]
 
 REDACTED = "***"
 _DOCKER_HUB_PREFIX = "dckr_pat_"
+# Where the registry token is read, in order: a secret, so never part of the (printable) config.
+TOKEN_ENVS = ("GPURL_REGISTRY_TOKEN", "GHCR_TOKEN")
 
 
 class Secret:
@@ -90,9 +94,9 @@ def known_secrets(env: Mapping[str, str], *, gh_token: Callable[[], str | None],
                   users: Iterable[str] = ()) -> tuple[Secret, ...]:
     """Every registry secret gpurl could have used, from every source (both token variables
     and `gh auth token`), plus `user:token` for each known user: what output is redacted of."""
-    tokens = [env.get(name, "").strip() for name in ("GPURL_REGISTRY_TOKEN", "GHCR_TOKEN")]
+    tokens = [env.get(name, "").strip() for name in TOKEN_ENVS]
     tokens.append((gh_token() or "").strip())
-    names = {u for u in (*users, env.get("GPURL_REGISTRY_USER", ""), "gpurl") if u}
+    names = {u for u in (*users, environment_value("registry.user", env) or "", "gpurl") if u}
     found = [t for t in tokens if t]
     return tuple(Secret(v) for v in dict.fromkeys(
         found + [f"{user}:{token}" for token in found for user in sorted(names)]))
@@ -107,7 +111,7 @@ def find_registry_token(
     env: Mapping[str, str], *, gh_token: Callable[[], str | None]
 ) -> TokenSource | None:
     """GPURL_REGISTRY_TOKEN, else GHCR_TOKEN, else `gh auth token` (when gh is installed)."""
-    for name in ("GPURL_REGISTRY_TOKEN", "GHCR_TOKEN"):
+    for name in TOKEN_ENVS:
         value = env.get(name, "").strip()
         if value:
             return TokenSource(token=Secret(value), source=f"${name}")

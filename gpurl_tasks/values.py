@@ -14,7 +14,7 @@ the lock reader passes LockError) with `key` in the message: `build.apt-packages
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,11 +26,16 @@ from gpurl_tasks.errors import ConfigError, GpurlError, shown
 from gpurl_tasks.imageref import InvalidReference, parse_reference
 
 __all__ = [
+    "ARG_REF",
     "HASH_LENGTHS",
+    "SOURCE_ID_ERE",
+    "SOURCE_ID_PATTERN",
+    "VARIABLE",
     "Check",
     "apt_package",
     "commit",
     "each",
+    "expand_variables",
     "git_url",
     "hash_digest",
     "identifier",
@@ -45,7 +50,10 @@ __all__ = [
     "registry_host",
     "requirement",
     "resource_size",
+    "source_commit",
+    "source_id",
     "url",
+    "variable_name",
     "version",
     "wheel_glob",
     "wheel_spec",
@@ -58,6 +66,11 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _PROFILE = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
+# The source id an immutable tag ends with: a commit's short (or full) sha, with
+# `-dirty-<12 hex of the diff>` when the tree had uncommitted tracked edits (source_id).
+SOURCE_ID_PATTERN = r"[0-9a-f]{7,40}(?:-dirty-[0-9a-f]{12})?"
+# The same pattern as bash's `[[ =~ ]]` (POSIX ERE, no `(?:`) reads it: the kaniko script.
+SOURCE_ID_ERE = SOURCE_ID_PATTERN.replace("(?:", "(")
 # Debian policy 5.6.1: lowercase letters, digits, + - . ; at least two; starts alphanumeric.
 # An optional `:arch` qualifier and `=version` pin, as apt-get accepts them.
 _APT = re.compile(r"[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[A-Za-z0-9.+~:-]+)?")
@@ -67,7 +80,12 @@ _HASH = re.compile(r"(md5|sha256|sha384|sha512):([0-9a-f]+)")
 # RFC 3986 characters: no whitespace, control, quote, backslash, backtick or non-ASCII.
 _URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
 _PATH = re.compile(r"[A-Za-z0-9._+/-]+")
-_ARG_REF = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")
+# The one home of `${...}` in Dockerfile text and in config values written into it:
+# ARG_REF is a build ARG reference `${NAME}` (the only form a config value may hold; group 1 is
+# the name); VARIABLE is any expansion the Dockerfile's shell or parser reads: `$name`,
+# `${name}`, `${name:-default}`, `${name:+alt}` (the name is group 1 or 2: variable_name).
+ARG_REF = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
+VARIABLE = re.compile(r"\$(?:\{(\w+)(?::?[-+][^}]*)?\}|(\w+))")
 _GLOB = re.compile(r"[A-Za-z0-9_.*?+/-]+")
 URL_SCHEMES = ("https", "http", "file")
 GIT_SCHEMES = ("https", "http", "ssh", "git", "file", "git+https", "git+http", "git+ssh",
@@ -197,7 +215,7 @@ def requirement(value: object, key: str, *, error: type[GpurlError] = ConfigErro
     reference stands for a version and is checked as one."""
     text = one_line(value, key, error=error)
     try:
-        _Requirement(_ARG_REF.sub("0", text))
+        _Requirement(ARG_REF.sub("0", text))
     except InvalidRequirement:
         raise _bad(error, key, value, "a requirement such as 'name>=1.0'") from None
     if text.startswith("-") or any(c.isspace() for c in text.replace(" @ ", "@")):
@@ -213,8 +231,8 @@ def wheel_spec(value: object, key: str, *, error: type[GpurlError] = ConfigError
             raise _bad(error, key, value, "a ./path inside the build context")
         return text
     if "://" in text or text.startswith("git+"):
-        probe = _ARG_REF.sub("https://example.invalid/x", text, count=1)
-        probe = _ARG_REF.sub("0", probe)
+        probe = ARG_REF.sub("https://example.invalid/x", text, count=1)
+        probe = ARG_REF.sub("0", probe)
         url(probe.removeprefix("git+"), key, error=error, schemes=GIT_SCHEMES)
         if not _URL_CHARS.fullmatch(text.replace("{", "").replace("}", "")):
             raise _bad(error, key, value, "a URL without spaces or quotes")
@@ -226,7 +244,7 @@ def wheel_glob(value: object, key: str, *, error: type[GpurlError] = ConfigError
     """A wheel file glob (`vllm-*g${VLLM_FORK_COMMIT}*.whl`): file-name characters, `*`, `?`
     and build-arg references only."""
     text = _string(value, key, error, "a wheel glob")
-    if not _GLOB.fullmatch(_ARG_REF.sub("x", text)) or text.startswith("-"):
+    if not _GLOB.fullmatch(ARG_REF.sub("x", text)) or text.startswith("-"):
         raise _bad(error, key, value, "a file glob of letters, digits, '._-+/*?' and ${ARG}")
     return text
 
@@ -278,6 +296,30 @@ def inside_repository(path: Path, root: Path, key: str, *,
     if not _PATH.fullmatch(relative) or relative.startswith("-"):
         raise _bad(error, key, relative, "a path of letters, digits and '._+-/' only")
     return relative
+
+
+def variable_name(match: re.Match[str]) -> str:
+    """The name a VARIABLE match expands."""
+    return match.group(1) or match.group(2)
+
+
+def expand_variables(text: str, known: Mapping[str, str]) -> str:
+    """`text` with each VARIABLE that `known` names replaced by its value; any other stays as
+    written (a default after `:-` is not applied: an unknown ARG shows as itself)."""
+    return VARIABLE.sub(lambda m: known.get(variable_name(m), m.group(0)), text)
+
+
+def source_id(commit: str, diff: str | None = None) -> str:
+    """The one spelling of a source id: `commit`, or `commit-dirty-<diff>` for a tree with
+    uncommitted tracked edits whose diff hashes to `diff` (12 hex digits)."""
+    return f"{commit}-dirty-{diff}" if diff else commit
+
+
+def source_commit(text: str) -> str | None:
+    """The commit of a source id found at the start of `text` (its `-dirty-` part, if any,
+    dropped), or None when `text` does not start with one."""
+    match = re.match(rf"({_COMMIT.pattern})(?:-dirty-[0-9a-f]{{12}})?(?![0-9A-Za-z_])", text)
+    return match.group(1) if match else None
 
 
 def optional(check: Check) -> Check:

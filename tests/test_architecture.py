@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,42 @@ def test_no_import_cycle_anywhere() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# GPURL_* variables that are not config keys, each with why it is read outside the cascade.
+# Every other GPURL_* name belongs to config.py, the one reader of the environment's config.
+NOT_CONFIG_ENV = {
+    "GPURL_DEBUG": "cli: show the traceback of an internal error",
+    "GPURL_REGISTRY_TOKEN": "redact: the registry token, a secret kept out of the config",
+    "GPURL_KANIKO_ROOT": "kaniko script: test-only hook, where the harness roots the job",
+    "GPURL_IRIS": "cluster.jobs: which iris program runs on this machine",
+    "GPURL_DOCKER_CLIENT": "local.engine: which docker client runs on this machine",
+    "GPURL_CACHE_DIR": "local.setup: where this machine keeps the local path's state",
+    "GPURL_LOG": "proc: the log file handed to a detached child, set by proc itself",
+    "GPURL_PROBE": "local.engine: an ENV line of the probe image, not a variable read",
+}
+_ENV_NAME = re.compile(r"GPURL_[A-Z0-9_]*")
+
+
+def _env_names(tree: ast.Module) -> set[str]:
+    """String constants spelled like a GPURL_* variable name (prose mentioning one is not)."""
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str) and _ENV_NAME.fullmatch(n.value)}
+
+
+def _second_readers(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
+    return {module: names for module, tree in modules.items() if module != "config"
+            and (names := _env_names(tree) - set(NOT_CONFIG_ENV))}
+
+
+def test_config_is_the_only_reader_of_gpurl_variables() -> None:
+    """A module reading a GPURL_* variable itself bypasses the cascade (its order, its typed
+    errors, `load_committed_config` leaving the environment out)."""
+    assert _second_readers(MODULES) == {}
+
+
+def test_the_reader_check_finds_a_second_reader() -> None:
+    tree = ast.parse('import os\nuser = os.environ.get("GPURL_REGISTRY_USER")\n'
+                     '"""Set GPURL_REGISTRY_USER to name the user."""\n')
+    assert _second_readers({"oci.auth": tree}) == {"oci.auth": {"GPURL_REGISTRY_USER"}}
+    assert _second_readers({"config": tree}) == {}

@@ -21,11 +21,11 @@ from gpurl_tasks.cluster.bundle import measure_bundle
 from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.git import dirty_tracked_files, ls_bundle_files, short_sha
+from gpurl_tasks.git import ls_bundle_files, short_sha
 from gpurl_tasks.redact import find_registry_token
+from tests.conftest import REPO_ROOT
 from tests.support.git import git
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CANARY = "ghp_CANARYa1b2c3d4e5"
 STANDIN_IRIS = """#!/usr/bin/env bash
 printf '%s\\n' "$@" > "$IRIS_CALLED"
@@ -69,8 +69,7 @@ def _world(env: dict[str, str], gh: str | None = None, *, real_registry: bool = 
     """The real adapters; the registry lookup answers "no such tag" unless `real_registry`
     (ghcr.io is not reachable here: the tag guard runs against a real loopback registry in
     test_an_existing_immutable_tag_is_refused_before_submitting)."""
-    return BuildEnv(env=env, short_sha=short_sha, dirty_files=dirty_tracked_files,
-                    token=lambda: find_registry_token(env, gh_token=lambda: gh),
+    return BuildEnv(env=env, token=lambda: find_registry_token(env, gh_token=lambda: gh),
                     bundle=lambda root: measure_bundle(root, ls_bundle_files),
                     tag_digest=None if real_registry else lambda ref: None)
 

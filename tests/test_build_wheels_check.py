@@ -18,9 +18,8 @@ import pytest
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.local import base_image, engine
-from tests.local_parts import need
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT
+from tests.support.local_parts import need
 
 _WRITE_WHEEL = (
     "import sys, zipfile; tag = sys.argv[1]; info = 'gpurl_demo_ext-0.1.0.dist-info'; "

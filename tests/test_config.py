@@ -8,6 +8,7 @@ import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import ConfigError
+from tests.conftest import REPO_ROOT
 
 PYPROJECT = """
 [tool.gpurl]
@@ -78,7 +79,7 @@ def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
 
 
 def test_the_repository_config_loads_for_every_profile() -> None:
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO_ROOT
     for profile in ("gpu-rl", "demo"):
         config = load_config(repo, profile=profile, env={})
         assert config.layers.cap > 0 and config.profile == profile
@@ -98,3 +99,51 @@ def test_cluster_controller_url_must_be_an_http_url(root: Path, bad: str) -> Non
     with pytest.raises(ConfigError, match=r"cluster\.controller-url in \$GPURL_CLUSTER_CONTROLLER"
                        r"_URL must be an http:// or https:// URL"):
         load_config(root, env={"GPURL_CLUSTER_CONTROLLER_URL": bad})
+
+
+def test_a_profile_with_variants_reads_pyproject_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every variant is resolved from the same tables in one pass, not by re-loading."""
+    from gpurl_tasks import config as config_module
+
+    reads: list[Path] = []
+    real = config_module._tool_table
+
+    def counted(root: Path) -> object:
+        reads.append(root)
+        return real(root)
+
+    monkeypatch.setattr(config_module, "_tool_table", counted)
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={})
+    assert [v.name for v in config.variants] == ["standard", "megatron"]
+    assert config.variants[1].python != config.variants[0].python
+    assert len(reads) == 1
+
+
+def test_each_key_declares_its_reading_on_its_field() -> None:
+    """A size key takes "4GB", a root-relative path resolves from the root, a checked key is
+    refused by its grammar: all three read from the field's own declaration."""
+    import dataclasses
+
+    from gpurl_tasks.config import BuildSettings, LayerSettings
+
+    keys = {f.name: f.metadata["gpurl"] for f in dataclasses.fields(LayerSettings)
+            if "gpurl" in f.metadata}
+    assert keys["cap"].size and keys["size_cache"].root_relative
+    build = {f.name: f.metadata.get("gpurl") for f in dataclasses.fields(BuildSettings)}
+    assert build["dockerfile"].root_relative and build["uv_version"].check is not None
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("GPURL_BUILD_WHEEL_SOURCE", "prebuilt",
+     "build.wheel-source in $GPURL_BUILD_WHEEL_SOURCE must be one of 'prebuilt-wheelhouse', "
+     "'wheel-builder', not 'prebuilt'"),
+    ("GPURL_BUILD_PYTHON_DOWNLOADS", "sometimes",
+     "build.python-downloads in $GPURL_BUILD_PYTHON_DOWNLOADS must be one of 'automatic', "
+     "'manual', 'never', not 'sometimes'"),
+])
+def test_a_setting_outside_its_choices_is_refused_by_the_config(
+        root: Path, variable: str, value: str, message: str) -> None:
+    """The one check of a Literal setting (the recipe trusts the typed config)."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(root, env={variable: value})
+    assert caught.value.message == message

@@ -23,7 +23,6 @@ import pytest
 
 from gpurl_tasks.config import SHARED, load_config
 from gpurl_tasks.dockerfile.generate import render_dockerfile
-from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local.builder import build_and_push, serving_index
@@ -32,10 +31,11 @@ from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
 from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.plan.model import SLICE_DIR
 from gpurl_tasks.plan.profile import plan_for_config, slice_path
 from tests.conftest import REPO_ROOT
-from tests.local_parts import need
 from tests.support.checkout import repo_copy
+from tests.support.local_parts import need
 from tests.support.pyindex import make_wheel
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]

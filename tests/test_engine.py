@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -16,9 +17,8 @@ from gpurl_tasks import proc
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.local import base_image, engine, registry_server, setup
-from tests.local_parts import free_port, need
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT
+from tests.support.local_parts import free_port, need
 
 
 def test_mirror_from_one_line_sources() -> None:
@@ -148,10 +148,14 @@ def test_setup_local_twice_finds_everything_the_first_run_made(tmp_path: Path) -
         assert status["engine"] in ("found", "started", "installed")
         assert status["base image"] in ("found", "pulled", "built")
         assert first.steps[-1].detail.startswith("4/4 pins")  # uv, pip, setuptools, the lock's
+        started = time.monotonic()
         second = setup.setup_local(config, cache=cache)
+        wall = time.monotonic() - started
         assert [s.status for s in second.steps] == ["found"] * 5
         assert second.client == first.client
+        # each step's time is its own share of the call: together no more than the call took
         assert all(s.seconds >= 0 for s in second.steps)
+        assert sum(s.seconds for s in second.steps) <= wall
 
         lock.write_text(_LOCK.format(port=index_port, wheel="iniconfig-2.0.0-cp311-x.whl"))
         with pytest.raises(BuildError, match="none of their recorded files"):

@@ -20,8 +20,8 @@ from gpurl_tasks.dockerfile.generate import (
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, sync_selection_flags
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
 
 SMALL_PYPROJECT = textwrap.dedent("""\

@@ -18,8 +18,8 @@ from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.plan.planner import group_label, group_of
 from gpurl_tasks.plan.profile import plan_for_config
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 GB = 10**9
 
 

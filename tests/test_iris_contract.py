@@ -22,8 +22,8 @@ import pytest
 from gpurl_tasks.cluster import jobs
 from gpurl_tasks.cluster.submit import JOB_COMMAND, BuildRequest, prepare_build
 from gpurl_tasks.config import load_config
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CANARY = "ghp_CANARYcontract0042"
 # Set by the iris-contract session to the pinned requirement; there a missing iris fails.
 PIN_ENV = "GPURL_IRIS_CONTRACT"

@@ -7,9 +7,9 @@ as the user runs them (subprocesses) against `[tool.gpurl.cluster] controller-ur
 
 Stand-ins, because kaniko and crane cannot run here: `crane` is served from 127.0.0.1 as a
 checksum-pinned tarball and its `export` lays down a stand-in kaniko executor
-(tests/kaniko_harness.py); the job finds them through the script's pins, and the bundle
+(tests/support/kaniko_harness.py); the job finds them through the script's pins, and the bundle
 through a private root whose `app` is the job's $IRIS_WORKDIR (the pod's /app), set up by
-the controller HOME's .bash_profile (tests/iris_cluster.py). Everything else is real.
+the controller HOME's .bash_profile (tests/support/iris_cluster.py). Everything else is real.
 
 Runs in `nox -s iris-e2e` (Python 3.12, the pinned release), which `.ci/run` runs; elsewhere
 iris is not importable and the module skips with that reason.
@@ -36,14 +36,13 @@ from gpurl_tasks.cluster.iris import ClusterTarget, IrisCli
 from gpurl_tasks.cluster.submit import BuildRequest
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.proc import run
-from tests.iris_cluster import LocalIris, local_iris
-from tests.kaniko_harness import Rig, rig
-from tests.local_parts import free_port
 from tests.support.checkout import repo_copy
 from tests.support.git import git
+from tests.support.iris_cluster import LocalIris, local_iris
+from tests.support.kaniko_harness import Rig, rig
+from tests.support.local_parts import free_port
 from tests.support.registry_server import RegistryServer, require_registry, running_registry
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CANARY = "ghp_CANARYe2e5c1f00d"
 PIN_ENV = "GPURL_IRIS_CONTRACT"  # set by the iris sessions: there a missing iris fails
 

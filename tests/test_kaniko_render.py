@@ -24,8 +24,7 @@ from gpurl_tasks.cluster.kaniko import (
 )
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import BuildError, ConfigError
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT
 
 
 def config(**overrides: object) -> Config:

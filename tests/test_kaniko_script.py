@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kaniko_harness import Rig, rig
-from tests.local_parts import need
+from tests.support.kaniko_harness import Rig, rig
+from tests.support.local_parts import need
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
 from gpurl_tasks.plan.slices import Assignment, SliceLine, render_slice
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.variants import VariantInput, plan_variants
-from tests.locks import lock_texts
+from tests.support.locks import lock_texts
 
 TARGET = TargetSpec()
 CHAIN = Layout(mode="chain")

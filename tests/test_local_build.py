@@ -26,12 +26,11 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
-from gpurl_tasks.local import base_image, builder, engine, pyindex, registry_server, setup
+from gpurl_tasks.local import base_image, builder, download, engine, pyindex, registry_server, setup
 from gpurl_tasks.local.build_log import parse_plain_progress, stages_run, vertex_output
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
-from tests.local_parts import free_port, need
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT
+from tests.support.local_parts import free_port, need
 
 # --- pure parts --------------------------------------------------------------------------
 
@@ -215,8 +214,8 @@ def workspace(client: str, registry_port: int,
 
     wheels = setup.index_dir(cache)
     try:
-        pyindex.download([*setup.image_tool_pins(), "iniconfig==2.0.0"], wheels,
-                         target=pyindex.DownloadTarget.for_target(python="3.11", glibc="2.36",
+        download.download([*setup.image_tool_pins(), "iniconfig==2.0.0"], wheels,
+                         target=download.DownloadTarget.for_target(python="3.11", glibc="2.36",
                                                                  arch="x86_64"))
     except GpurlError as exc:
         need(False, f"cannot download wheels for the index: {exc}")

@@ -8,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.local_parts import free_port
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT
+from tests.support.local_parts import free_port
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ import pytest
 from gpurl_tasks.config import PythonSelection, TargetSpec
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.plan.lock import install_closure, parse_lock
-from tests.locks import GenPackage, render_lock
+from tests.support.locks import GenPackage, render_lock
 
 TARGET = TargetSpec()
 

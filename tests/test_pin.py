@@ -28,6 +28,7 @@ from gpurl_tasks.oci.pin import (
     rewrite_assignment,
     unified_diff,
 )
+from tests.conftest import REPO_ROOT
 
 VAR = "DEFAULT_RL_DOCKER_IMAGE"
 OLD = "ghcr.io/open-thoughts/openthoughts-agent@sha256:" + "e8" * 32
@@ -125,7 +126,7 @@ def test_the_pinned_demo_launcher_passes_the_projects_ruff(tmp_path: Path) -> No
     ruff = Path(sys.executable).with_name("ruff")
     if not ruff.exists():
         pytest.skip("ruff is not installed in this environment (the lint group has it)")
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO_ROOT
     launcher = repo / "examples/demo/cloud/iris/launch_rl_iris.py"
     assert line_length_for(launcher, repo) == 110
     new = rewrite_assignment(launcher.read_text(), VAR, DEMO_VALUE, LONG_COMMENT,
@@ -258,7 +259,7 @@ def test_kill_during_writes_leaves_old_or_new_never_a_mix(tmp_path: Path) -> Non
     target = tmp_path / "work" / "launch.py"
     target.parent.mkdir()
     target.write_text(old)
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO_ROOT
     env = {**os.environ, "PYTHONPATH": str(repo)}
     rng = random.Random(7)
     seen = set()

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from packaging.utils import canonicalize_name
 
 from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
-from gpurl_tasks.local import pyindex
-from tests.local_parts import free_port, need
+from gpurl_tasks.local import download, pyindex
+from gpurl_tasks.plan.lock import parse_lock
+from tests.support.local_parts import free_port, need
 
 PIN = "iniconfig==2.0.0"  # a tiny pure-Python wheel on PyPI
 
@@ -58,10 +59,10 @@ def test_unsatisfied_specs_and_build_requires(tmp_path: Path) -> None:
     (tmp_path / "setuptools-80.9.0-py3-none-any.whl").write_bytes(b"")
     (tmp_path / "uv_build-0.13.6-py3-none-any.whl").write_bytes(b"")
     specs = ["setuptools>=77", "setuptools<70", "uv_build>=0.9,<0.14", "wheel"]
-    assert pyindex.unsatisfied(specs, tmp_path) == ["setuptools<70", "wheel"]
-    assert pyindex.build_requires('[build-system]\nrequires = ["uv_build>=0.9,<0.14"]\n') \
+    assert download.unsatisfied(specs, tmp_path) == ["setuptools<70", "wheel"]
+    assert download.build_requires('[build-system]\nrequires = ["uv_build>=0.9,<0.14"]\n') \
         == ["uv_build>=0.9,<0.14"]
-    assert pyindex.build_requires("[project]\nname = 'x'\n") == []
+    assert download.build_requires("[project]\nname = 'x'\n") == []
 
 
 def test_port_of_accepts_only_loopback_simple_urls() -> None:
@@ -88,7 +89,7 @@ name = "ext"
 version = "0.1"
 source = { directory = "ext" }
 """
-    assert pyindex.pins_from_lock(lock) == ["iniconfig==2.0.0"]
+    assert download.pins_from_lock(parse_lock(lock)) == ["iniconfig==2.0.0"]
 
 
 def test_lock_files_and_unmatched_pins(tmp_path: Path) -> None:
@@ -110,23 +111,23 @@ wheels = [
     { url = "http://127.0.0.1:5006/files/b-2.0-cp311-cp311-manylinux_2_28_x86_64.whl" },
 ]
 """.replace('"sha256:00"', f'"sha256:{"00" * 32}"').replace('"sha256:01"', f'"sha256:{"01" * 32}"')
-    assert pyindex.lock_files(lock) == {
+    assert download.lock_files(parse_lock(lock)) == {
         "a==1.0": {"a-1.0.tar.gz", "a-1.0-py3-none-any.whl"},
         "b==2.0": {"b-2.0-cp311-cp311-manylinux_2_28_x86_64.whl"},
     }
     (tmp_path / "a-1.0-py3-none-any.whl").write_bytes(b"")
     (tmp_path / "b-2.0-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"")  # other tag
-    assert pyindex.unmatched_lock_files(lock, tmp_path) == ["b==2.0"]
+    assert download.unmatched_lock_files(parse_lock(lock), tmp_path) == ["b==2.0"]
 
 
 def test_missing_pins_match_name_and_version_normalized(tmp_path: Path) -> None:
     (tmp_path / "Foo_Bar-1.0-py3-none-any.whl").write_bytes(b"")
-    assert pyindex.missing_pins(["foo-bar==1.0", "foo.bar==1.0.0", "foo-bar==2"], tmp_path) \
+    assert download.missing_pins(["foo-bar==1.0", "foo.bar==1.0.0", "foo-bar==2"], tmp_path) \
         == ["foo-bar==2"]
 
 
 def test_download_target_lists_every_older_manylinux_tag() -> None:
-    target = pyindex.DownloadTarget.for_target(python="3.11", glibc="2.36", arch="x86_64")
+    target = download.DownloadTarget.for_target(python="3.11", glibc="2.36", arch="x86_64")
     assert target.platforms[0] == "manylinux_2_36_x86_64"
     assert "manylinux_2_17_x86_64" in target.platforms
     assert "manylinux2014_x86_64" in target.platforms
@@ -138,7 +139,7 @@ def test_download_target_lists_every_older_manylinux_tag() -> None:
 
 def test_download_refuses_loose_pins(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="exact"):
-        pyindex.download(["iniconfig>=2"], tmp_path, target=pyindex.DownloadTarget())
+        download.download(["iniconfig>=2"], tmp_path, target=download.DownloadTarget())
 
 
 def test_serving_a_missing_directory_fails_clearly(tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ def wheel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real wheel downloaded from PyPI with pip, as setup-local does on the host."""
     dest = tmp_path_factory.mktemp("wheels")
     try:
-        pyindex.download([PIN], dest, target=pyindex.DownloadTarget())
+        download.download([PIN], dest, target=download.DownloadTarget())
     except GpurlError as exc:
         need(False, f"cannot download {PIN} from the package index: {exc}")
     return dest
@@ -243,3 +244,20 @@ def test_sync_frozen_installs_from_the_url_the_lock_recorded(wheel_dir: Path,
     failed = subprocess.run(sync, cwd=project, env=_uv_env(), capture_output=True, text=True)
     assert failed.returncode != 0
     assert f"127.0.0.1:{port}" in failed.stderr
+
+
+def test_lock_files_are_named_as_on_disk_not_as_url_quoted() -> None:
+    """A local version's `+` is `%2B` in the URL uv records and `+` in the file pip writes."""
+    url = "https://download.pytorch.org/whl/cu124/torch-2.5.1%2Bcu124-cp311-cp311-linux_x86_64.whl"
+    lock = f"""
+version = 1
+[[package]]
+name = "torch"
+version = "2.5.1+cu124"
+source = {{ registry = "https://download.pytorch.org/whl/cu124" }}
+wheels = [
+    {{ url = "{url}", hash = "sha256:{"ab" * 32}" }},
+]
+"""
+    assert download.lock_files(parse_lock(lock)) == {
+        "torch==2.5.1+cu124": {"torch-2.5.1+cu124-cp311-cp311-linux_x86_64.whl"}}

@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT
+
 NOT_REPRODUCIBLE = {
     "invoke rebuild-needed --since HEAD~1",  # three scenarios, each a particular git history
 }

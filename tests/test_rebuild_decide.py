@@ -18,7 +18,7 @@ from gpurl_tasks.config import BuildSettings, TargetSpec
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.wheels import expected_filenames, pins_from_args
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
-from tests.rebuild_fixtures import APT, ARGS, SYNC_EXCLUSIONS, dockerfile
+from tests.support.rebuild_fixtures import APT, ARGS, SYNC_EXCLUSIONS, dockerfile
 
 CLOSURE: tuple[ClosureEntry, ...] = (
     ("numpy", "2.2.0", "sha256:aa"),

@@ -26,7 +26,7 @@ from gpurl_tasks.errors import LockError
 from gpurl_tasks.git import GitError
 from gpurl_tasks.oci.pin import Provenance, provenance_comment, rewrite_assignment
 from gpurl_tasks.rebuild.inputs import closure_entries, provenance_commit, rebuild_needed
-from tests.rebuild_fixtures import APT, dockerfile
+from tests.support.rebuild_fixtures import APT, dockerfile
 
 ENV: dict[str, str] = {}
 _T = TypeVar("_T")

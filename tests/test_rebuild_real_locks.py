@@ -10,7 +10,7 @@ from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.rebuild.fingerprint import Fingerprint, decide, fingerprint
 from gpurl_tasks.rebuild.inputs import closure_entries
 from tests.conftest import skyrl_lock
-from tests.rebuild_fixtures import dockerfile
+from tests.support.rebuild_fixtures import dockerfile
 
 TARGET = TargetSpec(glibc="2.35")
 

@@ -22,12 +22,13 @@ from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.model import render
-from gpurl_tasks.dockerfile.recipe import SLICE_DIR, render_recipe
-from gpurl_tasks.local import pyindex, setup
+from gpurl_tasks.dockerfile.recipe import render_recipe
+from gpurl_tasks.local import download, setup
 from gpurl_tasks.local.builder import serving_index
+from gpurl_tasks.plan.model import SLICE_DIR
 from gpurl_tasks.plan.profile import plan_for_config
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO = REPO_ROOT / "examples" / "demo"
 def _installed(venv: Path) -> set[str]:
     site = next(venv.glob("lib/python3*/site-packages"))
@@ -82,8 +83,8 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
 
     cache = setup.cache_dir(REPO_ROOT)
     setup.ensure_index(config, cache=cache)
-    pyindex.download(["six==1.17.0"], setup.index_dir(cache),  # the stand-in wheel below
-                     target=pyindex.DownloadTarget(python_version=config.target.python))
+    download.download(["six==1.17.0"], setup.index_dir(cache),  # the stand-in wheel below
+                     target=download.DownloadTarget(python_version=config.target.python))
     with serving_index(config.build.index_url, setup.index_dir(cache)):
         sh(runs[0].replace("/opt/venv", str(venv)))
         seen: set[str] = set()

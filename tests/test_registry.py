@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import InvalidReference, parse_reference, uses_plain_http
 from gpurl_tasks.oci.auth import Credentials, credentials_for, parse_challenge
+from tests.conftest import REPO_ROOT
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -119,9 +120,9 @@ def test_secret_is_not_in_repr() -> None:
 
 def test_the_token_is_only_offered_to_the_configured_registry(tmp_path: Path) -> None:
     from gpurl_tasks.config import load_config
-    from gpurl_tasks.oci.release import open_client
+    from gpurl_tasks.oci.connect import open_client
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO_ROOT
     config = load_config(repo, env={"GPURL_REGISTRY_HOST": "ghcr.io"})
     env = {"GPURL_REGISTRY_TOKEN": "canary-3e1", "HOME": str(tmp_path)}
     ours = parse_reference("ghcr.io/org/img:gpu-rl-abc1234", default_host="ghcr.io")

@@ -48,7 +48,7 @@ def test_missing_iris_hint_says_how_to_install_the_pinned_release(tmp_path: path
     import noxfile
     from gpurl_tasks.cluster import iris_release
 
-    assert noxfile.IRIS_CONTRACT_PINS is iris_release.IRIS_CONTRACT_PINS
+    assert noxfile.IRIS_CONTRACT_PINS == iris_release.IRIS_CONTRACT_PINS
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}  # no iris on PATH
     done = subprocess.run([sys.executable, "-m", "invoke", "watch", "/alice/job"],
                           cwd=REPO_ROOT, env=env,

@@ -1,8 +1,9 @@
 """Issue 24: the grammar of each config value written into an artifact (values.py), and its one
-hook in the config cascade (config._VALUE_CHECKS)."""
+hook in the config cascade (the `check` each config field declares)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,14 @@ def test_every_committed_profile_and_variant_passes() -> None:
         config = load_config(REPO_ROOT, profile=profile, env={})
         for variant in config.variants:
             load_config(REPO_ROOT, profile=profile, env={}, variant=variant.name)
+
+
+def test_a_source_id_is_spelled_once_and_read_back_to_its_commit() -> None:
+    dirty = values.source_id("abc1234", "0123456789ab")
+    assert dirty == "abc1234-dirty-0123456789ab"
+    assert re.fullmatch(values.SOURCE_ID_PATTERN, dirty)
+    assert values.source_id("abc1234") == "abc1234"
+    assert values.source_commit(dirty) == "abc1234"
+    assert values.source_commit("abc1234 rest") == "abc1234"
+    assert values.source_commit("abc123") is None  # too short to be a commit
+    assert values.source_commit("abc1234xyz") is None

@@ -37,9 +37,9 @@ from gpurl_tasks.cluster.watch import (
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import IrisError
 from gpurl_tasks.proc import CommandFailed, Completed
+from tests.conftest import REPO_ROOT
 
 DATA = Path(__file__).parent / "data" / "iris"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = "/alice/gpurl-kaniko-0123abc"
 
 
@@ -109,9 +109,21 @@ def test_transient_failures_back_off_then_recover() -> None:
 
 def test_persistent_failures_end_with_exit_3() -> None:
     clock = FakeClock()
-    result = watch(scripted(*[IrisOutputError("garbage")] * 10), interval=30, max_duration=3600,
-                   clock=clock, sleep=clock.sleep, max_failures=4)
+    result = watch(scripted(*[TransientIrisError("refused")] * 10), interval=30,
+                   max_duration=3600, clock=clock, sleep=clock.sleep, max_failures=4)
     assert result.exit_code == EXIT_WATCHER and "4 times in a row" in result.reason
+
+
+def test_unreadable_output_is_not_retried() -> None:
+    """Asking again gets the same unreadable answer: it ends the watch at once."""
+    clock, retries = FakeClock(), []
+    result = watch(scripted(obs("running"), IrisOutputError("garbage"), obs("succeeded")),
+                   interval=30, max_duration=3600, clock=clock, sleep=clock.sleep,
+                   on_retry=lambda t, m, d: retries.append(d))
+    assert result.exit_code == EXIT_WATCHER and retries == [] and result.polls == 2
+    assert result.reason == "cannot read iris's answers: garbage"
+    assert result.observation is not None and result.observation.state == "running"
+    assert not isinstance(IrisOutputError("x"), TransientIrisError)
 
 
 def test_max_duration_ends_with_exit_3() -> None:
@@ -235,18 +247,18 @@ def test_vanished_job_through_not_found_error(capsys: pytest.CaptureFixture[str]
     assert code == 2 and out["state"] == ABSENT
 
 
-def test_nonzero_exit_and_garbage_are_retried(capsys: pytest.CaptureFixture[str]) -> None:
+def test_nonzero_exit_is_retried(capsys: pytest.CaptureFixture[str]) -> None:
     replay = Replay("job-help-0.2.35.txt", [(1, "transient-connection-refused.stderr"),
-                                            "garbage.html", "summary-truncated.json",
-                                            "summary-succeeded.json"])
+                                            "summary-running.json", "summary-succeeded.json"])
     code, _ = _run(replay, capsys)
     assert code == 0
 
 
-def test_garbage_forever_is_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+def test_garbage_is_exit_3_at_once(capsys: pytest.CaptureFixture[str]) -> None:
     replay = Replay("job-help-0.2.35.txt", ["garbage.html"] * 10)
     code, out = _run(replay, capsys)
-    assert code == 3 and "in a row" in str(out["reason"])
+    assert code == 3 and str(out["reason"]).startswith("cannot read iris's answers")
+    assert len([c for c in replay.calls if "summary" in c]) == 1
 
 
 def test_describe_variant(capsys: pytest.CaptureFixture[str]) -> None:

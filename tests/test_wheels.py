@@ -40,8 +40,8 @@ from gpurl_tasks.dockerfile.wheels import (
 )
 from gpurl_tasks.rebuild.wheelhouse import check_source, read_manifest, read_wheelhouse
 from tests.conftest import REPO_ROOT
-from tests.rebuild_fixtures import dockerfile
 from tests.support.pyindex import make_wheel
+from tests.support.rebuild_fixtures import dockerfile
 
 GPU_RL_BUILD = load_committed_config(REPO_ROOT, "gpu-rl").build  # its pins and globs, as committed
 PINS = pins_from_args(parse_dockerfile_inputs(dockerfile()).effective_args, GPU_RL_BUILD,

@@ -69,8 +69,9 @@ class TransientIrisError(IrisError):
     """The CLI failed in a way that may pass (network, controller restart): retry."""
 
 
-class IrisOutputError(TransientIrisError):
-    """The CLI printed something we cannot read as a job state."""
+class IrisOutputError(IrisError):
+    """The CLI printed something we cannot read as a job state: not retried, since asking
+    again gets the same answer (a CLI that changed its output, not a network blip)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -378,6 +379,20 @@ def parse_query_csv(text: str) -> Observation:
     )
 
 
+# Each way of reading a job's state, once: the arguments it adds after `iris [target]` for a
+# job id, and how its output reads (output, job id) -> Observation.
+_STATE_READERS: dict[StateCommand, tuple[Callable[[str], tuple[str, ...]],
+                                         Callable[[str, str], Observation]]] = {
+    StateCommand.SUMMARY: (lambda job: ("job", "summary", job, "--json"),
+                           lambda out, _job: parse_summary_json(out)),
+    StateCommand.LIST: (lambda job: ("job", "list", "--json", "--prefix", job), parse_list_json),
+    StateCommand.DESCRIBE: (lambda job: ("job", "describe", job),
+                            lambda out, _job: parse_describe_text(out)),
+    StateCommand.QUERY: (lambda job: ("query", "-f", "csv", query_sql(job)),
+                         lambda out, _job: parse_query_csv(out)),
+}
+
+
 def is_not_found(stderr: str) -> bool:
     """Does a failed command say the controller has no record of the job?"""
     return bool(_NOT_FOUND.search(stderr))
@@ -501,37 +516,24 @@ class IrisCli:
         deadline = self._clock() + within
         commands = self.state_commands(within=within)
         command = commands[0]
-        args: tuple[str, ...]
-        if command is StateCommand.SUMMARY:
-            args = ("job", "summary", job_id, "--json")
-        elif command is StateCommand.LIST:
-            args = ("job", "list", "--json", "--prefix", job_id)
-        elif command is StateCommand.DESCRIBE:
-            args = ("job", "describe", job_id)
-        else:
-            args = ("query", "-f", "csv", query_sql(job_id))
+        argv, parse = _STATE_READERS[command]
         try:
-            result = self._exec([*self._base, *args], deadline)
+            result = self._exec([*self._base, *argv(job_id)], deadline)
         except TransientIrisError as exc:
             failed = exc.__cause__
             if isinstance(failed, CommandFailed) and (is_not_found(failed.stderr)
                                                       or is_not_found(failed.stdout)):
                 return Observation(state=ABSENT)
             raise
-        if command is StateCommand.SUMMARY:
-            observation = parse_summary_json(result.stdout)
-            if observation.state == "pending" and StateCommand.LIST in commands:
-                with contextlib.suppress(IrisError):  # the reason is extra: never a failure
-                    listed = self._exec([*self._base, "job", "list", "--json", "--prefix",
-                                         job_id], deadline)
-                    reason = parse_list_json(listed.stdout, job_id).pending_reason
-                    observation = dataclasses.replace(observation, pending_reason=reason)
-            return observation
-        if command is StateCommand.LIST:
-            return parse_list_json(result.stdout, job_id)
-        if command is StateCommand.DESCRIBE:
-            return parse_describe_text(result.stdout)
-        return parse_query_csv(result.stdout)
+        observation = parse(result.stdout, job_id)
+        if command is StateCommand.SUMMARY and observation.state == "pending" \
+                and StateCommand.LIST in commands:
+            list_argv, parse_list = _STATE_READERS[StateCommand.LIST]
+            with contextlib.suppress(IrisError):  # the reason is extra: never a failure
+                listed = self._exec([*self._base, *list_argv(job_id)], deadline)
+                reason = parse_list(listed.stdout, job_id).pending_reason
+                observation = dataclasses.replace(observation, pending_reason=reason)
+        return observation
 
     def submitted_ms(self, job_id: str, *, within: float) -> int | None:
         """When the job (this run of its name) was submitted, from a command that tells;
@@ -539,14 +541,10 @@ class IrisCli:
         deadline = self._clock() + within
         for command in self.state_commands(within=within):
             if command in (StateCommand.LIST, StateCommand.QUERY):
-                args = (("job", "list", "--json", "--prefix", job_id)
-                        if command is StateCommand.LIST
-                        else ("query", "-f", "csv", query_sql(job_id)))
+                argv, parse = _STATE_READERS[command]
                 try:
-                    result = self._exec([*self._base, *args], deadline)
-                    observation = (parse_list_json(result.stdout, job_id)
-                                   if command is StateCommand.LIST
-                                   else parse_query_csv(result.stdout))
+                    result = self._exec([*self._base, *argv(job_id)], deadline)
+                    observation = parse(result.stdout, job_id)
                 except IrisError:
                     continue
                 if observation.submitted_ms:

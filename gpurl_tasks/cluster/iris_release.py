@@ -1,5 +1,5 @@
-"""The iris release gpurl is checked against, pinned once (noxfile's iris-contract session and
-the "couldn't find iris" hint both read it).
+"""The iris release gpurl is checked against, pinned once in iris-release.toml beside this
+module (noxfile.py reads the same file without importing gpurl_tasks).
 
 Unpinned installs break: newer finelog/rigging/httpx releases do not import together, so the
 dependency set is resolved as of the release date too. iris needs Python >= 3.12.
@@ -11,20 +11,18 @@ import glob
 import os
 import shlex
 import shutil
+import tomllib
+from pathlib import Path
 
 from gpurl_tasks import proc
 
 __all__ = ["IRIS_CONTRACT_EXCLUDE_NEWER", "IRIS_CONTRACT_PINS", "IRIS_PYTHON", "find_python312",
            "install_hint"]
 
-IRIS_CONTRACT_PINS = (
-    "marin-iris==0.2.35.dev202607030841",
-    "marin-rigging==0.2.35.dev202607030841",
-    "marin-finelog==0.2.12.dev202607030858",
-    "marin-finelog-server==0.2.10",
-)
-IRIS_CONTRACT_EXCLUDE_NEWER = "2026-07-04"
-IRIS_PYTHON = "3.12"
+_RELEASE = tomllib.loads((Path(__file__).parent / "iris-release.toml").read_text())
+IRIS_CONTRACT_PINS: tuple[str, ...] = tuple(_RELEASE["pins"])
+IRIS_CONTRACT_EXCLUDE_NEWER: str = _RELEASE["exclude-newer"]
+IRIS_PYTHON: str = _RELEASE["python"]
 
 
 def install_hint(env_var: str) -> str:

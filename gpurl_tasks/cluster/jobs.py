@@ -108,8 +108,7 @@ def real_world(env: Mapping[str, str]) -> BuildEnv:
     def bundle(root: Any) -> Bundle:
         return measure_bundle(root, git.ls_bundle_files)
 
-    return BuildEnv(env=env, short_sha=git.short_sha, dirty_files=git.dirty_tracked_files,
-                    token=token, bundle=bundle)
+    return BuildEnv(env=env, token=token, bundle=bundle)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,7 @@ from gpurl_tasks.dockerfile.wheels import FLASH_ATTN, VLLM, expected_filenames, 
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.values import inside_repository, plain_name, profile_name, registry_host
+from gpurl_tasks.values import SOURCE_ID_ERE, inside_repository, plain_name, profile_name, registry_host
 
 __all__ = [
     "CRANE_SHA256",
@@ -101,7 +101,7 @@ set -euo pipefail
 die() {{ echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }}
 
 : "${{GITSHA:?GITSHA is required: the image is pushed as the immutable tag PREFIX-GITSHA}}"
-[[ "$GITSHA" =~ ^[0-9a-f]{{7,40}}(-dirty-[0-9a-f]{{12}})?$ ]] \
+[[ "$GITSHA" =~ ^{source_id}$ ]] \
   || die "GITSHA must be a lowercase hex commit id (optionally -dirty-<12 hex>), got '$GITSHA'"
 
 ROOT="${{{root_env}:-}}"
@@ -260,6 +260,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         profile=profile_name(config.profile, "profile", error=BuildError),
         variant=f" (variant '{config.variant}')" if config.variant else "",
         root_env=ROOT_ENV,
+        source_id=SOURCE_ID_ERE,
         wheelhouse=q(_relative(config.build.wheelhouse, config.root, "build.wheelhouse")),
         registry_host=q(host),
         registry_host_json=q(json.dumps(host)),

@@ -62,11 +62,10 @@ class BuildEnv:
     """The outside world the guard rails read (environment, git, token, bundle)."""
 
     env: Mapping[str, str]
-    short_sha: Callable[[Path], str | None]
-    dirty_files: Callable[[Path], list[str]]
     token: Callable[[], TokenSource | None]
     bundle: Callable[[Path], Bundle]
-    diff_hash: Callable[[Path, Sequence[str]], str] = git.diff_hash
+    # the tree the job bundles (git.source, as the local backend's source id reads it)
+    source: Callable[[Path, Sequence[str]], git.Source | None] = git.source
     # the digest the registry holds under an image reference (None: no such tag);
     # None here: ask the configured registry (oci.tags.existing_digest)
     tag_digest: Callable[[str], str | None] | None = None
@@ -176,24 +175,21 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     # stale Dockerfile, slice set or script is refused with generate --check's own message
     committed = load_committed_config(config.root, config.profile, config.variant or None)
     generate(committed, check=True, extra=kaniko.script_files)
-    gitsha = world.short_sha(config.root)
-    if not gitsha:
+    tree = world.source(config.root, ignored_paths(config))
+    if tree is None:
         raise BuildError(
             "cannot resolve GITSHA from git (`git rev-parse --short HEAD` failed): the image "
             "is pushed as the immutable tag PREFIX-GITSHA and the build script requires it",
             hint=f"run from a git checkout with at least one commit ({config.root})",
         )
+    gitsha = tree.id
     notes: list[str] = []
-    ignored = ignored_paths(config)
-    dirty = [f for f in world.dirty_files(config.root)
-             if not any(f == p or f.startswith(f"{p}/") for p in ignored)]
-    if dirty:
-        commit = gitsha
-        gitsha = f"{commit}-dirty-{world.diff_hash(config.root, ignored)}"
+    if tree.dirty:
+        dirty = tree.dirty
         notes.append(f"{len(dirty)} tracked file(s) have uncommitted edits ({', '.join(dirty[:3])}"
                      f"{' ...' if len(dirty) > 3 else ''}); iris bundles the working tree, so "
                      f"the image is tagged {config.registry.tag_prefix}-{gitsha}, not as "
-                     f"commit {commit}")
+                     f"commit {tree.commit}")
     bundle = world.bundle(config.root)
     check_bundle(bundle)
 

@@ -94,7 +94,9 @@ def watch(
     can hang while the controller is unreachable); elapsed time is measured after each call.
     Transient CLI failures are retried with exponential backoff (base, doubling, capped);
     `max_failures` in a row, or the bound, end the watch with EXIT_WATCHER. Any other
-    IrisError (iris refused the input) is not retried: it propagates. `started`: when the
+    IrisError (iris refused the input) is not retried: it propagates. Output that cannot be
+    read (IrisOutputError) is not retried either, since asking again gets the same answer: it
+    ends the watch at once with EXIT_WATCHER. `started`: when the
     bound began on `clock` (default: now), if work before the first poll counts against it.
     """
     if interval <= 0 or max_duration <= 0:
@@ -109,6 +111,9 @@ def watch(
         try:
             polls += 1
             observation = read_state(max_duration - before)
+        except IrisOutputError as exc:
+            return WatchResult(exit_code=EXIT_WATCHER, observation=last, elapsed=clock() - start,
+                               polls=polls, reason=f"cannot read iris's answers: {exc.message}")
         except TransientIrisError as exc:
             elapsed = clock() - start
             failures += 1
@@ -118,11 +123,9 @@ def watch(
             if failures >= max_failures or elapsed + delay >= max_duration:
                 why = (f"iris failed {failures} times in a row" if failures >= max_failures
                        else f"gave up at the bound (--max-duration {max_duration:g}s)")
-                what = ("cannot read iris's answers" if isinstance(exc, IrisOutputError)
-                        else "cannot reach the controller")
                 return WatchResult(exit_code=EXIT_WATCHER, observation=last, elapsed=elapsed,
-                                   polls=polls, reason=f"{what} since {failing_since:.0f}s into "
-                                   f"the watch: {why}; last error: {exc.message}")
+                                   polls=polls, reason="cannot reach the controller since "
+                                   f"{failing_since:.0f}s into the watch: {why}; last error: {exc.message}")
             on_retry(elapsed, exc.message, delay)
             sleep(delay)
             continue

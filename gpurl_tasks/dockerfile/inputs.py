@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PREFIX
+from gpurl_tasks.values import expand_variables
 
 __all__ = ["DockerfileInputs", "StageInputs", "parse_dockerfile_inputs"]
 
@@ -32,7 +33,6 @@ _UV_VALUE_OPTS = {
     "--project", "--no-install-package", "--only-install-package", "--find-links", "-f",
     "--config-file", "--link-mode", "--compile-bytecode-timeout",
 }
-_VAR = re.compile(r"\$(?:\{(\w+)(?::?[-+][^}]*)?\}|(\w+))")
 
 
 @dataclasses.dataclass(**_KW)
@@ -89,7 +89,7 @@ class DockerfileInputs:
 
 
 def _substitute(text: str, args: Mapping[str, str]) -> str:
-    return _VAR.sub(lambda m: args.get(m.group(1) or m.group(2), m.group(0)), text)
+    return expand_variables(text, args)
 
 
 def _tokens(command: str) -> list[str]:

@@ -26,10 +26,11 @@ from gpurl_tasks.dockerfile.model import (
     User,
     Workdir,
 )
+from gpurl_tasks.values import VARIABLE, variable_name
 
 __all__ = ["Finding", "lint"]
 
-_REF = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
+_ARG_NAME = re.compile(r"[A-Z][A-Z0-9_]*")  # the expansions an ARG or ENV could declare
 # Set by the base image or the shell, never by this Dockerfile.
 _AMBIENT = frozenset({"PATH", "HOME"})
 
@@ -78,8 +79,8 @@ def lint(dockerfile: Dockerfile) -> tuple[Finding, ...]:
         declared: set[str] = set(_AMBIENT)
         for ins in stage.instructions:
             for text in _texts(ins):
-                for name in _REF.findall(text):
-                    if name in declared:
+                for name in (variable_name(m) for m in VARIABLE.finditer(text)):
+                    if not _ARG_NAME.fullmatch(name) or name in declared:
                         continue
                     hint = " (a global ARG: re-declare it in the stage)" if name in globals_ else ""
                     findings.append(Finding(stage=stage.name,

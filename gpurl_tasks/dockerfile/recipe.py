@@ -45,10 +45,10 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
     image,
 )
-from gpurl_tasks.plan.model import Layer, Plan
+from gpurl_tasks.plan.model import SLICE_DIR, Layer, Plan
 from gpurl_tasks.plan.profile import slice_path
 from gpurl_tasks.units import format_bytes
-from gpurl_tasks.values import inside_repository
+from gpurl_tasks.values import ARG_REF, inside_repository
 
 __all__ = [
     "BOOTSTRAP_APT",
@@ -70,10 +70,8 @@ IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1
 VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"
-SLICE_DIR = "/tmp/gpurl-layers"
 ENV_BASE_STAGE = "env-base"  # every slice image's base: the rl stage's apt set and `uv venv`
 ENV_CHAIN = "env-chain"  # ENV_SOURCE's default: every slice in one layer chain
-_REF = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 
 def _args(config: Config) -> dict[str, str]:
@@ -103,7 +101,7 @@ def _refs(instructions: Iterable[Instruction]) -> list[str]:
     """ARG names referenced as ${NAME}, in order of first use."""
     names: list[str] = []
     for ins in instructions:
-        for name in _REF.findall(ins.render()):
+        for name in ARG_REF.findall(ins.render()):
             if name not in names:
                 names.append(name)
     return names
@@ -435,12 +433,6 @@ def _check_config(config: Config) -> None:
     b = config.build
     _check_no_credentials(config)
     image(b.base_image)  # a typo fails here, not in the middle of a cluster build
-    if b.wheel_source not in ("prebuilt-wheelhouse", "wheel-builder"):
-        raise DockerfileError(f"build.wheel-source must be 'prebuilt-wheelhouse' or "
-                              f"'wheel-builder', not {b.wheel_source!r}")
-    if b.python_downloads not in ("automatic", "manual", "never"):
-        raise DockerfileError(f"build.python-downloads must be automatic, manual or never, not "
-                              f"{b.python_downloads!r}")
 
 
 # The build ARGs a profile must pin when its recipe uses them (no generic default exists).

@@ -42,6 +42,7 @@ from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.plan.model import ProvidedPackage
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import glob_project
+from gpurl_tasks.values import expand_variables
 
 __all__ = [
     "FoundWheel",
@@ -358,13 +359,8 @@ def configured_globs(build: BuildSettings, args: Mapping[str, str],
 
     An ARG neither knows stays as written, so the glob matches nothing and says so.
     """
-    values = {**_pin_args(pins), **args}
-
-    def fill(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        return values.get(name, match.group(0))
-
-    return tuple(re.sub(r"\$\{(\w+)\}|\$(\w+)", fill, g) for g in build.wheel_globs)
+    known = {**_pin_args(pins), **args}
+    return tuple(expand_variables(g, known) for g in build.wheel_globs)
 
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from gpurl_tasks import proc
-from gpurl_tasks.config import SOURCE_ID_PATTERN, Config
+from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import parse_reference
@@ -33,6 +33,7 @@ from gpurl_tasks.local.setup import cache_dir, index_dir
 from gpurl_tasks.oci import tags
 from gpurl_tasks.oci.compose import ComposedEnv
 from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.values import SOURCE_ID_PATTERN
 
 __all__ = [
     "EXPORT_STAGE",

@@ -34,9 +34,9 @@ from gpurl_tasks.oci.compose import (
     composed_tag,
     slice_tag,
 )
+from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.release import open_client
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import slice_path

@@ -20,7 +20,8 @@ from pathlib import Path
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.files import read_text
-from gpurl_tasks.local import base_image, engine, pyindex, registry_server
+from gpurl_tasks.local import base_image, download, engine, pyindex, registry_server
+from gpurl_tasks.plan.lock import Lock, load_lock
 from gpurl_tasks.steps import StepRecord, timed
 
 __all__ = [
@@ -162,27 +163,26 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
     pyindex.port_of(config.build.index_url)  # validate before downloading anything
     directory = index_dir(cache)
     pins = list(image_tool_pins())
-    lock_text = read_text(config.lock, what="lock file", error=ConfigError) \
-        if config.lock.is_file() else ""
-    pins += pyindex.pins_from_lock(lock_text) if lock_text else []
+    lock = load_lock(config.lock) if config.lock.is_file() else None
+    pins += download.pins_from_lock(lock) if lock else []
     specs = build_requirements(config)
-    missing = pyindex.missing_pins(pins, directory)
-    loose = pyindex.unsatisfied(specs, directory)
+    missing = download.missing_pins(pins, directory)
+    loose = download.unsatisfied(specs, directory)
     wanted = f"{len(pins)} pins and {len(specs)} build requirements"
     if not missing and not loose:
-        _check_lock_files(lock_text, directory)
+        _check_lock_files(lock, directory)
         return "found", f"{wanted} present in {directory}"
     if dry_run:
         return "would", f"would download {len(missing) + len(loose)} of {wanted} into {directory}"
-    target = pyindex.DownloadTarget.for_target(python=config.target.python,
+    target = download.DownloadTarget.for_target(python=config.target.python,
                                                glibc=config.target.glibc, arch=config.target.arch)
-    pyindex.download(missing, directory, target=target)
-    pyindex.download(loose, directory, target=target, exact=False, with_deps=True)
-    still = pyindex.missing_pins(pins, directory) + pyindex.unsatisfied(specs, directory)
+    download.download(missing, directory, target=target)
+    download.download(loose, directory, target=target, exact=False, with_deps=True)
+    still = download.missing_pins(pins, directory) + download.unsatisfied(specs, directory)
     if still:
         raise BuildError(f"pip download left {len(still)} requirements missing, e.g. {still[0]}",
                          hint="check target.python / target.glibc against the lock")
-    _check_lock_files(lock_text, directory)
+    _check_lock_files(lock, directory)
     return "downloaded", (f"{len(missing)}/{len(pins)} pins and {len(loose)}/{len(specs)} build "
                           f"requirements into {directory}")
 
@@ -200,14 +200,14 @@ def build_requirements(config: Config) -> list[str]:
     specs = list(SEED_REQUIREMENTS)
     pyproject = config.workspace / "pyproject.toml"
     if pyproject.is_file():
-        specs += pyindex.build_requires(read_text(pyproject, what="pyproject.toml",
+        specs += download.build_requires(read_text(pyproject, what="pyproject.toml",
                                                   error=ConfigError))
     specs += list(getattr(config.build, "builder_requirements", ()))
     return sorted(set(specs))
 
 
-def _check_lock_files(lock_text: str, directory: Path) -> None:
-    unmatched = pyindex.unmatched_lock_files(lock_text, directory) if lock_text else []
+def _check_lock_files(lock: Lock | None, directory: Path) -> None:
+    unmatched = download.unmatched_lock_files(lock, directory) if lock else []
     if unmatched:
         raise BuildError(
             f"{len(unmatched)} lock pins have none of their recorded files in {directory}, "
@@ -256,13 +256,13 @@ class IndexFilled:
 def fill_index(config: Config, pins: str, *, deps: bool, say: Callable[[str], None]) -> IndexFilled:
     """Download `pins` (comma-separated exact pins) for the target into the loopback index."""
     where = index_dir(cache_dir(config.root))
-    target = pyindex.DownloadTarget.for_target(
+    target = download.DownloadTarget.for_target(
         python=config.target.python, glibc=config.target.glibc, arch=config.target.arch)
     wanted = [p.strip() for p in pins.split(",") if p.strip()]
     if not wanted:
         raise ConfigError("--pins names no package", hint="e.g. --pins 'rich==13.9.4,attrs==25.3.0'")
     with timed(f"fill-index ({len(wanted)} pins)", say):
-        files = pyindex.download(wanted, where, target=target, with_deps=deps)
+        files = download.download(wanted, where, target=target, with_deps=deps)
     return IndexFilled(files=tuple(files), directory=where)
 
 

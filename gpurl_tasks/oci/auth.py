@@ -55,7 +55,7 @@ def credentials_for(
     if host == registry_host:
         found = find_registry_token(env, gh_token=gh_token)
         if found:
-            return Credentials(username=env.get("GPURL_REGISTRY_USER") or user or "gpurl",
+            return Credentials(username=user or "gpurl",
                                secret=found.token.reveal(), source=found.source.strip("$`"))
     if docker_config is None:
         base = env.get("DOCKER_CONFIG") or str(Path(env.get("HOME", "~")).expanduser() / ".docker")

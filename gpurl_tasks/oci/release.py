@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,7 +20,7 @@ from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import GpurlError, PinError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
-from gpurl_tasks.oci.auth import credentials_for
+from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.pin import (
     Provenance,
@@ -41,7 +40,6 @@ __all__ = [
     "apply_pin",
     "default_reference",
     "load_plan",
-    "open_client",
     "pin_reference",
     "prepare_pin",
     "resolve_reference",
@@ -67,18 +65,6 @@ def resolve_reference(config: Config, text: str | None) -> ImageRef:
 def rules_for(config: Config) -> Rules:
     return Rules(cap=config.verify.cap or config.layers.cap, hard_limit=config.verify.hard_limit,
                  min_layers=config.verify.min_layers)
-
-
-def open_client(config: Config, ref: ImageRef, env: Mapping[str, str] | None = None
-                ) -> RegistryClient:
-    """A client for the reference's host, with the credentials `oci.auth` allows it: the
-    team's token only when it is the configured registry, so a reference to a foreign registry
-    can never make it (or its token service) receive that token."""
-    env = os.environ if env is None else env
-    ours = ref.host == config.registry.host
-    credentials = credentials_for(ref.host, registry_host=config.registry.host, env=env,
-                                  user=config.registry.user if ours else "")
-    return RegistryClient(ref.host, credentials=credentials, insecure=config.registry.insecure)
 
 
 def load_plan(config: Config) -> tuple[Plan | None, str | None]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.oci.release import open_client
+from gpurl_tasks.oci.connect import open_client
 
 __all__ = ["TagMoveRefused", "cache_repository", "existing_digest", "existing_image", "refuse_to_move"]
 

@@ -1,6 +1,6 @@
 """The layer rules a pushed image must meet, and their table/JSON rendering (pure).
 
-Why these rules (DESIGN.md section 4): containerd pulls a few layers at a time and gives up on
+Why these rules (README, "Verify and pin"): containerd pulls a few layers at a time and gives up on
 a blob that shows no progress, GHCR caps a layer at 10 GB, and the team's experience is that
 images with every layer under ~4 GB and more than 20 layers pull, while one 16.6 GB layer
 (the --single-snapshot symptom) does not. The build succeeds either way; only a check of the
@@ -19,9 +19,8 @@ import re
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.dockerfile.recipe import SLICE_DIR
 from gpurl_tasks.oci.image import PulledImage
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.model import SLICE_DIR, Plan
 from gpurl_tasks.units import format_bytes
 
 __all__ = [

@@ -8,36 +8,15 @@ alone, never on who runs the generator or how much history a clone has.
 
 from __future__ import annotations
 
-import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
 from gpurl_tasks import git
+from gpurl_tasks.plan.lock import package_versions
 
-__all__ = ["HISTORY_LIMIT", "count_changes", "lock_versions", "version_changes"]
+__all__ = ["HISTORY_LIMIT", "count_changes", "version_changes"]
 
 HISTORY_LIMIT = 60  # lock versions read; older churn says little about the next bump
-_PACKAGE = re.compile(r'^\[\[package\]\]\nname = "([^"]+)"\nversion = "([^"]+)"', re.M)
-
-
-def lock_versions(text: str) -> dict[str, frozenset[str]]:
-    """name -> the versions a uv.lock text pins (a forked package has several). A fast scan of
-    uv's fixed layout, with a full TOML parse when the layout is not uv's."""
-    found: dict[str, set[str]] = {}
-    matches = _PACKAGE.findall(text)
-    if not matches:
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
-            return {}
-        matches = [(p.get("name", ""), p.get("version", "")) for p in data.get("package", [])
-                   if isinstance(p, dict)]
-    for name, version in matches:
-        found.setdefault(str(canonicalize_name(name)), set()).add(str(version))
-    return {name: frozenset(versions) for name, versions in found.items()}
 
 
 def count_changes(history: Iterable[Mapping[str, frozenset[str]]]) -> dict[str, int]:
@@ -61,4 +40,4 @@ def version_changes(lock: Path, *, limit: int = HISTORY_LIMIT) -> tuple[dict[str
         return {}, len(commits)
     rel = lock.resolve().relative_to(repo.resolve()).as_posix()
     texts = [git.show_file(repo, commit, rel) for commit in reversed(commits)]
-    return count_changes(lock_versions(t) for t in texts if t is not None), len(commits)
+    return count_changes(package_versions(t) for t in texts if t is not None), len(commits)

@@ -45,6 +45,7 @@ __all__ = [
     "check_conflicts",
     "install_closure",
     "load_lock",
+    "package_versions",
     "parse_lock",
     "requirements_on",
 ]
@@ -168,8 +169,15 @@ def _check(check: values.Check, value: Any, where: str, source: str) -> Any:
     return check(value, f"{source}: {where}", error=LockError)
 
 
+_NAMES: dict[str, str] = {}  # a checked name -> its normalised form (names repeat on every edge)
+
+
 def _name(value: Any, where: str, source: str) -> str:
-    return str(canonicalize_name(_check(values.package_name, value, where, source)))
+    if isinstance(value, str) and value in _NAMES:
+        return _NAMES[value]
+    name = str(canonicalize_name(_check(values.package_name, value, where, source)))
+    _NAMES[value] = name
+    return name
 
 
 # What each source kind records: a URL of known scheme, or a path (local sources).
@@ -241,11 +249,16 @@ def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
 def _marker(marker: Any, where: str, source: str) -> str | None:
     if marker is None:
         return None
+    text = str(_expect(marker, str, where, source))
     try:
-        Marker(_expect(marker, str, where, source))
-    except InvalidMarker as exc:
-        raise LockError(f"{source}: {where} is invalid: {exc}") from None
-    return str(marker)
+        _compiled(text)  # parsed once per distinct marker: the closure walk reuses it
+    except InvalidMarker:
+        try:  # the message in the lock's own words
+            Marker(text)
+        except InvalidMarker as exc:
+            raise LockError(f"{source}: {where} is invalid: {exc}") from None
+        raise LockError(f"{source}: {where} is invalid") from None
+    return text
 
 
 def _requirements(raw: Any, where: str, source: str) -> tuple[Requirement, ...]:
@@ -336,6 +349,25 @@ def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
     return Lock(version=1, revision=revision, requires_python=data.get("requires-python"),
                 packages=packages, members=members, source=source,
                 conflicts=_conflicts(data.get("conflicts", []), source))
+
+
+_PACKAGE_HEAD = re.compile(r'^\[\[package\]\]\nname = "([^"]+)"\nversion = "([^"]+)"', re.M)
+
+
+def package_versions(text: str) -> dict[str, frozenset[str]]:
+    """name -> the versions a uv.lock text pins (a forked package has several), for reading
+    many old locks quickly: a scan of uv's fixed layout, with parse_lock when the layout is not
+    uv's (a lock it cannot read pins nothing)."""
+    found: dict[str, set[str]] = {}
+    pairs = [(str(canonicalize_name(n)), v) for n, v in _PACKAGE_HEAD.findall(text)]
+    if not pairs:
+        try:
+            pairs = [(p.name, p.version) for p in parse_lock(text).packages if p.version]
+        except LockError:
+            return {}
+    for name, version in pairs:
+        found.setdefault(name, set()).add(version)
+    return {name: frozenset(versions) for name, versions in found.items()}
 
 
 def _conflicts(raw: Any, source: str) -> tuple[tuple[ConflictItem, ...], ...]:

@@ -17,10 +17,14 @@ from typing import Any
 from gpurl_tasks.config import LayerMode, Layout, PythonSelection, SizeBasis
 from gpurl_tasks.plan.sizes import installed_estimate
 
-__all__ = ["LOCAL_INSTALL_FLAGS", "Layer", "Plan", "PlannedPackage", "ProvidedPackage",
+__all__ = ["LOCAL_INSTALL_FLAGS", "SLICE_DIR", "Layer", "Plan", "PlannedPackage", "ProvidedPackage",
            "sync_selection_flags"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
+
+# Where each layer's slice file is copied inside the image (`SLICE_DIR/NN-label.txt`): the
+# Dockerfile installs from there, and verify recognises a planned layer by it.
+SLICE_DIR = "/tmp/gpurl-layers"
 # What keeps local sources out of the environment until the source is copied; the final sync,
 # which runs after the copy, drops them.
 LOCAL_INSTALL_FLAGS = frozenset({"--no-install-project", "--no-install-workspace",

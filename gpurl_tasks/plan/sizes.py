@@ -1,7 +1,7 @@
 """Size model: which artifact uv installs for the target, and how big its layer bytes are.
 
-Compressed layer bytes ~= the wheel file's size (measured within 0.05% on real CUDA wheels,
-DESIGN.md section 4), so the wheel `size` in uv.lock is the compressed prediction. Sizes are
+Compressed layer bytes ~= the wheel file's size (measured within 0.05% on real CUDA wheels),
+so the wheel `size` in uv.lock is the compressed prediction. Sizes are
 missing for some indexes (the PyTorch index), sdists and git sources; they come from, in order,
 an override file, the lock, a probe cache written by `invoke sizes --probe`. What is still
 unknown stops the plan with one message listing every such package. Nothing is guessed.
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 # Installed (uncompressed) bytes per compressed byte when the exact figure was not probed.
-# Measured 1.35-1.5x on CUDA wheels (DESIGN.md section 4); the upper-middle value keeps an
+# Measured 1.35-1.5x on CUDA wheels; the upper-middle value keeps an
 # installed-basis cap on the safe side.
 INSTALLED_PER_COMPRESSED = 1.45
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpurl_tasks import git
+from gpurl_tasks import git, values
 from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.wheels import pins_from_args
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 ClosureFn = Callable[[str, TargetSpec, PythonSelection], Iterable[ClosureEntry]]
-_PROVENANCE = re.compile(r"gpurl-git-sha:\s*([0-9a-fA-F]{7,40})\b")
+_PROVENANCE = re.compile(r"gpurl-git-sha:\s*(\S+)")
 _NEAR = 6  # lines either side of the assignment searched for the provenance comment
 
 
@@ -65,19 +65,23 @@ def provenance_commit(launcher_text: str, variable: str, tag_prefix: str) -> str
     """The commit the pinned image was built from, from the comments near `variable`.
 
     Either an explicit `gpurl-git-sha: <sha>` or the immutable `<tag_prefix>-<sha>` tag that
-    `invoke pin` writes in its `# gpurl pin:` comment.
+    `invoke pin` writes in its `# gpurl pin:` comment. Either holds a source id
+    (values.source_id); a dirty tree's id names the commit its edits were made on, and that
+    commit is where the comparison starts.
     """
     lines = launcher_text.splitlines()
     assign = re.compile(rf"^\s*{re.escape(variable)}\s*(?::[^=]*)?=")
-    tag = re.compile(rf"{re.escape(PIN_MARKER)}\s*{re.escape(tag_prefix)}-([0-9a-f]{{7,40}})\b")
+    tag = re.compile(rf"{re.escape(PIN_MARKER)}\s*{re.escape(tag_prefix)}-(\S+)")
     for i, line in enumerate(lines):
         if assign.match(line):
             near = lines[max(0, i - _NEAR): i + _NEAR + 1]
             for pattern in (_PROVENANCE, tag):
                 for text in near:
                     match = pattern.search(text.strip())
-                    if match:
-                        return match.group(1).lower()
+                    sha = match and values.source_commit(
+                        match.group(1).lower() if pattern is _PROVENANCE else match.group(1))
+                    if sha:
+                        return sha
     return None
 
 

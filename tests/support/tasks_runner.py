@@ -6,11 +6,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
+
+from tests.conftest import REPO_ROOT
 
 __all__ = ["REPO_ROOT", "head_short_sha", "run_task"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def run_task(*args: str, env: Mapping[str, str] | None = None,

@@ -24,18 +24,19 @@ from pathlib import Path
 
 from gpurl_tasks.cluster.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
 from gpurl_tasks.config import Config, load_config
+from tests.conftest import REPO_ROOT
 from tests.support.rangeserver import serve_files
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+
+def _logged(name: str) -> str:
+    """A stand-in's opening: strict mode, and its name and argv appended to the log."""
+    return ("#!/usr/bin/env bash\nset -eu\nlog=\"${STANDIN_LOG:-@LOG@}\"\n"
+            f"printf '{name}' >>\"$log\"\nprintf ' %q' \"$@\" >>\"$log\"\n"
+            "printf '\\n' >>\"$log\"\n")
+
 
 # The stand-in executor: records argv, whether the auth file existed and what it held.
-EXECUTOR = r"""#!/usr/bin/env bash
-set -eu
-log="${STANDIN_LOG:-@LOG@}"
-printf 'executor' >>"$log"
-printf ' %q' "$@" >>"$log"
-printf '\n' >>"$log"
-if [ -f "$DOCKER_CONFIG/config.json" ]; then
+EXECUTOR = _logged("executor") + r"""if [ -f "$DOCKER_CONFIG/config.json" ]; then
   cp "$DOCKER_CONFIG/config.json" "${STANDIN_AUTH_SEEN:-@AUTH_SEEN@}"
 fi
 printf 'token-in-env=%s\n' "${DOCKER_TOKEN:+yes}" >>"$log"
@@ -50,13 +51,7 @@ done
 # The stand-in crane: `crane export IMAGE -` writes a tar of kaniko's tree to stdout,
 # including the image's own /kaniko/.docker/config.json that the overlay would clobber;
 # `crane digest REF` answers as the registry would (absent tag: MANIFEST_UNKNOWN).
-CRANE = r"""#!/usr/bin/env bash
-set -eu
-log="${STANDIN_LOG:-@LOG@}"
-printf 'crane' >>"$log"
-printf ' %q' "$@" >>"$log"
-printf '\n' >>"$log"
-if [ "$1" = digest ]; then
+CRANE = _logged("crane") + r"""if [ "$1" = digest ]; then
   # the registry lookup: STANDIN_EXISTING_DIGEST says the tag exists, STANDIN_CRANE_ERROR fails
   if [ -n "${STANDIN_CRANE_ERROR:-}" ]; then echo "$STANDIN_CRANE_ERROR" >&2; exit 1; fi
   if [ -n "${STANDIN_EXISTING_DIGEST:-}" ]; then echo "$STANDIN_EXISTING_DIGEST"; exit 0; fi

@@ -25,7 +25,7 @@ from pathlib import Path
 
 __all__ = ["BASH_PROFILE", "LocalIris", "cluster_yaml", "local_iris"]
 
-WRAPPER = Path(__file__).parent / "support" / "iris_controller.py"
+WRAPPER = Path(__file__).parent / "iris_controller.py"
 
 # `platform.local` + `controller.local` is already local: never add `cluster start --local`,
 # which rewrites the controller port to 0 (a random one).

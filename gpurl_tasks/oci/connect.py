@@ -1,0 +1,26 @@
+"""A registry client for an image reference's host, holding only the credentials `oci.auth`
+allows that host: the edge every registry read (tags before a push, verify, pin) opens."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from gpurl_tasks.config import Config
+from gpurl_tasks.imageref import ImageRef
+from gpurl_tasks.oci.auth import credentials_for
+from gpurl_tasks.oci.registry import RegistryClient
+
+__all__ = ["open_client"]
+
+
+def open_client(config: Config, ref: ImageRef, env: Mapping[str, str] | None = None
+                ) -> RegistryClient:
+    """A client for the reference's host, with the credentials `oci.auth` allows it: the
+    team's token only when it is the configured registry, so a reference to a foreign registry
+    can never make it (or its token service) receive that token."""
+    env = os.environ if env is None else env
+    ours = ref.host == config.registry.host
+    credentials = credentials_for(ref.host, registry_host=config.registry.host, env=env,
+                                  user=config.registry.user if ours else "")
+    return RegistryClient(ref.host, credentials=credentials, insecure=config.registry.insecure)
