@@ -46,14 +46,17 @@ def examples(target: str) -> Any:
                                            HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def settle(call: Callable[[], Any]) -> tuple[int, str]:
-    """Run one task function as the task does -> (exit code, the line(s) a user sees)."""
+def settle(call: Callable[[], Any], seen: list[dict[str, Any]] | None = None) -> tuple[int, str]:
+    """Run one task function as the task does -> (exit code, the line(s) a user sees); the
+    outcome's JSON is appended to `seen` when given."""
     try:
         with cli.clean_failures():
             outcome = call()
             if outcome is not None and hasattr(outcome, "exit_code"):
                 outcome.human()
-                json.dumps(outcome.to_json())
+                document = json.loads(json.dumps(outcome.to_json()))
+                if seen is not None:
+                    seen.append(document)
                 return int(outcome.exit_code), ""
     except Exit as exc:
         return exc.code, str(exc.message or "")
@@ -106,7 +109,17 @@ def _verify(proxy: FaultProxy, *faults: Fault) -> int:
     config = load_config(REPO_ROOT, profile="demo",
                          env={"GPURL_REGISTRY_HOST": proxy.host, "HOME": "/nonexistent",
                               "GPURL_VERIFY_MIN_LAYERS": "1"})
-    return assert_clean(settle(lambda: verify_reference(config, f"{proxy.host}/org/img:{TAG}")))
+    seen: list[dict[str, Any]] = []
+    code = assert_clean(settle(lambda: verify_reference(config, f"{proxy.host}/org/img:{TAG}"),
+                               seen))
+    if seen:  # the verdict agrees with the rules on what was read, whatever the registry served
+        report = seen[0]
+        rules, sizes = report["rules"], [layer["size"] for layer in report["layers"]]
+        holds = (len(sizes) >= rules["min_layers"] and all(0 <= n <= rules["cap"] for n in sizes)
+                 and not any(f["failing"] for f in report["findings"]))
+        assert report["ok"] == holds == (code == 0), report
+        assert report["total_bytes"] == sum(sizes) and report["layer_count"] == len(sizes)
+    return code
 
 
 def _field_mutations(base: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
