@@ -18,24 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.cluster.iris_release import find_python312
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT, skyrl_lock, skyrl_pyproject
+from tests.support.local_parts import python312
 from tests.support.pyindex import make_wheel
 
 pytestmark = pytest.mark.integration
 COMMIT = "0b8acf049"
 
-
-def _python312() -> str:
-    found = find_python312()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
-        pytest.skip("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
-    return found
 
 
 def _changes(output: str) -> list[str]:
@@ -63,7 +55,7 @@ def test_the_final_sync_leaves_the_compiled_wheels_alone(tmp_path: Path) -> None
     (project / "skyrl-gym" / "pyproject.toml").write_text('[project]\nname = "skyrl-gym"\n'
                                                           'version = "0.1.0"\n')
     venv = tmp_path / "venv"
-    python = _python312()
+    python = python312()
     # nox runs the tests with its own session interpreter in UV_PYTHON / VIRTUAL_ENV (3.11)
     env = {**{k: v for k, v in os.environ.items() if k not in ("UV_PYTHON", "VIRTUAL_ENV")},
            "UV_PROJECT_ENVIRONMENT": str(venv), "UV_PYTHON_DOWNLOADS": "never",

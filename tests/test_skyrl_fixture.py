@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
-from gpurl_tasks.cluster.iris_release import find_python312
 from gpurl_tasks.cluster.kaniko import script_files
 from gpurl_tasks.config import BuildSettings, load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
@@ -38,17 +37,10 @@ from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT, SKYRL_COMMITS
 from tests.support.checkout import SKYRL_PROFILE_HEADER, repo_copy, skyrl_at
 from tests.support.git import git
+from tests.support.local_parts import python312
 
 VARIANTS = ("standard", "megatron")
 
-
-def _python312() -> str:
-    found = find_python312()
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
-        pytest.skip("no Python 3.12 (the SkyRL lock requires ==3.12.*)")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +94,7 @@ def _dry_run(app: Path, flags: list[str], venv: Path) -> subprocess.CompletedPro
     uv = shutil.which("uv")
     assert uv, "uv is not on PATH"
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}
-    return subprocess.run([uv, "sync", *flags, "--dry-run", "--python", _python312()], cwd=app,
+    return subprocess.run([uv, "sync", *flags, "--dry-run", "--python", python312()], cwd=app,
                           env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import SizeSources, package_sizes
 from gpurl_tasks.plan.slices import SliceLine, render_slice, slice_line
 from gpurl_tasks.plan.target import marker_environment, target_tags
+from tests.support.local_parts import uv as find_uv
 from tests.support.pyindex import make_wheel, serve_index
 
 pytestmark = pytest.mark.integration
@@ -37,19 +37,11 @@ HOST_TARGET = TargetSpec(python=f"{sys.version_info.major}.{sys.version_info.min
 MB = 1_000_000
 
 
-def _uv() -> str:
-    uv = shutil.which("uv")
-    if uv is None:
-        if os.environ.get("CI"):
-            pytest.fail("uv is not on PATH")
-        pytest.skip("uv is not on PATH")
-    return uv
-
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     """A locked project whose dependencies come from a loopback index."""
-    uv = _uv()
+    uv = find_uv()
     base = tmp_path_factory.mktemp("chain")
     wheels = base / "wheels"
     make_wheel(wheels, "heavy-a", "1.0", requires=["light-one"], payload_bytes=3 * MB)
@@ -85,7 +77,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, di
 
 
 def _installed(venv: Path, env: dict[str, str]) -> set[str]:
-    out = subprocess.run([_uv(), "pip", "list", "--python", str(venv / "bin" / "python"),
+    out = subprocess.run([find_uv(), "pip", "list", "--python", str(venv / "bin" / "python"),
                           "--format", "json"], env=env, check=True, capture_output=True, text=True)
     return {entry["name"] for entry in json.loads(out.stdout)}
 
@@ -104,14 +96,14 @@ def test_slices_install_the_plan_and_the_final_sync_finds_nothing_to_do(
                        lines={p.name: slice_line(p) for p in closure.packages})
     assert len(plan.layers) >= 3
     venv = tmp_path / "venv"
-    subprocess.run([_uv(), "venv", str(venv)], env=env, check=True, capture_output=True)
+    subprocess.run([find_uv(), "venv", str(venv)], env=env, check=True, capture_output=True)
     step_env = {**env, "UV_PROJECT_ENVIRONMENT": str(venv), "VIRTUAL_ENV": str(venv)}
     before = _installed(venv, env)
     for layer in plan.layers:
         path = tmp_path / f"{layer.name}.txt"
         path.write_text(render_slice(SliceLine(requirement=p.requirement, index=p.index,
                                                hashed=p.hashed) for p in layer.packages))
-        argv = [_uv(), "pip", "install", "--python", str(venv / "bin" / "python"), "--no-deps",
+        argv = [find_uv(), "pip", "install", "--python", str(venv / "bin" / "python"), "--no-deps",
                 *(["--require-hashes"] if layer.hashed else []), "-r", str(path)]
         subprocess.run(argv, env=step_env, check=True, capture_output=True)
         after = _installed(venv, env)
@@ -119,7 +111,7 @@ def test_slices_install_the_plan_and_the_final_sync_finds_nothing_to_do(
         before = after
     assert before == {p.name for p in closure.packages}
     final = [f for f in flags if not f.startswith("--no-install-")]
-    done = subprocess.run([_uv(), "sync", *final, "--inexact"], cwd=proj, env=step_env,
+    done = subprocess.run([find_uv(), "sync", *final, "--inexact"], cwd=proj, env=step_env,
                           check=True, capture_output=True, text=True)
     changes = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()[:2] in ("+ ", "- ")]
     assert changes == [], done.stderr  # the project is virtual: nothing at all to do
@@ -130,7 +122,7 @@ def test_slices_install_the_plan_and_the_final_sync_finds_nothing_to_do(
 def test_closure_matches_uv_export(project: tuple[Path, dict[str, str]]) -> None:
     proj, env = project
     for extras, no_dev in [((), True), (("gpu",), True), (("gpu",), False)]:
-        argv = [_uv(), "export", "--frozen", "--no-hashes", "--no-header", "--no-annotate",
+        argv = [find_uv(), "export", "--frozen", "--no-hashes", "--no-header", "--no-annotate",
                 "--no-emit-project", *(["--no-dev"] if no_dev else [])]
         for extra in extras:
             argv += ["--extra", extra]
@@ -162,7 +154,7 @@ def test_an_sdist_only_package_in_a_slice_is_built_and_the_sync_keeps_it(tmp_pat
     """The sdist form (SkyRL's locks pin func-timeout and antlr4 as sdists): real uv locks a
     project against PyPI, builds the slice line `name==version --hash=<sdist hash>` under
     --require-hashes, and the final `uv sync --frozen` then has nothing to do."""
-    uv = _uv()
+    uv = find_uv()
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "pyproject.toml").write_text(

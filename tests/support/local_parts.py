@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 
 import pytest
 
-__all__ = ["free_port", "need"]
+__all__ = ["free_port", "need", "python312", "uv"]
 
 
 def need(present: object, reason: str) -> None:
@@ -27,3 +28,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def python312() -> str:
+    """The Python 3.12 interpreter (SkyRL's locks require ==3.12.*)."""
+    from gpurl_tasks.cluster.iris_release import find_python312
+
+    found = find_python312()
+    need(found, "no Python 3.12 (the SkyRL lock requires ==3.12.*)")
+    assert found is not None
+    return found
+
+
+def uv() -> str:
+    """The uv on PATH."""
+    found = shutil.which("uv")
+    need(found, "uv is not on PATH")
+    assert found is not None
+    return found
