@@ -50,7 +50,7 @@ from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = ["BEFORE", "CHAIN", "CHAIN_LAYOUT", "DESIGNS", "FLOOR", "INDEPENDENT_LAYOUTS",
-           "REPACKED", "THIS_DESIGN", "BuildStep", "PairCost", "cache_keys", "chain_steps",
+           "ON_CHAIN", "REPACKED", "THIS_DESIGN", "BuildStep", "PairCost", "cache_keys", "chain_steps",
            "floor_bytes", "independent_design", "independent_rebuilt", "lock_digest",
            "plan_version", "rebuild_costs", "rebuilt_bytes", "recipe_config", "slice_steps",
            "versions_of"]
@@ -73,7 +73,10 @@ REPACKED = "slices, repacked"
 CHAIN = "slices, chain"
 THIS_DESIGN = independent_design(DEFAULT_LAYOUT)
 FLOOR = "floor (changed packages)"
-DESIGNS = (BEFORE, REPACKED, CHAIN, *map(independent_design, INDEPENDENT_LAYOUTS), FLOOR)
+# the default independent plan built as one chain (what the cluster's kaniko job does today)
+ON_CHAIN = "independent plan, chain build (cluster)"
+DESIGNS = (BEFORE, REPACKED, CHAIN, *map(independent_design, INDEPENDENT_LAYOUTS), ON_CHAIN,
+           FLOOR)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -218,6 +221,8 @@ def floor_bytes(old: Plan, new: Plan) -> tuple[int, int]:
 
 
 def _layout(design: str) -> Layout:
+    if design == ON_CHAIN:
+        return DEFAULT_LAYOUT
     found = [layout for layout in INDEPENDENT_LAYOUTS if independent_design(layout) == design]
     return found[0] if found else CHAIN_LAYOUT
 
@@ -245,7 +250,7 @@ def rebuild_costs(versions: Sequence[LockInput], *, cap: int, learn: Sequence[Lo
         for old_plan, new_plan, old, new in zip(plans, plans[1:], versions, versions[1:], strict=False):
             if design == FLOOR:
                 count, rebuilt = floor_bytes(old_plan, new_plan)
-            elif layout.mode == "independent":
+            elif layout.mode == "independent" and design != ON_CHAIN:
                 count, rebuilt = independent_rebuilt(old_plan, new_plan)
             else:
                 build = chain_steps if design == BEFORE else slice_steps

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from benchmarks.rebuild_cost import BEFORE, CHAIN, FLOOR, REPACKED, THIS_DESIGN
+from benchmarks.rebuild_cost import BEFORE, CHAIN, FLOOR, ON_CHAIN, REPACKED, THIS_DESIGN
 from gpurl_tasks.units import format_bytes
 
 __all__ = ["render_markdown"]
@@ -162,7 +162,9 @@ def _rebuild(data: dict[str, Any]) -> list[str]:
            "independent layers (`layers.mode = \"independent\"`: each slice is its own layer "
            "wherever it sits) with a slice of its own for every package of at least X and the rest "
            "in N stable groups, re-planned the same way: a bump costs the slices whose file changed "
-           f"(**{THIS_DESIGN}** is the config's default); **{FLOOR}** = the bytes of the packages "
+           f"(**{THIS_DESIGN}** is the config's default); **{ON_CHAIN}** = that default plan "
+           "built as one chain, as the cluster's kaniko job builds it today (a changed slice "
+           f"rebuilds every slice above it); **{FLOOR}** = the bytes of the packages "
            "whose version changed or that are new, what any layering must push. Layers: the "
            "fewest-most slices over the sequence.", "",
            f"Sequences: {data['history_note']}", ""]
