@@ -336,3 +336,19 @@ def test_a_stale_slice_is_refused_by_the_local_backend_too(repo: Path) -> None:
     slice_file.write_text(slice_file.read_text() + "# edited\n")
     with pytest.raises(GpurlError, match=rf"{slice_file.name} missing or stale"):
         build_local(load_config(repo, env={}), git_sha="0123abc")
+
+
+def test_the_printed_command_is_one_well_formed_shell_line(repo: Path, env: dict[str, str]) -> None:
+    """The dry-run line parses back (shlex) into the real argv with the long payload replaced
+    whole by its placeholder: nothing is cut inside a quoted word."""
+    import shlex
+
+    from gpurl_tasks.cluster.submit import ELIDE_OVER, prepare_build
+
+    prepared = prepare_build(load_config(repo, env={}), BuildRequest(), _world(env))
+    words = shlex.split(prepared.display())
+    real = prepared.argv("iris", reveal=False)
+    assert len(words) == len(real)
+    for shown, arg in zip(words, real, strict=True):
+        assert shown == arg if len(arg) <= ELIDE_OVER else shown == f"{arg[:24]}...<{len(arg)} chars>"
+    assert any(len(arg) > ELIDE_OVER for arg in real)  # the base64 script is elided

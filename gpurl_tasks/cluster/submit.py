@@ -87,15 +87,17 @@ class PreparedBuild:
         return (program, *job_run_argv(self.spec, reveal=reveal))
 
     def display(self, program: str = "iris") -> str:
-        """The command line for humans: shell-quoted, secrets redacted, long payloads (the
-        base64 script) elided to their start and length; `--json` carries the full argv."""
-        return " ".join(_elide(shlex.quote(arg)) for arg in self.argv(program, reveal=False))
+        """The command line for humans: `shlex.join` of the argv with secrets redacted and each
+        long payload (the base64 script) replaced whole by a placeholder naming its start and
+        length, so the line stays one well-formed shell command; `--json` carries the full argv."""
+        return shlex.join(_elide(arg) for arg in self.argv(program, reveal=False))
 
 
 ELIDE_OVER = 120  # characters; longer arguments are shown as their start and their length
 
 
 def _elide(arg: str) -> str:
+    """A whole argument, or a placeholder for it (never a cut inside a quoted word)."""
     return arg if len(arg) <= ELIDE_OVER else f"{arg[:24]}...<{len(arg)} chars>"
 
 
