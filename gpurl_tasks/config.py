@@ -545,8 +545,13 @@ def load_config(
         value, where, text = merged[key]
         return _convert(key, top_hints[key], value, where, text=text)
 
-    workspace = (root / top("workspace", Path("."))).resolve()
-    lock = workspace / top("lock", Path("uv.lock"))
+    # the workspace is copied into the build context: it stays inside the repository
+    relative = values.inside_repository(top("workspace", Path(".")), root,
+                                        f"workspace in {merged.get('workspace', ('', 'defaults'))[1]}")
+    workspace = (root / relative).resolve()
+    lock_path = top("lock", Path("uv.lock"))
+    values.one_line(str(lock_path), f"lock in {merged.get('lock', ('', 'defaults'))[1]}")
+    lock = workspace / lock_path
     backend = top("backend", "iris")
     sections = _sections(merged, root, workspace)
     # every variant resolved as fully as the chosen one (its errors are errors here too)

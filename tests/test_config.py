@@ -147,3 +147,19 @@ def test_a_setting_outside_its_choices_is_refused_by_the_config(
     with pytest.raises(ConfigError) as caught:
         load_config(root, env={variable: value})
     assert caught.value.message == message
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"GPURL_WORKSPACE": "ex\x00amples"}, "workspace in $GPURL_WORKSPACE must be text on one line"),
+    ({"GPURL_WORKSPACE": "../elsewhere"}, "workspace in $GPURL_WORKSPACE = '../elsewhere' is "
+                                          "outside the build context"),
+    ({"GPURL_LOCK": "u\nv.lock"}, "lock in $GPURL_LOCK must be text on one line"),
+])
+def test_workspace_and_lock_paths_are_checked_at_the_edge(env: dict[str, str], needle: str) -> None:
+    """A NUL byte once reached Path.resolve() as a traceback; a workspace outside the
+    repository would be copied into no build context."""
+    from gpurl_tasks.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO_ROOT, profile="demo", env=env)
+    assert needle in err.value.message
