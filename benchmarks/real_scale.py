@@ -378,8 +378,11 @@ def _bump_text(bump: dict[str, Any]) -> str:
                 "shown. The bump now starts from the committed slices, as a user's repository does.")
     return (f"After bumping one small package ({bump['package']} to {bump['to_version']}, a copy of "
             f"the workspace with its committed slice files, re-locked): {bump['run_steps_rebuilt']} "
-            f"of {bump['run_steps']} RUN steps rebuilt, {bump['sync_steps_rebuilt']} of the "
-            f"{bump['sync_layers']} slice installs, in {bump['build_seconds']:.1f}s, pushed in "
+            f"of {bump['run_steps']} RUN steps of the final build rebuilt (the slice installs run "
+            f"apart, one slice image each, and the environment is composed at the registry: a "
+            f"changed slice shows as new bytes below, not as a RUN here; "
+            f"{bump['sync_steps_rebuilt']} of the {bump['sync_layers']} slice installs ran in the "
+            f"final build), in {bump['build_seconds']:.1f}s, pushed in "
             f"{bump['push_seconds']:.1f}s; {bump['layers_new']} blobs the registry did not have, "
             f"**{_size(bump['new_bytes'])}** new bytes, of which {_size(bump['new_python_bytes'])} "
             f"in Python layers = **{_pct(bump['new_python_share']).lstrip('+')}** of the Python "
@@ -427,7 +430,10 @@ def render_section(data: dict[str, Any] | None) -> str:
         f"| plan / generate --check | {t['plan']:.1f}s / {t['generate --check']:.1f}s | |",
         "",
         f"Cold means `--no-cache` (every instruction after the base image runs, every blob is new "
-        f"to the registry); warm is the same build again. The index fill is cold only on a run "
+        f"to the registry); warm is the same build again. The build step includes building and "
+        f"pushing each slice image the cache repository lacks (all of them on a first run) and "
+        f"composing the environment at the registry, so the push step is left with the final "
+        f"image's own layers. The index fill is cold only on a run "
         f"that had to download (the wheels are kept in `.cache/gpurl-heavy/`). Builder peak "
         f"memory (resident set of the dockerd and containerd process trees, RUN steps included): "
         f"**{_size(mem['builder_peak_rss_bytes'])}**; host memory in use peaked at "
