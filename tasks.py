@@ -87,7 +87,7 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
                                      check=check, repack=repack, extra=script_files), as_json=json)
 
 
-@task(help={
+@task(auto_shortflags=False, help={  # no short flag may shadow -h, --help
     "profile": _PROFILE, "backend": "iris (kaniko in an iris job) or local (Docker engine)",
     "cluster": "iris cluster name (config key: cluster.name)",
     "cpu": "CPUs for the build job (config key: cluster.cpu)",

@@ -59,3 +59,12 @@ def test_missing_iris_hint_says_how_to_install_the_pinned_release(tmp_path: path
                    "--exclude-newer 2026-07-04", "Python >= 3.12", "GPURL_IRIS"):
         assert needed in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_no_task_lets_a_flag_shadow_dash_h() -> None:
+    """`invoke TASK -h` must show help, never set a flag (`build -h` once meant --chain)."""
+    import tasks
+
+    for name, task in tasks.ns.tasks.items():
+        shorts = {flag for arg in task.get_arguments() for flag in arg.names if len(flag) == 1}
+        assert "h" not in shorts, name
