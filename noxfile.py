@@ -39,7 +39,7 @@ def lint(session: nox.Session) -> None:
     _sync(session, "lint")
     session.run("ruff", "check", ".")
     session.run("mypy")
-    session.run("shellcheck", "docker/build_gpu_rl_kaniko.sh")
+    session.run("shellcheck", *sorted(glob.glob("docker/*.sh")))  # every generated kaniko script
     session.run("invoke", "generate", "--check")
     session.run("invoke", "gen-kaniko", "--check")
     session.run("hadolint", "--config", ".hadolint.yaml", *sorted(glob.glob("docker/Dockerfile.*")))
