@@ -5,20 +5,18 @@ these cannot fail its last RUNs for a reason the lock already tells.
   its local packages, the compiled wheels, harbor);
 - the torch the wheel-builder compiles against is the lock's torch, version and CUDA label
   (the compiled wheels must match the installed torch's ABI);
-- every local package the final sync installs from a path reaches the image at the path the
-  lock records (symlinks resolved), from inside the build context.
+- (the type of) a local package copied where the lock records it: `generate` resolves the
+  path sources on this machine, since that needs the filesystem.
 
-Pure: the edge (generate.py) resolves paths and passes them in.
+Pure: nothing here reads a file or resolves a path.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import posixpath
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -34,7 +32,7 @@ __all__ = [
     "check_asserts",
     "check_torch",
     "installed_distributions",
-    "local_copies",
+    "variant_note",
 ]
 
 # Modules whose distribution has another name (a config's build.import-names adds more).
@@ -53,7 +51,8 @@ KNOWN_IMPORT_NAMES: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def _where(variant: str) -> str:
+def variant_note(variant: str) -> str:
+    """` (variant 'NAME')` for an error about one variant; empty for a profile without any."""
     return f" (variant {variant!r})" if variant else ""
 
 
@@ -85,11 +84,11 @@ def _import_names(build: BuildSettings) -> dict[str, tuple[str, ...]]:
     return table
 
 
-def installed_distributions(plan: Plan, provided: Iterable[str], harbor: bool) -> frozenset[str]:
-    """Every distribution the image holds after the final sync (normalised names)."""
-    names = {p.name for p in plan.closure} | set(plan.local) | set(provided)
-    if harbor:
-        names.add("harbor")
+def installed_distributions(plan: Plan, provided: Iterable[str]) -> frozenset[str]:
+    """Every distribution the image holds after the final sync (normalised names): the
+    closure, the local packages, the compiled wheels' and what is installed outside the lock."""
+    outside = {requirement.split(" @", 1)[0] for requirement in plan.outside_lock}
+    names = {p.name for p in plan.closure} | set(plan.local) | set(provided) | outside
     return frozenset(str(canonicalize_name(n)) for n in names)
 
 
@@ -104,7 +103,7 @@ def check_asserts(build: BuildSettings, installed: frozenset[str], *, variant: s
             if not candidates & installed:
                 raise DockerfileError(
                     f"import assert {statement!r} imports {module!r}, which no distribution of "
-                    f"the image provides{_where(variant)}: the build would fail at that RUN",
+                    f"the image provides{variant_note(variant)}: the build would fail at that RUN",
                     hint="drop the assert for this variant (its lock does not install "
                          f"{module}), or if the module comes under another name, add "
                          f'"{module}=DISTRIBUTION" to build.import-names')
@@ -121,19 +120,19 @@ def check_torch(build: BuildSettings, plan: Plan, *, variant: str = "") -> str |
         wanted = Version(build.torch_version)
     except InvalidVersion:
         raise DockerfileError(
-            f"build.torch-version = {build.torch_version!r} is not a version{_where(variant)}",
+            f"build.torch-version = {build.torch_version!r} is not a version{variant_note(variant)}",
             hint=f"set it to the lock's torch, {torch.version}") from None
     if wanted.public != locked.public or (wanted.local and wanted.local != locked.local):
         raise DockerfileError(
             f"build.torch-version {build.torch_version} is not the lock's torch "
-            f"{torch.version}{_where(variant)}: the compiled wheels would not match the "
+            f"{torch.version}{variant_note(variant)}: the compiled wheels would not match the "
             "installed torch's ABI",
             hint=f'set torch-version = "{locked.public}" in the [tool.gpurl] build table of this '
                  "profile (or variant), or re-lock the workspace")
     if locked.local and locked.local != build.cuda_tag:
         raise DockerfileError(
             f"build.cuda-tag {build.cuda_tag} is not the CUDA label of the lock's torch "
-            f"{torch.version}{_where(variant)}: the compiled wheels would link another CUDA",
+            f"{torch.version}{variant_note(variant)}: the compiled wheels would link another CUDA",
             hint=f'set cuda-tag = "{locked.local}" (and a base image of that CUDA)')
     return (f"torch: lock {torch.version}, wheel-builder torch {build.torch_version} "
             f"({build.cuda_tag})")
@@ -147,36 +146,3 @@ class LocalCopy:
     source: str  # relative to the build context, symlinks resolved
     dest: str  # absolute path in the image
     link: str = ""  # the symlink in the context that points at it (kept out of the context)
-
-
-def local_copies(local_paths: Sequence[tuple[str, str]], *, workspace: Path, root: Path,
-                 workdir: str, resolve: Mapping[str, Path], variant: str = "") -> tuple[LocalCopy, ...]:
-    """One COPY per path source the lock records outside the workspace's own directory.
-
-    `local_paths` are (name, path as the lock records it, relative to the workspace);
-    `resolve` maps each such path to its real location (symlinks resolved) on this machine.
-    """
-    copies: list[LocalCopy] = []
-    for name, path in sorted(local_paths):
-        real = resolve[path]
-        where = f"{name}'s source {path!r} (resolved to {real})"
-        if not real.is_relative_to(root):
-            raise DockerfileError(
-                f"{where} is outside the build context {root}{_where(variant)}: the image "
-                "cannot contain it and the final sync would fail",
-                hint="move the package inside the repository, or make it a registry/git "
-                     "dependency")
-        if not real.is_dir():
-            raise DockerfileError(f"{where} {'is not a directory' if real.exists() else 'does not exist'}"
-                                  f"{_where(variant)}: the final sync would fail with "
-                                  "`Distribution not found`",
-                                  hint="check out the repository with its path dependencies")
-        link = Path(posixpath.normpath(workspace / path))
-        if link == real and real.is_relative_to(workspace):
-            continue  # no symlink on the way: it arrives with the workspace's own COPY
-        in_context = link.is_relative_to(root) and link.is_symlink()
-        copies.append(LocalCopy(
-            name=name, source=real.relative_to(root).as_posix(),
-            dest=posixpath.normpath(posixpath.join(workdir, path)),
-            link=link.relative_to(root).as_posix() if in_context else ""))
-    return tuple(copies)

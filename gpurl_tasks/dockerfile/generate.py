@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -24,7 +25,7 @@ from gpurl_tasks.dockerfile.checks import (
     check_asserts,
     check_torch,
     installed_distributions,
-    local_copies,
+    variant_note,
 )
 from gpurl_tasks.dockerfile.context import (
     context_rules,
@@ -34,7 +35,7 @@ from gpurl_tasks.dockerfile.context import (
 )
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
-from gpurl_tasks.dockerfile.recipe import WORKDIR, harbor_outside_lock, render_recipe
+from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import GpurlError, LockError
 from gpurl_tasks.files import write_atomic
@@ -102,10 +103,33 @@ def lock_sha256(lock: Path) -> str:
 
 
 def _local(config: Config, plan: Plan) -> tuple[LocalCopy, ...]:
-    """The variant's path sources, resolved on this machine (symlinks followed)."""
-    resolve = {path: (config.workspace / path).resolve() for _, path in plan.local_paths}
-    return local_copies(plan.local_paths, workspace=config.workspace, root=config.root,
-                        workdir=WORKDIR, resolve=resolve, variant=config.variant)
+    """One COPY per path source the lock records outside the workspace's own directory,
+    resolved on this machine (symlinks followed): from where it really is in the build
+    context to where the lock expects it in the image."""
+    copies: list[LocalCopy] = []
+    note = variant_note(config.variant)
+    for name, path in sorted(plan.local_paths):
+        real = (config.workspace / path).resolve()
+        where = f"{name}'s source {path!r} (resolved to {real})"
+        if not real.is_relative_to(config.root):
+            raise DockerfileError(
+                f"{where} is outside the build context {config.root}{note}: the image "
+                "cannot contain it and the final sync would fail",
+                hint="move the package inside the repository, or make it a registry/git "
+                     "dependency")
+        if not real.is_dir():
+            raise DockerfileError(f"{where} {'is not a directory' if real.exists() else 'does not exist'}"
+                                  f"{note}: the final sync would fail with `Distribution not found`",
+                                  hint="check out the repository with its path dependencies")
+        link = Path(posixpath.normpath(config.workspace / path))
+        if link == real and real.is_relative_to(config.workspace):
+            continue  # no symlink on the way: it arrives with the workspace's own COPY
+        in_context = link.is_relative_to(config.root) and link.is_symlink()
+        copies.append(LocalCopy(
+            name=name, source=real.relative_to(config.root).as_posix(),
+            dest=posixpath.normpath(posixpath.join(WORKDIR, path)),
+            link=link.relative_to(config.root).as_posix() if in_context else ""))
+    return tuple(copies)
 
 
 def render_dockerfile(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None = None) -> str:
@@ -127,10 +151,6 @@ def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
             for layer in plan.layers}
 
 
-def _named(config: Config, message: str) -> str:
-    return f"{message}" + (f" (variant {config.variant!r})" if config.variant else "")
-
-
 def _check_compiled(config: Config, plan: Plan) -> tuple[str, ...]:
     """The provided packages' lock vs compiled versions; a dependent's unmet specifier fails."""
     if not plan.provided:
@@ -138,8 +158,8 @@ def _check_compiled(config: Config, plan: Plan) -> tuple[str, ...]:
     pins = pins_from_args({}, config.build, config.target)  # the ARG defaults are the config's
     lines, problems = check_provided(plan.provided, pins, config.build.wheel_globs)
     if problems:
-        raise DockerfileError(_named(config, "the compiled wheels break the lock's requirements: "
-                                     + "; ".join(problems)),
+        raise DockerfileError("the compiled wheels break the lock's requirements: "
+                              + "; ".join(problems) + variant_note(config.variant),
                               hint="build the fork at a version the lock allows (the variant's "
                                    "build table can pin its own), or re-lock the workspace "
                                    "against the fork's version")
@@ -165,8 +185,7 @@ def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) 
     torch = check_torch(config.build, plan, variant=config.variant)
     if torch:
         notes.append(torch)
-    installed = installed_distributions(plan, provided_names(config.build.wheel_globs),
-                                        harbor_outside_lock(plan))
+    installed = installed_distributions(plan, provided_names(config.build.wheel_globs))
     check_asserts(config.build, installed, variant=config.variant)
     notes += [f"outside the lock (its dependencies resolved at build time): {r}"
               for r in plan.outside_lock]

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import gpurl_tasks
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile import provenance
-from gpurl_tasks.dockerfile.checks import LocalCopy
+from gpurl_tasks.dockerfile.checks import LocalCopy, variant_note
 from gpurl_tasks.dockerfile.model import (
     Arg,
     ArgImage,
@@ -446,14 +446,14 @@ def _check_pins(used: set[str], args: dict[str, str], config: Config) -> None:
         if name in used and not args[name]:
             raise DockerfileError(
                 f"build.{key} is not set but the recipe uses ${{{name}}}"
-                + (f" (variant {config.variant!r})" if config.variant else ""),
+                + variant_note(config.variant),
                 hint=f"set {key} in [tool.gpurl.profiles.{config.profile}.build]")
 
 
 def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
                   local: tuple[LocalCopy, ...] = ()) -> Dockerfile:
     """The whole gpu-rl (or demo) Dockerfile model for `config` and `plan`; pure. `local`: the
-    path sources to copy where the lock expects them (see checks.local_copies)."""
+    path sources to copy where the lock expects them (resolved by `generate`)."""
     _check_config(config)
     _check_plan(plan)
     if not re.fullmatch(r"[0-9a-f]{64}", lock_sha256):
