@@ -21,6 +21,7 @@ from gpurl_tasks.errors import LockError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, sync_selection_flags
 from tests.conftest import REPO_ROOT
+from tests.support.checkout import repo_copy
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -188,21 +189,6 @@ def test_hadolint_is_clean_on_rendered_recipes(profile: str, tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _repo_copy(dest: Path) -> Path:
-    """The tracked files of this checkout (working-tree content) copied to `dest`."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        src = REPO_ROOT / name
-        if src.is_symlink():  # the skyrl fixture's link to its sibling path dependency
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(os.readlink(src), dest / name)
-        elif src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    return dest
-
-
 def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPURL_")}
     return subprocess.run([sys.executable, "-m", "invoke", "generate", *args], cwd=root, env=env,
@@ -218,7 +204,7 @@ def test_cli_check_passes_on_the_committed_files() -> None:
 
 @pytest.mark.integration
 def test_cli_check_fails_on_a_stale_copy_and_generate_repairs_it(tmp_path: Path) -> None:
-    root = _repo_copy(tmp_path / "repo")
+    root = repo_copy(tmp_path / "repo")
     target = root / "docker" / "Dockerfile.demo"
     target.write_text(target.read_text().replace("--require-hashes", "--require-hash", 1))
     stale = _invoke(root, "--check")
