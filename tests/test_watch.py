@@ -134,6 +134,25 @@ def test_max_duration_ends_with_exit_3() -> None:
     assert clock.now <= 300
 
 
+def test_no_reading_starts_that_the_bound_would_cut() -> None:
+    """Each reading takes 4 s (an iris CLI call here): with 2 s left the watch ends at the
+    bound with the last state, instead of starting a call the bound cuts and blaming the
+    controller (seen in CI: "cannot reach the controller since 29s" for a pending job)."""
+    clock, budgets = FakeClock(), []
+
+    def slow(left: float) -> Observation:
+        budgets.append(left)
+        if left < 4:
+            clock.now += left
+            raise TransientIrisError("iris did not answer within the time left")
+        clock.now += 4
+        return obs("pending")
+
+    result = watch(slow, interval=1, max_duration=31, clock=clock, sleep=clock.sleep)
+    assert result.exit_code == EXIT_WATCHER and result.reason.startswith("still pending at the bound")
+    assert min(budgets) >= 4 and clock.now <= 31
+
+
 @given(st.lists(st.sampled_from(["pending", "building", "running"]), max_size=30),
        st.sampled_from(["succeeded", "failed", "killed", "worker_failed", "unschedulable",
                         ABSENT]),

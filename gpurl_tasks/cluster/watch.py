@@ -91,7 +91,9 @@ def watch(
     """Poll every `interval` seconds until terminal or `max_duration` has passed.
 
     `read_state` gets the seconds left in the bound and must not take longer (an iris call
-    can hang while the controller is unreachable); elapsed time is measured after each call.
+    can hang while the controller is unreachable); elapsed time is measured after each call,
+    and no call starts with less time left than the last reading took (it could not finish:
+    the bound, not the controller, ends such a watch).
     Transient CLI failures are retried with exponential backoff (base, doubling, capped);
     `max_failures` in a row, or the bound, end the watch with EXIT_WATCHER. Any other
     IrisError (iris refused the input) is not retried: it propagates. Output that cannot be
@@ -106,8 +108,12 @@ def watch(
     failures = 0
     failing_since = 0.0
     polls = 0
+    last_call = 0.0  # how long the last successful reading took
     while True:
         before = clock() - start
+        if last is not None and max_duration - before < last_call:
+            # no time left for another reading: the bound ends the watch, not the controller
+            return _at_bound(last, before, polls, max_duration)
         try:
             polls += 1
             observation = read_state(max_duration - before)
@@ -130,6 +136,7 @@ def watch(
             sleep(delay)
             continue
         elapsed = clock() - start
+        last_call = elapsed - before
         failures = 0
         if last and last.state == observation.state and not observation.pending_reason:
             # a reading without the reason (it is read separately, best effort) keeps the last
@@ -141,10 +148,15 @@ def watch(
             return WatchResult(exit_code=exit_code_for(observation.state), observation=observation,
                                elapsed=elapsed, polls=polls, reason=observation.state)
         if elapsed + interval >= max_duration:
-            return WatchResult(exit_code=EXIT_WATCHER, observation=observation, elapsed=elapsed,
-                               polls=polls, reason=f"still {observation.state} at the bound "
-                               f"(--max-duration {max_duration:g}s)")
+            return _at_bound(observation, elapsed, polls, max_duration)
         sleep(interval)
+
+
+def _at_bound(observation: Observation, elapsed: float, polls: int,
+              max_duration: float) -> WatchResult:
+    return WatchResult(exit_code=EXIT_WATCHER, observation=observation, elapsed=elapsed,
+                       polls=polls, reason=f"still {observation.state} at the bound "
+                       f"(--max-duration {max_duration:g}s)")
 
 
 def log_window_start(observation: Observation | None, *, watch_started_ms: int,
