@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from gpurl_tasks.proc import CommandFailed, Completed, ProgramNotFound, run
 
 __all__ = ["GitError", "Source", "diff_hash", "dirty_tracked_files", "file_history",
            "head_sha", "ls_bundle_files", "resolve_commit", "short_sha", "show_file", "source", "source_id",
-           "toplevel"]
+           "toplevel", "tree_blobs", "worktree_blobs"]
 
 
 class GitError(GpurlError):
@@ -149,3 +150,39 @@ def show_file(repo: Path, commit: str, path: str) -> str | None:
         raise GitError(f"git show {spec} failed: {done.stderr.strip()}")
     return decode_text(done.stdout.encode("utf-8", "surrogateescape"), what=f"file {spec}",
                        error=GitError)
+
+
+def tree_blobs(repo: Path, commit: str, paths: Sequence[str]) -> dict[str, str]:
+    """{path: git blob id} of the files under `paths` (relative to the repository root) at
+    `commit`; nothing for no paths."""
+    if not paths:
+        return {}
+    done = _git(repo, "ls-tree", "-r", "-z", commit, "--", *paths)
+    if done.returncode != 0:
+        raise GitError(f"git ls-tree {commit} failed: {done.stderr.strip()}")
+    out = {}
+    for entry in filter(None, done.stdout.split("\0")):
+        meta, _, name = entry.partition("\t")
+        out[name] = meta.split()[2]
+    return out
+
+
+def worktree_blobs(repo: Path, paths: Sequence[str]) -> dict[str, str]:
+    """{path: git blob id} of the files under `paths` as they are in the working tree (the
+    ones a build context holds: tracked or untracked, not ignored), comparable with
+    tree_blobs at a commit."""
+    if not paths:
+        return {}
+    done = _git(repo, "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--",
+                *paths)
+    out = {}
+    for name in sorted(set(filter(None, done.stdout.split("\0")))):
+        file = repo / name
+        if file.is_symlink():
+            data = os.fsencode(os.readlink(file))
+        elif file.is_file():
+            data = file.read_bytes()
+        else:  # tracked but deleted in the working tree
+            continue
+        out[name] = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+    return out

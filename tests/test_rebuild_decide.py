@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks.config import BuildSettings, TargetSpec
+from gpurl_tasks.config import BuildSettings, TargetSpec, load_config
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.wheels import expected_filenames, pins_from_args
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
+from tests.conftest import REPO_ROOT
 from tests.support.rebuild_fixtures import APT, ARGS, SYNC_EXCLUSIONS, dockerfile
 
 CLOSURE: tuple[ClosureEntry, ...] = (
@@ -106,10 +108,12 @@ def test_layer_plan_change_needs_image() -> None:
         {"kind": "layer-plan", "detail": "stage rl: step 2 exclusions added nvidia-nccl-cu12"}]
 
 
-def test_base_image_same_cuda_needs_image_only() -> None:
+def test_the_builders_base_image_is_a_wheel_input_even_with_the_same_cuda() -> None:
+    """The wheel-builder is FROM ${BASE_IMAGE}: a new base (another Ubuntu, the same CUDA)
+    compiles different wheels, so the published ones no longer describe the recipe."""
     new = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04"
     result = decide(fp(), fp(dockerfile({"BASE_IMAGE": new})))
-    assert result.decision == "image"
+    assert result.decision == "wheels+image"
     assert kinds(result) == {"base-image"}
 
 
@@ -267,3 +271,76 @@ def test_generated_dockerfile_in_the_repository_parses(repo_root: Path) -> None:
     assert len(inputs.wheel_globs) == 2
     assert all(any(fnmatch.fnmatchcase(n, g) for n in names.values())
                for g in inputs.wheel_globs)
+
+
+# --- the generated demo Dockerfiles: slice stages are image inputs, the recipe is not ------
+
+DEMO = (REPO_ROOT / "docker" / "Dockerfile.demo").read_text()
+DEMO_EXTRA = (REPO_ROOT / "docker" / "Dockerfile.demo-extra").read_text()
+SLICE_STAGE = ("FROM ${SLICE_BASE} AS slice-00-group-04\n"
+               "COPY docker/layers/demo/shared/00-group-04.txt /tmp/gpurl-layers/group-04.txt\n"
+               "RUN uv pip install --no-deps --require-hashes -r /tmp/gpurl-layers/group-04.txt\n")
+
+
+def demo_fp(text: str, closure: tuple[ClosureEntry, ...] = CLOSURE) -> Fingerprint:
+    inputs = parse_dockerfile_inputs(text)
+    config = load_config(REPO_ROOT, profile="demo", env={})
+    return fingerprint(inputs, closure, (), pins_from_args(inputs.effective_args, config.build,
+                                                           config.target))
+
+
+def _replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) >= 1, f"{old!r} is not in the generated file any more"
+    return text.replace(old, new)
+
+
+@pytest.mark.parametrize("edit", [
+    pytest.param(lambda t: _replace_once(t, SLICE_STAGE, ""), id="slice-stage-removed"),
+    pytest.param(lambda t: _replace_once(t, SLICE_STAGE, SLICE_STAGE + "\n" + SLICE_STAGE.replace(
+        "00-group-04", "10-polars").replace("group-04", "polars")), id="slice-stage-added"),
+    pytest.param(lambda t: t.replace("shared/00-group-04.txt", "shared/00-group-07.txt"),
+                 id="slice-moved-to-another-group"),
+    pytest.param(lambda t: t.replace("docker/layers/demo/shared/", "docker/layers/demo/common/"),
+                 id="shared-slices-directory-moved"),
+])
+def test_a_slice_change_needs_the_image_only(edit: Callable[[str], str]) -> None:
+    """Slice stages sit outside the image's FROM chain (ENV_SOURCE=env-chain) and outside
+    the wheel recipe: adding, dropping or moving one never sends a user to compile wheels."""
+    changed = edit(DEMO)
+    assert changed != DEMO
+    result = decide(demo_fp(DEMO), demo_fp(changed))
+    assert result.decision == "image", result.reasons
+    assert not any(r.kind.startswith("wheel-recipe") for r in result.reasons)
+
+
+def test_a_variants_own_slice_is_an_image_input() -> None:
+    """The extra variant's own slice (docker/layers/demo/extra/) dropped: image only."""
+    own = DEMO_EXTRA[DEMO_EXTRA.index("FROM ${SLICE_BASE} AS slice-10-own-06"):]
+    own = own[:own.index("\n\n") + 1]
+    result = decide(demo_fp(DEMO_EXTRA), demo_fp(DEMO_EXTRA.replace(own, "")))
+    assert result.decision == "image"
+    assert {r.detail for r in result.reasons} == {"stage slice-10-own-06 removed"}
+
+
+@pytest.mark.parametrize(("old", "new", "kind"), [
+    pytest.param('ARG BASE_IMAGE="gpurl/bookworm-python:3.11"',
+                 'ARG BASE_IMAGE="gpurl/trixie-python:3.13"', "base-image", id="builder-base"),
+    pytest.param("      gcc \\\n", "      gcc \\\n      g++ \\\n", "wheel-recipe-apt",
+                 id="builder-apt-set"),
+    pytest.param('"setuptools>=77"', '"setuptools>=80"', "wheel-recipe-instructions",
+                 id="builder-requirements"),
+])
+def test_a_change_the_compiled_wheels_depend_on_needs_wheels(old: str, new: str,
+                                                             kind: str) -> None:
+    """The other direction: the wheel-builder's base image, its apt set and what it installs
+    to compile against are the wheel recipe."""
+    result = decide(demo_fp(DEMO), demo_fp(_replace_once(DEMO, old, new)))
+    assert result.decision == "wheels+image"
+    assert kind in kinds(result)
+
+
+def test_the_torch_the_wheels_compile_against_needs_wheels() -> None:
+    """The lock's torch (what the builder installs as TORCH_VERSION) moved."""
+    bumped = tuple(("torch", "2.12.0+cu128", "sha256:b2") if e[0] == "torch" else e
+                   for e in CLOSURE)
+    assert decide(demo_fp(DEMO), demo_fp(DEMO, bumped)).decision == "wheels+image"

@@ -449,3 +449,31 @@ def test_real_uv_installs_exactly_the_closure(tmp_path: Path, lock: str) -> None
     ours = {name for name, _, _ in closure_entries(lock, TargetSpec(),
                                                    PythonSelection(extras=("ep",)))}
     assert installed == ours
+
+
+def test_a_change_to_the_sources_the_wheel_builder_copies_needs_wheels(tmp_path: Path) -> None:
+    """The demo's wheel-builder copies examples/demo/ext/ (a C extension): an edit there
+    compiles another wheel, while an edit to the workspace's own source needs nothing."""
+    from tests.support.checkout import repo_copy
+    from tests.support.git import git
+
+    root = repo_copy(tmp_path / "repo")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base")
+    config = load_config(root, profile="demo", env=ENV)
+    ext = next(p for p in sorted((root / "examples/demo/ext").rglob("*.c")))
+    ext.write_text(ext.read_text() + "\n/* an edit */\n")
+    report = rebuild_needed(config, since="HEAD", env=ENV)
+    assert report.verdict == "wheels+image"
+    assert [r.to_json() for r in report.decision.reasons] == [{
+        "kind": "wheel-source",
+        "detail": "files the wheel-builder copies changed: ~" + ext.relative_to(root).as_posix()}]
+    git(root, "checkout", "-q", "--", ".")
+    new_file = root / "examples/demo/ext/NOTES.txt"  # untracked, but in the build context
+    new_file.write_text("x\n")
+    assert rebuild_needed(config, since="HEAD", env=ENV).verdict == "wheels+image"
+    new_file.unlink()
+    source = next(p for p in sorted((root / "examples/demo/src").rglob("*.py")))
+    source.write_text(source.read_text() + "\n# an edit\n")
+    assert rebuild_needed(config, since="HEAD", env=ENV).verdict == "none"

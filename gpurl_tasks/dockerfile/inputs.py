@@ -24,6 +24,7 @@ __all__ = ["DockerfileInputs", "StageInputs", "parse_dockerfile_inputs"]
 _KW = {"frozen": True, "kw_only": True, "slots": True}
 
 TARGET_STAGE = "rl"
+WHEEL_BUILDER_STAGE = "wheel-builder"  # the target that compiles the wheels (the recipe's name)
 _OPERATORS = {"&&", "||", ";", "|", "&", "(", ")"}
 _APT_VALUE_OPTS = {"-o", "-t", "-c", "--option", "--target-release", "--config-file"}
 # uv options that take a value as the next token (kept paired when flags are sorted)
@@ -47,6 +48,8 @@ class StageInputs:
     other: tuple[str, ...]  # remaining instructions, normalised, in order
     depends_on: tuple[str, ...]  # stages named by FROM or COPY --from
     wheel_globs: tuple[str, ...] = ()  # basenames of `*.whl` paths installed, ARGs substituted
+    copies: tuple[str, ...] = ()  # context paths COPY/ADD take (no --from), ARGs substituted
+    uses: tuple[str, ...] = ()  # ARG names the stage declares or its FROM expands, sorted
 
 
 @dataclasses.dataclass(**_KW)
@@ -76,9 +79,17 @@ class DockerfileInputs:
 
     def image_stages(self) -> frozenset[str]:
         """Stages whose contents reach the target image (FROM and COPY --from edges)."""
+        return self._reachable(self.target)
+
+    def wheel_recipe(self) -> frozenset[str]:
+        """The stages the compiled wheels depend on: what the wheel-builder target builds
+        (its base chain and every stage it copies from); empty without a wheel-builder."""
+        return self._reachable(WHEEL_BUILDER_STAGE)
+
+    def _reachable(self, start: str) -> frozenset[str]:
         by_name = {s.name: s for s in self.stages}
         seen: set[str] = set()
-        todo = [self.target]
+        todo = [start]
         while todo:
             name = todo.pop()
             if name in seen or name not in by_name:
@@ -200,6 +211,18 @@ def _stage_deps(value: str, args: Mapping[str, str], names: set[str]) -> str | N
     return None
 
 
+def _context_sources(value: str, args: Mapping[str, str]) -> list[str]:
+    """The context paths a COPY/ADD without --from takes (all words but options and the last)."""
+    words = _tokens(value)
+    if any(w.startswith("--from=") for w in words):
+        return []
+    paths = [w for w in words if not w.startswith("--")]
+    return [_substitute(w, args) for w in paths[:-1]]
+
+
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
 def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
     """Parse Dockerfile text into its formatting-independent baked inputs."""
     parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
@@ -218,6 +241,8 @@ def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
                     stage_args[f"{raw_stages[-1][0]}/{name}"] = clean
                 else:
                     global_args[name] = clean
+            if raw_stages:
+                raw_stages[-1][2].append((instr, name))
             continue
         if instr == "FROM":
             parts = [p for p in value.split() if not p.startswith("--platform")]
@@ -239,12 +264,19 @@ def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
         syncs: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
         other: list[str] = []
         globs: list[str] = []
+        copies: list[str] = []
+        uses = set(_VARIABLE.findall(from_text))
         deps = [base.lower()] if base.lower() in names else []
         for instr, value in items:
+            if instr == "ARG":
+                uses.add(value)
+                continue
             if instr in ("COPY", "ADD"):
                 dep = _stage_deps(value, local_args, names)
                 if dep:
                     deps.append(dep)
+                else:
+                    copies += _context_sources(value, local_args)
             if instr == "LABEL":
                 label = _label(value)
                 if label:
@@ -271,7 +303,8 @@ def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
         stages.append(StageInputs(name=name, base=base, from_text=from_text, apt=tuple(sorted(apt)),
                                   syncs=tuple(syncs), other=tuple(other),
                                   depends_on=tuple(dict.fromkeys(deps)),
-                                  wheel_globs=tuple(globs)))
+                                  wheel_globs=tuple(globs), copies=tuple(copies),
+                                  uses=tuple(sorted(uses))))
     target = TARGET_STAGE if TARGET_STAGE in names else (stages[-1].name if stages else "")
     args = sorted({**global_args, **stage_args}.items())
     return DockerfileInputs(args=tuple(args), stages=tuple(stages), target=target)

@@ -7,10 +7,12 @@ and the selected extras (name, version, chosen artifact); and the selected extra
 Source-only changes leave all of these equal. Everything here is pure: callers pass text
 and already-computed closures (see rebuild_inputs.py for reading them from git).
 
-Decision rules: wheels+image when a wheel pin ARG (fork commit, flash-attn, torch, CUDA,
-Python), the lock's torch, the expected wheel names, or a stage that does not reach the
-image (the wheel-builder on the prebuilt path: it is how the wheels are compiled) changed;
-image for any other baked input; none otherwise.
+Decision rules: wheels+image when a wheel input changed: a wheel pin ARG (fork commit,
+flash-attn, torch, CUDA, Python), any other ARG the wheel recipe uses, the lock's torch, the
+expected wheel names, a stage of the wheel recipe (what the `wheel-builder` target builds: its
+base chain and what it copies from) or the context files that recipe copies; image for any
+other baked input (slice stages included: they are outside the image's FROM chain when it is
+built from env-chain, but the wheels never see them); none otherwise.
 """
 
 from __future__ import annotations
@@ -81,13 +83,18 @@ class Fingerprint:
     extras: tuple[str, ...]  # sorted
     wheels: tuple[tuple[str, str], ...]  # (project, expected prebuilt wheel filename)
     missing: tuple[str, ...] = ()  # "dockerfile" and/or "lock" when absent at this point
+    # (path, git blob id) of every context file the wheel recipe copies, sorted
+    wheel_sources: tuple[tuple[str, str], ...] = ()
 
     def canonical(self) -> dict[str, Any]:
         image = self.dockerfile.image_stages()
+        recipe = self.dockerfile.wheel_recipe()
         return {
             "args": dict(self.dockerfile.args),
-            "stages": [dataclasses.asdict(s) | {"in_image": s.name in image}
+            "stages": [dataclasses.asdict(s) | {"in_image": s.name in image,
+                                                "in_wheel_recipe": s.name in recipe}
                        for s in self.dockerfile.stages],
+            "wheel_sources": dict(self.wheel_sources),
             "target": self.dockerfile.target,
             "closure": [list(e) for e in self.closure],
             "extras": list(self.extras),
@@ -118,10 +125,12 @@ class Decision:
 
 def fingerprint(dockerfile: DockerfileInputs, closure: Iterable[ClosureEntry],
                 extras: Iterable[str], pins: WheelPins,
-                missing: Iterable[str] = ()) -> Fingerprint:
+                missing: Iterable[str] = (),
+                wheel_sources: Mapping[str, str] | None = None) -> Fingerprint:
     """Collect the baked inputs; the closure may come in any order and with duplicates."""
     return Fingerprint(
         missing=tuple(sorted(set(missing))),
+        wheel_sources=tuple(sorted((wheel_sources or {}).items())),
         dockerfile=dockerfile,
         closure=tuple(sorted(set(closure), key=lambda e: (e[0], e[1] or "", e[2] or ""))),
         extras=tuple(sorted(set(extras))),
@@ -129,7 +138,9 @@ def fingerprint(dockerfile: DockerfileInputs, closure: Iterable[ClosureEntry],
     )
 
 
-def _arg_reasons(old: Mapping[str, str], new: Mapping[str, str]) -> list[Reason]:
+def _arg_reasons(old: Mapping[str, str], new: Mapping[str, str],
+                 wheel_args: frozenset[str]) -> list[Reason]:
+    """One reason per changed ARG default; `wheel_args` are the names the wheel recipe uses."""
     out = []
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key), new.get(key)
@@ -141,7 +152,8 @@ def _arg_reasons(old: Mapping[str, str], new: Mapping[str, str]) -> list[Reason]
         if base in _WHEEL_ARGS:
             kind, level = _WHEEL_ARGS[base], WHEELS
         else:
-            kind, level = _IMAGE_ARGS.get(base, "build-arg"), IMAGE
+            kind = _IMAGE_ARGS.get(base, "build-arg")
+            level = WHEELS if base in wheel_args else IMAGE
         out.append(Reason(kind=kind, detail=f"{key}: {before or '(unset)'} -> {after or '(unset)'}",
                           decision=level))
     return out
@@ -163,11 +175,11 @@ def _sync_text(step: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
 
 
 def _stage_reasons(old: StageInputs | None, new: StageInputs | None, *,
-                   in_image: bool) -> list[Reason]:
-    level = IMAGE if in_image else WHEELS
+                   in_wheel_recipe: bool) -> list[Reason]:
+    level = WHEELS if in_wheel_recipe else IMAGE
     either = new or old
     name = either.name if either is not None else "?"
-    prefix = "" if in_image else "wheel-recipe-"
+    prefix = "wheel-recipe-" if in_wheel_recipe else ""
     if old is None or new is None:
         state = "added" if old is None else "removed"
         return [Reason(kind=prefix + "stage", detail=f"stage {name} {state}", decision=level)]
@@ -197,6 +209,15 @@ def _stage_reasons(old: StageInputs | None, new: StageInputs | None, *,
         out.append(Reason(kind=prefix + "instructions", detail=f"stage {name}: {detail}",
                           decision=level))
     return out
+
+
+def _source_diff(old: Mapping[str, str], new: Mapping[str, str]) -> str:
+    """The wheel recipe's copied files that differ, named (a few, then a count)."""
+    changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
+    shown = ", ".join(("+" if p not in old else "-" if p not in new else "~") + p
+                      for p in changed[:5])
+    more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+    return f"files the wheel-builder copies changed: {shown}{more}"
 
 
 def _closure_reasons(old: Iterable[ClosureEntry], new: Iterable[ClosureEntry]) -> list[Reason]:
@@ -239,16 +260,21 @@ def decide(old: Fingerprint, new: Fingerprint) -> Decision:
     reasons = _missing_reasons(old, new)
     if "dockerfile" in old.missing or "dockerfile" in new.missing:
         return _decision(reasons + _closure_reasons(old.closure, new.closure))
-    reasons += _arg_reasons(old.dockerfile.arg_map, new.dockerfile.arg_map)
     old_stages = {s.name: s for s in old.dockerfile.stages}
     new_stages = {s.name: s for s in new.dockerfile.stages}
-    image = old.dockerfile.image_stages() | new.dockerfile.image_stages()
+    recipe = old.dockerfile.wheel_recipe() | new.dockerfile.wheel_recipe()
+    wheel_args = frozenset(arg for stages in (old_stages, new_stages) for name in recipe
+                           if name in stages for arg in stages[name].uses)
+    reasons += _arg_reasons(old.dockerfile.arg_map, new.dockerfile.arg_map, wheel_args)
     if old.dockerfile.target != new.dockerfile.target:
         reasons.append(Reason(kind="target-stage", decision=IMAGE,
                               detail=f"{old.dockerfile.target} -> {new.dockerfile.target}"))
     for name in list(dict.fromkeys([*old_stages, *new_stages])):
         reasons += _stage_reasons(old_stages.get(name), new_stages.get(name),
-                                  in_image=name in image)
+                                  in_wheel_recipe=name in recipe)
+    if old.wheel_sources != new.wheel_sources:
+        reasons.append(Reason(kind="wheel-source", decision=WHEELS, detail=_source_diff(
+            dict(old.wheel_sources), dict(new.wheel_sources))))
     if old.extras != new.extras:
         reasons.append(Reason(kind="extras", decision=IMAGE,
                               detail=f"{list(old.extras)} -> {list(new.extras)}"))

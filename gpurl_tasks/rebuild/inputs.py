@@ -17,7 +17,7 @@ from typing import Any
 
 from gpurl_tasks import git, values
 from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
-from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
+from gpurl_tasks.dockerfile.inputs import DockerfileInputs, parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
@@ -160,13 +160,23 @@ def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str])
         build=dataclasses.replace(old.build, dockerfile=moved(old.build.dockerfile)))
 
 
+def _wheel_source_paths(inputs: DockerfileInputs, config: Config, repo: Path) -> list[str]:
+    """The context paths the wheel recipe copies, relative to the repository root."""
+    recipe = inputs.wheel_recipe()
+    rel = config.root.relative_to(repo)
+    return sorted({(rel / path).as_posix() for stage in inputs.stages if stage.name in recipe
+                   for path in stage.copies})
+
+
 def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
-                 closure_fn: ClosureFn) -> Fingerprint:
+                 closure_fn: ClosureFn,
+                 blobs: Callable[[list[str]], dict[str, str]]) -> Fingerprint:
     inputs = parse_dockerfile_inputs(dockerfile or "")
     closure = list(closure_fn(lock, config.target, config.python)) if lock is not None else []
     pins = pins_from_args(inputs.effective_args, config.build, config.target)
     missing = [name for name, text in (("dockerfile", dockerfile), ("lock", lock)) if text is None]
-    return fingerprint(inputs, closure, config.python.extras, pins, missing)
+    sources = blobs(_wheel_source_paths(inputs, config, git.toplevel(config.root)))
+    return fingerprint(inputs, closure, config.python.extras, pins, missing, sources)
 
 
 def _read(path: Path, what: str, error: type[GpurlError], hint: str) -> str:
@@ -183,11 +193,13 @@ def rebuild_needed(config: Config, *, since: str | None = None,
     commit = git.resolve_commit(repo, ref)
     new_fp = _fingerprint(
         _read(config.build.dockerfile, "Dockerfile", ConfigError, "run invoke generate first"),
-        _read(config.lock, "lock", LockError, "run uv lock in the workspace"), config, closure_fn)
+        _read(config.lock, "lock", LockError, "run uv lock in the workspace"), config, closure_fn,
+        lambda paths: git.worktree_blobs(repo, paths))
     old_config = _config_at(repo, commit, config, env)
     old_docker = git.show_file(repo, commit,
                                    old_config.build.dockerfile.relative_to(repo).as_posix())
     old_lock = git.show_file(repo, commit, old_config.lock.relative_to(repo).as_posix())
-    old_fp = _fingerprint(old_docker, old_lock, old_config, closure_fn)
+    old_fp = _fingerprint(old_docker, old_lock, old_config, closure_fn,
+                          lambda paths: git.tree_blobs(repo, commit, paths))
     return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
                          since_source=source, old=old_fp, new=new_fp)
