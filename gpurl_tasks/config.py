@@ -241,6 +241,13 @@ class ClusterSettings:
     # key at one of its digests to move.
     kaniko_executor: str = ("gcr.io/kaniko-project/executor@sha256:"
                             "9e69fd4330ec887829c780f5126dd80edc663df6def362cd22e79bcdf00ac53f")
+    # crane (go-containerregistry's release archive with `crane` at its top) and its sha256:
+    # the script overlays the executor with it. Refresh both together from the release's
+    # checksums.txt.
+    crane_url: str = _field("https://github.com/google/go-containerregistry/releases/download/"
+                            "v0.20.3/go-containerregistry_Linux_x86_64.tar.gz", url=True)
+    crane_sha256: str = _field("36c67a932f489b3f2724b64af90b599a8ef2aa7b004872597373c0ad694dc059",
+                               check=values.sha256_hex)
 
 
 @dataclasses.dataclass(**_KW)

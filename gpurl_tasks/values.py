@@ -47,6 +47,7 @@ __all__ = [
     "package_name",
     "plain_name",
     "profile_name",
+    "sha256_hex",
     "registry_host",
     "requirement",
     "resource_size",
@@ -173,6 +174,14 @@ def hash_digest(value: object, key: str, *, error: type[GpurlError] = ConfigErro
     match = _HASH.fullmatch(text)
     if not match or len(match.group(2)) != HASH_LENGTHS[match.group(1)]:
         raise _bad(error, key, value, "a hash like sha256:<64 lowercase hex digits>")
+    return text
+
+
+def sha256_hex(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A bare sha256: 64 lowercase hex digits (as `sha256sum` prints it)."""
+    text = _string(value, key, error, "a sha256")
+    if not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise _bad(error, key, value, "64 lowercase hex digits (`sha256sum FILE`)")
     return text
 
 

@@ -29,8 +29,6 @@ from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.values import SOURCE_ID_ERE, inside_repository, plain_name, profile_name, registry_host
 
 __all__ = [
-    "CRANE_SHA256",
-    "CRANE_VERSION",
     "DEFAULT_PINS",
     "ROOT_ENV",
     "ToolPins",
@@ -42,11 +40,6 @@ __all__ = [
     "write_script",
 ]
 
-# go-containerregistry release assets; refresh both together from the release's checksums.txt.
-CRANE_VERSION = "v0.20.3"
-CRANE_SHA256 = "36c67a932f489b3f2724b64af90b599a8ef2aa7b004872597373c0ad694dc059"
-_CRANE_URL = ("https://github.com/google/go-containerregistry/releases/download/"
-              f"{CRANE_VERSION}/go-containerregistry_Linux_x86_64.tar.gz")
 # Tests point this at a temp dir so the script's /kaniko and /app live there.
 ROOT_ENV = "GPURL_KANIKO_ROOT"
 
@@ -54,12 +47,12 @@ ROOT_ENV = "GPURL_KANIKO_ROOT"
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ToolPins:
     """Where crane comes from, which executor image is exported and where the prebuilt wheels
-    are fetched (tests use local stand-ins; an empty executor_image or wheel_base_url means the
-    config's `cluster.kaniko-executor` / `build.wheel-base-url`, so the default pins render
-    exactly the committed script)."""
+    are fetched (tests use local stand-ins; an empty field means the config's
+    `cluster.crane-url`, `cluster.crane-sha256`, `cluster.kaniko-executor` or
+    `build.wheel-base-url`, so the default pins render exactly the committed script)."""
 
-    crane_url: str = _CRANE_URL
-    crane_sha256: str = CRANE_SHA256
+    crane_url: str = ""
+    crane_sha256: str = ""
     executor_image: str = ""
     wheel_base_url: str = ""
 
@@ -107,7 +100,12 @@ die() {{ echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }}
 ROOT="${{{root_env}:-}}"
 APP_DIR="$ROOT/app"
 KANIKO_DIR="$ROOT/kaniko"
-WHEELHOUSE="$APP_DIR"/{wheelhouse}
+# kaniko builds in this job's own root filesystem and deletes it between stages, all but
+# $KANIKO_DIR (never snapshotted, never deleted): the build context, crane and the digest
+# live there, so the bundle at $APP_DIR is neither deleted mid-build nor copied into the image.
+CONTEXT="$KANIKO_DIR/context"
+WORK="$KANIKO_DIR/gpurl"
+WHEELHOUSE="$CONTEXT"/{wheelhouse}
 REGISTRY_HOST={registry_host}
 REGISTRY_HOST_JSON={registry_host_json}
 IMAGE={image}
@@ -144,8 +142,7 @@ case "$DOCKERFILE" in
 esac
 [ -d "$APP_DIR" ] || die "build context $APP_DIR does not exist (the iris workspace bundle)"
 
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK"
 
 if ! command -v curl >/dev/null 2>&1; then
   apt-get update -qq
@@ -162,6 +159,10 @@ tar -xzf "$WORK/crane.tgz" -C "$WORK" crane
 echo "==> kaniko executor $EXECUTOR_IMAGE over ${{ROOT:-/}}"
 "$WORK/crane" export --platform linux/amd64 "$EXECUTOR_IMAGE" - | tar -x -C "${{ROOT:-/}}"
 [ -x "$KANIKO_DIR/executor" ] || die "the exported image has no $KANIKO_DIR/executor"
+# The executor is static and `crane export` carries no ENV: give it what it looks up.
+export USER="${{USER:-root}}" HOME="${{HOME:-/root}}"
+rm -rf "$CONTEXT"
+cp -a "$APP_DIR" "$CONTEXT"
 
 # The auth file is written after the overlay: the executor image ships its own /kaniko.
 # Tracing stays off until the token has been consumed, so it never reaches the job log.
@@ -215,7 +216,7 @@ if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
 fi
 
 ARGS=(
-  --context "dir://$APP_DIR"
+  --context "dir://$CONTEXT"
   --dockerfile "$DOCKERFILE"
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
   --build-arg "GITSHA=$GITSHA"
@@ -231,10 +232,12 @@ if [ "$PUSH_FLOATING" = 1 ]; then
 fi
 
 echo "==> kaniko build of $DESTINATION"
-cd "$APP_DIR"
+cd "$CONTEXT"
 "$KANIKO_DIR/executor" "${{ARGS[@]}}"
+# Builtins only from here: the filesystem is now the image's last stage, not this job's.
 [ -s "$WORK/digest" ] || die "the executor wrote no digest"
-echo "pushed $DESTINATION@$(cat "$WORK/digest")"
+read -r DIGEST <"$WORK/digest" || true
+echo "pushed $DESTINATION@$DIGEST"
 """
 
 
@@ -269,8 +272,8 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         dockerfile=q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
         wheel_base_url=q((pins.wheel_base_url or config.build.wheel_base_url).rstrip("/")),
         wheels=" ".join(q(n) for n in prebuilt_wheel_names(config)),
-        crane_url=q(pins.crane_url),
-        crane_sha256=q(pins.crane_sha256),
+        crane_url=q(pins.crane_url or config.cluster.crane_url),
+        crane_sha256=q(pins.crane_sha256 or config.cluster.crane_sha256),
         executor_image=q(_executor(pins.executor_image or config.cluster.kaniko_executor)),
         registry_user=_plain("registry.user", registry.user),
         wheel_source=_plain("build.wheel-source", config.build.wheel_source),
