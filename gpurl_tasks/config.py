@@ -140,7 +140,9 @@ class RegistrySettings:
     user: str = _field("", check=values.optional(values.plain_name))
     tag_prefix: str = _field("gpu-rl", check=values.plain_name)
     floating_tag: str = _field("gpu-rl", check=values.plain_name)
-    insecure: bool | None = None  # None: plain HTTP only for loopback hosts, like dockerd
+    # None: HTTPS, except that a loopback host that does not speak TLS gets plain HTTP (as
+    # dockerd and crane do); True: plain HTTP; False: HTTPS only (oci/scheme.py)
+    insecure: bool | None = None
 
     @property
     def image(self) -> str:

@@ -2,8 +2,8 @@
 registry client alike.
 
 `[host/]repository[:tag][@sha256:...]`, parsed the way the Docker CLI does: a first part with a
-dot, a colon or `localhost` is a host. Also the one loopback check (plain HTTP for loopback
-registries, as dockerd assumes; credentials in the clear only to loopback).
+dot, a colon or `localhost` is a host. Also the one loopback check (a loopback registry may
+be spoken to in plain HTTP, see `oci/scheme.py`; credentials in the clear only to loopback).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from gpurl_tasks.errors import GpurlError
 
 __all__ = ["DIGEST_RE", "ImageRef", "InvalidReference", "is_loopback",
-           "parse_reference", "split_host_port", "uses_plain_http"]
+           "parse_reference", "split_host_port"]
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -119,10 +119,3 @@ def is_loopback(hostname: str) -> bool:
         return ipaddress.ip_address(hostname).is_loopback
     except ValueError:
         return False
-
-
-def uses_plain_http(host: str, insecure: bool | None) -> bool:
-    """Loopback registries speak plain HTTP (as dockerd assumes); `insecure` overrides."""
-    if insecure is not None:
-        return insecure
-    return is_loopback(split_host_port(host)[0])

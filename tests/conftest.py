@@ -1,4 +1,5 @@
-"""Shared fixtures: the repository root and the real SkyRL locks (the project's test data)."""
+"""Shared fixtures: the repository root, the real SkyRL locks (the project's test data) and a
+real plain-HTTP registry on loopback for each module that asks for `registry`."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import lzma
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.registry_server import RegistryServer, running_registry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # SkyRL's real skyrl-train locks (commits 021b9d65b, older, and 0b8acf049), xz-compressed in the
@@ -22,6 +26,13 @@ SKYRL_WORKSPACE = REPO_ROOT / "examples" / "skyrl" / "skyrl-train"  # the `skyrl
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    """Debian's `docker-registry` on 127.0.0.1 in plain HTTP, one per test module."""
+    with running_registry(tmp_path_factory.mktemp("registry")) as server:
+        yield server
 
 
 def skyrl_pyproject(commit: str) -> Path:

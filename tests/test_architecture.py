@@ -17,8 +17,8 @@ EDGE_IMPORTS = {"subprocess", "httpx", "socket", "http.server", "urllib.request"
 PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants",
         "plan.wheelglobs", "plan.model", "plan.report", "dockerfile.checks",
         "dockerfile.model", "dockerfile.recipe", "dockerfile.lint", "dockerfile.inputs",
-        "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.verify", "oci.pin",
-        "rebuild.fingerprint", "cluster.watch", "imageref", "units", "errors", "steps",
+        "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "oci.verify",
+        "oci.pin", "rebuild.fingerprint", "cluster.watch", "imageref", "units", "errors", "steps",
         "config", "values"]
 
 

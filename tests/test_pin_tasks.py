@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer
-from tests.support.registry_server import RegistryServer, free_port, running_registry
+from tests.support.registry_server import RegistryServer, free_port
 from tests.support.tasks_runner import head_short_sha, run_task
 
 pytestmark = pytest.mark.integration
@@ -24,12 +23,6 @@ LAUNCHER = textwrap.dedent(f'''\
     DEFAULT_RL_DOCKER_IMAGE = "{OLD}"
     OTHER = {{"image": DEFAULT_RL_DOCKER_IMAGE}}
     ''')
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    with running_registry(tmp_path_factory.mktemp("registry")) as server:
-        yield server
 
 
 def five_layers(seed: int) -> list:  # type: ignore[type-arg]

@@ -1,4 +1,4 @@
-"""Pure parts of the registry client: references, plain-HTTP choice, credentials, challenges."""
+"""Pure parts of the registry client: references, the scheme choice, credentials, challenges."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpurl_tasks.errors import RegistryError
-from gpurl_tasks.imageref import InvalidReference, parse_reference, uses_plain_http
+from gpurl_tasks.imageref import InvalidReference, parse_reference
 from gpurl_tasks.oci.auth import Credentials, credentials_for, parse_challenge
+from gpurl_tasks.oci.scheme import candidate_schemes, credentials_allowed
 from tests.conftest import REPO_ROOT
 
 DIGEST = "sha256:" + "ab" * 32
@@ -59,18 +60,35 @@ def test_bad_references_raise_clear_errors(text: str) -> None:
     assert repr(text) in str(info.value)
 
 
-@pytest.mark.parametrize(("host", "insecure", "plain"), [
-    ("127.0.0.1:5000", None, True),
-    ("localhost:5000", None, True),
-    ("localhost", None, True),
-    ("ghcr.io", None, False),
-    ("registry.local:5000", None, False),
-    ("ghcr.io", True, True),
-    ("127.0.0.1:5000", False, False),
+@pytest.mark.parametrize(("host", "insecure", "schemes"), [
+    ("127.0.0.1:5000", None, ("https", "http")),
+    ("127.8.9.10:5000", None, ("https", "http")),
+    ("localhost:5000", None, ("https", "http")),
+    ("localhost", None, ("https", "http")),
+    ("[::1]:5000", None, ("https", "http")),
+    ("ghcr.io", None, ("https",)),
+    ("registry.local:5000", None, ("https",)),
+    ("10.0.0.5:5000", None, ("https",)),  # private but not loopback: HTTPS only
+    ("localhost.evil.example", None, ("https",)),
+    ("ghcr.io", True, ("http",)),
+    ("127.0.0.1:5000", True, ("http",)),
+    ("127.0.0.1:5000", False, ("https",)),
 ])
-def test_plain_http_only_for_loopback_unless_overridden(host: str, insecure: bool | None,
-                                                         plain: bool) -> None:
-    assert uses_plain_http(host, insecure) is plain
+def test_https_first_and_plain_http_only_as_loopback_fallback_or_forced(
+        host: str, insecure: bool | None, schemes: tuple[str, ...]) -> None:
+    """The scheme decision: unset `insecure` gives loopback HTTPS then plain HTTP (the
+    fallback), every other host HTTPS alone; `insecure` forces one scheme."""
+    assert candidate_schemes(host, insecure) == schemes
+
+
+@pytest.mark.parametrize(("scheme", "host", "allowed"), [
+    ("https", "ghcr.io", True), ("https", "127.0.0.1:5000", True),
+    ("http", "127.0.0.1:5000", True), ("http", "localhost", True), ("http", "[::1]:5000", True),
+    ("http", "ghcr.io", False), ("http", "10.0.0.5:5000", False),
+])
+def test_credentials_in_the_clear_only_to_loopback(scheme: str, host: str,
+                                                   allowed: bool) -> None:
+    assert credentials_allowed(scheme, host) is allowed
 
 
 def test_challenge_parsing() -> None:

@@ -7,7 +7,10 @@ truncated or tampered response is an error and never a silently wrong answer.
 
 Auth follows the registry's challenge: anonymous first; on 401 the `WWW-Authenticate` header
 says Basic (send the credentials) or Bearer (fetch a token from the realm, as ghcr.io does).
-Credentials never appear in an exception message, a log line or a repr.
+Credentials never appear in an exception message, a log line or a repr, and travel in the
+clear (plain HTTP) only to a loopback host. The scheme (`oci/scheme.py`: HTTPS first for a
+loopback host, plain HTTP only if it does not speak TLS) is decided by the first request that
+connects and kept for the client's life.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -23,7 +27,7 @@ from typing import Any
 import httpx
 
 from gpurl_tasks.errors import RegistryError
-from gpurl_tasks.imageref import DIGEST_RE, ImageRef, is_loopback, uses_plain_http
+from gpurl_tasks.imageref import DIGEST_RE, ImageRef, is_loopback
 from gpurl_tasks.oci.auth import Credentials, credential_hint, parse_challenge
 from gpurl_tasks.oci.image import (
     ACCEPT_MANIFESTS,
@@ -36,6 +40,14 @@ from gpurl_tasks.oci.image import (
     parse_config,
     parse_index,
     parse_manifest,
+)
+from gpurl_tasks.oci.scheme import (
+    HTTP,
+    HTTPS,
+    candidate_schemes,
+    credentials_allowed,
+    tls_failure,
+    untrusted_certificate,
 )
 
 __all__ = ["ManifestUnknown", "RegistryClient"]
@@ -64,7 +76,9 @@ class RegistryClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.host = host
-        self.base_url = f"{'http' if uses_plain_http(host, insecure) else 'https'}://{host}"
+        schemes = candidate_schemes(host, insecure)
+        self._scheme = schemes[0]
+        self._decided = len(schemes) == 1  # else HTTPS until a request shows it is not TLS
         self._credentials = credentials
         self._attempts = max(1, attempts)
         self._backoff = backoff
@@ -74,6 +88,14 @@ class RegistryClient:
         self._use_basic = False
         self._http = httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=True,
                                   transport=transport, headers={"User-Agent": "gpurl"})
+
+    @property
+    def base_url(self) -> str:
+        return f"{self._scheme}://{self.host}"
+
+    def _shown(self) -> str:
+        """The registry's URL once a request has fixed the scheme; before that its host."""
+        return self.base_url if self._decided else self.host
 
     def close(self) -> None:
         self._http.close()
@@ -226,28 +248,30 @@ class RegistryClient:
                  headers: Mapping[str, str] | None = None, *, push: bool = False,
                  params: Mapping[str, str] | None = None, url: httpx.URL | None = None,
                  content: bytes | None = None) -> httpx.Response:
-        target = url or httpx.URL(f"{self.base_url}/v2/{ref.repository}/{path}",
-                                  params=params or {})
         scope = f"repository:{ref.repository}:{'pull,push' if push else 'pull'}"
         authenticated = False
         attempt = 0
         while True:
             attempt += 1
+            target = url or httpx.URL(f"{self.base_url}/v2/{ref.repository}/{path}",
+                                      params=params or {})
             request_headers = dict(headers or {})
             auth = self._auth_header(scope)
             if auth:
                 request_headers["Authorization"] = auth
             try:
-                response = self._http.request(method, target, headers=request_headers,
-                                              content=content)
+                response = self._send(method, target, request_headers, content)
             except httpx.InvalidURL as exc:
                 raise RegistryError(f"{target} is not a valid registry URL for {ref}: {exc}",
                                     hint="check registry.host and the image reference") from None
             except httpx.TransportError as exc:
+                failure = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+                if failure is not None and failure.kind == "certificate":
+                    raise untrusted_certificate(self.host, failure, os.environ) from None
                 if attempt >= self._attempts:
                     raise RegistryError(
-                        f"cannot reach the registry at {self.base_url} for {ref} after "
-                        f"{attempt} attempts ({type(exc).__name__})",
+                        f"cannot reach the registry at {self._shown()} for {ref} after "
+                        f"{attempt} attempts ({_fault(exc)})",
                         hint="check that the registry is up and the host is right "
                              "(registry.host; registry.insecure for plain HTTP)") from None
                 self._sleep(self._delay(attempt, None))
@@ -272,10 +296,30 @@ class RegistryClient:
                 raise self._refusal(ref, response)
             if status >= 400:
                 raise RegistryError(f"the registry answered {status} for {ref} ({path})"
-                                    f"{_error_codes(response)}")
+                                    f"{_error_codes(response)}",
+                                    hint=_status_hint(status, self._scheme))
             if len(response.content) > _MAX_DOCUMENT:
                 raise RegistryError(f"{ref}: {path} is larger than {_MAX_DOCUMENT} bytes")
             return response
+
+    def _send(self, method: str, target: httpx.URL, headers: Mapping[str, str],
+              content: bytes | None) -> httpx.Response:
+        """One request; while the scheme is undecided (loopback, `insecure` unset) an HTTPS
+        attempt the server answers with something other than TLS is sent again in plain
+        HTTP, and whichever connects fixes the scheme for the client's life."""
+        if self._decided:
+            return self._http.request(method, target, headers=headers, content=content)
+        try:
+            response = self._http.request(method, target, headers=headers, content=content)
+        except httpx.ConnectError as exc:
+            failure = tls_failure(exc)
+            if failure is None or failure.kind != "not-tls":
+                raise
+            response = self._http.request(method, target.copy_with(scheme=HTTP),
+                                          headers=headers, content=content)
+            self._scheme = HTTP
+        self._decided = True
+        return response
 
     def _auth_header(self, scope: str) -> str | None:
         if scope in self._tokens:
@@ -285,6 +329,11 @@ class RegistryClient:
         return None
 
     def _authenticate(self, ref: ImageRef, response: httpx.Response, scope: str) -> None:
+        if self._credentials and not credentials_allowed(self._scheme, self.host):
+            raise RegistryError(
+                f"{self.host} asks for credentials over plain HTTP; gpurl sends credentials "
+                "in the clear only to a loopback registry",
+                hint="serve the registry over TLS and leave registry.insecure unset")
         scheme, params = parse_challenge(response.headers.get("WWW-Authenticate", ""))
         if scheme == "basic":
             if not self._credentials:
@@ -302,7 +351,7 @@ class RegistryClient:
         if realm is None or not realm.host:
             raise RegistryError(f"{self.host} named an invalid token service {params['realm']!r}")
         # credentials travel only over TLS, or in the clear to a token service on loopback
-        safe = realm.scheme == "https" or is_loopback(realm.host)
+        safe = realm.scheme == HTTPS or is_loopback(realm.host)
         headers = ({"Authorization": self._credentials.basic_header()}
                    if self._credentials and safe else {})
         try:
@@ -376,7 +425,16 @@ def _fault(exc: httpx.HTTPError) -> str:
     for kind, text in words.items():
         if isinstance(exc, kind):
             return text
-    return type(exc).__name__
+    failure = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+    return f"{type(exc).__name__}: {failure}" if failure else type(exc).__name__
+
+
+def _status_hint(status: int, scheme: str) -> str | None:
+    """A registry serving HTTPS answers a plain HTTP request with a bare 400."""
+    if status == 400 and scheme == HTTP:
+        return ("if the registry speaks HTTPS, leave registry.insecure unset (a loopback host "
+                "is tried over HTTPS first) or set it to false")
+    return None
 
 
 def _error_codes(response: httpx.Response) -> str:

@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-__all__ = ["free_port", "need", "python312", "uv"]
+__all__ = ["free_port", "need", "non_loopback_address", "python312", "uv"]
 
 
 def need(present: object, reason: str) -> None:
@@ -28,6 +28,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def non_loopback_address() -> str:
+    """An IPv4 address of this machine that is not loopback (the one its default route uses;
+    a UDP connect sends nothing)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("198.51.100.1", 9))  # TEST-NET-2: only the route is looked up
+            address = str(sock.getsockname()[0])
+    except OSError:
+        address = ""
+    need(address and not address.startswith("127."), "this machine has no non-loopback IPv4")
+    return address
 
 
 def python312() -> str:

@@ -1,22 +1,24 @@
 """A real registry on 127.0.0.1: Debian's `docker-registry` (CNCF distribution) as a subprocess.
 
 Each instance gets a random free port, its own storage directory and config file, and can be
-stopped and started again on the same port (for "registry went away mid-run" tests).
+stopped and started again on the same port (for "registry went away mid-run" tests). With `tls`
+(tests/support/tls.py) it serves HTTPS with a certificate for 127.0.0.1, as ghcr.io serves
+HTTPS; `bind` puts it on another of this machine's addresses (a non-loopback host).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
+
+from tests.support.local_parts import free_port, need
+from tests.support.tls import LocalCA
 
 __all__ = ["REGISTRY_BIN", "RegistryServer", "free_port", "require_registry", "running_registry"]
 
@@ -25,30 +27,22 @@ REGISTRY_BIN = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 
 def require_registry() -> None:
     """Skip (or fail under CI) when the registry binary is absent."""
-    if Path(REGISTRY_BIN).exists():
-        return
-    message = "docker-registry is not installed (apt-get install -y docker-registry)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    need(Path(REGISTRY_BIN).exists(),
+         "docker-registry is not installed (apt-get install -y docker-registry)")
 
 
 class RegistryServer:
     """One registry process; `auth_yaml` is an optional `auth:` section (indented YAML)."""
 
     def __init__(self, workdir: Path, *, storage: Path | None = None, auth_yaml: str = "",
-                 port: int | None = None) -> None:
+                 port: int | None = None, tls: LocalCA | None = None,
+                 bind: str = "127.0.0.1") -> None:
         self.workdir = workdir
         self.storage = storage or workdir / "storage"
         self.port = port or free_port()
-        self.host = f"127.0.0.1:{self.port}"
-        self.url = f"http://{self.host}"
+        self.host = f"{bind}:{self.port}"
+        self.tls = tls
+        self.url = f"{'https' if tls else 'http'}://{self.host}"
         self.config = workdir / "config.yml"
         self.log = workdir / "registry.log"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -60,7 +54,8 @@ class RegistryServer:
             f"  filesystem:\n    rootdirectory: {self.storage}\n"
             "  delete:\n    enabled: true\n"
             "http:\n"
-            f"  addr: 127.0.0.1:{self.port}\n"
+            f"  addr: {self.host}\n"
+            + (tls.registry_yaml() if tls else "")
             + auth_yaml
         )
 
@@ -73,7 +68,8 @@ class RegistryServer:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"registry exited: {self.log.read_text()[-2000:]}")
             try:
-                httpx.get(f"{self.url}/v2/", timeout=1)
+                httpx.get(f"{self.url}/v2/", timeout=1,
+                          verify=self.tls.context() if self.tls else True)
                 return
             except httpx.TransportError:
                 time.sleep(0.05)
