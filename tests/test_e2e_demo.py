@@ -34,36 +34,18 @@ from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.plan.model import SLICE_DIR
 from gpurl_tasks.plan.profile import plan_for_config, slice_path
 from tests.conftest import REPO_ROOT
-from tests.support.checkout import repo_copy
+from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.local_parts import need
 from tests.support.pyindex import make_wheel
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
-CACHE = REPO_ROOT / ".cache" / "gpurl"
-BUMPED = "pycparser==3.11"  # the demo lock pins 3.12 (a tail package)
-
-
-def _copy_tree(dest: Path) -> Path:
-    """The working tree's tracked and unignored files, committed in a fresh repository."""
-    repo_copy(dest, untracked=True)
-    for argv in (["git", "init", "-q"], ["git", "add", "-A"],
-                 ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost",
-                  "commit", "-qm", "demo workspace"]):
-        subprocess.run(argv, cwd=dest, check=True)
-    return dest
-
-
-def invoke(root: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(root), "GPURL_CACHE_DIR": str(CACHE)}
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     need(shutil.which("docker") or shutil.which("dockerd"), "no Docker engine on this machine")
     need(shutil.which("debootstrap") or os.environ.get("CI"), "debootstrap is not installed")
-    return _copy_tree(tmp_path_factory.mktemp("demo"))
+    return copy_tree(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")
@@ -337,28 +319,6 @@ def test_a_lowest_slice_change_pushes_only_that_slice(tree: Path, first: dict[st
 # either lineage, and blobs below a slice would differ for reasons that are not the slices')
 
 
-def _relock(tree: Path, pyproject_edit: tuple[str, str], *, upgrade: str = "") -> None:
-    """Edit the copy's demo pyproject, `uv lock` it against the loopback index, regenerate the
-    Dockerfile and slices from the committed ones, and commit (the tag names a commit)."""
-    config = load_config(tree, profile="demo", env={})
-    pyproject = config.workspace / "pyproject.toml"
-    old, new = pyproject_edit
-    assert old in pyproject.read_text()
-    pyproject.write_text(pyproject.read_text().replace(old, new, 1))
-    uv = shutil.which("uv")
-    assert uv
-    with serving_index(config.build.index_url, index_dir(CACHE)):
-        argv = [uv, "lock", *(["--upgrade-package", upgrade] if upgrade else [])]
-        done = subprocess.run(argv, cwd=config.workspace, capture_output=True, text=True,
-                              env={**os.environ, "UV_NO_CACHE": "1"})
-    assert done.returncode == 0, done.stderr
-    generated = invoke(tree, "generate", "--profile", "demo")
-    assert generated.returncode == 0, generated.stderr
-    for argv in (["git", "add", "-A"], ["git", "-c", "user.name=gpurl", "-c",
-                                        "user.email=gpurl@localhost", "commit", "-qm", "bump"]):
-        subprocess.run(argv, cwd=tree, check=True)
-
-
 def _layers(tree: Path, reference: str) -> list[dict[str, Any]]:
     done = invoke(tree, "verify-layers", "--profile", "demo", "--ref", reference, "--json")
     assert done.returncode == 0, done.stderr
@@ -376,7 +336,7 @@ def test_a_small_bump_rebuilds_only_the_slice_it_lands_in(tree: Path, first: dic
     baseline = invoke(tree, "build", "--backend", "local", "--profile", "demo",
                       "--wheel-source", "prebuilt-wheelhouse", "--json")
     assert baseline.returncode == 0, baseline.stderr[-3000:]
-    _relock(tree, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
+    relock(tree, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
             upgrade=BUMPED.split("==")[0])
     slices = sorted((tree / "docker" / "layers" / "demo").rglob("*.txt"))
     edited = [s.relative_to(tree).as_posix() for s in slices
@@ -412,7 +372,7 @@ def test_the_compiled_wheel_survives_a_lock_that_pins_its_name(tree: Path,
     has no `add`; the image must hold the compiled wheel (its asserts pass only with it), and
     no slice or sync may install the lock's copy or put it back."""
     make_wheel(index_dir(CACHE), "gpurl-demo-ext", "0.0.1", payload_bytes=100)
-    _relock(tree, ('dependencies = [', 'dependencies = [\n  "gpurl-demo-ext==0.0.1",'))
+    relock(tree, ('dependencies = [', 'dependencies = [\n  "gpurl-demo-ext==0.0.1",'))
     dockerfile = (tree / "docker" / "Dockerfile.demo").read_text()
     assert "--no-install-package gpurl-demo-ext" in dockerfile
     slices = " ".join(s.read_text() for s in (tree / "docker" / "layers" / "demo").rglob("*.txt"))

@@ -1,0 +1,59 @@
+"""A committed copy of this checkout for end-to-end tests, the task CLI run in it, and the
+demo's small lock bump (one tail package moved to another release on the loopback index)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from gpurl_tasks.config import load_config
+from gpurl_tasks.local.builder import serving_index
+from gpurl_tasks.local.setup import index_dir
+from tests.conftest import REPO_ROOT
+from tests.support.checkout import repo_copy
+
+__all__ = ["BUMPED", "CACHE", "copy_tree", "invoke", "relock"]
+
+CACHE = REPO_ROOT / ".cache" / "gpurl"
+BUMPED = "pycparser==3.11"  # the demo lock pins 3.12 (a tail package)
+
+
+def copy_tree(dest: Path) -> Path:
+    """The working tree's tracked and unignored files, committed in a fresh repository."""
+    repo_copy(dest, untracked=True)
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"],
+                 ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost",
+                  "commit", "-qm", "demo workspace"]):
+        subprocess.run(argv, cwd=dest, check=True)
+    return dest
+
+
+def invoke(root: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root), "GPURL_CACHE_DIR": str(CACHE)}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def relock(tree: Path, pyproject_edit: tuple[str, str], *, upgrade: str = "") -> None:
+    """Edit the copy's demo pyproject, `uv lock` it against the loopback index, regenerate the
+    Dockerfile and slices from the committed ones, and commit (the tag names a commit)."""
+    config = load_config(tree, profile="demo", env={})
+    pyproject = config.workspace / "pyproject.toml"
+    old, new = pyproject_edit
+    assert old in pyproject.read_text()
+    pyproject.write_text(pyproject.read_text().replace(old, new, 1))
+    uv = shutil.which("uv")
+    assert uv
+    with serving_index(config.build.index_url, index_dir(CACHE)):
+        argv = [uv, "lock", *(["--upgrade-package", upgrade] if upgrade else [])]
+        done = subprocess.run(argv, cwd=config.workspace, capture_output=True, text=True,
+                              env={**os.environ, "UV_NO_CACHE": "1"})
+    assert done.returncode == 0, done.stderr
+    generated = invoke(tree, "generate", "--profile", "demo")
+    assert generated.returncode == 0, generated.stderr
+    for argv in (["git", "add", "-A"], ["git", "-c", "user.name=gpurl", "-c",
+                                        "user.email=gpurl@localhost", "commit", "-qm", "bump"]):
+        subprocess.run(argv, cwd=tree, check=True)

@@ -1,0 +1,245 @@
+"""The cluster build for real: the generated kaniko script, unmodified, with real kaniko and crane.
+
+kaniko (upstream v1.23.2 and the maintained fork v1.28.3) and crane v0.20.3 are built here
+from their source archives (`cluster.source-archives`, ../shared/third_party beside the
+checkout; a user's clone has none, and these tests then skip saying so). The script runs in a
+container as in the iris job: the workspace bundle extracted at /app of an ubuntu-like image
+with bash and curl, no GPURL_KANIKO_ROOT, so crane really overlays the executor over `/`.
+Config points it at loopback parts only: the executor image and the base image in the plain
+loopback registry (anonymous pulls, as gcr.io serves them), crane's release archive on a
+loopback file server, and a destination registry with TLS and an htpasswd login standing in
+for GHCR (the cluster and GHCR cannot run here). The token reaches that registry for real and
+never the job's output (a canary).
+
+Each executor builds the demo cold, again with nothing changed, and after a small lock bump;
+`verify-layers` and `pin` run on what it pushed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpurl_tasks.config import load_config
+from gpurl_tasks.dockerfile.context import ignored_paths
+from gpurl_tasks.local.builder import serving_index
+from gpurl_tasks.local.builders import Builders, job_image, setup_kaniko
+from gpurl_tasks.local.setup import index_dir
+from tests.conftest import REPO_ROOT
+from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
+from tests.support.htpasswd import basic_auth_yaml
+from tests.support.local_parts import need
+from tests.support.rangeserver import serve_files
+from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.tls import LocalCA, make_ca
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.kaniko, pytest.mark.slow]
+
+SOURCES = REPO_ROOT.parent / "shared" / "third_party"
+PLAIN = "127.0.0.1:5005"  # setup-local's registry (the demo's): executor and base image
+BASE = "gpurl/bookworm-python:3.11"
+JOB_IMAGE = "gpurl/kaniko-job:bookworm"
+USER = "gpurl"
+CANARY = "ghp_CANARYkanikoE2E0f3e9d1c5b7a"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+@dataclass(frozen=True)
+class Parts:
+    builders: Builders
+    registry: RegistryServer
+    ca: LocalCA
+    ca_dir: Path  # mounted at /ca in the job: the system bundle plus the test CA
+    crane_url: str
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
+    need(SOURCES.is_dir(), f"no kaniko/crane source archives at {SOURCES}: the real-kaniko tests "
+         "need upstream's release sources (set cluster.source-archives, see README)")
+    builders = setup_kaniko(CACHE / "builders", SOURCES, PLAIN)
+    job_image(BASE, JOB_IMAGE)
+    for argv in (["docker", "tag", BASE, f"{PLAIN}/{BASE}"], ["docker", "push", f"{PLAIN}/{BASE}"]):
+        subprocess.run(argv, check=True, capture_output=True)
+    tmp = tmp_path_factory.mktemp("kaniko-parts")
+    ca = make_ca(tmp / "ca")
+    ca_dir = tmp / "trust"
+    ca_dir.mkdir()
+    (ca_dir / "bundle.pem").write_bytes(HOST_CA.read_bytes() + ca.ca.read_bytes())
+    served = builders.crane_archive.parent
+    with running_registry(tmp / "registry", tls=ca,
+                          auth_yaml=basic_auth_yaml(tmp, USER, CANARY)) as registry, \
+            serve_files(served) as url:
+        yield Parts(builders=builders, registry=registry, ca=ca, ca_dir=ca_dir,
+                    crane_url=f"{url}/{builders.crane_archive.name}")
+
+
+def _as_cluster_profile(tree: Path, parts: Parts, executor: str) -> None:
+    """The demo profile built on the cluster path: backend iris, its script, loopback pins."""
+    pyproject = tree / "pyproject.toml"
+    text = pyproject.read_text()
+    edits = [
+        ('workspace = "examples/demo"\nbackend = "local"', 'workspace = "examples/demo"\nbackend = "iris"'),
+        ('base-image = "gpurl/bookworm-python:3.11"',
+         f'base-image = "{PLAIN}/{BASE}"\nkaniko-script = "docker/build_demo_kaniko.sh"'),
+        ('host = "127.0.0.1:5005"\nrepository = "gpurl/demo"',
+         f'host = "{parts.registry.host}"\nrepository = "gpurl/demo"'),
+        ('floating-tag = "demo"\nuser = ""', f'floating-tag = "demo"\nuser = "{USER}"'),
+        ("[tool.gpurl.profiles.demo.layers]",
+         "[tool.gpurl.profiles.demo.cluster]\n"
+         f'kaniko-executor = "{parts.builders.executors[executor]}"\n'
+         f'crane-url = "{parts.crane_url}"\ncrane-sha256 = "{parts.builders.crane_sha256}"\n\n'
+         "[tool.gpurl.profiles.demo.layers]"),
+    ]
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    pyproject.write_text(text)
+    done = invoke(tree, "generate", "--profile", "demo")
+    assert done.returncode == 0, done.stderr
+    for argv in (["git", "add", "-A"], ["git", "-c", "user.name=gpurl", "-c",
+                                        "user.email=gpurl@localhost", "commit", "-qm", "cluster"]):
+        subprocess.run(argv, cwd=tree, check=True)
+
+
+def _env(parts: Parts) -> dict[str, str]:
+    return {**os.environ, "GPURL_REGISTRY_TOKEN": CANARY,
+            "SSL_CERT_FILE": str(parts.ca_dir / "bundle.pem")}
+
+
+@dataclass(frozen=True)
+class Built:
+    reference: str  # REPO:TAG@sha256:...
+    output: str
+    layers: list[dict[str, Any]]
+
+
+def _build(tree: Path, parts: Parts, gitsha: str) -> Built:
+    """Run the committed script in a job container (bundle at /app), then verify-layers."""
+    config = load_config(tree, profile="demo", env={})
+    env = {"GITSHA": gitsha, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": USER,
+           "SSL_CERT_FILE": "/ca/bundle.pem"}
+    argv = ["docker", "run", "--rm", "--network", "host", "-v", f"{tree}:/bundle:ro",
+            "-v", f"{parts.ca_dir}:/ca:ro", *(a for k in env for a in ("-e", k)), JOB_IMAGE,
+            "bash", "-c", "cp -a /bundle /app && cd /app && exec bash docker/build_demo_kaniko.sh"]
+    with serving_index(config.build.index_url, index_dir(CACHE)):
+        done = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=1800, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    secret_forms = (CANARY, base64.b64encode(f"{USER}:{CANARY}".encode()).decode())
+    assert not [form for form in secret_forms if form in output]
+    pushed = [line for line in output.splitlines() if line.startswith("pushed ")]
+    assert len(pushed) == 1, output[-2000:]
+    reference = pushed[0].split()[1]
+    assert reference.startswith(f"{config.registry.image}:demo-{gitsha}@sha256:")
+    verified = invoke(tree, "verify-layers", "--profile", "demo", "--ref", reference, "--json",
+                      env=_env(parts))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    return Built(reference=reference, output=output,
+                 layers=json.loads(verified.stdout)["layers"])
+
+
+def _slice_runs(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [row for row in layers if row.get("sync_step") is not None]
+
+
+def _blob_names(parts: Parts, reference: str, digest: str) -> list[str]:
+    """The file names in one pushed layer, read through the registry API with the login."""
+    repo = reference.split("/", 1)[1].split(":")[0].split("@")[0]
+    url = f"https://{parts.registry.host}/v2/{repo}/blobs/{digest}"
+    with httpx.Client(verify=parts.ca.context(), auth=(USER, CANARY), timeout=60) as client:
+        blob = client.get(url, follow_redirects=True)
+    blob.raise_for_status()
+    with tarfile.open(fileobj=__import__("io").BytesIO(blob.content), mode="r:gz") as tar:
+        return [m.name for m in tar.getmembers() if not m.isdir()]
+
+
+@pytest.fixture(scope="module", params=["upstream", "fork"])
+def cluster(request: pytest.FixtureRequest, parts: Parts,
+            tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Built]:
+    """(executor, the committed cluster-profile tree, its cold build)."""
+    executor = str(request.param)
+    tree = copy_tree(tmp_path_factory.mktemp(f"kaniko-{executor}"))
+    _as_cluster_profile(tree, parts, executor)
+    return executor, tree, _build(tree, parts, "c01d" + ("0a" if executor == "upstream" else "0f"))
+
+
+def test_the_script_builds_pushes_and_the_pushed_slices_match_the_plan(
+        cluster: tuple[str, Path, Built]) -> None:
+    """Every slice layer the plan predicts is in the image, each MB-sized one within 3% of
+    its prediction (the script sets the gzip level the prediction holds for)."""
+    executor, tree, built = cluster
+    runs = _slice_runs(built.layers)
+    plan_slices = len(list((tree / "docker" / "layers" / "demo" / "shared").glob("*.txt")))
+    assert len(runs) == plan_slices
+    errors = {row["instruction"][-30:]: row["error"] for row in runs if row["size"] >= 10**6}
+    assert errors and all(abs(e) <= 0.03 for e in errors.values()), (executor, errors)
+    print(f"{executor}: {len(built.layers)} layers; MB-slice errors "
+          + ", ".join(f"{e:+.1%}" for e in errors.values()))
+
+
+def test_the_images_app_holds_exactly_what_the_dockerfile_copies(
+        parts: Parts, cluster: tuple[str, Path, Built]) -> None:
+    """The context lives under /kaniko: the bundle at /app never enters the image, and the
+    workspace COPY is the only layer with files under app/."""
+    _, tree, built = cluster
+    config = load_config(tree, profile="demo", env={})
+    ignored = set(ignored_paths(config))
+    listed = subprocess.run(["git", "ls-files", "examples/demo"], cwd=tree, capture_output=True,
+                            text=True, check=True).stdout.split()
+    expected = {"app/" + name.removeprefix("examples/demo/") for name in listed
+                if not any(name == rule or name.startswith(rule + "/") for rule in ignored)}
+    in_app: set[str] = set()
+    for row in built.layers[1:]:  # the base image's own layer holds no /app
+        if row["size"] < 50 * 10**6:
+            in_app |= {n for n in _blob_names(parts, built.reference, row["digest"])
+                       if n.startswith("app/")}
+    assert in_app == expected
+
+
+def test_pin_writes_the_pushed_digest(parts: Parts, cluster: tuple[str, Path, Built]) -> None:
+    _, tree, built = cluster
+    done = invoke(tree, "pin", "--profile", "demo", "--ref", built.reference, env=_env(parts))
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = load_config(tree, profile="demo", env={})
+    assert built.reference.split("@")[1] in config.launcher.path.read_text()
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=tree, check=True)
+
+
+def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_what_the_cache_keys_say(
+        parts: Parts, cluster: tuple[str, Path, Built]) -> None:
+    """Nothing changed: every slice layer is the same blob. A small lock bump (one tail
+    package, one slice file edited): in the chain a step's cache key chains its parent's, so
+    the slice RUNs below the edited slice are reused and it and every one above are rebuilt."""
+    executor, tree, cold = cluster
+    warm = _build(tree, parts, "c02d" + ("0a" if executor == "upstream" else "0f"))
+    cold_runs, warm_runs = _slice_runs(cold.layers), _slice_runs(warm.layers)
+    assert [r["digest"] for r in warm_runs] == [r["digest"] for r in cold_runs]
+    assert len(warm.layers) == len(cold.layers), "a rebuild must not grow the layer count"
+    done = invoke(tree, "fill-index", "--profile", "demo", "--pins", BUMPED)
+    assert done.returncode == 0, done.stderr
+    relock(tree, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
+           upgrade=BUMPED.split("==")[0])
+    bumped = _build(tree, parts, "c03d" + ("0a" if executor == "upstream" else "0f"))
+    runs = _slice_runs(bumped.layers)
+    edited = [i for i, (a, b) in enumerate(zip(warm_runs, runs, strict=True))
+              if a["predicted"] != b["predicted"] or a["instruction"] != b["instruction"]]
+    first = min(edited) if edited else next(
+        i for i, (a, b) in enumerate(zip(warm_runs, runs, strict=True)) if a["digest"] != b["digest"])
+    same = [a["digest"] == b["digest"] for a, b in zip(warm_runs, runs, strict=True)]
+    assert same == [i < first for i in range(len(runs))], (executor, first, same)
+    had = {row["digest"] for row in warm.layers}
+    new = [row for row in bumped.layers if row["digest"] not in had]
+    print(f"{executor} bump {BUMPED}: {len(new)} new blobs, {sum(r['size'] for r in new):,} bytes "
+          f"of {sum(r['size'] for r in bumped.layers):,}; slice RUNs reused {first} of {len(runs)}")
