@@ -37,7 +37,7 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
          json: bool = False, repack: bool = False, profile: str | None = None,
          variant: str | None = None) -> None:
     """Plan the layers: which packages each slice installs, each layer under the cap."""
-    from gpurl_tasks.plan.profile import plan_views
+    from gpurl_tasks.dockerfile.generate import fitted_views
 
     with cli.clean_failures():
         config = cli.config_for(profile, variant=variant, lock=cli.path_flag(lock),
@@ -45,8 +45,8 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
                                 layers__basis=basis,
                                 layers__size_overrides=cli.path_flag(size_overrides))
         # another lock than the profile's own is planned afresh: the committed slices are not its
-        cli.finish(plan_views(config, repack=repack or lock is not None, only=variant,
-                              selection_given=bool(extra)), as_json=json)
+        cli.finish(fitted_views(config, repack=repack or lock is not None, only=variant,
+                                selection_given=bool(extra)), as_json=json)
 
 
 @task(iterable=["extra"], help={

@@ -126,6 +126,10 @@ class Layout:
     mode: LayerMode = LayerSettings.mode
     own_layer: int = LayerSettings.own_layer
     tail_groups: int = LayerSettings.tail_groups
+    # the most slices an image may have (None: no budget): independent layers raise the own-layer
+    # threshold and lower the groups until the packing fits (planner.fit_layout); not a config
+    # key, the generator derives it from the layer limit
+    max_slices: int | None = None
 
 
 DEFAULT_LAYOUT = Layout()
@@ -178,6 +182,9 @@ class BuildSettings:
     slices: Path = _field(Path("docker/layers"), root_relative=True)
     base_image: str = _field("nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
                              check=values.image_reference)
+    # the base image's own layers, counted against the layer limit (layerlimit.py) with the
+    # Dockerfile's: the CUDA devel base has about 20; a local single-layer base, 1
+    base_image_layers: int = 20
     # what the wheel-builder compiles against; must match the lock's torch
     torch_version: str = _field("", check=values.version)
     # must match the local label of the lock's torch (2.9.1+cu128)

@@ -213,3 +213,24 @@ def test_the_final_sync_is_not_a_planned_layer_and_is_flagged_when_it_installs(
     found = [f for f in report.findings if f.code == "final-sync-installed"]
     assert [f.layer for f in found] == ([len(report.rows) - 1] if flagged else [])
     assert report.ok
+
+
+@pytest.mark.parametrize(("count", "code", "failing"), [
+    (119, None, False), (120, "near-layer-limit", False), (127, "near-layer-limit", False),
+    (128, "too-many-layers", True)])
+def test_the_layer_limit_fails_above_127_and_warns_from_the_ceiling(
+        count: int, code: str | None, failing: bool) -> None:
+    report = check_layers(image([10**6] * count), Rules(cap=4 * GB, hard_limit=8 * GB,
+                                                        min_layers=1))
+    limit = [f for f in report.findings if f.code in ("near-layer-limit", "too-many-layers")]
+    assert [f.code for f in limit] == ([code] if code else [])
+    assert report.ok is not failing
+    table = render_table(report)
+    assert "at most 127 layers (warn from 120)" in table
+    if code:
+        assert f"{'FAIL' if failing else 'WARN'} [{code}] {count} layers" in table
+    body = report_json(report)
+    assert body["layer_count"] == count
+    assert body["layer_limit"] == {"hard_limit": 127, "ceiling": 120}
+    assert [(f["code"], f["failing"]) for f in body["findings"]
+            if f["code"] == code] == ([(code, failing)] if code else [])

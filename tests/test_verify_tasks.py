@@ -173,3 +173,29 @@ def test_a_reference_picks_the_profile_whose_registry_it_names(registry: Registr
     chosen = run_task("verify-layers", "--profile", "demo", "--ref",
                       f"{registry.host}/elsewhere/img:x-2222222", env=env)
     assert chosen.returncode == 0 and "no profile's registry" not in chosen.stderr
+
+
+@pytest.mark.parametrize(("count", "code", "exit_code"), [
+    (119, None, 0), (120, "near-layer-limit", 0), (127, "near-layer-limit", 0),
+    (128, "too-many-layers", 1)])
+def test_the_layer_limit_over_a_pushed_image(registry: RegistryServer, tmp_path: Path,
+                                             count: int, code: str | None,
+                                             exit_code: int) -> None:
+    """Images of tiny distinct layers pushed to the registry: 128 fails, 120-127 warn."""
+    layers = [tar_gz_layer({f"f{i}": str(i).encode()}, f"RUN step {i}") for i in range(count)]
+    tag = f"gpu-rl-{count:07d}"
+    push_image(registry.url, "org/img", layers, tag=tag)
+    ref = f"{registry.host}/org/img:{tag}"
+    flags = ("--min-layers", "1")
+    done = run_task("verify-layers", "--ref", ref, "--json", *flags, env=env_for(registry, tmp_path))
+    assert done.returncode == exit_code, done.stderr
+    report = json.loads(done.stdout)
+    assert report["layer_count"] == count
+    assert [f["code"] for f in report["findings"]
+            if f["code"] in ("near-layer-limit", "too-many-layers")] == ([code] if code else [])
+    text = run_task("verify-layers", "--ref", ref, *flags, env=env_for(registry, tmp_path))
+    assert text.returncode == exit_code
+    if code:
+        assert f"[{code}] {count} layers" in text.stdout
+    else:
+        assert "near-layer-limit" not in text.stdout and "too-many-layers" not in text.stdout

@@ -33,14 +33,17 @@ from gpurl_tasks.dockerfile.context import (
     stale_context_error,
     updated_dockerignore,
 )
+from gpurl_tasks.dockerfile.layers import builder_of, count_layers
 from gpurl_tasks.dockerfile.lint import lint
-from gpurl_tasks.dockerfile.model import DockerfileError, render
-from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe
+from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
+from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe, slice_stage
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import GpurlError, LockError
 from gpurl_tasks.files import write_atomic
+from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.profile import plan_for_config, plan_profile, shared_slices_dir, slice_path, slices_dir
+from gpurl_tasks.plan.profile import plan_profile, plan_views, shared_slices_dir, slice_path, slices_dir
+from gpurl_tasks.plan.report import PlanViews
 from gpurl_tasks.plan.slices import SliceLine, render_slice
 from gpurl_tasks.plan.wheelglobs import provided_names
 
@@ -50,8 +53,12 @@ __all__ = [
     "GenerateSummary",
     "Planner",
     "StaleFileError",
+    "fitted_plan",
+    "fitted_plans",
+    "fitted_views",
     "generate",
     "generate_profiles",
+    "layer_count",
     "lock_sha256",
     "render_dockerfile",
     "render_variant",
@@ -132,15 +139,92 @@ def _local(config: Config, plan: Plan) -> tuple[LocalCopy, ...]:
     return tuple(copies)
 
 
+def _model(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None = None) -> Dockerfile:
+    return render_recipe(config, plan, lock_sha256=lock_sha256(config.lock),
+                         local=_local(config, plan) if local is None else local)
+
+
 def render_dockerfile(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None = None) -> str:
     """The Dockerfile text for `config` and `plan`; lint findings are errors."""
-    dockerfile = render_recipe(config, plan, lock_sha256=lock_sha256(config.lock),
-                               local=_local(config, plan) if local is None else local)
+    dockerfile = _model(config, plan, local)
     findings = lint(dockerfile)
     if findings:
         raise DockerfileError(f"generated Dockerfile fails lint: {findings[0]}",
                               hint=f"{len(findings)} finding(s); fix the recipe or the config")
     return render(dockerfile)
+
+
+def layer_count(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None = None,
+                *, base_layers: int | None = None) -> LayerCount:
+    """The layers the image of `config`'s variant will have with `plan`: the base image's own
+    (`base_layers`, default build.base-image-layers) and every layer-making instruction of the
+    rl stage's lineage (ENV_SOURCE=env-chain, the cluster's) for the builder that runs."""
+    return count_layers(_model(config, plan, local), builder=builder_of(config),
+                        base_layers=config.build.base_image_layers if base_layers is None
+                        else base_layers,
+                        slice_stages=tuple(slice_stage(layer) for layer in plan.layers),
+                        variant=config.variant)
+
+
+def _counted_local(config: Config, plan: Plan) -> tuple[LocalCopy, ...]:
+    """The path-source COPYs for a count: resolved as generate resolves them, or, where they
+    cannot be here (`invoke plan --lock` of another checkout), one COPY each: the most they
+    can cost (generate itself refuses such a source)."""
+    try:
+        return _local(config, plan)
+    except DockerfileError:
+        return tuple(LocalCopy(name=name, source="unresolved",
+                               dest=posixpath.normpath(posixpath.join(WORKDIR, path)), link="")
+                     for name, path in sorted(plan.local_paths))
+
+
+def _variant_config(config: Config, name: str) -> Config:
+    """`config` resolved for its variant `name` (what its recipe reads)."""
+    for variant in config.variants:
+        if variant.name == name:
+            return dataclasses.replace(config, variant=name, python=variant.python,
+                                       build=variant.build)
+    return config
+
+
+def _count(config: Config, plan: Plan, base_layers: int | None) -> LayerCount:
+    return layer_count(config, plan, _counted_local(config, plan), base_layers=base_layers)
+
+
+def _check_fits(config: Config, plan: Plan, count: LayerCount) -> None:
+    if not count.fits():
+        raise TooManyLayers.of(count, profile=config.profile, mode=plan.mode)
+
+
+def fitted_plans(config: Config, *, repack: bool = False,
+                 base_layers: int | None = None) -> dict[str, Plan]:
+    """Every variant's plan, fitted under the layer ceiling: planned once to learn what the
+    images' other layers leave for slices, then planned with that slice budget (the fullest
+    image's; `Layout.max_slices`), so the committed slices are kept while they fit and new
+    packages go where the fitted layout puts them; TooManyLayers when even that does not fit."""
+    def counted(plans: dict[str, Plan]) -> dict[str, LayerCount]:
+        return {name: _count(_variant_config(config, name), plan, base_layers)
+                for name, plan in plans.items()}
+
+    budget = min(c.slice_budget() for c in counted(plan_profile(config, repack=repack)).values())
+    plans = plan_profile(config, repack=repack, max_slices=budget)
+    for name, count in counted(plans).items():
+        _check_fits(config, plans[name], count)
+    return plans
+
+
+def fitted_plan(config: Config, *, repack: bool = False) -> Plan:
+    """The plan of `config`'s variant, fitted with the profile's others (`fitted_plans`)."""
+    return fitted_plans(config, repack=repack)[config.variant]
+
+
+def fitted_views(config: Config, *, repack: bool, only: str | None = None,
+                 selection_given: bool = False, base_layers: int | None = None) -> PlanViews:
+    """`invoke plan`: the fitted plans (`plan_views`) with each image's layer count."""
+    plans = fitted_plans(config, repack=repack, base_layers=base_layers)
+    views = plan_views(plans, config, only=only, selection_given=selection_given)
+    return dataclasses.replace(views, counts=tuple(
+        _count(_variant_config(config, name), plan, base_layers) for name, plan in views.plans))
 
 
 def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
@@ -190,6 +274,7 @@ def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) 
     notes += [f"outside the lock (its dependencies resolved at build time): {r}"
               for r in plan.outside_lock]
     local = _local(config, plan)
+    _check_fits(config, plan, layer_count(config, plan, local))
     return Rendered(config=config, plan=plan, dockerfile=render_dockerfile(config, plan, local),
                     slices=slice_files(config, plan), others=dict(extra(config)) if extra else {},
                     notes=tuple(notes), links=tuple(c.link for c in local if c.link))
@@ -320,7 +405,7 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
              extra: ExtraFiles | None = None) -> GenerateResult:
     """Write one variant's Dockerfile and slice files (and `extra` files), or with `check` raise
     StaleFileError when one is stale (a slice left over from an older plan counts as stale)."""
-    plan = (planner or plan_for_config)(config)
+    plan = (planner or fitted_plan)(config)
     rendered = render_variant(config, plan, extra)
     leftover = _leftovers(config.profile, [rendered], whole_profile=False)
     return _apply(config.root, [rendered], leftover, check=check)[0]
@@ -369,7 +454,7 @@ def generate_profiles(root: Path, profile: str | None, *, check: bool,
     leftover: list[Leftover] = []
     for name in names:
         config = load_committed_config(root, name)
-        plans = plan_profile(config, repack=repack)  # every variant at once: they share slices
+        plans = fitted_plans(config, repack=repack)  # every variant at once: they share slices
         configs = [load_committed_config(root, name, v.name) for v in config.variants] or [config]
         ours = [render_variant(c, plans[c.variant], extra) for c in configs]
         leftover += _leftovers(name, ours, whole_profile=True)

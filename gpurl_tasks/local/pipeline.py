@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.dockerfile.context import source_id
-from gpurl_tasks.dockerfile.generate import generate
+from gpurl_tasks.dockerfile.generate import fitted_plan, generate
 from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE
 from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
@@ -26,7 +26,6 @@ from gpurl_tasks.oci import release
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.oci.verify import Report, render_table, report_json
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.plan.report import render_plan
 from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
 from gpurl_tasks.steps import DryRun, StepRecord, timed
@@ -131,7 +130,7 @@ def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None
     if not chain:
         with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root))):
             environment = compose_environment(
-                config, plan_for_config(config), client=find_buildkit_client()[0],
+                config, fitted_plan(config), client=find_buildkit_client()[0],
                 dockerfile=config.build.dockerfile, context=config.root, build_args=args,
                 log_dir=logs / f"env-{config.registry.tag_prefix}-{git_sha}", on_line=on_line)
         args["ENV_SOURCE"] = environment.reference
@@ -184,7 +183,7 @@ def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhous
     lines = ["setup-local:"]
     lines += [f"  {s.name:<16} {s.status:<10} {s.detail}"
               for s in setup_local(config, dry_run=True).steps]
-    planned = plan_for_config(config)
+    planned = fitted_plan(config)
     lines.append(f"plan: {len(planned.layers)} slice layer(s) under {planned.cap_bytes:,} bytes")
     try:
         generate(config, check=True, planner=lambda _: planned)
@@ -214,7 +213,7 @@ def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
         return None, ", ".join(f"{s.name} {s.status}" for s in result.steps)
 
     def plan() -> tuple[Plan, str]:
-        planned = plan_for_config(config)
+        planned = fitted_plan(config)
         say(render_plan(planned))
         return planned, (f"{len(planned.layers)} slice layer(s), lower bound "
                          f"{planned.lower_bound_layers}")

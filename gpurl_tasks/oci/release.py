@@ -16,6 +16,7 @@ from typing import Any
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
+from gpurl_tasks.dockerfile.generate import fitted_plan
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import GpurlError, PinError
 from gpurl_tasks.files import read_text, write_atomic
@@ -33,7 +34,6 @@ from gpurl_tasks.oci.pin import (
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.verify import Report, Rules, check_layers, report_json
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.profile import plan_for_config
 
 __all__ = [
     "PinChange",
@@ -70,7 +70,7 @@ def rules_for(config: Config) -> Rules:
 def load_plan(config: Config) -> tuple[Plan | None, str | None]:
     """The plan for the current config, or (None, why not): predictions are optional."""
     try:
-        plan: Plan = plan_for_config(config)
+        plan: Plan = fitted_plan(config)
     except GpurlError as exc:
         return None, f"the plan could not be computed ({exc.message}): sizes are not predicted"
     return plan, None

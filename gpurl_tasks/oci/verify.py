@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
+from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.plan.model import SLICE_DIR, Plan
 from gpurl_tasks.units import format_bytes
@@ -77,7 +78,8 @@ class LayerRow:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Finding:
-    code: str  # hard-limit | cap | too-few-layers | single-huge-layer | unexpected-content
+    code: str  # hard-limit | cap | too-few-layers | too-many-layers | near-layer-limit |
+    # single-huge-layer | unexpected-content | final-sync-installed
     message: str
     failing: bool
     layer: int | None = None
@@ -188,6 +190,7 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
             code="too-few-layers", failing=True,
             message=f"{len(rows)} layers, fewer than the minimum {rules.min_layers}: "
                     "the environment is not split into enough layers"))
+    findings += _layer_limit(len(rows))
     for row in rows:
         error = row.error
         if error is not None and error > rules.tolerance:
@@ -209,6 +212,23 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
     return Report(reference=str(image.ref), top_digest=image.top_digest,
                   manifest_digest=image.manifest_digest, is_index=image.is_index, rules=rules,
                   rows=rows, findings=tuple(findings), notes=notes)
+
+
+def _layer_limit(count: int) -> list[Finding]:
+    """Above HARD_LIMIT layers no node runs the image (Docker and containerd stop there); from
+    the planning CEILING up it still runs, with little room for the builder's empty layers."""
+    if count > HARD_LIMIT:
+        return [Finding(code="too-many-layers", failing=True,
+                        message=f"{count} layers, more than the {HARD_LIMIT} Docker and "
+                                "containerd run: no node can start it; regenerate with fewer "
+                                "slices (`invoke generate` fits the plan under the ceiling "
+                                f"{CEILING}) and rebuild")]
+    if count >= CEILING:
+        return [Finding(code="near-layer-limit", failing=False,
+                        message=f"{count} layers, at or above the planning ceiling {CEILING} "
+                                f"(Docker and containerd stop at {HARD_LIMIT}): a few more "
+                                "slices or builder layers and no node can start it")]
+    return []
 
 
 def _bar(size: int, cap: int) -> str:
@@ -237,7 +257,8 @@ def render_table(report: Report) -> str:
         lines.append(f"index    {report.top_digest}")
     lines.append(f"manifest {report.manifest_digest} (linux/amd64)")
     lines.append(f"rules    cap {format_bytes(rules.cap)} · hard limit "
-                 f"{format_bytes(rules.hard_limit)} · at least {rules.min_layers} layers")
+                 f"{format_bytes(rules.hard_limit)} · at least {rules.min_layers} layers · "
+                 f"at most {HARD_LIMIT} layers (warn from {CEILING})")
     lines.append("")
     flagged = {f.layer for f in report.findings if f.layer is not None}
     header = (f"{'#':>3}  {'digest':<12}  {'size':>9}  {'vs cap':<{_BAR + 1}}  "
@@ -276,6 +297,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "rules": dataclasses.asdict(report.rules),
         "total_bytes": report.total,
         "layer_count": len(report.rows),
+        "layer_limit": {"hard_limit": HARD_LIMIT, "ceiling": CEILING},
         "largest_bytes": largest.size if largest else 0,
         "layers": [
             {"index": r.index, "digest": r.digest, "size": r.size, "instruction": r.instruction,

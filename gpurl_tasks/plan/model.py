@@ -136,6 +136,8 @@ class Plan:
     # independent: each slice is its own layer wherever it sits, composed in plan order;
     # chain: each slice's layer sits on the ones below (config layers.mode)
     mode: LayerMode = Layout.mode
+    # what the slices were packed by: the configured layout, or the one the slice budget chose
+    layout: Layout = dataclasses.field(default_factory=Layout)
 
     @property
     def closure(self) -> tuple[PlannedPackage, ...]:
@@ -173,6 +175,9 @@ class Plan:
             "history_versions": self.history,
             "shared_layers": self.shared,
             "mode": self.mode,
+            "packed_by": {"own_layer": self.layout.own_layer,
+                          "tail_groups": self.layout.tail_groups,
+                          "max_slices": self.layout.max_slices},
             "layers": [
                 {
                     "index": layer.index,

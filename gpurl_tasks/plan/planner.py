@@ -63,11 +63,14 @@ __all__ = [
     "check_layout",
     "check_sizes",
     "choose_buckets",
+    "fit_layout",
     "fresh_buckets",
     "group_label",
     "group_of",
+    "hashed_in",
     "independent_buckets",
     "plan_layers",
+    "repush_cost",
     "slice_requirement",
     "tail_names",
     "weight",
@@ -279,6 +282,61 @@ def independent_buckets(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis
     return buckets
 
 
+def hashed_in(lines: Mapping[str, SliceLine]) -> Callable[[PackageSize], bool]:
+    """Whether a package's slice line carries a hash: a bucket mixing both kinds is split
+    in two (`split_unhashed`), so a git line does not cost its layer --require-hashes."""
+    return lambda s: lines[s.name].hashed if s.name in lines else True
+
+
+def repush_cost(images: Sequence[Sequence[Bucket]], basis: SizeBasis) -> int:
+    """What a packing costs per bump: each package equally likely to move, a bump re-pushes
+    the slice that holds it, so the sum over slices of members x bytes (over every image)."""
+    return sum(len(bucket) * _load(bucket, basis) for image in images for _, bucket in image)
+
+
+def fit_layout(pack: Callable[[Layout], Sequence[Sequence[Bucket]]], layout: Layout,
+               weights: Sequence[int], basis: SizeBasis) -> Layout:
+    """The independent layout whose packing (`pack`: every image's buckets) has at most
+    `layout.max_slices` slices in each image, changed as little as the budget asks: for each
+    group count from `tail-groups` down, the smallest own-layer threshold (at least the
+    configured one) that fits; of those, the one that re-pushes the fewest bytes per bump
+    (`repush_cost`). The layout itself when it fits or has no budget; when nothing fits, the
+    layout as configured (the generator then refuses the image, naming the keys)."""
+    budget = layout.max_slices
+    if budget is None or layout.mode != "independent":
+        return layout
+
+    def packed(candidate: Layout) -> Sequence[Sequence[Bucket]] | None:
+        images = pack(candidate)
+        return images if max((len(i) for i in images), default=0) <= budget else None
+
+    if packed(layout) is not None:
+        return layout
+    # a threshold just above a package's weight moves it (and every lighter one) into a group
+    thresholds = [layout.own_layer, *sorted({w + 1 for w in weights if w + 1 > layout.own_layer})]
+    best: tuple[int, Layout] | None = None
+    for groups in range(layout.tail_groups, 0, -1):
+        low, high = 0, len(thresholds) - 1
+        if packed(dataclasses.replace(layout, tail_groups=groups,
+                                      own_layer=thresholds[high])) is None:
+            continue  # not even with every package in a group
+        while low < high:  # the slice count falls as the threshold rises
+            middle = (low + high) // 2
+            trial = dataclasses.replace(layout, tail_groups=groups, own_layer=thresholds[middle])
+            if packed(trial) is None:
+                low = middle + 1
+            else:
+                high = middle
+        chosen = dataclasses.replace(layout, tail_groups=groups, own_layer=thresholds[low])
+        images = packed(chosen)
+        if images is None:
+            continue
+        cost = repush_cost(images, basis)
+        if best is None or cost < best[0]:
+            best = (cost, chosen)
+    return best[1] if best else layout
+
+
 def _rebuilds_everything(buckets: Sequence[Bucket], previous: Assignment | None,
                         lines: Mapping[str, SliceLine]) -> bool:
     """True when the lowest slice changes: every layer above it is rebuilt anyway, so packing
@@ -366,6 +424,7 @@ class Choice:
     kept: bool
     changes: Mapping[str, int]
     history: int
+    layout: Layout = DEFAULT_LAYOUT  # the layout packed by (fitted to its slice budget)
 
 
 def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: SizeBasis,
@@ -378,15 +437,28 @@ def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: SizeBasis,
     and `groups`: the groups new smaller packages join with independent layers."""
     ordered = sorted(sizes, key=lambda s: s.name)
     independent = layout.mode == "independent"
-    home = _home(dataclasses.replace(layout, tail_groups=groups or layout.tail_groups), basis,
-                 stem) if independent else None
-    buckets = _replan(ordered, previous, cap, basis, home) if previous else []
-    if buckets and (independent or not _rebuilds_everything(buckets, previous, lines)):
-        return Choice(buckets=buckets, kept=True, changes={}, history=0)
+    weights = [weight(s, basis) for s in ordered]
+
+    def fitted(changes: Mapping[str, int]) -> Layout:
+        return fit_layout(lambda trial: [split_unhashed(independent_buckets(
+            ordered, cap, basis, trial, changes, stem=stem, groups=groups), hashed_in(lines))[0]],
+            layout, weights, basis)
+
+    if previous:
+        homes = fitted({}) if independent else layout
+        home = _home(dataclasses.replace(homes, tail_groups=groups or homes.tail_groups), basis,
+                     stem) if independent else None
+        buckets = _replan(ordered, previous, cap, basis, home)
+        within = layout.max_slices is None or len(buckets) <= layout.max_slices
+        if buckets and within and (independent or not _rebuilds_everything(buckets, previous, lines)):
+            return Choice(buckets=buckets, kept=True, changes={}, history=0, layout=homes)
     changes, history = learn() if learn is not None else ({}, 0)
-    fresh = independent_buckets(ordered, cap, basis, layout, changes, stem=stem, groups=groups) \
-        if independent else fresh_buckets(ordered, cap, basis, changes)
-    return Choice(buckets=fresh, kept=False, changes=changes, history=history)
+    if not independent:
+        return Choice(buckets=fresh_buckets(ordered, cap, basis, changes), kept=False,
+                      changes=changes, history=history, layout=layout)
+    chosen = fitted(changes)
+    fresh = independent_buckets(ordered, cap, basis, chosen, changes, stem=stem, groups=groups)
+    return Choice(buckets=fresh, kept=False, changes=changes, history=history, layout=chosen)
 
 
 def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: bool,
@@ -394,8 +466,7 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
              provided: tuple[ProvidedPackage, ...], changes: Mapping[str, int], history: int,
              lines: Mapping[str, SliceLine], shared: int = 0, layout: Layout = DEFAULT_LAYOUT) -> Plan:
     """The Plan for chosen buckets (the lowest `shared` of them common to every variant)."""
-    buckets, shared = split_unhashed(  # a git line must not cost its layer --require-hashes
-        buckets, lambda s: lines[s.name].hashed if s.name in lines else True, shared=shared)
+    buckets, shared = split_unhashed(buckets, hashed_in(lines), shared=shared)
 
     def planned(s: PackageSize) -> PlannedPackage:
         line = lines.get(s.name)
@@ -418,7 +489,8 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
     )
     return Plan(cap_bytes=cap, basis=basis, sync_flags=sync_flags, layers=layers, local=local,
                 lower_bound_layers=max(1, math.ceil(_load(sizes, basis) / cap)),
-                provided=provided, history=history, shared=shared, mode=layout.mode)
+                provided=provided, history=history, shared=shared, mode=layout.mode,
+                layout=layout)
 
 
 def plan_layers(
@@ -451,7 +523,8 @@ def plan_layers(
                             learn=learn, layout=layout)
     return assemble(choice.buckets, sizes, kept=choice.kept, cap=cap, basis=basis,
                     sync_flags=sync_flags, local=local, provided=provided,
-                    changes=choice.changes, history=choice.history, lines=lines, layout=layout)
+                    changes=choice.changes, history=choice.history, lines=lines,
+                    layout=choice.layout)
 
 
 def assignment_of(plan: Plan) -> Assignment:

@@ -104,8 +104,12 @@ def local_paths(closure: Closure) -> tuple[tuple[str, str], ...]:
                         if p.source.get(p.source_kind, ".") not in (".", "")))
 
 
-def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
-    """Every variant's plan ({"": plan} for a profile without variants), planned together."""
+def plan_profile(config: Config, *, repack: bool = False,
+                 max_slices: int | None = None) -> dict[str, Plan]:
+    """Every variant's plan ({"": plan} for a profile without variants), planned together;
+    `max_slices`: the most slices an image may have (the generator derives it from the layer
+    limit; see planner.fit_layout)."""
+    layout = dataclasses.replace(config.layers.layout, max_slices=max_slices)
     parsed = load_lock(config.lock)
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
 
@@ -118,7 +122,7 @@ def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
         plan = plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
                            sync_flags=one.sync_flags, local=one.local, provided=one.provided,
                            previous=previous or None, lines=one.lines, learn=learn,
-                           layout=config.layers.layout)
+                           layout=layout)
         return {"": dataclasses.replace(plan, local_paths=one.local_paths,
                                         outside_lock=one.outside_lock)}
     inputs = [_variant_input(config, parsed, v.python, sources, v.name, v.build)
@@ -128,7 +132,7 @@ def plan_profile(config: Config, *, repack: bool = False) -> dict[str, Plan]:
         inputs, cap=config.layers.cap, basis=config.layers.basis,
         shared=None if repack else read_assignment(shared_slices_dir(config)) or None,
         previous={} if repack else {v.name: read_assignment(base / v.name) for v in config.variants},
-        learn=learn, layout=config.layers.layout)
+        learn=learn, layout=layout)
     return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths,
                                         outside_lock=v.outside_lock) for v in inputs}
 
@@ -139,11 +143,10 @@ def plan_for_config(config: Config, *, repack: bool = False) -> Plan:
     return plan_profile(config, repack=repack)[config.variant]
 
 
-def plan_views(config: Config, *, repack: bool, only: str | None = None,
+def plan_views(plans: Mapping[str, Plan], config: Config, *, only: str | None = None,
                selection_given: bool = False) -> PlanViews:
-    """Plan every variant of the config's profile together; show `only` one, or all (a
-    selection given on the command line replaces every variant's: one plan shows)."""
-    plans = plan_profile(config, repack=repack)
+    """The views of a profile's plans (every variant planned together): `only` one, or all
+    (a selection given on the command line replaces every variant's: one plan shows)."""
     only = only or (config.variant if selection_given else None)
     return PlanViews(tuple((name, plan) for name, plan in plans.items()
                            if only is None or name == only))

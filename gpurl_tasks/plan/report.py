@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT, LayerCount
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.units import format_bytes
 
-__all__ = ["PlanView", "PlanViews", "bar", "render_plan", "render_steps"]
+__all__ = ["PlanView", "PlanViews", "bar", "render_count", "render_plan", "render_steps"]
 
 _BAR_WIDTH = 20
 
@@ -44,6 +45,9 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
         *([f"shared with every variant: the lowest {plan.shared} slice layer(s) "
            f"({format_bytes(sum(la.compressed_bytes for la in plan.layers[:plan.shared]))})"]
           if plan.shared else []),
+        *([f"fitted to the layer limit's budget of {plan.layout.max_slices} slices: own-layer "
+           f"{format_bytes(plan.layout.own_layer)}, {plan.layout.tail_groups} group(s)"]
+          if plan.mode == "independent" and plan.layout.max_slices is not None else []),
         f"fingerprint {plan.fingerprint}",
     ]
     return "\n".join(lines)
@@ -63,34 +67,52 @@ def render_steps(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def render_count(count: LayerCount) -> str:
+    """The image's layer count against the ceiling and the limit."""
+    return (f"image layers: {count.describe()}; ceiling {CEILING}, "
+            f"Docker/containerd limit {HARD_LIMIT}")
+
+
 @dataclasses.dataclass(frozen=True)
 class PlanView:
     """`invoke plan`'s outcome: the table and the slices, or the plan's JSON contract."""
 
     plan: Plan
+    count: LayerCount | None = None
     exit_code: int = 0
 
     def human(self) -> str:
-        return f"{render_plan(self.plan)}\n{render_steps(self.plan)}"
+        tail = f"\n{render_count(self.count)}" if self.count else ""
+        return f"{render_plan(self.plan)}\n{render_steps(self.plan)}{tail}"
 
     def to_json(self) -> dict[str, Any]:
-        return self.plan.to_json()
+        body = self.plan.to_json()
+        if self.count:
+            body["image_layers"] = self.count.to_json()
+        return body
 
 
 @dataclasses.dataclass(frozen=True)
 class PlanViews:
-    """`invoke plan` over a profile's variants: each variant's table, planned together."""
+    """`invoke plan` over a profile's variants: each variant's table, planned together, and
+    (when counted) each image's layers."""
 
     plans: tuple[tuple[str, Plan], ...]
+    counts: tuple[LayerCount, ...] = ()
     exit_code: int = 0
 
+    def _views(self) -> list[tuple[str, PlanView]]:
+        counts = dict(zip((name for name, _ in self.plans), self.counts, strict=False))
+        return [(name, PlanView(plan, counts.get(name))) for name, plan in self.plans]
+
     def human(self) -> str:
-        if len(self.plans) == 1:
-            return PlanView(self.plans[0][1]).human()
-        return "\n\n".join(f"== variant {name} ==\n{PlanView(plan).human()}"
-                             for name, plan in self.plans)
+        views = self._views()
+        if len(views) == 1:
+            return views[0][1].human()
+        return "\n\n".join(f"== variant {name} ==\n{view.human()}" for name, view in views)
 
     def to_json(self) -> dict[str, Any]:
-        if len(self.plans) == 1:
-            return self.plans[0][1].to_json()
-        return {"variants": {name: plan.to_json() for name, plan in self.plans}}
+        views = self._views()
+        if len(views) == 1:
+            return views[0][1].to_json()
+        return {"variants": {name: view.to_json() for name, view in views}}

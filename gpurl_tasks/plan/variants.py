@@ -37,14 +37,16 @@ from gpurl_tasks.plan.planner import (
     check_layout,
     check_sizes,
     choose_buckets,
+    fit_layout,
     fresh_buckets,
+    hashed_in,
     independent_buckets,
     slice_requirement,
     tail_names,
     weight,
 )
 from gpurl_tasks.plan.sizes import PackageSize
-from gpurl_tasks.plan.slices import Assignment, SliceLine
+from gpurl_tasks.plan.slices import Assignment, SliceLine, split_unhashed
 
 __all__ = ["VariantInput", "merge_assignments", "own_groups", "plan_variants"]
 
@@ -138,28 +140,50 @@ def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
     return chosen
 
 
+def _images(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
+            changes: Mapping[str, int], layout: Layout) -> list[list[Bucket]]:
+    """Each variant's buckets of a fresh packing: the shared ones, then its own."""
+    low, own = _fresh(variants, cap, basis, changes, layout)
+    return [split_unhashed([*low, *own[v.name]], hashed_in(v.lines))[0] for v in variants]
+
+
 def plan_variants(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
                   shared: Assignment | None = None,
                   previous: Mapping[str, Assignment] | None = None,
                   learn: Learn | None = None, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Plan]:
-    """Every variant's plan, the lowest `plan.shared` layers identical across them; pure."""
+    """Every variant's plan, the lowest `plan.shared` layers identical across them; pure.
+    With `layout.max_slices`, independent layers are fitted to it (`fit_layout`) over every
+    variant's image; committed slices over it are packed afresh."""
     for variant in variants:
         check_sizes(variant.sizes, cap, basis)
     check_layout(layout, cap)
-    kept = _kept(variants, previous or {}, shared, cap, basis, layout) if shared else None
+    weights = [weight(s, basis) for v in variants for s in v.sizes]
+
+    def fitted(changes: Mapping[str, int]) -> Layout:
+        return fit_layout(lambda trial: _images(variants, cap, basis, changes, trial),
+                          layout, weights, basis)
+
+    homes = fitted({}) if shared else layout
+    kept = _kept(variants, previous or {}, shared, cap, basis,
+                 dataclasses.replace(homes, max_slices=None)) if shared else None
+    if kept is not None and layout.max_slices is not None \
+            and any(len(b) > layout.max_slices for b in kept.values()):
+        kept = None
     changes: Mapping[str, int] = {}
     history = 0
     if kept is not None:
         width = len(shared.labels) if shared else 0
         chosen = kept
+        used = homes
     else:
         if learn is not None:
             changes, history = learn()
-        low, own = _fresh(variants, cap, basis, changes, layout)
+        used = fitted(changes)
+        low, own = _fresh(variants, cap, basis, changes, used)
         width = len(low)
         chosen = {name: [*low, *buckets] for name, buckets in own.items()}
     return {v.name: assemble(chosen[v.name], v.sizes, kept=kept is not None, cap=cap, basis=basis,
                              sync_flags=v.sync_flags, local=v.local, provided=v.provided,
                              changes=changes, history=history, lines=v.lines, shared=width,
-                             layout=layout)
+                             layout=used)
             for v in variants}
