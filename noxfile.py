@@ -9,7 +9,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["tests", "iris-contract", "iris-e2e", "lint"]
+nox.options.sessions = ["tests", "iris-contract", "iris-e2e", "kaniko-e2e", "lint"]
 nox.options.reuse_venv = "yes"
 
 
@@ -28,8 +28,9 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (unit, property and integration tests against real local parts)."""
     _sync(session, "test")
     # the iris contract and e2e need Python 3.12 and the pinned release: their sessions run them
+    # ... and the real-kaniko builds run in their own session
     session.run("pytest", "--ignore=tests/test_iris_contract.py",
-                "--ignore=tests/test_iris_e2e.py", *session.posargs)
+                "--ignore=tests/test_iris_e2e.py", "-m", "not kaniko", *session.posargs)
 
 
 @nox.session
@@ -90,6 +91,14 @@ def iris_e2e(session: nox.Session) -> None:
     _install_pinned_iris(session)
     session.run("pytest", "tests/test_iris_e2e.py", *session.posargs,
                 env={"GPURL_IRIS_CONTRACT": IRIS_CONTRACT_PINS[0]})
+
+
+@nox.session(name="kaniko-e2e")
+def kaniko_e2e(session: nox.Session) -> None:
+    """The generated kaniko script end to end with real kaniko (both executors) and crane,
+    built from their source archives, against an authenticated TLS loopback registry."""
+    _sync(session, "test")
+    session.run("pytest", "-m", "kaniko", "-s", *session.posargs)
 
 
 # --- registry: verify and pin ---------------------------------------------------------

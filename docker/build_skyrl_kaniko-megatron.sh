@@ -8,7 +8,7 @@
 # immutable tag knowingly). SINGLE_SNAPSHOT=1 is refused.
 set -euo pipefail
 
-die() { echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }
+die() { echo "${0##*/}: error: $*" >&2; exit 1; }
 
 : "${GITSHA:?GITSHA is required: the image is pushed as the immutable tag PREFIX-GITSHA}"
 [[ "$GITSHA" =~ ^[0-9a-f]{7,40}(-dirty-[0-9a-f]{12})?$ ]] \
@@ -17,7 +17,12 @@ die() { echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }
 ROOT="${GPURL_KANIKO_ROOT:-}"
 APP_DIR="$ROOT/app"
 KANIKO_DIR="$ROOT/kaniko"
-WHEELHOUSE="$APP_DIR"/docker/wheelhouse
+# kaniko builds in this job's own root filesystem and deletes it between stages, all but
+# $KANIKO_DIR (never snapshotted, never deleted): the build context, crane and the digest
+# live there, so the bundle at $APP_DIR is neither deleted mid-build nor copied into the image.
+CONTEXT="$KANIKO_DIR/context"
+WORK="$KANIKO_DIR/gpurl"
+WHEELHOUSE="$CONTEXT"/docker/wheelhouse
 REGISTRY_HOST=ghcr.io
 REGISTRY_HOST_JSON='"ghcr.io"'
 IMAGE=ghcr.io/open-thoughts/openthoughts-agent
@@ -54,8 +59,7 @@ case "$DOCKERFILE" in
 esac
 [ -d "$APP_DIR" ] || die "build context $APP_DIR does not exist (the iris workspace bundle)"
 
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK"
 
 if ! command -v curl >/dev/null 2>&1; then
   apt-get update -qq
@@ -72,6 +76,10 @@ tar -xzf "$WORK/crane.tgz" -C "$WORK" crane
 echo "==> kaniko executor $EXECUTOR_IMAGE over ${ROOT:-/}"
 "$WORK/crane" export --platform linux/amd64 "$EXECUTOR_IMAGE" - | tar -x -C "${ROOT:-/}"
 [ -x "$KANIKO_DIR/executor" ] || die "the exported image has no $KANIKO_DIR/executor"
+# The executor is static and `crane export` carries no ENV: give it what it looks up.
+export USER="${USER:-root}" HOME="${HOME:-/root}"
+rm -rf "$CONTEXT"
+cp -a "$APP_DIR" "$CONTEXT"
 
 # The auth file is written after the overlay: the executor image ships its own /kaniko.
 # Tracing stays off until the token has been consumed, so it never reaches the job log.
@@ -125,12 +133,13 @@ if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
 fi
 
 ARGS=(
-  --context "dir://$APP_DIR"
+  --context "dir://$CONTEXT"
   --dockerfile "$DOCKERFILE"
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
   --build-arg "GITSHA=$GITSHA"
   --skip-unused-stages
   --compressed-caching=false
+  --compression-level=9
   --cache=true
   "--cache-repo=$CACHE_REPO"
   --destination "$DESTINATION"
@@ -141,7 +150,9 @@ if [ "$PUSH_FLOATING" = 1 ]; then
 fi
 
 echo "==> kaniko build of $DESTINATION"
-cd "$APP_DIR"
+cd "$CONTEXT"
 "$KANIKO_DIR/executor" "${ARGS[@]}"
+# Builtins only from here: the filesystem is now the image's last stage, not this job's.
 [ -s "$WORK/digest" ] || die "the executor wrote no digest"
-echo "pushed $DESTINATION@$(cat "$WORK/digest")"
+read -r DIGEST <"$WORK/digest" || true
+echo "pushed $DESTINATION@$DIGEST"

@@ -37,6 +37,7 @@ __all__ = [
     "each",
     "expand_variables",
     "git_url",
+    "gzip_level",
     "hash_digest",
     "identifier",
     "image_reference",
@@ -175,6 +176,13 @@ def hash_digest(value: object, key: str, *, error: type[GpurlError] = ConfigErro
     if not match or len(match.group(2)) != HASH_LENGTHS[match.group(1)]:
         raise _bad(error, key, value, "a hash like sha256:<64 lowercase hex digits>")
     return text
+
+
+def gzip_level(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> int:
+    """A gzip compression level, 1 (fastest) to 9 (smallest)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 9:
+        raise _bad(error, key, value, "a gzip level from 1 to 9")
+    return value
 
 
 def sha256_hex(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:

@@ -172,7 +172,7 @@ def cluster(request: pytest.FixtureRequest, parts: Parts,
     executor = str(request.param)
     tree = copy_tree(tmp_path_factory.mktemp(f"kaniko-{executor}"))
     _as_cluster_profile(tree, parts, executor)
-    return executor, tree, _build(tree, parts, "c01d" + ("0a" if executor == "upstream" else "0f"))
+    return executor, tree, _build(tree, parts, "c01d" + ("0a1" if executor == "upstream" else "0f1"))
 
 
 def test_the_script_builds_pushes_and_the_pushed_slices_match_the_plan(
@@ -183,10 +183,10 @@ def test_the_script_builds_pushes_and_the_pushed_slices_match_the_plan(
     runs = _slice_runs(built.layers)
     plan_slices = len(list((tree / "docker" / "layers" / "demo" / "shared").glob("*.txt")))
     assert len(runs) == plan_slices
-    errors = {row["instruction"][-30:]: row["error"] for row in runs if row["size"] >= 10**6}
-    assert errors and all(abs(e) <= 0.03 for e in errors.values()), (executor, errors)
+    errors = {row["instruction"][-30:]: row["error_percent"] for row in runs if row["size"] >= 10**6}
+    assert errors and all(abs(e) <= 3.0 for e in errors.values()), (executor, errors)
     print(f"{executor}: {len(built.layers)} layers; MB-slice errors "
-          + ", ".join(f"{e:+.1%}" for e in errors.values()))
+          + ", ".join(f"{e:+.1f}%" for e in errors.values()))
 
 
 def test_the_images_app_holds_exactly_what_the_dockerfile_copies(
@@ -223,7 +223,7 @@ def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_what_the_cache_k
     package, one slice file edited): in the chain a step's cache key chains its parent's, so
     the slice RUNs below the edited slice are reused and it and every one above are rebuilt."""
     executor, tree, cold = cluster
-    warm = _build(tree, parts, "c02d" + ("0a" if executor == "upstream" else "0f"))
+    warm = _build(tree, parts, "c02d" + ("0a1" if executor == "upstream" else "0f1"))
     cold_runs, warm_runs = _slice_runs(cold.layers), _slice_runs(warm.layers)
     assert [r["digest"] for r in warm_runs] == [r["digest"] for r in cold_runs]
     assert len(warm.layers) == len(cold.layers), "a rebuild must not grow the layer count"
@@ -231,7 +231,7 @@ def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_what_the_cache_k
     assert done.returncode == 0, done.stderr
     relock(tree, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
            upgrade=BUMPED.split("==")[0])
-    bumped = _build(tree, parts, "c03d" + ("0a" if executor == "upstream" else "0f"))
+    bumped = _build(tree, parts, "c03d" + ("0a1" if executor == "upstream" else "0f1"))
     runs = _slice_runs(bumped.layers)
     edited = [i for i, (a, b) in enumerate(zip(warm_runs, runs, strict=True))
               if a["predicted"] != b["predicted"] or a["instruction"] != b["instruction"]]

@@ -48,12 +48,13 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
     digest_file = argv[argv.index("--digest-file") + 1]
     image = "ghcr.io/open-thoughts/openthoughts-agent"
     assert argv == [
-        "--context", f"dir://{r.root}/app",
+        "--context", f"dir://{r.root}/kaniko/context",
         "--dockerfile", "docker/Dockerfile.gpu-rl",
         "--build-arg", "WHEEL_SOURCE=prebuilt-wheelhouse",
         "--build-arg", f"GITSHA={GITSHA}",
         "--skip-unused-stages",
         "--compressed-caching=false",
+        f"--compression-level={r.config.cluster.compression_level}",
         "--cache=true",
         f"--cache-repo={image}/cache",
         "--destination", f"{image}:gpu-rl-{GITSHA}",
@@ -62,7 +63,8 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
     assert "--single-snapshot" not in argv
     assert f"pushed {image}:gpu-rl-{GITSHA}@sha256:{'0' * 63}7" in proc.stdout
     for name in r.wheels:  # fetched into the context's wheelhouse before the executor ran
-        assert (r.root / "app" / "docker" / "wheelhouse" / name).is_file()
+        assert (r.root / "kaniko" / "context" / "docker" / "wheelhouse" / name).is_file()
+        assert not (r.root / "app" / "docker" / "wheelhouse" / name).exists()  # not the bundle
 
 
 def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
@@ -82,7 +84,7 @@ def test_an_existing_immutable_tag_stops_before_the_build(r: Rig) -> None:
     assert f"gpu-rl-{GITSHA} already exists as {existing}" in proc.stderr
     assert "never moved" in proc.stderr and "--force" in proc.stderr
     assert r.calls("executor") == []
-    assert not (r.root / "app" / "docker" / "wheelhouse" / r.wheels[0]).exists()
+    assert not (r.root / "kaniko" / "context" / "docker" / "wheelhouse" / r.wheels[0]).exists()
     forced = r.run(_env(STANDIN_EXISTING_DIGEST=existing, OVERWRITE_TAG="1"))
     assert forced.returncode == 0, forced.stderr
     assert f"overwriting {existing}" in forced.stdout and len(r.calls("executor")) == 1

@@ -91,7 +91,7 @@ _TEMPLATE = r"""#!/usr/bin/env bash
 # immutable tag knowingly). SINGLE_SNAPSHOT=1 is refused.
 set -euo pipefail
 
-die() {{ echo "build_gpu_rl_kaniko: error: $*" >&2; exit 1; }}
+die() {{ echo "${{0##*/}}: error: $*" >&2; exit 1; }}
 
 : "${{GITSHA:?GITSHA is required: the image is pushed as the immutable tag PREFIX-GITSHA}}"
 [[ "$GITSHA" =~ ^{source_id}$ ]] \
@@ -222,6 +222,7 @@ ARGS=(
   --build-arg "GITSHA=$GITSHA"
   --skip-unused-stages
   --compressed-caching=false
+  --compression-level={compression_level}
   --cache=true
   "--cache-repo=$CACHE_REPO"
   --destination "$DESTINATION"
@@ -279,6 +280,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         wheel_source=_plain("build.wheel-source", config.build.wheel_source),
         tag_prefix=_plain("registry.tag-prefix", registry.tag_prefix),
         floating_tag=_plain("registry.floating-tag", registry.floating_tag),
+        compression_level=config.cluster.compression_level,
     )
 
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpurl_tasks.config import load_config
@@ -31,9 +32,12 @@ def copy_tree(dest: Path) -> Path:
     return dest
 
 
-def invoke(root: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(root), "GPURL_CACHE_DIR": str(CACHE)}
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, env=env,
+def invoke(root: Path, *args: str, timeout: int = 1800,
+           env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`invoke ARGS` in the copy at `root` (its own gpurl_tasks), sharing the local cache."""
+    run_env = {**(os.environ if env is None else env), "PYTHONPATH": str(root),
+               "GPURL_CACHE_DIR": str(CACHE)}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, env=run_env,
                           capture_output=True, text=True, timeout=timeout)
 
 
