@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from gpurl_tasks.cli import say
 from gpurl_tasks.cluster import jobs
@@ -24,6 +25,7 @@ from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.git import ls_bundle_files, short_sha
 from gpurl_tasks.redact import find_registry_token
 from tests.conftest import REPO_ROOT
+from tests.support.checkout import repo_copy
 from tests.support.git import git
 
 CANARY = "ghp_CANARYa1b2c3d4e5"
@@ -352,3 +354,48 @@ def test_the_printed_command_is_one_well_formed_shell_line(repo: Path, env: dict
     for shown, arg in zip(words, real, strict=True):
         assert shown == arg if len(arg) <= ELIDE_OVER else shown == f"{arg[:24]}...<{len(arg)} chars>"
     assert any(len(arg) > ELIDE_OVER for arg in real)  # the base64 script is elided
+
+
+def _bump_without_size(lock: Path, slices: Path) -> str:
+    """Bump a package the plan installs (the first pinned requirement of the profile's first
+    slice file) to a version no size source knows: its version, artifact URLs and file names
+    moved on, their sizes gone from the lock. Returns the new `name==version`."""
+    first = sorted(slices.rglob("*.txt"))[0]
+    requirement = next(line.split()[0] for line in first.read_text().splitlines()
+                       if "==" in line and not line.startswith(("#", "-")))
+    name, version = requirement.split("==")
+    text = lock.read_text()
+    start = text.index(f'[[package]]\nname = "{name}"\nversion = "{version}"\n')
+    end = text.find("\n[[package]]", start + 1)
+    end = len(text) if end < 0 else end
+    release = Version(version).release
+    bumped = ".".join(str(n) for n in (*release[:-1], release[-1] + 100))  # a newer release
+    block = re.sub(r", size = \d+", "", text[start:end].replace(version, bumped))
+    lock.write_text(text[:start] + block + text[end:])
+    return f"{name}=={bumped}"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("profile", "backend"), [("gpu-rl", "iris"), ("demo", "local")])
+def test_a_stale_build_says_stale_first_then_the_size_generate_needs(
+        tmp_path: Path, profile: str, backend: str) -> None:
+    """A lock bumped after `invoke generate` to a version whose size nothing knows: the build
+    is refused as stale first (before any other guard rail: no KUBECONFIG or token is set),
+    then names the size `invoke generate` will need."""
+    from gpurl_tasks.config import load_committed_config
+
+    root = repo_copy(tmp_path / "repo")
+    config = load_committed_config(root, profile)
+    bumped = _bump_without_size(config.lock, config.build.slices / profile)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GPURL_") and k not in ("KUBECONFIG", "GHCR_TOKEN", "GITHUB_TOKEN")}
+    proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--profile", profile,
+                           "--backend", backend, "--dry-run"], cwd=root, env=env,
+                          capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode != 0
+    first, *rest = proc.stderr.splitlines()
+    dockerfile = config.build.dockerfile.relative_to(root)
+    assert first.startswith(f"error: {dockerfile} stale for profile {profile!r}"), proc.stderr
+    assert f"run `invoke generate --profile {profile}`" in first
+    assert any(bumped in line and "size" in line for line in rest), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""

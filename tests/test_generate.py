@@ -22,6 +22,7 @@ from gpurl_tasks.files import write_atomic
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, sync_selection_flags
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
+from tests.support.local_parts import build_source_wheel
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -253,3 +254,60 @@ def test_generate_adds_a_missing_launcher_rule_and_check_refuses_it(tmp_path: Pa
     assert text.startswith(".git\n# Kept out of the build context") and text.endswith("\nws/launch.py\n")
     assert ensure_launcher_ignored(moved, check=False) is False  # idempotent
     assert (tmp_path / ".dockerignore").read_text() == text
+
+
+# The demo profile configured for the cluster in a copy's pyproject.toml: the iris backend, a
+# registry user, its own script path and where its prebuilt wheels are published.
+_DEMO_AS_CLUSTER = [
+    ('workspace = "examples/demo"\nbackend = "local"\n',
+     'workspace = "examples/demo"\nbackend = "iris"\n'),
+    ('tag-prefix = "demo"\nfloating-tag = "demo"\nuser = ""\n',
+     'tag-prefix = "demo"\nfloating-tag = "demo"\nuser = "gpurl"\n'),
+    ("[tool.gpurl.profiles.demo.build]\n",
+     '[tool.gpurl.profiles.demo.build]\nkaniko-script = "docker/build_demo_kaniko.sh"\n'
+     'wheel-base-url = "https://wheels.example/demo"\n'),
+]
+
+
+def _edit(path: Path, edits: list[tuple[str, str]]) -> None:
+    text = path.read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path.write_text(text)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("globs", "key"), [
+    ('["gpurl_demo_ext-*.whl", "vllm-*.whl"]', "build.vllm-version"),  # an empty version
+    ('["gpurl_demo_ext-*.whl", "other_ext-*.whl"]', "build.wheel-globs"),  # nothing pins it
+])
+def test_demo_as_a_cluster_profile_fetches_its_own_wheel_and_a_bad_pin_writes_nothing(
+        tmp_path: Path, globs: str, key: str) -> None:
+    from gpurl_tasks.config import load_committed_config
+
+    root = repo_copy(tmp_path / "repo")
+    _edit(root / "pyproject.toml", _DEMO_AS_CLUSTER)
+    done = _invoke(root, "--profile", "demo")
+    assert done.returncode == 0, done.stderr
+    demo = load_committed_config(root, "demo")
+    built = [build_source_wheel(root / spec[2:], demo.target.python, tmp_path / str(i)).name
+             for i, spec in enumerate(demo.build.wheel_specs)]  # what its wheel-builder makes
+    for variant in demo.variants:
+        script = load_committed_config(root, "demo", variant.name).build.kaniko_script
+        assert f"PREBUILT_WHEELS=({' '.join(built)})\n" in script.read_text(), variant.name
+    (committed,) = [line for line in (root / "pyproject.toml").read_text().splitlines()
+                    if line.startswith("wheel-globs = ") and "gpurl_demo_ext" in line]
+    _edit(root / "pyproject.toml", [(committed + "\n", f"wheel-globs = {globs}\n")])
+    before = _tree(root)
+    refused = _invoke(root)
+    assert refused.returncode != 0
+    assert refused.stderr.splitlines() == [refused.stderr.strip()]  # one line
+    assert "cannot name the prebuilt wheels of profile 'demo' (variant 'standard')" in refused.stderr
+    assert key in refused.stderr and "Traceback" not in refused.stderr
+    assert _tree(root) == before

@@ -25,10 +25,28 @@ from gpurl_tasks.cluster.kaniko import (
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import BuildError, ConfigError
 from tests.conftest import REPO_ROOT
+from tests.support.kaniko_harness import AS_CLUSTER
+from tests.support.local_parts import build_source_wheel
 
 
 def config(**overrides: object) -> Config:
     return load_config(REPO_ROOT, env={}, overrides=overrides)
+
+
+def cluster_config(profile: str, **overrides: object) -> Config:
+    return load_config(REPO_ROOT, profile=profile, env={}, overrides={**AS_CLUSTER, **overrides})
+
+
+def prebuilt_line(script: str) -> str:
+    (line,) = [x for x in script.splitlines() if x.startswith("PREBUILT_WHEELS=")]
+    return line
+
+
+def demo_wheel_names(demo: Config, tmp_path: Path) -> list[str]:
+    """The file names the demo's wheel-builder makes: each `./path` wheel spec built by its
+    real build backend for the profile's target Python."""
+    return [build_source_wheel(demo.root / spec[2:], demo.target.python, tmp_path / str(i)).name
+            for i, spec in enumerate(demo.build.wheel_specs)]
 
 
 def test_committed_script_is_up_to_date() -> None:
@@ -71,6 +89,67 @@ def test_wheel_names_encode_the_abi_inputs() -> None:
     flash, vllm = prebuilt_wheel_names(config())
     assert flash == "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
     assert vllm == "vllm-0.11.1+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl"
+
+
+@pytest.mark.integration
+def test_demo_as_a_cluster_profile_fetches_the_wheel_its_builder_makes(tmp_path: Path) -> None:
+    """The demo's script asks for its own compiled wheel (named as its wheel-builder names it),
+    not gpu-rl's flash-attn/vLLM pair with empty versions."""
+    demo = cluster_config("demo")
+    built = demo_wheel_names(demo, tmp_path)
+    assert list(prebuilt_wheel_names(demo)) == built
+    assert prebuilt_line(render_script(demo)) == f"PREBUILT_WHEELS=({' '.join(built)})"
+    extra = load_config(REPO_ROOT, profile="demo", variant="extra", env={}, overrides=AS_CLUSTER)
+    assert list(prebuilt_wheel_names(extra)) == built  # the variant compiles the same wheel
+
+
+def compiled_tail(config: Config) -> str:
+    """The tags `pip wheel` gives a compiled extension on the config's target."""
+    python = "cp" + config.target.python.replace(".", "")
+    return f"{python}-{python}-linux_{config.target.arch}.whl"
+
+
+def test_a_version_written_into_the_glob_names_the_wheel() -> None:
+    demo = cluster_config("demo", **{"build.wheel-globs": ["gpurl_demo_ext-7.1-*.whl"]})
+    assert prebuilt_wheel_names(demo) == (f"gpurl_demo_ext-7.1-{compiled_tail(demo)}",)
+
+
+def test_a_profile_without_compiled_wheels_fetches_nothing() -> None:
+    heavy = cluster_config("heavy")
+    assert heavy.build.wheel_globs == ()
+    assert prebuilt_wheel_names(heavy) == ()
+    script = render_script(heavy)
+    assert prebuilt_line(script) == "PREBUILT_WHEELS=()"
+    assert "/MANIFEST" not in script and "no prebuilt wheels to fetch" in script
+
+
+@pytest.mark.parametrize(("profile", "overrides", "key"), [
+    # the defect's shape: a glob of the gpu-rl pair in a profile that pins none of it
+    ("demo", {"build.wheel-globs": ["gpurl_demo_ext-*.whl", "vllm-*.whl"]}, "build.vllm-version"),
+    ("demo", {"build.wheel-globs": ["gpurl_demo_ext-*.whl", "flash_attn-*.whl"]},
+     "build.flash-attn-version"),
+    ("demo", {"build.wheel-globs": ["gpurl_demo_ext-*.whl", "other_ext-*.whl"]},
+     "build.wheel-globs"),  # a glob nothing pins
+    ("demo", {"build.wheel-globs": ["gpurl_demo_ext-0.1.x-*.whl"]}, "build.wheel-globs"),
+    ("demo", {"build.wheel-globs": ["*demo_ext-*.whl"]}, "build.wheel-globs"),
+    ("demo", {"build.wheel-specs": ["gpurl-demo-ext"]}, "build.wheel-globs"),  # spec pins none
+    ("gpu-rl", {"build.cuda-tag": "cu-128"}, "build.cuda-tag"),  # would be a malformed name
+])
+def test_a_name_that_cannot_be_derived_is_refused_in_one_line(
+        profile: str, overrides: dict[str, object], key: str) -> None:
+    bad = cluster_config(profile, **overrides)
+    with pytest.raises(BuildError) as info:
+        render_script(bad)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"cannot name the prebuilt wheels of profile {profile!r} (variant 'standard')" in message
+    assert key in message
+
+
+def test_a_requirement_spec_pins_its_wheel() -> None:
+    demo = cluster_config("demo", **{"build.wheel-specs": ["other-ext==3.2.1"],
+                                     "build.wheel-globs": ["other_ext-*.whl"]})
+    assert prebuilt_wheel_names(demo) == (f"other_ext-3.2.1-{compiled_tail(demo)}",)
 
 
 def test_unsafe_value_is_refused() -> None:
@@ -119,8 +198,11 @@ def test_every_variant_is_shellcheck_clean(user: str, prefix: str, host: str,
         if os.environ.get("CI"):
             raise AssertionError("shellcheck is missing (install the lint group)")
         pytest.skip("shellcheck not installed")
-    text = render_script(config(**{"registry.user": user, "registry.tag-prefix": prefix,
-                                   "registry.host": host, "build.wheel-source": source}))
-    proc = subprocess.run([shellcheck, "-s", "bash", "-"], input=text, capture_output=True,
-                          text=True, check=False)
-    assert proc.returncode == 0, proc.stdout
+    settings = {"registry.user": user, "registry.tag-prefix": prefix, "registry.host": host,
+                "build.wheel-source": source}
+    for text in (render_script(config(**settings)),  # gpu-rl: the pinned pair
+                 render_script(cluster_config("demo", **settings)),  # its own compiled wheel
+                 render_script(cluster_config("heavy", **settings))):  # no compiled wheels
+        proc = subprocess.run([shellcheck, "-s", "bash", "-"], input=text, capture_output=True,
+                              text=True, check=False)
+        assert proc.returncode == 0, proc.stdout

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kaniko_harness import Rig, rig
-from tests.support.local_parts import need
+from gpurl_tasks.config import load_config
+from tests.conftest import REPO_ROOT
+from tests.support.kaniko_harness import AS_CLUSTER, Rig, rig
+from tests.support.local_parts import build_source_wheel, need
 
 pytestmark = pytest.mark.integration
 
@@ -224,3 +226,33 @@ def test_crane_checksum_mismatch_stops(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "crane archive checksum mismatch" in proc.stderr
     assert bad.calls("crane") == [] and bad.calls("executor") == []
+
+
+def test_demo_as_a_cluster_profile_fetches_its_own_built_wheel(tmp_path: Path) -> None:
+    """The wheel its wheel-builder makes (the real build backend on the target's Python),
+    published with its MANIFEST, is exactly what the demo's script fetches and checks."""
+    need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
+    demo = load_config(REPO_ROOT, profile="demo", env={})
+    (spec,) = demo.build.wheel_specs
+    built = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, tmp_path / "build")
+    (tmp_path / "rig").mkdir()
+    with rig(tmp_path / "rig", profile="demo", overrides=AS_CLUSTER, wheels=[built]) as demo_rig:
+        proc = demo_rig.run(_env(WHEEL_SOURCE="prebuilt-wheelhouse"))
+        assert proc.returncode == 0, proc.stderr
+        assert demo_rig.wheels == (built.name,)
+        fetched = demo_rig.root / "app" / "docker" / "wheelhouse-demo" / built.name
+        assert fetched.read_bytes() == built.read_bytes()
+        assert f"    ok {built.name}" in proc.stdout
+        assert "--dockerfile" in _executor_argv(demo_rig)
+
+
+def test_a_profile_without_compiled_wheels_skips_the_fetch(tmp_path: Path) -> None:
+    need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
+    with rig(tmp_path, profile="heavy", overrides=AS_CLUSTER, wheels=[]) as heavy:
+        (heavy.served / "wheels" / "MANIFEST").unlink()  # nothing is published for it
+        proc = heavy.run(_env(WHEEL_SOURCE="prebuilt-wheelhouse"))
+    assert proc.returncode == 0, proc.stderr
+    assert heavy.wheels == ()
+    assert "no prebuilt wheels to fetch" in proc.stdout
+    assert "WHEEL_SOURCE=prebuilt-wheelhouse" in _executor_argv(heavy)
+    assert (heavy.root / "app" / "docker" / "wheelhouse-heavy").is_dir()

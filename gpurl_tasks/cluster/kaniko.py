@@ -4,9 +4,11 @@ The iris job runs ubuntu:22.04 (kaniko's image is distroless, no bash), so the s
 fetches crane at a pinned version and checks its sha256; `crane export`s the kaniko
 executor (pinned by digest) over `/`; writes the registry auth file *after* that overlay
 (kaniko's image ships its own /kaniko and would clobber it) with tracing off until the
-token is consumed; fetches the two prebuilt wheels + MANIFEST and verifies them, never
-falling back to a compile; then runs the executor with per-instruction layers and
-`--skip-unused-stages`. Rendering is pure and byte-reproducible (no dates, sorted inputs).
+token is consumed; fetches the profile's prebuilt compiled wheels (by exact name, none for a
+profile without any) + MANIFEST and verifies them, never falling back to a compile; then runs
+the executor with per-instruction layers and `--skip-unused-stages`. Rendering reads nothing
+but the config and the `./path` wheel sources' pyproject.toml (their versions name the wheels)
+and is byte-reproducible (no dates, sorted inputs).
 
 Every value from the config is a `shlex.quote`d word (or, spliced into `"${VAR:-value}"`, a
 plain name); paths are checked to stay inside the repository, symlinks resolved; the registry
@@ -22,7 +24,14 @@ import shlex
 from pathlib import Path
 
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.wheels import FLASH_ATTN, VLLM, expected_filenames, pins_from_args
+from gpurl_tasks.dockerfile.checks import variant_note
+from gpurl_tasks.dockerfile.wheels import (
+    WheelNameError,
+    configured_globs,
+    pins_from_args,
+    prebuilt_filenames,
+    spec_versions,
+)
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.oci.tags import cache_repository
@@ -65,14 +74,35 @@ def cache_repo(config: Config) -> str:
     return cache_repository(config)
 
 
-def prebuilt_wheel_names(config: Config) -> tuple[str, str]:
-    """File names of the flash-attn and vLLM-fork wheels the prebuilt path fetches.
+def _source_pyprojects(config: Config) -> dict[str, str]:
+    """{`./path` wheel spec: its pyproject.toml text} for each one that has the file."""
+    texts = {}
+    for spec in config.build.wheel_specs:
+        if spec.startswith("./"):
+            path = config.root / spec[2:] / "pyproject.toml"
+            _relative(path, config.root, "build.wheel-specs")
+            if path.is_file():
+                texts[spec] = read_text(path, what="wheel source pyproject.toml", error=BuildError)
+    return texts
 
-    One derivation for the whole tool (wheels.expected_filenames): the names the Dockerfile's
-    install globs accept, so a bump of a pinned input asks for different files.
+
+def prebuilt_wheel_names(config: Config) -> tuple[str, ...]:
+    """File names of the compiled wheels the prebuilt path fetches (sorted; none for a profile
+    without compiled wheels): one per `build.wheel-globs` entry.
+
+    One derivation for the whole tool (wheels.prebuilt_filenames over the names
+    wheels.expected_filenames gives the pinned pair): the names the Dockerfile's install globs
+    accept, so a bump of a pinned input asks for different files. A name that cannot be derived
+    is refused in one line naming the profile, variant and key to set.
     """
-    names = expected_filenames(pins_from_args({}, config.build, config.target))
-    return names[FLASH_ATTN], names[VLLM]
+    build = config.build
+    pins = pins_from_args({}, build, config.target)  # the ARG defaults are the config's
+    try:
+        return prebuilt_filenames(pins, configured_globs(build, {}, pins),
+                                  spec_versions(build.wheel_specs, pins, _source_pyprojects(config)))
+    except WheelNameError as exc:
+        raise BuildError(f"cannot name the prebuilt wheels of profile {config.profile!r}"
+                         f"{variant_note(config.variant)}: {exc.message}") from None
 
 
 def _relative(path: Path, root: Path, key: str) -> str:
@@ -197,25 +227,7 @@ else
   die "cannot check whether $DESTINATION exists: $(tr '\n' ' ' <"$WORK/crane.err")"
 fi
 
-if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
-  echo "==> prebuilt wheels from $WHEEL_BASE_URL"
-  mkdir -p "$WHEELHOUSE"
-  NO_COMPILE="not compiling instead; set WHEEL_SOURCE=wheel-builder to compile"
-  fetch "$WHEEL_BASE_URL/MANIFEST" "$WHEELHOUSE/MANIFEST" \
-    || die "MANIFEST is missing at $WHEEL_BASE_URL/MANIFEST ($NO_COMPILE)"
-  for whl in "${{PREBUILT_WHEELS[@]}}"; do
-    want="$(awk -v f="$whl" '$2 == f || $2 == "*" f {{ print $1 }}' "$WHEELHOUSE/MANIFEST")"
-    [ -n "$want" ] || die "MANIFEST at $WHEEL_BASE_URL has no entry for $whl"
-    fetch "$WHEEL_BASE_URL/$whl" "$WHEELHOUSE/$whl" \
-      || die "wheel $whl is missing at $WHEEL_BASE_URL/$whl ($NO_COMPILE)"
-    got="$(sha256sum "$WHEELHOUSE/$whl" | cut -d ' ' -f 1)"
-    [ "$got" = "$want" ] \
-      || die "checksum mismatch for $whl: MANIFEST says $want, the download is $got"
-    echo "    ok $whl"
-  done
-fi
-
-ARGS=(
+{fetch}ARGS=(
   --context "dir://$CONTEXT"
   --dockerfile "$DOCKERFILE"
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
@@ -242,6 +254,35 @@ echo "pushed $DESTINATION@$DIGEST"
 """
 
 
+_FETCH = r"""if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
+  echo "==> prebuilt wheels from $WHEEL_BASE_URL"
+  mkdir -p "$WHEELHOUSE"
+  NO_COMPILE="not compiling instead; set WHEEL_SOURCE=wheel-builder to compile"
+  fetch "$WHEEL_BASE_URL/MANIFEST" "$WHEELHOUSE/MANIFEST" \
+    || die "MANIFEST is missing at $WHEEL_BASE_URL/MANIFEST ($NO_COMPILE)"
+  for whl in "${PREBUILT_WHEELS[@]}"; do
+    want="$(awk -v f="$whl" '$2 == f || $2 == "*" f { print $1 }' "$WHEELHOUSE/MANIFEST")"
+    [ -n "$want" ] || die "MANIFEST at $WHEEL_BASE_URL has no entry for $whl"
+    fetch "$WHEEL_BASE_URL/$whl" "$WHEELHOUSE/$whl" \
+      || die "wheel $whl is missing at $WHEEL_BASE_URL/$whl ($NO_COMPILE)"
+    got="$(sha256sum "$WHEELHOUSE/$whl" | cut -d ' ' -f 1)"
+    [ "$got" = "$want" ] \
+      || die "checksum mismatch for $whl: MANIFEST says $want, the download is $got"
+    echo "    ok $whl"
+  done
+fi
+
+"""
+# A profile without compiled wheels: the prebuilt wheelhouse stays empty, nothing is fetched.
+_NO_FETCH = r"""if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
+  echo "==> no prebuilt wheels to fetch: this profile compiles none" \
+    "(${#PREBUILT_WHEELS[@]} listed${WHEEL_BASE_URL:+, $WHEEL_BASE_URL not read})"
+  mkdir -p "$WHEELHOUSE"
+fi
+
+"""
+
+
 def _plain(key: str, value: str) -> str:
     """A value spliced into `"${VAR:-value}"`: only a registry-name alphabet is allowed."""
     return plain_name(value, key, error=BuildError)
@@ -260,6 +301,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     q = shlex.quote
     registry = config.registry
     host = registry_host(registry.host, "registry.host", error=BuildError)
+    wheels = prebuilt_wheel_names(config)
     return _TEMPLATE.format(
         profile=profile_name(config.profile, "profile", error=BuildError),
         variant=f" (variant '{config.variant}')" if config.variant else "",
@@ -272,7 +314,8 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         cache_repo=q(cache_repo(config)),
         dockerfile=q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
         wheel_base_url=q((pins.wheel_base_url or config.build.wheel_base_url).rstrip("/")),
-        wheels=" ".join(q(n) for n in prebuilt_wheel_names(config)),
+        wheels=" ".join(q(n) for n in wheels),
+        fetch=_FETCH if wheels else _NO_FETCH,
         crane_url=q(pins.crane_url or config.cluster.crane_url),
         crane_sha256=q(pins.crane_sha256 or config.cluster.crane_sha256),
         executor_image=q(_executor(pins.executor_image or config.cluster.kaniko_executor)),

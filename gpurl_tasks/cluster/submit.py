@@ -18,9 +18,9 @@ from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, check_bundle
 from gpurl_tasks.cluster.iris import ClusterTarget, JobSpec, job_run_argv
-from gpurl_tasks.config import Config, load_committed_config
+from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import ignored_paths
-from gpurl_tasks.dockerfile.generate import generate
+from gpurl_tasks.dockerfile.generate import check_committed
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.oci.tags import refuse_to_move
 from gpurl_tasks.redact import Secret, TokenSource, looks_like_docker_hub
@@ -160,11 +160,16 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
                   pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> PreparedBuild:
     """Run every guard rail and compose the job; raise BuildError naming the first refusal.
 
+    A stale checkout is refused first, in generate --check's words: regenerating changes
+    the tree the job bundles (and its tag), whatever else needs fixing.
     `pins` say where the job's script gets crane and the kaniko executor (tests serve
     stand-ins from 127.0.0.1; production uses the pinned release and image digest)."""
     if request.local_only:
         raise BuildError(f"{', '.join(request.local_only)} are local-backend flags",
                          hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
+    # the committed files are rendered from pyproject alone, never from GPURL_* variables: a
+    # stale Dockerfile, slice set or script is refused with generate --check's own message
+    check_committed(config, extra=kaniko.script_files)
     cluster = config.cluster
     memory = request.memory or cluster.memory
     _check_kubeconfig(world.env)
@@ -173,10 +178,6 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     if not config.registry.user:
         raise BuildError("no registry user: the push authenticates as USER:TOKEN",
                          hint="set [tool.gpurl.registry] user or GPURL_REGISTRY_USER")
-    # the committed files are rendered from pyproject alone, never from GPURL_* variables: a
-    # stale Dockerfile, slice set or script is refused with generate --check's own message
-    committed = load_committed_config(config.root, config.profile, config.variant or None)
-    generate(committed, check=True, extra=kaniko.script_files)
     tree = world.source(config.root, ignored_paths(config))
     if tree is None:
         raise BuildError(

@@ -8,6 +8,8 @@ the build asserts, the path sources), lints the model, and then either replaces 
 temp file + rename or compares bytes. Every file of every variant (and every profile) is
 rendered before the first one is written: a failure writes nothing. A file this generator
 wrote for a variant or profile that no longer exists is removed (and `--check` flags it).
+`--check` on a lock the committed Dockerfile was not generated from says "stale" first, even
+when planning or rendering the new lock fails, and then what `invoke generate` needs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import dataclasses
 import hashlib
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from gpurl_tasks.config import Config, load_committed_config, load_profile_names
@@ -36,10 +38,11 @@ from gpurl_tasks.dockerfile.context import (
 from gpurl_tasks.dockerfile.layers import builder_of, count_layers
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
+from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH
 from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe, slice_stage
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import GpurlError, LockError
-from gpurl_tasks.files import write_atomic
+from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views, shared_slices_dir, slice_path, slices_dir
@@ -53,6 +56,7 @@ __all__ = [
     "GenerateSummary",
     "Planner",
     "StaleFileError",
+    "check_committed",
     "fitted_plan",
     "fitted_plans",
     "fitted_views",
@@ -338,17 +342,64 @@ def _stale_error(root: Path, changes: list[_Change]) -> StaleFileError:
     removed = [c.path for c in changes if c.text is None]
     parts = []
     if written:
-        owners = sorted({c.owner for c in written})
         missing = all(not c.path.exists() for c in written)
         parts.append(f"{listed([c.path for c in written])} "
                      f"{'missing' if missing else 'missing or stale'} for "
-                     + ", ".join(f"profile {p!r}" + (f" variant {v!r}" if v else "")
-                                 for p, v in owners))
+                     + _owners(sorted(c.owner for c in written)))
     if removed:
         parts.append(f"{listed(removed)} left over (no current variant or plan calls for it)")
-    profiles = {c.owner[0] for c in changes}
-    return StaleFileError("; ".join(parts), hint="run `invoke generate" + (
-        f" --profile {profiles.pop()}" if len(profiles) == 1 else "") + "` and commit the result")
+    return StaleFileError("; ".join(parts), hint=f"run `{_command(c.owner for c in changes)}` "
+                                                 "and commit the result")
+
+
+def _owners(owners: Iterable[tuple[str, str]]) -> str:
+    """"profile 'P' variant 'V', ..." for the (profile, variant) pairs, each once, in order."""
+    return ", ".join(f"profile {p!r}" + (f" variant {v!r}" if v else "")
+                     for p, v in dict.fromkeys(owners))
+
+
+def _command(owners: Iterable[tuple[str, str]]) -> str:
+    """The `invoke generate` that rewrites the files of these owners."""
+    profiles = {p for p, _ in owners}
+    return "invoke generate" + (f" --profile {profiles.pop()}" if len(profiles) == 1 else "")
+
+
+_LOCK_LABEL = re.compile(re.escape(LABEL_LOCK_HASH) + r'="([0-9a-f]{64})"')
+
+
+def _lock_moved(config: Config) -> bool:
+    """The committed Dockerfile was generated from another lock than the workspace's (its
+    lock-hash label differs): stale whatever the plan. False when either file is missing
+    (generate itself reports that)."""
+    path = config.build.dockerfile
+    if not path.is_file() or not config.lock.is_file():
+        return False
+    match = _LOCK_LABEL.search(read_text(path, what="Dockerfile", error=StaleFileError))
+    return match is not None and match.group(1) != lock_sha256(config.lock)
+
+
+def _rendered(configs: Sequence[Config], render: Callable[[], list[Rendered]], *,
+              check: bool) -> list[Rendered]:
+    """`render()`; with `check`, when it fails on a lock the committed Dockerfiles were not
+    generated from, the error says that first (stale: run `invoke generate`) and then what
+    `invoke generate` will need (its own failure, e.g. the sizes still unknown)."""
+    moved = [c for c in configs if _lock_moved(c)] if check else []
+    try:
+        return render()
+    except StaleFileError:
+        raise
+    except GpurlError as exc:
+        if not moved:
+            raise
+        root = moved[0].root
+        shown = ", ".join(str(c.build.dockerfile.relative_to(root)) for c in moved)
+        locks = ", ".join(sorted({str(c.lock.relative_to(root)) for c in moved}))
+        owners = [(c.profile, c.variant) for c in moved]
+        command = _command(owners)
+        raise StaleFileError(
+            f"{shown} stale for {_owners(owners)}: {locks} changed since `invoke generate` last "
+            f"ran; run `{command}` and commit the result\n  `{command}` needs first: "
+            f"{exc.message}", hint=exc.hint) from None
 
 
 def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, check: bool
@@ -405,10 +456,17 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
              extra: ExtraFiles | None = None) -> GenerateResult:
     """Write one variant's Dockerfile and slice files (and `extra` files), or with `check` raise
     StaleFileError when one is stale (a slice left over from an older plan counts as stale)."""
-    plan = (planner or fitted_plan)(config)
-    rendered = render_variant(config, plan, extra)
+    rendered = _rendered([config], lambda: [render_variant(
+        config, (planner or fitted_plan)(config), extra)], check=check)[0]
     leftover = _leftovers(config.profile, [rendered], whole_profile=False)
     return _apply(config.root, [rendered], leftover, check=check)[0]
+
+
+def check_committed(config: Config, extra: ExtraFiles | None = None) -> GenerateResult:
+    """`generate --check` for `config`'s variant as committed: rendered from pyproject alone,
+    never from GPURL_* variables or flags. A build refuses stale files with its message."""
+    committed = load_committed_config(config.root, config.profile, config.variant or None)
+    return generate(committed, check=True, extra=extra)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -454,9 +512,13 @@ def generate_profiles(root: Path, profile: str | None, *, check: bool,
     leftover: list[Leftover] = []
     for name in names:
         config = load_committed_config(root, name)
-        plans = fitted_plans(config, repack=repack)  # every variant at once: they share slices
         configs = [load_committed_config(root, name, v.name) for v in config.variants] or [config]
-        ours = [render_variant(c, plans[c.variant], extra) for c in configs]
+
+        def render(config: Config = config, configs: list[Config] = configs) -> list[Rendered]:
+            plans = fitted_plans(config, repack=repack)  # every variant at once: shared slices
+            return [render_variant(c, plans[c.variant], extra) for c in configs]
+
+        ours = _rendered(configs, render, check=check)
         leftover += _leftovers(name, ours, whole_profile=True)
         rendered += ours
     return GenerateSummary(root=root, check=check,

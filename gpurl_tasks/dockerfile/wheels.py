@@ -18,6 +18,13 @@ MANIFEST only. Each wheel pattern the Dockerfile installs must match exactly one
 A wheel's torch ABI is not in its name: rebuild-needed reports a torch change as
 wheels+image instead. A MANIFEST lists one wheel per line as `sha256sum` prints it:
 `<sha256>  <filename>`.
+
+The cluster's prebuilt path fetches wheels by exact file name (`prebuilt_filenames`), one per
+glob: the pinned pair's names above; any other project's as `pip wheel` names a compiled
+CPython extension, `{dist}-{version}-cp3XY-cp3XY-linux_{arch}.whl`, its version written in
+the glob (`name-1.2.0-*.whl`) or pinned by its wheel spec (`name==1.2.0`, or a `./path`
+source whose pyproject.toml declares a static version: the demo's `./examples/demo/ext`).
+A name that cannot be derived is a `WheelNameError` naming the config key to set.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag
 from packaging.utils import (
@@ -48,6 +57,7 @@ __all__ = [
     "FoundWheel",
     "Mismatch",
     "WheelCheckError",
+    "WheelNameError",
     "WheelPins",
     "WheelSpec",
     "check_provided",
@@ -56,6 +66,8 @@ __all__ = [
     "expected_filenames",
     "parse_manifest",
     "pins_from_args",
+    "prebuilt_filenames",
+    "spec_versions",
     "target_wheel_tags",
     "wheel_specs",
 ]
@@ -67,6 +79,10 @@ VLLM, FLASH_ATTN = "vllm", "flash-attn"
 
 class WheelCheckError(GpurlError):
     """The wheelhouse or MANIFEST cannot be read at all (as opposed to holding wrong wheels)."""
+
+
+class WheelNameError(GpurlError):
+    """A compiled wheel's exact file name cannot be derived; the message names the key to set."""
 
 
 @dataclasses.dataclass(**_KW)
@@ -111,9 +127,14 @@ def pins_from_args(args: Mapping[str, str], build: BuildSettings, target: Target
     )
 
 
+def _tail(pins: WheelPins) -> str:
+    """The tags `pip wheel` writes for a compiled CPython extension built on the target."""
+    return f"{pins.python_tag}-{pins.python_tag}-{pins.platform}.whl"
+
+
 def expected_filenames(pins: WheelPins) -> dict[str, str]:
     """{project: the wheel filename the pins call for}, in the documented convention."""
-    tail = f"{pins.python_tag}-{pins.python_tag}-{pins.platform}.whl"
+    tail = _tail(pins)
     return {
         VLLM: f"vllm-{pins.vllm_version}+g{pins.vllm_fork_commit}.{pins.cuda_tag}-{tail}",
         FLASH_ATTN: f"flash_attn-{pins.flash_attn_version}-{tail}",
@@ -363,6 +384,116 @@ def configured_globs(build: BuildSettings, args: Mapping[str, str],
     return tuple(expand_variables(g, known) for g in build.wheel_globs)
 
 
+
+
+# What each name of the pinned pair is made of: (WheelPins field, the config key that sets it).
+_PAIR_PINS = {VLLM: (("vllm_version", "build.vllm-version"),
+                     ("vllm_fork_commit", "build.vllm-fork-commit"),
+                     ("cuda_tag", "build.cuda-tag")),
+              FLASH_ATTN: (("flash_attn_version", "build.flash-attn-version"),)}
+
+
+def _static_version(pyproject: str) -> tuple[str, str] | None:
+    """(project, version) a source's pyproject.toml declares statically, else None."""
+    try:
+        project = tomllib.loads(pyproject).get("project", {})
+    except tomllib.TOMLDecodeError:
+        return None
+    name, version = project.get("name"), project.get("version")
+    if (not isinstance(name, str) or not isinstance(version, str)
+            or "version" in project.get("dynamic", ())):
+        return None
+    return str(canonicalize_name(name)), version
+
+
+def spec_versions(specs: Sequence[str], pins: WheelPins,
+                  sources: Mapping[str, str]) -> dict[str, str]:
+    """{project: version} the wheel specs fix: an exact `name==version` requirement (its
+    `${ARG}`s filled from the pins) or a `./path` source whose pyproject.toml (`sources`:
+    spec -> that file's text) declares a static version. Other specs (a git URL) fix none."""
+    known = _pin_args(pins)
+    out: dict[str, str] = {}
+    for raw in specs:
+        if raw in sources:
+            found = _static_version(sources[raw])
+            if found is not None:
+                out[found[0]] = found[1]
+            continue
+        if "://" in raw or raw.startswith(("git+", "./")):
+            continue  # a URL or a source without a readable pyproject.toml: no version
+        try:
+            requirement = Requirement(expand_variables(raw, known))
+        except InvalidRequirement:
+            continue
+        exact = [s.version for s in requirement.specifier if s.operator in ("==", "===")]
+        if len(exact) == 1 and "*" not in exact[0]:
+            out[str(canonicalize_name(requirement.name))] = exact[0]
+    return out
+
+
+def _glob_version(pattern: str) -> str | None:
+    """The version a glob spells out literally (`name-1.2.0-*.whl` -> 1.2.0), else None."""
+    parts = pattern.rsplit("/", 1)[-1].split("-")
+    if len(parts) < 3 or not parts[1] or any(c in parts[1] for c in "*?[$"):
+        return None
+    return parts[1]
+
+
+def _generic_filename(spec: WheelSpec, pins: WheelPins, versions: Mapping[str, str]) -> str:
+    """A profile's own compiled wheel: `{dist}-{version}-{tail}`, version from its glob or its
+    wheel spec; the name must be one the glob accepts."""
+    glob = spec.glob or ""
+    if spec.project is None:
+        raise WheelNameError(f"build.wheel-globs entry {glob!r} does not start with its "
+                             "project's name")
+    version, key = _glob_version(glob), "build.wheel-globs"
+    if version is None:
+        version, key = versions.get(spec.project), "build.wheel-specs"
+    if version is None:
+        raise WheelNameError(
+            f"nothing pins the version of {spec.project} (wheel glob {glob!r}): write it into "
+            f"build.wheel-globs ('{glob.split('-', 1)[0]}-<version>-*.whl'), or pin it in "
+            f"build.wheel-specs ('{spec.project}==<version>', or a ./path source whose "
+            "pyproject.toml declares a static version)")
+    try:
+        version = str(Version(version))
+    except InvalidVersion:
+        raise WheelNameError(f"{spec.project}'s version {version!r} (from {key}) is not a "
+                             "PEP 440 version") from None
+    name = f"{spec.project.replace('-', '_')}-{version}-{_tail(pins)}"
+    if not fnmatch.fnmatchcase(name, glob):
+        raise WheelNameError(f"build.wheel-globs entry {glob!r} does not accept {name}, the "
+                             "name `pip wheel` gives the pinned build")
+    return name
+
+
+def _pair_filename(spec: WheelSpec, pins: WheelPins) -> str:
+    """The vLLM-fork or flash-attn wheel's name (expected_filenames), refused when a pin it is
+    made of is empty or splits it (a '-' in cuda-tag = "cu-128" reads as a build tag)."""
+    keys = [key for _, key in _PAIR_PINS[spec.label]]
+    empty = [key for field, key in _PAIR_PINS[spec.label] if not getattr(pins, field)]
+    if empty:
+        raise WheelNameError(f"the {spec.label} wheel (glob {spec.glob!r}) is named after "
+                             f"{empty[0]}, which is empty: set it")
+    try:
+        _, _, build_tag, tags = parse_wheel_filename(spec.expected)
+        split = bool(build_tag) or Tag(pins.python_tag, pins.python_tag, pins.platform) not in tags
+    except (InvalidWheelFilename, InvalidVersion):
+        split = True
+    if split:
+        raise WheelNameError(f"the {spec.label} wheel's derived name {spec.expected!r} is "
+                             f"malformed: check {', '.join(keys)} (no '-' in a pin)")
+    return spec.expected
+
+
+def prebuilt_filenames(pins: WheelPins, globs: Sequence[str],
+                       versions: Mapping[str, str]) -> tuple[str, ...]:
+    """The exact file names of the compiled wheels, one per glob (`configured_globs`), sorted;
+    empty for a profile without compiled wheels. `versions` is what the wheel specs pin
+    (`spec_versions`). Raises WheelNameError where a name cannot be derived (an empty pin, a
+    glob nothing pins), never returns a malformed name."""
+    return tuple(sorted({_pair_filename(s, pins) if s.pinned else _generic_filename(s, pins, versions)
+                         for s in wheel_specs(pins, globs)}))
 
 
 def check_provided(provided: Sequence[ProvidedPackage], pins: WheelPins,

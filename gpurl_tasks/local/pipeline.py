@@ -12,9 +12,9 @@ import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gpurl_tasks.config import Config, load_committed_config
+from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
-from gpurl_tasks.dockerfile.generate import fitted_plan, generate
+from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan, generate
 from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE
 from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
@@ -121,7 +121,7 @@ def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None
     `chain` built as one layer chain (the env-chain stage, as kaniko builds it). `no_cache`
     rebuilds every step of the final build; slice images are named by their inputs and
     reused (with `chain`, the environment is rebuilt too)."""
-    generate(load_committed_config(config.root, config.profile, config.variant or None), check=True)
+    check_committed(config)
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
     logs = cache_dir(config.root) / "logs"
     log_file = logs / f"build-{config.registry.tag_prefix}-{git_sha}.log"
@@ -306,12 +306,14 @@ class LocalBuild:
 def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_floating: bool,
                no_cache: bool, say: Say, stream: bool, force: bool = False,
                chain: bool = False) -> LocalBuild | DryRun:
-    """setup-local, then build and push (or with `dry_run`, the commands it would run)."""
-    git_sha = source_id(config)
+    """setup-local, then build and push (or with `dry_run`, the commands it would run); a
+    stale Dockerfile or slice set is refused first, the dry run's too."""
     if dry_run:
+        check_committed(config)  # build_local checks the real build's
         return DryRun(tuple(describe_local_build(
-            config, git_sha=git_sha, wheel_source=wheel_source, push_floating=push_floating,
-            no_cache=no_cache, chain=chain)), key="commands")
+            config, git_sha=source_id(config), wheel_source=wheel_source,
+            push_floating=push_floating, no_cache=no_cache, chain=chain)), key="commands")
+    git_sha = source_id(config)
     with timed("setup-local", say) as record:
         record.detail = ", ".join(f"{s.name} {s.status}"
                                   for s in setup_local(config, say=say).steps)

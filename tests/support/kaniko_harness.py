@@ -8,6 +8,10 @@ MANIFEST and the crane tarball come from a real HTTP server on 127.0.0.1.
 The stand-ins find their log files through STANDIN_* variables, defaulting to this rig's
 own paths (baked in), so they also work inside an iris job whose environment the test
 does not set. `executor_tail` appends shell lines to the stand-in executor (sleep, fail, ...).
+
+The script is rendered for the default profile, or for `profile` with config `overrides`
+(another profile configured for the cluster); `wheels` serves real wheel files instead of
+stand-in bytes named after the script's own list.
 """
 
 from __future__ import annotations
@@ -16,16 +20,23 @@ import dataclasses
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from gpurl_tasks.cluster.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
 from gpurl_tasks.config import Config, load_config
 from tests.conftest import REPO_ROOT
 from tests.support.rangeserver import serve_files
+
+# Another profile configured as a cluster profile: the iris backend, a registry user the
+# script's auth needs, and where its prebuilt wheels are published.
+AS_CLUSTER: dict[str, Any] = {"backend": "iris", "registry.user": "alice",
+                              "build.wheel-base-url": "https://wheels.example/prebuilt"}
 
 
 def _logged(name: str) -> str:
@@ -85,7 +96,7 @@ class Rig:
     script: Path
     log: Path
     auth_seen: Path
-    wheels: tuple[str, str]
+    wheels: tuple[str, ...]
     pins: ToolPins
 
     def run(self, env: dict[str, str], *, trace: bool = False) -> subprocess.CompletedProcess[str]:
@@ -103,7 +114,9 @@ class Rig:
 
 
 @contextmanager
-def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "") -> Iterator[Rig]:
+def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
+        profile: str | None = None, overrides: Mapping[str, Any] | None = None,
+        wheels: Sequence[Path] | None = None) -> Iterator[Rig]:
     """Serve wheels + MANIFEST + a crane tarball and render the script against them."""
     served = tmp / "served"
     served.mkdir()
@@ -124,15 +137,17 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "") 
         "kaniko/.docker/config.json": (b"{}\n", 0o644),
     }, gz=False))
     with serve_files(served) as url:
-        config = load_config(REPO_ROOT, env={}, overrides={"build.wheel-base-url": url + "/wheels"})
-        wheels = prebuilt_wheel_names(config)
+        config = load_config(REPO_ROOT, profile=profile, env={},
+                             overrides={**(overrides or {}), "build.wheel-base-url": url + "/wheels"})
+        names = prebuilt_wheel_names(config)
         (served / "wheels").mkdir()
-        lines = []
-        for i, name in enumerate(wheels):
-            data = f"wheel {i} {name}".encode() * 100
-            (served / "wheels" / name).write_bytes(data)
-            lines.append(f"{hashlib.sha256(data).hexdigest()}  {name}")
-        (served / "wheels" / "MANIFEST").write_text("\n".join(lines) + "\n")
+        for i, name in enumerate(names if wheels is None else ()):
+            (served / "wheels" / name).write_bytes(f"wheel {i} {name}".encode() * 100)
+        for path in wheels or ():
+            shutil.copy(path, served / "wheels" / path.name)
+        lines = [f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}"
+                 for path in sorted((served / "wheels").iterdir())]
+        (served / "wheels" / "MANIFEST").write_text("".join(f"{line}\n" for line in lines))
         pins = ToolPins(crane_url=f"{url}/crane.tgz",
                         crane_sha256=crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
                         executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
@@ -140,5 +155,5 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "") 
         script = tmp / "build.sh"
         script.write_text(render_script(config, pins))
         yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,
-                  log=tmp / "standin.log", auth_seen=tmp / "auth-seen.json", wheels=wheels,
+                  log=tmp / "standin.log", auth_seen=tmp / "auth-seen.json", wheels=names,
                   pins=pins)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+from pathlib import Path
 
 import pytest
 
-__all__ = ["free_port", "need", "non_loopback_address", "python312", "uv"]
+__all__ = ["build_source_wheel", "free_port", "need", "non_loopback_address", "python312", "uv"]
 
 
 def need(present: object, reason: str) -> None:
@@ -59,3 +61,17 @@ def uv() -> str:
     need(found, "uv is not on PATH")
     assert found is not None
     return found
+
+
+def build_source_wheel(source: Path, python: str, dest: Path) -> Path:
+    """The wheel a `./path` wheel spec's source builds into, by its real build backend (PEP
+    517, as the wheel-builder stage's `pip wheel` runs it) on CPython `python` (the target's
+    version). A copy is built, so the checkout gets no build/ or .egg-info."""
+    copy = dest / "src" / source.name
+    shutil.copytree(source, copy)
+    out = dest / "wheels"
+    done = subprocess.run([uv(), "build", "--wheel", "--python", python, "--out-dir", str(out),
+                           str(copy)], capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = out.glob("*.whl")
+    return wheel
