@@ -280,6 +280,26 @@ def setup_local(c: Context, profile: str = "demo", dry_run: bool = False,
         cli.finish(prepare(cli.config_for(profile), dry_run=dry_run), as_json=json)
 
 
+@task(name="setup-kaniko", help={
+    "profile": _PROFILE, "json": _JSON,
+    "executor": "which executors to build: upstream, fork or both (comma-separated)"})
+def setup_kaniko(c: Context, profile: str = "demo", executor: str = "upstream,fork",
+                 json: bool = False) -> None:
+    """Build kaniko and crane from source archives and push the executors to the registry.
+
+    The archives are cluster.source-archives (names and sha256 pinned in
+    gpurl_tasks/local/builder-sources.toml); the registry is registry.host (loopback)."""
+    from gpurl_tasks.local.builders import setup_kaniko as prepare
+    from gpurl_tasks.local.setup import cache_dir
+
+    with cli.clean_failures():
+        config = cli.config_for(profile)
+        cli.finish(prepare(cache_dir(config.root) / "builders", config.cluster.source_archives,
+                           config.registry.host,
+                           executors=tuple(e.strip() for e in executor.split(",") if e.strip()),
+                           say=cli.say), as_json=json)
+
+
 @task(name="build-wheels", help={
     "profile": _PROFILE, "target": "the stage that builds the wheels",
     "source": "directory in that stage holding the wheels and MANIFEST",
@@ -336,4 +356,4 @@ def demo(c: Context, profile: str = "demo", wheel_source: str = "prebuilt-wheelh
 
 
 ns = Collection(plan, sizes, generate, build, watch, kill, gen_kaniko, verify_layers, pin,
-                rebuild_needed, check_wheels, setup_local, build_wheels, serve_index, fill_index, demo)
+                rebuild_needed, check_wheels, setup_local, setup_kaniko, build_wheels, serve_index, fill_index, demo)

@@ -261,6 +261,10 @@ class ClusterSettings:
     # the demo's slices came out 9-22% over the plan; at 9 its MB-sized slices were within
     # 2% (the planner predicts a layer as the sum of its wheels, deflated at about that level).
     compression_level: int = _field(9, check=values.gzip_level)
+    # Where upstream's kaniko and crane release source archives are, for `invoke setup-kaniko`
+    # (which builds the executors and crane of the cluster path on this machine); their names
+    # and sha256 are pinned in gpurl_tasks/local/builder-sources.toml.
+    source_archives: Path = _field(Path("../shared/third_party"), root_relative=True)
 
 
 @dataclasses.dataclass(**_KW)

@@ -45,7 +45,7 @@ from tests.support.tls import LocalCA, make_ca
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.kaniko, pytest.mark.slow]
 
-SOURCES = REPO_ROOT.parent / "shared" / "third_party"
+SOURCES = load_config(REPO_ROOT, profile="demo", env={}).cluster.source_archives
 PLAIN = "127.0.0.1:5005"  # setup-local's registry (the demo's): executor and base image
 BASE = "gpurl/bookworm-python:3.11"
 JOB_IMAGE = "gpurl/kaniko-job:bookworm"

@@ -240,7 +240,7 @@ def test_demo_as_a_cluster_profile_fetches_its_own_built_wheel(tmp_path: Path) -
         proc = demo_rig.run(_env(WHEEL_SOURCE="prebuilt-wheelhouse"))
         assert proc.returncode == 0, proc.stderr
         assert demo_rig.wheels == (built.name,)
-        fetched = demo_rig.root / "app" / "docker" / "wheelhouse-demo" / built.name
+        fetched = demo_rig.root / "kaniko" / "context" / "docker" / "wheelhouse-demo" / built.name
         assert fetched.read_bytes() == built.read_bytes()
         assert f"    ok {built.name}" in proc.stdout
         assert "--dockerfile" in _executor_argv(demo_rig)
@@ -255,4 +255,4 @@ def test_a_profile_without_compiled_wheels_skips_the_fetch(tmp_path: Path) -> No
     assert heavy.wheels == ()
     assert "no prebuilt wheels to fetch" in proc.stdout
     assert "WHEEL_SOURCE=prebuilt-wheelhouse" in _executor_argv(heavy)
-    assert (heavy.root / "app" / "docker" / "wheelhouse-heavy").is_dir()
+    assert (heavy.root / "kaniko" / "context" / "docker" / "wheelhouse-heavy").is_dir()

@@ -13,7 +13,8 @@ forget one (runbook sections 2, 4, 5, 6):
   uv cache in a layer, no bytecode (it would break the size model);
 - the compiled wheels and harbor survive the final sync because that sync is `--inexact` (an
   exact sync would uninstall them) and excludes the packages the compiled wheels provide;
-- the build asserts are separate RUNs; provenance LABELs come last so a new git sha does not
+- the build asserts are one RUN that writes a record (a file-less RUN is an empty layer when
+  kaniko takes it from its cache); provenance LABELs come last so a new git sha does not
   invalidate the cache of any layer.
 """
 
@@ -51,6 +52,7 @@ from gpurl_tasks.units import format_bytes
 from gpurl_tasks.values import ARG_REF, inside_repository
 
 __all__ = [
+    "ASSERTS_RECORD",
     "BOOTSTRAP_APT",
     "ENV_BASE_STAGE",
     "ENV_CHAIN",
@@ -268,6 +270,26 @@ def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
     return Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
 
 
+ASSERTS_RECORD = "/etc/gpurl-build-asserts"
+
+
+def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...]) -> Run:
+    """Every build assert in one RUN that records what passed.
+
+    A RUN that makes no files is no layer when kaniko builds it, but an empty layer when its
+    cache supplies it: the image would grow a layer per assert on every rebuild. A record file
+    makes the RUN one real layer either way.
+    """
+    # -B: importing must not leave .pyc files in the layer (unplanned bytes).
+    checks = ([_compiled_wheels_assert(globs).commands[0]] if globs else []) + [
+        Command(head=("python", "-B", "-c", stmt)) for stmt in import_asserts]
+    steps: list[Command | Shell] = []
+    for i, check in enumerate(checks, 1):
+        steps += [Command(head=("echo", f"build assert {i}/{len(checks)}")), check]
+    steps.append(Shell(text=f"echo '{len(checks)} build asserts passed' > {ASSERTS_RECORD}"))
+    return Run(commands=tuple(steps))
+
+
 def harbor_outside_lock(plan: Plan) -> bool:
     """harbor is installed from HARBOR_REPO@HARBOR_COMMIT (the planner decides: asked for, and
     not in the variant's closure)."""
@@ -381,13 +403,12 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
         Comment(text="the local packages; --inexact keeps the compiled wheels and harbor "
                 "installed above."),
         _sync_run(plan.final_sync_flags),
-        Comment(text="Build asserts: a green build proves the stack imports (one RUN each)."),
+        Comment(text="Build asserts: a green build proves the stack imports; each says which "
+                "it is, and the"),
+        Comment(text=f"RUN writes {ASSERTS_RECORD}, so it is one layer whether kaniko "
+                "builds it or takes it from its cache."),
     ]
-    if globs:
-        body.append(_compiled_wheels_assert(globs))
-    # -B: importing must not leave .pyc files in the assert layers (unplanned bytes).
-    body += [Run(commands=(Command(head=("python", "-B", "-c", stmt)),))
-             for stmt in b.import_asserts]
+    body.append(_asserts_run(globs, b.import_asserts))
     body += [
         Comment(text="Provenance last: a new git sha must not invalidate any layer's cache."),
         Arg(name="GITSHA"),
