@@ -140,6 +140,7 @@ ARGS=(
   --skip-unused-stages
   --compressed-caching=false
   --compression-level=9
+  --snapshot-mode=full
   --cache=true
   "--cache-repo=$CACHE_REPO"
   --destination "$DESTINATION"

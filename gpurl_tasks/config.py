@@ -53,6 +53,7 @@ SizeBasis = Literal["compressed", "installed"]
 LayerMode = Literal["independent", "chain"]
 WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
+SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -261,6 +262,9 @@ class ClusterSettings:
     # the demo's slices came out 9-22% over the plan; at 9 its MB-sized slices were within
     # 2% (the planner predicts a layer as the sum of its wheels, deflated at about that level).
     compression_level: int = _field(9, check=values.gzip_level)
+    # How kaniko finds a RUN's changes: "full" hashes every file's content, "redo" compares
+    # size, mtime and mode only (benchmarks/REPORT.md has both at heavy scale).
+    snapshot_mode: SnapshotMode = "full"
     # Where upstream's kaniko and crane release source archives are, for `invoke setup-kaniko`
     # (which builds the executors and crane of the cluster path on this machine); their names
     # and sha256 are pinned in gpurl_tasks/local/builder-sources.toml.

@@ -18,8 +18,10 @@ Each executor builds the demo cold, again with nothing changed, and after a smal
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -38,7 +40,7 @@ from gpurl_tasks.local.setup import index_dir
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.htpasswd import basic_auth_yaml
-from tests.support.local_parts import need
+from tests.support.local_parts import build_source_wheel, need
 from tests.support.rangeserver import serve_files
 from tests.support.registry_server import RegistryServer, running_registry
 from tests.support.tls import LocalCA, make_ca
@@ -61,6 +63,7 @@ class Parts:
     ca: LocalCA
     ca_dir: Path  # mounted at /ca in the job: the system bundle plus the test CA
     crane_url: str
+    wheel_url: str  # the demo's compiled wheel and its MANIFEST, shaped like the wheel dataset
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +79,20 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     ca_dir = tmp / "trust"
     ca_dir.mkdir()
     (ca_dir / "bundle.pem").write_bytes(HOST_CA.read_bytes() + ca.ca.read_bytes())
-    served = builders.crane_archive.parent
+    served = tmp / "served"
+    (served / "wheels").mkdir(parents=True)
+    shutil.copy2(builders.crane_archive, served)
+    demo = load_config(REPO_ROOT, profile="demo", env={})
+    (spec,) = demo.build.wheel_specs
+    wheel = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, tmp / "wheel")
+    shutil.copy2(wheel, served / "wheels")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (served / "wheels" / "MANIFEST").write_text(f"{digest}  {wheel.name}\n")
     with running_registry(tmp / "registry", tls=ca,
                           auth_yaml=basic_auth_yaml(tmp, USER, CANARY)) as registry, \
             serve_files(served) as url:
         yield Parts(builders=builders, registry=registry, ca=ca, ca_dir=ca_dir,
-                    crane_url=f"{url}/{builders.crane_archive.name}")
+                    crane_url=f"{url}/{builders.crane_archive.name}", wheel_url=f"{url}/wheels")
 
 
 def _as_cluster_profile(tree: Path, parts: Parts, executor: str) -> None:
@@ -100,6 +111,8 @@ def _as_cluster_profile(tree: Path, parts: Parts, executor: str) -> None:
          f'kaniko-executor = "{parts.builders.executors[executor]}"\n'
          f'crane-url = "{parts.crane_url}"\ncrane-sha256 = "{parts.builders.crane_sha256}"\n\n'
          "[tool.gpurl.profiles.demo.layers]"),
+        ('wheel-source = "wheel-builder"', f'wheel-source = "prebuilt-wheelhouse"\n'
+         f'wheel-base-url = "{parts.wheel_url}"'),
     ]
     for old, new in edits:
         assert old in text, old
@@ -187,6 +200,16 @@ def test_the_script_builds_pushes_and_the_pushed_slices_match_the_plan(
     assert errors and all(abs(e) <= 3.0 for e in errors.values()), (executor, errors)
     print(f"{executor}: {len(built.layers)} layers; MB-slice errors "
           + ", ".join(f"{e:+.1f}%" for e in errors.values()))
+
+
+def test_the_prebuilt_path_fetches_the_wheel_and_never_builds_the_wheel_builder(
+        cluster: tuple[str, Path, Built]) -> None:
+    """The cluster's default path: the script fetches the published wheel and checks it
+    against MANIFEST; --skip-unused-stages keeps kaniko off the wheel-builder stage."""
+    _, _, built = cluster
+    assert "    ok gpurl_demo_ext-" in built.output
+    assert "Building stage 'wheel-builder'" not in built.output
+    assert "Building stage 'prebuilt-wheelhouse'" in built.output
 
 
 def test_the_images_app_holds_exactly_what_the_dockerfile_copies(

@@ -57,6 +57,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--skip-unused-stages",
         "--compressed-caching=false",
         f"--compression-level={r.config.cluster.compression_level}",
+        f"--snapshot-mode={r.config.cluster.snapshot_mode}",
         "--cache=true",
         f"--cache-repo={image}/cache",
         "--destination", f"{image}:gpu-rl-{GITSHA}",

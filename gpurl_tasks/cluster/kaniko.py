@@ -235,6 +235,7 @@ fi
   --skip-unused-stages
   --compressed-caching=false
   --compression-level={compression_level}
+  --snapshot-mode={snapshot_mode}
   --cache=true
   "--cache-repo=$CACHE_REPO"
   --destination "$DESTINATION"
@@ -324,6 +325,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         tag_prefix=_plain("registry.tag-prefix", registry.tag_prefix),
         floating_tag=_plain("registry.floating-tag", registry.floating_tag),
         compression_level=config.cluster.compression_level,
+        snapshot_mode=config.cluster.snapshot_mode,
     )
 
 
