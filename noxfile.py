@@ -157,3 +157,10 @@ def bench_heavy(session: nox.Session) -> None:
     """Real scale: build the heavy profile (torch + CUDA wheels) here, measure (`-- --clean` removes)."""
     _sync(session)
     session.run("python", "-m", "benchmarks.real_scale", *session.posargs)
+
+
+@nox.session(name="bench-kaniko", default=False)
+def bench_kaniko(session: nox.Session) -> None:
+    """Real kaniko at heavy scale: both executors cold, warm, redo snapshots, one layer (not CI)."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.kaniko_scale", *session.posargs)

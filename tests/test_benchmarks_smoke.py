@@ -128,3 +128,17 @@ def test_report_without_real_locks_or_a_measured_build(tmp_path: Path) -> None:
         assert heading in text
     assert "No measured build yet" in text
     assert f"Skipped real locks: no real SkyRL lock in {tmp_path / 'no-locks'}" in text
+
+
+def test_kaniko_slice_timings_read_a_real_kaniko_log() -> None:
+    """An excerpt of upstream kaniko v1.23.2's log of the demo (recorded here, ANSI codes
+    kept): the first slice RUN of a stage takes the baseline snapshot (install 59 -> 61,
+    then the layer push at 61); the next one's snapshot runs 61 -> 62."""
+    from benchmarks.kaniko_scale import slice_timings
+
+    log = (Path(__file__).parent / "data" / "kaniko" / "upstream-slice-runs.log").read_text()
+    assert slice_timings(log) == [
+        {"slice": "group-04", "install_s": 2, "snapshot_s": 0},
+        {"slice": "group-05", "install_s": 0, "snapshot_s": 1},
+        {"slice": "group-06", "install_s": 0, "snapshot_s": 0},
+    ]

@@ -35,7 +35,7 @@ import pytest
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.local.builder import serving_index
-from gpurl_tasks.local.builders import Builders, job_image, setup_kaniko
+from gpurl_tasks.local.builders import Builders, job_image, run_job, setup_kaniko
 from gpurl_tasks.local.setup import index_dir
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
@@ -142,14 +142,10 @@ def _build(tree: Path, parts: Parts, gitsha: str) -> Built:
     config = load_config(tree, profile="demo", env={})
     env = {"GITSHA": gitsha, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": USER,
            "SSL_CERT_FILE": "/ca/bundle.pem"}
-    argv = ["docker", "run", "--rm", "--network", "host", "-v", f"{tree}:/bundle:ro",
-            "-v", f"{parts.ca_dir}:/ca:ro", *(a for k in env for a in ("-e", k)), JOB_IMAGE,
-            "bash", "-c", "cp -a /bundle /app && cd /app && exec bash docker/build_demo_kaniko.sh"]
     with serving_index(config.build.index_url, index_dir(CACHE)):
-        done = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=1800, check=False)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
+        code, output = run_job(tree, "docker/build_demo_kaniko.sh", env, image=JOB_IMAGE,
+                               mounts={parts.ca_dir: "/ca"}, timeout=1800)
+    assert code == 0, output[-4000:]
     secret_forms = (CANARY, base64.b64encode(f"{USER}:{CANARY}".encode()).decode())
     assert not [form for form in secret_forms if form in output]
     pushed = [line for line in output.splitlines() if line.startswith("pushed ")]

@@ -38,6 +38,7 @@ __all__ = [
     "go_toolchain",
     "job_image",
     "load_sources",
+    "run_job",
     "setup_kaniko",
 ]
 
@@ -238,3 +239,18 @@ def job_image(base: str, name: str, *, client: str = "docker") -> str:
             " -y --no-install-recommends bash ca-certificates curl && rm -rf /var/lib/apt/lists/*\n")
         proc.run_quiet([client, "build", "--network", "host", "-q", "-t", name, tmp], timeout=900)
     return name
+
+
+def run_job(bundle: Path, script: str, env: Mapping[str, str], *, image: str,
+            mounts: Mapping[Path, str] | None = None, timeout: float = 3600,
+            client: str = "docker") -> tuple[int, str]:
+    """Run the generated kaniko script as the iris job runs it: in a container of `image`,
+    the workspace bundle extracted (not mounted) at /app, the script run from there. `env`
+    names the variables handed to the job (their values come from this process's
+    environment merged with `env`, never from the command line). (exit code, output)."""
+    volumes = [f"{bundle}:/bundle:ro", *(f"{src}:{dst}:ro" for src, dst in (mounts or {}).items())]
+    argv = [client, "run", "--rm", "--network", "host",
+            *(a for v in volumes for a in ("-v", v)), *(a for k in env for a in ("-e", k)),
+            image, "bash", "-c", f"cp -a /bundle /app && cd /app && exec bash {script}"]
+    done = proc.run(argv, env={**os.environ, **env}, timeout=timeout, check=False, echo=None)
+    return done.returncode, done.stdout + done.stderr

@@ -1,0 +1,293 @@
+"""Real kaniko at heavy scale: the `heavy` profile (~4 GB of wheels, 36 slices) built as the
+cluster builds it (`nox -s bench-kaniko`, never in CI).
+
+The generated kaniko script runs unmodified in a job container (gpurl_tasks.local.builders
+.run_job), with the executors and crane `setup-kaniko` builds from their source archives,
+against the plain loopback registry. In one run, each build into a repository of its own
+(so its cache starts empty unless it is a warm rebuild):
+
+1. upstream v1.23.2, cold;
+2. the fork v1.28.3, cold, then warm (nothing changed);
+3. the fork, cold, with `--snapshot-mode=redo` (stats files instead of hashing them);
+4. the fork, cold, with the same lock as one install layer (one slice holding every package:
+   the build-time price of layering).
+
+For each: wall time, every slice RUN's install and snapshot seconds from kaniko's log (as the
+filesystem grows), the layers and bytes the image has, and the blobs the registry did not have
+before. Results: benchmarks/data/kaniko-scale.json and the "Real kaniko" section of REPORT.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROFILE = "heavy"
+SOURCES = REPO_ROOT.parent / "shared" / "third_party"
+DATA = REPO_ROOT / "benchmarks" / "data" / "kaniko-scale.json"
+OUT = REPO_ROOT / "benchmarks" / "out"
+REPORT = REPO_ROOT / "benchmarks" / "REPORT.md"
+BEGIN, END = "<!-- kaniko-scale:begin -->", "<!-- kaniko-scale:end -->"
+PLAIN = "127.0.0.1:5005"
+BASE = "gpurl/bookworm-python:3.11"
+JOB_IMAGE = "gpurl/kaniko-job:bookworm"
+_STAMP = re.compile(r"INFO\S*\[(\d+)\] (.*)")
+_SLICE_RUN = re.compile(r"RUN uv pip install .* -r /tmp/gpurl-layers/(\S+)\.txt")
+
+__all__ = ["main", "measure", "render_section", "slice_timings"]
+
+
+def slice_timings(log: str) -> list[dict[str, Any]]:
+    """Per slice RUN in kaniko's log: its label, install seconds (the command) and snapshot
+    seconds (the filesystem walk after it, up to the layer push or the next instruction; the
+    baseline snapshot a stage's first RUN takes before the command counts as install)."""
+    events = [(int(m.group(1)), m.group(2)) for m in map(_STAMP.search, log.splitlines()) if m]
+    ends = ("Pushing layer", "COPY ", "RUN ", "Storing", "Pushing image", "No files changed")
+    rows: list[dict[str, Any]] = []
+    for i, (start, text) in enumerate(events):
+        found = _SLICE_RUN.search(text)
+        if not found or not text.startswith("RUN "):
+            continue
+        end = next((j for j in range(i + 1, len(events)) if events[j][1].startswith(ends)), None)
+        if end is None:
+            continue
+        snaps = [t for t, x in events[i + 1:end] if x.startswith("Taking snapshot of full")]
+        if not snaps:
+            continue
+        rows.append({"slice": found.group(1), "install_s": snaps[-1] - start,
+                     "snapshot_s": events[end][0] - snaps[-1]})
+    return rows
+
+
+@contextlib.contextmanager
+def _serve(directory: Path) -> Iterator[str]:
+    """`directory` over HTTP on a free 127.0.0.1 port (crane's archive, as the release is)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _tree(dest: Path) -> Path:
+    """The checkout's tracked files, committed in a fresh repository."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src, target = REPO_ROOT / name, dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), target)
+        elif src.is_file():
+            target.write_bytes(src.read_bytes())
+            target.chmod(src.stat().st_mode)
+    _commit(dest, "tree")
+    return dest
+
+
+def _commit(tree: Path, message: str) -> None:
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"],
+                 ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost",
+                  "commit", "-qm", message]):
+        subprocess.run(argv, cwd=tree, check=True, capture_output=True)
+
+
+def _invoke(tree: Path, *args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=tree, env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"invoke {' '.join(args)} failed: {done.stderr[-2000:]}")
+
+
+def _configure(tree: Path, *, repository: str, executor: str, crane: tuple[str, str],
+               snapshot: str = "full", one_layer: bool = False) -> None:
+    """The heavy profile as a cluster profile, built into `repository`."""
+    pyproject = tree / "pyproject.toml"
+    text = pyproject.read_text()
+    start = text.index("[tool.gpurl.profiles.heavy]")
+    end = text.index("\n[tool.gpurl.profiles.", text.index("[tool.gpurl.profiles.heavy.build]"))
+    section = text[start:end]
+    for old, new in (
+        ('workspace = "examples/heavy"\nbackend = "local"',
+         'workspace = "examples/heavy"\nbackend = "iris"'),
+        (f'base-image = "{BASE}"',
+         f'base-image = "{PLAIN}/{BASE}"\nkaniko-script = "docker/build_heavy_kaniko.sh"'),
+        ('repository = "gpurl/heavy"', f'repository = "{repository}"'),
+        ('user = ""', 'user = "gpurl"'),
+        ("[tool.gpurl.profiles.heavy.layers]\ncap = \"1GB\"",
+         "[tool.gpurl.profiles.heavy.cluster]\n"
+         f'kaniko-executor = "{executor}"\ncrane-url = "{crane[0]}"\n'
+         f'crane-sha256 = "{crane[1]}"\nsnapshot-mode = "{snapshot}"\n\n'
+         "[tool.gpurl.profiles.heavy.layers]\n"
+         + ('cap = "100GB"\nown-layer = "100GB"\ntail-groups = 1' if one_layer
+            else 'cap = "1GB"')),
+    ):
+        if old not in section:
+            raise RuntimeError(f"the heavy profile has no {old!r} any more")
+        section = section.replace(old, new, 1)
+    pyproject.write_text(text[:start] + section + text[end:])
+    _invoke(tree, "generate", "--profile", PROFILE, *(["--repack"] if one_layer else []))
+    _commit(tree, f"heavy on kaniko into {repository}")
+
+
+def _registry_blobs(repository: str) -> dict[str, int]:
+    """digest -> size of every layer of every tag of `repository` in the plain registry."""
+    import httpx
+
+    from gpurl_tasks.imageref import parse_reference
+    from gpurl_tasks.oci.registry import RegistryClient
+
+    response = httpx.get(f"http://{PLAIN}/v2/{repository}/tags/list", timeout=30)
+    tags = (response.json().get("tags") or []) if response.status_code == 200 else []
+    blobs: dict[str, int] = {}
+    with RegistryClient(PLAIN, insecure=True) as client:
+        for tag in tags:
+            image = client.pull(parse_reference(f"{PLAIN}/{repository}:{tag}", default_host=PLAIN))
+            blobs.update({d.digest: d.size for d in image.layers})
+    return blobs
+
+
+def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) -> dict[str, Any]:
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.local.builder import serving_index
+    from gpurl_tasks.local.builders import run_job
+    from gpurl_tasks.local.setup import index_dir
+
+    config = load_config(tree, profile=PROFILE, env={})
+    before = _registry_blobs(repository)
+    gitsha = uuid.uuid4().hex[:7]
+    say(f"==> {label}")
+    start = time.monotonic()
+    with serving_index(config.build.index_url, index_dir(Path(os.environ["GPURL_CACHE_DIR"]))):
+        code, output = run_job(tree, "docker/build_heavy_kaniko.sh",
+                               {"GITSHA": gitsha, "DOCKER_TOKEN": "unused-on-a-plain-registry"},
+                               image=JOB_IMAGE, timeout=5400)
+    seconds = round(time.monotonic() - start, 1)
+    (OUT / f"kaniko-{label}.log").write_text(output)
+    if code != 0:
+        raise RuntimeError(f"{label}: the script failed: {output[-3000:]}")
+    after = _registry_blobs(repository)
+    pushed = {d: s for d, s in after.items() if d not in before}
+    from gpurl_tasks.imageref import parse_reference
+    from gpurl_tasks.oci.registry import RegistryClient
+
+    ref = parse_reference(f"{PLAIN}/{repository}:{PROFILE}-{gitsha}", default_host=PLAIN)
+    with RegistryClient(PLAIN, insecure=True) as client:
+        image = client.pull(ref)
+    say(f"<== {label}: {seconds:.0f}s, {len(image.layers)} layers, {len(pushed)} new blobs")
+    return {"label": label, "seconds": seconds, "layers": len(image.layers),
+            "image_bytes": sum(d.size for d in image.layers), "new_blobs": len(pushed),
+            "new_bytes": sum(pushed.values()), "slices": slice_timings(output)}
+
+
+def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
+    os.environ.setdefault("GPURL_CACHE_DIR", str(REPO_ROOT / ".cache" / "gpurl-heavy"))
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.local.builders import job_image, setup_kaniko
+    from gpurl_tasks.local.setup import setup_local
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    setup_local(load_config(REPO_ROOT, profile=PROFILE, env={}))
+    builders = setup_kaniko(REPO_ROOT / ".cache" / "gpurl" / "builders", SOURCES, PLAIN, say=say)
+    job_image(BASE, JOB_IMAGE)
+    for argv in (["docker", "tag", BASE, f"{PLAIN}/{BASE}"], ["docker", "push", f"{PLAIN}/{BASE}"]):
+        subprocess.run(argv, check=True, capture_output=True)
+    served = builders.crane_archive.parent
+    run = uuid.uuid4().hex[:6]
+    builds: list[dict[str, Any]] = []
+    with _serve(served) as url:
+        crane = (f"{url}/{builders.crane_archive.name}", builders.crane_sha256)
+        plans = [("upstream-cold", "upstream", "full", False, "a"),
+                 ("fork-cold", "fork", "full", False, "b"),
+                 ("fork-warm", "fork", "full", False, "b"),
+                 ("fork-redo-cold", "fork", "redo", False, "c"),
+                 ("fork-one-layer-cold", "fork", "full", True, "d")]
+        for label, executor, snapshot, one_layer, repo_key in plans:
+            repository = f"gpurl/kaniko-heavy-{run}-{repo_key}"
+            tree = _tree(OUT / f"kaniko-tree-{run}-{label}")
+            _configure(tree, repository=repository, executor=builders.executors[executor],
+                       crane=crane, snapshot=snapshot, one_layer=one_layer)
+            builds.append(_build(tree, label, repository, say))
+    return {"builds": builds, "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "cpus": os.cpu_count()}
+
+
+def _slice_summary(build: dict[str, Any]) -> str:
+    rows = build["slices"]
+    if not rows:
+        return "no slice RUNs in the log"
+    first, last = rows[0], rows[-1]
+    snap = sum(r["snapshot_s"] for r in rows)
+    return (f"{len(rows)} slice RUNs; snapshot {snap}s in all, first {first['snapshot_s']}s, "
+            f"last {last['snapshot_s']}s; install {sum(r['install_s'] for r in rows)}s")
+
+
+def render_section(data: dict[str, Any] | None) -> str:
+    if not data:
+        return f"{BEGIN}\n_No kaniko-scale run recorded yet (`nox -s bench-kaniko`)._\n{END}"
+    by = {b["label"]: b for b in data["builds"]}
+    lines = [BEGIN, f"Measured {data['measured_at']} on {data['cpus']} CPUs "
+             "(`nox -s bench-kaniko`; the heavy profile, ~4 GB of wheels).", "",
+             "| build | seconds | layers | image | new blobs | new bytes | slice RUNs |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    from gpurl_tasks.units import format_bytes
+
+    for b in data["builds"]:
+        lines.append(f"| {b['label']} | {b['seconds']:.0f} | {b['layers']} | "
+                     f"{format_bytes(b['image_bytes'])} | {b['new_blobs']} | "
+                     f"{format_bytes(b['new_bytes'])} | {_slice_summary(b)} |")
+    ratios = []
+    if "upstream-cold" in by and "fork-cold" in by:
+        ratios.append(f"fork/upstream cold {by['fork-cold']['seconds'] / by['upstream-cold']['seconds']:.2f}")
+    if "fork-redo-cold" in by and "fork-cold" in by:
+        ratios.append(f"redo/full {by['fork-redo-cold']['seconds'] / by['fork-cold']['seconds']:.2f}")
+    if "fork-one-layer-cold" in by and "fork-cold" in by:
+        ratios.append("layered/one layer "
+                      f"{by['fork-cold']['seconds'] / by['fork-one-layer-cold']['seconds']:.2f}")
+    lines += ["", "Ratios (same run): " + "; ".join(ratios) + ".", END]
+    return "\n".join(lines)
+
+
+def _splice(text: str, section: str) -> str:
+    if BEGIN in text and END in text:
+        return text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+    return text.rstrip("\n") + "\n\n## Real kaniko at heavy scale\n\n" + section + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kaniko_scale", description=__doc__)
+    parser.add_argument("--render", action="store_true",
+                        help="re-render the REPORT.md section from benchmarks/data/kaniko-scale.json")
+    args = parser.parse_args(argv)
+    if not args.render:
+        if not SOURCES.is_dir():
+            print(f"error: no kaniko/crane source archives at {SOURCES}", file=sys.stderr)
+            return 2
+        DATA.write_text(json.dumps(measure(), indent=1, sort_keys=True) + "\n")
+    section = render_section(json.loads(DATA.read_text()) if DATA.exists() else None)
+    REPORT.write_text(_splice(REPORT.read_text(), section))
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
