@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.real_scale import registry_layers
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "heavy"
 SOURCES = REPO_ROOT.parent / "shared" / "third_party"
@@ -149,23 +151,6 @@ def _configure(tree: Path, *, repository: str, executor: str, crane: tuple[str, 
     _commit(tree, f"heavy on kaniko into {repository}")
 
 
-def _registry_blobs(repository: str) -> dict[str, int]:
-    """digest -> size of every layer of every tag of `repository` in the plain registry."""
-    import httpx
-
-    from gpurl_tasks.imageref import parse_reference
-    from gpurl_tasks.oci.registry import RegistryClient
-
-    response = httpx.get(f"http://{PLAIN}/v2/{repository}/tags/list", timeout=30)
-    tags = (response.json().get("tags") or []) if response.status_code == 200 else []
-    blobs: dict[str, int] = {}
-    with RegistryClient(PLAIN, insecure=True) as client:
-        for tag in tags:
-            image = client.pull(parse_reference(f"{PLAIN}/{repository}:{tag}", default_host=PLAIN))
-            blobs.update({d.digest: d.size for d in image.layers})
-    return blobs
-
-
 def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) -> dict[str, Any]:
     from gpurl_tasks.config import load_config
     from gpurl_tasks.local.builder import serving_index
@@ -173,7 +158,7 @@ def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) 
     from gpurl_tasks.local.setup import index_dir
 
     config = load_config(tree, profile=PROFILE, env={})
-    before = _registry_blobs(repository)
+    before = registry_layers(PLAIN, repository)
     gitsha = uuid.uuid4().hex[:7]
     say(f"==> {label}")
     start = time.monotonic()
@@ -185,7 +170,7 @@ def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) 
     (OUT / f"kaniko-{label}.log").write_text(output)
     if code != 0:
         raise RuntimeError(f"{label}: the script failed: {output[-3000:]}")
-    after = _registry_blobs(repository)
+    after = registry_layers(PLAIN, repository)
     pushed = {d: s for d, s in after.items() if d not in before}
     from gpurl_tasks.imageref import parse_reference
     from gpurl_tasks.oci.registry import RegistryClient

@@ -55,7 +55,8 @@ BEGIN, END = "<!-- real-scale:begin -->", "<!-- real-scale:end -->"
 GOAL = 0.02  # prediction error goal on every Python layer of 100 MB or more
 BIG = 100 * 10**6
 
-__all__ = ["BUMP", "DATA", "clean", "main", "measure", "render_section", "stage_bump_workspace",
+__all__ = ["BUMP", "DATA", "clean", "main", "measure", "registry_layers", "render_section",
+           "stage_bump_workspace",
            "write_results"]
 
 
@@ -169,20 +170,20 @@ def _installed_sizes(client: str, reference: str) -> list[int]:
     return sizes
 
 
-def _registry_layers(config: Any) -> dict[str, int]:
-    """Every layer blob of every tag of the profile's repository in the registry: digest -> size."""
+def registry_layers(host: str, repository: str) -> dict[str, int]:
+    """Every layer blob of every tag of `repository` in the plain loopback registry at `host`:
+    digest -> size."""
     import httpx
 
     from gpurl_tasks.imageref import parse_reference
     from gpurl_tasks.oci.registry import RegistryClient
 
-    host, repo = config.registry.host, config.registry.repository
-    response = httpx.get(f"http://{host}/v2/{repo}/tags/list", timeout=30)
+    response = httpx.get(f"http://{host}/v2/{repository}/tags/list", timeout=30)
     tags = (response.json().get("tags") or []) if response.status_code == 200 else []
     blobs: dict[str, int] = {}
     with RegistryClient(host, insecure=True) as client:
         for tag in tags:
-            image = client.pull(parse_reference(f"{host}/{repo}:{tag}", default_host=host))
+            image = client.pull(parse_reference(f"{host}/{repository}:{tag}", default_host=host))
             blobs.update({d.digest: d.size for d in image.layers})
     return blobs
 
@@ -307,7 +308,7 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     client = find_buildkit_client()[0]
     layers = _layers(report, plan, _installed_sizes(client, built.reference))
 
-    had = _registry_layers(config)
+    had = registry_layers(config.registry.host, config.registry.repository)
     with _timed(times, "bump: copy + re-lock", say):
         bump_root = _bump_copy(say)
     bump_config = load_config(bump_root, profile=PROFILE)
@@ -335,7 +336,7 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
         "from_committed_slices": True,  # the copy re-planned from the committed slice files
     }
     index = index_dir(cache_dir(REPO_ROOT))
-    blobs = _registry_layers(config)
+    blobs = registry_layers(config.registry.host, config.registry.repository)
     return {
         "profile": PROFILE, "reference": built.reference, "digest": built.digest,
         "cap_bytes": plan.cap_bytes, "packages": sum(len(x.packages) for x in plan.layers),
