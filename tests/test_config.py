@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import ConfigError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, committed_profiles_and_variants, committed_tool
 
 PYPROJECT = """
 [tool.gpurl]
@@ -80,19 +79,6 @@ def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
         load_config(root, env={}, overrides={key: value})
 
 
-def _repository_tool() -> dict[str, Any]:
-    tool: dict[str, Any] = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["gpurl"]
-    return tool
-
-
-def _every_profile_and_variant() -> list[tuple[str, str]]:
-    """(profile, variant) for every profile and variant in the repository's pyproject.toml,
-    read from the file itself ("" for a profile without variants)."""
-    profiles: dict[str, Any] = _repository_tool()["profiles"]
-    return [(name, variant) for name, table in profiles.items()
-            for variant in (list(table.get("variants", {})) or [""])]
-
-
 # variant keys -> the setting each one sets (as the README's config reference names them)
 _VARIANT_KEY_SETTINGS = {"extras": "python.extras", "groups": "python.groups",
                          "tag-prefix": "registry.tag-prefix",
@@ -104,12 +90,12 @@ def _as_read(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-@pytest.mark.parametrize(("profile", "variant"), _every_profile_and_variant())
+@pytest.mark.parametrize(("profile", "variant"), committed_profiles_and_variants())
 def test_the_repository_config_loads_for_every_profile(profile: str, variant: str) -> None:
     """Every profile and variant of the committed pyproject.toml loads, its files exist, and
     every plain value it sets (the shared table, then the profile's, then the variant's keys
     and its build table) is the value the config holds."""
-    tool = _repository_tool()
+    tool = committed_tool()
     table = tool["profiles"][profile]
     variants = list(table.get("variants", {}))
     config = load_config(REPO_ROOT, profile=profile, variant=variant or None, env={})
