@@ -356,4 +356,5 @@ def demo(c: Context, profile: str = "demo", wheel_source: str = "prebuilt-wheelh
 
 
 ns = Collection(plan, sizes, generate, build, watch, kill, gen_kaniko, verify_layers, pin,
-                rebuild_needed, check_wheels, setup_local, setup_kaniko, build_wheels, serve_index, fill_index, demo)
+                rebuild_needed, check_wheels, setup_local, setup_kaniko, build_wheels, serve_index,
+                fill_index, demo)

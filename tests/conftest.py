@@ -8,8 +8,10 @@ import lzma
 import os
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +23,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SKYRL_DATA = Path(__file__).resolve().parent / "data" / "skyrl"
 SKYRL_COMMITS = ("021b9d65b", "0b8acf049")  # oldest first
 SKYRL_WORKSPACE = REPO_ROOT / "examples" / "skyrl" / "skyrl-train"  # the `skyrl` profile's fixture
+
+
+def committed_tool() -> dict[str, Any]:
+    """[tool.gpurl] of the repository's pyproject.toml, read from the file itself."""
+    tool: dict[str, Any] = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["gpurl"]
+    return tool
+
+
+def committed_profiles_and_variants() -> list[tuple[str, str]]:
+    """(profile, variant) for every profile and variant the repository's pyproject.toml
+    declares, in file order ("" for a profile without variants)."""
+    return [(name, variant) for name, table in committed_tool()["profiles"].items()
+            for variant in (list(table.get("variants", {})) or [""])]
 
 
 @pytest.fixture

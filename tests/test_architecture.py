@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,85 @@ def test_pure_modules_touch_no_network_process_or_terminal(module: str) -> None:
     assert not calls, f"{module} prints"
 
 
+# Modules that run processes, talk to the network or the terminal, or write files: the
+# edges. Besides these, any module importing an EDGE_IMPORTS module is one.
+EDGE_MODULES = {"proc", "git", "cli"}
+# `files` is both: pure modules load their inputs (pyproject, uv.lock, sizes) through its
+# readers, and only its writer is a side effect.
+FILE_WRITERS = {"write_atomic"}
+# Paths from a pure module to an edge that exist today, each a debt with its reason. The test
+# fails when one disappears (take it off) as when a new one appears.
+KNOWN_EDGE_PATHS = {
+    # recipe needs only slice_path, which lives in plan.profile beside the planning entry
+    # point that learns the packing from git history (plan.history runs `git log`). Goes when
+    # a slice's identity moves into its own value type (issue 29, "Slices").
+    ("dockerfile.recipe", "git"): "dockerfile.recipe -> plan.profile -> plan.history -> git",
+    ("dockerfile.recipe", "proc"): "dockerfile.recipe -> plan.profile -> plan.history -> git -> proc",
+    # cluster.iris takes its runner injected (proc.run in production) but imports proc for the
+    # result and error types (Completed, CommandFailed), which proc defines beside subprocess.
+    ("cluster.watch", "proc"): "cluster.watch -> cluster.iris -> proc",
+}
+
+
+def _edges(modules: Mapping[str, ast.Module]) -> set[str]:
+    return EDGE_MODULES | {m for m, tree in modules.items() if EDGE_IMPORTS & set(_imports(tree))}
+
+
+def _writers(modules: Mapping[str, ast.Module]) -> set[str]:
+    """Modules that import a file writer from gpurl_tasks.files, or call `files.<writer>`."""
+    return {m for m, tree in modules.items() for node in ast.walk(tree)
+            if (isinstance(node, ast.ImportFrom) and node.module == "gpurl_tasks.files"
+                and FILE_WRITERS & {a.name for a in node.names})
+            or (isinstance(node, ast.Attribute) and node.attr in FILE_WRITERS
+                and isinstance(node.value, ast.Name) and node.value.id == "files")}
+
+
+def edge_paths(start: str, modules: Mapping[str, ast.Module] = MODULES) -> dict[str, str]:
+    """edge module -> the shortest import path from `start` to it (breadth-first, through every
+    gpurl_tasks module, function-level imports too), for every edge `start` reaches."""
+    graph, edges = _graph(modules), _edges(modules) | _writers(modules)
+    came_from: dict[str, str | None] = {start: None}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in came_from:
+                came_from[nxt] = node
+                queue.append(nxt)
+    paths = {}
+    for edge in sorted(edges & set(came_from) - {start}):
+        path = [edge]
+        while (prev := came_from[path[-1]]) is not None:
+            path.append(prev)
+        paths[edge] = " -> ".join(reversed(path))
+    return paths
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_modules_reach_no_edge_through_any_import(module: str) -> None:
+    """Not directly and not through any chain of gpurl_tasks imports: a pure module that
+    imports a helper that imports `git` runs git."""
+    assert module not in _edges(MODULES) | _writers(MODULES), f"{module} is an edge itself"
+    found = {(module, edge): path for edge, path in edge_paths(module).items()}
+    known = {k: v for k, v in KNOWN_EDGE_PATHS.items() if k[0] == module}
+    assert found == known
+
+
+def test_the_edge_walk_follows_imports_transitively() -> None:
+    modules = {"a": ast.parse("from gpurl_tasks.pkg import b\n"),
+               "pkg": ast.parse(""),
+               "pkg.b": ast.parse("def f():\n    from gpurl_tasks import c\n"),
+               "c": ast.parse("import subprocess\n"),
+               "d": ast.parse("from gpurl_tasks.files import read_text, write_atomic\n"),
+               "e": ast.parse("from gpurl_tasks.d import x\n"),
+               "f": ast.parse("from gpurl_tasks.files import read_text\n"),
+               "g": ast.parse("from gpurl_tasks import files\nfiles.write_atomic(p, t)\n")}
+    assert edge_paths("a", modules) == {"c": "a -> pkg.b -> c"}
+    assert edge_paths("e", modules) == {"d": "e -> d"}
+    assert edge_paths("f", modules) == {}
+    assert "g" in _writers(modules)
+
+
 def test_the_top_level_holds_only_basics_and_subpackages() -> None:
     top = {p.name for p in PACKAGE.iterdir() if not p.name.startswith(("_", "."))}
     basics = {"config.py", "errors.py", "proc.py", "files.py", "units.py", "cli.py", "git.py",
@@ -102,14 +182,23 @@ def test_every_subpackage_says_what_it_owns() -> None:
             assert "Imports" in doc, f"gpurl_tasks/{name}/__init__.py does not say what it imports"
 
 
-def _graph() -> dict[str, set[str]]:
+def _imported_modules(tree: ast.Module, modules: Collection[str]) -> set[str]:
+    """The gpurl_tasks modules `tree` imports (function-level imports too): `from
+    gpurl_tasks.plan import lock` imports the package and its module `plan.lock`."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return {t.removeprefix("gpurl_tasks.") for t in found
+            if t.startswith("gpurl_tasks.")} & set(modules)
+
+
+def _graph(modules: Mapping[str, ast.Module] = MODULES) -> dict[str, set[str]]:
     """module -> the gpurl_tasks modules it imports (function-level imports too)."""
-    graph: dict[str, set[str]] = {}
-    for module, tree in MODULES.items():
-        targets = {t.removeprefix("gpurl_tasks.") for t in _imports(tree)
-                   if t.startswith("gpurl_tasks.")}
-        graph[module] = {t for t in targets if t in MODULES and t != module}
-    return graph
+    return {module: _imported_modules(tree, modules) - {module}
+            for module, tree in modules.items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:

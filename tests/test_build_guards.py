@@ -29,10 +29,16 @@ from tests.support.checkout import repo_copy
 from tests.support.git import git
 
 CANARY = "ghp_CANARYa1b2c3d4e5"
-STANDIN_IRIS = """#!/usr/bin/env bash
+# What the pinned iris release's `job run --no-wait` printed on a real local controller
+# (tests/data/iris/record_job_run.py.txt): the stand-in replays it for the job name it is given.
+IRIS_DATA = Path(__file__).parent / "data" / "iris"
+RECORDED_NAME = "gpurl-kaniko-0123abc"
+RECORDED_USER = (IRIS_DATA / "job-run-no-wait.stdout").read_text().split("/")[1]
+STANDIN_IRIS = f"""#!/usr/bin/env bash
 printf '%s\\n' "$@" > "$IRIS_CALLED"
 name=$(for a in "$@"; do [ "$prev" = --job-name ] && echo "$a"; prev="$a"; done)
-echo "Job submitted: /alice/$name"
+sed "s/{RECORDED_NAME}/$name/g" "{IRIS_DATA}/job-run-no-wait.stderr" >&2
+sed "s/{RECORDED_NAME}/$name/g" "{IRIS_DATA}/job-run-no-wait.stdout"
 """
 
 
@@ -101,7 +107,7 @@ def test_submits_and_prints_the_watch_command(repo: Path, env: dict[str, str],
     assert argv[argv.index("DOCKER_TOKEN") + 1] == CANARY  # the real token reaches iris
     out = capsys.readouterr()
     sha = short_sha(repo)
-    assert f"next: invoke watch /alice/gpurl-kaniko-{sha} --interval 60" in out.out
+    assert f"next: invoke watch /{RECORDED_USER}/gpurl-kaniko-{sha} --interval 60" in out.out
     assert CANARY not in out.out + out.err
 
 

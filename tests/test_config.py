@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import ConfigError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, committed_profiles_and_variants, committed_tool
 
 PYPROJECT = """
 [tool.gpurl]
@@ -78,11 +79,58 @@ def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
         load_config(root, env={}, overrides={key: value})
 
 
-def test_the_repository_config_loads_for_every_profile() -> None:
-    repo = REPO_ROOT
-    for profile in ("gpu-rl", "demo"):
-        config = load_config(repo, profile=profile, env={})
-        assert config.layers.cap > 0 and config.profile == profile
+# variant keys -> the setting each one sets (as the README's config reference names them)
+_VARIANT_KEY_SETTINGS = {"extras": "python.extras", "groups": "python.groups",
+                         "tag-prefix": "registry.tag-prefix",
+                         "floating-tag": "registry.floating-tag",
+                         "launcher-variable": "launcher.variable"}
+
+
+def _as_read(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+@pytest.mark.parametrize(("profile", "variant"), committed_profiles_and_variants())
+def test_the_repository_config_loads_for_every_profile(profile: str, variant: str) -> None:
+    """Every profile and variant of the committed pyproject.toml loads, its files exist, and
+    every plain value it sets (the shared table, then the profile's, then the variant's keys
+    and its build table) is the value the config holds."""
+    tool = committed_tool()
+    table = tool["profiles"][profile]
+    variants = list(table.get("variants", {}))
+    config = load_config(REPO_ROOT, profile=profile, variant=variant or None, env={})
+    assert (config.profile, config.variant) == (profile, variant)
+    assert [v.name for v in config.variants] == variants
+    assert config.workspace == (REPO_ROOT / table["workspace"]).resolve()
+    assert config.lock.is_file(), config.lock
+    assert config.build.dockerfile.is_file(), config.build.dockerfile
+    if config.backend == "iris":
+        assert config.build.kaniko_script.is_file(), config.build.kaniko_script
+
+    expected: dict[str, Any] = {}
+    for source in (tool, table):
+        for section, keys in source.items():
+            if isinstance(keys, dict) and section not in ("profiles", "variants"):
+                expected.update({f"{section}.{k}": _as_read(v) for k, v in keys.items()})
+    if variant:
+        keys = dict(table["variants"][variant])
+        expected.update({f"build.{k}": _as_read(v) for k, v in keys.pop("build", {}).items()})
+        if variant != variants[0]:  # another image: its own tags unless it names them
+            for key in ("tag-prefix", "floating-tag"):
+                keys.setdefault(key, f"{expected[f'registry.{key}']}-{variant}")
+        if "import-asserts" in keys:  # added to the profile's own checks
+            expected["build.import-asserts"] = (*expected.get("build.import-asserts", ()),
+                                                *keys.pop("import-asserts"))
+        expected.update({_VARIANT_KEY_SETTINGS[k]: _as_read(v) for k, v in keys.items()})
+    checked = 0
+    for dotted, want in expected.items():
+        section, key = dotted.split(".")
+        got = getattr(getattr(config, section), key.replace("-", "_"))
+        if isinstance(got, Path) or (isinstance(got, int) and isinstance(want, str)):
+            continue  # paths resolve against a root, sizes are parsed: covered elsewhere
+        assert got == want, f"{dotted} of {profile}/{variant or '-'}: {got!r} != {want!r}"
+        checked += 1
+    assert checked >= 10  # the comparison ran over the profile's values, not over nothing
 
 
 def test_cluster_controller_url_from_config_or_environment(root: Path) -> None:

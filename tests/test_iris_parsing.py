@@ -33,6 +33,7 @@ JOB = "/alice/gpurl-kaniko-0123abc"
 # Jobs in the outputs recorded from a real controller (record_real.py.txt).
 REAL_FAILED = "/root/rec-fail3"
 REAL_KILLED = "/root/rec-hog"
+REAL_SUBMITTED = "/root/gpurl-kaniko-0123abc"  # record_job_run.py.txt
 
 
 def read(name: str) -> str:
@@ -138,9 +139,16 @@ def test_query_sql_quotes_the_job_id() -> None:
     assert query_sql("/a/b'c").endswith("WHERE job_id = '/a/b''c'")
 
 
-def test_parse_job_id_prefers_the_named_job() -> None:
-    out = "Bundle 84 KB\nSubmitted job /alice/gpurl-kaniko-0123abc\n"
-    assert parse_job_id(out, "gpurl-kaniko-0123abc") == JOB
+def test_parse_job_id_reads_what_the_pinned_release_prints() -> None:
+    """`job run --no-wait` of the pinned release, recorded (record_job_run.py.txt): the id
+    alone on stdout, and a `Job submitted: ID` log line on stderr among lines that hold
+    other slash-separated text (the controller URL)."""
+    out, err = read("job-run-no-wait.stdout"), read("job-run-no-wait.stderr")
+    assert "http://127.0.0.1:" in err
+    for text in (out, err, out + "\n" + err):  # submit reads stdout + stderr
+        assert parse_job_id(text, "gpurl-kaniko-0123abc") == REAL_SUBMITTED
+    assert parse_job_id(out, "kaniko-0123abc") is None  # a name's tail is another job
+    assert parse_job_id(out, "gpurl-kaniko-0123ab") is None
     assert parse_job_id("nothing here", "gpurl-kaniko-0123abc") is None
 
 

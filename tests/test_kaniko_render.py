@@ -85,10 +85,22 @@ def test_default_cache_repo_hangs_off_the_image() -> None:
     assert cache_repo(config()) == "ghcr.io/open-thoughts/openthoughts-agent/cache"
 
 
-def test_wheel_names_encode_the_abi_inputs() -> None:
-    flash, vllm = prebuilt_wheel_names(config())
-    assert flash == "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"
-    assert vllm == "vllm-0.11.1+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl"
+@pytest.mark.parametrize("variant", ["standard", "megatron"])
+def test_wheel_names_encode_the_abi_inputs(variant: str) -> None:
+    """Each compiled wheel's file name carries the pins it was built for, as the config under
+    test sets them (a pin bump is a config edit): its version, the fork commit, the CUDA tag,
+    and the target's CPython tag and platform."""
+    cfg = load_config(REPO_ROOT, profile="gpu-rl", variant=variant, env={})
+    b, t = cfg.build, cfg.target
+    py, plat = "cp" + t.python.replace(".", ""), f"{t.os}_{t.arch}"
+    flash, vllm = prebuilt_wheel_names(cfg)
+    assert flash == f"flash_attn-{b.flash_attn_version}-{py}-{py}-{plat}.whl"
+    assert vllm == f"vllm-{b.vllm_version}+g{b.vllm_fork_commit}.{b.cuda_tag}-{py}-{py}-{plat}.whl"
+    bumped = dataclasses.replace(cfg, build=dataclasses.replace(
+        b, flash_attn_version="9.9.9", vllm_fork_commit="0123abcde", cuda_tag="cu130"))
+    assert prebuilt_wheel_names(bumped) == (
+        f"flash_attn-9.9.9-{py}-{py}-{plat}.whl",
+        f"vllm-{b.vllm_version}+g0123abcde.cu130-{py}-{py}-{plat}.whl")
 
 
 @pytest.mark.integration

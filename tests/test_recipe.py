@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import itertools
@@ -33,7 +34,6 @@ from gpurl_tasks.plan.model import (
     Plan,
     PlannedPackage,
     ProvidedPackage,
-    sync_selection_flags,
 )
 from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.profile import plan_for_config, slice_path
@@ -41,7 +41,6 @@ from gpurl_tasks.plan.sizes import PackageSize
 from tests.conftest import REPO_ROOT
 
 LOCK_SHA = "ab" * 32
-LOCAL_FLAGS = ("--no-install-project",)
 
 
 # --- parsing helpers: everything below reads the rendered text back -----------------------
@@ -132,9 +131,19 @@ def split_sync(argv: list[str]) -> tuple[list[str], list[str]]:
 # --- fixtures ---------------------------------------------------------------------------------
 
 
+@functools.cache
+def planned(config: Config) -> Plan:
+    """The pure planner's plan for `config` from its real lock (tens of ms)."""
+    return plan_for_config(config)
+
+
 def make_plan(config: Config, layer_names: list[list[str]],
               provided: tuple[str, ...] = ()) -> Plan:
-    """A valid plan: slice i (named NN-<its first package>) holds its names."""
+    """The planner's plan for `config` (its sync selection, local packages, what it installs
+    outside the lock, its provided packages), with the slices cut as `layer_names` says:
+    slice i (named NN-<its first package>) holds its names. `provided` adds compiled-wheel
+    packages (gpu-rl's lock has none of them; skyrl's has)."""
+    real = planned(config)
     layers = tuple(
         Layer(index=i, name=f"{i:02d}-{names[0]}",
               packages=tuple(PlannedPackage(name=n, version="1.0",
@@ -142,12 +151,9 @@ def make_plan(config: Config, layer_names: list[list[str]],
                                             installed_bytes=None, requirement=f"{n}==1.0")
                              for n in names))
         for i, names in enumerate(layer_names))
-    return Plan(cap_bytes=4 * 10**9, basis="compressed",
-                sync_flags=sync_selection_flags(config.python, local_flags=LOCAL_FLAGS),
-                layers=layers, local=("skyrl-train",), lower_bound_layers=1,
-                provided=tuple(ProvidedPackage(name=n, version="1") for n in provided),
-                # as the planner decides it: harbor from HARBOR_COMMIT when asked for
-                outside_lock=("harbor @ git+HARBOR",) if config.build.install_harbor else ())
+    return dataclasses.replace(
+        real, layers=layers, shared=0, lower_bound_layers=1,
+        provided=(*real.provided, *(ProvidedPackage(name=n, version="1") for n in provided)))
 
 
 @pytest.fixture(scope="module")
@@ -189,14 +195,17 @@ def test_stages_in_order(gpu: Parsed) -> None:
 
 
 def test_arg_defaults_come_from_config(gpu: Parsed, gpu_config: Config) -> None:
+    """Every pin is the config's value (read from it: a pin bump in pyproject is a config
+    edit, not a test edit), and every pin gpu-rl sets is non-empty."""
     args = gpu.global_args
-    assert args["BASE_IMAGE"] == gpu_config.build.base_image
-    assert args["TORCH_VERSION"] == "2.11.0"
-    assert args["FLASH_ATTN_VERSION"] == "2.8.3"
-    assert args["VLLM_FORK_REPO"] == gpu_config.build.vllm_fork_repo
-    assert args["VLLM_FORK_COMMIT"] == gpu_config.build.vllm_fork_commit
-    assert args["HARBOR_COMMIT"] == gpu_config.build.harbor_commit
-    assert args["WHEEL_SOURCE"] == "prebuilt-wheelhouse"
+    build = gpu_config.build
+    pins = {"BASE_IMAGE": build.base_image, "UV_VERSION": build.uv_version,
+            "TORCH_VERSION": build.torch_version, "FLASH_ATTN_VERSION": build.flash_attn_version,
+            "VLLM_FORK_REPO": build.vllm_fork_repo, "VLLM_FORK_COMMIT": build.vllm_fork_commit,
+            "HARBOR_REPO": build.harbor_repo, "HARBOR_COMMIT": build.harbor_commit,
+            "WHEEL_SOURCE": build.wheel_source}
+    assert all(pins.values())
+    assert {k: args[k] for k in pins} == pins
     assert "INSTALL_MEGATRON" not in args  # a variant is its own Dockerfile, not a build arg
     assert args["MAX_JOBS"] == str(gpu_config.build.max_jobs)
     assert "GITSHA" in args
@@ -352,8 +361,8 @@ def layer_partitions(draw: st.DrawFn) -> list[list[str]]:
 @given(partition=layer_partitions(), data=st.data(), extras=st.sampled_from([(), ("ep",)]))
 def test_plan_slices_round_trip(gpu_config: Config, partition: list[list[str]],
                                 data: st.DataObject, extras: tuple[str, ...]) -> None:
-    python = dataclasses.replace(gpu_config.python, extras=extras)
-    config = dataclasses.replace(gpu_config, python=python)
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={},
+                         overrides={"python.extras": list(extras)})
     shared = data.draw(st.integers(0, len(partition)))
     plan = dataclasses.replace(make_plan(config, partition, provided=("flash-attn", "vllm")),
                                shared=shared)
@@ -447,8 +456,9 @@ def planner_plans(draw: st.DrawFn, config: Config) -> Plan:
     sizes = [PackageSize(name=n, version="1.0", compressed_bytes=draw(st.integers(1, cap)),
                          installed_bytes=None, source="lock", artifact=f"{n}-1.0-py3-none-any.whl")
              for n in names]
-    flags = sync_selection_flags(config.python, local_flags=LOCAL_FLAGS)
-    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags, local=("skyrl-train",))
+    real = planned(config)  # the selection and local packages as the planner derives them
+    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=real.sync_flags,
+                       local=real.local)
 
 
 @settings(max_examples=60, deadline=None)

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -191,15 +192,25 @@ def test_the_wheel_builders_torch_must_be_the_locks(key: str, value: str, needle
 # --- per-variant build pins ----------------------------------------------------------------
 
 def test_each_variant_carries_its_own_compiled_wheel_pins() -> None:
+    """The pins as pyproject.toml sets them (the profile's, and the megatron variant's own
+    build table), read from the file: they differ, and each reaches its variant's files."""
+    table = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["gpurl"][
+        "profiles"]["skyrl"]
+    pins = {"standard": table["build"]["flash-attn-version"],
+            "megatron": table["variants"]["megatron"]["build"]["flash-attn-version"]}
+    assert pins["standard"] != pins["megatron"]
     standard = load_config(REPO_ROOT, profile="skyrl", variant="standard", env={})
     megatron = load_config(REPO_ROOT, profile="skyrl", variant="megatron", env={})
-    assert (standard.build.flash_attn_version, megatron.build.flash_attn_version) == ("2.8.3", "2.8.1")
-    assert 'ARG FLASH_ATTN_VERSION="2.8.1"' in (REPO_ROOT / "docker/Dockerfile.skyrl-megatron").read_text()
-    assert 'ARG FLASH_ATTN_VERSION="2.8.3"' in (REPO_ROOT / "docker/Dockerfile.skyrl").read_text()
+    assert {"standard": standard.build.flash_attn_version,
+            "megatron": megatron.build.flash_attn_version} == pins
+    assert f'ARG FLASH_ATTN_VERSION="{pins["megatron"]}"' in (
+        REPO_ROOT / "docker/Dockerfile.skyrl-megatron").read_text()
+    assert f'ARG FLASH_ATTN_VERSION="{pins["standard"]}"' in (
+        REPO_ROOT / "docker/Dockerfile.skyrl").read_text()
     scripts = {v: (REPO_ROOT / "docker" / f"build_skyrl_kaniko{s}.sh").read_text()
                for v, s in (("standard", ""), ("megatron", "-megatron"))}
-    assert "flash_attn-2.8.1-cp312-cp312-linux_x86_64.whl" in scripts["megatron"]
-    assert "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl" in scripts["standard"]
+    for variant, pin in pins.items():
+        assert f"flash_attn-{pin}-cp312-cp312-linux_x86_64.whl" in scripts[variant]
     assert "DEFAULT_DOCKERFILE=docker/Dockerfile.skyrl-megatron" in scripts["megatron"]
 
 
@@ -277,8 +288,11 @@ def test_the_code_keeps_generic_defaults_and_gpu_rl_pins_live_in_pyproject() -> 
             generic.harbor_commit, generic.wheel_globs, generic.import_asserts) == \
         ("", "", "", "", (), ())
     gpu_rl = load_config(REPO_ROOT, profile="gpu-rl", env={}).build
-    assert (gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.harbor_commit) == \
-        ("76259c63a", "2.11.0", "f4a6b1a0")
+    pinned = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["gpurl"][
+        "profiles"]["gpu-rl"]["build"]
+    assert (gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.harbor_commit) == (
+        pinned["vllm-fork-commit"], pinned["torch-version"], pinned["harbor-commit"])
+    assert all((gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.harbor_commit))
 
 
 def test_a_pin_the_recipe_uses_but_nobody_set_is_an_error() -> None:

@@ -11,7 +11,7 @@ import pytest
 from gpurl_tasks import values
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import ConfigError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, committed_profiles_and_variants
 
 GOOD_AND_BAD = [
     (values.profile_name, ["gpu-rl", "demo", "a.b_c-1"], ["Demo", "-x", "a/b", "../x", "a b", ""]),
@@ -72,11 +72,12 @@ def test_config_refuses_a_hostile_value_naming_key_and_origin(variable: str, val
     assert variable in info.value.message or variable == "GPURL_PROFILE"
 
 
-def test_every_committed_profile_and_variant_passes() -> None:
-    for profile in ("gpu-rl", "demo", "heavy"):
-        config = load_config(REPO_ROOT, profile=profile, env={})
-        for variant in config.variants:
-            load_config(REPO_ROOT, profile=profile, env={}, variant=variant.name)
+@pytest.mark.parametrize(("profile", "variant"), committed_profiles_and_variants())
+def test_every_committed_profile_and_variant_passes(profile: str, variant: str) -> None:
+    """Every profile and variant pyproject.toml declares (read from the file) passes the
+    value checks, and loading one gives that one."""
+    config = load_config(REPO_ROOT, profile=profile, env={}, variant=variant or None)
+    assert (config.profile, config.variant) == (profile, variant)
 
 
 def test_a_source_id_is_spelled_once_and_read_back_to_its_commit() -> None:

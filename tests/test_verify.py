@@ -189,8 +189,19 @@ def test_bar_is_proportional_to_the_cap() -> None:
     assert half.count("█") == 10 and full.count("█") == 20
 
 
-def test_causes_are_the_three_named_in_the_design() -> None:
-    assert len(UNEXPECTED_CAUSES) == 3
+@pytest.mark.parametrize(("symptom", "remedy"), [
+    ("package cache", "--no-cache"), ("package cache", "UV_NO_CACHE=1"),
+    ("installed twice", "`name @ <wheel url>`"), ("bytecode", "--compile-bytecode")])
+def test_causes_are_the_three_named_in_the_design(symptom: str, remedy: str) -> None:
+    """The design's three known causes of a slice layer larger than its wheels (DESIGN.md
+    sections 3 and 4), each with the flag or form to look for, in the finding the user reads."""
+    cause = [c for c in UNEXPECTED_CAUSES if symptom in c]
+    assert len(cause) == 1 and remedy in cause[0]
+    p = plan([GB])
+    report = check_layers(sync_image([2 * GB], p.fingerprint),
+                          Rules(cap=4 * GB, hard_limit=8 * GB, min_layers=1), p)
+    (finding,) = [f for f in report.findings if f.code == "unexpected-content"]
+    assert cause[0] in finding.message
 
 
 @pytest.mark.parametrize(("size", "flagged"), [(2_000, False), (64_000, False), (900_000, True)])

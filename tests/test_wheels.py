@@ -338,8 +338,12 @@ def test_demo_profile_expects_its_own_wheel_not_the_gpu_rl_pair(tmp_path: Path) 
     assert report.mismatches == ()
     assert report.found == (wheel.name,)
     assert report.to_json()["ok"] is True
-    gpu_rl = check_source(load_config(REPO_ROOT, profile="gpu-rl", env={}), str(tmp_path))
-    assert f"gpurl-demo-ext: unexpected wheel: expected {GOOD_VLLM} or {GOOD_FA}, " \
+    gpu_rl_config = load_config(REPO_ROOT, profile="gpu-rl", env={})
+    gpu_rl = check_source(gpu_rl_config, str(tmp_path))
+    b, py = gpu_rl_config.build, "cp" + gpu_rl_config.target.python.replace(".", "")
+    vllm = f"vllm-{b.vllm_version}+g{b.vllm_fork_commit}.{b.cuda_tag}-{py}-{py}-linux_x86_64.whl"
+    flash = f"flash_attn-{b.flash_attn_version}-{py}-{py}-linux_x86_64.whl"  # pins as configured
+    assert f"gpurl-demo-ext: unexpected wheel: expected {vllm} or {flash}, " \
            f"found {wheel.name}" in problems(gpu_rl.mismatches)
 
 
