@@ -215,7 +215,7 @@ class RegistryClient:
         `access` claim); an opaque token is tried by starting a blob upload, which is cancelled
         at once. A Basic registry is answered by the credentials being accepted at /v2/;
         "anonymous": the registry asks for no credentials. Raises RegistryError on a refusal."""
-        self._request("GET", ref, "", push=True, url=httpx.URL(f"{self.base_url}/v2/"))
+        self._request("GET", ref, "", push=True, root=True)
         token = self._tokens.get(_scope(ref, push=True))
         if token is None:
             return "basic" if self._use_basic else "anonymous"
@@ -291,13 +291,17 @@ class RegistryClient:
     def _request(self, method: str, ref: ImageRef, path: str,
                  headers: Mapping[str, str] | None = None, *, push: bool = False,
                  params: Mapping[str, str] | None = None, url: httpx.URL | None = None,
-                 content: bytes | None = None) -> httpx.Response:
+                 content: bytes | None = None, root: bool = False) -> httpx.Response:
+        """One API call with auth, retries and error mapping: `path` under the repository's
+        /v2/NAME/, or `url` as given, or (`root`) the API root /v2/ itself."""
         scope = _scope(ref, push=push)
         authenticated = False
         attempt = 0
         while True:
             attempt += 1
-            target = url or httpx.URL(f"{self.base_url}/v2/{ref.repository}/{path}",
+            # built in the loop: the first answer may have moved the scheme to plain HTTP
+            target = url or httpx.URL(f"{self.base_url}/v2/" if root else
+                                      f"{self.base_url}/v2/{ref.repository}/{path}",
                                       params=params or {})
             request_headers = dict(headers or {})
             auth = self._auth_header(scope)
