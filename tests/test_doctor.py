@@ -18,7 +18,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -91,7 +91,7 @@ def test_kubeconfig_checks(tmp_path: Path) -> None:
 # --- iris: recorded probe output, and a real interpreter --------------------------------------
 
 
-def _probe_output(versions: dict[str, str | None], kubernetes: str = "") -> str:
+def _probe_output(versions: Mapping[str, str | None], kubernetes: str = "") -> str:
     return json.dumps({"versions": versions, "imports": {
         "iris.cli": "", "kubernetes.client": kubernetes, "kubernetes.dynamic": kubernetes}})
 
