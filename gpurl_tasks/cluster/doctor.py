@@ -445,7 +445,7 @@ def executor_pin(config: Config, env: Mapping[str, str]) -> Check:
     if not held:
         return _problem("executor-pin", f"{image} is not in its registry",
                         "pin a digest that exists: `crane digest IMAGE:TAG`")
-    return _ok("executor-pin", f"{image.split('@')[0]}@{ref.digest or ''} resolves")
+    return _ok("executor-pin", f"{image} resolves in its registry")
 
 
 def crane_url(url: str) -> Check:
