@@ -378,3 +378,28 @@ def test_invoke_doctor_json_is_one_object_without_the_secret(
     assert checks["registry-token"]["detail"].startswith("a GitHub token from $GPURL_REGISTRY_TOKEN")
     assert done.returncode == (0 if report["ok"] else 1)
     assert CANARY not in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+def test_build_refuses_in_doctors_words_and_notes_another_cluster(
+        repo: Path, tmp_path: Path) -> None:
+    """`invoke build` runs doctor's checks first: the same refusal text, and a kubeconfig of
+    another cluster is a note on the build (the cluster's own kubeconfig is a stand-in)."""
+    from gpurl_tasks.cluster.bundle import measure_bundle
+    from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest, prepare_build
+    from gpurl_tasks.errors import GpurlError
+    from gpurl_tasks.git import ls_bundle_files
+
+    def world(env: dict[str, str]) -> BuildEnv:
+        return BuildEnv(env=env, token=lambda: find_registry_token(env, gh_token=lambda: None),
+                        bundle=lambda root: measure_bundle(root, ls_bundle_files))
+
+    config = load_config(repo, profile="gpu-rl", env={})
+    with pytest.raises(GpurlError) as info:
+        prepare_build(config, BuildRequest(), world({"GHCR_TOKEN": CANARY}))
+    assert info.value.message == doctor.kubeconfig({}).detail
+    other = tmp_path / "kind"
+    other.write_text(OTHER_KUBECONFIG)
+    prepared = prepare_build(config, BuildRequest(),
+                             world({"GHCR_TOKEN": CANARY, "KUBECONFIG": str(other)}))
+    assert any("names no context or cluster 'cw-us-east-02a'" in n and "invoke doctor" in n
+               for n in prepared.notes), prepared.notes
