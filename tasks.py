@@ -256,6 +256,52 @@ def rebuild_needed(c: Context, since: str | None = None, json: bool = False,
             config, since=cli.text_flag("--since", since))), as_json=json)
 
 
+@task(help={"profile": _PROFILE, "json": _JSON,
+            "variant": "the variant whose build is checked (default: the profile's first)"})
+def doctor(c: Context, profile: str | None = None, variant: str | None = None,
+           json: bool = False) -> None:
+    """Check every prerequisite of the configured build, one line each; exit 0 only if all hold.
+
+    KUBECONFIG naming the cluster, the pinned iris and its kubernetes client, the controller
+    (with cluster.controller-url), the registry token's kind and push scope on the image and
+    cache repositories, the prebuilt wheels and their MANIFEST, current generated files, a
+    free immutable tag, the executor and crane pins. `invoke build` runs the same checks first.
+    """
+    import os
+
+    from gpurl_tasks.cluster.doctor import run_doctor
+    from gpurl_tasks.cluster.jobs import real_world
+
+    with cli.clean_failures():
+        config = cli.config_for(profile, variant=variant)
+        world = real_world(os.environ)
+        cli.finish(run_doctor(config, world.env, token=world.token, source=world.source),
+                   as_json=json)
+
+
+@task(help={"first": "the image a node holds: REPO:TAG or REPO@sha256:...",
+            "to": "the image it would pull next: REPO:TAG or REPO@sha256:... (required)",
+            "profile": _PROFILE + " (its registry, lock and target read the images)",
+            "json": _JSON})
+def diff(c: Context, first: str, to: str | None = None, profile: str | None = None,
+         json: bool = False) -> None:
+    """What changed from one pushed image to another, and the bytes a node holding it pulls.
+
+    `invoke diff REF1 --to REF2`: layers by digest, slice layers shared or new, the largest
+    new layer, and the packages added, removed or changed (from the locks at the images'
+    recorded commits, when this clone has them); an image gpurl did not build is compared by
+    layers and bytes only. (invoke takes one positional argument where `--help` must work.)
+    """
+    from gpurl_tasks.rebuild.diff import diff_task
+
+    with cli.clean_failures():
+        first = cli.positional("diff", first)
+        if to is None or not to.strip():
+            raise cli.ConfigError("invoke diff needs the second image",
+                                  hint="invoke diff REF1 --to REF2")
+        cli.finish(diff_task(cli.config_for(profile), first, to), as_json=json)
+
+
 @task(name="check-wheels", help={
     "source": "a wheelhouse directory, a MANIFEST file or its URL (default: build.wheelhouse)",
     "json": _JSON, "profile": _PROFILE})
@@ -356,5 +402,5 @@ def demo(c: Context, profile: str = "demo", wheel_source: str = "prebuilt-wheelh
 
 
 ns = Collection(plan, sizes, generate, build, watch, kill, gen_kaniko, verify_layers, pin,
-                rebuild_needed, check_wheels, setup_local, setup_kaniko, build_wheels, serve_index,
-                fill_index, demo)
+                rebuild_needed, doctor, diff, check_wheels, setup_local, setup_kaniko,
+                build_wheels, serve_index, fill_index, demo)

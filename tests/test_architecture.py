@@ -242,7 +242,7 @@ NOT_CONFIG_ENV = {
     "GPURL_DEBUG": "cli: show the traceback of an internal error",
     "GPURL_REGISTRY_TOKEN": "redact: the registry token, a secret kept out of the config",
     "GPURL_KANIKO_ROOT": "kaniko script: test-only hook, where the harness roots the job",
-    "GPURL_IRIS": "cluster.jobs: which iris program runs on this machine",
+    "GPURL_IRIS": "cluster.iris_release: which iris program runs on this machine",
     "GPURL_DOCKER_CLIENT": "local.engine: which docker client runs on this machine",
     "GPURL_CACHE_DIR": "local.setup: where this machine keeps the local path's state",
     "GPURL_LOG": "proc: the log file handed to a detached child, set by proc itself",

@@ -1,6 +1,8 @@
 """The cluster path: the iris CLI adapter (`iris`), the generated kaniko script (`kaniko`), the
-workspace bundle (`bundle`), the guard rails and job composition (`submit`), the state watcher
-(`watch`) and the tasks' functions that wire them to the real world (`jobs`).
+workspace bundle (`bundle`), every build prerequisite checked alone (`doctor`), the guard rails
+and job composition (`submit`, which runs doctor's checks first), the state watcher (`watch`)
+and the tasks' functions that wire them to the real world (`jobs`).
 
-Imports the basics, `plan`, `dockerfile` and `oci`; never `local`.
+Imports the basics, `plan`, `dockerfile`, `oci` and `rebuild` (doctor reads the prebuilt
+wheels' MANIFEST); never `local`.
 """

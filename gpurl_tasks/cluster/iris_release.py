@@ -12,12 +12,16 @@ import os
 import shlex
 import shutil
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpurl_tasks import proc
 
-__all__ = ["IRIS_CONTRACT_EXCLUDE_NEWER", "IRIS_CONTRACT_PINS", "IRIS_PYTHON", "find_python312",
-           "install_hint"]
+__all__ = ["IRIS_CONTRACT_EXCLUDE_NEWER", "IRIS_CONTRACT_PINS", "IRIS_ENV", "IRIS_PYTHON",
+           "find_iris", "find_python312", "install_hint", "iris_program"]
+
+# The iris binary to drive (the runbook insists on one specific cw-capable install).
+IRIS_ENV = "GPURL_IRIS"
 
 _RELEASE = tomllib.loads((Path(__file__).parent / "iris-release.toml").read_text())
 IRIS_CONTRACT_PINS: tuple[str, ...] = tuple(_RELEASE["pins"])
@@ -42,3 +46,16 @@ def find_python312() -> str | None:
         if proc.run([candidate, "--version"], check=False, echo=None).returncode == 0:
             return candidate
     return None
+
+
+def iris_program(env: Mapping[str, str]) -> str:
+    """The iris program to run: $GPURL_IRIS, else `iris` on PATH."""
+    return env.get(IRIS_ENV, "") or "iris"
+
+
+def find_iris(program: str, env: Mapping[str, str]) -> str:
+    """The iris binary's path; when missing, the hint says how to install the pinned release."""
+    try:
+        return proc.find_program(program, path=env.get("PATH"))
+    except proc.ProgramNotFound as exc:
+        raise proc.ProgramNotFound(exc.message, hint=install_hint(IRIS_ENV)) from None

@@ -27,7 +27,8 @@ from gpurl_tasks.cluster.iris import (
     normalise_job_id,
     parse_job_id,
 )
-from gpurl_tasks.cluster.iris_release import install_hint
+from gpurl_tasks.cluster.iris_release import IRIS_ENV, iris_program
+from gpurl_tasks.cluster.iris_release import find_iris as _find_iris
 from gpurl_tasks.cluster.submit import (
     BuildEnv,
     BuildRequest,
@@ -47,7 +48,7 @@ from gpurl_tasks.cluster.watch import (
 from gpurl_tasks.config import Config, load_committed_config
 from gpurl_tasks.errors import BuildError, GpurlError, IrisError
 from gpurl_tasks.oci.tags import existing_digest
-from gpurl_tasks.proc import CommandFailed, ProgramNotFound, find_program, run
+from gpurl_tasks.proc import CommandFailed, run
 from gpurl_tasks.redact import TokenSource, find_registry_token, known_secrets, redact
 
 __all__ = [
@@ -64,8 +65,6 @@ __all__ = [
     "run_watch",
 ]
 
-# The iris binary to drive (the runbook insists on one specific cw-capable install).
-IRIS_ENV = "GPURL_IRIS"
 LOG_TAIL_LINES = 40
 # Seconds `kill` may spend in all, and each call after a watch (log tail, submission time):
 # the iris client retries an unreachable controller for up to 30 minutes on its own.
@@ -76,18 +75,6 @@ Say = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     """The default `say`: progress goes nowhere."""
-
-
-def iris_program(env: Mapping[str, str]) -> str:
-    return env.get(IRIS_ENV, "") or "iris"
-
-
-def _find_iris(program: str, env: Mapping[str, str]) -> str:
-    """The iris binary; when missing, the hint says how to install the pinned release."""
-    try:
-        return find_program(program, path=env.get("PATH"))
-    except ProgramNotFound as exc:
-        raise ProgramNotFound(exc.message, hint=install_hint(IRIS_ENV)) from None
 
 
 def _gh_token() -> str | None:

@@ -43,6 +43,7 @@ __all__ = [
     "ToolPins",
     "cache_repo",
     "check_script",
+    "pinned_executor",
     "prebuilt_wheel_names",
     "render_script",
     "script_files",
@@ -289,7 +290,7 @@ def _plain(key: str, value: str) -> str:
     return plain_name(value, key, error=BuildError)
 
 
-def _executor(image: str) -> str:
+def pinned_executor(image: str) -> str:
     """The executor image, which must be pinned by digest: a tag can move under a cached job."""
     if not re.fullmatch(r"[^\s@]+@sha256:[0-9a-f]{64}", image):
         raise BuildError(f"cluster.kaniko-executor = {image!r} is not pinned by digest",
@@ -319,7 +320,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         fetch=_FETCH if wheels else _NO_FETCH,
         crane_url=q(pins.crane_url or config.cluster.crane_url),
         crane_sha256=q(pins.crane_sha256 or config.cluster.crane_sha256),
-        executor_image=q(_executor(pins.executor_image or config.cluster.kaniko_executor)),
+        executor_image=q(pinned_executor(pins.executor_image or config.cluster.kaniko_executor)),
         registry_user=_plain("registry.user", registry.user),
         wheel_source=_plain("build.wheel-source", config.build.wheel_source),
         tag_prefix=_plain("registry.tag-prefix", registry.tag_prefix),

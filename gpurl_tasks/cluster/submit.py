@@ -15,16 +15,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpurl_tasks import git
-from gpurl_tasks.cluster import kaniko
+from gpurl_tasks.cluster import doctor, kaniko
 from gpurl_tasks.cluster.bundle import Bundle, check_bundle
+from gpurl_tasks.cluster.doctor import MIN_MEMORY, require
 from gpurl_tasks.cluster.iris import ClusterTarget, JobSpec, job_run_argv
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import ignored_paths
-from gpurl_tasks.dockerfile.generate import check_committed
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.oci.tags import refuse_to_move
-from gpurl_tasks.redact import Secret, TokenSource, looks_like_docker_hub
-from gpurl_tasks.units import parse_size
+from gpurl_tasks.redact import Secret, TokenSource
 
 __all__ = [
     "JOB_COMMAND",
@@ -36,7 +35,6 @@ __all__ = [
     "prepare_build",
 ]
 
-MIN_MEMORY = "512GB"
 # The pod command iris runs: decode the script shipped in BUILD_B64 into a file of its own
 # and exec it. Not a fixed /tmp/build.sh: where tasks share a host's /tmp (a local iris
 # cluster runs them as host processes), concurrent jobs would run each other's script.
@@ -101,47 +99,6 @@ def _elide(arg: str) -> str:
     return arg if len(arg) <= ELIDE_OVER else f"{arg[:24]}...<{len(arg)} chars>"
 
 
-def _check_kubeconfig(env: Mapping[str, str]) -> None:
-    path = env.get("KUBECONFIG", "")
-    why = ("every CoreWeave call needs KUBECONFIG in the same shell; the default kubeconfig "
-           "points at a different cluster and gives misleading '0 pods / not found'")
-    if not path:
-        raise BuildError("KUBECONFIG is not set: " + why,
-                         hint="export KUBECONFIG=~/.kube/<the cluster's kubeconfig>")
-    missing = [p for p in path.split(":") if p and not Path(p).expanduser().is_file()]
-    if missing:
-        raise BuildError(f"KUBECONFIG points at {missing[0]}, which does not exist: " + why)
-
-
-def _check_memory(memory: str, force: bool) -> None:
-    try:
-        wanted = parse_size(memory, binary_gb=True)
-    except ValueError as exc:
-        raise BuildError(f"--memory: {exc}") from None
-    if wanted < parse_size(MIN_MEMORY, binary_gb=True) and not force:
-        raise BuildError(
-            f"--memory {memory} is below {MIN_MEMORY}: a 256GB build dies silently (pod reaped, "
-            "no error log) at the wheel-packaging / snapshot step",
-            hint=f"use --memory {MIN_MEMORY}, or --force if you know this build is smaller",
-        )
-
-
-def _check_token(found: TokenSource | None, registry_host: str) -> TokenSource:
-    if found is None:
-        raise BuildError(
-            f"no registry token for {registry_host}: the push is the build's last step and "
-            "fails after the whole build without one",
-            hint="set GPURL_REGISTRY_TOKEN or GHCR_TOKEN, or log in with `gh auth login`",
-        )
-    if registry_host == "ghcr.io" and looks_like_docker_hub(found.token):
-        raise BuildError(
-            f"the token from {found.source} looks like a Docker Hub token (dckr_pat_...), "
-            "which ghcr.io rejects at push time",
-            hint="use a GitHub token with write:packages, e.g. GHCR_TOKEN=$(gh auth token)",
-        )
-    return found
-
-
 def guard_immutable_tag(prepared: PreparedBuild, existing: str | None, *, force: bool
                         ) -> PreparedBuild:
     """Before submitting: a tag the registry already holds is never moved (kaniko without
@@ -167,17 +124,17 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     if request.local_only:
         raise BuildError(f"{', '.join(request.local_only)} are local-backend flags",
                          hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
-    # the committed files are rendered from pyproject alone, never from GPURL_* variables: a
-    # stale Dockerfile, slice set or script is refused with generate --check's own message
-    check_committed(config, extra=kaniko.script_files)
+    # `invoke doctor`'s checks, the ones a build refuses on, in this order. The committed files
+    # are rendered from pyproject alone, never from GPURL_* variables: a stale Dockerfile,
+    # slice set or script is refused first, with generate --check's own message
+    require(doctor.generated_files(config))
     cluster = config.cluster
     memory = request.memory or cluster.memory
-    _check_kubeconfig(world.env)
-    _check_memory(memory, request.force)
-    token = _check_token(world.token(), config.registry.host)
-    if not config.registry.user:
-        raise BuildError("no registry user: the push authenticates as USER:TOKEN",
-                         hint="set [tool.gpurl.registry] user or GPURL_REGISTRY_USER")
+    require(doctor.kubeconfig(world.env))
+    named = doctor.kubeconfig_cluster(world.env, cluster.name)
+    require(doctor.job_memory(memory, force=request.force))
+    token = doctor.required_token(world.token(), config.registry.host)
+    require(doctor.registry_user(config))
     tree = world.source(config.root, ignored_paths(config))
     if tree is None:
         raise BuildError(
@@ -186,7 +143,8 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
             hint=f"run from a git checkout with at least one commit ({config.root})",
         )
     gitsha = tree.id
-    notes: list[str] = []
+    notes: list[str] = [f"{named.detail} (`invoke doctor` checks every prerequisite)"] \
+        if named.failed else []
     if tree.dirty:
         dirty = tree.dirty
         notes.append(f"{len(dirty)} tracked file(s) have uncommitted edits ({', '.join(dirty[:3])}"

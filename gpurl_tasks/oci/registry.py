@@ -15,6 +15,9 @@ connects and kept for the client's life.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import email.utils
 import hashlib
 import json
@@ -22,7 +25,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -50,7 +53,10 @@ from gpurl_tasks.oci.scheme import (
     untrusted_certificate,
 )
 
-__all__ = ["ManifestUnknown", "RegistryClient"]
+__all__ = ["ManifestUnknown", "PushAccess", "RegistryClient"]
+
+# How push access to a repository was established (`RegistryClient.push_access`).
+PushAccess = Literal["anonymous", "basic", "bearer", "upload"]
 
 _MAX_DOCUMENT = 16 * 2**20  # manifests and configs are small; refuse to buffer more
 
@@ -192,6 +198,44 @@ class RegistryClient:
                            config_digest=config_digest, labels=labels, history=history,
                            platforms=platforms)
 
+    def has_manifest(self, ref: ImageRef) -> bool:
+        """The registry holds `ref` (a tag or a digest): one HEAD request, no body."""
+        try:
+            self._request("HEAD", ref, f"manifests/{ref.reference}",
+                          headers={"Accept": ACCEPT_MANIFESTS})
+        except ManifestUnknown:
+            return False
+        return True
+
+    def push_access(self, ref: ImageRef) -> PushAccess:
+        """Whether these credentials may push to `ref`'s repository, asked without pushing.
+
+        `GET /v2/` answers the challenge: a Bearer registry's token service is asked for
+        `repository:NAME:pull,push` and the actions it grants are read from the token (a JWT's
+        `access` claim); an opaque token is tried by starting a blob upload, which is cancelled
+        at once. A Basic registry is answered by the credentials being accepted at /v2/;
+        "anonymous": the registry asks for no credentials. Raises RegistryError on a refusal."""
+        self._request("GET", ref, "", push=True, root=True)
+        token = self._tokens.get(_scope(ref, push=True))
+        if token is None:
+            return "basic" if self._use_basic else "anonymous"
+        granted = _granted_actions(token, ref.repository)
+        if granted is not None:
+            if "push" not in granted:
+                raise RegistryError(
+                    f"the token service of {self.host} grants "
+                    f"{','.join(sorted(granted)) or 'no access'} on {ref.repository}, not push",
+                    hint="use a token that may write to the repository (a GitHub PAT with "
+                         "write:packages for ghcr.io)")
+            return "bearer"
+        started = self._request("POST", ref, "blobs/uploads/", push=True)
+        location = started.headers.get("Location", "")
+        if location:  # cancel the empty upload; a registry that cannot lets it expire
+            with contextlib.suppress(RegistryError):
+                self._request("DELETE", ref, "", push=True,
+                              url=httpx.URL(self.base_url).join(location))
+        return "upload"
+
     # --- writing (composition: oci/compose.py) -------------------------------------------
 
     def has_blob(self, ref: ImageRef, digest: str) -> bool:
@@ -247,13 +291,17 @@ class RegistryClient:
     def _request(self, method: str, ref: ImageRef, path: str,
                  headers: Mapping[str, str] | None = None, *, push: bool = False,
                  params: Mapping[str, str] | None = None, url: httpx.URL | None = None,
-                 content: bytes | None = None) -> httpx.Response:
-        scope = f"repository:{ref.repository}:{'pull,push' if push else 'pull'}"
+                 content: bytes | None = None, root: bool = False) -> httpx.Response:
+        """One API call with auth, retries and error mapping: `path` under the repository's
+        /v2/NAME/, or `url` as given, or (`root`) the API root /v2/ itself."""
+        scope = _scope(ref, push=push)
         authenticated = False
         attempt = 0
         while True:
             attempt += 1
-            target = url or httpx.URL(f"{self.base_url}/v2/{ref.repository}/{path}",
+            # built in the loop: the first answer may have moved the scheme to plain HTTP
+            target = url or httpx.URL(f"{self.base_url}/v2/" if root else
+                                      f"{self.base_url}/v2/{ref.repository}/{path}",
                                       params=params or {})
             request_headers = dict(headers or {})
             auth = self._auth_header(scope)
@@ -396,6 +444,29 @@ class RegistryClient:
                 return min(max(seconds, 0.0), self._max_wait)
         delay: float = self._backoff * 2.0 ** (attempt - 1) * (1 + random.random() / 4)
         return min(delay, self._max_wait)
+
+
+def _scope(ref: ImageRef, *, push: bool) -> str:
+    """The token scope a request on `ref`'s repository asks for."""
+    return f"repository:{ref.repository}:{'pull,push' if push else 'pull'}"
+
+
+def _granted_actions(token: str, repository: str) -> frozenset[str] | None:
+    """The actions a JWT bearer token grants on `repository` (its `access` claim, as the
+    distribution token spec writes it); None when the token is not a readable JWT."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (binascii.Error, ValueError):
+        return None
+    access = claims.get("access") if isinstance(claims, dict) else None
+    if not isinstance(access, list):
+        return None
+    return frozenset(str(action) for entry in access if isinstance(entry, dict)
+                     and entry.get("type") == "repository" and entry.get("name") == repository
+                     for action in entry.get("actions") or ())
 
 
 def _choose_platform(entries: list[Descriptor], platform: str) -> Descriptor | None:

@@ -31,6 +31,7 @@ __all__ = [
     "Report",
     "Rules",
     "check_layers",
+    "layer_instructions",
     "render_table",
     "report_json",
 ]
@@ -124,7 +125,9 @@ class Report:
         return report_json(self)
 
 
-def _instructions(image: PulledImage) -> tuple[list[str | None], str | None]:
+def layer_instructions(image: PulledImage) -> tuple[list[str | None], str | None]:
+    """Each layer's instruction from the config's history (its layer-making entries in order),
+    or all None and a note saying why when the history does not map onto the layers."""
     made = [h.created_by for h in image.history if not h.empty_layer]
     if len(made) != len(image.layers):
         note = (f"the image config's history names {len(made)} layer-making instructions for "
@@ -156,7 +159,7 @@ def _predictions(image: PulledImage, instructions: list[str | None], plan: Plan 
 def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
                  plan_note: str | None = None) -> Report:
     """Apply the rules to a pulled image; `plan` adds predicted sizes when it matches."""
-    instructions, history_note = _instructions(image)
+    instructions, history_note = layer_instructions(image)
     predicted, prediction_note = _predictions(image, instructions, plan, plan_note)
     rows = tuple(
         LayerRow(index=i, digest=d.digest, size=d.size, instruction=instructions[i],

@@ -30,10 +30,14 @@ def _b64url(data: bytes) -> str:
 
 
 class TokenService:
-    """Issues tokens for `username`/`secret`; counts requests so tests can see the flow."""
+    """Issues tokens for `username`/`secret`; counts requests so tests can see the flow.
+    `grants` limits the actions a token carries (("pull",): a read-only token, as a token
+    service grants what the account may do of what was asked)."""
 
-    def __init__(self, workdir: Path, *, username: str, secret: str) -> None:
+    def __init__(self, workdir: Path, *, username: str, secret: str,
+                 grants: tuple[str, ...] | None = None) -> None:
         self.workdir = workdir
+        self.grants = grants  # the actions it grants (None: every action asked for)
         self.username = username
         self.secret = secret
         self.key = workdir / "token.key"
@@ -90,7 +94,9 @@ class TokenService:
         access = []
         for scope in scopes:
             kind, name, actions = scope.split(":", 2) if scope.count(":") >= 2 else ("", "", "")
-            access.append({"type": kind, "name": name, "actions": actions.split(",")})
+            asked = actions.split(",")
+            granted = [a for a in asked if self.grants is None or a in self.grants]
+            access.append({"type": kind, "name": name, "actions": granted})
         now = int(time.time())
         header = {"typ": "JWT", "alg": "RS256", "x5c": [self._x5c]}
         claims = {"iss": ISSUER, "sub": user, "aud": SERVICE, "exp": now + 300,

@@ -1,0 +1,541 @@
+"""`invoke doctor`: every prerequisite of the configured build, each checked alone in seconds.
+
+One small function per prerequisite, each returning a `Check` (ok, problem with its fix, or
+skipped with why), so `invoke doctor` runs them all and `invoke build` runs the ones it
+refuses on (`require`) before it composes the job: one implementation of each check. The
+runbook's ops preamble is the list: KUBECONFIG naming the cluster, the cw-capable iris, the
+ghcr token and its push scope, the prebuilt wheels, current generated files, a free immutable
+tag, and resolvable executor and crane pins. Network checks ask with HEAD (or the token
+endpoint) and download nothing large; no check prints a secret.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from gpurl_tasks import git
+from gpurl_tasks.cluster import kaniko
+from gpurl_tasks.cluster.iris_release import IRIS_CONTRACT_PINS, find_iris, install_hint, iris_program
+from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.context import ignored_paths
+from gpurl_tasks.dockerfile.generate import check_committed
+from gpurl_tasks.errors import BuildError, GpurlError
+from gpurl_tasks.imageref import parse_reference
+from gpurl_tasks.oci.connect import open_client
+from gpurl_tasks.oci.tags import cache_repository, existing_digest
+from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
+from gpurl_tasks.rebuild.wheelhouse import read_manifest, redact_url
+from gpurl_tasks.redact import TOKEN_ENVS, Secret, TokenSource, looks_like_docker_hub, redact
+from gpurl_tasks.units import parse_size
+
+__all__ = [
+    "MIN_MEMORY",
+    "Check",
+    "DoctorReport",
+    "crane_url",
+    "executor_pin",
+    "generated_files",
+    "immutable_tag",
+    "iris_controller",
+    "iris_install",
+    "job_memory",
+    "kubeconfig",
+    "kubeconfig_cluster",
+    "kubeconfig_names",
+    "parse_iris_probe",
+    "prebuilt_wheels",
+    "push_scope",
+    "registry_token",
+    "registry_user",
+    "require",
+    "required_token",
+    "run_doctor",
+]
+
+MIN_MEMORY = "512GB"
+Status = Literal["ok", "problem", "skipped"]
+_TIMEOUT = 15.0
+_WHY_KUBECONFIG = ("every CoreWeave call needs KUBECONFIG in the same shell; the default "
+                   "kubeconfig points at a different cluster and gives misleading "
+                   "'0 pods / not found'")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Check:
+    """One prerequisite's answer: `detail` says what holds (ok) or what is wrong (problem)."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+    # the error a build raises for this problem (its own type and exit code), when one exists
+    cause: GpurlError | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "problem"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "detail": self.detail,
+                "fix": self.fix}
+
+
+def _ok(name: str, detail: str) -> Check:
+    return Check(name=name, status="ok", detail=detail)
+
+
+def _skip(name: str, why: str) -> Check:
+    return Check(name=name, status="skipped", detail=why)
+
+
+def _problem(name: str, detail: str, fix: str | None = None,
+             cause: GpurlError | None = None) -> Check:
+    return Check(name=name, status="problem", detail=detail, fix=fix, cause=cause)
+
+
+def _from_error(name: str, exc: GpurlError) -> Check:
+    return _problem(name, exc.message, exc.hint, exc)
+
+
+def require(check: Check) -> Check:
+    """`check`, or raise its problem as the build's refusal (its original error when it has
+    one, else a BuildError with the fix as hint)."""
+    if check.failed:
+        raise check.cause or BuildError(check.detail, hint=check.fix)
+    return check
+
+
+# --- the cluster: kubeconfig and iris ------------------------------------------------------
+
+
+def _kubeconfig_paths(env: Mapping[str, str]) -> list[Path]:
+    return [Path(p).expanduser() for p in env.get("KUBECONFIG", "").split(":") if p]
+
+
+def kubeconfig(env: Mapping[str, str]) -> Check:
+    """KUBECONFIG is set and every file it names exists."""
+    paths = _kubeconfig_paths(env)
+    if not paths:
+        return _problem("kubeconfig", "KUBECONFIG is not set: " + _WHY_KUBECONFIG,
+                        "export KUBECONFIG=~/.kube/<the cluster's kubeconfig>")
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        return _problem("kubeconfig", f"KUBECONFIG points at {missing[0]}, which does not "
+                        "exist: " + _WHY_KUBECONFIG,
+                        "export KUBECONFIG=<the path of the cluster's kubeconfig>")
+    return _ok("kubeconfig", f"KUBECONFIG={':'.join(map(str, paths))}")
+
+
+def kubeconfig_names(text: str) -> frozenset[str]:
+    """The context and cluster names a kubeconfig defines (and the clusters its contexts use).
+
+    JSON, or block-style YAML as kubectl writes it, read minimally: under the top-level
+    `clusters:` and `contexts:` lists, the `name:` of each entry and a context's `cluster:`."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            doc = json.loads(stripped)
+        except ValueError:
+            return frozenset()
+        found = set()
+        for section in ("clusters", "contexts"):
+            for entry in doc.get(section) or () if isinstance(doc, dict) else ():
+                if isinstance(entry, dict):
+                    found.add(str(entry.get("name", "")))
+                    inner = entry.get("context")
+                    if section == "contexts" and isinstance(inner, dict):
+                        found.add(str(inner.get("cluster", "")))
+        return frozenset(found - {""})
+    found = set()
+    section = ""
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip()
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not line[0].isspace() and not line.startswith("-"):
+            section = line.split(":", 1)[0].strip()
+            continue
+        key, sep, value = line.strip().lstrip("- ").partition(":")
+        value = value.strip().strip("'\"")
+        if sep and value and section in ("clusters", "contexts") and (
+                key == "name" or (section == "contexts" and key == "cluster")):
+            found.add(value)
+    return frozenset(found)
+
+
+def kubeconfig_cluster(env: Mapping[str, str], cluster: str) -> Check:
+    """The kubeconfig names the configured cluster (a context or cluster called cluster.name)."""
+    paths = [p for p in _kubeconfig_paths(env) if p.is_file()]
+    if not paths:
+        return _skip("kubeconfig-cluster", "no kubeconfig to read (see kubeconfig)")
+    names: set[str] = set()
+    for path in paths:
+        try:
+            names |= kubeconfig_names(path.read_text(errors="replace"))
+        except OSError as exc:
+            return _problem("kubeconfig-cluster", f"cannot read {path}: {exc.strerror}")
+    if cluster in names:
+        return _ok("kubeconfig-cluster", f"the kubeconfig names cluster {cluster!r}")
+    listed = ", ".join(sorted(names)[:5]) or "nothing"
+    return _problem("kubeconfig-cluster",
+                    f"KUBECONFIG names no context or cluster {cluster!r} (it names {listed}): "
+                    "iris would talk to another cluster",
+                    f"export KUBECONFIG=<the kubeconfig of {cluster}>, or set cluster.name")
+
+
+# The snippet the iris program's own interpreter runs: its distributions' versions and
+# whether the CLI and the kubernetes client (what iris's CoreWeave platform imports) import.
+_PROBE = """\
+import importlib, importlib.metadata as m, json, sys
+out = {"versions": {}, "imports": {}}
+for name in sys.argv[1:]:
+    try:
+        out["versions"][name] = m.version(name)
+    except m.PackageNotFoundError:
+        out["versions"][name] = None
+for module in ("iris.cli", "kubernetes.client", "kubernetes.dynamic"):
+    try:
+        importlib.import_module(module)
+        out["imports"][module] = ""
+    except Exception as exc:
+        out["imports"][module] = (type(exc).__name__ + ": " + str(exc))[:200]
+print(json.dumps(out))
+"""
+
+
+def _pinned() -> dict[str, str]:
+    return dict(pin.split("==", 1) for pin in IRIS_CONTRACT_PINS)
+
+
+def parse_iris_probe(text: str, program: str) -> Check:
+    """The probe's JSON (recorded or live) -> the iris check (pure)."""
+    try:
+        data = json.loads(text.strip().splitlines()[-1])
+        versions, imports = data["versions"], data["imports"]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return _problem("iris", f"{program}: its interpreter did not report its packages",
+                        install_hint("GPURL_IRIS"))
+    wrong = [f"{name} {versions.get(name) or 'missing'} (pinned {want})"
+             for name, want in _pinned().items() if versions.get(name) != want]
+    if wrong:
+        return _problem("iris", f"{program} is not the pinned release: {', '.join(wrong)}",
+                        install_hint("GPURL_IRIS"))
+    broken = {m: why for m, why in imports.items() if why}
+    if "iris.cli" in broken:
+        return _problem("iris", f"{program} does not import: {broken['iris.cli']}",
+                        install_hint("GPURL_IRIS"))
+    if broken:
+        module, why = next(iter(broken.items()))
+        return _problem("iris", f"{program} cannot import its kubernetes client ({module}: "
+                        f"{why}), so it cannot drive CoreWeave",
+                        "use the cw-capable iris (marin-iris[controller], kubernetes>=31,<36) "
+                        "and set GPURL_IRIS to it")
+    return _ok("iris", f"{program}: marin-iris {versions['marin-iris']} (pinned), imports "
+                       "its kubernetes client")
+
+
+def _interpreter(program: str) -> str | None:
+    """The Python a console-script `iris` runs on, from its `#!` line."""
+    try:
+        with open(program, "rb") as handle:
+            first = handle.readline(4096).decode(errors="replace")
+    except OSError:
+        return None
+    return first[2:].strip().split()[0] if first.startswith("#!") and first[2:].strip() else None
+
+
+def iris_install(env: Mapping[str, str]) -> Check:
+    """The iris found ($GPURL_IRIS, else PATH) is the pinned release and imports its
+    kubernetes client: its own interpreter is asked (no cluster needed)."""
+    try:
+        program = find_iris(iris_program(env), env)
+    except ProgramNotFound as exc:
+        return _from_error("iris", exc)
+    python = _interpreter(program)
+    if python is None or "python" not in Path(python).name:
+        return _problem("iris", f"{program} is not a Python console script, so its release "
+                        "cannot be read", install_hint("GPURL_IRIS"))
+    try:
+        done = run([python, "-c", _PROBE, *_pinned()], echo=None, timeout=120, env=dict(env))
+    except (CommandFailed, ProgramNotFound) as exc:
+        return _problem("iris", f"{program}: its interpreter {python} failed: {exc.message}",
+                        install_hint("GPURL_IRIS"))
+    return parse_iris_probe(done.stdout, program)
+
+
+def iris_controller(url: str) -> Check:
+    """The controller at cluster.controller-url answers HTTP (skipped when it is unset: the
+    cluster is then reached by name, through the kubeconfig)."""
+    if not url:
+        return _skip("iris-controller", "cluster.controller-url is unset: iris reaches the "
+                                        "cluster by name")
+    try:
+        answer = httpx.get(url, timeout=_TIMEOUT)
+    except httpx.HTTPError as exc:
+        return _problem("iris-controller", f"the iris controller at {redact_url(url)} does not "
+                        f"answer ({type(exc).__name__})",
+                        "start the controller or its tunnel, or fix cluster.controller-url")
+    return _ok("iris-controller", f"the iris controller at {redact_url(url)} answers "
+                                  f"(HTTP {answer.status_code})")
+
+
+def job_memory(memory: str, *, force: bool = False) -> Check:
+    """The build job's memory is at least 512GB (256GB dies silently at wheel packaging)."""
+    try:
+        wanted = parse_size(memory, binary_gb=True)
+    except ValueError as exc:
+        return _problem("memory", f"--memory: {exc}")
+    if wanted < parse_size(MIN_MEMORY, binary_gb=True) and not force:
+        return _problem(
+            "memory", f"--memory {memory} is below {MIN_MEMORY}: a 256GB build dies silently "
+            "(pod reaped, no error log) at the wheel-packaging / snapshot step",
+            f"use --memory {MIN_MEMORY}, or --force if you know this build is smaller")
+    return _ok("memory", f"the build job asks for {memory}")
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+
+def _token_kind(token: Secret) -> str:
+    value = token.reveal()
+    if value.startswith(("ghp_", "github_pat_", "gho_", "ghs_")):
+        return "a GitHub token"
+    return "a Docker Hub token" if looks_like_docker_hub(token) else "a token"
+
+
+def registry_token(found: TokenSource | None, host: str) -> Check:
+    """A registry token is set, of the kind the host takes (ghcr.io refuses Docker Hub's)."""
+    if found is None:
+        return _problem(
+            "registry-token", f"no registry token for {host}: the push is the build's last "
+            "step and fails after the whole build without one",
+            "set GPURL_REGISTRY_TOKEN or GHCR_TOKEN, or log in with `gh auth login`")
+    if host == "ghcr.io" and looks_like_docker_hub(found.token):
+        return _problem(
+            "registry-token", f"the token from {found.source} looks like a Docker Hub token "
+            "(dckr_pat_...), which ghcr.io rejects at push time",
+            "use a GitHub token with write:packages, e.g. GHCR_TOKEN=$(gh auth token)")
+    return _ok("registry-token", f"{_token_kind(found.token)} from {found.source} for {host}")
+
+
+def required_token(found: TokenSource | None, host: str) -> TokenSource:
+    """The token a build pushes with, or the registry-token check's refusal."""
+    require(check := registry_token(found, host))
+    if found is None:  # registry_token refuses a missing token; this narrows the type
+        raise BuildError(check.detail)
+    return found
+
+
+def registry_user(config: Config) -> Check:
+    """The push authenticates as USER:TOKEN, so registry.user must be set."""
+    if not config.registry.user:
+        return _problem("registry-user", "no registry user: the push authenticates as "
+                        "USER:TOKEN", "set [tool.gpurl.registry] user or GPURL_REGISTRY_USER")
+    return _ok("registry-user", f"pushes as {config.registry.user!r}")
+
+
+_HOW = {"anonymous": "the registry asks for no credentials",
+        "basic": "the registry accepts the credentials (Basic auth)",
+        "bearer": "the token service grants push",
+        "upload": "a blob upload was accepted (and cancelled)"}
+
+
+def push_scope(config: Config, repository: str, env: Mapping[str, str], *, what: str) -> Check:
+    """The credentials may push to `repository` (host/name): the token endpoint is asked for
+    push scope, or a Basic registry's /v2/ checks the credentials; nothing is pushed."""
+    name = f"push-{what}"
+    try:
+        ref = parse_reference(f"{repository}:doctor", default_host=config.registry.host)
+        with open_client(config, ref, env) as client:
+            how = client.push_access(ref)
+    except GpurlError as exc:
+        return _problem(name, f"cannot push to {repository}: {exc.message}",
+                        exc.hint or "use credentials that may write to the repository")
+    return _ok(name, f"{repository}: {_HOW[how]}")
+
+
+def immutable_tag(config: Config, env: Mapping[str, str],
+                  source: Callable[[Path, Sequence[str]], git.Source | None] = git.source,
+                  lookup: Callable[[str], str | None] | None = None) -> Check:
+    """The immutable tag PREFIX-<source id> of the working tree is free in the registry."""
+    tree = source(config.root, ignored_paths(config))
+    if tree is None:
+        return _problem("immutable-tag", "cannot resolve GITSHA from git: the image is pushed "
+                        "as the immutable tag PREFIX-GITSHA",
+                        f"run from a git checkout with at least one commit ({config.root})")
+    tag = config.registry.immutable_reference(tree.id, prefix=config.registry.tag_prefix)
+    try:
+        held = (lookup or (lambda ref: existing_digest(config, ref, env)))(tag)
+    except GpurlError as exc:
+        return _problem("immutable-tag", f"cannot look up {tag}: {exc.message}", exc.hint)
+    if held is not None:
+        return _problem("immutable-tag", f"{tag} already exists as {held}: an immutable tag "
+                        "is never moved", "commit the change (a new commit is a new tag), pin "
+                        "the existing digest, or build with --force to overwrite it knowingly")
+    return _ok("immutable-tag", f"{tag} is free")
+
+
+# --- the build's inputs ---------------------------------------------------------------------
+
+
+def generated_files(config: Config) -> Check:
+    """The committed Dockerfile, slice files and kaniko script are what the config renders."""
+    try:
+        check_committed(config, extra=kaniko.script_files)
+    except GpurlError as exc:
+        return _from_error("generated-files", exc)
+    return _ok("generated-files", "the committed Dockerfile, slices and script are current")
+
+
+def _head(url: str) -> int | str:
+    """The HTTP status of a HEAD request (redirects followed), or the transport failure."""
+    try:
+        return httpx.head(url, timeout=_TIMEOUT, follow_redirects=True).status_code
+    except httpx.HTTPError as exc:
+        return type(exc).__name__
+
+
+def prebuilt_wheels(config: Config) -> Check:
+    """Every compiled wheel the build fetches answers HEAD at build.wheel-base-url, and the
+    MANIFEST there (the one GET) lists each by the name the pins derive."""
+    if config.build.wheel_source != "prebuilt-wheelhouse":
+        return _skip("prebuilt-wheels", f"build.wheel-source is {config.build.wheel_source}: "
+                                        "the wheels are compiled in the build")
+    try:
+        names = kaniko.prebuilt_wheel_names(config)
+    except GpurlError as exc:
+        return _from_error("prebuilt-wheels", exc)
+    if not names:
+        return _skip("prebuilt-wheels", "the profile has no compiled wheels")
+    base = config.build.wheel_base_url.rstrip("/")
+    shown = redact_url(base)
+    try:
+        listed = {w.filename for w in read_manifest(f"{base}/MANIFEST", timeout=_TIMEOUT)}
+    except GpurlError as exc:
+        return _problem("prebuilt-wheels", f"no MANIFEST at {shown}: {exc.message}",
+                        "publish the wheels with a MANIFEST (sha256sum *.whl > MANIFEST)")
+    unlisted = [n for n in names if n not in listed]
+    absent = [f"{n} ({status})" for n in names if (status := _head(f"{base}/{n}")) != 200]
+    if unlisted or absent:
+        parts = ([f"MANIFEST lacks {', '.join(unlisted)}"] if unlisted else []) + (
+            [f"missing: {', '.join(absent)}"] if absent else [])
+        return _problem("prebuilt-wheels", f"prebuilt wheels at {shown}: {'; '.join(parts)} "
+                        "(the build would fail, never compile)",
+                        "build them (`invoke build-wheels`) and upload them with the MANIFEST, "
+                        "or build with WHEEL_SOURCE=wheel-builder (~3 h)")
+    return _ok("prebuilt-wheels", f"{len(names)} wheel(s) at {shown}, listed in its MANIFEST: "
+                                  f"{', '.join(names)}")
+
+
+def executor_pin(config: Config, env: Mapping[str, str]) -> Check:
+    """cluster.kaniko-executor is a digest reference its registry holds (one HEAD)."""
+    try:
+        image = kaniko.pinned_executor(config.cluster.kaniko_executor)
+        ref = parse_reference(image, default_host="docker.io")
+        with open_client(config, ref, env) as client:
+            held = client.has_manifest(ref)
+    except GpurlError as exc:
+        return _from_error("executor-pin", exc)
+    if not held:
+        return _problem("executor-pin", f"{image} is not in its registry",
+                        "pin a digest that exists: `crane digest IMAGE:TAG`")
+    return _ok("executor-pin", f"{image} resolves in its registry")
+
+
+def crane_url(url: str) -> Check:
+    """cluster.crane-url answers HEAD (its sha256 is checked in the job)."""
+    status = _head(url)
+    if status != 200:
+        return _problem("crane-url", f"cluster.crane-url {redact_url(url)} answers {status}",
+                        "point cluster.crane-url (and crane-sha256) at a go-containerregistry "
+                        "release archive")
+    return _ok("crane-url", f"{redact_url(url)} answers HEAD")
+
+
+# --- all of them ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DoctorReport:
+    """Every check's line; exit 0 only when none is a problem."""
+
+    profile: str
+    variant: str
+    checks: tuple[Check, ...]
+
+    @property
+    def problems(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.failed)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.problems else 0
+
+    @property
+    def failure(self) -> str | None:
+        if not self.problems:
+            return None
+        return (f"doctor: {len(self.problems)} of {len(self.checks)} checks found a problem "
+                f"({', '.join(c.name for c in self.problems)})")
+
+    def human(self) -> str:
+        width = max((len(c.name) for c in self.checks), default=0)
+        lines = [f"doctor: profile {self.profile!r}" + (f" variant {self.variant!r}"
+                                                       if self.variant else "")]
+        for c in self.checks:
+            mark = {"ok": "ok     ", "problem": "PROBLEM", "skipped": "skip   "}[c.status]
+            lines.append(f"{mark} {c.name:<{width}}  {c.detail}")
+            if c.failed and c.fix:
+                lines.append(f"        {'':<{width}}  fix: {c.fix}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": not self.problems, "profile": self.profile, "variant": self.variant,
+                "checks": [c.to_json() for c in self.checks]}
+
+
+def _redacted(checks: Iterable[Check], secrets: Sequence[Secret]) -> tuple[Check, ...]:
+    return tuple(dataclasses.replace(c, detail=redact(c.detail, secrets),
+                                     fix=redact(c.fix, secrets) if c.fix else c.fix)
+                 for c in checks)
+
+
+def run_doctor(config: Config, env: Mapping[str, str], *,
+               token: Callable[[], TokenSource | None],
+               source: Callable[[Path, Sequence[str]], git.Source | None] = git.source
+               ) -> DoctorReport:
+    """Run every check for `config`'s backend (the cluster's only for iris) and report all."""
+    found = token()
+    if found is not None and not any(env.get(name, "").strip() for name in TOKEN_ENVS):
+        env = {**env, TOKEN_ENVS[0]: found.token.reveal()}  # from `gh`: the registry reads use it
+    cluster = config.backend == "iris"
+    not_cluster = f"backend {config.backend}: not a cluster build"
+    checks = [
+        kubeconfig(env) if cluster else _skip("kubeconfig", not_cluster),
+        kubeconfig_cluster(env, config.cluster.name) if cluster
+        else _skip("kubeconfig-cluster", not_cluster),
+        iris_install(env) if cluster else _skip("iris", not_cluster),
+        iris_controller(config.cluster.controller_url) if cluster
+        else _skip("iris-controller", not_cluster),
+        job_memory(config.cluster.memory) if cluster else _skip("memory", not_cluster),
+    ]
+    if cluster or found is not None:
+        checks.append(registry_token(found, config.registry.host))
+    if cluster:
+        checks.append(registry_user(config))
+    if not any(c.failed for c in checks if c.name == "registry-token"):
+        checks += [push_scope(config, config.registry.image, env, what="image"),
+                   push_scope(config, cache_repository(config), env, what="cache")]
+    checks += [prebuilt_wheels(config) if cluster else _skip("prebuilt-wheels", not_cluster),
+               generated_files(config), immutable_tag(config, env, source)]
+    if cluster:
+        checks += [executor_pin(config, env), crane_url(config.cluster.crane_url)]
+    secrets = (found.token,) if found else ()
+    return DoctorReport(profile=config.profile, variant=config.variant,
+                        checks=_redacted(checks, secrets))

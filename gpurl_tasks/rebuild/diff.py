@@ -1,0 +1,235 @@
+"""`invoke diff REF1 REF2`: what changed between two pushed images, and what a node pulls.
+
+Both images are read through the registry API (`oci.registry`: manifest, config, history,
+labels). Layers are compared by digest: the bytes a node holding REF1 must pull for REF2 are
+the sizes of REF2's layers whose digest REF1 lacks. Slice layers are the RUNs that install
+`/tmp/gpurl-layers/<label>.txt` (the history maps layers to instructions). Packages come from
+the locks the images were built from: the org.gpurl.git-sha label names the commit, and the
+lock at that commit (read from the local git repository, checked against the
+org.gpurl.lock-sha256 label) gives each image's install closure. Where the metadata is missing
+(an image gpurl did not build, a commit this clone lacks) the diff says so and shows layers
+and bytes only; it never invents a package list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gpurl_tasks import git
+from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.provenance import LABEL_GIT_SHA, LABEL_LOCK_HASH
+from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.imageref import parse_reference
+from gpurl_tasks.oci.connect import open_client
+from gpurl_tasks.oci.image import PulledImage
+from gpurl_tasks.oci.verify import layer_instructions
+from gpurl_tasks.plan.model import SLICE_DIR
+from gpurl_tasks.rebuild.inputs import closure_entries
+from gpurl_tasks.units import format_bytes
+
+__all__ = ["ImageDiff", "LayerChange", "PackageChange", "diff_images", "diff_task",
+           "package_changes", "slice_layers"]
+
+_SLICE = re.compile(re.escape(SLICE_DIR) + r"/([^\s'\"]+)\.txt")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LayerChange:
+    """A layer of REF2 that REF1 lacks."""
+
+    digest: str
+    size: int
+    instruction: str | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PackageChange:
+    name: str
+    before: str | None  # None: added
+    after: str | None  # None: removed
+
+    def text(self) -> str:
+        if self.before is None:
+            return f"+ {self.name} {self.after}"
+        if self.after is None:
+            return f"- {self.name} {self.before}"
+        if self.before == self.after:
+            return f"~ {self.name} {self.after} (another artifact)"
+        return f"~ {self.name} {self.before} -> {self.after}"
+
+
+def slice_layers(image: PulledImage) -> dict[str, str]:
+    """{slice label: layer digest} of the RUNs that install a slice file (none when the
+    history does not map onto the layers)."""
+    instructions, _ = layer_instructions(image)
+    found = {}
+    for layer, text in zip(image.layers, instructions, strict=True):
+        match = _SLICE.search(text or "") if text and "uv pip install" in text else None
+        if match:
+            found[match.group(1)] = layer.digest
+    return found
+
+
+def package_changes(before: Mapping[str, tuple[str | None, str | None]],
+                    after: Mapping[str, tuple[str | None, str | None]]
+                    ) -> tuple[PackageChange, ...]:
+    """Added, removed and changed packages between two closures {name: (version, artifact)}."""
+    out = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        out.append(PackageChange(name=name, before=old[0] or "?" if old else None,
+                                 after=new[0] or "?" if new else None))
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImageDiff:
+    """REF1 -> REF2: layers by digest, slices by label, packages when the locks are known."""
+
+    before: PulledImage
+    after: PulledImage
+    new_layers: tuple[LayerChange, ...]
+    shared_bytes: int
+    gone_layers: int
+    slices: dict[str, tuple[str, ...]]  # shared | changed | added | removed -> labels
+    packages: tuple[PackageChange, ...] | None  # None: unavailable (see notes)
+    notes: tuple[str, ...]
+    exit_code: int = 0
+
+    @property
+    def pull_bytes(self) -> int:
+        """What a node holding REF1 downloads for REF2: REF2's layers REF1 lacks."""
+        return sum(layer.size for layer in self.new_layers)
+
+    @property
+    def largest_new(self) -> LayerChange | None:
+        return max(self.new_layers, key=lambda layer: layer.size, default=None)
+
+    def human(self) -> str:
+        a, b = self.before, self.after
+        shared = len(b.layers) - len(self.new_layers)
+        lines = [f"{a.ref} ({a.manifest_digest[:19]}, {len(a.layers)} layers)",
+                 f"  -> {b.ref} ({b.manifest_digest[:19]}, {len(b.layers)} layers)",
+                 f"layers: {shared} shared ({format_bytes(self.shared_bytes)}), "
+                 f"{len(self.new_layers)} new, {self.gone_layers} no longer used",
+                 f"a node holding the first pulls {self.pull_bytes:,} bytes "
+                 f"({format_bytes(self.pull_bytes)}) for the second"]
+        big = self.largest_new
+        if big is not None:
+            lines.append(f"largest new layer: {format_bytes(big.size)} {big.digest[:19]} "
+                         f"{(big.instruction or '(instruction unknown)')[:90]}")
+        if any(self.slices.values()):
+            lines.append("slices: " + ", ".join(
+                f"{len(self.slices[k])} {k}" for k in ("shared", "changed", "added", "removed")))
+            lines += [f"  {kind} {label}" for kind in ("changed", "added", "removed")
+                      for label in self.slices[kind]]
+        if self.packages is not None:
+            lines.append(f"packages: {len(self.packages)} changed" if self.packages
+                         else "packages: none changed")
+            lines += [f"  {change.text()}" for change in self.packages]
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        big = self.largest_new
+        return {
+            "before": {"ref": str(self.before.ref), "digest": self.before.manifest_digest,
+                       "layers": len(self.before.layers)},
+            "after": {"ref": str(self.after.ref), "digest": self.after.manifest_digest,
+                      "layers": len(self.after.layers)},
+            "pull_bytes": self.pull_bytes, "shared_bytes": self.shared_bytes,
+            "new_layers": [dataclasses.asdict(layer) for layer in self.new_layers],
+            "gone_layers": self.gone_layers,
+            "largest_new_layer": dataclasses.asdict(big) if big else None,
+            "slices": {k: list(v) for k, v in self.slices.items()},
+            "packages": None if self.packages is None else [
+                {"name": c.name, "before": c.before, "after": c.after} for c in self.packages],
+            "notes": list(self.notes),
+        }
+
+
+def diff_images(before: PulledImage, after: PulledImage,
+                packages: tuple[PackageChange, ...] | None, notes: tuple[str, ...] = ()
+                ) -> ImageDiff:
+    """Compare two pulled images (pure); `packages` from `_packages` or None."""
+    held = {layer.digest for layer in before.layers}
+    instructions, history_note = layer_instructions(after)
+    new: dict[str, LayerChange] = {}
+    for layer, text in zip(after.layers, instructions, strict=True):
+        if layer.digest not in held and layer.digest not in new:
+            new[layer.digest] = LayerChange(digest=layer.digest, size=layer.size, instruction=text)
+    wanted = {layer.digest for layer in after.layers}
+    shared_bytes = sum({layer.digest: layer.size for layer in after.layers
+                        if layer.digest in held}.values())
+    gone = len({layer.digest for layer in before.layers} - wanted)
+    old, cur = slice_layers(before), slice_layers(after)
+    slices = {"shared": tuple(sorted(k for k in cur if old.get(k) == cur[k])),
+              "changed": tuple(sorted(k for k in cur if k in old and old[k] != cur[k])),
+              "added": tuple(sorted(set(cur) - set(old))),
+              "removed": tuple(sorted(set(old) - set(cur)))}
+    extra = list(notes)
+    if history_note:
+        extra.append(f"{after.ref}: {history_note}")
+    if not cur and not old:
+        extra.append("no slice layers (no RUN installs a /tmp/gpurl-layers file): layers and "
+                     "bytes only")
+    return ImageDiff(before=before, after=after, new_layers=tuple(new.values()),
+                     shared_bytes=shared_bytes, gone_layers=gone, slices=slices,
+                     packages=packages, notes=tuple(extra))
+
+
+def _closure(config: Config, image: PulledImage
+             ) -> tuple[dict[str, tuple[str | None, str | None]] | None, str | None]:
+    """The image's install closure from the lock at its recorded commit, or a note why not."""
+    sha = image.labels.get(LABEL_GIT_SHA, "").split("-dirty-", 1)[0]
+    if not sha:
+        return None, f"{image.ref} has no {LABEL_GIT_SHA} label (not built by gpurl?)"
+    if not config.lock.is_relative_to(config.root):
+        return None, f"the lock {config.lock} is outside the repository"
+    path = config.lock.relative_to(config.root).as_posix()
+    try:
+        text = git.show_file(config.root, sha, path)
+    except GpurlError as exc:
+        return None, f"cannot read {path} at {sha}: {exc.message}"
+    if text is None:
+        return None, f"{path} at {sha} is not in this clone (git fetch it)"
+    recorded = image.labels.get(LABEL_LOCK_HASH)
+    if recorded and hashlib.sha256(text.encode()).hexdigest() != recorded:
+        return None, (f"{path} at {sha} does not hash to {image.ref}'s {LABEL_LOCK_HASH} "
+                      "label (the image was built from an uncommitted lock)")
+    try:
+        entries = closure_entries(text, config.target, config.python)
+    except GpurlError as exc:
+        return None, f"cannot read {path} at {sha}: {exc.message}"
+    return {name: (version, artifact) for name, version, artifact in entries}, None
+
+
+def _packages(config: Config, before: PulledImage, after: PulledImage
+              ) -> tuple[tuple[PackageChange, ...] | None, tuple[str, ...]]:
+    locks = (before.labels.get(LABEL_LOCK_HASH), after.labels.get(LABEL_LOCK_HASH))
+    if locks[0] and locks[0] == locks[1]:
+        return (), (f"both images record the same lock ({locks[0][:12]}): no package changed",)
+    old, why_old = _closure(config, before)
+    new, why_new = _closure(config, after)
+    if old is None or new is None:
+        return None, (f"package diff unavailable: {why_old or why_new}",)
+    return package_changes(old, new), ()
+
+
+def diff_task(config: Config, first: str, second: str,
+              env: Mapping[str, str] | None = None) -> ImageDiff:
+    """`invoke diff`'s one function: pull both images, compare them and their locks."""
+    images = []
+    for text in (first, second):
+        ref = parse_reference(text, default_host=config.registry.host)
+        with open_client(config, ref, env) as client:
+            images.append(client.pull(ref))
+    before, after = images
+    packages, notes = _packages(config, before, after)
+    return diff_images(before, after, packages, notes)
