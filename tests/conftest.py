@@ -14,10 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.support.registry_server import RegistryServer, running_registry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Hypothesis's per-example deadline measures this machine's load (two cores shared with image
+# builds), not the code: a slow first example is not a failure. Invariants stay checked.
+settings.register_profile("gpurl", deadline=None)
+settings.load_profile("gpurl")
 # SkyRL's real skyrl-train locks (commits 021b9d65b, older, and 0b8acf049), xz-compressed in the
 # project's own test data: a user's clone has no ../shared beside it.
 SKYRL_DATA = Path(__file__).resolve().parent / "data" / "skyrl"
