@@ -19,7 +19,8 @@ APP_DIR="$ROOT/app"
 KANIKO_DIR="$ROOT/kaniko"
 # kaniko builds in this job's own root filesystem and deletes it between stages, all but
 # $KANIKO_DIR (never snapshotted, never deleted): the build context, crane and the digest
-# live there, so the bundle at $APP_DIR is neither deleted mid-build nor copied into the image.
+# live there, so they outlive the first stage, and the bundle at $APP_DIR (deleted with the
+# rest) never reaches the image.
 CONTEXT="$KANIKO_DIR/context"
 WORK="$KANIKO_DIR/gpurl"
 WHEELHOUSE="$CONTEXT"/docker/wheelhouse
