@@ -168,8 +168,9 @@ def test_build_runs_the_real_script_and_watch_follows_it_to_succeeded(
     (call,) = r.calls("executor")
     assert f"--destination {image}:gpu-rl-{sha}" in call
     assert "--build-arg GITSHA=" + sha in call
-    # the script ran in the bundle: the wheels landed in the bundle's docker/wheelhouse
-    assert "--context dir://" in call and "/app" in call
+    # the script built from its copy of the bundle under /kaniko (kaniko deletes the rest of
+    # the job's filesystem between stages), where the wheels were fetched
+    assert "--context dir://" in call and "/kaniko/context " in call
     # the token reached the job through `-e` (it is in the auth file the executor saw) ...
     auth = json.loads(r.auth_seen.read_text())["auths"][registry.host]["auth"]
     assert base64.b64decode(auth).decode() == f"penfever:{CANARY}"
