@@ -50,7 +50,7 @@ JOB_IMAGE = "gpurl/kaniko-job:bookworm"
 _STAMP = re.compile(r"INFO\S*\[(\d+)\] (.*)")
 _SLICE_RUN = re.compile(r"RUN uv pip install .* -r /tmp/gpurl-layers/(\S+)\.txt")
 
-__all__ = ["main", "measure", "render_section", "slice_timings"]
+__all__ = ["load_data", "main", "measure", "render_section", "slice_timings", "splice_section"]
 
 
 def slice_timings(log: str) -> list[dict[str, Any]]:
@@ -248,11 +248,19 @@ def render_section(data: dict[str, Any] | None) -> str:
     if "fork-one-layer-cold" in by and "fork-cold" in by:
         ratios.append("layered/one layer "
                       f"{by['fork-cold']['seconds'] / by['fork-one-layer-cold']['seconds']:.2f}")
-    lines += ["", "Ratios (same run): " + "; ".join(ratios) + ".", END]
+    lines += ["", "Ratios (same run): " + "; ".join(ratios) + "."]
+    if data.get("note"):  # the run's conditions, recorded with its figures
+        lines += ["", str(data["note"])]
+    lines.append(END)
     return "\n".join(lines)
 
 
-def _splice(text: str, section: str) -> str:
+def load_data(path: Path = DATA) -> dict[str, Any] | None:
+    """The last run's figures (benchmarks/data/kaniko-scale.json), if any."""
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def splice_section(text: str, section: str) -> str:
     if BEGIN in text and END in text:
         return text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
     return text.rstrip("\n") + "\n\n## Real kaniko at heavy scale\n\n" + section + "\n"
@@ -268,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: no kaniko/crane source archives at {SOURCES}", file=sys.stderr)
             return 2
         DATA.write_text(json.dumps(measure(), indent=1, sort_keys=True) + "\n")
-    section = render_section(json.loads(DATA.read_text()) if DATA.exists() else None)
-    REPORT.write_text(_splice(REPORT.read_text(), section))
+    section = render_section(load_data())
+    REPORT.write_text(splice_section(REPORT.read_text(), section))
     print(section)
     return 0
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import prediction, quality, real_scale, rebuild_cost, speed
+from benchmarks import kaniko_scale, prediction, quality, real_scale, rebuild_cost, speed
 from benchmarks.common import (
     REPO_ROOT,
     SHARED_LOCKS,
@@ -206,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["real_scale"] = real_scale.load_data()
     markdown = real_scale.splice_section(render_markdown(results),
                                          real_scale.render_section(results["real_scale"]))
+    # ... and the real-kaniko section from `nox -s bench-kaniko`'s last run
+    markdown = kaniko_scale.splice_section(markdown,
+                                           kaniko_scale.render_section(kaniko_scale.load_data()))
     _write(args.out / "report.json", json.dumps(results, indent=2, sort_keys=True) + "\n")
     _write(args.report, markdown)
     print(markdown)
