@@ -18,14 +18,15 @@ from gpurl_tasks.errors import GpurlError
 __all__ = ["decode_text", "read_text", "sha256_of", "write_atomic"]
 
 
-def write_atomic(path: Path, text: str, *, mode: int | None = None) -> bool:
-    """Replace `path` with `text`; False (and no write) when the content is already identical.
+def write_atomic(path: Path, text: str | bytes, *, mode: int | None = None) -> bool:
+    """Replace `path` with `text` (str is written as UTF-8, bytes as they are); False (and no
+    write) when the content is already identical.
 
     `mode` sets the permission bits; by default an existing file keeps its own and a new
     one gets 0o644.
     """
     target = path.resolve()
-    data = text.encode()
+    data = text.encode() if isinstance(text, str) else text
     if target.exists() and target.read_bytes() == data and mode in (None, target.stat().st_mode & 0o7777):
         return False
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -170,7 +171,7 @@ def _blob_names(parts: Parts, reference: str, digest: str) -> list[str]:
     with httpx.Client(verify=parts.ca.context(), auth=(USER, CANARY), timeout=60) as client:
         blob = client.get(url, follow_redirects=True)
     blob.raise_for_status()
-    with tarfile.open(fileobj=__import__("io").BytesIO(blob.content), mode="r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(blob.content), mode="r:gz") as tar:
         return [m.name for m in tar.getmembers() if not m.isdir()]
 
 

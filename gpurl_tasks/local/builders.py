@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.files import sha256_of, write_atomic
 from gpurl_tasks.steps import StepRecord, timed
 
 __all__ = [
@@ -91,21 +92,13 @@ def load_sources(directory: Path) -> tuple[str, dict[str, Source]]:
                         for name, e in entries.items()}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _verified(source: Source) -> None:
     if not source.archive.is_file():
         raise BuildError(f"source archive {source.archive} is missing ({source.name})",
                          hint="point cluster.source-archives at the directory holding "
                               f"{source.archive.name} (upstream's release source, sha256 "
                               f"{source.sha256[:12]}…)")
-    got = _sha256(source.archive)
+    got = sha256_of(source.archive)
     if got != source.sha256:
         raise BuildError(f"{source.archive} has sha256 {got}, not the pinned {source.sha256}",
                          hint="use the archive builder-sources.toml pins, or update the pin "
@@ -191,11 +184,8 @@ def crane_release(crane: Path, dest_dir: Path) -> tuple[Path, str]:
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         tar.addfile(info, io.BytesIO(data))
     packed = gzip.compress(raw.getvalue(), compresslevel=9, mtime=0)
-    dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / CRANE_ARCHIVE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(packed)
-    tmp.replace(path)
+    write_atomic(path, packed)
     return path, hashlib.sha256(packed).hexdigest()
 
 
@@ -206,7 +196,7 @@ def setup_kaniko(cache: Path, source_dir: Path, registry: str, *,
     """Build (or find cached) Go, each executor and crane; push each executor image to
     `registry` (loopback) as gpurl/kaniko-executor:NAME; write crane's release archive."""
     go_requirement, sources = load_sources(source_dir)
-    unknown = sorted(set(executors) - set(sources) | ({"crane"} & set(executors)))
+    unknown = sorted(set(executors) - (set(sources) - {"crane"}))
     if unknown:
         raise BuildError(f"unknown executor {unknown[0]!r}",
                          hint="choose from " + ", ".join(n for n in sources if n != "crane"))
