@@ -169,13 +169,13 @@ def _wheel_source_paths(inputs: DockerfileInputs, config: Config, repo: Path) ->
 
 
 def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
-                 closure_fn: ClosureFn,
+                 closure_fn: ClosureFn, repo: Path,
                  blobs: Callable[[list[str]], dict[str, str]]) -> Fingerprint:
     inputs = parse_dockerfile_inputs(dockerfile or "")
     closure = list(closure_fn(lock, config.target, config.python)) if lock is not None else []
     pins = pins_from_args(inputs.effective_args, config.build, config.target)
     missing = [name for name, text in (("dockerfile", dockerfile), ("lock", lock)) if text is None]
-    sources = blobs(_wheel_source_paths(inputs, config, git.toplevel(config.root)))
+    sources = blobs(_wheel_source_paths(inputs, config, repo))
     return fingerprint(inputs, closure, config.python.extras, pins, missing, sources)
 
 
@@ -194,12 +194,12 @@ def rebuild_needed(config: Config, *, since: str | None = None,
     new_fp = _fingerprint(
         _read(config.build.dockerfile, "Dockerfile", ConfigError, "run invoke generate first"),
         _read(config.lock, "lock", LockError, "run uv lock in the workspace"), config, closure_fn,
-        lambda paths: git.worktree_blobs(repo, paths))
+        repo, lambda paths: git.worktree_blobs(repo, paths))
     old_config = _config_at(repo, commit, config, env)
     old_docker = git.show_file(repo, commit,
                                    old_config.build.dockerfile.relative_to(repo).as_posix())
     old_lock = git.show_file(repo, commit, old_config.lock.relative_to(repo).as_posix())
-    old_fp = _fingerprint(old_docker, old_lock, old_config, closure_fn,
+    old_fp = _fingerprint(old_docker, old_lock, old_config, closure_fn, repo,
                           lambda paths: git.tree_blobs(repo, commit, paths))
     return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
                          since_source=source, old=old_fp, new=new_fp)
