@@ -416,3 +416,25 @@ def test_the_token_never_reaches_stored_logs_or_output(cluster: LocalIris, tmp_p
         assert CANARY not in text
         with contextlib.suppress(ValueError):
             assert base64.b64encode(CANARY.encode()).decode() not in text
+
+
+def test_doctor_reads_the_real_pinned_iris_and_reaches_the_controller(
+        cluster: LocalIris, user_env: dict[str, str]) -> None:
+    """doctor's iris checks on the real pinned install and the real local controller. This
+    install is the one the iris sessions make (the pinned release, no controller extra), so
+    the verdict is exact: every pin matches, and only the kubernetes client (what the
+    CoreWeave platform imports) is missing — the runbook's "broken kubernetes import"."""
+    from gpurl_tasks.cluster import doctor
+    from gpurl_tasks.cluster.iris_release import IRIS_CONTRACT_PINS
+
+    check = doctor.iris_install({**user_env, jobs.IRIS_ENV: str(cluster.iris)})
+    assert "not the pinned release" not in check.detail, check.detail
+    if importlib.util.find_spec("kubernetes") is None:
+        assert check.failed and "cannot import its kubernetes client" in check.detail
+    else:
+        assert check.status == "ok", check.detail
+        iris_pin = next(p for p in IRIS_CONTRACT_PINS if p.startswith("marin-iris=="))
+        assert iris_pin.split("==")[1] in check.detail
+    assert doctor.iris_controller(cluster.url).status == "ok"
+    down = doctor.iris_controller(f"http://127.0.0.1:{free_port()}")
+    assert down.failed and "does not answer" in down.detail
