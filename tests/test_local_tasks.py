@@ -46,7 +46,7 @@ def test_an_empty_wheelhouse_says_there_are_no_prebuilt_wheels_yet(tmp_path: Pat
     import dataclasses
 
     from gpurl_tasks.config import load_config
-    from gpurl_tasks.local.pipeline import wheelhouse_problem
+    from gpurl_tasks.local.actions import wheelhouse_problem
     from gpurl_tasks.rebuild.wheelhouse import check_source
 
     config = load_config(REPO_ROOT, profile="demo", env={})

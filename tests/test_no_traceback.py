@@ -20,6 +20,7 @@ from invoke.exceptions import Exit
 from gpurl_tasks import cli
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.generate import generate_profiles
+from gpurl_tasks.exitcodes import ExitCode
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import PushedImage, push_image, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, running_registry
@@ -40,7 +41,7 @@ def settle(call: Callable[[], Any]) -> tuple[int, str]:
 
 def one_clear_error(result: tuple[int, str], *needles: str) -> None:
     code, text = result
-    assert code not in (0, cli.INTERNAL_ERROR_EXIT), text
+    assert code not in (0, ExitCode.INTERNAL), text
     assert text.startswith("error: ") and "Traceback" not in text, text
     for needle in needles:
         assert needle in text, text
@@ -58,7 +59,7 @@ def test_an_unexpected_exception_is_one_internal_error_line(
         raise KeyError("canary-internal-77a1 in a message")
 
     code, text = settle(boom)
-    assert code == cli.INTERNAL_ERROR_EXIT
+    assert code == ExitCode.INTERNAL
     assert text.startswith("internal error: KeyError: ") and "GPURL_DEBUG=1" in text
     assert "canary-internal-77a1" not in text and "\n" not in text
     monkeypatch.setenv(cli.DEBUG_ENV, "1")
