@@ -275,7 +275,7 @@ def doctor(c: Context, profile: str | None = None, variant: str | None = None,
             "second": "REF2, the image it would pull next: REPO:TAG or REPO@sha256:...",
             "profile": _PROFILE + " (its registry, lock and target read the images)",
             "json": _JSON})
-def diff(c: Context, first: str, second: str = "", profile: str | None = None,
+def diff(c: Context, first: str, second: str | None = None, profile: str | None = None,
          json: bool = False) -> None:
     """What changed from one pushed image to another, and the bytes a node holding it pulls.
 
@@ -288,7 +288,7 @@ def diff(c: Context, first: str, second: str = "", profile: str | None = None,
 
     with cli.clean_failures(as_json=json):
         first = cli.positional("diff", first)
-        if not second.strip():
+        if second is None or not second.strip():
             raise cli.ConfigError("invoke diff needs the second image",
                                   hint="invoke diff REF1 REF2")
         cli.finish(diff_task(cli.config_for(profile), first, second), as_json=json)

@@ -18,6 +18,7 @@ from typing import Any, NoReturn, Protocol, TypeVar, get_args
 
 from invoke import tasks as invoke_tasks
 from invoke.exceptions import Exit
+from invoke.parser import Argument
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import (
@@ -61,8 +62,37 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHORT_FLAGS = {"profile": "p", "json": "j"}
 
 
+HELP_FLAGS = ("-h", "--help")
+
+
+class _Trailing(Argument):  # type: ignore[misc]
+    """A second positional argument. invoke hands `TASK --help` to a task's first positional
+    as its value (`positional` then shows the help); this one is then not missing, so invoke
+    does not refuse the command line before the help is shown."""
+
+    lead: Argument
+
+    @property
+    def value(self) -> Any:
+        value = self._value if self._value is not None else self.default
+        return "" if value is None and self.lead.value in HELP_FLAGS else value
+
+    @value.setter
+    def value(self, arg: str) -> None:
+        self.set_value(arg, cast=True)
+
+
 class _Task(invoke_tasks.Task[Callable[..., None]]):
-    """An invoke task whose only short flags are SHORT_FLAGS'."""
+    """An invoke task whose only short flags are SHORT_FLAGS' and whose positional arguments
+    after the first still let `TASK --help` show the help."""
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
+        arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
+        lead, *rest = [a for a in arguments if a.positional] or [None]
+        for argument in rest:
+            argument.__class__ = _Trailing
+            argument.lead = lead
+        return arguments
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
         opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
@@ -312,7 +342,7 @@ def choice(flag: str, value: str | None, choices: Any) -> str | None:
 def positional(task: str, value: str) -> str:
     """A task's required positional argument. invoke hands `TASK --help` to it as its value, so
     `--help` there shows the task's help (as `invoke --help TASK` does) instead of running."""
-    if value in ("-h", "--help"):
+    if value in HELP_FLAGS:
         shown = proc.run([sys.executable, "-m", "invoke", "--help", task], cwd=REPO_ROOT,
                          echo=None)
         raise Exit(shown.stdout.rstrip("\n"), code=0)

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.config import BuildSettings, Config, TargetSpec, load_committed_config, load_config
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.dockerfile.wheels import (
     FoundWheel,
     Mismatch,
@@ -459,7 +460,7 @@ def test_check_wheels_task_follows_the_profile(tmp_path: Path) -> None:
                                         "  expected gpurl_demo_ext-*.whl"]
     wheel.rename(tmp_path / wheel.name.replace("cp311-cp311", "cp310-cp310"))
     done = invoke("check-wheels", "--profile", "demo", "--source", str(tmp_path), "--json")
-    assert done.returncode == 3
+    assert done.returncode == ExitCode.CHECK_FAILED
     report = json.loads(done.stdout)
     assert report["ok"] is False
     assert [m["problem"] for m in report["mismatches"]] == [
