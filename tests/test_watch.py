@@ -278,14 +278,6 @@ def test_garbage_is_exit_3_at_once(capsys: pytest.CaptureFixture[str]) -> None:
     assert len([c for c in replay.calls if "summary" in c]) == 1
 
 
-def test_describe_variant(capsys: pytest.CaptureFixture[str]) -> None:
-    replay = Replay("job-help-describe.txt", ["describe-running.txt",
-                                              "describe-worker-failed.txt"])
-    code, _ = _run(replay, capsys)
-    assert code == 1
-    assert ("iris", "--cluster=cw-test", "job", "describe", JOB) in replay.calls
-
-
 def test_query_variant_when_no_job_state_command_exists(
         capsys: pytest.CaptureFixture[str]) -> None:
     replay = Replay("help-0.2.35.txt", ["query-running.csv", "query-unschedulable.csv"])
