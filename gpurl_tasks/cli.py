@@ -18,7 +18,7 @@ from typing import Any, NoReturn, Protocol, TypeVar, get_args
 
 from invoke import tasks as invoke_tasks
 from invoke.exceptions import Exit
-from invoke.parser import Argument
+from invoke.parser.argument import Argument
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import (
@@ -60,12 +60,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The only short flags, the same in every task (invoke would otherwise derive one from each
 # flag's first free letter, so `-p` meant --probe in one task and --profile in another).
 SHORT_FLAGS = {"profile": "p", "json": "j"}
-
-
 HELP_FLAGS = ("-h", "--help")
 
 
-class _Trailing(Argument):  # type: ignore[misc]
+class _Trailing(Argument):
     """A second positional argument. invoke hands `TASK --help` to a task's first positional
     as its value (`positional` then shows the help); this one is then not missing, so invoke
     does not refuse the command line before the help is shown."""
@@ -88,10 +86,10 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
 
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
         arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
-        lead, *rest = [a for a in arguments if a.positional] or [None]
-        for argument in rest:
+        positional = [a for a in arguments if a.positional]
+        for argument in positional[1:]:
             argument.__class__ = _Trailing
-            argument.lead = lead
+            argument.lead = positional[0]  # type: ignore[attr-defined]
         return arguments
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:

@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.config import BuildSettings, Config, TargetSpec, load_committed_config, load_config
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
-from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.dockerfile.wheels import (
     FoundWheel,
     Mismatch,
@@ -39,6 +38,7 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
     wheel_specs,
 )
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.rebuild.wheelhouse import check_source, read_manifest, read_wheelhouse
 from tests.conftest import REPO_ROOT
 from tests.support.pyindex import make_wheel
