@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from gpurl_tasks.exitcodes import ExitCode
+
 T = TypeVar("T")
 
 __all__ = ["HEARTBEAT_SECONDS", "Argv", "DryRun", "Step", "StepRecord", "Steps", "dry_run_of", "timed"]
@@ -91,7 +93,7 @@ class DryRun:
 
     commands: tuple[Argv, ...]
     shown: tuple[str, ...] = ()
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
         return "\n".join(self.shown or tuple(shlex.join(argv) for argv in self.commands))

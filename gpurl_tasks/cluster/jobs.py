@@ -102,7 +102,7 @@ class Submission:
     prepared: PreparedBuild
     program: str
     job_id: str | None = None  # None: iris printed no id
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     @property
     def watch_command(self) -> str:
@@ -268,7 +268,7 @@ class KillOutcome:
     line a refusal, or another job touched, ends with."""
 
     text: str
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
     failure: str | None = None
     terminated: tuple[str, ...] = ()
 

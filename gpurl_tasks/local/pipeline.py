@@ -16,6 +16,7 @@ from typing import Any
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.local import actions, builder
 from gpurl_tasks.local.builder import BuildResult
 from gpurl_tasks.local.compose_env import compose_commands
@@ -112,7 +113,7 @@ class LocalBuild:
 
     result: BuildResult
     profile: str
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
         r = self.result
@@ -155,7 +156,7 @@ class PipelineResult:
     pinned: str | None  # the value written into the launcher (None: already pinned there)
     steps: tuple[StepRecord, ...]
     profile: str
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
         """What to run next for what was built (the steps printed their own progress)."""

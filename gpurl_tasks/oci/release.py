@@ -19,6 +19,7 @@ from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import fitted_plan
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import CheckFailed, GpurlError, PinError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
@@ -185,7 +186,7 @@ class PinOutcome:
     report: Report
     written: bool
     dry_run: bool
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
         change = self.change
