@@ -18,7 +18,8 @@ from gpurl_tasks import cli
 from gpurl_tasks.cli import task
 
 _PROFILE = "config profile from [tool.gpurl.profiles] (default: default-profile, or $GPURL_PROFILE)"
-_JSON = "print exactly one JSON object on stdout instead of the human output"
+_JSON = ("print exactly one JSON object on stdout instead of the human output (an error's: "
+         "error, hint, exit_code)")
 _VARIANT = "a variant of the profile ([tool.gpurl.profiles.NAME.variants]; default: every variant)"
 _RULES = {
     "cap": "target cap per layer, e.g. 4GB (default: verify.cap, else layers.cap)",
@@ -383,7 +384,7 @@ def fill_index(c: Context, pins: str, profile: str | None = None, deps: bool = F
 @task(help={"profile": "profile to run end to end (default: $GPURL_PROFILE, else demo)",
             "json": _JSON,
             "wheel_source": "prebuilt-wheelhouse (compile once, reuse) or wheel-builder",
-            "dry_run": "say what every step would do; start, build, push and write nothing"})
+            "dry_run": "print every step's commands; start, build, push and write nothing"})
 def demo(c: Context, profile: str | None = None, wheel_source: str = "prebuilt-wheelhouse",
          json: bool = False, dry_run: bool = False) -> None:
     """The main job on this machine: setup-local, plan, generate, build, push, verify, pin."""
