@@ -67,6 +67,29 @@ def test_an_unexpected_exception_is_one_internal_error_line(
         settle(boom)
 
 
+@pytest.mark.parametrize(("raised", "code"), [
+    (lambda s: cli.ConfigError(f"bad {s}", hint=f"not {s}"), ExitCode.ERROR),
+    (lambda s: KeyError(f"{s} in a bug"), ExitCode.INTERNAL),
+    (lambda s: KeyboardInterrupt(), ExitCode.INTERRUPTED),
+])
+def test_under_json_every_failure_is_one_redacted_object_on_stdout(
+        raised: Callable[[str], BaseException], code: int, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--json: an error, a bug and Ctrl-C each print {"error", "hint", "exit_code"} on stdout,
+    with the exit status that object names and no secret from the environment in it."""
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    secret = "ghp_" + "j" * 36
+    monkeypatch.setenv("GPURL_REGISTRY_TOKEN", secret)
+    with pytest.raises(Exit) as info, cli.clean_failures(as_json=True):
+        raise raised(secret)
+    out = capsys.readouterr().out
+    failure = json.loads(out)
+    assert set(failure) == {"error", "hint", "exit_code"}
+    assert failure["exit_code"] == info.value.code == code
+    assert secret not in out + str(info.value.message)
+    assert str(info.value.message).startswith(("error: ", "internal error: ", "interrupted"))
+
+
 def test_the_internal_error_exit_code_reaches_the_shell() -> None:
     """A real task with GPURL_DEBUG unset: its error path is the handler's."""
     done = run_task("build", "--cpu", "-4", "--dry-run")
