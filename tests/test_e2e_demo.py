@@ -432,5 +432,11 @@ def test_demo_dry_run_describes_every_step_and_writes_nothing(tree: Path, first:
     commands = json.loads(done.stdout)["commands"]
     tasks = [argv[1] for argv in commands if argv[0] == "invoke"]
     assert tasks == ["setup-local", "plan", "generate", "check-wheels", "verify-layers", "pin"]
-    assert ["docker", "push", first["reference"]] in commands  # the built image, pushed
+    from gpurl_tasks.dockerfile.context import source_id
+    from gpurl_tasks.local.builder import image_reference
+
+    config = load_config(tree, profile="demo", env={})
+    reference = image_reference(config, source_id(config))  # the tree as the tests left it
+    assert ["docker", "push", reference] in commands  # the built image, pushed
+    assert commands[-1][-2:] == ["--ref", reference]  # and pinned
     assert launcher.read_bytes() == before
