@@ -1,8 +1,10 @@
 """invoke tasks: each parses its flags, calls one gpurl function and prints its outcome.
 
 `invoke --list` lists them, `invoke TASK --help` shows a task's flags. Every task turns
-gpurl's errors into one line and an exit code (`cli.clean_failures`); `--json` prints
-exactly one JSON object on stdout, progress goes to stderr.
+gpurl's errors into one line and an exit code of `exitcodes.ExitCode` (`cli.clean_failures`);
+`--json` prints exactly one JSON object on stdout (a failure's is {"error", "hint",
+"exit_code"}), progress goes to stderr. The only short flags are -p (--profile) and -j
+(--json).
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import datetime as dt
 
 from invoke.collection import Collection
 from invoke.context import Context
-from invoke.tasks import task
 
 from gpurl_tasks import cli
+from gpurl_tasks.cli import task
 
 _PROFILE = "config profile from [tool.gpurl.profiles] (default: default-profile, or $GPURL_PROFILE)"
-_JSON = "print exactly one JSON object on stdout instead of the human output"
+_JSON = ("print exactly one JSON object on stdout instead of the human output (an error's: "
+         "error, hint, exit_code)")
 _VARIANT = "a variant of the profile ([tool.gpurl.profiles.NAME.variants]; default: every variant)"
 _RULES = {
     "cap": "target cap per layer, e.g. 4GB (default: verify.cap, else layers.cap)",
@@ -39,7 +42,7 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
     """Plan the layers: which packages each slice installs, each layer under the cap."""
     from gpurl_tasks.dockerfile.generate import fitted_views
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         config = cli.config_for(profile, variant=variant, lock=cli.path_flag(lock),
                                 python__extras=extra or None, layers__cap=cap,
                                 layers__basis=basis,
@@ -52,20 +55,21 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
 @task(iterable=["extra"], help={
     "probe": "fetch the missing sizes over HTTP (HEAD + zip directory) into layers.size-cache",
     "lock": "uv.lock to read (config key: lock)", "extra": "extra to select; repeatable",
-    "dry_run": "list what would be probed, no network", "json": _JSON, "profile": _PROFILE})
+    "offline": "with --probe: list what would be probed and fetch nothing", "json": _JSON,
+    "profile": _PROFILE})
 def sizes(c: Context, probe: bool = False, lock: str | None = None,
-          extra: list[str] | None = None, dry_run: bool = False, json: bool = False,
+          extra: list[str] | None = None, offline: bool = False, json: bool = False,
           profile: str | None = None) -> None:
     """List the wheels whose installed size (and maybe compressed size) nothing records.
 
     With --probe, fetch every one over HTTP and cache what worked in layers.size-cache; exit 2
-    if any failed (one line each, with its host and error).
+    if any failed (one line each, with its host and error). --offline never touches the network.
     """
     from gpurl_tasks.plan.probe import survey_sizes
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         config = cli.config_for(profile, lock=cli.path_flag(lock), python__extras=extra or None)
-        cli.finish(survey_sizes(config, probe=probe, dry_run=dry_run, progress=cli.say),
+        cli.finish(survey_sizes(config, probe=probe, dry_run=offline, progress=cli.say),
                    as_json=json)
 
 
@@ -82,12 +86,12 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
     from gpurl_tasks.cluster.kaniko import script_files
     from gpurl_tasks.dockerfile.generate import generate_profiles
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         cli.finish(generate_profiles(cli.REPO_ROOT, cli.text_flag("--profile", profile),
                                      check=check, repack=repack, extra=script_files), as_json=json)
 
 
-@task(auto_shortflags=False, help={  # no short flag may shadow -h, --help
+@task(help={
     "profile": _PROFILE, "backend": "iris (kaniko in an iris job) or local (Docker engine)",
     "cluster": "iris cluster name (config key: cluster.name)",
     "cpu": "CPUs for the build job (config key: cluster.cpu)",
@@ -95,7 +99,6 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
     "disk": "ephemeral disk for the build job (config key: cluster.disk)",
     "timeout": "job timeout in seconds (config key: cluster.timeout)",
     "variant": "the variant to build (default: the profile's first)",
-    "megatron": "shortcut for --variant megatron",
     "dry_run": "print every command (secrets redacted) and run nothing",
     "force": "override a guard rail knowingly: --memory below 512GB, or an immutable tag that "
              "already holds a different image", "json": _JSON,
@@ -107,7 +110,6 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
 def build(c: Context, profile: str | None = None, backend: str | None = None,
           cluster: str | None = None, cpu: float | None = None, memory: str | None = None,
           disk: str | None = None, timeout: int | None = None, variant: str | None = None,
-          megatron: bool = False,
           dry_run: bool = False, force: bool = False, json: bool = False,
           wheel_source: str | None = None, push_floating: bool = False, no_cache: bool = False,
           verbose: bool = False, chain: bool = False) -> None:
@@ -117,9 +119,8 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
     from gpurl_tasks.config import WheelSource
     from gpurl_tasks.local.pipeline import build_task
 
-    with cli.clean_failures():
-        config = cli.config_for(profile, variant=cli.megatron_variant(variant, megatron),
-                                backend=backend)
+    with cli.clean_failures(as_json=json):
+        config = cli.config_for(profile, variant=variant, backend=backend)
         source = cli.choice("--wheel-source", wheel_source, WheelSource)
         if config.backend == "local":
             cli.finish(build_task(config, dry_run=dry_run, wheel_source=source,
@@ -150,7 +151,8 @@ def watch(c: Context, job: str, interval: int = 60, max_duration: int = 6 * 3600
     """
     from gpurl_tasks.cluster.jobs import run_watch
 
-    with cli.clean_failures(f"interrupted: stopped watching {job}; the job was not touched"):
+    with cli.clean_failures(f"interrupted: stopped watching {job}; the job was not touched",
+                            as_json=json):
         cli.finish(run_watch(cli.config_for(profile), cli.positional("watch", job), interval=interval,
                              max_duration=max_duration, say=cli.say, cluster=cluster),
                    as_json=json)
@@ -168,23 +170,13 @@ def kill(c: Context, job: str, cluster: str | None = None, profile: str | None =
     """
     from gpurl_tasks.cluster.jobs import kill_job
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         cli.finish(kill_job(cli.config_for(profile), cli.positional("kill", job), dry_run=dry_run,
                             cluster=cluster),
                    as_json=json)
 
 
-@task(name="gen-kaniko", help={"check": "fail if the committed script is stale",
-                               "profile": _PROFILE})
-def gen_kaniko(c: Context, check: bool = False, profile: str | None = None) -> None:
-    """Generate the in-cluster kaniko build script of each variant (`invoke generate` does too)."""
-    from gpurl_tasks.cluster.jobs import generate_script
-
-    with cli.clean_failures():
-        cli.say(generate_script(cli.config_for(profile, committed=True), check=check))
-
-
-@task(auto_shortflags=False, help={
+@task(help={
     "ref": "image REPO:TAG or REPO@sha256:... (default: REGISTRY/REPO:PREFIX-<HEAD sha>)",
     **_RULES, "json": _JSON, "variant": _VARIANT,
     "profile": _PROFILE + "; with --ref alone, the profile whose registry/repository it names"})
@@ -200,14 +192,14 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
     """
     from gpurl_tasks.oci.release import verify_reference
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json_):
         configs = cli.variant_configs(profile, variant, ref=ref, verify__cap=cap,
                                       verify__hard_limit=hard_limit, verify__min_layers=min_layers)
         cli.finish(cli.each_variant(configs, lambda config: verify_reference(
             config, cli.text_flag("--ref", ref))), as_json=json_)
 
 
-@task(auto_shortflags=False, help={
+@task(help={
     "ref": "immutable REPO:PREFIX-<gitsha> or REPO@sha256:... (default: this commit's tag)",
     "launcher": "launcher file to rewrite (config key: launcher.path)",
     "variable": "variable holding the image (config key: launcher.variable)",
@@ -225,7 +217,7 @@ def pin(c: Context, ref: str | None = None, launcher: str | None = None,
     """
     from gpurl_tasks.oci.release import pin_task
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json_):
         configs = cli.variant_configs(profile, variant, ref=ref, strict=True,
                                       single="--variable" if variable is not None else None,
                                       verify__cap=cap, verify__hard_limit=hard_limit,
@@ -247,11 +239,11 @@ def rebuild_needed(c: Context, since: str | None = None, json: bool = False,
     lock's install closure for the target and extras) at --since and in the working tree.
     Exit codes: 0 none (a source-only change is synced live into /app), 10 image (the
     prebuilt wheels stay valid), 11 wheels+image (rebuild the compiled wheels first),
-    1 usage error, 2 error (bad ref, unreadable lock or Dockerfile).
+    2 error (bad input: a bad ref, an unreadable lock or Dockerfile).
     """
     from gpurl_tasks.rebuild.inputs import rebuild_needed as decide
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         cli.finish(cli.each_variant(cli.variant_configs(profile, variant), lambda config: decide(
             config, since=cli.text_flag("--since", since))), as_json=json)
 
@@ -272,34 +264,35 @@ def doctor(c: Context, profile: str | None = None, variant: str | None = None,
     from gpurl_tasks.cluster.doctor import run_doctor
     from gpurl_tasks.cluster.jobs import real_world
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         config = cli.config_for(profile, variant=variant)
         world = real_world(os.environ)
         cli.finish(run_doctor(config, world.env, token=world.token, source=world.source),
                    as_json=json)
 
 
-@task(help={"first": "the image a node holds: REPO:TAG or REPO@sha256:...",
-            "to": "the image it would pull next: REPO:TAG or REPO@sha256:... (required)",
+@task(positional=["first", "second"], help={
+            "first": "REF1, the image a node holds: REPO:TAG or REPO@sha256:...",
+            "second": "REF2, the image it would pull next: REPO:TAG or REPO@sha256:...",
             "profile": _PROFILE + " (its registry, lock and target read the images)",
             "json": _JSON})
-def diff(c: Context, first: str, to: str | None = None, profile: str | None = None,
+def diff(c: Context, first: str, second: str | None = None, profile: str | None = None,
          json: bool = False) -> None:
     """What changed from one pushed image to another, and the bytes a node holding it pulls.
 
-    `invoke diff REF1 --to REF2`: layers by digest, slice layers shared or new, the largest
+    `invoke diff REF1 REF2`: layers by digest, slice layers shared or new, the largest
     new layer, and the packages added, removed or changed (from the locks at the images'
     recorded commits, when this clone has them); an image gpurl did not build is compared by
-    layers and bytes only. (invoke takes one positional argument where `--help` must work.)
+    layers and bytes only.
     """
     from gpurl_tasks.rebuild.diff import diff_task
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         first = cli.positional("diff", first)
-        if to is None or not to.strip():
+        if second is None or not second.strip():
             raise cli.ConfigError("invoke diff needs the second image",
-                                  hint="invoke diff REF1 --to REF2")
-        cli.finish(diff_task(cli.config_for(profile), first, to), as_json=json)
+                                  hint="invoke diff REF1 REF2")
+        cli.finish(diff_task(cli.config_for(profile), first, second), as_json=json)
 
 
 @task(name="check-wheels", help={
@@ -307,29 +300,29 @@ def diff(c: Context, first: str, to: str | None = None, profile: str | None = No
     "json": _JSON, "profile": _PROFILE})
 def check_wheels(c: Context, source: str | None = None, json: bool = False,
                  profile: str | None = None) -> None:
-    """Check the prebuilt wheels against the Dockerfile's pins; exit 3 on a mismatch."""
+    """Check the prebuilt wheels against the Dockerfile's pins; exit 1 on a mismatch."""
     from gpurl_tasks.rebuild.wheelhouse import check_source
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         cli.finish(check_source(cli.config_for(profile), cli.text_flag("--source", source)),
                    as_json=json)
 
 
 @task(name="setup-local", help={"profile": _PROFILE, "json": _JSON,
                                 "dry_run": "say what each step would do, change nothing"})
-def setup_local(c: Context, profile: str = "demo", dry_run: bool = False,
+def setup_local(c: Context, profile: str | None = None, dry_run: bool = False,
                 json: bool = False) -> None:
     """Make the local path ready: engine, BuildKit client, registry, base image, package index."""
     from gpurl_tasks.local.setup import setup_local as prepare
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         cli.finish(prepare(cli.config_for(profile), dry_run=dry_run), as_json=json)
 
 
 @task(name="setup-kaniko", help={
     "profile": _PROFILE, "json": _JSON,
     "executor": "which executors to build: upstream, fork or both (comma-separated)"})
-def setup_kaniko(c: Context, profile: str = "demo", executor: str = "upstream,fork",
+def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstream,fork",
                  json: bool = False) -> None:
     """Build kaniko and crane from source archives and push the executors to the registry.
 
@@ -338,7 +331,7 @@ def setup_kaniko(c: Context, profile: str = "demo", executor: str = "upstream,fo
     from gpurl_tasks.local.builders import setup_kaniko as prepare
     from gpurl_tasks.local.setup import cache_dir
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         config = cli.config_for(profile)
         cli.finish(prepare(cache_dir(config.root) / "builders", config.cluster.source_archives,
                            config.registry.host,
@@ -351,56 +344,60 @@ def setup_kaniko(c: Context, profile: str = "demo", executor: str = "upstream,fo
     "source": "directory in that stage holding the wheels and MANIFEST",
     "dockerfile": "Dockerfile to build (config key: build.dockerfile)", "json": _JSON,
     "verbose": "stream the whole build log"})
-def build_wheels(c: Context, profile: str = "demo", target: str = "wheel-builder",
+def build_wheels(c: Context, profile: str | None = None, target: str = "wheel-builder",
                  source: str = "wheels", dockerfile: str | None = None, json: bool = False,
                  verbose: bool = False) -> None:
-    """Build the wheel-builder stage into the wheelhouse, then check the wheels (exit 3)."""
-    from gpurl_tasks.local.pipeline import build_wheels_task
+    """Build the wheel-builder stage into the wheelhouse, then check the wheels (exit 1)."""
+    from gpurl_tasks.local.actions import build_wheels_task
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         config = cli.config_for(profile, build__dockerfile=cli.path_flag(dockerfile))
         cli.finish(build_wheels_task(config, target=target, source=source, say=cli.say,
                                      stream=verbose), as_json=json)
 
 
 @task(name="serve-index", help={"profile": _PROFILE,
-                                "directory": "directory to serve (default: the local cache's)"})
-def serve_index(c: Context, profile: str = "demo", directory: str = "") -> None:
+                                "directory": "directory to serve (default: the local cache's)",
+                                "json": "a failure as one JSON object on stdout"})
+def serve_index(c: Context, profile: str | None = None, directory: str = "",
+                json: bool = False) -> None:
     """Serve the loopback package index at build.index-url until Ctrl-C or SIGTERM."""
     from gpurl_tasks.local.setup import serve_index as serve
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         serve(cli.config_for(profile), directory, say=cli.say)
 
 
 @task(name="fill-index", help={
     "profile": _PROFILE, "pins": "comma-separated exact pins, e.g. 'rich==13.9.4,attrs==25.3.0'",
     "deps": "also download their dependencies", "json": _JSON})
-def fill_index(c: Context, pins: str, profile: str = "demo", deps: bool = False,
+def fill_index(c: Context, pins: str, profile: str | None = None, deps: bool = False,
                json: bool = False) -> None:
     """Download wheels for the profile's target platform into the loopback index."""
     from gpurl_tasks.local.setup import fill_index as fill
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         cli.finish(fill(cli.config_for(profile), cli.positional("fill-index", pins), deps=deps,
                         say=cli.say), as_json=json)
 
 
-@task(help={"profile": "profile to run end to end (default: demo)", "json": _JSON,
+@task(help={"profile": "profile to run end to end (default: $GPURL_PROFILE, else demo)",
+            "json": _JSON,
             "wheel_source": "prebuilt-wheelhouse (compile once, reuse) or wheel-builder",
-            "dry_run": "say what every step would do; start, build, push and write nothing"})
-def demo(c: Context, profile: str = "demo", wheel_source: str = "prebuilt-wheelhouse",
+            "dry_run": "print every step's commands; start, build, push and write nothing"})
+def demo(c: Context, profile: str | None = None, wheel_source: str = "prebuilt-wheelhouse",
          json: bool = False, dry_run: bool = False) -> None:
     """The main job on this machine: setup-local, plan, generate, build, push, verify, pin."""
     from gpurl_tasks.config import WheelSource
     from gpurl_tasks.local.pipeline import demo_task
 
-    with cli.clean_failures():
+    with cli.clean_failures(as_json=json):
         source = cli.choice("--wheel-source", wheel_source, WheelSource) or wheel_source
-        cli.finish(demo_task(cli.config_for(profile), wheel_source=source, dry_run=dry_run,
+        cli.finish(demo_task(cli.config_for(profile or cli.profile_from_env() or "demo"),
+                             wheel_source=source, dry_run=dry_run,
                              say=cli.say), as_json=json)
 
 
-ns = Collection(plan, sizes, generate, build, watch, kill, gen_kaniko, verify_layers, pin,
+ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, pin,
                 rebuild_needed, doctor, diff, check_wheels, setup_local, setup_kaniko,
                 build_wheels, serve_index, fill_index, demo)

@@ -14,9 +14,11 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, get_args
+from typing import Any, NoReturn, Protocol, TypeVar, get_args
 
+from invoke import tasks as invoke_tasks
 from invoke.exceptions import Exit
+from invoke.parser.argument import Argument
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import (
@@ -27,13 +29,12 @@ from gpurl_tasks.config import (
     profile_from_env,
 )
 from gpurl_tasks.errors import ConfigError, GpurlError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.redact import known_secrets, redact
 
 __all__ = [
     "DEBUG_ENV",
-    "INTERNAL_ERROR_EXIT",
-    "INTERRUPTED_EXIT",
     "REPO_ROOT",
     "ConfigError",
     "EachVariant",
@@ -44,17 +45,64 @@ __all__ = [
     "each_variant",
     "emit_json",
     "finish",
-    "megatron_variant",
     "path_flag",
     "positional",
     "positive_flag",
     "profile_for_reference",
+    "profile_from_env",
     "say",
+    "task",
     "text_flag",
     "variant_configs",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The only short flags, the same in every task (invoke would otherwise derive one from each
+# flag's first free letter, so `-p` meant --probe in one task and --profile in another).
+SHORT_FLAGS = {"profile": "p", "json": "j"}
+HELP_FLAGS = ("-h", "--help")
+
+
+class _Trailing(Argument):
+    """A second positional argument. invoke hands `TASK --help` to a task's first positional
+    as its value (`positional` then shows the help); this one is then not missing, so invoke
+    does not refuse the command line before the help is shown."""
+
+    lead: Argument
+
+    @property
+    def value(self) -> Any:
+        value = self._value if self._value is not None else self.default
+        return "" if value is None and self.lead.value in HELP_FLAGS else value
+
+    @value.setter
+    def value(self, arg: str) -> None:
+        self.set_value(arg, cast=True)
+
+
+class _Task(invoke_tasks.Task[Callable[..., None]]):
+    """An invoke task whose only short flags are SHORT_FLAGS' and whose positional arguments
+    after the first still let `TASK --help` show the help."""
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
+        arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
+        positional = [a for a in arguments if a.positional]
+        for argument in positional[1:]:
+            argument.__class__ = _Trailing
+            argument.lead = positional[0]  # type: ignore[attr-defined]
+        return arguments
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts: dict[str, Any] = super().arg_opts(name, default, taken_names)
+        short = SHORT_FLAGS.get(opts["names"][0])
+        if short:
+            opts["names"].append(short)
+        return opts
+
+
+def task(**options: Any) -> Callable[[Callable[..., None]], Any]:
+    """invoke's `@task` with SHORT_FLAGS as the only short flags (never generated ones)."""
+    return invoke_tasks.task(klass=_Task, auto_shortflags=False, **options)
 _N = TypeVar("_N", int, float)
 
 
@@ -144,30 +192,21 @@ class EachVariant:
         return {"variants": {name: o.to_json() for name, o in self.outcomes}}
 
 
-def megatron_variant(variant: str | None, megatron: bool) -> str | None:
-    """`--megatron` is the shortcut of `--variant megatron`."""
-    if megatron and variant not in (None, "megatron"):
-        raise ConfigError(f"--megatron contradicts --variant {variant}",
-                          hint="pass one of them (--megatron means --variant megatron)")
-    return "megatron" if megatron else variant
-
-
 def each_variant(configs: tuple[Config, ...], run: Callable[[Config], Outcome]) -> EachVariant:
     """Run a task's one function for each variant's config."""
     return EachVariant(tuple((c.variant, run(c)) for c in configs))
 
 
-# An exception gpurl did not expect (a bug, not bad input) exits with its own code, so a
+# An exception gpurl did not expect (a bug, not bad input) exits with ExitCode.INTERNAL, so a
 # script can tell the two apart; GPURL_DEBUG=1 shows its traceback.
-INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE in sysexits.h
 DEBUG_ENV = "GPURL_DEBUG"
-# Ctrl-C: 128 + SIGINT, as a shell reports it; not 1, which a wrapper reads as "failed".
-INTERRUPTED_EXIT = 130
 
 
 def _redacted(text: str) -> str:
     """`text` without any registry secret from the environment (no `gh` call on this path)."""
     return redact(text, known_secrets(os.environ, gh_token=lambda: None))
+
+
 def profile_for_reference(root: Path, text: str, env: Mapping[str, str] | None = None
                           ) -> tuple[str | None, str]:
     """The profile whose registry host and repository are `text`'s, and a line saying whose
@@ -184,28 +223,39 @@ def profile_for_reference(root: Path, text: str, env: Mapping[str, str] | None =
 
 
 @contextlib.contextmanager
-def clean_failures(interrupted: str = "interrupted") -> Iterator[None]:
+def clean_failures(interrupted: str = "interrupted", *, as_json: bool = False) -> Iterator[None]:
     """The top-level handler of every task: a GpurlError becomes one actionable line and its
-    exit code; Ctrl-C (SIGINT) the line `interrupted` and INTERRUPTED_EXIT, never a failure's
-    code; any other exception one "internal error" line and INTERNAL_ERROR_EXIT (its
-    traceback with GPURL_DEBUG=1). Never a traceback for input a user can give."""
+    exit code; Ctrl-C (SIGINT) the line `interrupted` and ExitCode.INTERRUPTED, never a
+    failure's code; any other exception one "internal error" line and ExitCode.INTERNAL (its
+    traceback with GPURL_DEBUG=1). Never a traceback for input a user can give. With
+    `as_json` the failure is also one JSON object on stdout: {"error", "hint", "exit_code"}
+    (redacted like the line on stderr)."""
     try:
         yield
     except GpurlError as exc:
-        line = f"error: {exc.message}"
-        if exc.hint:
-            line += f"\n  hint: {exc.hint}"
-        raise Exit(_redacted(line), code=exc.exit_code) from None
+        _fail(exc.message, exc.hint, exc.exit_code, as_json=as_json)
     except KeyboardInterrupt:
-        raise Exit(interrupted, code=INTERRUPTED_EXIT) from None
+        _fail(interrupted, None, ExitCode.INTERRUPTED, as_json=as_json, prefix="")
     except (Exit, SystemExit):
         raise
-    except Exception as exc:  # the one place a bug is caught: see INTERNAL_ERROR_EXIT
+    except Exception as exc:  # the one place a bug is caught: see ExitCode.INTERNAL
         if os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
             raise
-        detail = _redacted(f"{type(exc).__name__}: {exc}".splitlines()[0][:300])
-        raise Exit(f"internal error: {detail}; set {DEBUG_ENV}=1 for the traceback",
-                   code=INTERNAL_ERROR_EXIT) from None
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        _fail(f"internal error: {detail}", f"set {DEBUG_ENV}=1 for the traceback",
+              ExitCode.INTERNAL, as_json=as_json, prefix="", inline_hint=True)
+
+
+def _fail(message: str, hint: str | None, code: int, *, as_json: bool, prefix: str = "error: ",
+          inline_hint: bool = False) -> NoReturn:
+    """Exit with `code` after one line on stderr (and under --json one object on stdout)."""
+    message, hint = _redacted(message), _redacted(hint) if hint else None
+    if as_json:
+        emit_json({"error": message, "hint": hint, "exit_code": int(code)})
+    line = prefix + message
+    if hint:
+        line += f"; {hint}" if inline_hint else f"\n  hint: {hint}"
+    raise Exit(line, code=int(code)) from None
 
 
 def say(message: str = "") -> None:
@@ -290,7 +340,7 @@ def choice(flag: str, value: str | None, choices: Any) -> str | None:
 def positional(task: str, value: str) -> str:
     """A task's required positional argument. invoke hands `TASK --help` to it as its value, so
     `--help` there shows the task's help (as `invoke --help TASK` does) instead of running."""
-    if value in ("-h", "--help"):
+    if value in HELP_FLAGS:
         shown = proc.run([sys.executable, "-m", "invoke", "--help", task], cwd=REPO_ROOT,
                          echo=None)
         raise Exit(shown.stdout.rstrip("\n"), code=0)

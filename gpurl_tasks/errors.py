@@ -6,8 +6,11 @@ non-zero exit code; nothing below it prints or exits.
 
 from __future__ import annotations
 
+from gpurl_tasks.exitcodes import ExitCode
+
 __all__ = [
     "BuildError",
+    "CheckFailed",
     "ConfigError",
     "GpurlError",
     "IrisError",
@@ -23,7 +26,7 @@ __all__ = [
 class GpurlError(Exception):
     """Base of every expected failure: `message` says what went wrong, `hint` what to do."""
 
-    exit_code = 2
+    exit_code: int = ExitCode.ERROR
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -32,6 +35,12 @@ class GpurlError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+
+
+class CheckFailed(GpurlError):
+    """A check ran and found a problem (a stale file, an image failing the layer rules)."""
+
+    exit_code = ExitCode.CHECK_FAILED
 
 
 class ConfigError(GpurlError):

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
 
-__all__ = ["HEARTBEAT_SECONDS", "DryRun", "StepRecord", "timed"]
+from gpurl_tasks.exitcodes import ExitCode
+
+T = TypeVar("T")
+
+__all__ = ["HEARTBEAT_SECONDS", "Argv", "DryRun", "Step", "StepRecord", "Steps", "dry_run_of", "timed"]
 
 
 @dataclasses.dataclass
@@ -77,16 +82,51 @@ def timed(name: str, out: Callable[[str], None] | None = None, *,
         out(f"<== {name}: {shown} ({record.seconds:.1f}s) ✓")
 
 
+Argv = tuple[str, ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class DryRun:
-    """A `--dry-run` outcome: what each step would do, as printable lines; nothing was done."""
+    """Every `--dry-run` outcome, whatever the backend: the commands the run would execute, in
+    order, each an argv; nothing was done. `shown`: the human lines, when they differ from the
+    commands shell-quoted (the iris command elides its long payload)."""
 
-    lines: tuple[str, ...]
-    key: str = "steps"
-    exit_code: int = 0
+    commands: tuple[Argv, ...]
+    shown: tuple[str, ...] = ()
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
-        return "\n".join(self.lines)
+        return "\n".join(self.shown or tuple(shlex.join(argv) for argv in self.commands))
 
     def to_json(self) -> dict[str, Any]:
-        return {"dry_run": True, self.key: list(self.lines)}
+        return {"dry_run": True, "commands": [list(argv) for argv in self.commands]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Step(Generic[T]):
+    """One step of a longer run: what it executes (`commands`, which a dry run shows) and the
+    action that does it, returning its value and the detail of its end line."""
+
+    name: str
+    commands: tuple[Argv, ...]
+    action: Callable[[], tuple[T, str]]
+
+
+class Steps:
+    """The one step runner: runs steps in order, each timed and said (`timed`), and keeps
+    their records."""
+
+    def __init__(self, say: Callable[[str], None] | None) -> None:
+        self.say = say
+        self.records: list[StepRecord] = []
+
+    def run(self, step: Step[T]) -> T:
+        with timed(step.name, self.say) as record:
+            value, record.detail = step.action()
+        self.records.append(record)
+        return value
+
+
+def dry_run_of(steps: Iterable[Step[Any]]) -> DryRun:
+    """What running `steps` would execute: their commands in order, none run."""
+    return DryRun(tuple(argv for step in steps for argv in step.commands))

@@ -277,26 +277,45 @@ def test_stale_kaniko_script(repo: Path, env: dict[str, str],
 
 
 def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
+    """`build --dry-run --json` is the one dry-run shape, and its commands are the very steps
+    the build runs (pipeline.build_steps): the planned slices each built and pushed, then
+    the image built from the committed Dockerfile with its tag, then pushed."""
+    from gpurl_tasks.dockerfile.generate import fitted_plan
+    from gpurl_tasks.dockerfile.recipe import slice_stage
+    from gpurl_tasks.local.builder import image_reference
+    from tests.support.tasks_runner import head_short_sha
+
+    config = load_config(REPO_ROOT, profile="demo", env={})
+    reference = image_reference(config, head_short_sha())
     proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "local",
                            "--profile", "demo", "--dry-run", "--json"], cwd=REPO_ROOT,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
-    commands = json.loads(proc.stdout)["commands"]
-    compose, build, push = commands
-    assert compose.startswith("compose the environment: build env-base")
-    assert "127.0.0.1:5005/gpurl/demo/cache" in compose
-    assert build.startswith("DOCKER_BUILDKIT=1 docker build --network host")
-    assert "--build-arg WHEEL_SOURCE=wheel-builder" in build
-    assert "ENV_SOURCE=127.0.0.1:5005/gpurl/demo@<composed digest>" in build
-    assert "--tag 127.0.0.1:5005/gpurl/demo:demo-" in build
-    assert push.startswith("docker push 127.0.0.1:5005/gpurl/demo:demo-")
+    out = json.loads(proc.stdout)
+    assert set(out) == {"dry_run", "commands"} and out["dry_run"] is True
+    setup, env_base, *slices, build, push = out["commands"]
+    assert setup[:2] == ["invoke", "setup-local"]
+    assert env_base[:2] == ["docker", "build"] and env_base[env_base.index("--target") + 1] \
+        == "env-base"
+    stages = [argv[argv.index("--target") + 1] for argv in slices[::2]]
+    assert stages == [slice_stage(layer) for layer in fitted_plan(config).layers]
+    assert [argv[:2] for argv in slices[1::2]] == [["docker", "push"]] * len(stages)
+    assert all("127.0.0.1:5005/gpurl/demo/cache:slice-" in argv[-1] for argv in slices[1::2])
+    assert build[build.index("-f") + 1] == str(config.build.dockerfile)
+    assert f"WHEEL_SOURCE={config.build.wheel_source}" in build
+    assert f"ENV_SOURCE={config.registry.image}@<composed digest>" in build
+    assert build[build.index("--tag") + 1] == reference
+    assert push == ["docker", "push", reference]
     assert "==> setup-local" not in proc.stderr
     chain = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "local",
-                            "--profile", "demo", "--chain", "--dry-run", "--json"],
-                           cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+                            "--profile", "demo", "--chain", "--push-floating", "--dry-run",
+                            "--json"], cwd=REPO_ROOT, capture_output=True, text=True,
+                           check=False)
     assert chain.returncode == 0, chain.stderr
-    build, push = json.loads(chain.stdout)["commands"]
-    assert "ENV_SOURCE" not in build  # the Dockerfile's default: env-chain
+    _, build, push, floating = json.loads(chain.stdout)["commands"]
+    assert not any("ENV_SOURCE" in arg for arg in build)  # the Dockerfile's default: env-chain
+    floating_tag = f"{config.registry.image}:{config.registry.floating_tag}"
+    assert floating_tag in build and floating == ["docker", "push", floating_tag]
 
 
 def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:
@@ -314,7 +333,7 @@ def test_environment_overrides_do_not_make_committed_files_stale(tmp_path: Path)
     kube.write_text("apiVersion: v1\n")
     env = {**os.environ, "GPURL_REGISTRY_USER": "alice", "GPURL_LAYERS_CAP": "1GB",
            "KUBECONFIG": str(kube), "GPURL_REGISTRY_TOKEN": "ghp_" + "c" * 36 + "canary"}
-    for argv in (["gen-kaniko", "--check"], ["generate", "--check"], ["build", "--dry-run"]):
+    for argv in (["generate", "--check"], ["build", "--dry-run"]):
         proc = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=REPO_ROOT, env=env,
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, (argv, proc.stderr)

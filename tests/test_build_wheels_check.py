@@ -17,6 +17,7 @@ import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.local import base_image, engine
 from tests.conftest import REPO_ROOT
 from tests.support.local_parts import need
@@ -80,7 +81,7 @@ def test_build_wheels_passes_a_wheel_the_demo_installs(tmp_path: Path, demo_base
 def test_build_wheels_fails_on_a_wheel_for_another_python(tmp_path: Path,
                                                           demo_base: str) -> None:
     done = _build_wheels(tmp_path, demo_base, "cp312-cp312-linux_x86_64")
-    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.returncode == ExitCode.CHECK_FAILED, done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert out["check"]["ok"] is False
     assert [m["problem"] for m in out["check"]["mismatches"]] == [

@@ -125,7 +125,7 @@ def test_invoke_diff_of_images_gpurl_did_not_build(registry: RegistryServer) -> 
     push_image(registry.url, "other/img", [shared], tag="v1")
     push_image(registry.url, "other/img", [shared, new], tag="v2")
     env = {"GPURL_REGISTRY_HOST": registry.host}
-    done = run_task("diff", f"{registry.host}/other/img:v1", "--to",
+    done = run_task("diff", f"{registry.host}/other/img:v1",
                     f"{registry.host}/other/img:v2", "--json", "--profile", "demo", env=env)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -134,16 +134,19 @@ def test_invoke_diff_of_images_gpurl_did_not_build(registry: RegistryServer) -> 
     notes = " ".join(data["notes"])
     assert "package diff unavailable" in notes and "no org.gpurl.git-sha label" in notes
     assert "no slice layers" in notes
-    human = run_task("diff", f"{registry.host}/other/img:v1", "--to",
+    human = run_task("diff", f"{registry.host}/other/img:v1",
                      f"{registry.host}/other/img:v2", "--profile", "demo", env=env)
     assert f"pulls {new.size:,} bytes" in human.stdout
 
 
 def test_invoke_diff_errors_are_one_line_with_a_hint(registry: RegistryServer) -> None:
     env = {"GPURL_REGISTRY_HOST": registry.host}
-    missing = run_task("diff", f"{registry.host}/other/img:v1", "--profile", "demo", env=env)
+    missing = run_task("diff", f"{registry.host}/other/img:v1", "", "--profile", "demo", env=env)
     assert missing.returncode == 2 and missing.stderr.startswith("error: invoke diff needs")
-    absent = run_task("diff", f"{registry.host}/none/img:v1", "--to",
+    assert "invoke diff REF1 REF2" in missing.stderr
+    alone = run_task("diff", f"{registry.host}/other/img:v1", "--profile", "demo", env=env)
+    assert alone.returncode != 0 and "'second'" in alone.stderr  # invoke's own parse error
+    absent = run_task("diff", f"{registry.host}/none/img:v1",
                       f"{registry.host}/none/img:v2", "--profile", "demo", env=env)
     assert absent.returncode == 2, absent.stderr
     assert absent.stderr.startswith("error: ") and "\n  hint: " in absent.stderr

@@ -130,7 +130,7 @@ def test_the_demo_again_converges(tree: Path, first: dict[str, Any]) -> None:
 def test_lint_and_generate_check_pass_after_the_demo(tree: Path, first: dict[str, Any]) -> None:
     """The README's two commands in this order on one clone: the main job, then the lint
     session (ruff over the launcher `pin` just wrote, mypy, hadolint, shellcheck,
-    generate --check, gen-kaniko --check)."""
+    generate --check)."""
     assert "gpurl pin:" in load_config(tree, profile="demo", env={}).launcher.path.read_text()
     generated = invoke(tree, "generate", "--check")
     assert generated.returncode == 0, generated.stdout + generated.stderr
@@ -427,9 +427,16 @@ def test_a_broken_build_assert_fails_the_build(tree: Path, first: dict[str, Any]
 def test_demo_dry_run_describes_every_step_and_writes_nothing(tree: Path, first: dict[str, Any]) -> None:
     launcher = load_config(tree, profile="demo", env={}).launcher.path
     before = launcher.read_bytes()
-    done = invoke(tree, "demo", "--dry-run")
+    done = invoke(tree, "demo", "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
-    for step in ("setup-local:", "plan:", "generate:", "wheels:", "build + push:", "verify-layers:",
-                 "pin:"):
-        assert step in done.stdout
+    commands = json.loads(done.stdout)["commands"]
+    tasks = [argv[1] for argv in commands if argv[0] == "invoke"]
+    assert tasks == ["setup-local", "plan", "generate", "check-wheels", "verify-layers", "pin"]
+    from gpurl_tasks.dockerfile.context import source_id
+    from gpurl_tasks.local.builder import image_reference
+
+    config = load_config(tree, profile="demo", env={})
+    reference = image_reference(config, source_id(config))  # the tree as the tests left it
+    assert ["docker", "push", reference] in commands  # the built image, pushed
+    assert commands[-1][-2:] == ["--ref", reference]  # and pinned
     assert launcher.read_bytes() == before

@@ -28,6 +28,7 @@ from invoke.exceptions import Exit
 
 from gpurl_tasks import cli
 from gpurl_tasks.config import _known_keys, load_config
+from gpurl_tasks.exitcodes import ExitCode
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import PushedImage, push_image, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, require_registry, running_registry
@@ -65,7 +66,7 @@ def settle(call: Callable[[], Any], seen: list[dict[str, Any]] | None = None) ->
 
 def assert_clean(result: tuple[int, str]) -> int:
     code, text = result
-    assert code != cli.INTERNAL_ERROR_EXIT, text
+    assert code != ExitCode.INTERNAL, text
     assert "Traceback" not in text
     if code and text:
         assert text.startswith("error: "), text

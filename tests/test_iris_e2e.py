@@ -113,6 +113,7 @@ def submit(workspace: Path, env: dict[str, str], r: Rig, **request: object) -> s
     submission = jobs.run_build(_config(workspace, env), BuildRequest(**options),  # type: ignore[arg-type]
                                 dry_run=False, say=said.append, world=jobs.real_world(env),
                                 pins=r.pins)
+    assert isinstance(submission, jobs.Submission)  # not a dry run
     PRINTED.extend([*said, submission.human(), json.dumps(submission.to_json())])
     sha = git(workspace, "rev-parse", "--short", "HEAD").strip()
     assert submission.job_id is not None and submission.job_id.endswith(f"/gpurl-kaniko-{sha}")

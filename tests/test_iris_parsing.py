@@ -19,7 +19,6 @@ from gpurl_tasks.cluster.iris import (
     is_not_found,
     job_run_argv,
     parse_command_list,
-    parse_describe_text,
     parse_job_id,
     parse_list_json,
     parse_query_csv,
@@ -98,15 +97,8 @@ def test_query_csv(name: str, state: str, exit_code: int | None) -> None:
     assert (obs.state, obs.exit_code) == (state, exit_code)
 
 
-def test_describe_text() -> None:
-    assert parse_describe_text(read("describe-running.txt")).state == "running"
-    failed = parse_describe_text(read("describe-worker-failed.txt"))
-    assert (failed.state, failed.exit_code, failed.error) == (
-        "worker_failed", 137, "worker w-17 lost heartbeat")
-
-
 @pytest.mark.parametrize("parse", [parse_summary_json, lambda t: parse_list_json(t, JOB),
-                                   parse_describe_text, parse_query_csv])
+                                   parse_query_csv])
 @pytest.mark.parametrize("name", ["garbage.html", "summary-truncated.json"])
 def test_garbage_is_an_output_error(parse: object, name: str) -> None:
     with pytest.raises(IrisOutputError):
@@ -127,12 +119,6 @@ def test_detects_the_pinned_release_commands() -> None:
     chosen = choose_state_commands(parse_command_list(read("job-help-0.2.35.txt")),
                                    parse_command_list(read("help-0.2.35.txt")))
     assert chosen == (StateCommand.SUMMARY, StateCommand.LIST, StateCommand.QUERY)
-
-
-def test_detects_a_describe_release() -> None:
-    chosen = choose_state_commands(parse_command_list(read("job-help-describe.txt")),
-                                   {"job", "query"})
-    assert chosen == (StateCommand.DESCRIBE, StateCommand.QUERY)
 
 
 def test_query_sql_quotes_the_job_id() -> None:

@@ -29,6 +29,7 @@ def test_setup_local_refuses_a_remote_registry_in_one_line() -> None:
 def test_setup_local_dry_run_json_plans_and_writes_nothing(tmp_path: Path) -> None:
     port = free_port()
     done = _invoke("setup-local", "--dry-run", "--json", env={
+        "GPURL_PROFILE": "demo",  # setup-local resolves its profile as every task does
         "GPURL_CACHE_DIR": str(tmp_path / "cache"),
         "GPURL_REGISTRY_HOST": f"127.0.0.1:{port}",
     })
@@ -46,7 +47,7 @@ def test_an_empty_wheelhouse_says_there_are_no_prebuilt_wheels_yet(tmp_path: Pat
     import dataclasses
 
     from gpurl_tasks.config import load_config
-    from gpurl_tasks.local.pipeline import wheelhouse_problem
+    from gpurl_tasks.local.actions import wheelhouse_problem
     from gpurl_tasks.rebuild.wheelhouse import check_source
 
     config = load_config(REPO_ROOT, profile="demo", env={})

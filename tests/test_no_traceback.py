@@ -20,6 +20,7 @@ from invoke.exceptions import Exit
 from gpurl_tasks import cli
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.generate import generate_profiles
+from gpurl_tasks.exitcodes import ExitCode
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import PushedImage, push_image, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, running_registry
@@ -40,7 +41,7 @@ def settle(call: Callable[[], Any]) -> tuple[int, str]:
 
 def one_clear_error(result: tuple[int, str], *needles: str) -> None:
     code, text = result
-    assert code not in (0, cli.INTERNAL_ERROR_EXIT), text
+    assert code not in (0, ExitCode.INTERNAL), text
     assert text.startswith("error: ") and "Traceback" not in text, text
     for needle in needles:
         assert needle in text, text
@@ -58,12 +59,35 @@ def test_an_unexpected_exception_is_one_internal_error_line(
         raise KeyError("canary-internal-77a1 in a message")
 
     code, text = settle(boom)
-    assert code == cli.INTERNAL_ERROR_EXIT
+    assert code == ExitCode.INTERNAL
     assert text.startswith("internal error: KeyError: ") and "GPURL_DEBUG=1" in text
     assert "canary-internal-77a1" not in text and "\n" not in text
     monkeypatch.setenv(cli.DEBUG_ENV, "1")
     with pytest.raises(KeyError):
         settle(boom)
+
+
+@pytest.mark.parametrize(("raised", "code"), [
+    (lambda s: cli.ConfigError(f"bad {s}", hint=f"not {s}"), ExitCode.ERROR),
+    (lambda s: KeyError(f"{s} in a bug"), ExitCode.INTERNAL),
+    (lambda s: KeyboardInterrupt(), ExitCode.INTERRUPTED),
+])
+def test_under_json_every_failure_is_one_redacted_object_on_stdout(
+        raised: Callable[[str], BaseException], code: int, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--json: an error, a bug and Ctrl-C each print {"error", "hint", "exit_code"} on stdout,
+    with the exit status that object names and no secret from the environment in it."""
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    secret = "ghp_" + "j" * 36
+    monkeypatch.setenv("GPURL_REGISTRY_TOKEN", secret)
+    with pytest.raises(Exit) as info, cli.clean_failures(as_json=True):
+        raise raised(secret)
+    out = capsys.readouterr().out
+    failure = json.loads(out)
+    assert set(failure) == {"error", "hint", "exit_code"}
+    assert failure["exit_code"] == info.value.code == code
+    assert secret not in out + str(info.value.message)
+    assert str(info.value.message).startswith(("error: ", "internal error: ", "interrupted"))
 
 
 def test_the_internal_error_exit_code_reaches_the_shell() -> None:

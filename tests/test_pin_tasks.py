@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpurl_tasks.exitcodes import ExitCode
 from tests.support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, free_port
 from tests.support.tasks_runner import head_short_sha, run_task
@@ -109,7 +110,7 @@ def test_failing_image_needs_force(registry: RegistryServer, launcher: Path) -> 
     image = push_image(registry.url, "org/img", five_layers(5)[:2], tag="gpu-rl-ddddddd")
     env = env_for(registry.host, launcher)
     refused = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-ddddddd", env=env)
-    assert refused.returncode == 2
+    assert refused.returncode == ExitCode.CHECK_FAILED  # the code verify-layers exits with
     assert "fails the layer rules" in refused.stderr and "--force" in refused.stderr
     assert launcher.read_text() == LAUNCHER
     forced = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-ddddddd", "--force",

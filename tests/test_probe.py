@@ -95,6 +95,23 @@ def test_sizes_lists_what_is_missing_in_the_right_words(tmp_path: Path) -> None:
                          "  http://127.0.0.1:1/good_pkg-1.0-py3-none-any.whl"]
 
 
+def test_offline_probe_lists_and_fetches_nothing(tmp_path: Path) -> None:
+    """`sizes --probe --offline` (once `--dry-run`): the same list as without --probe, no URL
+    fetched (a closed port would fail), no cache written."""
+    port = _closed_port()
+    lock = tmp_path / "uv.lock"
+    lock.write_text(_lock_of(f"http://127.0.0.1:{port}/good_pkg-1.0-py3-none-any.whl",
+                             f"http://127.0.0.1:{port}/bad_pkg-1.0-py3-none-any.whl"))
+    cache = tmp_path / "cache.json"
+    env = {"GPURL_LAYERS_SIZE_CACHE": str(cache)}
+    listed = run_task("sizes", "--lock", str(lock), "--extra", "web", env=env)
+    done = run_task("sizes", "--probe", "--offline", "--lock", str(lock), "--extra", "web",
+                    env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == listed.stdout and "probing" not in done.stderr
+    assert not cache.exists()
+
+
 def test_probe_tries_every_url_caches_what_worked_and_fails(tmp_path: Path) -> None:
     """One URL refuses (a closed port), one works: the working one is cached, the refused one
     is one line with its host and error, and the exit is non-zero."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.cli import EachVariant
-from gpurl_tasks.rebuild.fingerprint import EXIT_CODES
+from gpurl_tasks.exitcodes import ExitCode
 
 # The last commit before gpu-rl had variants: docker/Dockerfile.gpu-rl-megatron is absent there.
 BEFORE_VARIANTS = "db8f7d0f86a9f016b4fe3270081d16c8940b5c25"
@@ -64,7 +64,7 @@ def test_each_variant_line_says_its_decision(repo_root: Path) -> None:
     assert decisions["megatron"] == "wheels+image"  # its Dockerfile is absent at --since
     assert done.stderr.splitlines()[-1] == "; ".join(f"{n}: {d}" for n, d in decisions.items())
     assert "failed" not in done.stderr and "Traceback" not in done.stderr
-    assert done.returncode == max(EXIT_CODES[d] for d in decisions.values()) == 11
+    assert done.returncode == ExitCode.REBUILD_WHEELS  # the most severe: megatron's
 
 
 @pytest.mark.integration

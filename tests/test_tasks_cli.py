@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import pathlib
 import subprocess
 import sys
@@ -68,3 +69,55 @@ def test_no_task_lets_a_flag_shadow_dash_h() -> None:
     for name, task in tasks.ns.tasks.items():
         shorts = {flag for arg in task.get_arguments() for flag in arg.names if len(flag) == 1}
         assert "h" not in shorts, name
+
+
+def _positionals(task: object) -> list[str]:
+    return [a.name for a in task.get_arguments() if a.positional]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("name", "task"), TASKS, ids=[name for name, _ in TASKS])
+def test_every_task_fails_under_json_as_one_object_with_its_exit_code(name: str,
+                                                                      task: object) -> None:
+    """The one --json contract, for every task in invoke's collection (a new task is covered
+    without editing this test): a failure (here a profile no config has) prints exactly one
+    JSON object {"error", "hint", "exit_code"} on stdout, exits with that code, which is
+    ExitCode.ERROR, and still says the error on stderr."""
+    from gpurl_tasks.exitcodes import ExitCode
+    from tests.support.tasks_runner import run_task
+
+    given = [f"{p}-value" for p in _positionals(task)]
+    done = run_task(name, *given, "--profile", "no-such-profile", "--json", timeout=120)
+    failure = json.loads(done.stdout)
+    assert set(failure) == {"error", "hint", "exit_code"}, done.stdout
+    assert "no-such-profile" in failure["error"]
+    assert done.returncode == failure["exit_code"] == ExitCode.ERROR, done.stderr
+    assert done.stderr.startswith(f"error: {failure['error']}")
+    assert "Traceback" not in done.stderr
+
+
+def test_short_flags_are_the_few_explicit_ones() -> None:
+    """No generated short flag: each task's one-letter flags are exactly cli.SHORT_FLAGS' for
+    the flags it has (`-p` once meant --probe in `sizes` and --profile elsewhere)."""
+    from gpurl_tasks.cli import SHORT_FLAGS
+
+    for name, task in tasks.ns.tasks.items():
+        for arg in task.get_arguments():
+            shorts = [flag for flag in arg.names if len(flag) == 1]
+            long = arg.names[0]
+            assert shorts == ([SHORT_FLAGS[long]] if long in SHORT_FLAGS else []), \
+                (name, arg.names)
+
+
+def test_every_profile_flag_resolves_like_every_other(tmp_path: pathlib.Path) -> None:
+    """--profile absent: $GPURL_PROFILE, for every task that takes it (setup-local and the
+    local tasks once defaulted to demo and ignored it). A profile the variable names that
+    no config has is the error each task reports. `generate`'s --profile is a filter over
+    every profile, not the config a task runs with: it is the one task without it."""
+    from tests.support.tasks_runner import run_task
+
+    for name, task in TASKS:
+        if name == "generate":
+            continue
+        given = [f"{p}-value" for p in _positionals(task)]
+        done = run_task(name, *given, "--json", env={"GPURL_PROFILE": "from-the-env"})
+        assert "from-the-env" in json.loads(done.stdout)["error"], (name, done.stdout)

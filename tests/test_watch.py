@@ -25,10 +25,6 @@ from gpurl_tasks.cluster.iris import (
     normalise_job_id,
 )
 from gpurl_tasks.cluster.watch import (
-    EXIT_ABSENT,
-    EXIT_FAILED,
-    EXIT_SUCCEEDED,
-    EXIT_WATCHER,
     WatcherError,
     exit_code_for,
     log_window_start,
@@ -36,6 +32,7 @@ from gpurl_tasks.cluster.watch import (
 )
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import IrisError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.proc import CommandFailed, Completed
 from tests.conftest import REPO_ROOT
 
@@ -77,7 +74,7 @@ def test_runs_to_succeeded_printing_each_change_once() -> None:
                             obs("succeeded")),
                    interval=60, max_duration=3600, clock=clock, sleep=clock.sleep,
                    on_change=lambda t, o: changes.append((t, o.state)))
-    assert result.exit_code == EXIT_SUCCEEDED
+    assert result.exit_code == ExitCode.OK
     assert changes == [(0, "pending"), (120, "running"), (240, "succeeded")]
     assert clock.sleeps == [60, 60, 60, 60]
 
@@ -87,14 +84,14 @@ def test_failed_terminal_states_exit_1(state: str) -> None:
     clock = FakeClock()
     result = watch(scripted(obs("running"), obs(state)), interval=5, max_duration=100,
                    clock=clock, sleep=clock.sleep)
-    assert (result.exit_code, result.reason) == (EXIT_FAILED, state)
+    assert (result.exit_code, result.reason) == (ExitCode.CHECK_FAILED, state)
 
 
 def test_vanished_job_is_absent_not_waited_on() -> None:
     clock = FakeClock()
     result = watch(scripted(obs("running"), obs(ABSENT)), interval=5, max_duration=10**6,
                    clock=clock, sleep=clock.sleep)
-    assert result.exit_code == EXIT_ABSENT and clock.now == 5
+    assert result.exit_code == ExitCode.ERROR and clock.now == 5
 
 
 def test_transient_failures_back_off_then_recover() -> None:
@@ -103,7 +100,7 @@ def test_transient_failures_back_off_then_recover() -> None:
     result = watch(scripted(err, err, err, obs("running"), obs("succeeded")), interval=30,
                    max_duration=3600, clock=clock, sleep=clock.sleep,
                    on_retry=lambda t, m, d: retries.append(d))
-    assert result.exit_code == EXIT_SUCCEEDED
+    assert result.exit_code == ExitCode.OK
     assert retries == [2, 4, 8]
 
 
@@ -111,7 +108,7 @@ def test_persistent_failures_end_with_exit_3() -> None:
     clock = FakeClock()
     result = watch(scripted(*[TransientIrisError("refused")] * 10), interval=30,
                    max_duration=3600, clock=clock, sleep=clock.sleep, max_failures=4)
-    assert result.exit_code == EXIT_WATCHER and "4 times in a row" in result.reason
+    assert result.exit_code == ExitCode.INCONCLUSIVE and "4 times in a row" in result.reason
 
 
 def test_unreadable_output_is_not_retried() -> None:
@@ -120,7 +117,7 @@ def test_unreadable_output_is_not_retried() -> None:
     result = watch(scripted(obs("running"), IrisOutputError("garbage"), obs("succeeded")),
                    interval=30, max_duration=3600, clock=clock, sleep=clock.sleep,
                    on_retry=lambda t, m, d: retries.append(d))
-    assert result.exit_code == EXIT_WATCHER and retries == [] and result.polls == 2
+    assert result.exit_code == ExitCode.INCONCLUSIVE and retries == [] and result.polls == 2
     assert result.reason == "cannot read iris's answers: garbage"
     assert result.observation is not None and result.observation.state == "running"
     assert not isinstance(IrisOutputError("x"), TransientIrisError)
@@ -130,7 +127,7 @@ def test_max_duration_ends_with_exit_3() -> None:
     clock = FakeClock()
     result = watch(scripted(*[obs("running")] * 100), interval=60, max_duration=300,
                    clock=clock, sleep=clock.sleep)
-    assert result.exit_code == EXIT_WATCHER and "still running" in result.reason
+    assert result.exit_code == ExitCode.INCONCLUSIVE and "still running" in result.reason
     assert clock.now <= 300
 
 
@@ -149,7 +146,8 @@ def test_no_reading_starts_that_the_bound_would_cut() -> None:
         return obs("pending")
 
     result = watch(slow, interval=1, max_duration=31, clock=clock, sleep=clock.sleep)
-    assert result.exit_code == EXIT_WATCHER and result.reason.startswith("still pending at the bound")
+    assert result.exit_code == ExitCode.INCONCLUSIVE
+    assert result.reason.startswith("still pending at the bound")
     assert min(budgets) >= 4 and clock.now <= 31
 
 
@@ -280,14 +278,6 @@ def test_garbage_is_exit_3_at_once(capsys: pytest.CaptureFixture[str]) -> None:
     assert len([c for c in replay.calls if "summary" in c]) == 1
 
 
-def test_describe_variant(capsys: pytest.CaptureFixture[str]) -> None:
-    replay = Replay("job-help-describe.txt", ["describe-running.txt",
-                                              "describe-worker-failed.txt"])
-    code, _ = _run(replay, capsys)
-    assert code == 1
-    assert ("iris", "--cluster=cw-test", "job", "describe", JOB) in replay.calls
-
-
 def test_query_variant_when_no_job_state_command_exists(
         capsys: pytest.CaptureFixture[str]) -> None:
     replay = Replay("help-0.2.35.txt", ["query-running.csv", "query-unschedulable.csv"])
@@ -318,7 +308,7 @@ def test_a_cli_without_state_commands_is_a_watcher_failure(
     replay.top_help = "Usage: iris\n\nCommands:\n  job  Manage Iris jobs.\n"
     with pytest.raises(WatcherError) as info:
         _run(replay, capsys)
-    assert info.value.exit_code == EXIT_WATCHER and "cannot read job state" in info.value.message
+    assert info.value.exit_code == ExitCode.INCONCLUSIVE and "cannot read job state" in info.value.message
 
 
 def test_missing_iris_is_exit_3() -> None:
@@ -390,7 +380,7 @@ def test_a_hanging_iris_cannot_outlast_the_bound() -> None:
         raise TransientIrisError(f"iris did not answer within {left:.1f}s")
 
     result = watch(hangs, interval=2, max_duration=8, clock=clock, sleep=clock.sleep)
-    assert result.exit_code == EXIT_WATCHER and clock.now <= 8
+    assert result.exit_code == ExitCode.INCONCLUSIVE and clock.now <= 8
     assert result.reason.startswith("cannot reach the controller since 0s into the watch")
     assert given == [8]
 
@@ -403,7 +393,7 @@ def test_slow_calls_count_against_the_bound() -> None:
         return obs("running")
 
     result = watch(slow, interval=60, max_duration=300, clock=clock, sleep=clock.sleep)
-    assert result.exit_code == EXIT_WATCHER and "still running at the bound" in result.reason
+    assert result.exit_code == ExitCode.INCONCLUSIVE and "still running at the bound" in result.reason
     assert clock.now <= 300 and result.elapsed == clock.now
 
 
@@ -412,7 +402,7 @@ def test_failures_after_readings_say_since_when() -> None:
     err = TransientIrisError("connection refused")
     result = watch(scripted(obs("running"), obs("running"), *[err] * 20), interval=10,
                    max_duration=40, clock=clock, sleep=clock.sleep)
-    assert result.exit_code == EXIT_WATCHER
+    assert result.exit_code == ExitCode.INCONCLUSIVE
     assert result.reason.startswith("cannot reach the controller since 20s into the watch")
     assert result.observation == obs("running") and clock.now <= 40
 
@@ -422,7 +412,7 @@ def test_the_bound_starts_before_the_first_poll() -> None:
     clock.now = 7.0
     result = watch(scripted(*[obs("running")] * 10), interval=1, max_duration=10, started=0.0,
                    clock=clock, sleep=clock.sleep)
-    assert result.exit_code == EXIT_WATCHER and clock.now <= 10
+    assert result.exit_code == ExitCode.INCONCLUSIVE and clock.now <= 10
 
 
 def test_a_refused_job_name_is_not_retried() -> None:
@@ -478,7 +468,7 @@ def test_the_pending_reason_is_in_the_text(capsys: pytest.CaptureFixture[str]) -
     outcome = jobs.run_watch(load_config(REPO_ROOT, env={}), job, interval=60,
                              max_duration=150, cli=_cli(replay), say=said.append, clock=clock,
                              sleep=clock.sleep)
-    assert outcome.exit_code == EXIT_WATCHER
+    assert outcome.exit_code == ExitCode.INCONCLUSIVE
     parts = [line.strip() for line in recorded.splitlines() if line.strip()]
     assert len(parts) == 2 and all(part in outcome.human() for part in parts)
     pending = [line for line in said if "] pending" in line]

@@ -38,6 +38,7 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
     wheel_specs,
 )
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.rebuild.wheelhouse import check_source, read_manifest, read_wheelhouse
 from tests.conftest import REPO_ROOT
 from tests.support.pyindex import make_wheel
@@ -459,7 +460,7 @@ def test_check_wheels_task_follows_the_profile(tmp_path: Path) -> None:
                                         "  expected gpurl_demo_ext-*.whl"]
     wheel.rename(tmp_path / wheel.name.replace("cp311-cp311", "cp310-cp310"))
     done = invoke("check-wheels", "--profile", "demo", "--source", str(tmp_path), "--json")
-    assert done.returncode == 3
+    assert done.returncode == ExitCode.CHECK_FAILED
     report = json.loads(done.stdout)
     assert report["ok"] is False
     assert [m["problem"] for m in report["mismatches"]] == [

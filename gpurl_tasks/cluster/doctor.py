@@ -26,6 +26,7 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import check_committed
 from gpurl_tasks.errors import BuildError, GpurlError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.tags import cache_repository, existing_digest
@@ -475,7 +476,7 @@ class DoctorReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.problems else 0
+        return ExitCode.CHECK_FAILED if self.problems else ExitCode.OK
 
     @property
     def failure(self) -> str | None:

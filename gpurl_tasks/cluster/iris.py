@@ -1,10 +1,10 @@
 """iris CLI adapter: compose `job run`, read job state, fetch logs, kill one job.
 
-The iris CLI changed across releases: `job summary --json` and `job list --json` exist
-only in a window of releases, later ones have `job describe`; `iris query` exists
-throughout. `IrisCli.state_commands()` reads `iris job --help` once and picks the best
-command available. Parsers are pure functions over the CLI's text so recorded outputs
-can test every variant. A job the controller has no record of reads as `absent`.
+The pinned release (iris-release.toml) reads a job's state three ways: `job summary --json`,
+`job list --json` and `iris query`. `IrisCli.state_commands()` reads `iris job --help` once
+and picks the best one it offers. Parsers are pure functions over the CLI's text, tested on
+outputs recorded from that release (tests/data/iris/). A job the controller has no record of
+reads as `absent`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ __all__ = [
     "normalise_job_id",
     "one_line",
     "parse_command_list",
-    "parse_describe_text",
     "parse_job_id",
     "parse_kill_output",
     "parse_list_json",
@@ -95,7 +94,6 @@ class StateCommand(enum.Enum):
 
     SUMMARY = "job summary --json"
     LIST = "job list --json"
-    DESCRIBE = "job describe"
     QUERY = "query"
 
 
@@ -223,8 +221,6 @@ def choose_state_commands(
         chosen.append(StateCommand.SUMMARY)
     if "list" in job_commands:
         chosen.append(StateCommand.LIST)
-    if "describe" in job_commands:
-        chosen.append(StateCommand.DESCRIBE)
     if "query" in top_commands:
         chosen.append(StateCommand.QUERY)
     return tuple(chosen)
@@ -332,27 +328,6 @@ def parse_list_json(text: str, job_id: str) -> Observation:
     return Observation(state=ABSENT)
 
 
-_DESCRIBE_STATE = re.compile(r"^\s*(?:job\s+)?state\s*:\s*([A-Za-z_]+)",
-                             re.IGNORECASE | re.MULTILINE)
-_DESCRIBE_EXIT = re.compile(r"\bexit(?:[ _]code)?\s*[=:]\s*(-?\d+)", re.IGNORECASE)
-_DESCRIBE_ERROR = re.compile(r"^\s*error\s*:\s*(.+)$", re.IGNORECASE | re.MULTILINE)
-
-
-def parse_describe_text(text: str) -> Observation:
-    """`iris job describe ID`: a text page with a `State: <name>` line."""
-    match = _DESCRIBE_STATE.search(text)
-    if not match:
-        raise IrisOutputError(f"job describe: no 'State:' line in {text.strip()[:80]!r}")
-    state = _normalise(match.group(1), "job describe")
-    exit_match = _DESCRIBE_EXIT.search(text)
-    error_match = _DESCRIBE_ERROR.search(text)
-    return Observation(
-        state=state,
-        exit_code=int(exit_match.group(1)) if exit_match and state not in ACTIVE_STATES else None,
-        error=error_match.group(1).strip() if error_match else "",
-    )
-
-
 def query_sql(job_id: str) -> str:
     """The SQL for `iris query`; the id is quoted as an SQL string literal."""
     literal = job_id.replace("'", "''")
@@ -386,8 +361,6 @@ _STATE_READERS: dict[StateCommand, tuple[Callable[[str], tuple[str, ...]],
     StateCommand.SUMMARY: (lambda job: ("job", "summary", job, "--json"),
                            lambda out, _job: parse_summary_json(out)),
     StateCommand.LIST: (lambda job: ("job", "list", "--json", "--prefix", job), parse_list_json),
-    StateCommand.DESCRIBE: (lambda job: ("job", "describe", job),
-                            lambda out, _job: parse_describe_text(out)),
     StateCommand.QUERY: (lambda job: ("query", "-f", "csv", query_sql(job)),
                          lambda out, _job: parse_query_csv(out)),
 }
@@ -497,7 +470,7 @@ class IrisCli:
             try:
                 job = parse_command_list(self._exec([self._program, "job", "--help"],
                                                     deadline).stdout)
-                top = (set() if job & {"summary", "list", "describe"} else
+                top = (set() if job & {"summary", "list"} else
                        parse_command_list(self._exec([self._program, "--help"],
                                                      deadline).stdout))
             except IrisError as exc:
@@ -506,7 +479,7 @@ class IrisCli:
             self._commands = choose_state_commands(job, top)
             if not self._commands:
                 raise IrisError("this iris CLI has none of `job summary`, `job list`, "
-                                "`job describe`, `query`: cannot read job state",
+                                "`query`: cannot read job state",
                                 hint="install a supported marin-iris release")
         return self._commands
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -37,19 +36,18 @@ from gpurl_tasks.cluster.submit import (
     prepare_build,
 )
 from gpurl_tasks.cluster.watch import (
-    EXIT_ABSENT,
-    EXIT_FAILED,
-    EXIT_WATCHER,
     WatcherError,
     WatchResult,
     log_window_start,
     watch,
 )
-from gpurl_tasks.config import Config, load_committed_config
+from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, GpurlError, IrisError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.oci.tags import existing_digest
 from gpurl_tasks.proc import CommandFailed, run
 from gpurl_tasks.redact import TokenSource, find_registry_token, known_secrets, redact
+from gpurl_tasks.steps import DryRun
 
 __all__ = [
     "IRIS_ENV",
@@ -57,7 +55,6 @@ __all__ = [
     "Submission",
     "WatchOutcome",
     "cluster_target",
-    "generate_script",
     "iris_program",
     "kill_job",
     "real_world",
@@ -100,36 +97,30 @@ def real_world(env: Mapping[str, str]) -> BuildEnv:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Submission:
-    """A submitted (or, with --dry-run, composed) build job."""
+    """A submitted build job."""
 
     prepared: PreparedBuild
     program: str
-    job_id: str | None = None  # None: dry run, or iris printed no id
-    dry_run: bool = False
-    exit_code: int = 0
+    job_id: str | None = None  # None: iris printed no id
+    exit_code: int = ExitCode.OK
 
     @property
     def watch_command(self) -> str:
         return f"invoke watch {self.job_id or f'/<user>/{self.prepared.spec.job_name}'} --interval 60"
 
     def human(self) -> str:
-        if self.dry_run:
-            return self.prepared.display(self.program)
         return (f"submitted {self.job_id or self.prepared.spec.job_name} -> "
                 f"{self.prepared.image_tag}\nnext: {self.watch_command}")
 
     def to_json(self) -> dict[str, Any]:
-        if self.dry_run:
-            return {"dry_run": True, "argv": list(self.prepared.argv(self.program, reveal=False)),
-                    "image": self.prepared.image_tag, "job_name": self.prepared.spec.job_name}
         return {"job_id": self.job_id, "image": self.prepared.image_tag,
                 "watch": self.watch_command}
 
 
 def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say = _quiet,
               world: BuildEnv | None = None,
-              pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> Submission:
-    """Guard rails, then compose (dry run) or submit the job."""
+              pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> Submission | DryRun:
+    """Guard rails, then submit the job (or with `dry_run`, the command, secrets redacted)."""
     world = world or real_world(os.environ)
     prepared = prepare_build(config, request, world, pins)
     if not dry_run:  # a dry run touches no registry
@@ -140,7 +131,8 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
         say(f"note: {note}")
     say(f"bundle: {len(prepared.bundle.files)} files, {prepared.bundle.zip_bytes} bytes zipped")
     if dry_run:
-        return Submission(prepared=prepared, program=program, dry_run=True)
+        return DryRun((prepared.argv(program, reveal=False),),
+                      shown=(prepared.display(program),))
     _find_iris(program, world.env)
     try:
         result = run(prepared.argv(program, reveal=True), cwd=config.root, env=dict(world.env),
@@ -239,7 +231,7 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
     result = watch(read, interval=interval, max_duration=max_duration, started=start,
                    clock=clock, sleep=sleep, on_change=on_change, on_retry=on_retry)
     log_tail: list[str] = []
-    if result.exit_code == EXIT_FAILED:
+    if result.exit_code == ExitCode.CHECK_FAILED:
         try:
             submitted = (result.observation.submitted_ms if result.observation else None) \
                 or iris.submitted_ms(job_id, within=AFTER_WATCH_BOUND_S)
@@ -260,15 +252,14 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
                         log_tail=tuple(log_tail))
 
 
-# `invoke kill` exit codes: 0 killed exactly the named job; 2 it was not running (ended, or
-# unknown); 1 refused, or iris touched another job too; 3 could not conclude (no answer).
-EXIT_KILL_REFUSED = 1
+# `invoke kill` exit codes: OK killed exactly the named job; ERROR it was not running (ended,
+# or unknown); CHECK_FAILED refused, or iris touched another job too; INCONCLUSIVE no answer.
 
 
 class NoAnswer(IrisError):
     """iris did not answer within the bound: nothing is known (exit 3, as for `watch`)."""
 
-    exit_code = EXIT_WATCHER
+    exit_code = ExitCode.INCONCLUSIVE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,7 +268,7 @@ class KillOutcome:
     line a refusal, or another job touched, ends with."""
 
     text: str
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
     failure: str | None = None
     terminated: tuple[str, ...] = ()
 
@@ -295,14 +286,13 @@ def _kill_argv(job_id: str) -> tuple[str, ...]:
 
 
 def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None = None,
-             cli: IrisCli | None = None) -> KillOutcome:
+             cli: IrisCli | None = None) -> KillOutcome | DryRun:
     """Stop exactly one job, never anything else: its state and every job sharing its id
     prefix are read first; a job with running child jobs (which the controller would kill
     with it) is refused; what iris says it terminated is compared with the id exactly."""
     job_id = normalise_job_id(job_id)
     if dry_run:
-        return KillOutcome(shlex.join(["iris", *cluster_target(config, cluster).args,
-                                       *_kill_argv(job_id)]))
+        return DryRun((("iris", *cluster_target(config, cluster).args, *_kill_argv(job_id)),))
     iris = cli or _iris(config, os.environ, cluster)
     deadline = time.monotonic() + KILL_BOUND_S
     try:
@@ -312,13 +302,13 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
         if state not in ACTIVE_STATES:
             what = "unknown to the controller" if state == ABSENT else f"already {state}"
             return KillOutcome(f"nothing killed: {job_id} is not running ({what})",
-                               exit_code=EXIT_ABSENT)
+                               exit_code=ExitCode.ERROR)
         children = sorted(j for j, s in (related or {}).items()
                           if j.startswith(job_id + "/") and s in ACTIVE_STATES)
         if children:
             return KillOutcome(
                 f"nothing killed: {job_id} has running child jobs, which the controller would "
-                f"kill with it: {', '.join(children)}", exit_code=EXIT_KILL_REFUSED,
+                f"kill with it: {', '.join(children)}", exit_code=ExitCode.CHECK_FAILED,
                 failure=f"refused: killing {job_id} would also kill {len(children)} other "
                         "job(s); kill them by id first, or use `iris job kill` yourself")
         try:
@@ -329,7 +319,7 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
             if "--no-include-children" not in exc.message:
                 raise
             return KillOutcome(f"nothing killed: this iris CLI's `job kill` cannot be limited to "
-                               f"one job ({exc.message})", exit_code=EXIT_KILL_REFUSED,
+                               f"one job ({exc.message})", exit_code=ExitCode.CHECK_FAILED,
                                failure=f"refused: it would kill every running job whose id "
                                        f"starts with {job_id}; install the pinned marin-iris")
     except TransientIrisError as exc:
@@ -338,28 +328,13 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
                              "state once it does") from None
     others = [t for t in terminated if t != job_id]
     if others:
-        return KillOutcome(f"iris terminated {', '.join(terminated)}", exit_code=EXIT_KILL_REFUSED,
+        return KillOutcome(f"iris terminated {', '.join(terminated)}", exit_code=ExitCode.CHECK_FAILED,
                            terminated=terminated,
                            failure=f"DANGER: iris also terminated {', '.join(others)}, "
                                    f"not only {job_id}")
     if not terminated:
         return KillOutcome(f"nothing killed: {job_id} is not running (it ended before the kill)",
-                           exit_code=EXIT_ABSENT)
+                           exit_code=ExitCode.ERROR)
     spared = sorted(j for j, s in (related or {}).items() if j != job_id and s in ACTIVE_STATES)
     note = f" (left running, sharing its id prefix: {', '.join(spared)})" if spared else ""
     return KillOutcome(f"killed {job_id}{note}", terminated=terminated)
-
-
-def generate_script(config: Config, *, check: bool) -> str:
-    """Write (or with `check`, verify) the kaniko script of every variant of the profile (as
-    `invoke generate` does with the rest of the generated files)."""
-    configs = [load_committed_config(config.root, config.profile, v.name)
-               for v in config.variants] or [config]
-    done = []
-    for each in configs:
-        if check:
-            kaniko.check_script(each)
-            done.append(f"{each.build.kaniko_script} is up to date")
-        else:
-            done.append(f"wrote {kaniko.write_script(each)}")
-    return "\n".join(done)

@@ -20,12 +20,9 @@ from gpurl_tasks.cluster.iris import (
     TransientIrisError,
 )
 from gpurl_tasks.errors import IrisError
+from gpurl_tasks.exitcodes import ExitCode
 
 __all__ = [
-    "EXIT_ABSENT",
-    "EXIT_FAILED",
-    "EXIT_SUCCEEDED",
-    "EXIT_WATCHER",
     "WatchResult",
     "WatcherError",
     "exit_code_for",
@@ -33,26 +30,20 @@ __all__ = [
     "watch",
 ]
 
-EXIT_SUCCEEDED = 0
-EXIT_FAILED = 1
-EXIT_ABSENT = 2
-EXIT_WATCHER = 3
-
-
 class WatcherError(IrisError):
     """The watcher itself could not work (no iris, no usable state command)."""
 
-    exit_code = EXIT_WATCHER
+    exit_code = ExitCode.INCONCLUSIVE
 
 
 def exit_code_for(state: str) -> int:
     """The watcher's exit code for a terminal state."""
     if state == "succeeded":
-        return EXIT_SUCCEEDED
+        return ExitCode.OK
     if state in FAILED_STATES:
-        return EXIT_FAILED
+        return ExitCode.CHECK_FAILED
     if state == ABSENT:
-        return EXIT_ABSENT
+        return ExitCode.ERROR
     raise ValueError(f"{state!r} is not a terminal state")
 
 
@@ -95,10 +86,10 @@ def watch(
     and no call starts with less time left than the last reading took (it could not finish:
     the bound, not the controller, ends such a watch).
     Transient CLI failures are retried with exponential backoff (base, doubling, capped);
-    `max_failures` in a row, or the bound, end the watch with EXIT_WATCHER. Any other
+    `max_failures` in a row, or the bound, end the watch with ExitCode.INCONCLUSIVE. Any other
     IrisError (iris refused the input) is not retried: it propagates. Output that cannot be
     read (IrisOutputError) is not retried either, since asking again gets the same answer: it
-    ends the watch at once with EXIT_WATCHER. `started`: when the
+    ends the watch at once with ExitCode.INCONCLUSIVE. `started`: when the
     bound began on `clock` (default: now), if work before the first poll counts against it.
     """
     if interval <= 0 or max_duration <= 0:
@@ -118,7 +109,7 @@ def watch(
             polls += 1
             observation = read_state(max_duration - before)
         except IrisOutputError as exc:
-            return WatchResult(exit_code=EXIT_WATCHER, observation=last, elapsed=clock() - start,
+            return WatchResult(exit_code=ExitCode.INCONCLUSIVE, observation=last, elapsed=clock() - start,
                                polls=polls, reason=f"cannot read iris's answers: {exc.message}")
         except TransientIrisError as exc:
             elapsed = clock() - start
@@ -129,7 +120,7 @@ def watch(
             if failures >= max_failures or elapsed + delay >= max_duration:
                 why = (f"iris failed {failures} times in a row" if failures >= max_failures
                        else f"gave up at the bound (--max-duration {max_duration:g}s)")
-                return WatchResult(exit_code=EXIT_WATCHER, observation=last, elapsed=elapsed,
+                return WatchResult(exit_code=ExitCode.INCONCLUSIVE, observation=last, elapsed=elapsed,
                                    polls=polls, reason="cannot reach the controller since "
                                    f"{failing_since:.0f}s into the watch: {why}; last error: {exc.message}")
             on_retry(elapsed, exc.message, delay)
@@ -154,7 +145,7 @@ def watch(
 
 def _at_bound(observation: Observation, elapsed: float, polls: int,
               max_duration: float) -> WatchResult:
-    return WatchResult(exit_code=EXIT_WATCHER, observation=observation, elapsed=elapsed,
+    return WatchResult(exit_code=ExitCode.INCONCLUSIVE, observation=observation, elapsed=elapsed,
                        polls=polls, reason=f"still {observation.state} at the bound "
                        f"(--max-duration {max_duration:g}s)")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpurl_tasks import git
 from gpurl_tasks.config import Config
-from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.errors import CheckFailed
 from gpurl_tasks.files import read_text, write_atomic
 
 __all__ = ["DOCKERIGNORE_NOTE", "StaleContextError", "context_rules", "ensure_launcher_ignored",
@@ -23,10 +23,8 @@ __all__ = ["DOCKERIGNORE_NOTE", "StaleContextError", "context_rules", "ensure_la
 _GLOB = set("*?[]!")
 
 
-class StaleContextError(GpurlError):
+class StaleContextError(CheckFailed):
     """The committed .dockerignore lacks a rule `invoke generate` writes."""
-
-    exit_code = 1
 
 
 DOCKERIGNORE_NOTE = (

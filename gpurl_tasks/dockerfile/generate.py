@@ -41,7 +41,8 @@ from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
 from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH
 from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe, slice_stage
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
-from gpurl_tasks.errors import GpurlError, LockError
+from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
 from gpurl_tasks.plan.model import Plan
@@ -76,10 +77,8 @@ ExtraFiles = Callable[[Config], Mapping[Path, str]]
 _OWNER = re.compile(r"profile '(?P<profile>[^']+)'(?:,? \(?variant '(?P<variant>[^']+)')?")
 
 
-class StaleFileError(GpurlError):
+class StaleFileError(CheckFailed):
     """A committed generated file differs from what the generator writes now."""
-
-    exit_code = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -476,7 +475,7 @@ class GenerateSummary:
     root: Path
     check: bool
     results: tuple[GenerateResult, ...]
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
         def verb(changed: bool) -> str:

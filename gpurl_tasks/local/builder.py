@@ -44,7 +44,9 @@ __all__ = [
     "build_wheels",
     "check_build_args",
     "export_dockerfile",
+    "final_build",
     "image_reference",
+    "push_command",
     "push_image",
     "run_build",
     "serving_index",
@@ -180,8 +182,29 @@ def run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
     return log, steps
 
 
+def push_command(client: str, reference: str) -> list[str]:
+    """The `docker push` argv (pure: a dry run shows it)."""
+    return [client, "push", reference]
+
+
+def final_build(config: Config, *, client: str, git_sha: str, build_args: Mapping[str, str],
+                target: str | None = None, progress: str = "plain", push_floating: bool = False,
+                context: Path | None = None, dockerfile: Path | None = None,
+                no_cache: bool = False) -> tuple[list[str], str, str | None]:
+    """The image build `build_and_push` runs: its argv, the immutable reference and the
+    floating one (None unless `push_floating`). Pure, so a dry run shows the very argv."""
+    check_build_args(build_args)
+    reference = image_reference(config, git_sha)
+    floating = f"{config.registry.image}:{config.registry.floating_tag}" if push_floating else None
+    argv = build_command(client, dockerfile=dockerfile or config.build.dockerfile,
+                         context=context or config.root, build_args=build_args, target=target,
+                         tags=[reference, *([floating] if floating else [])], progress=progress,
+                         no_cache=no_cache)
+    return argv, reference, floating
+
+
 def push_image(client: str, reference: str) -> str:
-    done = proc.run_quiet([client, "push", reference], timeout=3600)
+    done = proc.run_quiet(push_command(client, reference), timeout=3600)
     found = _PUSH_DIGEST.search(done.stdout)
     if not found:
         raise BuildError(f"`docker push {reference}` printed no digest")
@@ -212,16 +235,12 @@ def build_and_push(
     tag is never moved: when the registry already holds it, the built image must be that same
     image (same config digest: nothing is pushed, the registry's digest is kept), or `force`.
     """
-    args = dict(build_args or {})
-    check_build_args(args)
-    reference = image_reference(config, git_sha)
-    floating = f"{config.registry.image}:{config.registry.floating_tag}" if push_floating else None
     client = client or find_buildkit_client()[0]
     served_from = index_dir(cache or cache_dir(config.root))
-    argv = build_command(client, dockerfile=dockerfile or config.build.dockerfile,
-                         context=context or config.root, build_args=args, target=target,
-                         tags=[reference, *([floating] if floating else [])], progress=progress,
-                         no_cache=no_cache)
+    argv, reference, floating = final_build(
+        config, client=client, git_sha=git_sha, build_args=dict(build_args or {}),
+        target=target, progress=progress, push_floating=push_floating, context=context,
+        dockerfile=dockerfile, no_cache=no_cache)
     start = time.monotonic()
     existing = tags.existing_image(config, reference)
     with serving_index(config.build.index_url, served_from):

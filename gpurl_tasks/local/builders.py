@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import sha256_of, write_atomic
 from gpurl_tasks.steps import StepRecord, timed
 
@@ -70,7 +71,7 @@ class Builders:
     crane_sha256: str
     steps: tuple[StepRecord, ...] = ()
 
-    exit_code = 0
+    exit_code = ExitCode.OK
 
     def human(self) -> str:
         lines = [f"  {s.name:<18} {s.status:<9} {s.seconds:6.1f}s  {s.detail}" for s in self.steps]

@@ -38,10 +38,10 @@ from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.model import Layer, Plan
 from gpurl_tasks.plan.profile import slice_path
 
-__all__ = ["compose_environment"]
+__all__ = ["compose_commands", "compose_environment"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,12 +55,15 @@ class _Builds:
     log_dir: Path
     on_line: LineSink | None
 
+    def command(self, target: str, *, tags: tuple[str, ...] = (),
+                iidfile: Path | None = None) -> list[str]:
+        return builder.build_command(self.client, dockerfile=self.dockerfile,
+                                     context=self.context, build_args=self.build_args,
+                                     target=target, tags=tags, iidfile=iidfile)
+
     def run(self, target: str, *, tags: tuple[str, ...] = (), iidfile: Path | None = None,
             ) -> None:
-        argv = builder.build_command(self.client, dockerfile=self.dockerfile,
-                                     context=self.context, build_args=self.build_args,
-                                     target=target, tags=tags,
-                                     iidfile=iidfile)
+        argv = self.command(target, tags=tags, iidfile=iidfile)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         builder.run_build(argv, self.on_line, self.log_dir / f"{target}.log")
 
@@ -69,6 +72,27 @@ def _slice_image(registry: RegistryClient, ref: ImageRef, name: str) -> SliceIma
     _, _, manifest = registry.manifest(ref)
     config_digest = parse_manifest(manifest, f"manifest of slice image {name}").config_digest
     return SliceImage.from_documents(name, manifest, registry.blob_json(ref, config_digest))
+
+
+def _label(layer: Layer) -> str:
+    return layer.name.split("-", 1)[1]
+
+
+def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Path,
+                     context: Path, build_args: Mapping[str, str]) -> tuple[tuple[str, ...], ...]:
+    """What `compose_environment` runs at most, for a dry run: env-base's build, then each
+    slice's build and push. Only a slice its cache tag lacks is built; the tag's hash and the
+    slices' base are known once env-base is built, so they are shown as <placeholders>."""
+    builds = _Builds(client=client, dockerfile=dockerfile, context=context,
+                     build_args=dict(build_args), log_dir=Path(), on_line=None)
+    commands = [builds.command(ENV_BASE_STAGE, iidfile=Path("<env-base.iid>"))]
+    builds = dataclasses.replace(builds, build_args={**builds.build_args,
+                                                     "SLICE_BASE": "gpurl-env-base:<image id>"})
+    for layer in plan.layers:
+        ref = f"{cache_repository(config)}:slice-{_label(layer)}-<inputs hash>"
+        commands += [builds.command(slice_stage(layer), tags=(ref,)),
+                     builder.push_command(client, ref)]
+    return tuple(tuple(argv) for argv in commands)
 
 
 def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: Path,
@@ -104,7 +128,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
         for layer in plan.layers:
             text = read_text(slice_path(config, plan, layer), what="slice file",
                              error=BuildError).encode()
-            tag = slice_tag(label=layer.name.split("-", 1)[1], base_id=base_id,
+            tag = slice_tag(label=_label(layer), base_id=base_id,
                             slice_text=text, install=slice_run(plan, layer).render(),
                             dest=slice_file(plan, layer))
             ref = dataclasses.replace(cache, tag=tag, digest=None)

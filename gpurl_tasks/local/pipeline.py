@@ -1,53 +1,151 @@
-"""The main job on one machine: setup-local, plan, generate, wheels, build + push, verify, pin.
+"""The order of the local path: which steps `invoke build --backend local` and `invoke demo`
+run, and what each executes.
 
-Every step is the same code the individual tasks run (nothing here re-implements a step); this
-module only orders them, times them and collects what a user or a test needs to see.
+Each step is a `steps.Step`: the commands it runs and its action (local/actions.py does the
+work). `steps.Steps` runs them in order; a dry run is `steps.dry_run` of the very same steps,
+so what it shows cannot drift from what runs. Nothing here does a step's work.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import shlex
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
-from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan, generate
-from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE
-from gpurl_tasks.errors import BuildError, GpurlError
-from gpurl_tasks.local import builder
-from gpurl_tasks.local.builder import BuildResult, WheelsResult
-from gpurl_tasks.local.compose_env import compose_environment
-from gpurl_tasks.local.engine import find_buildkit_client
-from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
-from gpurl_tasks.oci import release
-from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.oci.verify import Report, render_table, report_json
+from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan
+from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.local import actions, builder
+from gpurl_tasks.local.builder import BuildResult
+from gpurl_tasks.local.compose_env import compose_commands
+from gpurl_tasks.oci.compose import ComposedEnv
+from gpurl_tasks.oci.verify import Report, report_json
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.report import render_plan
-from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
-from gpurl_tasks.steps import DryRun, StepRecord, timed
+from gpurl_tasks.rebuild.wheelhouse import check_source
+from gpurl_tasks.steps import Argv, DryRun, Step, StepRecord, Steps, dry_run_of
 
 __all__ = [
+    "DRY_RUN_CLIENT",
     "LocalBuild",
     "PipelineResult",
-    "WheelsBuilt",
     "build_local",
-    "build_summary",
+    "build_steps",
     "build_task",
-    "build_wheels_task",
+    "demo_steps",
     "demo_task",
-    "describe_local_build",
-    "describe_pipeline",
-    "ensure_wheels",
-    "run_pipeline",
-    "wheelhouse_problem",
 ]
 
 Say = Callable[[str], None]
-T = TypeVar("T")
+# The engine client a dry run names; a real run uses the one setup-local found (docker or
+# podman, engine.find_buildkit_client).
+DRY_RUN_CLIENT = "docker"
+
+
+def _task(name: str, config: Config, *extra: str) -> Argv:
+    """A step that is one of the tasks, as its command line."""
+    variant = ("--variant", config.variant) if config.variant else ()
+    return ("invoke", name, "--profile", config.profile, *variant, *extra)
+
+
+def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None,
+                push_floating: bool = False, no_cache: bool = False, on_line: Say | None = None,
+                force: bool = False, chain: bool = False, say: Say | None = None,
+                setup: bool = True) -> tuple[Step[Any], ...]:
+    """`invoke build --backend local`: setup-local (`setup`), the environment composed at the
+    registry from slice images (or with `chain` built as the env-chain stage, as kaniko
+    builds it), then the image built from the generated Dockerfile and pushed. `no_cache`
+    rebuilds every step of the final build; slice images are named by their inputs and
+    reused."""
+    args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
+    steps: list[Step[Any]] = []
+    if setup:
+        steps.append(Step("setup-local", (_task("setup-local", config),),
+                          lambda: actions.setup(config, say)))
+    composed: list[ComposedEnv] = []
+    shown_args = dict(args)
+    if not chain:
+        planned = fitted_plan(config)
+
+        def compose() -> tuple[ComposedEnv, str]:
+            environment, line = actions.compose(config, planned, git_sha=git_sha,
+                                                build_args=args, on_line=on_line)
+            composed.append(environment)
+            return environment, line
+
+        steps.append(Step("compose environment", compose_commands(
+            config, planned, client=DRY_RUN_CLIENT, dockerfile=config.build.dockerfile,
+            context=config.root, build_args=args), compose))
+        shown_args["ENV_SOURCE"] = f"{config.registry.image}@<composed digest>"
+    argv, reference, floating = builder.final_build(
+        config, client=DRY_RUN_CLIENT, git_sha=git_sha, build_args=shown_args,
+        push_floating=push_floating, no_cache=no_cache)
+    pushes = tuple(tuple(builder.push_command(DRY_RUN_CLIENT, ref))
+                   for ref in (reference, floating) if ref)
+    steps.append(Step("build + push", (tuple(argv), *pushes), lambda: actions.build_and_push(
+        config, git_sha=git_sha, build_args=args, environment=composed[0] if composed else None,
+        push_floating=push_floating, no_cache=no_cache, on_line=on_line, force=force)))
+    return tuple(steps)
+
+
+def _run(steps: tuple[Step[Any], ...], runner: Steps) -> list[Any]:
+    return [runner.run(step) for step in steps]
+
+
+def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None,
+                push_floating: bool = False, no_cache: bool = False,
+                on_line: Say | None = None, force: bool = False, chain: bool = False,
+                ) -> BuildResult:
+    """The local build without setup-local: compose (unless `chain`), build and push. A stale
+    Dockerfile or slice set is refused first, with generate --check's message."""
+    check_committed(config)
+    steps = build_steps(config, git_sha=git_sha, wheel_source=wheel_source,
+                        push_floating=push_floating, no_cache=no_cache, on_line=on_line,
+                        force=force, chain=chain, setup=False)
+    built: BuildResult = _run(steps, Steps(None))[-1]
+    return built
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LocalBuild:
+    """`invoke build --backend local`'s outcome."""
+
+    result: BuildResult
+    profile: str
+    exit_code: int = ExitCode.OK
+
+    def human(self) -> str:
+        r = self.result
+        verb = "pushed" if r.pushed else "already in the registry (same image, nothing pushed):"
+        return (f"{verb} {r.reference}\ndigest {r.digest}\n"
+                f"next: invoke verify-layers --profile {self.profile} --ref {r.reference}")
+
+    def to_json(self) -> dict[str, Any]:
+        return _build_json(self.result) | {"pinned": self.result.pinned,
+                                           "pushed": self.result.pushed}
+
+
+def _build_json(r: BuildResult) -> dict[str, Any]:
+    return {"reference": r.reference, "digest": r.digest, "cached_steps": r.cached_steps,
+            "steps": sum(1 for s in r.steps if not s.is_from),
+            "stages": sorted(r.stages), "stages_run": sorted(r.stages_run),
+            "seconds": round(r.seconds, 1),
+            "environment": r.environment.to_json() if r.environment else None}
+
+
+def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_floating: bool,
+               no_cache: bool, say: Say, stream: bool, force: bool = False,
+               chain: bool = False) -> LocalBuild | DryRun:
+    """setup-local, then build and push (or with `dry_run`, the commands those steps run); a
+    stale Dockerfile or slice set is refused first, the dry run's too."""
+    check_committed(config)
+    steps = build_steps(config, git_sha=source_id(config), wheel_source=wheel_source,
+                        push_floating=push_floating, no_cache=no_cache,
+                        on_line=say if stream else None, force=force, chain=chain, say=say)
+    if dry_run:
+        return dry_run_of(steps)
+    return LocalBuild(result=_run(steps, Steps(say))[-1], profile=config.profile)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,7 +156,7 @@ class PipelineResult:
     pinned: str | None  # the value written into the launcher (None: already pinned there)
     steps: tuple[StepRecord, ...]
     profile: str
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
         """What to run next for what was built (the steps printed their own progress)."""
@@ -71,284 +169,69 @@ class PipelineResult:
         ])
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "reference": self.build.reference,
-            "digest": self.build.digest,
-            "pinned": self.pinned,
-            "plan": self.plan.to_json(),
-            "build": {"cached_steps": self.build.cached_steps,
-                      "steps": sum(1 for s in self.build.steps if not s.is_from),
-                      "stages": sorted(self.build.stages),
-                      "stages_run": sorted(self.build.stages_run),
-                      "seconds": round(self.build.seconds, 1),
-                      "environment": (self.build.environment.to_json()
-                                      if self.build.environment else None)},
-            "verify": report_json(self.report),
-            "steps": [s.to_json() for s in self.steps],
-        }
+        build = _build_json(self.build)
+        return {"reference": build.pop("reference"), "digest": build.pop("digest"),
+                "pinned": self.pinned, "plan": self.plan.to_json(), "build": build,
+                "verify": report_json(self.report), "steps": [s.to_json() for s in self.steps]}
 
 
-def wheelhouse_problem(config: Config, report: WheelReport) -> str:
-    """Why the prebuilt wheelhouse cannot be used: empty, or not matching the pins."""
-    path = config.build.wheelhouse
-    shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
-    if not any(name.endswith(".whl") for name in report.found):
-        return f"no prebuilt wheels in {shown} yet"
-    return f"the wheels in {shown} do not match the pins"
-
-
-def ensure_wheels(config: Config, say: Say) -> str:
-    """The prebuilt wheelhouse matches the Dockerfile's pins; compile it first if it does not."""
-    report = check_source(config, str(config.build.wheelhouse))
-    if not report.mismatches:
-        return f"{len(report.found)} prebuilt wheel(s) match the pins"
-    say(f"{wheelhouse_problem(config, report)}; building the wheel-builder stage")
-    builder.build_wheels(config, build_args={"WHEEL_SOURCE": "wheel-builder"})
-    report = check_source(config, str(config.build.wheelhouse))
-    if report.mismatches:
-        raise BuildError("the freshly built wheels do not match the Dockerfile's pins:\n"
-                         + "\n".join(report.lines()))
-    return f"built {len(report.found)} wheel(s) with the wheel-builder stage"
-
-
-def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None,
-                push_floating: bool = False, no_cache: bool = False,
-                on_line: Say | None = None, force: bool = False, chain: bool = False,
-                ) -> BuildResult:
-    """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args.
-    A stale Dockerfile or slice set is refused with generate --check's message. The
-    environment is composed at the registry from slice images (local/compose_env.py), or with
-    `chain` built as one layer chain (the env-chain stage, as kaniko builds it). `no_cache`
-    rebuilds every step of the final build; slice images are named by their inputs and
-    reused (with `chain`, the environment is rebuilt too)."""
-    check_committed(config)
-    args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
-    logs = cache_dir(config.root) / "logs"
-    log_file = logs / f"build-{config.registry.tag_prefix}-{git_sha}.log"
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    environment = None
-    if not chain:
-        with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root))):
-            environment = compose_environment(
-                config, fitted_plan(config), client=find_buildkit_client()[0],
-                dockerfile=config.build.dockerfile, context=config.root, build_args=args,
-                log_dir=logs / f"env-{config.registry.tag_prefix}-{git_sha}", on_line=on_line)
-        args["ENV_SOURCE"] = environment.reference
-    built = builder.build_and_push(config, git_sha=git_sha, build_args=args,
-                                   push_floating=push_floating, no_cache=no_cache,
-                                   on_line=on_line, force=force, log_file=log_file)
-    return dataclasses.replace(built, environment=environment)
-
-
-class _Steps:
-    """Runs named steps, printing each one's start, outcome and duration."""
-
-    def __init__(self, say: Say) -> None:
-        self.say = say
-        self.times: list[StepRecord] = []
-
-    def run(self, name: str, action: Callable[[], tuple[T, str]]) -> T:
-        with timed(name, self.say) as record:
-            value, record.detail = action()
-        self.times.append(record)
-        return value
-
-
-def describe_local_build(config: Config, *, git_sha: str, wheel_source: str | None = None,
-                         push_floating: bool = False, no_cache: bool = False,
-                         chain: bool = False) -> list[str]:
-    """What `build_local` would run, as printable lines (no engine, registry or index touched)."""
-    args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
-    builder.check_build_args(args)
-    reference = builder.image_reference(config, git_sha)
-    lines = []
-    if not chain:
-        lines = [f"compose the environment: build {ENV_BASE_STAGE}, then each slice-NN-label "
-                 f"stage whose slice-<label>-<hash> tag {cache_repository(config)} lacks, "
-                 f"push it there; write {config.registry.image}:env-<hash> from their layers",
-                 ]
-        args["ENV_SOURCE"] = f"{config.registry.image}@<composed digest>"
-    argv = builder.build_command("docker", dockerfile=config.build.dockerfile,
-                                     context=config.root, build_args=args, target=None,
-                                     tags=[reference], no_cache=no_cache)
-    lines += ["DOCKER_BUILDKIT=1 " + shlex.join(argv), f"docker push {reference}"]
-    if push_floating:
-        lines.append(f"docker push {config.registry.image}:{config.registry.floating_tag}")
-    return lines
-
-
-def describe_pipeline(config: Config, *, wheel_source: str = "prebuilt-wheelhouse") -> list[str]:
-    """`invoke demo --dry-run`: every step and what it would do; reads, never writes."""
-    git_sha = source_id(config)
-    lines = ["setup-local:"]
-    lines += [f"  {s.name:<16} {s.status:<10} {s.detail}"
-              for s in setup_local(config, dry_run=True).steps]
-    planned = fitted_plan(config)
-    lines.append(f"plan: {len(planned.layers)} slice layer(s) under {planned.cap_bytes:,} bytes")
-    try:
-        generate(config, check=True, planner=lambda _: planned)
-        lines.append(f"generate: {config.build.dockerfile.name} is up to date")
-    except GpurlError:
-        lines.append(f"generate: would rewrite {config.build.dockerfile.name}")
+def _prepare_steps(config: Config, planned: Plan, *, wheel_source: str,
+                   say: Say) -> tuple[Step[Any], ...]:
+    """The demo's steps before the build: setup-local, plan, generate, the wheels."""
+    steps: list[Step[Any]] = [
+        Step("setup-local", (_task("setup-local", config),), lambda: actions.setup(config, say)),
+        Step("plan", (_task("plan", config),), lambda: actions.plan(planned, say)),
+        Step("generate", (("invoke", "generate", "--profile", config.profile),),
+             lambda: actions.generate_files(config, planned)),
+    ]
     if wheel_source == "prebuilt-wheelhouse":
         report = check_source(config, str(config.build.wheelhouse))
-        lines.append("wheels: the wheelhouse matches the pins" if not report.mismatches else
-                     f"wheels: {wheelhouse_problem(config, report)}; would build the "
-                     "wheel-builder stage into it")
-    lines += [f"build + push: {line}" for line in
-              describe_local_build(config, git_sha=git_sha, wheel_source=wheel_source)]
+        steps.append(Step("wheels", (
+            _task("check-wheels", config),
+            *((_task("build-wheels", config),) if report.mismatches else ())),
+            lambda: actions.ensure_wheels(config, say)))
+    return tuple(steps)
+
+
+def _release_steps(config: Config, *, git_sha: str, wheel_source: str, say: Say,
+                   today: dt.date) -> tuple[Step[Any], ...]:
+    """The demo's steps from the build on: build and push, verify-layers, pin."""
     reference = builder.image_reference(config, git_sha)
-    lines.append(f"verify-layers: {reference}")
-    lines.append(f"pin: {config.launcher.variable} in {config.launcher.path}")
-    return lines
+    return (*build_steps(config, git_sha=git_sha, wheel_source=wheel_source, setup=False),
+            Step("verify-layers", (_task("verify-layers", config, "--ref", reference),),
+                 lambda: actions.verify(config, reference, say)),
+            Step("pin", (_task("pin", config, "--ref", reference),),
+                 lambda: actions.pin(config, reference, today)))
+
+
+def demo_steps(config: Config, *, wheel_source: str = "prebuilt-wheelhouse",
+               say: Say) -> tuple[Step[Any], ...]:
+    """Every step of `invoke demo` as it would run now (its dry run)."""
+    planned = fitted_plan(config)
+    return (*_prepare_steps(config, planned, wheel_source=wheel_source, say=say),
+            *_release_steps(config, git_sha=source_id(config), wheel_source=wheel_source,
+                            say=say, today=dt.date.today()))
 
 
 def run_pipeline(config: Config, *, say: Say, today: dt.date | None = None,
                  wheel_source: str = "prebuilt-wheelhouse") -> PipelineResult:
-    """Run every step in order; each prints its name, what it did and its duration."""
-    steps = _Steps(say)
-
-    def setup() -> tuple[None, str]:
-        result = setup_local(config, say=say)
-        return None, ", ".join(f"{s.name} {s.status}" for s in result.steps)
-
-    def plan() -> tuple[Plan, str]:
-        planned = fitted_plan(config)
-        say(render_plan(planned))
-        return planned, (f"{len(planned.layers)} slice layer(s), lower bound "
-                         f"{planned.lower_bound_layers}")
-
-    steps.run("setup-local", setup)
-    planned = steps.run("plan", plan)
-    steps.run("generate", lambda: (None, _generate(config, planned)))
-    if wheel_source == "prebuilt-wheelhouse":
-        steps.run("wheels", lambda: (None, ensure_wheels(config, say)))
-    git_sha = source_id(config)
-    built = steps.run("build + push", lambda: _build(config, git_sha, wheel_source))
-    report = steps.run("verify-layers", lambda: _verify(config, built.reference, say))
-    pinned = steps.run("pin", lambda: _pin(config, built.reference, today or dt.date.today()))
-    total = sum(t.seconds for t in steps.times)
+    """Run every step in order; each prints its name, what it did and its duration. The
+    image's tag is the source id after `generate` (which may rewrite tracked files)."""
+    runner = Steps(say)
+    planned = fitted_plan(config)
+    _run(_prepare_steps(config, planned, wheel_source=wheel_source, say=say), runner)
+    *_, built, report, pinned = _run(_release_steps(
+        config, git_sha=source_id(config), wheel_source=wheel_source, say=say,
+        today=today or dt.date.today()), runner)
+    total = sum(t.seconds for t in runner.records)
     say(f"done in {total:.1f}s: {built.reference} -> {built.digest}")
     return PipelineResult(plan=planned, build=built, report=report, pinned=pinned,
-                          steps=tuple(steps.times), profile=config.profile)
-
-
-def _generate(config: Config, planned: Plan) -> str:
-    result = generate(config, planner=lambda _: planned)
-    return f"{'wrote' if result.changed else 'unchanged'} {result.path.name}"
-
-
-def _build(config: Config, git_sha: str, wheel_source: str) -> tuple[BuildResult, str]:
-    built = build_local(config, git_sha=git_sha, wheel_source=wheel_source)
-    return built, build_summary(built)
-
-
-def build_summary(built: BuildResult) -> str:
-    """One line for a build step's end: what was pushed, steps cached vs ran, the log file."""
-    what = "pushed" if built.pushed else "the registry already holds this exact image as"
-    runnable = sum(1 for s in built.steps if not s.is_from)
-    log = f"; log {built.log_file}" if built.log_file else ""
-    env = f"; {built.environment.summary()}" if built.environment else ""
-    return (f"{what} {built.reference}: {runnable} steps, {built.cached_steps} cached, "
-            f"{runnable - built.cached_steps} ran{env}{log}")
-
-
-def _verify(config: Config, reference: str, say: Say) -> tuple[Report, str]:
-    report = release.verify_reference(config, reference)
-    say(render_table(report))
-    if not report.ok:
-        raise BuildError("the pushed image fails the layer rules; not pinning it",
-                         hint="see the FAIL lines above")
-    return report, f"{len(report.rows)} layers, every rule holds"
-
-
-def _pin(config: Config, reference: str, today: dt.date) -> tuple[str | None, str]:
-    _, change = release.pin_reference(config, reference, force=False, today=today)
-    written = release.apply_pin(change)
-    shown = change.path.relative_to(config.root) if change.path.is_relative_to(config.root) \
-        else change.path
-    return (change.value if written else None,
-            f"{'pinned' if written else 'already pinned'} {change.value} in {shown}")
+                          steps=tuple(runner.records), profile=config.profile)
 
 
 def demo_task(config: Config, *, wheel_source: str, dry_run: bool, say: Say,
               ) -> PipelineResult | DryRun:
-    """`invoke demo`: the whole pipeline, or with `dry_run` what each step would do."""
+    """`invoke demo`: the whole pipeline, or with `dry_run` the commands of every step."""
     if dry_run:
-        return DryRun(tuple(describe_pipeline(config, wheel_source=wheel_source)))
+        return dry_run_of(demo_steps(config, wheel_source=wheel_source, say=say))
     return run_pipeline(config, say=say, wheel_source=wheel_source)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class LocalBuild:
-    """`invoke build --backend local`'s outcome."""
-
-    result: BuildResult
-    profile: str
-    exit_code: int = 0
-
-    def human(self) -> str:
-        r = self.result
-        verb = "pushed" if r.pushed else "already in the registry (same image, nothing pushed):"
-        return (f"{verb} {r.reference}\ndigest {r.digest}\n"
-                f"next: invoke verify-layers --profile {self.profile} --ref {r.reference}")
-
-    def to_json(self) -> dict[str, Any]:
-        r = self.result
-        return {"reference": r.reference, "digest": r.digest, "pinned": r.pinned,
-                "pushed": r.pushed, "cached_steps": r.cached_steps,
-                "steps": sum(1 for s in r.steps if not s.is_from),
-                "stages": sorted(r.stages), "stages_run": sorted(r.stages_run),
-                "seconds": round(r.seconds, 1),
-                "environment": r.environment.to_json() if r.environment else None}
-
-
-def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_floating: bool,
-               no_cache: bool, say: Say, stream: bool, force: bool = False,
-               chain: bool = False) -> LocalBuild | DryRun:
-    """setup-local, then build and push (or with `dry_run`, the commands it would run); a
-    stale Dockerfile or slice set is refused first, the dry run's too."""
-    if dry_run:
-        check_committed(config)  # build_local checks the real build's
-        return DryRun(tuple(describe_local_build(
-            config, git_sha=source_id(config), wheel_source=wheel_source,
-            push_floating=push_floating, no_cache=no_cache, chain=chain)), key="commands")
-    git_sha = source_id(config)
-    with timed("setup-local", say) as record:
-        record.detail = ", ".join(f"{s.name} {s.status}"
-                                  for s in setup_local(config, say=say).steps)
-    with timed("build + push", say) as record:
-        result = build_local(config, git_sha=git_sha, wheel_source=wheel_source,
-                             push_floating=push_floating, no_cache=no_cache,
-                             on_line=say if stream else None, force=force, chain=chain)
-        record.detail = build_summary(result)
-    return LocalBuild(result=result, profile=config.profile)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class WheelsBuilt:
-    """`invoke build-wheels`' outcome: the exported files and the wheel check on them."""
-
-    result: WheelsResult
-    report: WheelReport
-
-    @property
-    def exit_code(self) -> int:
-        return self.report.exit_code
-
-    def human(self) -> str:
-        return "\n".join([*(f"  {path}" for path in self.result.files), self.report.human()])
-
-    def to_json(self) -> dict[str, Any]:
-        return {"files": [str(p) for p in self.result.files],
-                "seconds": round(self.result.seconds, 1), "check": self.report.to_json()}
-
-
-def build_wheels_task(config: Config, *, target: str, source: str, say: Say,
-                      stream: bool) -> WheelsBuilt:
-    """Build the wheel-builder stage, export its wheels into the wheelhouse, check them."""
-    with timed(f"build-wheels ({target})", say):
-        result = builder.build_wheels(config, target=target, source=source,
-                                      build_args={"WHEEL_SOURCE": "wheel-builder"},
-                                      on_line=say if stream else None)
-    return WheelsBuilt(result=result, report=check_source(config, str(config.build.wheelhouse)))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text
 from gpurl_tasks.local import base_image, download, engine, pyindex, registry_server
 from gpurl_tasks.plan.lock import Lock, load_lock
@@ -52,7 +53,7 @@ class LocalSetup:
     client: str
     cache: Path
 
-    exit_code = 0
+    exit_code = ExitCode.OK
 
     def human(self) -> str:
         return "\n".join(f"  {s.name:<16} {s.status:<10} {s.seconds:6.1f}s  {s.detail}"
@@ -244,7 +245,7 @@ class IndexFilled:
 
     files: tuple[Path, ...]
     directory: Path
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
         return f"{len(self.files)} files in {self.directory}"

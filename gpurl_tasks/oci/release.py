@@ -18,7 +18,8 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import fitted_plan
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.errors import GpurlError, PinError
+from gpurl_tasks.errors import CheckFailed, GpurlError, PinError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
@@ -107,7 +108,7 @@ def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bo
     check_immutable(image.ref, config.registry)
     if not report.ok and not force:
         failing = "; ".join(f.message for f in report.findings if f.failing)
-        raise PinError(f"refusing to pin {image.ref}: it fails the layer rules: {failing}",
+        raise CheckFailed(f"refusing to pin {image.ref}: it fails the layer rules: {failing}",
                        hint="fix the build, or pass --force to pin it anyway")
     path = config.launcher.path
     old = read_text(path, what="launcher file", error=PinError,
@@ -185,7 +186,7 @@ class PinOutcome:
     report: Report
     written: bool
     dry_run: bool
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     def human(self) -> str:
         change = self.change

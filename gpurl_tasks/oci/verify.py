@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.plan.model import SLICE_DIR, Plan
@@ -111,7 +112,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return ExitCode.OK if self.ok else ExitCode.CHECK_FAILED
 
     @property
     def failure(self) -> str | None:

@@ -23,6 +23,7 @@ from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import LABEL_GIT_SHA, LABEL_LOCK_HASH
 from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
@@ -100,7 +101,7 @@ class ImageDiff:
     slices: dict[str, tuple[str, ...]]  # shared | changed | added | removed -> labels
     packages: tuple[PackageChange, ...] | None  # None: unavailable (see notes)
     notes: tuple[str, ...]
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
 
     @property
     def pull_bytes(self) -> int:

@@ -25,10 +25,10 @@ from typing import Any
 
 from gpurl_tasks.dockerfile.inputs import DockerfileInputs, StageInputs
 from gpurl_tasks.dockerfile.wheels import WheelPins, expected_filenames
+from gpurl_tasks.exitcodes import ExitCode
 
 __all__ = [
     "DECISIONS",
-    "EXIT_CODES",
     "ClosureEntry",
     "Decision",
     "Fingerprint",
@@ -41,7 +41,8 @@ _KW = {"frozen": True, "kw_only": True, "slots": True}
 
 NONE, IMAGE, WHEELS = "none", "image", "wheels+image"
 DECISIONS = (NONE, IMAGE, WHEELS)
-EXIT_CODES = {NONE: 0, IMAGE: 10, WHEELS: 11}
+_EXIT_CODES = {NONE: ExitCode.OK, IMAGE: ExitCode.REBUILD_IMAGE,
+               WHEELS: ExitCode.REBUILD_WHEELS}
 
 ClosureEntry = tuple[str, str | None, str | None]  # (name, version, chosen artifact hash/source)
 
@@ -117,7 +118,7 @@ class Decision:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.decision]
+        return _EXIT_CODES[self.decision]
 
     def to_json(self) -> dict[str, Any]:
         return {"decision": self.decision, "reasons": [r.to_json() for r in self.reasons]}

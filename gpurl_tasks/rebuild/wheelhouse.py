@@ -28,6 +28,7 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
     wheel_specs,
 )
+from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, sha256_of
 
 __all__ = ["WheelReport", "check_source", "read_manifest", "read_wheelhouse", "redact_url"]
@@ -122,7 +123,7 @@ class WheelReport:
 
     @property
     def exit_code(self) -> int:
-        return 3 if self.mismatches else 0
+        return ExitCode.CHECK_FAILED if self.mismatches else ExitCode.OK
 
     def human(self) -> str:
         return "\n".join(self.lines())

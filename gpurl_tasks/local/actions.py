@@ -1,0 +1,176 @@
+"""What each step of the local path does: set up, compose, build and push, check the wheels,
+generate, verify, pin. Each action returns its value and the one line its step ends with;
+which steps run, in which order, and what a dry run shows is local/pipeline.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.generate import generate
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.local import builder
+from gpurl_tasks.local.builder import BuildResult, WheelsResult
+from gpurl_tasks.local.compose_env import compose_environment
+from gpurl_tasks.local.engine import find_buildkit_client
+from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
+from gpurl_tasks.oci import release
+from gpurl_tasks.oci.compose import ComposedEnv
+from gpurl_tasks.oci.verify import Report, render_table
+from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.report import render_plan
+from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
+from gpurl_tasks.steps import timed
+
+__all__ = [
+    "WheelsBuilt",
+    "build_and_push",
+    "build_summary",
+    "build_wheels_task",
+    "compose",
+    "ensure_wheels",
+    "generate_files",
+    "log_dir",
+    "pin",
+    "plan",
+    "setup",
+    "verify",
+    "wheelhouse_problem",
+]
+
+Say = Callable[[str], None]
+
+
+def log_dir(config: Config) -> Path:
+    """Where a local build's logs go (the cache's logs directory)."""
+    return cache_dir(config.root) / "logs"
+
+
+def setup(config: Config, say: Say | None) -> tuple[None, str]:
+    result = setup_local(config, say=say)
+    return None, ", ".join(f"{s.name} {s.status}" for s in result.steps)
+
+
+def plan(planned: Plan, say: Say) -> tuple[Plan, str]:
+    say(render_plan(planned))
+    return planned, (f"{len(planned.layers)} slice layer(s), lower bound "
+                     f"{planned.lower_bound_layers}")
+
+
+def generate_files(config: Config, planned: Plan) -> tuple[None, str]:
+    result = generate(config, planner=lambda _: planned)
+    return None, f"{'wrote' if result.changed else 'unchanged'} {result.path.name}"
+
+
+def compose(config: Config, planned: Plan, *, git_sha: str, build_args: Mapping[str, str],
+            on_line: Say | None) -> tuple[ComposedEnv, str]:
+    """The environment composed at the registry from slice images (local/compose_env.py)."""
+    with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root))):
+        environment = compose_environment(
+            config, planned, client=find_buildkit_client()[0],
+            dockerfile=config.build.dockerfile, context=config.root, build_args=build_args,
+            log_dir=log_dir(config) / f"env-{config.registry.tag_prefix}-{git_sha}",
+            on_line=on_line)
+    return environment, environment.summary()
+
+
+def build_and_push(config: Config, *, git_sha: str, build_args: Mapping[str, str],
+                   environment: ComposedEnv | None, push_floating: bool, no_cache: bool,
+                   on_line: Say | None, force: bool) -> tuple[BuildResult, str]:
+    """The image built from the generated Dockerfile and pushed (`environment`: its
+    ENV_SOURCE; None builds the env-chain stage)."""
+    args = dict(build_args)
+    if environment is not None:
+        args["ENV_SOURCE"] = environment.reference
+    log_file = log_dir(config) / f"build-{config.registry.tag_prefix}-{git_sha}.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    built = builder.build_and_push(config, git_sha=git_sha, build_args=args,
+                                   push_floating=push_floating, no_cache=no_cache,
+                                   on_line=on_line, force=force, log_file=log_file)
+    built = dataclasses.replace(built, environment=environment)
+    return built, build_summary(built)
+
+
+def build_summary(built: BuildResult) -> str:
+    """One line for a build step's end: what was pushed, steps cached vs ran, the log file."""
+    what = "pushed" if built.pushed else "the registry already holds this exact image as"
+    runnable = sum(1 for s in built.steps if not s.is_from)
+    log = f"; log {built.log_file}" if built.log_file else ""
+    env = f"; {built.environment.summary()}" if built.environment else ""
+    return (f"{what} {built.reference}: {runnable} steps, {built.cached_steps} cached, "
+            f"{runnable - built.cached_steps} ran{env}{log}")
+
+
+def wheelhouse_problem(config: Config, report: WheelReport) -> str:
+    """Why the prebuilt wheelhouse cannot be used: empty, or not matching the pins."""
+    path = config.build.wheelhouse
+    shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
+    if not any(name.endswith(".whl") for name in report.found):
+        return f"no prebuilt wheels in {shown} yet"
+    return f"the wheels in {shown} do not match the pins"
+
+
+def ensure_wheels(config: Config, say: Say) -> tuple[None, str]:
+    """The prebuilt wheelhouse matches the Dockerfile's pins; compile it first if it does not."""
+    report = check_source(config, str(config.build.wheelhouse))
+    if not report.mismatches:
+        return None, f"{len(report.found)} prebuilt wheel(s) match the pins"
+    say(f"{wheelhouse_problem(config, report)}; building the wheel-builder stage")
+    builder.build_wheels(config, build_args={"WHEEL_SOURCE": "wheel-builder"})
+    report = check_source(config, str(config.build.wheelhouse))
+    if report.mismatches:
+        raise BuildError("the freshly built wheels do not match the Dockerfile's pins:\n"
+                         + "\n".join(report.lines()))
+    return None, f"built {len(report.found)} wheel(s) with the wheel-builder stage"
+
+
+def verify(config: Config, reference: str, say: Say) -> tuple[Report, str]:
+    report = release.verify_reference(config, reference)
+    say(render_table(report))
+    if not report.ok:
+        raise BuildError("the pushed image fails the layer rules; not pinning it",
+                         hint="see the FAIL lines above")
+    return report, f"{len(report.rows)} layers, every rule holds"
+
+
+def pin(config: Config, reference: str, today: dt.date) -> tuple[str | None, str]:
+    _, change = release.pin_reference(config, reference, force=False, today=today)
+    written = release.apply_pin(change)
+    shown = change.path.relative_to(config.root) if change.path.is_relative_to(config.root) \
+        else change.path
+    return (change.value if written else None,
+            f"{'pinned' if written else 'already pinned'} {change.value} in {shown}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WheelsBuilt:
+    """`invoke build-wheels`' outcome: the exported files and the wheel check on them."""
+
+    result: WheelsResult
+    report: WheelReport
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code
+
+    def human(self) -> str:
+        return "\n".join([*(f"  {path}" for path in self.result.files), self.report.human()])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": [str(p) for p in self.result.files],
+                "seconds": round(self.result.seconds, 1), "check": self.report.to_json()}
+
+
+def build_wheels_task(config: Config, *, target: str, source: str, say: Say,
+                      stream: bool) -> WheelsBuilt:
+    """Build the wheel-builder stage, export its wheels into the wheelhouse, check them."""
+    with timed(f"build-wheels ({target})", say):
+        result = builder.build_wheels(config, target=target, source=source,
+                                      build_args={"WHEEL_SOURCE": "wheel-builder"},
+                                      on_line=say if stream else None)
+    return WheelsBuilt(result=result, report=check_source(config, str(config.build.wheelhouse)))
