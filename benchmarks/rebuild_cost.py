@@ -38,7 +38,7 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, TARGET, LockInput
 from gpurl_tasks.config import DEFAULT_LAYOUT, Config, Layout, PythonSelection, load_config
 from gpurl_tasks.dockerfile.model import Comment, Copy, Run
-from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, ENV_CHAIN, render_recipe, slice_file
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, ENV_CHAIN, render_recipe
 from gpurl_tasks.plan.history import count_changes
 from gpurl_tasks.plan.lock import Lock, install_closure
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
@@ -151,7 +151,7 @@ def slice_steps(plan: Plan, lock: Lock, config: Config | None = None) -> list[Bu
     texts = {layer.name: render_slice(SliceLine(requirement=p.requirement, index=p.index,
                                                 hashed=p.hashed) for p in layer.packages)
              for layer in plan.layers}
-    by_file = {slice_file(plan, layer): layer for layer in plan.layers}
+    by_file = {layer.slice.image_path: layer for layer in plan.layers}
     dockerfile = render_recipe(config or recipe_config(), plan, lock_sha256=lock_digest(lock))
     steps = []
     # the chain build: env-base, every slice in env-chain, then the rl stage on top of it
@@ -194,9 +194,9 @@ def versions_of(item: LockInput) -> dict[str, frozenset[str]]:
 
 
 def _moved(old: Plan, new: Plan) -> int:
-    before = {n: layer.name.split("-", 1)[1] for layer in old.layers for n in layer.names}
+    before = {n: layer.label for layer in old.layers for n in layer.names}
     return sum(1 for layer in new.layers for n in layer.names
-               if n in before and before[n] != layer.name.split("-", 1)[1])
+               if n in before and before[n] != layer.label)
 
 
 def _slice_texts(plan: Plan) -> dict[str, int]:

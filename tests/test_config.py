@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpurl_tasks.config import load_config
+from gpurl_tasks.config import DEFAULT_VARIANT, load_config
 from gpurl_tasks.errors import ConfigError
 from tests.conftest import REPO_ROOT, committed_profiles_and_variants, committed_tool
 
@@ -99,8 +99,9 @@ def test_the_repository_config_loads_for_every_profile(profile: str, variant: st
     table = tool["profiles"][profile]
     variants = list(table.get("variants", {}))
     config = load_config(REPO_ROOT, profile=profile, variant=variant or None, env={})
-    assert (config.profile, config.variant) == (profile, variant)
-    assert [v.name for v in config.variants] == variants
+    assert (config.profile, config.variant.shown) == (profile, variant)
+    assert [v.name for v in config.variants] == (variants or [DEFAULT_VARIANT])
+    assert [v.declared for v in config.variants] == [bool(variants)] * len(config.variants)
     assert config.workspace == (REPO_ROOT / table["workspace"]).resolve()
     assert config.lock.is_file(), config.lock
     assert config.build.dockerfile.is_file(), config.build.dockerfile

@@ -155,7 +155,7 @@ def test_independent_layers_own_slices_groups_and_count_bound(weights: list[int]
     grouped: dict[int, set[str]] = {}
     for layer in plan.layers:
         assert layer.compressed_bytes <= cap
-        label = layer.name.split("-", 1)[1]
+        label = layer.label
         for p in layer.packages:
             if p.compressed_bytes >= own_layer:
                 assert layer.names == (p.name,) and label == p.name
@@ -183,11 +183,11 @@ def test_independent_replan_keeps_every_package_and_places_new_ones_by_rule(
     kept = [s for s in sizes if s.name not in removed]
     second = plan_layers([*kept, *added], cap=cap, basis="compressed", sync_flags=(),
                          previous=assignment_of(first), layout=layout)
-    before = {p.name: layer.name.split("-", 1)[1] for layer in first.layers for p in layer.packages}
-    after = {p.name: layer.name.split("-", 1)[1] for layer in second.layers for p in layer.packages}
+    before = {p.name: layer.label for layer in first.layers for p in layer.packages}
+    after = {p.name: layer.label for layer in second.layers for p in layer.packages}
     assert set(after) == {s.name for s in [*kept, *added]}
     assert all(layer.compressed_bytes <= cap for layer in second.layers)
-    labels = [layer.name.split("-", 1)[1] for layer in second.layers]
+    labels = [layer.label for layer in second.layers]
     assert len(set(labels)) == len(labels)
     rule = {s.name: s.name if s.compressed_bytes >= layout.own_layer
             else group_label(group_of(s.name, layout.tail_groups)) for s in added}

@@ -127,8 +127,7 @@ def test_variants_plan_under_4gb_and_share_their_lower_slices(commit: str, tmp_p
     assert "transformer-engine-torch" in {p.name for p in megatron.closure}
     assert "transformer-engine-torch" not in {p.name for p in standard.closure}
     assert standard.shared == megatron.shared >= 1
-    files = {name: slice_files(load_config(root, env={}, variant=name), plan)
-             for name, plan in plans.items()}
+    files = {v.name: slice_files(config.for_variant(v), plans[v.name]) for v in config.variants}
     shared = {p: text for p, text in files["standard"].items() if p.parent.name == "shared"}
     assert len(shared) == standard.shared
     assert shared == {p: text for p, text in files["megatron"].items() if p.parent.name == "shared"}

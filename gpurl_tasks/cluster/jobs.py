@@ -353,8 +353,8 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
 def generate_script(config: Config, *, check: bool) -> str:
     """Write (or with `check`, verify) the kaniko script of every variant of the profile (as
     `invoke generate` does with the rest of the generated files)."""
-    configs = [load_committed_config(config.root, config.profile, v.name)
-               for v in config.variants] or [config]
+    committed = load_committed_config(config.root, config.profile)
+    configs = [committed.for_variant(v) for v in committed.variants]
     done = []
     for each in configs:
         if check:

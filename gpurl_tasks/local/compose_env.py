@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, slice_file, slice_run, slice_stage
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, slice_run
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text
 from gpurl_tasks.imageref import ImageRef, parse_reference
@@ -32,14 +32,12 @@ from gpurl_tasks.oci.compose import (
     SliceOutcome,
     compose,
     composed_tag,
-    slice_tag,
 )
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.profile import slice_path
 
 __all__ = ["compose_environment"]
 
@@ -102,11 +100,10 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
     images: list[SliceImage] = []
     with open_client(config, cache) as registry:
         for layer in plan.layers:
-            text = read_text(slice_path(config, plan, layer), what="slice file",
+            text = read_text(layer.slice.path(config.variant), what="slice file",
                              error=BuildError).encode()
-            tag = slice_tag(label=layer.name.split("-", 1)[1], base_id=base_id,
-                            slice_text=text, install=slice_run(plan, layer).render(),
-                            dest=slice_file(plan, layer))
+            tag = layer.slice.cache_tag(base_id=base_id, slice_text=text,
+                                        install=slice_run(layer).render())
             ref = dataclasses.replace(cache, tag=tag, digest=None)
             image = None
             if registry.lookup(ref) is not None:
@@ -115,7 +112,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                     image = None  # built on another build of env-base: build it again
             built = image is None
             if image is None:
-                builds.run(slice_stage(layer), tags=(str(ref),))
+                builds.run(layer.slice.stage, tags=(str(ref),))
                 builder.push_image(client, str(ref))
                 image = _slice_image(registry, ref, layer.name)
                 if image.diff_ids[:image.base_count] != base_layers:

@@ -44,9 +44,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gpurl_tasks.config import DEFAULT_LAYOUT, Layout, SizeBasis
 from gpurl_tasks.errors import PlanError
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, Slice
 from gpurl_tasks.plan.sizes import PackageSize
-from gpurl_tasks.plan.slices import Assignment, SliceLine, slice_name, split_unhashed
+from gpurl_tasks.plan.slices import Assignment, SliceLine, split_unhashed
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
@@ -476,8 +476,10 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
                               index=line.index if line else None,
                               hashed=line.hashed if line else True)
 
+    labels = [label for label, _ in buckets]
     layers = tuple(
-        Layer(index=i, name=slice_name(i, label),
+        Layer(slice=Slice(position=i, label=label, shared=i < shared,
+                          unique=labels.count(label) == 1),
               reason=("shared by every variant; " if i < shared else "")
               + (_independent_reason(label, bucket, kept=kept, layout=layout, basis=basis,
                                      history=history)
@@ -489,7 +491,7 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
     )
     return Plan(cap_bytes=cap, basis=basis, sync_flags=sync_flags, layers=layers, local=local,
                 lower_bound_layers=max(1, math.ceil(_load(sizes, basis) / cap)),
-                provided=provided, history=history, shared=shared, mode=layout.mode,
+                provided=provided, history=history, mode=layout.mode,
                 layout=layout)
 
 
@@ -529,7 +531,7 @@ def plan_layers(
 
 def assignment_of(plan: Plan) -> Assignment:
     """The layout a plan's slice files record (what `read_assignment` reads back)."""
-    labels = tuple(layer.name.split("-", 1)[1] for layer in plan.layers)
+    labels = tuple(layer.label for layer in plan.layers)
     return Assignment(labels=labels, member={p.name: label for layer, label
                                              in zip(plan.layers, labels, strict=True)
                                              for p in layer.packages},
