@@ -212,3 +212,66 @@ def test_workspace_and_lock_paths_are_checked_at_the_edge(env: dict[str, str], n
     with pytest.raises(ConfigError) as err:
         load_config(REPO_ROOT, profile="demo", env=env)
     assert needle in err.value.message
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"GPURL_LAUNCHER_PATH": "../../../elsewhere/launch.py"},
+     "launcher.path in $GPURL_LAUNCHER_PATH = "),
+    ({"GPURL_BUILD_KANIKO_SCRIPT": "../outside.sh"}, "build.kaniko-script in $GPURL_BUILD_KANIKO_SCRIPT = "),
+    ({"GPURL_BUILD_SLICES": "/tmp/slices"}, "build.slices in $GPURL_BUILD_SLICES = "),
+    ({"GPURL_LAUNCHER_PATH": "launch.py\nsecrets/"},
+     "launcher.path in $GPURL_LAUNCHER_PATH must be text on one line"),
+    ({"GPURL_BUILD_WHEEL_GLOBS": "../../secret-*.whl"},
+     "build.wheel-globs[0] must be a glob inside the wheelhouse"),
+    ({"GPURL_BUILD_WHEEL_GLOBS": "/etc/*.whl"}, "build.wheel-globs[0] must be a glob inside the wheelhouse"),
+])
+def test_path_values_stay_inside_the_repository(env: dict[str, str], needle: str) -> None:
+    """A path gpurl writes (the launcher it pins, the kaniko script, the slice files) or
+    that becomes a .dockerignore rule is refused where the config is read when it leaves
+    the repository or spans lines; a wheel glob matches inside the wheelhouse only."""
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO_ROOT, profile="demo", env=env)
+    assert needle in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_every_profile_has_a_variant_and_each_is_typed() -> None:
+    """A profile without declared variants has its implicit one, named as the profile's own
+    image; a declared variant other than the first defaults to its own tags, Dockerfile and
+    kaniko script, derived from the profile's (read from the committed config); the config
+    of any variant is the same as loading it by name."""
+    heavy = load_config(REPO_ROOT, profile="heavy", env={})
+    (only,) = heavy.variants
+    assert (only.name, only.declared, only.shown, only.note) == (DEFAULT_VARIANT, False, "", "")
+    assert only.slices == heavy.build.slices / "heavy" and heavy.variant == only
+    gpu = load_config(REPO_ROOT, profile="gpu-rl", env={})
+    first, second = gpu.variants
+    profile = committed_tool()["profiles"]["gpu-rl"]
+    assert second.registry.tag_prefix == f"{first.registry.tag_prefix}-{second.name}"
+    assert second.build.dockerfile.name == f"{first.build.dockerfile.name}-{second.name}"
+    script = first.build.kaniko_script
+    assert second.build.kaniko_script == script.with_name(f"{script.stem}-{second.name}.sh")
+    assert second.launcher.variable == profile["variants"][second.name]["launcher-variable"]
+    assert second.slices.parent == first.shared_slices.parent == second.shared_slices.parent
+    named = load_config(REPO_ROOT, profile="gpu-rl", env={}, variant=second.name)
+    assert gpu.for_variant(second) == named
+
+
+def test_an_environment_value_wins_over_a_variants_derived_default() -> None:
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={"GPURL_REGISTRY_TAG_PREFIX": "mine"})
+    assert {v.registry.tag_prefix for v in config.variants} == {"mine"}
+
+
+@pytest.mark.parametrize("name", ["../up", "a/b", "Upper"])
+def test_a_path_shaped_variant_name_is_one_line(tmp_path: Path, name: str) -> None:
+    """A variant name names files and directories: checked against its grammar where the
+    config is read, in pyproject and on the command line."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.gpurl]\ndefault-profile = "a"\n[tool.gpurl.profiles.a]\nworkspace = "ws"\n'
+        f'[tool.gpurl.profiles.a.variants."{name}"]\nextras = []\n')
+    with pytest.raises(ConfigError, match="a variant name in") as err:
+        load_config(tmp_path, env={})
+    assert "\n" not in err.value.message
+    with pytest.raises(ConfigError, match="a variant name of profile 'gpu-rl'"):
+        load_config(REPO_ROOT, profile="gpu-rl", env={}, variant=name)
