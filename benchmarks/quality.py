@@ -20,8 +20,8 @@ from typing import Any
 
 from gpurl_tasks.config import DEFAULT_LAYOUT, Layout
 from gpurl_tasks.errors import PlanError
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.sizes import PackageSize
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
@@ -113,8 +113,8 @@ def quality_rows(sizes: Sequence[PackageSize], *, lock: str, cap: int,
 
     def planned(method: str, layout: Layout) -> QualityRow:
         try:
-            plan = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=sync_flags,
-                               layout=layout)
+            one = VariantInput(name="image", sizes=tuple(sizes), sync_flags=sync_flags)
+            plan = plan_images([one], cap=cap, basis="compressed", layout=layout)[one.name]
         except PlanError:
             return _infeasible(sizes, lock=lock, cap=cap, total=total, method=method)
         return layer_stats([layer.compressed_bytes for layer in plan.layers], lock=lock, cap=cap,

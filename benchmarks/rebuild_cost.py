@@ -42,11 +42,12 @@ from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, ENV_CHAIN, render_reci
 from gpurl_tasks.plan.history import count_changes
 from gpurl_tasks.plan.lock import Lock, install_closure
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import assignment_of, plan_layers
+from gpurl_tasks.plan.planner import assignment_of
 from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import package_sizes
 from gpurl_tasks.plan.slices import SliceLine, render_slice, slice_line
 from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = ["BEFORE", "CHAIN", "CHAIN_LAYOUT", "DESIGNS", "FLOOR", "INDEPENDENT_LAYOUTS",
@@ -182,11 +183,13 @@ def plan_version(item: LockInput, cap: int, *, previous: Plan | None = None,
     installed = [p for p in closure.packages if p.name not in provided]
     sizes = package_sizes(installed, target_tags(TARGET), item.sources)
     flags = sync_selection_flags(selection, local_flags=local_install_flags(item.lock, closure))
-    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags,
+    one = VariantInput(name="image", sizes=tuple(sizes), sync_flags=flags,
                        local=tuple(p.name for p in closure.local),
-                       previous=assignment_of(previous) if previous else None,
-                       changes=changes, history=history, layout=layout,
                        lines={p.name: slice_line(p) for p in installed})
+    known = (changes or {}), history
+    return plan_images([one], cap=cap, basis="compressed",
+                       previous={one.name: assignment_of(previous)} if previous else None,
+                       learn=lambda: known, layout=layout)[one.name]
 
 
 def versions_of(item: LockInput) -> dict[str, frozenset[str]]:

@@ -21,11 +21,11 @@ from gpurl_tasks.dockerfile.model import render
 from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT, TooManyLayers
 from gpurl_tasks.plan.model import sync_selection_flags
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.plan.sizes import PackageSize
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
+from tests.support.planning import plan_one
 from tests.support.tasks_runner import run_task
 
 LOCK_SHA = "0" * 64
@@ -82,8 +82,8 @@ def test_the_count_is_the_lineages_layer_making_instructions(
     from the rendered text, and each slice costs the same layers."""
     layout = Layout(own_layer=20 * MB, tail_groups=groups)
     flags = sync_selection_flags(gpu_config.python, local_flags=("--no-install-project",))
-    plan = plan_layers(_sizes(weights), cap=4 * 10**9, basis="compressed", sync_flags=flags,
-                       layout=layout)
+    plan = plan_one(_sizes(weights), cap=4 * 10**9, basis="compressed", sync_flags=flags,
+                    layout=layout)
     model = render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA)
     count = count_layers(model, base_layers=20, builder=builder,
                          slice_stages=[layer.slice.stage for layer in plan.layers])
@@ -109,9 +109,9 @@ def test_the_planner_fits_its_slices_to_a_budget(weights: list[int], groups: int
     sizes = _sizes(weights)
     cap = 4 * 10**9
     layout = Layout(own_layer=20 * MB, tail_groups=groups)
-    free = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
-    fitted = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=(),
-                         layout=dataclasses.replace(layout, max_slices=budget))
+    free = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
+    fitted = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(),
+                      layout=dataclasses.replace(layout, max_slices=budget))
     assert sorted(p.name for p in fitted.closure) == sorted(s.name for s in sizes)
     assert len(fitted.layers) <= max(budget, 1)
     if len(free.layers) <= budget:

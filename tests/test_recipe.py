@@ -35,10 +35,10 @@ from gpurl_tasks.plan.model import (
     ProvidedPackage,
     Slice,
 )
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.plan.sizes import PackageSize
 from tests.conftest import REPO_ROOT
+from tests.support.planning import plan_one
 
 LOCK_SHA = "ab" * 32
 
@@ -457,8 +457,8 @@ def planner_plans(draw: st.DrawFn, config: Config) -> Plan:
                          installed_bytes=None, source="lock", artifact=f"{n}-1.0-py3-none-any.whl")
              for n in names]
     real = planned(config)  # the selection and local packages as the planner derives them
-    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=real.sync_flags,
-                       local=real.local)
+    return plan_one(sizes, cap=cap, basis="compressed", sync_flags=real.sync_flags,
+                    local=real.local)
 
 
 @settings(max_examples=60, deadline=None)

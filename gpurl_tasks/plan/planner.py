@@ -69,7 +69,6 @@ __all__ = [
     "group_of",
     "hashed_in",
     "independent_buckets",
-    "plan_layers",
     "repush_cost",
     "slice_requirement",
     "tail_names",
@@ -493,40 +492,6 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
                 lower_bound_layers=max(1, math.ceil(_load(sizes, basis) / cap)),
                 provided=provided, history=history, mode=layout.mode,
                 layout=layout)
-
-
-def plan_layers(
-    sizes: Sequence[PackageSize],
-    *,
-    cap: int,
-    basis: SizeBasis,
-    sync_flags: tuple[str, ...],
-    local: tuple[str, ...] = (),
-    provided: tuple[ProvidedPackage, ...] = (),
-    previous: Assignment | None = None,
-    changes: Mapping[str, int] | None = None,
-    history: int = 0,
-    lines: Mapping[str, SliceLine] | None = None,
-    learn: Learn | None = None,
-    layout: Layout = DEFAULT_LAYOUT,
-) -> Plan:
-    """Pure planner: sizes of the closure (and the committed layout) -> the slices. Deterministic
-    for equal input, whatever the input order. `learn` gives (changes, history) when a fresh
-    packing needs them (read lazily: re-planning never looks at history)."""
-    check_sizes(sizes, cap, basis)
-    check_layout(layout, cap)
-    lines = lines or {}
-    if learn is None and changes is not None:
-        known = changes
-
-        def learn() -> tuple[Mapping[str, int], int]:
-            return known, history
-    choice = choose_buckets(sizes, cap=cap, basis=basis, previous=previous, lines=lines,
-                            learn=learn, layout=layout)
-    return assemble(choice.buckets, sizes, kept=choice.kept, cap=cap, basis=basis,
-                    sync_flags=sync_flags, local=local, provided=provided,
-                    changes=choice.changes, history=choice.history, lines=lines,
-                    layout=choice.layout)
 
 
 def assignment_of(plan: Plan) -> Assignment:

@@ -1,8 +1,8 @@
 """The planner's edge: read what the config names (the lock, the size tables, the committed
 slice files, the lock's git history) and plan every variant of a profile together.
 
-The packing itself is pure (`planner`, `variants`); this module turns a config into their
-inputs: each variant's install closure, sizes, slice lines, final-sync flags, the packages the
+The packing itself is pure (`variants.plan_images`, the one entry point); this module turns a
+config into its inputs: each variant's install closure, sizes, slice lines, final-sync flags, the packages the
 compiled wheels provide, the path sources and what is installed outside the lock, read from
 where each variant's committed slice files live (`Variant.slices`).
 """
@@ -16,12 +16,11 @@ from gpurl_tasks.config import BuildSettings, Config, Variant
 from gpurl_tasks.plan.history import version_changes
 from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
 from gpurl_tasks.plan.model import Plan, ProvidedPackage, sync_selection_flags
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.report import PlanViews
 from gpurl_tasks.plan.sizes import SizeSources, load_size_sources, package_sizes
 from gpurl_tasks.plan.slices import read_assignment, slice_line
 from gpurl_tasks.plan.target import target_tags
-from gpurl_tasks.plan.variants import VariantInput, plan_variants
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = [
@@ -93,20 +92,11 @@ def plan_profile(config: Config, *, repack: bool = False,
         return version_changes(config.lock)
 
     inputs = [_variant_input(config, parsed, v, sources) for v in config.variants]
-    if not config.variant.declared:
-        one, = inputs
-        previous = None if repack else read_assignment(config.variant.slices)
-        plan = plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
-                           sync_flags=one.sync_flags, local=one.local, provided=one.provided,
-                           previous=previous or None, lines=one.lines, learn=learn,
-                           layout=layout)
-        plans = {one.name: plan}
-    else:
-        plans = plan_variants(
-            inputs, cap=config.layers.cap, basis=config.layers.basis,
-            shared=None if repack else read_assignment(config.variant.shared_slices) or None,
-            previous={} if repack else {v.name: read_assignment(v.slices) for v in config.variants},
-            learn=learn, layout=layout)
+    plans = plan_images(
+        inputs, cap=config.layers.cap, basis=config.layers.basis,
+        shared=None if repack else read_assignment(config.variant.shared_slices) or None,
+        previous={} if repack else {v.name: read_assignment(v.slices) for v in config.variants},
+        learn=learn, layout=layout)
     return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths,
                                         outside_lock=v.outside_lock) for v in inputs}
 

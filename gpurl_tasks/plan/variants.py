@@ -48,7 +48,7 @@ from gpurl_tasks.plan.planner import (
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.slices import Assignment, SliceLine, split_unhashed
 
-__all__ = ["VariantInput", "merge_assignments", "own_groups", "plan_variants"]
+__all__ = ["VariantInput", "merge_assignments", "own_groups", "plan_images"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,10 +57,10 @@ class VariantInput:
 
     name: str
     sizes: tuple[PackageSize, ...]
-    sync_flags: tuple[str, ...]
-    local: tuple[str, ...]
-    provided: tuple[ProvidedPackage, ...]
-    lines: Mapping[str, SliceLine]
+    sync_flags: tuple[str, ...] = ()
+    local: tuple[str, ...] = ()
+    provided: tuple[ProvidedPackage, ...] = ()
+    lines: Mapping[str, SliceLine] = dataclasses.field(default_factory=dict)
     local_paths: tuple[tuple[str, str], ...] = ()
     outside_lock: tuple[str, ...] = ()
 
@@ -147,13 +147,36 @@ def _images(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
     return [split_unhashed([*low, *own[v.name]], hashed_in(v.lines))[0] for v in variants]
 
 
-def plan_variants(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
-                  shared: Assignment | None = None,
-                  previous: Mapping[str, Assignment] | None = None,
-                  learn: Learn | None = None, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Plan]:
-    """Every variant's plan, the lowest `plan.shared` layers identical across them; pure.
-    With `layout.max_slices`, independent layers are fitted to it (`fit_layout`) over every
-    variant's image; committed slices over it are packed afresh."""
+def _alone(image: VariantInput, *, cap: int, basis: SizeBasis, previous: Assignment | None,
+           learn: Learn | None, layout: Layout) -> Plan:
+    """One image's plan: its committed slices kept, or a fresh packing (`choose_buckets`)."""
+    check_sizes(image.sizes, cap, basis)
+    check_layout(layout, cap)
+    choice = choose_buckets(image.sizes, cap=cap, basis=basis, previous=previous or None,
+                            lines=image.lines, learn=learn, layout=layout)
+    return assemble(choice.buckets, image.sizes, kept=choice.kept, cap=cap, basis=basis,
+                    sync_flags=image.sync_flags, local=image.local, provided=image.provided,
+                    changes=choice.changes, history=choice.history, lines=image.lines,
+                    layout=choice.layout)
+
+
+def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
+                shared: Assignment | None = None,
+                previous: Mapping[str, Assignment] | None = None,
+                learn: Learn | None = None, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Plan]:
+    """The one planning entry point: every image's plan by its name; pure, and deterministic
+    for equal input whatever its order.
+
+    `previous` holds each image's committed slices and `shared` the ones its images share;
+    `learn` gives (changes per package, lock versions read) when a fresh packing needs them
+    (read lazily: re-planning never looks at history). Several images share their lowest
+    `plan.shared` layers; one image has nothing to share and is packed alone. With
+    `layout.max_slices`, independent layers are fitted to it (`fit_layout`) over every
+    image; committed slices over it are packed afresh."""
+    if len(variants) == 1:
+        (one,) = variants
+        return {one.name: _alone(one, cap=cap, basis=basis, previous=(previous or {}).get(one.name),
+                                 learn=learn, layout=layout)}
     for variant in variants:
         check_sizes(variant.sizes, cap, basis)
     check_layout(layout, cap)
