@@ -6,7 +6,7 @@ Baselines, computed from the same closure sizes:
 - first-fit: packages in lock order (uv.lock lists them by name) into the first layer with room.
 A package larger than the cap cannot be placed by any method; the planner refuses such a plan,
 so its row says which package made it infeasible instead of showing numbers. "planner" is the
-planner with chain layers (within ceil(total / cap) + 1 layers); "planner, independent layers"
+planner with stacked layers (within ceil(total / cap) + 1 layers); "planner, independent layers"
 packs for independent layers (more, smaller slices: a bump costs only the slices it touches).
 """
 
@@ -107,7 +107,7 @@ def _infeasible(sizes: Sequence[PackageSize], *, lock: str, cap: int, total: int
 
 def quality_rows(sizes: Sequence[PackageSize], *, lock: str, cap: int,
                  sync_flags: tuple[str, ...] = ()) -> list[QualityRow]:
-    """The planner (chain layers, and independent layers with the config's default
+    """The planner (stacked layers, and independent layers with the config's default
     thresholds) and the three baselines for one closure and cap."""
     total = sum(s.compressed_bytes for s in sizes)
 
@@ -120,7 +120,7 @@ def quality_rows(sizes: Sequence[PackageSize], *, lock: str, cap: int,
         return layer_stats([layer.compressed_bytes for layer in plan.layers], lock=lock, cap=cap,
                            method=method, total=total)
 
-    planner = planned("planner", Layout(mode="chain"))
+    planner = planned("planner", Layout(mode="stacked"))
     independent = planned(INDEPENDENT, DEFAULT_LAYOUT)
     return [
         planner,

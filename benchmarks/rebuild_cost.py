@@ -11,8 +11,8 @@ Designs compared on the same versions, closure sizes and cap:
   rebuilds all of them;
 - **slices, repacked**: this design's slice files, but every version packed afresh (what
   `generate --repack` on every bump would do): shows what stable assignment buys;
-- **slices, chain**: the rl stage `render_recipe` writes for chain layers (`layers.mode =
-  "chain"`), slices from the real planner, each version re-planned from the previous version's
+- **slices, stacked**: the rl stage `render_recipe` writes for stacked layers (`layers.mode =
+  "stacked"`), slices from the real planner, each version re-planned from the previous version's
   slices (as committed slice files make `invoke generate` do); its first plan is packed
   afresh, with the package churn learned from the versions before it when the sequence has
   them;
@@ -50,14 +50,34 @@ from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.variants import VariantInput, plan_images
 from gpurl_tasks.plan.wheelglobs import provided_names
 
-__all__ = ["BEFORE", "CHAIN", "CHAIN_LAYOUT", "DESIGNS", "FLOOR", "INDEPENDENT_LAYOUTS",
-           "ON_CHAIN", "REPACKED", "THIS_DESIGN", "BuildStep", "PairCost", "cache_keys", "chain_steps",
-           "floor_bytes", "independent_design", "independent_rebuilt", "lock_digest",
-           "plan_version", "rebuild_costs", "rebuilt_bytes", "recipe_config", "slice_steps",
-           "versions_of"]
+__all__ = [
+    "BEFORE",
+    "DESIGNS",
+    "FLOOR",
+    "INDEPENDENT_LAYOUTS",
+    "ON_CHAIN",
+    "REPACKED",
+    "STACKED",
+    "STACKED_LAYOUT",
+    "THIS_DESIGN",
+    "BuildStep",
+    "PairCost",
+    "cache_keys",
+    "chain_steps",
+    "floor_bytes",
+    "independent_design",
+    "independent_rebuilt",
+    "lock_digest",
+    "plan_version",
+    "rebuild_costs",
+    "rebuilt_bytes",
+    "recipe_config",
+    "slice_steps",
+    "versions_of",
+]
 
 MB = 10**6
-CHAIN_LAYOUT = Layout(mode="chain")
+STACKED_LAYOUT = Layout(mode="stacked")
 # Independent layers: the thresholds compared (the config's default among them).
 INDEPENDENT_LAYOUTS = tuple(dict.fromkeys((
     Layout(own_layer=100 * MB, tail_groups=8), Layout(own_layer=50 * MB, tail_groups=16),
@@ -71,12 +91,12 @@ def independent_design(layout: Layout) -> str:
 
 BEFORE = "chain (before)"
 REPACKED = "slices, repacked"
-CHAIN = "slices, chain"
+STACKED = "slices, stacked"
 THIS_DESIGN = independent_design(DEFAULT_LAYOUT)
 FLOOR = "floor (changed packages)"
 # the default independent plan built as one chain (what the cluster's kaniko job does today)
 ON_CHAIN = "independent plan, chain build (cluster)"
-DESIGNS = (BEFORE, REPACKED, CHAIN, *map(independent_design, INDEPENDENT_LAYOUTS), ON_CHAIN,
+DESIGNS = (BEFORE, REPACKED, STACKED, *map(independent_design, INDEPENDENT_LAYOUTS), ON_CHAIN,
            FLOOR)
 
 
@@ -227,7 +247,7 @@ def _layout(design: str) -> Layout:
     if design == ON_CHAIN:
         return DEFAULT_LAYOUT
     found = [layout for layout in INDEPENDENT_LAYOUTS if independent_design(layout) == design]
-    return found[0] if found else CHAIN_LAYOUT
+    return found[0] if found else STACKED_LAYOUT
 
 
 def rebuild_costs(versions: Sequence[LockInput], *, cap: int, learn: Sequence[LockInput] = (),

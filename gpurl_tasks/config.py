@@ -51,7 +51,9 @@ _KW = {"frozen": True, "kw_only": True}
 
 Backend = Literal["iris", "local"]
 SizeBasis = Literal["compressed", "installed"]
-LayerMode = Literal["independent", "chain"]
+# independent: every slice its own layer wherever it sits; stacked: each layer on the ones
+# below (not to be confused with the env-chain build of the slices, `build --chain`)
+LayerMode = Literal["independent", "stacked"]
 WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
@@ -111,7 +113,7 @@ class LayerSettings:
     size_overrides: Path | None = _field(None, root_relative=True)
     size_cache: Path | None = _field(None, root_relative=True)  # written by `invoke sizes --probe`
     # independent: each slice is its own layer wherever it sits (a bump costs the slices that
-    # hold a changed package); chain: each layer sits on the ones below (a bump costs its
+    # hold a changed package); stacked: each layer sits on the ones below (a bump costs its
     # layer and every layer above). See README "The layer plan".
     mode: LayerMode = "independent"
     # independent: a package this large gets a slice of its own

@@ -64,11 +64,11 @@ def test_layer_mode_and_thresholds(root: Path) -> None:
     default = load_config(root, env={}).layers.layout
     assert (default.mode, default.own_layer, default.tail_groups) == ("independent", 20 * 10**6, 32)
     chosen = load_config(root, env={"GPURL_LAYERS_TAIL_GROUPS": "16"},
-                         overrides={"layers.mode": "chain", "layers.own-layer": "50MB"}).layers
-    assert (chosen.mode, chosen.own_layer, chosen.tail_groups) == ("chain", 50 * 10**6, 16)
+                         overrides={"layers.mode": "stacked", "layers.own-layer": "50MB"}).layers
+    assert (chosen.mode, chosen.own_layer, chosen.tail_groups) == ("stacked", 50 * 10**6, 16)
     with pytest.raises(ConfigError) as info:
-        load_config(root, env={}, overrides={"layers.mode": "chian"})
-    assert info.value.hint == "did you mean 'chain'?"
+        load_config(root, env={}, overrides={"layers.mode": "stackd"})
+    assert info.value.hint == "did you mean 'stacked'?"
 
 
 @pytest.mark.parametrize(("key", "value"), [("layers.cap", "four"), ("layers.cap", "4XB"),

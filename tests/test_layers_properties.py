@@ -24,9 +24,9 @@ from tests.support.locks import lock_texts
 from tests.support.planning import plan_one
 
 TARGET = TargetSpec()
-CHAIN = Layout(mode="chain")
+STACKED = Layout(mode="stacked")
 INDEPENDENT = Layout(mode="independent", own_layer=3000, tail_groups=4)
-LAYOUTS = pytest.mark.parametrize("layout", [CHAIN, INDEPENDENT], ids=["chain", "independent"])
+LAYOUTS = pytest.mark.parametrize("layout", [STACKED, INDEPENDENT], ids=["stacked", "independent"])
 selections = st.builds(
     PythonSelection,
     extras=st.lists(st.sampled_from(["x", "y"]), unique=True).map(tuple),
@@ -104,7 +104,7 @@ def test_replanning_an_unchanged_closure_gives_identical_slices(layout: Layout, 
        st.data())
 def test_a_version_bump_edits_one_line_of_one_slice(layout: Layout, weights: list[int], cap: int,
                                                     data: st.DataObject) -> None:
-    """Unless the cap forces a split, or (chain layers) the bump is in the lowest slice (then
+    """Unless the cap forces a split, or (stacked layers) the bump is in the lowest slice (then
     every layer is rebuilt anyway and a fresh packing costs nothing), one line of one slice
     changes. Independent layers never repack."""
     sizes = _sizes(weights)
@@ -119,8 +119,8 @@ def test_a_version_bump_edits_one_line_of_one_slice(layout: Layout, weights: lis
     assert all(layer.compressed_bytes <= cap for layer in second.layers)
     before, after = _slices(first), _slices(second)
     home = next(layer for layer in first.layers if sizes[i].name in layer.names)
-    # chain: every layer is rebuilt anyway, the planner may pack afresh
-    lowest = home.index == 0 and layout.mode == "chain"
+    # stacked: every layer is rebuilt anyway, the planner may pack afresh
+    lowest = home.index == 0 and layout.mode == "stacked"
     if home.compressed_bytes - sizes[i].compressed_bytes + grown <= cap and not lowest:
         changed = [name for name in after if before.get(name) != after[name]]
         assert changed == [home.name] and set(before) == set(after)
@@ -133,7 +133,7 @@ def test_a_version_bump_edits_one_line_of_one_slice(layout: Layout, weights: lis
 def test_layer_count_bound(weights: list[int], cap: int) -> None:
     """LPT opens bucket k+1 only when all k hold more than cap - largest; the light tail adds one
     layer at most: never more than floor(total / (cap - largest)) + 2 layers."""
-    plan = plan_one(_sizes(weights), cap=cap, basis="compressed", sync_flags=(), layout=CHAIN)
+    plan = plan_one(_sizes(weights), cap=cap, basis="compressed", sync_flags=(), layout=STACKED)
     largest = max(weights)
     if largest < cap:
         assert len(plan.layers) <= sum(weights) // (cap - largest) + 2

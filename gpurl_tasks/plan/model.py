@@ -190,7 +190,7 @@ class Plan:
     # the lock lacks it)
     outside_lock: tuple[str, ...] = ()
     # independent: each slice is its own layer wherever it sits, composed in plan order;
-    # chain: each slice's layer sits on the ones below (config layers.mode)
+    # stacked: each slice's layer sits on the ones below (config layers.mode)
     mode: LayerMode = Layout.mode
     # what the slices were packed by: the configured layout, or the one the slice budget chose
     layout: Layout = dataclasses.field(default_factory=Layout)

@@ -1,32 +1,34 @@
-"""The layer planner: split the install closure into slices no larger than the cap, ordered so
-that what changes least sits lowest, and keep the committed assignment when re-planning.
+"""The layer planner: split one image's install closure into slices no larger than the cap,
+and keep the committed assignment when re-planning. Its entry point is
+`variants.plan_images`, which plans every image of a profile (one image is packed here alone).
 
-A changed layer invalidates every layer above it (Docker's and kaniko's cache keys chain the
-parent), so the order decides what a lock bump costs:
+**Independent layers** (`Layout.mode == "independent"`, the config's default and what every
+profile uses): each slice is its own layer wherever it sits (each slice image is built alone on
+env-base, and the local build composes the environment from them: oci/compose.py), so a bump
+costs only the slices holding a changed package.
 
-- **Fresh packing** (no committed slices, or `generate --repack`): the smallest packages, up to
-  8% of the environment (never above the cap), form a light *tail* that goes last: most bumps
-  move small packages, and new packages land there too. The heavy rest goes in order of how
-  often its version changed in the lock's git history (never first), then by size, largest
-  first, each layer filled before the next opens: the giants that move only with a torch
-  upgrade sit lowest, the mid-size packages that churn sit just below the tail (precisely: by
-  changes per byte, which minimises the expected bytes rebuilt per bump). Should that
-  order cost a layer over ceil(total / cap) + 1, the heavy rest is packed longest-processing-
-  time first into the fewest layers instead.
+- **Fresh packing** (no committed slices, or `generate --repack`; `independent_buckets`): a
+  slice of its own for every package of at least `own_layer`, heaviest first; the rest in
+  `tail_groups` stable groups `group-NN` by a hash of the name (`group_of`), with history the
+  churning and the never-changed packages in separate halves; a group over the cap is split.
+  With a slice budget (`Layout.max_slices`), `fit_layout` raises the threshold and lowers the
+  groups until the packing fits.
 - **Re-planning** (committed slices present): every package still in the closure keeps its
-  slice (a version bump edits one line); new packages join the last slice; removed ones drop;
-  only a slice the change pushes over the cap is split. A change that alters the lowest slice
-  rebuilds every layer anyway, so then the planner packs afresh at no extra cost.
+  slice (a version bump edits one line); removed ones drop; a new package goes to its own
+  slice or its group (`_home`); only a slice the change pushes over the cap is split. The
+  planner never packs afresh by itself.
 
-**Independent layers** (`Layout.mode == "independent"`, the config's default): each slice is
-its own layer wherever it sits, so a bump costs only the slices holding a changed package.
-Fresh packing (`independent_buckets`): a slice of its own for every package of at least
-`own_layer`, heaviest first; the rest in `tail_groups` stable groups `group-NN` by a hash of
-the name (`group_of`), with history the churning and the never-changed packages in separate
-halves; a group over the cap is split. Re-planning keeps the committed assignment as above; a
-new package goes to its own slice or its group (`_home`), and the planner never packs afresh
-by itself. The chain rules below (tail, order, repack when the lowest slice changes) are for
-`mode == "chain"`.
+**Stacked layers** (`mode == "stacked"`, kept for comparison: benchmarks/rebuild_cost.py):
+each layer sits on the ones below, as Docker's and kaniko's cache keys chain the parent, so a
+changed layer invalidates every layer above it and the order decides what a bump costs. A
+fresh packing puts the smallest packages, up to 8% of the environment (never above the cap),
+in a light *tail* that goes last (most bumps move small packages; new packages land there);
+the heavy rest goes in order of changes per byte in the lock's git history (which minimises
+the expected bytes rebuilt per bump), then by size, largest first, each layer filled before
+the next opens; should that cost a layer over ceil(total / cap) + 1, the heavy rest is packed
+longest-processing-time first into the fewest layers instead. Re-planning keeps the committed
+slices (new packages join the last), except that a change to the lowest slice, which rebuilds
+every layer anyway, packs afresh at no extra cost.
 
 Packages the compiled wheels provide are in no slice; the final sync excludes them.
 
@@ -431,7 +433,7 @@ def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: SizeBasis,
                    learn: Learn | None, layout: Layout = DEFAULT_LAYOUT, stem: str = GROUP,
                    groups: int | None = None) -> Choice:
     """The committed assignment kept, or a fresh packing when there is none (`learn` gives the
-    history it orders or groups by). Chain layers also pack afresh when the change rebuilds
+    history it orders or groups by). Stacked layers also pack afresh when the change rebuilds
     every layer anyway; independent layers never do (each slice costs only itself). `stem`
     and `groups`: the groups new smaller packages join with independent layers."""
     ordered = sorted(sizes, key=lambda s: s.name)

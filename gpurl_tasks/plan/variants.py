@@ -83,11 +83,11 @@ def own_groups(layout: Layout) -> int:
 
 def _common(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
             layout: Layout) -> list[PackageSize]:
-    """Packages every variant installs with the same slice line (chain layers: none in any
+    """Packages every variant installs with the same slice line (stacked layers: none in any
     variant's tail)."""
     first, *rest = variants
     tails = set().union(*(tail_names(v.sizes, cap, basis) for v in variants)) \
-        if layout.mode == "chain" else set()
+        if layout.mode == "stacked" else set()
     lines = [{s.name: _line(v, s) for s in v.sizes} for v in rest]
     return [s for s in first.sizes if s.name not in tails
             and all(other.get(s.name) == _line(first, s) for other in lines)]
@@ -95,7 +95,7 @@ def _common(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
 
 def _fresh(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
            changes: Mapping[str, int], layout: Layout) -> tuple[list[Bucket], dict[str, list[Bucket]]]:
-    """Shared buckets over the common packages (chain: no tail), then each variant's own."""
+    """Shared buckets over the common packages (stacked: no tail), then each variant's own."""
     common = sorted(_common(variants, cap, basis, layout), key=lambda s: s.name)
     taken: set[str] = set()
     independent = layout.mode == "independent"
@@ -123,7 +123,7 @@ def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
     chosen: dict[str, list[Bucket]] = {}
     for variant in variants:
         own = previous.get(variant.name)
-        if own is None or (not own and layout.mode == "chain"):  # chain: every variant has a tail
+        if own is None or (not own and layout.mode == "stacked"):  # stacked: each has a tail
             return None
         choice = choose_buckets(variant.sizes, cap=cap, basis=basis,
                                 previous=merge_assignments(shared, own), lines=variant.lines,
