@@ -323,6 +323,11 @@ class Variant:
         """` (variant 'NAME')` for an error about one variant; empty for the implicit one."""
         return f" (variant {self.name!r})" if self.declared else ""
 
+    @property
+    def clause(self) -> str:
+        """`, variant 'NAME',` after the profile's name in prose; empty for the implicit one."""
+        return f", variant {self.name!r}," if self.declared else ""
+
 
 DEFAULT_VARIANT = "default"  # the name of the implicit variant of a profile that declares none
 
