@@ -46,7 +46,7 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
     image,
 )
-from gpurl_tasks.plan.model import Layer, Plan
+from gpurl_tasks.plan.model import Layer, Plan, Slice
 from gpurl_tasks.units import format_bytes
 from gpurl_tasks.values import ARG_REF, inside_repository
 
@@ -409,8 +409,7 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
 
 def _check_plan(plan: Plan) -> None:
     names = [layer.name for layer in plan.layers]
-    if len(set(names)) != len(names) or not all(re.fullmatch(r"\d{2,3}-[a-z0-9._-]+", n)
-                                                for n in names):
+    if len(set(names)) != len(names) or not all(Slice.STEM.fullmatch(n) for n in names):
         raise DockerfileError(f"slice names must be unique NN-label names, not {names!r}")
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", plan.fingerprint):
         raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")

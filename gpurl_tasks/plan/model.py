@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,6 +61,8 @@ class Slice:
     # and verify and rebuild recognise a planned layer by it
     IMAGE_DIR: ClassVar[str] = "/tmp/gpurl-layers"
     _KEY_VERSION: ClassVar[str] = "gpurl-slice-1"  # bump when what a slice image holds changes meaning
+    # the spelling of `name` (a committed file's stem): the position, then the label
+    STEM: ClassVar[re.Pattern[str]] = re.compile(r"(\d{2,3})-([a-z0-9][a-z0-9._-]*)")
 
     position: int
     label: str
