@@ -237,29 +237,45 @@ def test_path_values_stay_inside_the_repository(env: dict[str, str], needle: str
 
 def test_every_profile_has_a_variant_and_each_is_typed() -> None:
     """A profile without declared variants has its implicit one, named as the profile's own
-    image; a declared variant other than the first defaults to its own tags, Dockerfile and
-    kaniko script, derived from the profile's (read from the committed config); the config
-    of any variant is the same as loading it by name."""
+    image; the config of any variant is the same as loading it by name."""
     heavy = load_config(REPO_ROOT, profile="heavy", env={})
     (only,) = heavy.variants
     assert (only.name, only.declared, only.shown, only.note) == (DEFAULT_VARIANT, False, "", "")
     assert only.slices == heavy.build.slices / "heavy" and heavy.variant == only
     gpu = load_config(REPO_ROOT, profile="gpu-rl", env={})
     first, second = gpu.variants
-    profile = committed_tool()["profiles"]["gpu-rl"]
-    assert second.registry.tag_prefix == f"{first.registry.tag_prefix}-{second.name}"
-    assert second.build.dockerfile.name == f"{first.build.dockerfile.name}-{second.name}"
-    script = first.build.kaniko_script
-    assert second.build.kaniko_script == script.with_name(f"{script.stem}-{second.name}.sh")
-    assert second.launcher.variable == profile["variants"][second.name]["launcher-variable"]
+    assert second.launcher.variable == \
+        committed_tool()["profiles"]["gpu-rl"]["variants"][second.name]["launcher-variable"]
     assert second.slices.parent == first.shared_slices.parent == second.shared_slices.parent
-    named = load_config(REPO_ROOT, profile="gpu-rl", env={}, variant=second.name)
-    assert gpu.for_variant(second) == named
+    assert gpu.for_variant(second) == load_config(REPO_ROOT, profile="gpu-rl", env={},
+                                                  variant=second.name)
 
 
-def test_an_environment_value_wins_over_a_variants_derived_default() -> None:
-    config = load_config(REPO_ROOT, profile="gpu-rl", env={"GPURL_REGISTRY_TAG_PREFIX": "mine"})
-    assert {v.registry.tag_prefix for v in config.variants} == {"mine"}
+VARIANTS = PYPROJECT + """
+[tool.gpurl.profiles.a.registry]
+tag-prefix = "img"
+[tool.gpurl.profiles.a.variants.one]
+[tool.gpurl.profiles.a.variants.two]
+launcher-variable = "TWO_IMAGE"
+"""
+
+
+def test_a_later_variant_defaults_to_its_own_image(root: Path) -> None:
+    """A variant other than the first gets its own tags, Dockerfile and kaniko script,
+    derived from the profile's; a variable or flag still wins over the derived default."""
+    (root / "pyproject.toml").write_text(VARIANTS)
+    one, two = load_config(root, env={}).variants
+    assert (one.registry.tag_prefix, two.registry.tag_prefix) == ("img", "img-two")
+    assert two.registry.floating_tag == f"{one.registry.floating_tag}-two"
+    assert two.build.dockerfile.name == f"{one.build.dockerfile.name}-two"
+    script = one.build.kaniko_script
+    assert two.build.kaniko_script == script.with_name(f"{script.stem}-two{script.suffix}")
+    assert (one.launcher.variable, two.launcher.variable) == ("DEFAULT_RL_DOCKER_IMAGE", "TWO_IMAGE")
+    mine = load_config(root, env={"GPURL_REGISTRY_TAG_PREFIX": "mine"}).variants
+    assert {v.registry.tag_prefix for v in mine} == {"mine"}
+    (root / "pyproject.toml").write_text(VARIANTS.replace('launcher-variable = "TWO_IMAGE"\n', ""))
+    with pytest.raises(ConfigError, match=r"variants\.two\] has no launcher-variable"):
+        load_config(root, env={})
 
 
 @pytest.mark.parametrize("name", ["../up", "a/b", "Upper"])
