@@ -302,7 +302,8 @@ class Variant:
     and floating tag (`registry`), the launcher variable its pin goes to (`launcher`), and
     where its slice files live. Every profile has at least one: a profile that declares none
     has its implicit default (`declared` False), whose files are named as the profile's.
-    Resolved once, by `_resolve_variant`."""
+    Resolved once, where the config is read: `_resolve_variant` (a declared one, its defaults
+    from `_own_image`) or `_implicit_variant`."""
 
     name: str
     declared: bool
