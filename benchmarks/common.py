@@ -9,10 +9,10 @@ from pathlib import Path
 from gpurl_tasks.config import PythonSelection, SizeBasis, TargetSpec
 from gpurl_tasks.plan.lock import Lock, install_closure
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
 from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 
 __all__ = [
     "REAL_COMMITS",
@@ -65,7 +65,8 @@ def closure_sizes(lock: Lock, extras: Sequence[str], sources: SizeSources,
 def plan_lock(item: LockInput, cap: int, basis: SizeBasis = "compressed") -> Plan:
     """The planner's plan for one lock, exactly as `plan_for_config` would compute it."""
     sizes, flags, local = closure_sizes(item.lock, item.extras, item.sources)
-    return plan_layers(sizes, cap=cap, basis=basis, sync_flags=flags, local=local)
+    one = VariantInput(name="image", sizes=tuple(sizes), sync_flags=flags, local=local)
+    return plan_images([one], cap=cap, basis=basis)[one.name]
 
 
 def with_overrides(sources: SizeSources, extra: Mapping[str, int]) -> SizeSources:

@@ -6,7 +6,7 @@ Baselines, computed from the same closure sizes:
 - first-fit: packages in lock order (uv.lock lists them by name) into the first layer with room.
 A package larger than the cap cannot be placed by any method; the planner refuses such a plan,
 so its row says which package made it infeasible instead of showing numbers. "planner" is the
-planner with chain layers (within ceil(total / cap) + 1 layers); "planner, independent layers"
+planner with stacked layers (within ceil(total / cap) + 1 layers); "planner, independent layers"
 packs for independent layers (more, smaller slices: a bump costs only the slices it touches).
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 
 from gpurl_tasks.config import DEFAULT_LAYOUT, Layout
 from gpurl_tasks.errors import PlanError
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.sizes import PackageSize
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
@@ -107,20 +107,20 @@ def _infeasible(sizes: Sequence[PackageSize], *, lock: str, cap: int, total: int
 
 def quality_rows(sizes: Sequence[PackageSize], *, lock: str, cap: int,
                  sync_flags: tuple[str, ...] = ()) -> list[QualityRow]:
-    """The planner (chain layers, and independent layers with the config's default
+    """The planner (stacked layers, and independent layers with the config's default
     thresholds) and the three baselines for one closure and cap."""
     total = sum(s.compressed_bytes for s in sizes)
 
     def planned(method: str, layout: Layout) -> QualityRow:
         try:
-            plan = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=sync_flags,
-                               layout=layout)
+            one = VariantInput(name="image", sizes=tuple(sizes), sync_flags=sync_flags)
+            plan = plan_images([one], cap=cap, basis="compressed", layout=layout)[one.name]
         except PlanError:
             return _infeasible(sizes, lock=lock, cap=cap, total=total, method=method)
         return layer_stats([layer.compressed_bytes for layer in plan.layers], lock=lock, cap=cap,
                            method=method, total=total)
 
-    planner = planned("planner", Layout(mode="chain"))
+    planner = planned("planner", Layout(mode="stacked"))
     independent = planned(INDEPENDENT, DEFAULT_LAYOUT)
     return [
         planner,

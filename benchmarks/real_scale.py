@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpurl_tasks.dockerfile.recipe import SLICE_DIR
+from gpurl_tasks.plan.model import Slice
 from gpurl_tasks.units import format_bytes
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def _installed_sizes(client: str, reference: str) -> list[int]:
     sizes = []
     for line in reversed(out.splitlines()):
         size, _, created = line.partition("\t")
-        if "uv pip install" in created and f"{SLICE_DIR}/" in created:
+        if "uv pip install" in created and f"{Slice.IMAGE_DIR}/" in created:
             sizes.append(int(size))
     return sizes
 
@@ -323,7 +323,7 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     python_bytes = sum(r.size for r in sync_rows)
     new_python = sum(r.size for r in sync_rows if r.digest in new)
     run_steps = [s for s in bumped.steps if not s.is_from and s.instruction.startswith("RUN")]
-    sync_ran = [s for s in run_steps if SLICE_DIR in s.instruction and s.status != "cached"]
+    sync_ran = [s for s in run_steps if Slice.IMAGE_DIR in s.instruction and s.status != "cached"]
     bump = {
         "package": BUMP[0], "to_version": BUMP[1], "reference": bumped.reference,
         "build_seconds": round(bumped.build_seconds, 1), "push_seconds": round(bumped.push_seconds, 1),

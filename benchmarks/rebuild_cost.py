@@ -11,8 +11,8 @@ Designs compared on the same versions, closure sizes and cap:
   rebuilds all of them;
 - **slices, repacked**: this design's slice files, but every version packed afresh (what
   `generate --repack` on every bump would do): shows what stable assignment buys;
-- **slices, chain**: the rl stage `render_recipe` writes for chain layers (`layers.mode =
-  "chain"`), slices from the real planner, each version re-planned from the previous version's
+- **slices, stacked**: the rl stage `render_recipe` writes for stacked layers (`layers.mode =
+  "stacked"`), slices from the real planner, each version re-planned from the previous version's
   slices (as committed slice files make `invoke generate` do); its first plan is packed
   afresh, with the package churn learned from the versions before it when the sequence has
   them;
@@ -38,25 +38,46 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, TARGET, LockInput
 from gpurl_tasks.config import DEFAULT_LAYOUT, Config, Layout, PythonSelection, load_config
 from gpurl_tasks.dockerfile.model import Comment, Copy, Run
-from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, ENV_CHAIN, render_recipe, slice_file
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, ENV_CHAIN, render_recipe
 from gpurl_tasks.plan.history import count_changes
 from gpurl_tasks.plan.lock import Lock, install_closure
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import assignment_of, plan_layers
+from gpurl_tasks.plan.planner import assignment_of
 from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import package_sizes
 from gpurl_tasks.plan.slices import SliceLine, render_slice, slice_line
 from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 from gpurl_tasks.plan.wheelglobs import provided_names
 
-__all__ = ["BEFORE", "CHAIN", "CHAIN_LAYOUT", "DESIGNS", "FLOOR", "INDEPENDENT_LAYOUTS",
-           "ON_CHAIN", "REPACKED", "THIS_DESIGN", "BuildStep", "PairCost", "cache_keys", "chain_steps",
-           "floor_bytes", "independent_design", "independent_rebuilt", "lock_digest",
-           "plan_version", "rebuild_costs", "rebuilt_bytes", "recipe_config", "slice_steps",
-           "versions_of"]
+__all__ = [
+    "BEFORE",
+    "DESIGNS",
+    "FLOOR",
+    "INDEPENDENT_LAYOUTS",
+    "ON_CHAIN",
+    "REPACKED",
+    "STACKED",
+    "STACKED_LAYOUT",
+    "THIS_DESIGN",
+    "BuildStep",
+    "PairCost",
+    "cache_keys",
+    "chain_steps",
+    "floor_bytes",
+    "independent_design",
+    "independent_rebuilt",
+    "lock_digest",
+    "plan_version",
+    "rebuild_costs",
+    "rebuilt_bytes",
+    "recipe_config",
+    "slice_steps",
+    "versions_of",
+]
 
 MB = 10**6
-CHAIN_LAYOUT = Layout(mode="chain")
+STACKED_LAYOUT = Layout(mode="stacked")
 # Independent layers: the thresholds compared (the config's default among them).
 INDEPENDENT_LAYOUTS = tuple(dict.fromkeys((
     Layout(own_layer=100 * MB, tail_groups=8), Layout(own_layer=50 * MB, tail_groups=16),
@@ -70,12 +91,12 @@ def independent_design(layout: Layout) -> str:
 
 BEFORE = "chain (before)"
 REPACKED = "slices, repacked"
-CHAIN = "slices, chain"
+STACKED = "slices, stacked"
 THIS_DESIGN = independent_design(DEFAULT_LAYOUT)
 FLOOR = "floor (changed packages)"
 # the default independent plan built as one chain (what the cluster's kaniko job does today)
 ON_CHAIN = "independent plan, chain build (cluster)"
-DESIGNS = (BEFORE, REPACKED, CHAIN, *map(independent_design, INDEPENDENT_LAYOUTS), ON_CHAIN,
+DESIGNS = (BEFORE, REPACKED, STACKED, *map(independent_design, INDEPENDENT_LAYOUTS), ON_CHAIN,
            FLOOR)
 
 
@@ -151,7 +172,7 @@ def slice_steps(plan: Plan, lock: Lock, config: Config | None = None) -> list[Bu
     texts = {layer.name: render_slice(SliceLine(requirement=p.requirement, index=p.index,
                                                 hashed=p.hashed) for p in layer.packages)
              for layer in plan.layers}
-    by_file = {slice_file(plan, layer): layer for layer in plan.layers}
+    by_file = {layer.slice.image_path: layer for layer in plan.layers}
     dockerfile = render_recipe(config or recipe_config(), plan, lock_sha256=lock_digest(lock))
     steps = []
     # the chain build: env-base, every slice in env-chain, then the rl stage on top of it
@@ -182,11 +203,13 @@ def plan_version(item: LockInput, cap: int, *, previous: Plan | None = None,
     installed = [p for p in closure.packages if p.name not in provided]
     sizes = package_sizes(installed, target_tags(TARGET), item.sources)
     flags = sync_selection_flags(selection, local_flags=local_install_flags(item.lock, closure))
-    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags,
+    one = VariantInput(name="image", sizes=tuple(sizes), sync_flags=flags,
                        local=tuple(p.name for p in closure.local),
-                       previous=assignment_of(previous) if previous else None,
-                       changes=changes, history=history, layout=layout,
                        lines={p.name: slice_line(p) for p in installed})
+    known = (changes or {}), history
+    return plan_images([one], cap=cap, basis="compressed",
+                       previous={one.name: assignment_of(previous)} if previous else None,
+                       learn=lambda: known, layout=layout)[one.name]
 
 
 def versions_of(item: LockInput) -> dict[str, frozenset[str]]:
@@ -194,9 +217,9 @@ def versions_of(item: LockInput) -> dict[str, frozenset[str]]:
 
 
 def _moved(old: Plan, new: Plan) -> int:
-    before = {n: layer.name.split("-", 1)[1] for layer in old.layers for n in layer.names}
+    before = {n: layer.label for layer in old.layers for n in layer.names}
     return sum(1 for layer in new.layers for n in layer.names
-               if n in before and before[n] != layer.name.split("-", 1)[1])
+               if n in before and before[n] != layer.label)
 
 
 def _slice_texts(plan: Plan) -> dict[str, int]:
@@ -224,7 +247,7 @@ def _layout(design: str) -> Layout:
     if design == ON_CHAIN:
         return DEFAULT_LAYOUT
     found = [layout for layout in INDEPENDENT_LAYOUTS if independent_design(layout) == design]
-    return found[0] if found else CHAIN_LAYOUT
+    return found[0] if found else STACKED_LAYOUT
 
 
 def rebuild_costs(versions: Sequence[LockInput], *, cap: int, learn: Sequence[LockInput] = (),

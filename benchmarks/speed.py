@@ -23,10 +23,10 @@ from gpurl_tasks.config import PythonSelection
 from gpurl_tasks.plan import lock as lock_module
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import load_size_sources, package_sizes
 from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 
 __all__ = ["STAGES", "SpeedResult", "plan_file", "profile_plan", "time_planner"]
 
@@ -70,8 +70,9 @@ def plan_file(path: Path, *, extras: tuple[str, ...], overrides: Path | None, ca
     sizes = package_sizes(closure.packages, target_tags(TARGET), load_size_sources(overrides, None))
     marks.append(clock())
     flags = sync_selection_flags(selection, local_flags=local_install_flags(lock, closure))
-    plan = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags,
+    one = VariantInput(name="image", sizes=tuple(sizes), sync_flags=flags,
                        local=tuple(p.name for p in closure.local))
+    plan = plan_images([one], cap=cap, basis="compressed")[one.name]
     marks.append(clock())
     stages = {name: marks[i + 1] - marks[i] for i, name in enumerate(STAGES)}
     return plan, stages, len(lock.packages)

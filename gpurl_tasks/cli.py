@@ -136,7 +136,7 @@ def variant_configs(profile: str | None, variant: str | None, *, ref: str | None
     config = config_for(profile, variant=variant, **overrides)
     if variant or len(config.variants) < 2:
         return (config,)
-    configs = tuple(config_for(profile, variant=v.name, **overrides) for v in config.variants)
+    configs = tuple(config.for_variant(v) for v in config.variants)
     names = ", ".join(v.name for v in config.variants)
     tag = (ref or "").split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
     for each in configs:
@@ -194,7 +194,7 @@ class EachVariant:
 
 def each_variant(configs: tuple[Config, ...], run: Callable[[Config], Outcome]) -> EachVariant:
     """Run a task's one function for each variant's config."""
-    return EachVariant(tuple((c.variant, run(c)) for c in configs))
+    return EachVariant(tuple((c.variant.name, run(c)) for c in configs))
 
 
 # An exception gpurl did not expect (a bug, not bad input) exits with ExitCode.INTERNAL, so a

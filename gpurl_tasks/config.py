@@ -15,7 +15,7 @@ import functools
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
@@ -26,6 +26,7 @@ from gpurl_tasks.units import parse_size
 
 __all__ = [
     "DEFAULT_LAYOUT",
+    "DEFAULT_VARIANT",
     "SHARED",
     "BuildSettings",
     "ClusterSettings",
@@ -50,7 +51,9 @@ _KW = {"frozen": True, "kw_only": True}
 
 Backend = Literal["iris", "local"]
 SizeBasis = Literal["compressed", "installed"]
-LayerMode = Literal["independent", "chain"]
+# independent: every slice its own layer wherever it sits; stacked: each layer on the ones
+# below (not to be confused with the env-chain build of the slices, `build --chain`)
+LayerMode = Literal["independent", "stacked"]
 WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
@@ -60,12 +63,14 @@ SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
 class _Key:
     """How one config key is read, declared on its field: a size ("4GB" or bytes), an
     http(s) URL, a path relative to the repository root (other paths are relative to the
-    workspace), and the grammar its value must meet because it is written as syntax into a
-    generated artifact (values.py)."""
+    workspace), a path that must stay inside the repository (it is written, or copied into
+    the build context, or becomes a .dockerignore rule), and the grammar its value must meet
+    because it is written as syntax into a generated artifact (values.py)."""
 
     size: bool = False
     url: bool = False
     root_relative: bool = False
+    inside: bool = False  # a path that must stay inside the repository (symlinks resolved)
     check: values.Check | None = None
 
 
@@ -73,9 +78,9 @@ _PLAIN = _Key()
 
 
 def _field(default: Any, *, size: bool = False, url: bool = False, root_relative: bool = False,
-           check: values.Check | None = None) -> Any:
+           inside: bool = False, check: values.Check | None = None) -> Any:
     """A config field with its reading declared next to it (read back by `_key_of`)."""
-    key = _Key(size=size, url=url, root_relative=root_relative, check=check)
+    key = _Key(size=size, url=url, root_relative=root_relative, inside=inside, check=check)
     return dataclasses.field(default=default, metadata={"gpurl": key})
 
 
@@ -108,7 +113,7 @@ class LayerSettings:
     size_overrides: Path | None = _field(None, root_relative=True)
     size_cache: Path | None = _field(None, root_relative=True)  # written by `invoke sizes --probe`
     # independent: each slice is its own layer wherever it sits (a bump costs the slices that
-    # hold a changed package); chain: each layer sits on the ones below (a bump costs its
+    # hold a changed package); stacked: each layer sits on the ones below (a bump costs its
     # layer and every layer above). See README "The layer plan".
     mode: LayerMode = "independent"
     # independent: a package this large gets a slice of its own
@@ -176,11 +181,12 @@ class BuildSettings:
     `[tool.gpurl.profiles.NAME.variants.VARIANT.build]`: a fork bump is a config edit.
     """
 
-    dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True)
-    kaniko_script: Path = _field(Path("docker/build_gpu_rl_kaniko.sh"), root_relative=True)
-    wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True)
+    dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True, inside=True)
+    kaniko_script: Path = _field(Path("docker/build_gpu_rl_kaniko.sh"), root_relative=True,
+                                 inside=True)
+    wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True, inside=True)
     # slice files go to <slices>/<profile>/NN-label.txt
-    slices: Path = _field(Path("docker/layers"), root_relative=True)
+    slices: Path = _field(Path("docker/layers"), root_relative=True, inside=True)
     base_image: str = _field("nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
                              check=values.image_reference)
     # the base image's own layers, counted against the layer limit (layerlimit.py) with the
@@ -285,35 +291,66 @@ class VerifySettings:
 class LauncherSettings:
     """The file and variable that hold the pinned image digest (path relative to workspace)."""
 
-    path: Path = Path("cloud/iris/launch_rl_iris.py")
+    path: Path = _field(Path("cloud/iris/launch_rl_iris.py"), inside=True)
     variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier)
 
 
 @dataclasses.dataclass(**_KW)
 class Variant:
-    """One image of a profile: its name and what its `uv sync` selects."""
+    """One image of a profile, with every setting a profile's images may differ in: what its
+    `uv sync` selects, its build pins, Dockerfile and kaniko script (`build`), its tag prefix
+    and floating tag (`registry`), the launcher variable its pin goes to (`launcher`), and
+    where its slice files live. Every profile has at least one: a profile that declares none
+    has its implicit default (`declared` False), whose files are named as the profile's.
+    Resolved once, where the config is read: `_resolve_variant` (a declared one, its defaults
+    from `_own_image`) or `_implicit_variant`."""
 
     name: str
+    declared: bool
     python: PythonSelection
-    build: BuildSettings = BuildSettings()  # its own build pins (compiled wheels, harbor, torch)
+    build: BuildSettings
+    registry: RegistrySettings
+    launcher: LauncherSettings
+    slices: Path  # its own committed slice files (build.slices/PROFILE[/VARIANT])
+    shared_slices: Path  # the slices every variant of the profile shares (build.slices/PROFILE/shared)
+
+    @property
+    def shown(self) -> str:
+        """The name messages and JSON show: empty for the implicit default."""
+        return self.name if self.declared else ""
+
+    @property
+    def note(self) -> str:
+        """` (variant 'NAME')` for an error about one variant; empty for the implicit one."""
+        return f" (variant {self.name!r})" if self.declared else ""
+
+    @property
+    def clause(self) -> str:
+        """`, variant 'NAME',` after the profile's name in prose; empty for the implicit one."""
+        return f", variant {self.name!r}," if self.declared else ""
+
+
+DEFAULT_VARIANT = "default"  # the name of the implicit variant of a profile that declares none
 
 
 @dataclasses.dataclass(**_KW)
 class Config:
-    """The whole resolved config; paths are absolute.
+    """The whole resolved config, for one of the profile's variants; paths are absolute.
 
-    A profile may list variants ([tool.gpurl.profiles.NAME.variants.VARIANT]): images of one
+    A profile may declare variants ([tool.gpurl.profiles.NAME.variants.VARIANT]): images of one
     workspace with other extras/groups, each with its own Dockerfile, tag prefix and launcher
-    variable. The config is resolved for one of them (`variant`, default: the first); `variants`
-    names them all, in file order (empty: the profile has none, one image as before).
+    variable; one that declares none has one implicit variant. The config is resolved for one
+    of them (`variant`, default: the first): `python`, `build`, `registry` and `launcher` are
+    its settings. `variants` holds them all, in file order; `for_variant` gives the config of
+    another.
     """
 
     root: Path
     profile: str
     workspace: Path
     lock: Path
-    variant: str = ""
-    variants: tuple[Variant, ...] = ()
+    variant: Variant
+    variants: tuple[Variant, ...]
     backend: Backend = "iris"
     python: PythonSelection = PythonSelection()
     target: TargetSpec = TargetSpec()
@@ -323,6 +360,20 @@ class Config:
     cluster: ClusterSettings = ClusterSettings()
     verify: VerifySettings = VerifySettings()
     launcher: LauncherSettings = LauncherSettings()
+
+    def variant_named(self, name: str) -> Variant:
+        """The profile's variant `name` (the implicit one's name is DEFAULT_VARIANT)."""
+        found = [v for v in self.variants if v.name == name]
+        if not found:
+            raise ConfigError(f"profile {self.profile!r} has no variant {name!r}",
+                              hint=f"choose one of {', '.join(v.name for v in self.variants)}")
+        return found[0]
+
+    def for_variant(self, variant: Variant) -> Config:
+        """This config for another of its profile's variants (no file is read again)."""
+        return dataclasses.replace(self, variant=variant, python=variant.python,
+                                   build=variant.build, registry=variant.registry,
+                                   launcher=variant.launcher)
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -549,7 +600,8 @@ def load_config(
                          (profiles.get(name, {}), f"[tool.gpurl.profiles.{name}]")):
         shared.update({k: (v, where, False)
                        for k, v in _flatten(_table(table, where), where).items()})
-    names, chosen = _variant_names(profiles.get(name, {}), name, variant)
+    profile_table = profiles.get(name, {})
+    names, chosen = _variant_names(profile_table, name, variant)
     late = {k: (v, f"${var}", True) for k, (v, var) in _from_env(env).items()}
     for key, value in (overrides or {}).items():
         if value is None:
@@ -557,14 +609,7 @@ def load_config(
         if key not in _known_keys():
             raise _unknown(key, "the command line")
         late[key] = (value, "the command line", not isinstance(value, bool | int | list | tuple))
-
-    def merged_for(which: str) -> dict[str, tuple[Any, str, bool]]:
-        merged = dict(shared)
-        if which:
-            _variant(profiles.get(name, {}), name, names, which, merged)
-        return {**merged, **late}
-
-    merged = merged_for(chosen)
+    merged = {**shared, **late}
     top_hints = _hints(Config)
 
     def top(key: str, default: Any) -> Any:
@@ -581,14 +626,28 @@ def load_config(
     values.one_line(str(lock_path), f"lock in {merged.get('lock', ('', 'defaults'))[1]}")
     lock = workspace / lock_path
     backend = top("backend", "iris")
-    sections = _sections(merged, root, workspace)
-    # every variant resolved as fully as the chosen one (its errors are errors here too)
-    each = {n: sections if n == chosen else _sections(merged_for(n), root, workspace)
-            for n in names}
-    variants = tuple(Variant(name=n, python=each[n]["python"], build=each[n]["build"])
-                     for n in names)
-    return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
-                  variant=chosen, variants=variants, **sections)
+
+    def resolve(merged: Mapping[str, tuple[Any, str, bool]]) -> dict[str, Any]:
+        return _sections(merged, root, workspace)
+
+    # the chosen variant first, so its errors come first; every other one resolved as fully
+    # (its errors are errors here too)
+    own = resolve(merged)  # what the profile itself sets: its first (or implicit) image
+    order = (chosen, *(n for n in names if n != chosen)) if names else ()
+    resolved = {n: _resolve_variant(profile_table, name, n, first=n == names[0], shared=shared,
+                                    late=late, own=own, resolve=resolve) for n in order}
+    variants = tuple(resolved[n] for n in names) or (_implicit_variant(name, own),)
+    config = Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
+                    variant=variants[0], variants=variants, **own)
+    return config.for_variant(resolved[chosen] if names else variants[0])
+
+
+def _implicit_variant(profile: str, sections: Mapping[str, Any]) -> Variant:
+    """The one variant of a profile that declares none: the profile's own settings."""
+    build = sections["build"]
+    return Variant(name=DEFAULT_VARIANT, declared=False, python=sections["python"], build=build,
+                   registry=sections["registry"], launcher=sections["launcher"],
+                   slices=build.slices / profile, shared_slices=build.slices / profile / SHARED)
 
 
 def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
@@ -610,7 +669,11 @@ def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
                         key.check(value, dotted)
                     except ConfigError as exc:
                         raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint) from None
-                kwargs[field.name] = base / value if isinstance(value, Path) else value
+                if isinstance(value, Path):
+                    value = base / value
+                    if key.inside:  # issue 30: written or copied, so never outside the repository
+                        values.inside_repository(value, root, f"{dotted} in {where}")
+                kwargs[field.name] = value
             elif isinstance(field.default, Path):  # default paths resolve the same way
                 kwargs[field.name] = base / field.default
         sections[section] = cls(**kwargs)
@@ -619,14 +682,17 @@ def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
 
 def _variant_names(profile: Mapping[str, Any], name: str,
                    wanted: str | None) -> tuple[tuple[str, ...], str]:
-    """(every variant's name in file order, the chosen one); ((), "") for a profile without."""
+    """(every declared variant's name in file order, the chosen one); ((), "") for a profile
+    that declares none. Each name is checked against its grammar: it names files."""
     table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
-    names = tuple(table)
+    names = tuple(values.profile_name(n, f"a variant name in [tool.gpurl.profiles.{name}.variants]")
+                  for n in table)
     if SHARED in names:
         raise ConfigError(f"a variant of profile {name!r} is named {SHARED!r}",
                           hint=f"{SHARED!r} is the directory of the slices every variant shares")
     if not names:
         if wanted:
+            values.one_line(wanted, "--variant")
             raise ConfigError(f"profile {name!r} has no variants, so --variant {wanted} means "
                               "nothing", hint=f"add [tool.gpurl.profiles.{name}.variants.{wanted}]")
         return (), ""
@@ -639,56 +705,77 @@ def _variant_names(profile: Mapping[str, Any], name: str,
     return names, chosen
 
 
-def _variant(profile: Mapping[str, Any], name: str, names: tuple[str, ...], chosen: str,
-             merged: dict[str, tuple[Any, str, bool]]) -> None:
-    """Apply variant `chosen`'s keys onto `merged` (the profile's values).
-
-    The first variant is the profile's own image: its tag prefix, floating tag, launcher
-    variable, Dockerfile and kaniko script default to the profile's. Any other one defaults to
-    PREFIX-VARIANT tags, a Dockerfile named DOCKERFILE-VARIANT and a script SCRIPT-VARIANT.sh,
-    and must name its launcher variable (a pin must never land in another variant's variable).
-    Its `build` table overrides any build key (its own compiled-wheel pins, torch, wheelhouse).
-    """
-    table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
-    where = f"[tool.gpurl.profiles.{name}.variants.{chosen}]"
-    keys = dict(_table(table[chosen], where))
+def _variant_values(table: Mapping[str, Any], where: str,
+                    shared: Mapping[str, tuple[Any, str, bool]]) -> dict[str, tuple[Any, str, bool]]:
+    """A variant table's keys as the dotted keys they set (its `build` table's too; its
+    import-asserts are added to the profile's), with where each came from."""
+    keys = dict(_table(table, where))
     build = _table(keys.pop("build", {}), f"{where[:-1]}.build]")
+    found: dict[str, tuple[Any, str, bool]] = {}
     for key in keys:
         if key not in _VARIANT_KEYS:
             close = difflib.get_close_matches(key, list(_VARIANT_KEYS), n=1)
             raise ConfigError(f"unknown variant key {key!r} in {where}",
                               hint=f"did you mean {close[0]!r}?" if close else
                               f"a variant sets {', '.join(_VARIANT_KEYS)} and a build table")
-    if chosen != names[0]:
-        if "launcher-variable" not in keys:
-            raise ConfigError(f"{where} has no launcher-variable",
-                              hint="name the launcher variable its pin goes to, e.g. "
-                                   f'launcher-variable = "RL_{chosen.upper()}_DOCKER_IMAGE"')
-        for key, suffix in (("tag-prefix", "registry.tag-prefix"),
-                            ("floating-tag", "registry.floating-tag")):
-            base = merged.get(suffix, (getattr(RegistrySettings(), suffix.split(".")[1]
-                                               .replace("-", "_")), "", False))[0]
-            keys.setdefault(key, f"{base}-{chosen}")
-        dockerfile = merged.get("build.dockerfile", (str(BuildSettings().dockerfile), "", False))[0]
-        keys.setdefault("dockerfile", f"{dockerfile}-{chosen}")
-        script = Path(merged.get("build.kaniko-script",
-                                 (str(BuildSettings().kaniko_script), "", False))[0])
-        merged["build.kaniko-script"] = (str(script.with_name(f"{script.stem}-{chosen}{script.suffix}")),
-                                         where, False)
     # the variant's own build pins (compiled-wheel versions, fork commit, torch, wheelhouse...)
     build_where = f"{where[:-1]}.build]"
     for key, value in build.items():
         if f"build.{key}" not in _known_keys():
             raise _unknown(f"build.{key}", build_where)
-        merged[f"build.{key}"] = (value, build_where, False)
+        found[f"build.{key}"] = (value, build_where, False)
     for key, value in keys.items():
         dotted = _VARIANT_KEYS[key]
         if key == "import-asserts":
-            base = merged.get(dotted, (list(BuildSettings().import_asserts), "", False))[0]
+            base = shared.get(dotted, (list(BuildSettings().import_asserts), "", False))[0]
             if not isinstance(value, list) or not isinstance(base, list | tuple):
                 raise ConfigError(f"import-asserts in {where} must be a list of strings")
             value = [*base, *value]
-        merged[dotted] = (value, where, False)
+        found[dotted] = (value, where, False)
+    return found
+
+
+def _own_image(own: Mapping[str, Any], variant: str) -> dict[str, dict[str, Any]]:
+    """What a variant other than the first defaults to, from the profile's own settings:
+    PREFIX-VARIANT tags, a Dockerfile named DOCKERFILE-VARIANT and a kaniko script
+    SCRIPT-VARIANT.sh, as {section: {field: value}}."""
+    registry, build = own["registry"], own["build"]
+    script = build.kaniko_script
+    return {"registry": {"tag_prefix": f"{registry.tag_prefix}-{variant}",
+                         "floating_tag": f"{registry.floating_tag}-{variant}"},
+            "build": {"dockerfile": Path(f"{build.dockerfile}-{variant}"),
+                      "kaniko_script": script.with_name(f"{script.stem}-{variant}{script.suffix}")}}
+
+
+def _resolve_variant(profile: Mapping[str, Any], name: str, variant: str, *, first: bool,
+                     shared: Mapping[str, tuple[Any, str, bool]],
+                     late: Mapping[str, tuple[Any, str, bool]], own: Mapping[str, Any],
+                     resolve: Callable[[Mapping[str, tuple[Any, str, bool]]], dict[str, Any]]
+                     ) -> Variant:
+    """Declared variant `variant` of profile `name`, every setting typed.
+
+    Precedence: flags and GPURL_* variables, then the variant's table (and its build table),
+    then (for any variant but the first) its own image's defaults (`_own_image`), then the
+    profile. The first variant is the profile's own image; any other one must name its
+    launcher variable (a pin must never land in another variant's variable).
+    """
+    table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
+    where = f"[tool.gpurl.profiles.{name}.variants.{variant}]"
+    keys = _variant_values(table[variant], where, shared)
+    sections = resolve({**shared, **keys, **late})
+    if not first:
+        if "launcher.variable" not in keys:
+            raise ConfigError(f"{where} has no launcher-variable",
+                              hint="name the launcher variable its pin goes to, e.g. "
+                                   f'launcher-variable = "RL_{variant.upper()}_DOCKER_IMAGE"')
+        for section, defaults in _own_image(own, variant).items():
+            unset = {f: v for f, v in defaults.items()
+                     if f"{section}.{_key(f)}" not in keys and f"{section}.{_key(f)}" not in late}
+            sections[section] = dataclasses.replace(sections[section], **unset)
+    build = sections["build"]
+    return Variant(name=variant, declared=True, python=sections["python"], build=build,
+                   registry=sections["registry"], launcher=sections["launcher"],
+                   slices=build.slices / name / variant, shared_slices=build.slices / name / SHARED)
 
 
 def load_committed_config(root: Path, profile: str | None, variant: str | None = None) -> Config:

@@ -259,10 +259,12 @@ def wheel_spec(value: object, key: str, *, error: type[GpurlError] = ConfigError
 
 def wheel_glob(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
     """A wheel file glob (`vllm-*g${VLLM_FORK_COMMIT}*.whl`): file-name characters, `*`, `?`
-    and build-arg references only."""
+    and build-arg references only, matching inside the wheelhouse."""
     text = _string(value, key, error, "a wheel glob")
     if not _GLOB.fullmatch(ARG_REF.sub("x", text)) or text.startswith("-"):
         raise _bad(error, key, value, "a file glob of letters, digits, '._-+/*?' and ${ARG}")
+    if text.startswith("/") or ".." in text.split("/"):  # it matches inside the wheelhouse
+        raise _bad(error, key, value, "a glob inside the wheelhouse (no leading '/', no '..')")
     return text
 
 

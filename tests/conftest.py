@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import lzma
 import os
+import shutil
 import sys
 import tempfile
 import tomllib
@@ -41,6 +42,17 @@ def committed_profiles_and_variants() -> list[tuple[str, str]]:
     declares, in file order ("" for a profile without variants)."""
     return [(name, variant) for name, table in committed_tool()["profiles"].items()
             for variant in (list(table.get("variants", {})) or [""])]
+
+
+@pytest.fixture
+def repo_tmp() -> Iterator[Path]:
+    """A scratch directory inside the repository (under the ignored .cache/), for a file a
+    path-valued config key names: such a path must stay inside the repository (issue 30)."""
+    parent = REPO_ROOT / ".cache" / "tests"
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="t", dir=parent))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -98,11 +98,6 @@ FILE_WRITERS = {"write_atomic"}
 # Paths from a pure module to an edge that exist today, each a debt with its reason. The test
 # fails when one disappears (take it off) as when a new one appears.
 KNOWN_EDGE_PATHS = {
-    # recipe needs only slice_path, which lives in plan.profile beside the planning entry
-    # point that learns the packing from git history (plan.history runs `git log`). Goes when
-    # a slice's identity moves into its own value type (issue 29, "Slices").
-    ("dockerfile.recipe", "git"): "dockerfile.recipe -> plan.profile -> plan.history -> git",
-    ("dockerfile.recipe", "proc"): "dockerfile.recipe -> plan.profile -> plan.history -> git -> proc",
     # cluster.iris takes its runner injected (proc.run in production) but imports proc for the
     # result and error types (Completed, CommandFailed), which proc defines beside subprocess.
     ("cluster.watch", "proc"): "cluster.watch -> cluster.iris -> proc",

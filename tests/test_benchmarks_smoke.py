@@ -82,14 +82,14 @@ def test_rebuild_costs_of_a_small_bump() -> None:
     costs = {(c.design, c.new): c for c in rebuild_cost.rebuild_costs(versions, cap=cap)}
     assert costs["chain (before)", "same"].bytes_rebuilt == 0  # byte-equal lock: all cached
     assert costs["chain (before)", "bumped"].fraction == 1.0
-    chain = costs[rebuild_cost.CHAIN, "bumped"]
-    assert chain.layers_rebuilt == 1 and 0 < chain.fraction <= 0.1  # only the light tail
+    stacked = costs[rebuild_cost.STACKED, "bumped"]
+    assert stacked.layers_rebuilt == 1 and 0 < stacked.fraction <= 0.1  # only the light tail
     mine = costs[rebuild_cost.THIS_DESIGN, "bumped"]  # independent: only the bumped one's group
     floor = costs[rebuild_cost.FLOOR, "bumped"]
     assert costs[rebuild_cost.THIS_DESIGN, "same"].bytes_rebuilt == 0
     assert mine.layers_rebuilt == 1 and floor.layers_rebuilt == 1
-    assert 0 < floor.bytes_rebuilt <= mine.bytes_rebuilt < chain.bytes_rebuilt
-    plan = rebuild_cost.plan_version(versions[0], cap, layout=rebuild_cost.CHAIN_LAYOUT)
+    assert 0 < floor.bytes_rebuilt <= mine.bytes_rebuilt < stacked.bytes_rebuilt
+    plan = rebuild_cost.plan_version(versions[0], cap, layout=rebuild_cost.STACKED_LAYOUT)
     steps = rebuild_cost.slice_steps(plan, base)  # from the generated Dockerfile's rl stage
     assert sum(s.layer_bytes for s in steps) == plan.total_compressed_bytes
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from gpurl_tasks.errors import RegistryError
-from gpurl_tasks.oci.compose import SliceImage, compose, composed_tag, slice_tag
+from gpurl_tasks.oci.compose import SliceImage, compose, composed_tag
 from gpurl_tasks.oci.image import parse_config, parse_diff_ids, parse_manifest
+from gpurl_tasks.plan.model import Slice
 
 LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -82,12 +83,16 @@ def test_an_image_that_is_not_a_slice_is_refused() -> None:
 
 
 def test_slice_tag_names_its_inputs_not_its_position() -> None:
-    key = {"label": "torch", "base_id": _d("base"), "slice_text": b"torch==2.9.1 --hash=x\n",
-           "install": "RUN uv pip install -r /tmp/gpurl-layers/torch.txt",
-           "dest": "/tmp/gpurl-layers/torch.txt"}
-    tag = slice_tag(**key)  # type: ignore[arg-type]
+    key = {"base_id": _d("base"), "slice_text": b"torch==2.9.1 --hash=x\n",
+           "install": "RUN uv pip install -r /tmp/gpurl-layers/torch.txt"}
+    torch = Slice(position=3, label="torch")
+    tag = torch.cache_tag(**key)  # type: ignore[arg-type]
     assert tag.startswith("slice-torch-") and len(tag) <= 128
+    # the position is not an input; where the file is copied is (a label two slices share
+    # keeps its NN- prefix in the image)
+    assert Slice(position=7, label="torch", shared=True).cache_tag(**key) == tag  # type: ignore[arg-type]
+    assert Slice(position=3, label="torch", unique=False).cache_tag(**key) != tag  # type: ignore[arg-type]
     for field, other in (("base_id", _d("base2")), ("slice_text", b"torch==2.9.2\n"),
-                         ("install", "RUN uv pip install --no-deps -r x"), ("dest", "/x.txt")):
-        assert slice_tag(**{**key, field: other}) != tag, field  # type: ignore[arg-type]
+                         ("install", "RUN uv pip install --no-deps -r x")):
+        assert torch.cache_tag(**{**key, field: other}) != tag, field  # type: ignore[arg-type]
     assert composed_tag([_d("a"), _d("b")]) != composed_tag([_d("b"), _d("a")])

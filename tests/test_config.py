@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpurl_tasks.config import load_config
+from gpurl_tasks.config import DEFAULT_VARIANT, load_config
 from gpurl_tasks.errors import ConfigError
 from tests.conftest import REPO_ROOT, committed_profiles_and_variants, committed_tool
 
@@ -64,11 +64,11 @@ def test_layer_mode_and_thresholds(root: Path) -> None:
     default = load_config(root, env={}).layers.layout
     assert (default.mode, default.own_layer, default.tail_groups) == ("independent", 20 * 10**6, 32)
     chosen = load_config(root, env={"GPURL_LAYERS_TAIL_GROUPS": "16"},
-                         overrides={"layers.mode": "chain", "layers.own-layer": "50MB"}).layers
-    assert (chosen.mode, chosen.own_layer, chosen.tail_groups) == ("chain", 50 * 10**6, 16)
+                         overrides={"layers.mode": "stacked", "layers.own-layer": "50MB"}).layers
+    assert (chosen.mode, chosen.own_layer, chosen.tail_groups) == ("stacked", 50 * 10**6, 16)
     with pytest.raises(ConfigError) as info:
-        load_config(root, env={}, overrides={"layers.mode": "chian"})
-    assert info.value.hint == "did you mean 'chain'?"
+        load_config(root, env={}, overrides={"layers.mode": "stackd"})
+    assert info.value.hint == "did you mean 'stacked'?"
 
 
 @pytest.mark.parametrize(("key", "value"), [("layers.cap", "four"), ("layers.cap", "4XB"),
@@ -99,8 +99,9 @@ def test_the_repository_config_loads_for_every_profile(profile: str, variant: st
     table = tool["profiles"][profile]
     variants = list(table.get("variants", {}))
     config = load_config(REPO_ROOT, profile=profile, variant=variant or None, env={})
-    assert (config.profile, config.variant) == (profile, variant)
-    assert [v.name for v in config.variants] == variants
+    assert (config.profile, config.variant.shown) == (profile, variant)
+    assert [v.name for v in config.variants] == (variants or [DEFAULT_VARIANT])
+    assert [v.declared for v in config.variants] == [bool(variants)] * len(config.variants)
     assert config.workspace == (REPO_ROOT / table["workspace"]).resolve()
     assert config.lock.is_file(), config.lock
     assert config.build.dockerfile.is_file(), config.build.dockerfile
@@ -211,3 +212,82 @@ def test_workspace_and_lock_paths_are_checked_at_the_edge(env: dict[str, str], n
     with pytest.raises(ConfigError) as err:
         load_config(REPO_ROOT, profile="demo", env=env)
     assert needle in err.value.message
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"GPURL_LAUNCHER_PATH": "../../../elsewhere/launch.py"},
+     "launcher.path in $GPURL_LAUNCHER_PATH = "),
+    ({"GPURL_BUILD_KANIKO_SCRIPT": "../outside.sh"}, "build.kaniko-script in $GPURL_BUILD_KANIKO_SCRIPT = "),
+    ({"GPURL_BUILD_SLICES": "/tmp/slices"}, "build.slices in $GPURL_BUILD_SLICES = "),
+    ({"GPURL_LAUNCHER_PATH": "launch.py\nsecrets/"},
+     "launcher.path in $GPURL_LAUNCHER_PATH must be text on one line"),
+    ({"GPURL_BUILD_WHEEL_GLOBS": "../../secret-*.whl"},
+     "build.wheel-globs[0] must be a glob inside the wheelhouse"),
+    ({"GPURL_BUILD_WHEEL_GLOBS": "/etc/*.whl"}, "build.wheel-globs[0] must be a glob inside the wheelhouse"),
+])
+def test_path_values_stay_inside_the_repository(env: dict[str, str], needle: str) -> None:
+    """A path gpurl writes (the launcher it pins, the kaniko script, the slice files) or
+    that becomes a .dockerignore rule is refused where the config is read when it leaves
+    the repository or spans lines; a wheel glob matches inside the wheelhouse only."""
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO_ROOT, profile="demo", env=env)
+    assert needle in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_every_profile_has_a_variant_and_each_is_typed() -> None:
+    """A profile without declared variants has its implicit one, named as the profile's own
+    image; the config of any variant is the same as loading it by name."""
+    heavy = load_config(REPO_ROOT, profile="heavy", env={})
+    (only,) = heavy.variants
+    assert (only.name, only.declared, only.shown, only.note) == (DEFAULT_VARIANT, False, "", "")
+    assert only.slices == heavy.build.slices / "heavy" and heavy.variant == only
+    gpu = load_config(REPO_ROOT, profile="gpu-rl", env={})
+    first, second = gpu.variants
+    assert second.launcher.variable == \
+        committed_tool()["profiles"]["gpu-rl"]["variants"][second.name]["launcher-variable"]
+    assert second.slices.parent == first.shared_slices.parent == second.shared_slices.parent
+    assert gpu.for_variant(second) == load_config(REPO_ROOT, profile="gpu-rl", env={},
+                                                  variant=second.name)
+
+
+VARIANTS = PYPROJECT + """
+[tool.gpurl.profiles.a.registry]
+tag-prefix = "img"
+[tool.gpurl.profiles.a.variants.one]
+[tool.gpurl.profiles.a.variants.two]
+launcher-variable = "TWO_IMAGE"
+"""
+
+
+def test_a_later_variant_defaults_to_its_own_image(root: Path) -> None:
+    """A variant other than the first gets its own tags, Dockerfile and kaniko script,
+    derived from the profile's; a variable or flag still wins over the derived default."""
+    (root / "pyproject.toml").write_text(VARIANTS)
+    one, two = load_config(root, env={}).variants
+    assert (one.registry.tag_prefix, two.registry.tag_prefix) == ("img", "img-two")
+    assert two.registry.floating_tag == f"{one.registry.floating_tag}-two"
+    assert two.build.dockerfile.name == f"{one.build.dockerfile.name}-two"
+    script = one.build.kaniko_script
+    assert two.build.kaniko_script == script.with_name(f"{script.stem}-two{script.suffix}")
+    assert (one.launcher.variable, two.launcher.variable) == ("DEFAULT_RL_DOCKER_IMAGE", "TWO_IMAGE")
+    mine = load_config(root, env={"GPURL_REGISTRY_TAG_PREFIX": "mine"}).variants
+    assert {v.registry.tag_prefix for v in mine} == {"mine"}
+    (root / "pyproject.toml").write_text(VARIANTS.replace('launcher-variable = "TWO_IMAGE"\n', ""))
+    with pytest.raises(ConfigError, match=r"variants\.two\] has no launcher-variable"):
+        load_config(root, env={})
+
+
+@pytest.mark.parametrize("name", ["../up", "a/b", "Upper"])
+def test_a_path_shaped_variant_name_is_one_line(tmp_path: Path, name: str) -> None:
+    """A variant name names files and directories: checked against its grammar where the
+    config is read, in pyproject and on the command line."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.gpurl]\ndefault-profile = "a"\n[tool.gpurl.profiles.a]\nworkspace = "ws"\n'
+        f'[tool.gpurl.profiles.a.variants."{name}"]\nextras = []\n')
+    with pytest.raises(ConfigError, match="a variant name in") as err:
+        load_config(tmp_path, env={})
+    assert "\n" not in err.value.message
+    with pytest.raises(ConfigError, match="a variant name of profile 'gpu-rl'"):
+        load_config(REPO_ROOT, profile="gpu-rl", env={}, variant=name)

@@ -31,8 +31,8 @@ from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.plan.model import SLICE_DIR
-from gpurl_tasks.plan.profile import plan_for_config, slice_path
+from gpurl_tasks.plan.model import Slice
+from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.local_parts import need
@@ -62,7 +62,7 @@ def first(tree: Path) -> dict[str, Any]:
 def _sync_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The slice layers (verify maps them to the plan's layers), in order."""
     return [row for row in result["verify"]["layers"]
-            if row["instruction"] and f"{SLICE_DIR}/" in row["instruction"]
+            if row["instruction"] and f"{Slice.IMAGE_DIR}/" in row["instruction"]
             and row["instruction"].startswith("RUN")]
 
 
@@ -270,7 +270,7 @@ def test_a_lowest_slice_change_pushes_only_that_slice(tree: Path, first: dict[st
     environment. The chain (ENV_SOURCE=env-chain) is built from the same edit for the price."""
     config = load_config(tree, profile="demo", env={})
     plan = plan_for_config(config)
-    lowest = slice_path(config, plan, plan.layers[0])
+    lowest = plan.layers[0].slice.path(config.variant)
     original = lowest.read_text()
     run = uuid.uuid4().hex[:4]
     (_, env_before), _ = _timed_build(config, f"c0a{run}1", composed=True, logs=tmp_path)
@@ -296,7 +296,7 @@ def test_a_lowest_slice_change_pushes_only_that_slice(tree: Path, first: dict[st
     # the pushed image holds exactly those slice blobs, in plan order
     new_layers = _image_layers(built.reference)
     old = {d for d, _, _ in _image_layers(f"{config.registry.image}:demo-c0a{run}1")}
-    slice_rows = [(d, size) for d, size, text in new_layers if f"{SLICE_DIR}/" in text
+    slice_rows = [(d, size) for d, size, text in new_layers if f"{Slice.IMAGE_DIR}/" in text
                   and text.startswith("RUN")]
     assert [d for d, _ in slice_rows] == [s.blob for s in env_after.slices]
     new_slice_bytes = sum(size for d, size in slice_rows if d not in old)

@@ -204,11 +204,11 @@ def test_fuzz_image_config(served: tuple[RegistryServer, FaultProxy, PushedImage
 
 @pytest.mark.integration
 def test_fuzz_launcher(served: tuple[RegistryServer, FaultProxy, PushedImage],
-                       tmp_path: Path) -> None:
+                       repo_tmp: Path) -> None:
     from gpurl_tasks.oci.release import pin_task
 
     server, _, _ = served
-    launcher = tmp_path / "launch.py"
+    launcher = repo_tmp / "launch.py"
     valid = b'IMAGE = "old"\n'
     config_env = {"GPURL_REGISTRY_HOST": server.host, "HOME": "/nonexistent",
                   "GPURL_VERIFY_MIN_LAYERS": "1", "GPURL_LAUNCHER_PATH": str(launcher),

@@ -19,7 +19,7 @@ from gpurl_tasks.dockerfile.generate import (
 )
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.files import write_atomic
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, sync_selection_flags
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice, sync_selection_flags
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
 from tests.support.local_parts import build_source_wheel
@@ -53,10 +53,11 @@ def hand_plan(config: Config) -> Plan:
                               requirement=f"{name}==1.0 --hash=sha256:{'0' * 64}",
                               index="http://127.0.0.1:5006/simple")
 
-    layers = (Layer(index=0, name="00-nvidia-cudnn-cu12",
+    layers = (Layer(slice=Slice(position=0, label="nvidia-cudnn-cu12"),
                     packages=(pkg("nvidia-cudnn-cu12", 2_900_000_000),)),
-              Layer(index=1, name="01-torch", packages=(pkg("torch", 3_100_000_000),)),
-              Layer(index=2, name="02-tail", packages=(pkg("six", 11_050), pkg("pyyaml", 828_016))))
+              Layer(slice=Slice(position=1, label="torch"), packages=(pkg("torch", 3_100_000_000),)),
+              Layer(slice=Slice(position=2, label="tail"),
+                    packages=(pkg("six", 11_050), pkg("pyyaml", 828_016))))
     flags = sync_selection_flags(config.python, local_flags=("--no-install-project",))
     return Plan(cap_bytes=4 * 10**9, basis="compressed", sync_flags=flags,
                 layers=layers, local=("small",), lower_bound_layers=2)
@@ -300,7 +301,7 @@ def test_demo_as_a_cluster_profile_fetches_its_own_wheel_and_a_bad_pin_writes_no
     built = [build_source_wheel(root / spec[2:], demo.target.python, tmp_path / str(i)).name
              for i, spec in enumerate(demo.build.wheel_specs)]  # what its wheel-builder makes
     for variant in demo.variants:
-        script = load_committed_config(root, "demo", variant.name).build.kaniko_script
+        script = demo.for_variant(variant).build.kaniko_script
         assert f"PREBUILT_WHEELS=({' '.join(built)})\n" in script.read_text(), variant.name
     (committed,) = [line for line in (root / "pyproject.toml").read_text().splitlines()
                     if line.startswith("wheel-globs = ") and "gpurl_demo_ext" in line]

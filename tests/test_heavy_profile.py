@@ -51,7 +51,7 @@ def test_plan_spans_independent_layers_under_the_cap() -> None:
     assert plan.cap_bytes == GB and plan.mode == "independent"
     assert max(sizes) <= plan.cap_bytes and sum(sizes) >= 3 * GB
     for layer in plan.layers:  # a large package alone; the rest in their hash group
-        label = layer.name.split("-", 1)[1]
+        label = layer.label
         for p in layer.packages:
             if p.compressed_bytes >= layout.own_layer:
                 assert layer.names == (p.name,)

@@ -18,14 +18,14 @@ from gpurl_tasks.config import Config, Layout, load_config
 from gpurl_tasks.dockerfile.generate import generate_profiles, layer_count
 from gpurl_tasks.dockerfile.layers import Builder, count_layers
 from gpurl_tasks.dockerfile.model import render
-from gpurl_tasks.dockerfile.recipe import render_recipe, slice_stage
+from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT, TooManyLayers
 from gpurl_tasks.plan.model import sync_selection_flags
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.plan.sizes import PackageSize
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
+from tests.support.planning import plan_one
 from tests.support.tasks_runner import run_task
 
 LOCK_SHA = "0" * 64
@@ -82,11 +82,11 @@ def test_the_count_is_the_lineages_layer_making_instructions(
     from the rendered text, and each slice costs the same layers."""
     layout = Layout(own_layer=20 * MB, tail_groups=groups)
     flags = sync_selection_flags(gpu_config.python, local_flags=("--no-install-project",))
-    plan = plan_layers(_sizes(weights), cap=4 * 10**9, basis="compressed", sync_flags=flags,
-                       layout=layout)
+    plan = plan_one(_sizes(weights), cap=4 * 10**9, basis="compressed", sync_flags=flags,
+                    layout=layout)
     model = render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA)
     count = count_layers(model, base_layers=20, builder=builder,
-                         slice_stages=[slice_stage(layer) for layer in plan.layers])
+                         slice_stages=[layer.slice.stage for layer in plan.layers])
     assert count.instructions == _text_count(render(model), builder)
     assert count.total == 20 + count.instructions
     assert count.slices == len(plan.layers)
@@ -94,7 +94,7 @@ def test_the_count_is_the_lineages_layer_making_instructions(
     fewer = render_recipe(gpu_config, dataclasses.replace(plan, layers=plan.layers[:1]),
                           lock_sha256=LOCK_SHA)
     alone = count_layers(fewer, base_layers=20, builder=builder,
-                         slice_stages=[slice_stage(plan.layers[0])])
+                         slice_stages=[plan.layers[0].slice.stage])
     assert count.instructions - alone.instructions == 2 * (len(plan.layers) - 1)
 
 
@@ -109,9 +109,9 @@ def test_the_planner_fits_its_slices_to_a_budget(weights: list[int], groups: int
     sizes = _sizes(weights)
     cap = 4 * 10**9
     layout = Layout(own_layer=20 * MB, tail_groups=groups)
-    free = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
-    fitted = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=(),
-                         layout=dataclasses.replace(layout, max_slices=budget))
+    free = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
+    fitted = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(),
+                      layout=dataclasses.replace(layout, max_slices=budget))
     assert sorted(p.name for p in fitted.closure) == sorted(s.name for s in sizes)
     assert len(fitted.layers) <= max(budget, 1)
     if len(free.layers) <= budget:
@@ -125,7 +125,7 @@ def test_the_committed_images_fit_under_the_ceiling() -> None:
     for profile in ("gpu-rl", "skyrl", "demo", "heavy"):
         config = load_config(REPO_ROOT, profile=profile, env={})
         for variant in config.variants:
-            one = load_config(REPO_ROOT, profile=profile, variant=variant.name, env={})
+            one = config.for_variant(variant)
             text = one.build.dockerfile.read_text()
             count = layer_count(one, plan_for_config(one))
             assert count.total <= CEILING, (profile, variant.name, count)

@@ -15,17 +15,18 @@ from gpurl_tasks.config import Layout, PythonSelection, TargetSpec
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.lock import install_closure, parse_lock
 from gpurl_tasks.plan.model import Layer, Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import assignment_of, group_label, group_of, plan_layers
+from gpurl_tasks.plan.planner import assignment_of, group_label, group_of
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
 from gpurl_tasks.plan.slices import Assignment, SliceLine, render_slice
 from gpurl_tasks.plan.target import target_tags
-from gpurl_tasks.plan.variants import VariantInput, plan_variants
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 from tests.support.locks import lock_texts
+from tests.support.planning import plan_one
 
 TARGET = TargetSpec()
-CHAIN = Layout(mode="chain")
+STACKED = Layout(mode="stacked")
 INDEPENDENT = Layout(mode="independent", own_layer=3000, tail_groups=4)
-LAYOUTS = pytest.mark.parametrize("layout", [CHAIN, INDEPENDENT], ids=["chain", "independent"])
+LAYOUTS = pytest.mark.parametrize("layout", [STACKED, INDEPENDENT], ids=["stacked", "independent"])
 selections = st.builds(
     PythonSelection,
     extras=st.lists(st.sampled_from(["x", "y"]), unique=True).map(tuple),
@@ -38,7 +39,7 @@ def _plan(text: str, selection: PythonSelection, cap: int,
     closure = install_closure(parse_lock(text), TARGET, selection)
     sizes = package_sizes(closure.packages, target_tags(TARGET), SizeSources())
     flags = sync_selection_flags(selection, local_flags=("--no-install-project",))
-    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=flags, layout=layout), sizes
+    return plan_one(sizes, cap=cap, basis="compressed", sync_flags=flags, layout=layout), sizes
 
 
 def _slices(plan: Plan) -> dict[str, str]:
@@ -81,8 +82,8 @@ def test_plan_is_deterministic_and_order_independent(layout: Layout, text: str,
     assert again == plan and again.fingerprint == plan.fingerprint
     shuffled = list(sizes)
     rng.shuffle(shuffled)
-    assert plan_layers(shuffled, cap=cap, basis="compressed", sync_flags=plan.sync_flags,
-                       layout=layout) == plan
+    assert plan_one(shuffled, cap=cap, basis="compressed", sync_flags=plan.sync_flags,
+                    layout=layout) == plan
 
 
 @LAYOUTS
@@ -91,9 +92,9 @@ def test_plan_is_deterministic_and_order_independent(layout: Layout, text: str,
 def test_replanning_an_unchanged_closure_gives_identical_slices(layout: Layout, weights: list[int],
                                                                 cap: int) -> None:
     sizes = _sizes(weights)
-    first = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
-    again = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=(),
-                        previous=assignment_of(first), layout=layout)
+    first = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
+    again = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(),
+                     previous=assignment_of(first), layout=layout)
     assert _slices(again) == _slices(first)
 
 
@@ -103,23 +104,23 @@ def test_replanning_an_unchanged_closure_gives_identical_slices(layout: Layout, 
        st.data())
 def test_a_version_bump_edits_one_line_of_one_slice(layout: Layout, weights: list[int], cap: int,
                                                     data: st.DataObject) -> None:
-    """Unless the cap forces a split, or (chain layers) the bump is in the lowest slice (then
+    """Unless the cap forces a split, or (stacked layers) the bump is in the lowest slice (then
     every layer is rebuilt anyway and a fresh packing costs nothing), one line of one slice
     changes. Independent layers never repack."""
     sizes = _sizes(weights)
-    first = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
+    first = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
     i = data.draw(st.integers(0, len(sizes) - 1))
     grown = data.draw(st.integers(1, 10_000))
     bumped = [s if k != i else PackageSize(name=s.name, version="2", compressed_bytes=grown,
                                            installed_bytes=None, source="lock", artifact=None)
               for k, s in enumerate(sizes)]
-    second = plan_layers(bumped, cap=cap, basis="compressed", sync_flags=(),
-                         previous=assignment_of(first), layout=layout)
+    second = plan_one(bumped, cap=cap, basis="compressed", sync_flags=(),
+                      previous=assignment_of(first), layout=layout)
     assert all(layer.compressed_bytes <= cap for layer in second.layers)
     before, after = _slices(first), _slices(second)
     home = next(layer for layer in first.layers if sizes[i].name in layer.names)
-    # chain: every layer is rebuilt anyway, the planner may pack afresh
-    lowest = home.index == 0 and layout.mode == "chain"
+    # stacked: every layer is rebuilt anyway, the planner may pack afresh
+    lowest = home.index == 0 and layout.mode == "stacked"
     if home.compressed_bytes - sizes[i].compressed_bytes + grown <= cap and not lowest:
         changed = [name for name in after if before.get(name) != after[name]]
         assert changed == [home.name] and set(before) == set(after)
@@ -132,7 +133,7 @@ def test_a_version_bump_edits_one_line_of_one_slice(layout: Layout, weights: lis
 def test_layer_count_bound(weights: list[int], cap: int) -> None:
     """LPT opens bucket k+1 only when all k hold more than cap - largest; the light tail adds one
     layer at most: never more than floor(total / (cap - largest)) + 2 layers."""
-    plan = plan_layers(_sizes(weights), cap=cap, basis="compressed", sync_flags=(), layout=CHAIN)
+    plan = plan_one(_sizes(weights), cap=cap, basis="compressed", sync_flags=(), layout=STACKED)
     largest = max(weights)
     if largest < cap:
         assert len(plan.layers) <= sum(weights) // (cap - largest) + 2
@@ -148,14 +149,14 @@ def test_independent_layers_own_slices_groups_and_count_bound(weights: list[int]
     split of it); no more slices than own packages + groups + the splits the cap forces."""
     own_layer = cap // 4
     layout = Layout(mode="independent", own_layer=own_layer, tail_groups=groups)
-    plan = plan_layers(_sizes(weights), cap=cap, basis="compressed", sync_flags=(), layout=layout)
+    plan = plan_one(_sizes(weights), cap=cap, basis="compressed", sync_flags=(), layout=layout)
     own = [w for w in weights if w >= own_layer]
     rest = sum(w for w in weights if w < own_layer)
     assert len(plan.layers) <= len(own) + groups + math.ceil(2 * rest / cap)
     grouped: dict[int, set[str]] = {}
     for layer in plan.layers:
         assert layer.compressed_bytes <= cap
-        label = layer.name.split("-", 1)[1]
+        label = layer.label
         for p in layer.packages:
             if p.compressed_bytes >= own_layer:
                 assert layer.names == (p.name,) and label == p.name
@@ -174,20 +175,20 @@ def test_independent_replan_keeps_every_package_and_places_new_ones_by_rule(
     in the closure keeps its slice label, and a new one goes to its own slice or its group."""
     layout = Layout(mode="independent", own_layer=cap // 4, tail_groups=data.draw(st.integers(1, 8)))
     sizes = _sizes(weights)
-    first = plan_layers(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
+    first = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
     removed = set(data.draw(st.lists(st.sampled_from([s.name for s in sizes]), unique=True,
                                      max_size=len(sizes) - 1)))
     added = [PackageSize(name=f"new{i:02d}", version="1", compressed_bytes=w, installed_bytes=None,
                          source="lock", artifact=None)
              for i, w in enumerate(data.draw(st.lists(st.integers(1, 10_000), max_size=10)))]
     kept = [s for s in sizes if s.name not in removed]
-    second = plan_layers([*kept, *added], cap=cap, basis="compressed", sync_flags=(),
-                         previous=assignment_of(first), layout=layout)
-    before = {p.name: layer.name.split("-", 1)[1] for layer in first.layers for p in layer.packages}
-    after = {p.name: layer.name.split("-", 1)[1] for layer in second.layers for p in layer.packages}
+    second = plan_one([*kept, *added], cap=cap, basis="compressed", sync_flags=(),
+                      previous=assignment_of(first), layout=layout)
+    before = {p.name: layer.label for layer in first.layers for p in layer.packages}
+    after = {p.name: layer.label for layer in second.layers for p in layer.packages}
     assert set(after) == {s.name for s in [*kept, *added]}
     assert all(layer.compressed_bytes <= cap for layer in second.layers)
-    labels = [layer.name.split("-", 1)[1] for layer in second.layers]
+    labels = [layer.label for layer in second.layers]
     assert len(set(labels)) == len(labels)
     rule = {s.name: s.name if s.compressed_bytes >= layout.own_layer
             else group_label(group_of(s.name, layout.tail_groups)) for s in added}
@@ -201,8 +202,8 @@ def test_independent_replan_keeps_every_package_and_places_new_ones_by_rule(
 @pytest.mark.parametrize("groups", [0, 100])
 def test_independent_groups_out_of_range_are_a_plan_error(groups: int) -> None:
     with pytest.raises(PlanError, match="tail-groups"):
-        plan_layers(_sizes([1, 2]), cap=10, basis="compressed", sync_flags=(),
-                    layout=Layout(mode="independent", tail_groups=groups))
+        plan_one(_sizes([1, 2]), cap=10, basis="compressed", sync_flags=(),
+                 layout=Layout(mode="independent", tail_groups=groups))
 
 
 def _variant(name: str, sizes: list[PackageSize]) -> VariantInput:
@@ -229,8 +230,8 @@ def test_independent_variants_share_the_common_packages_and_replan_stably(
     only_b = set(data.draw(st.lists(st.sampled_from([s.name for s in sizes]), unique=True,
                                     max_size=len(sizes) - 1)))
     a = [s for s in sizes if s.name not in only_b]  # a's packages are all shared: none of its own
-    plans = plan_variants([_variant("a", a), _variant("b", sizes)], cap=cap, basis="compressed",
-                          layout=layout)
+    plans = plan_images([_variant("a", a), _variant("b", sizes)], cap=cap, basis="compressed",
+                        layout=layout)
     common = {s.name for s in a}
     low = [[(layer.name, layer.names) for layer in p.layers[:p.shared]] for p in plans.values()]
     assert low[0] == low[1]
@@ -242,9 +243,9 @@ def test_independent_variants_share_the_common_packages_and_replan_stably(
                           compressed_bytes=s.compressed_bytes, installed_bytes=None,
                           source="lock", artifact=None) for s in sizes]
     shared, own = _assignments(plans)
-    again = plan_variants([_variant("a", [s for s in bumped if s.name in common]),
-                           _variant("b", bumped)], cap=cap, basis="compressed", layout=layout,
-                          shared=shared, previous=own)
+    again = plan_images([_variant("a", [s for s in bumped if s.name in common]),
+                         _variant("b", bumped)], cap=cap, basis="compressed", layout=layout,
+                        shared=shared, previous=own)
     for name in ("a", "b"):
         where = {p: layer.name for layer in plans[name].layers for p in layer.names}
         assert {p: layer.name for layer in again[name].layers for p in layer.names} == where

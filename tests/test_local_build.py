@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -198,7 +200,10 @@ def registry_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 def workspace(client: str, registry_port: int,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     root = tmp_path_factory.mktemp("local-build")
-    context, cache = root / "context", root / "cache"
+    # the Dockerfile and wheelhouse are config paths, which must lie inside the repository
+    (REPO_ROOT / ".cache" / "tests").mkdir(parents=True, exist_ok=True)
+    context = Path(tempfile.mkdtemp(prefix="local-build-", dir=REPO_ROOT / ".cache" / "tests"))
+    cache = root / "cache"
     index_port = free_port()
     config = load_config(REPO_ROOT, profile="demo", env={}, overrides={
         "registry.host": f"127.0.0.1:{registry_port}",
@@ -245,6 +250,7 @@ def workspace(client: str, registry_port: int,
                              config.registry.image], capture_output=True, text=True).stdout
     for image in images.split():
         subprocess.run([client, "rmi", image], capture_output=True)
+    shutil.rmtree(context, ignore_errors=True)
 
 
 def _build(ws: Workspace, sha: str, **kwargs: object) -> builder.BuildResult:

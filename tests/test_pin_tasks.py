@@ -32,12 +32,13 @@ def five_layers(seed: int) -> list:  # type: ignore[type-arg]
 
 
 @pytest.fixture
-def launcher(tmp_path: Path) -> Path:
-    path = tmp_path / "cloud" / "iris" / "launch_rl_iris.py"
+def launcher(repo_tmp: Path) -> Path:
+    """A launcher inside the repository (launcher.path may not leave it)."""
+    path = repo_tmp / "cloud" / "iris" / "launch_rl_iris.py"
     path.parent.mkdir(parents=True)
     path.write_text(LAUNCHER)
     # the launcher's own linter config: pin keeps within it (test_pin.py covers the wrapping)
-    (tmp_path / "ruff.toml").write_text("line-length = 200\n")
+    (repo_tmp / "ruff.toml").write_text("line-length = 200\n")
     return path
 
 
@@ -120,13 +121,13 @@ def test_failing_image_needs_force(registry: RegistryServer, launcher: Path) -> 
     assert image.manifest_digest in launcher.read_text()
 
 
-def test_default_reference_and_launcher_flags(registry: RegistryServer, tmp_path: Path) -> None:
+def test_default_reference_and_launcher_flags(registry: RegistryServer, repo_tmp: Path) -> None:
     image = pushed(registry, f"gpu-rl-{head_short_sha()}", 6)
-    other = tmp_path / "other.py"
+    other = repo_tmp / "other.py"
     other.write_text("IMAGE = 'x'  # odd quotes kept\n")
-    (tmp_path / "ruff.toml").write_text("line-length = 200\n")
+    (repo_tmp / "ruff.toml").write_text("line-length = 200\n")
     done = run_task("pin", "--variant", "standard", "--launcher", str(other), "--variable", "IMAGE",
-                    env=env_for(registry.host, tmp_path / "missing.py"))
+                    env=env_for(registry.host, repo_tmp / "missing.py"))
     assert done.returncode == 0, done.stderr
     assert f"IMAGE = '{registry.host}/org/img@{image.manifest_digest}'  # odd quotes kept" \
         in other.read_text()
@@ -137,10 +138,10 @@ def test_default_reference_and_launcher_flags(registry: RegistryServer, tmp_path
     ("X = 1\n", "has no assignment to DEFAULT_RL_DOCKER_IMAGE"),
     ("DEFAULT_RL_DOCKER_IMAGE = 'a'\nDEFAULT_RL_DOCKER_IMAGE = 'b'\n", "2 times (lines 1, 2)"),
 ])
-def test_launcher_problems_are_clear(registry: RegistryServer, tmp_path: Path,
+def test_launcher_problems_are_clear(registry: RegistryServer, repo_tmp: Path,
                                      content: str | None, message: str) -> None:
     pushed(registry, "gpu-rl-eeeeeee", 7)
-    path = tmp_path / "launch.py"
+    path = repo_tmp / "launch.py"
     if content is not None:
         path.write_text(content)
     done = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-eeeeeee",
@@ -148,7 +149,7 @@ def test_launcher_problems_are_clear(registry: RegistryServer, tmp_path: Path,
     assert done.returncode == 2 and message in done.stderr
     assert "Traceback" not in done.stderr
     assert (path.read_text() if content is not None else None) == content
-    assert sorted(p.name for p in tmp_path.iterdir()) == (["launch.py"] if content else [])
+    assert sorted(p.name for p in repo_tmp.iterdir()) == (["launch.py"] if content else [])
 
 
 def test_json_output(registry: RegistryServer, launcher: Path) -> None:
@@ -167,15 +168,15 @@ def test_json_output(registry: RegistryServer, launcher: Path) -> None:
 
 
 def test_pin_without_variant_pins_every_variant_to_its_own_variable(
-        registry: RegistryServer, tmp_path: Path) -> None:
+        registry: RegistryServer, repo_tmp: Path) -> None:
     """gpu-rl has two variants: each image built at HEAD goes to its own launcher variable,
     and every other byte of the launcher stays."""
     sha = head_short_sha()
     standard = pushed(registry, f"gpu-rl-{sha}", 11)
     megatron = pushed(registry, f"gpu-rl-megatron-{sha}", 12)
-    path = tmp_path / "launch.py"
+    path = repo_tmp / "launch.py"
     path.write_text(LAUNCHER + 'DEFAULT_RL_MEGATRON_DOCKER_IMAGE = "old"  # megatron\n')
-    (tmp_path / "ruff.toml").write_text("line-length = 200\n")  # no wrapping of the long pins
+    (repo_tmp / "ruff.toml").write_text("line-length = 200\n")  # no wrapping of the long pins
     done = run_task("pin", env=env_for(registry.host, path))
     assert done.returncode == 0, done.stderr
     assert "== variant standard ==" in done.stdout and "== variant megatron ==" in done.stdout

@@ -27,18 +27,18 @@ from gpurl_tasks.dockerfile.recipe import (
     ENV_CHAIN,
     IB_VERBS_APT,
     render_recipe,
-    slice_file,
 )
 from gpurl_tasks.plan.model import (
     Layer,
     Plan,
     PlannedPackage,
     ProvidedPackage,
+    Slice,
 )
-from gpurl_tasks.plan.planner import plan_layers
-from gpurl_tasks.plan.profile import plan_for_config, slice_path
+from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.plan.sizes import PackageSize
 from tests.conftest import REPO_ROOT
+from tests.support.planning import plan_one
 
 LOCK_SHA = "ab" * 32
 
@@ -138,21 +138,22 @@ def planned(config: Config) -> Plan:
 
 
 def make_plan(config: Config, layer_names: list[list[str]],
-              provided: tuple[str, ...] = ()) -> Plan:
+              provided: tuple[str, ...] = (), shared: int = 0) -> Plan:
     """The planner's plan for `config` (its sync selection, local packages, what it installs
     outside the lock, its provided packages), with the slices cut as `layer_names` says:
     slice i (named NN-<its first package>) holds its names. `provided` adds compiled-wheel
-    packages (gpu-rl's lock has none of them; skyrl's has)."""
+    packages (gpu-rl's lock has none of them; skyrl's has); the lowest `shared` slices are
+    common to every variant."""
     real = planned(config)
     layers = tuple(
-        Layer(index=i, name=f"{i:02d}-{names[0]}",
+        Layer(slice=Slice(position=i, label=names[0], shared=i < shared),
               packages=tuple(PlannedPackage(name=n, version="1.0",
                                             compressed_bytes=10**6 * (i + 1),
                                             installed_bytes=None, requirement=f"{n}==1.0")
                              for n in names))
         for i, names in enumerate(layer_names))
     return dataclasses.replace(
-        real, layers=layers, shared=0, lower_bound_layers=1,
+        real, layers=layers, lower_bound_layers=1,
         provided=(*real.provided, *(ProvidedPackage(name=n, version="1") for n in provided)))
 
 
@@ -280,8 +281,8 @@ def test_the_megatron_variant_is_its_own_planned_dockerfile() -> None:
     assert config.build.dockerfile.name == "Dockerfile.gpu-rl-megatron"
     assert config.registry.tag_prefix == "gpu-rl-megatron"
     assert config.launcher.variable == "DEFAULT_RL_MEGATRON_DOCKER_IMAGE"
-    plan = make_plan(config, [["torch"], ["megatron-core"]], provided=("flash-attn", "vllm"))
-    plan = dataclasses.replace(plan, shared=1)
+    plan = make_plan(config, [["torch"], ["megatron-core"]], provided=("flash-attn", "vllm"),
+                     shared=1)
     rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).runtime()
     (final,) = sync_runs(rl)
     assert final[final.index("--extra", final.index("--extra") + 1) + 1] == "megatron"
@@ -364,12 +365,11 @@ def test_plan_slices_round_trip(gpu_config: Config, partition: list[list[str]],
     config = load_config(REPO_ROOT, profile="gpu-rl", env={},
                          overrides={"python.extras": list(extras)})
     shared = data.draw(st.integers(0, len(partition)))
-    plan = dataclasses.replace(make_plan(config, partition, provided=("flash-attn", "vllm")),
-                               shared=shared)
+    plan = make_plan(config, partition, provided=("flash-attn", "vllm"), shared=shared)
     rl = parse(render(render_recipe(config, plan, lock_sha256=LOCK_SHA))).runtime()
     assert slice_runs(rl) == [
         (f"docker/layers/gpu-rl/{'shared' if layer.index < shared else 'standard'}/{layer.name}.txt",
-         slice_file(plan, layer)) for layer in plan.layers]
+         layer.slice.image_path) for layer in plan.layers]
     (final,) = sync_runs(rl)
     selection, exclusions = split_sync(final)
     assert exclusions == ["flash-attn", "vllm"]  # the compiled wheels' packages, every time
@@ -409,8 +409,8 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
 
 def test_plan_with_clashing_slice_names_is_rejected(gpu_config: Config) -> None:
     plan = make_plan(gpu_config, [["a"], ["b"]])
-    bad = dataclasses.replace(plan, layers=tuple(dataclasses.replace(layer, name="00-a")
-                                                 for layer in plan.layers))
+    bad = dataclasses.replace(plan, layers=tuple(
+        dataclasses.replace(layer, slice=Slice(position=0, label="a")) for layer in plan.layers))
     with pytest.raises(DockerfileError, match="unique NN-label"):
         render_recipe(gpu_config, bad, lock_sha256=LOCK_SHA)
 
@@ -457,8 +457,8 @@ def planner_plans(draw: st.DrawFn, config: Config) -> Plan:
                          installed_bytes=None, source="lock", artifact=f"{n}-1.0-py3-none-any.whl")
              for n in names]
     real = planned(config)  # the selection and local packages as the planner derives them
-    return plan_layers(sizes, cap=cap, basis="compressed", sync_flags=real.sync_flags,
-                       local=real.local)
+    return plan_one(sizes, cap=cap, basis="compressed", sync_flags=real.sync_flags,
+                    local=real.local)
 
 
 @settings(max_examples=60, deadline=None)
@@ -467,7 +467,7 @@ def test_planner_plans_round_trip(gpu_config: Config, data: st.DataObject) -> No
     """For plans from the real planner, the parsed slices are exactly the plan's layers."""
     plan = data.draw(planner_plans(gpu_config))
     rl = parse(render(render_recipe(gpu_config, plan, lock_sha256=LOCK_SHA))).runtime()
-    assert [s for s, _ in slice_runs(rl)] == [str(slice_path(gpu_config, plan, layer).relative_to(
+    assert [s for s, _ in slice_runs(rl)] == [str(layer.slice.path(gpu_config.variant).relative_to(
         REPO_ROOT)) for layer in plan.layers]
     assert len(sync_runs(rl)) == 1
 
@@ -481,7 +481,7 @@ def test_committed_dockerfiles_match_their_plans() -> None:
         parsed = parse(config.build.dockerfile.read_text())
         rl = parsed.runtime()
         assert [s for s, _ in slice_runs(rl)] == [
-            str(slice_path(config, plan, layer).relative_to(REPO_ROOT))
+            str(layer.slice.path(config.variant).relative_to(REPO_ROOT))
             for layer in plan.layers], profile
         labels = dict(pair.split("=", 1) for pair in shlex.split(rl.of("LABEL")[-1]))
         assert labels[provenance.LABEL_PLAN_FINGERPRINT] == plan.fingerprint

@@ -25,7 +25,7 @@ from gpurl_tasks.dockerfile.model import render
 from gpurl_tasks.dockerfile.recipe import render_recipe
 from gpurl_tasks.local import download, setup
 from gpurl_tasks.local.builder import serving_index
-from gpurl_tasks.plan.model import SLICE_DIR
+from gpurl_tasks.plan.model import Slice
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
 
@@ -56,9 +56,9 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
             rl.append(entry)
     slices = tmp_path / "layers"
     copies = [e["value"].split() for e in rl if e["instruction"] == "COPY"
-              and e["value"].split()[-1].startswith(f"{SLICE_DIR}/")]
-    runs = [e["value"].replace(f"{SLICE_DIR}/", f"{slices}/") for e in rl
-            if e["instruction"] == "RUN" and ("uv sync" in e["value"] or SLICE_DIR in e["value"]
+              and e["value"].split()[-1].startswith(f"{Slice.IMAGE_DIR}/")]
+    runs = [e["value"].replace(f"{Slice.IMAGE_DIR}/", f"{slices}/") for e in rl
+            if e["instruction"] == "RUN" and ("uv sync" in e["value"] or Slice.IMAGE_DIR in e["value"]
                                               or e["value"] == "uv venv /opt/venv")]
     assert runs[0] == "uv venv /opt/venv" and len(runs) == len(plan.layers) + 2
     slices.mkdir()

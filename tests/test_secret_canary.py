@@ -70,8 +70,8 @@ def test_the_canary_checker_can_fail() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("variable", ["GHCR_TOKEN", "GPURL_REGISTRY_TOKEN"])
 @pytest.mark.parametrize("task", ["verify-layers", "pin"])
-def test_the_token_never_reaches_a_foreign_registry(tmp_path: Path, variable: str,
-                                                    task: str) -> None:
+def test_the_token_never_reaches_a_foreign_registry(tmp_path: Path, repo_tmp: Path,
+                                                    variable: str, task: str) -> None:
     with TokenService(tmp_path, username="foreign", secret="foreign-pass") as tokens, \
             running_registry(tmp_path / "plain") as plain, \
             running_registry(tmp_path / "tok", storage=plain.storage,
@@ -83,7 +83,7 @@ def test_the_token_never_reaches_a_foreign_registry(tmp_path: Path, variable: st
         docker.mkdir()
         (docker / "config.json").write_text(json.dumps({"auths": {foreign.host: {
             "auth": base64.b64encode(b"foreign:foreign-pass").decode()}}}))
-        launcher = tmp_path / "launch.py"
+        launcher = repo_tmp / "launch.py"  # launcher.path may not leave the repository
         launcher.write_text('IMAGE = "old"\n')
         env = {variable: CANARY, "GPURL_REGISTRY_USER": "gpurl-bot", "DOCKER_CONFIG": str(docker),
                "GPURL_REGISTRY_HOST": "ghcr.io", "GPURL_VERIFY_MIN_LAYERS": "1",

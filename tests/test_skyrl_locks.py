@@ -54,7 +54,7 @@ def test_closure_matches_uv_export(commit: str, extra: str, tmp_path: Path) -> N
            {n: v for n, v in expected.items() if v is not None}
 
 
-@pytest.mark.parametrize("mode", ["chain", "independent"])
+@pytest.mark.parametrize("mode", ["stacked", "independent"])
 @pytest.mark.parametrize("commit", COMMITS)
 def test_vllm_plan_fits_4gb(commit: str, mode: str) -> None:
     config = load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={
@@ -63,7 +63,7 @@ def test_vllm_plan_fits_4gb(commit: str, mode: str) -> None:
         "layers.mode": mode})
     plan = plan_for_config(config, repack=True)
     assert all(layer.compressed_bytes <= 4 * 10**9 for layer in plan.layers)
-    if mode == "chain":
+    if mode == "stacked":
         assert plan.lower_bound_layers <= len(plan.layers) <= plan.lower_bound_layers + 1
     else:  # a slice per package of 20 MB or more, the rest in 32 groups: well under 127 layers
         assert plan.lower_bound_layers <= len(plan.layers) <= 80
@@ -127,8 +127,7 @@ def test_variants_plan_under_4gb_and_share_their_lower_slices(commit: str, tmp_p
     assert "transformer-engine-torch" in {p.name for p in megatron.closure}
     assert "transformer-engine-torch" not in {p.name for p in standard.closure}
     assert standard.shared == megatron.shared >= 1
-    files = {name: slice_files(load_config(root, env={}, variant=name), plan)
-             for name, plan in plans.items()}
+    files = {v.name: slice_files(config.for_variant(v), plans[v.name]) for v in config.variants}
     shared = {p: text for p, text in files["standard"].items() if p.parent.name == "shared"}
     assert len(shared) == standard.shared
     assert shared == {p: text for p, text in files["megatron"].items() if p.parent.name == "shared"}

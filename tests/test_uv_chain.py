@@ -22,12 +22,12 @@ from packaging.requirements import Requirement
 from gpurl_tasks.config import PythonSelection, TargetSpec
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.model import sync_selection_flags
-from gpurl_tasks.plan.planner import plan_layers
 from gpurl_tasks.plan.profile import local_install_flags
 from gpurl_tasks.plan.sizes import SizeSources, package_sizes
 from gpurl_tasks.plan.slices import SliceLine, render_slice, slice_line
 from gpurl_tasks.plan.target import marker_environment, target_tags
 from tests.support.local_parts import uv as find_uv
+from tests.support.planning import plan_one
 from tests.support.pyindex import make_wheel, serve_index
 
 pytestmark = pytest.mark.integration
@@ -92,8 +92,8 @@ def test_slices_install_the_plan_and_the_final_sync_finds_nothing_to_do(
     sizes = package_sizes(closure.packages, target_tags(HOST_TARGET),
                           SizeSources(overrides={"url-pkg": 30_000}))  # a URL source has no size
     flags = sync_selection_flags(selection, local_flags=local_install_flags(lock, closure))
-    plan = plan_layers(sizes, cap=int(3.2 * MB), basis="compressed", sync_flags=flags,
-                       lines={p.name: slice_line(p) for p in closure.packages})
+    plan = plan_one(sizes, cap=int(3.2 * MB), basis="compressed", sync_flags=flags,
+                    lines={p.name: slice_line(p) for p in closure.packages})
     assert len(plan.layers) >= 3
     venv = tmp_path / "venv"
     subprocess.run([find_uv(), "venv", str(venv)], env=env, check=True, capture_output=True)

@@ -13,7 +13,7 @@ from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.oci.image import Descriptor, HistoryEntry, PulledImage
 from gpurl_tasks.oci.verify import UNEXPECTED_CAUSES, Rules, check_layers, render_table, report_json
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
 
 GB = 10**9
 RULES = Rules(cap=4 * GB, hard_limit=8 * GB, min_layers=20)
@@ -39,7 +39,7 @@ def image(sizes: list[int], *, instructions: list[str] | None = None,
 
 def plan(layer_sizes: list[int]) -> Plan:
     layers = tuple(
-        Layer(index=i, name=f"{i:02d}-pkg{i}",
+        Layer(slice=Slice(position=i, label=f"pkg{i}"),
               packages=(PlannedPackage(name=f"pkg{i}", version="1.0", compressed_bytes=size,
                                        installed_bytes=None),))
         for i, size in enumerate(layer_sizes))

@@ -538,5 +538,5 @@ def run_doctor(config: Config, env: Mapping[str, str], *,
     if cluster:
         checks += [executor_pin(config, env), crane_url(config.cluster.crane_url)]
     secrets = (found.token,) if found else ()
-    return DoctorReport(profile=config.profile, variant=config.variant,
+    return DoctorReport(profile=config.profile, variant=config.variant.shown,
                         checks=_redacted(checks, secrets))

@@ -24,7 +24,6 @@ import shlex
 from pathlib import Path
 
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.checks import variant_note
 from gpurl_tasks.dockerfile.wheels import (
     WheelNameError,
     configured_globs,
@@ -103,7 +102,7 @@ def prebuilt_wheel_names(config: Config) -> tuple[str, ...]:
                                   spec_versions(build.wheel_specs, pins, _source_pyprojects(config)))
     except WheelNameError as exc:
         raise BuildError(f"cannot name the prebuilt wheels of profile {config.profile!r}"
-                         f"{variant_note(config.variant)}: {exc.message}") from None
+                         f"{config.variant.note}: {exc.message}") from None
 
 
 def _relative(path: Path, root: Path, key: str) -> str:
@@ -307,7 +306,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     wheels = prebuilt_wheel_names(config)
     return _TEMPLATE.format(
         profile=profile_name(config.profile, "profile", error=BuildError),
-        variant=f" (variant '{config.variant}')" if config.variant else "",
+        variant=config.variant.note,
         root_env=ROOT_ENV,
         source_id=SOURCE_ID_ERE,
         wheelhouse=q(_relative(config.build.wheelhouse, config.root, "build.wheelhouse")),

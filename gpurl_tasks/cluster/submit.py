@@ -165,9 +165,9 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     ]
     prefix = config.registry.tag_prefix
     job_name = f"gpurl-kaniko-{gitsha}"
-    if config.variants and config.variant != config.variants[0].name:
+    if config.variant.name != config.variants[0].name:
         # each variant has its own script (its Dockerfile, tags and compiled wheels)
-        job_name = f"gpurl-kaniko-{config.variant}-{gitsha}"
+        job_name = f"gpurl-kaniko-{config.variant.name}-{gitsha}"
     spec = JobSpec(
         cluster=ClusterTarget.resolve(name=cluster.name, controller_url=cluster.controller_url,
                                       flag=request.cluster),

@@ -32,7 +32,6 @@ __all__ = [
     "check_asserts",
     "check_torch",
     "installed_distributions",
-    "variant_note",
 ]
 
 # Modules whose distribution has another name (a config's build.import-names adds more).
@@ -49,11 +48,6 @@ KNOWN_IMPORT_NAMES: Mapping[str, tuple[str, ...]] = {
     "bs4": ("beautifulsoup4",),
     "google": ("protobuf",),
 }
-
-
-def variant_note(variant: str) -> str:
-    """` (variant 'NAME')` for an error about one variant; empty for a profile without any."""
-    return f" (variant {variant!r})" if variant else ""
 
 
 def assert_modules(statement: str) -> tuple[str, ...]:
@@ -92,7 +86,7 @@ def installed_distributions(plan: Plan, provided: Iterable[str]) -> frozenset[st
     return frozenset(str(canonicalize_name(n)) for n in names)
 
 
-def check_asserts(build: BuildSettings, installed: frozenset[str], *, variant: str = "") -> None:
+def check_asserts(build: BuildSettings, installed: frozenset[str], *, note: str = "") -> None:
     """Each assert imports only the standard library and distributions the image installs."""
     table = _import_names(build)
     for statement in build.import_asserts:
@@ -103,13 +97,13 @@ def check_asserts(build: BuildSettings, installed: frozenset[str], *, variant: s
             if not candidates & installed:
                 raise DockerfileError(
                     f"import assert {statement!r} imports {module!r}, which no distribution of "
-                    f"the image provides{variant_note(variant)}: the build would fail at that RUN",
+                    f"the image provides{note}: the build would fail at that RUN",
                     hint="drop the assert for this variant (its lock does not install "
                          f"{module}), or if the module comes under another name, add "
                          f'"{module}=DISTRIBUTION" to build.import-names')
 
 
-def check_torch(build: BuildSettings, plan: Plan, *, variant: str = "") -> str | None:
+def check_torch(build: BuildSettings, plan: Plan, *, note: str = "") -> str | None:
     """The wheel-builder's torch is the lock's: same version, same CUDA label. Checked when the
     variant compiles wheels and its lock installs torch; returns a note saying what matched."""
     torch = next((p for p in plan.closure if p.name == "torch"), None)
@@ -120,19 +114,19 @@ def check_torch(build: BuildSettings, plan: Plan, *, variant: str = "") -> str |
         wanted = Version(build.torch_version)
     except InvalidVersion:
         raise DockerfileError(
-            f"build.torch-version = {build.torch_version!r} is not a version{variant_note(variant)}",
+            f"build.torch-version = {build.torch_version!r} is not a version{note}",
             hint=f"set it to the lock's torch, {torch.version}") from None
     if wanted.public != locked.public or (wanted.local and wanted.local != locked.local):
         raise DockerfileError(
             f"build.torch-version {build.torch_version} is not the lock's torch "
-            f"{torch.version}{variant_note(variant)}: the compiled wheels would not match the "
+            f"{torch.version}{note}: the compiled wheels would not match the "
             "installed torch's ABI",
             hint=f'set torch-version = "{locked.public}" in the [tool.gpurl] build table of this '
                  "profile (or variant), or re-lock the workspace")
     if locked.local and locked.local != build.cuda_tag:
         raise DockerfileError(
             f"build.cuda-tag {build.cuda_tag} is not the CUDA label of the lock's torch "
-            f"{torch.version}{variant_note(variant)}: the compiled wheels would link another CUDA",
+            f"{torch.version}{note}: the compiled wheels would link another CUDA",
             hint=f'set cuda-tag = "{locked.local}" (and a base image of that CUDA)')
     return (f"torch: lock {torch.version}, wheel-builder torch {build.torch_version} "
             f"({build.cuda_tag})")

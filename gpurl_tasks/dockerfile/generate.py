@@ -27,7 +27,6 @@ from gpurl_tasks.dockerfile.checks import (
     check_asserts,
     check_torch,
     installed_distributions,
-    variant_note,
 )
 from gpurl_tasks.dockerfile.context import (
     context_rules,
@@ -39,14 +38,14 @@ from gpurl_tasks.dockerfile.layers import builder_of, count_layers
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
 from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH
-from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe, slice_stage
+from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.profile import plan_profile, plan_views, shared_slices_dir, slice_path, slices_dir
+from gpurl_tasks.plan.profile import plan_profile, plan_views
 from gpurl_tasks.plan.report import PlanViews
 from gpurl_tasks.plan.slices import SliceLine, render_slice
 from gpurl_tasks.plan.wheelglobs import provided_names
@@ -117,7 +116,7 @@ def _local(config: Config, plan: Plan) -> tuple[LocalCopy, ...]:
     resolved on this machine (symlinks followed): from where it really is in the build
     context to where the lock expects it in the image."""
     copies: list[LocalCopy] = []
-    note = variant_note(config.variant)
+    note = config.variant.note
     for name, path in sorted(plan.local_paths):
         real = (config.workspace / path).resolve()
         where = f"{name}'s source {path!r} (resolved to {real})"
@@ -165,8 +164,8 @@ def layer_count(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None 
     return count_layers(_model(config, plan, local), builder=builder_of(config),
                         base_layers=config.build.base_image_layers if base_layers is None
                         else base_layers,
-                        slice_stages=tuple(slice_stage(layer) for layer in plan.layers),
-                        variant=config.variant)
+                        slice_stages=tuple(layer.slice.stage for layer in plan.layers),
+                        variant=config.variant.shown)
 
 
 def _counted_local(config: Config, plan: Plan) -> tuple[LocalCopy, ...]:
@@ -179,15 +178,6 @@ def _counted_local(config: Config, plan: Plan) -> tuple[LocalCopy, ...]:
         return tuple(LocalCopy(name=name, source="unresolved",
                                dest=posixpath.normpath(posixpath.join(WORKDIR, path)), link="")
                      for name, path in sorted(plan.local_paths))
-
-
-def _variant_config(config: Config, name: str) -> Config:
-    """`config` resolved for its variant `name` (what its recipe reads)."""
-    for variant in config.variants:
-        if variant.name == name:
-            return dataclasses.replace(config, variant=name, python=variant.python,
-                                       build=variant.build)
-    return config
 
 
 def _count(config: Config, plan: Plan, base_layers: int | None) -> LayerCount:
@@ -206,8 +196,8 @@ def fitted_plans(config: Config, *, repack: bool = False,
     image's; `Layout.max_slices`), so the committed slices are kept while they fit and new
     packages go where the fitted layout puts them; TooManyLayers when even that does not fit."""
     def counted(plans: dict[str, Plan]) -> dict[str, LayerCount]:
-        return {name: _count(_variant_config(config, name), plan, base_layers)
-                for name, plan in plans.items()}
+        return {v.name: _count(config.for_variant(v), plans[v.name], base_layers)
+                for v in config.variants}
 
     budget = min(c.slice_budget() for c in counted(plan_profile(config, repack=repack)).values())
     plans = plan_profile(config, repack=repack, max_slices=budget)
@@ -218,7 +208,7 @@ def fitted_plans(config: Config, *, repack: bool = False,
 
 def fitted_plan(config: Config, *, repack: bool = False) -> Plan:
     """The plan of `config`'s variant, fitted with the profile's others (`fitted_plans`)."""
-    return fitted_plans(config, repack=repack)[config.variant]
+    return fitted_plans(config, repack=repack)[config.variant.name]
 
 
 def fitted_views(config: Config, *, repack: bool, only: str | None = None,
@@ -226,13 +216,14 @@ def fitted_views(config: Config, *, repack: bool, only: str | None = None,
     """`invoke plan`: the fitted plans (`plan_views`) with each image's layer count."""
     plans = fitted_plans(config, repack=repack, base_layers=base_layers)
     views = plan_views(plans, config, only=only, selection_given=selection_given)
+    variants = {v.name: v for v in config.variants}
     return dataclasses.replace(views, counts=tuple(
-        _count(_variant_config(config, name), plan, base_layers) for name, plan in views.plans))
+        _count(config.for_variant(variants[name]), plan, base_layers) for name, plan in views.plans))
 
 
 def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
     """Every slice file the plan calls for, with its text."""
-    return {slice_path(config, plan, layer):
+    return {layer.slice.path(config.variant):
             render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
                          for p in layer.packages)
             for layer in plan.layers}
@@ -246,7 +237,7 @@ def _check_compiled(config: Config, plan: Plan) -> tuple[str, ...]:
     lines, problems = check_provided(plan.provided, pins, config.build.wheel_globs)
     if problems:
         raise DockerfileError("the compiled wheels break the lock's requirements: "
-                              + "; ".join(problems) + variant_note(config.variant),
+                              + "; ".join(problems) + config.variant.note,
                               hint="build the fork at a version the lock allows (the variant's "
                                    "build table can pin its own), or re-lock the workspace "
                                    "against the fork's version")
@@ -269,11 +260,11 @@ class Rendered:
 def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) -> Rendered:
     """Check a variant against its lock and render every file it generates; writes nothing."""
     notes = list(_check_compiled(config, plan))
-    torch = check_torch(config.build, plan, variant=config.variant)
+    torch = check_torch(config.build, plan, note=config.variant.note)
     if torch:
         notes.append(torch)
     installed = installed_distributions(plan, provided_names(config.build.wheel_globs))
-    check_asserts(config.build, installed, variant=config.variant)
+    check_asserts(config.build, installed, note=config.variant.note)
     notes += [f"outside the lock (its dependencies resolved at build time): {r}"
               for r in plan.outside_lock]
     local = _local(config, plan)
@@ -306,12 +297,10 @@ def _leftovers(profile: str, rendered: Iterable[Rendered], *, whole_profile: boo
     rendered = list(rendered)
     current = {p for r in rendered for p in (r.config.build.dockerfile, *r.slices, *r.others)}
     configs = [r.config for r in rendered]
-    dirs = {slices_dir(c) for c in configs}
-    if any(c.variants for c in configs):
-        base = configs[0].build.slices / profile
-        dirs |= {shared_slices_dir(configs[0]), base}
-        if whole_profile and base.is_dir():
-            dirs |= {d for d in base.iterdir() if d.is_dir()}
+    base = configs[0].build.slices / profile
+    dirs = {base, configs[0].variant.shared_slices, *(c.variant.slices for c in configs)}
+    if whole_profile and base.is_dir():
+        dirs |= {d for d in base.iterdir() if d.is_dir()}
     found = {p for d in dirs if d.is_dir() for p in d.glob("*.txt")}
     if whole_profile:
         folders = {p.parent for p in current if p.suffix != ".txt"}
@@ -393,7 +382,7 @@ def _rendered(configs: Sequence[Config], render: Callable[[], list[Rendered]], *
         root = moved[0].root
         shown = ", ".join(str(c.build.dockerfile.relative_to(root)) for c in moved)
         locks = ", ".join(sorted({str(c.lock.relative_to(root)) for c in moved}))
-        owners = [(c.profile, c.variant) for c in moved]
+        owners = [(c.profile, c.variant.shown) for c in moved]
         command = _command(owners)
         raise StaleFileError(
             f"{shown} stale for {_owners(owners)}: {locks} changed since `invoke generate` last "
@@ -416,13 +405,13 @@ def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, ch
         slices = tuple(p for p, body in r.slices.items() if stale(p, body))
         others = tuple(p for p, body in r.others.items() if stale(p, body))
         changed = stale(path, r.dockerfile)
-        owner = (r.config.profile, r.config.variant)
+        owner = (r.config.profile, r.config.variant.shown)
         changes += [_Change(path=p, text=r.slices[p], owner=owner) for p in slices]
         changes += [_Change(path=p, text=r.others[p], owner=owner,
                             mode=0o755 if p.suffix == ".sh" else 0o644) for p in others]
         if changed:
             changes.append(_Change(path=path, text=r.dockerfile, owner=owner))
-        results.append(GenerateResult(profile=r.config.profile, variant=r.config.variant, path=path,
+        results.append(GenerateResult(profile=r.config.profile, variant=r.config.variant.shown, path=path,
                                       changed=changed, steps=len(r.plan.layers), slices=slices,
                                       notes=r.notes, others=others))
     changes += [_Change(path=p, text=None, owner=owner) for p, owner in leftover]
@@ -464,7 +453,8 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
 def check_committed(config: Config, extra: ExtraFiles | None = None) -> GenerateResult:
     """`generate --check` for `config`'s variant as committed: rendered from pyproject alone,
     never from GPURL_* variables or flags. A build refuses stale files with its message."""
-    committed = load_committed_config(config.root, config.profile, config.variant or None)
+    committed = load_committed_config(config.root, config.profile)
+    committed = committed.for_variant(committed.variant_named(config.variant.name))
     return generate(committed, check=True, extra=extra)
 
 
@@ -511,11 +501,11 @@ def generate_profiles(root: Path, profile: str | None, *, check: bool,
     leftover: list[Leftover] = []
     for name in names:
         config = load_committed_config(root, name)
-        configs = [load_committed_config(root, name, v.name) for v in config.variants] or [config]
+        configs = [config.for_variant(v) for v in config.variants]
 
         def render(config: Config = config, configs: list[Config] = configs) -> list[Rendered]:
             plans = fitted_plans(config, repack=repack)  # every variant at once: shared slices
-            return [render_variant(c, plans[c.variant], extra) for c in configs]
+            return [render_variant(c, plans[c.variant.name], extra) for c in configs]
 
         ours = _rendered(configs, render, check=check)
         leftover += _leftovers(name, ours, whole_profile=True)

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import gpurl_tasks
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile import provenance
-from gpurl_tasks.dockerfile.checks import LocalCopy, variant_note
+from gpurl_tasks.dockerfile.checks import LocalCopy
 from gpurl_tasks.dockerfile.model import (
     Arg,
     ArgImage,
@@ -46,8 +46,7 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
     image,
 )
-from gpurl_tasks.plan.model import SLICE_DIR, Layer, Plan
-from gpurl_tasks.plan.profile import slice_path
+from gpurl_tasks.plan.model import Layer, Plan, Slice
 from gpurl_tasks.units import format_bytes
 from gpurl_tasks.values import ARG_REF, inside_repository
 
@@ -57,14 +56,11 @@ __all__ = [
     "ENV_BASE_STAGE",
     "ENV_CHAIN",
     "IB_VERBS_APT",
-    "SLICE_DIR",
     "VENV",
     "WORKDIR",
     "harbor_outside_lock",
     "render_recipe",
-    "slice_file",
     "slice_run",
-    "slice_stage",
 ]
 
 BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
@@ -248,14 +244,14 @@ def _flag_groups(flags: Iterable[str]) -> list[tuple[str, ...]]:
     return groups
 
 
-def slice_run(plan: Plan, layer: Layer) -> Run:
+def slice_run(layer: Layer) -> Run:
     """Install one slice: exactly its pinned artifacts, nothing they depend on."""
     groups: list[tuple[str, ...]] = [("--no-deps",)]
     if layer.hashed:
         groups.append(("--require-hashes",))
     if len(layer.indexes) > 1:  # each pin names its version and hashes; any listed index may serve it
         groups.append(("--index-strategy", "unsafe-best-match"))
-    groups.append(("-r", slice_file(plan, layer)))
+    groups.append(("-r", layer.slice.image_path))
     return Run(commands=(Command(head=("uv", "pip", "install"), groups=tuple(groups)),))
 
 
@@ -296,29 +292,15 @@ def harbor_outside_lock(plan: Plan) -> bool:
     return any(r.split(" @", 1)[0] == "harbor" for r in plan.outside_lock)
 
 
-def slice_stage(layer: Layer) -> str:
-    """The stage that installs one slice alone on `env-base` (a small image of its own)."""
-    return f"slice-{layer.name}"
-
-
-def slice_file(plan: Plan, layer: Layer) -> str:
-    """Where a slice file sits in the image: named by its label, not its position, so the
-    same slice installs with the same instruction wherever the plan puts it (a label two
-    slices share keeps its NN- prefix)."""
-    label = layer.name.split("-", 1)[1]
-    labels = [other.name.split("-", 1)[1] for other in plan.layers]
-    return f"{SLICE_DIR}/{label if labels.count(label) == 1 else layer.name}.txt"
-
-
 def _slice_steps(config: Config, plan: Plan, layer: Layer) -> list[Instruction]:
     """One slice: a COPY of its file and one install (the same in the chain and alone)."""
     return [
         Comment(text=f"slice {layer.index + 1}/{len(plan.layers)} {layer.name}: "
                 f"{len(layer.packages)} package(s), ~{format_bytes(layer.compressed_bytes)} "
                 "compressed"),
-        Copy(sources=(_rel(config, str(slice_path(config, plan, layer))),),
-             dest=slice_file(plan, layer)),
-        slice_run(plan, layer),
+        Copy(sources=(_rel(config, str(layer.slice.path(config.variant))),),
+             dest=layer.slice.image_path),
+        slice_run(layer),
     ]
 
 
@@ -342,7 +324,7 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
     stages = [Stage(name=ENV_BASE_STAGE, base="base", instructions=_with_args(base, known),
                     comment="What every slice installs onto: the runtime's apt set and an "
                             "empty venv.")]
-    stages += [Stage(name=slice_stage(layer), base=ArgImage(name="SLICE_BASE"),
+    stages += [Stage(name=layer.slice.stage, base=ArgImage(name="SLICE_BASE"),
                      instructions=tuple(_slice_steps(config, plan, layer)[1:]),
                      comment=f"Slice {layer.name} alone on env-base (SLICE_BASE: the stage, or "
                              "the image of it the slice tags name):\nits install layer is the "
@@ -427,8 +409,7 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
 
 def _check_plan(plan: Plan) -> None:
     names = [layer.name for layer in plan.layers]
-    if len(set(names)) != len(names) or not all(re.fullmatch(r"\d{2,3}-[a-z0-9._-]+", n)
-                                                for n in names):
+    if len(set(names)) != len(names) or not all(Slice.STEM.fullmatch(n) for n in names):
         raise DockerfileError(f"slice names must be unique NN-label names, not {names!r}")
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", plan.fingerprint):
         raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")
@@ -467,7 +448,7 @@ def _check_pins(used: set[str], args: dict[str, str], config: Config) -> None:
         if name in used and not args[name]:
             raise DockerfileError(
                 f"build.{key} is not set but the recipe uses ${{{name}}}"
-                + variant_note(config.variant),
+                + config.variant.note,
                 hint=f"set {key} in [tool.gpurl.profiles.{config.profile}.build]")
 
 
@@ -499,7 +480,7 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
     global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
     header = (
         f"Generated by gpurl {gpurl_tasks.__version__} from the [tool.gpurl] profile "
-        f"'{config.profile}'" + (f", variant '{config.variant}'," if config.variant else "")
+        f"'{config.profile}'{config.variant.clause}"
         + " and the layer plan.",
         "Do not edit: regenerate with `invoke generate` (CI runs `invoke generate --check`).",
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, slice_file, slice_run, slice_stage
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, slice_run
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text
 from gpurl_tasks.imageref import ImageRef, parse_reference
@@ -32,14 +32,12 @@ from gpurl_tasks.oci.compose import (
     SliceOutcome,
     compose,
     composed_tag,
-    slice_tag,
 )
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.plan.model import Layer, Plan
-from gpurl_tasks.plan.profile import slice_path
+from gpurl_tasks.plan.model import Plan
 
 __all__ = ["compose_commands", "compose_environment"]
 
@@ -74,10 +72,6 @@ def _slice_image(registry: RegistryClient, ref: ImageRef, name: str) -> SliceIma
     return SliceImage.from_documents(name, manifest, registry.blob_json(ref, config_digest))
 
 
-def _label(layer: Layer) -> str:
-    return layer.name.split("-", 1)[1]
-
-
 def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Path,
                      context: Path, build_args: Mapping[str, str]) -> tuple[tuple[str, ...], ...]:
     """What `compose_environment` runs at most, for a dry run: env-base's build, then each
@@ -89,8 +83,8 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
     builds = dataclasses.replace(builds, build_args={**builds.build_args,
                                                      "SLICE_BASE": "gpurl-env-base:<image id>"})
     for layer in plan.layers:
-        ref = f"{cache_repository(config)}:slice-{_label(layer)}-<inputs hash>"
-        commands += [builds.command(slice_stage(layer), tags=(ref,)),
+        ref = f"{cache_repository(config)}:slice-{layer.label}-<inputs hash>"
+        commands += [builds.command(layer.slice.stage, tags=(ref,)),
                      builder.push_command(client, ref)]
     return tuple(tuple(argv) for argv in commands)
 
@@ -126,11 +120,10 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
     images: list[SliceImage] = []
     with open_client(config, cache) as registry:
         for layer in plan.layers:
-            text = read_text(slice_path(config, plan, layer), what="slice file",
+            text = read_text(layer.slice.path(config.variant), what="slice file",
                              error=BuildError).encode()
-            tag = slice_tag(label=_label(layer), base_id=base_id,
-                            slice_text=text, install=slice_run(plan, layer).render(),
-                            dest=slice_file(plan, layer))
+            tag = layer.slice.cache_tag(base_id=base_id, slice_text=text,
+                                        install=slice_run(layer).render())
             ref = dataclasses.replace(cache, tag=tag, digest=None)
             image = None
             if registry.lookup(ref) is not None:
@@ -139,7 +132,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                     image = None  # built on another build of env-base: build it again
             built = image is None
             if image is None:
-                builds.run(slice_stage(layer), tags=(str(ref),))
+                builds.run(layer.slice.stage, tags=(str(ref),))
                 builder.push_image(client, str(ref))
                 image = _slice_image(registry, ref, layer.name)
                 if image.diff_ids[:image.base_count] != base_layers:

@@ -27,21 +27,9 @@ from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.oci.image import Manifest, parse_config, parse_diff_ids, parse_manifest
 
 __all__ = ["SLICE_LAYERS", "Composed", "ComposedEnv", "SliceImage", "SliceOutcome", "compose",
-           "composed_tag", "slice_tag"]
+           "composed_tag"]
 
 SLICE_LAYERS = 2  # what a slice image adds to env-base: the COPY of its file, its install
-_KEY_VERSION = "gpurl-slice-1"  # bump when what a slice image holds changes meaning
-
-
-def slice_tag(*, label: str, base_id: str, slice_text: bytes, install: str, dest: str) -> str:
-    """The cache tag of one slice image: a hash of everything its install layer depends on
-    (env-base's image id, the slice file's bytes, where it is copied, the install instruction)
-    and nothing that depends on its position in the plan."""
-    key = json.dumps({"version": _KEY_VERSION, "base": base_id, "dest": dest, "run": install,
-                      "slice": hashlib.sha256(slice_text).hexdigest()}, sort_keys=True)
-    return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
-
-
 def composed_tag(slice_digests: Sequence[str]) -> str:
     """The tag of the composed environment: a hash of its slice images, in order."""
     return "env-" + hashlib.sha256("\n".join(slice_digests).encode()).hexdigest()[:32]

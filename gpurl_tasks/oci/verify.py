@@ -22,7 +22,7 @@ from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT
 from gpurl_tasks.oci.image import PulledImage
-from gpurl_tasks.plan.model import SLICE_DIR, Plan
+from gpurl_tasks.plan.model import Plan, Slice
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
     "report_json",
 ]
 
-SLICE_MARKER = f"{SLICE_DIR}/"  # every planned slice's install reads its file from there
+SLICE_MARKER = f"{Slice.IMAGE_DIR}/"  # every planned slice's install reads its file from there
 FINAL_SYNC_MARKERS = ("uv sync", "--inexact")  # the one sync after the slices
 FINAL_SYNC_SLACK = 64_000  # local packages only; more means the slices missed something
 HUGE_SHARE = 0.5  # one layer holding at least this share of the image is the one-layer symptom

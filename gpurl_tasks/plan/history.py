@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpurl_tasks import git
-from gpurl_tasks.plan.lock import package_versions
+from gpurl_tasks.errors import LockError
+from gpurl_tasks.plan.lock import parse_lock
 
 __all__ = ["HISTORY_LIMIT", "count_changes", "version_changes"]
 
@@ -40,4 +41,13 @@ def version_changes(lock: Path, *, limit: int = HISTORY_LIMIT) -> tuple[dict[str
         return {}, len(commits)
     rel = lock.resolve().relative_to(repo.resolve()).as_posix()
     texts = [git.show_file(repo, commit, rel) for commit in reversed(commits)]
-    return count_changes(package_versions(t) for t in texts if t is not None), len(commits)
+    return count_changes(_versions(t, commit) for t, commit in zip(texts, reversed(commits), strict=True)
+                         if t is not None), len(commits)
+
+
+def _versions(text: str, commit: str) -> dict[str, frozenset[str]]:
+    """What one old lock pins, read by the one lock reader (a lock it refuses pins nothing)."""
+    try:
+        return parse_lock(text, source=f"uv.lock at {commit}").versions
+    except LockError:
+        return {}

@@ -45,7 +45,6 @@ __all__ = [
     "check_conflicts",
     "install_closure",
     "load_lock",
-    "package_versions",
     "parse_lock",
     "requirements_on",
 ]
@@ -144,6 +143,12 @@ class Lock:
 
     def by_name(self, name: str) -> tuple[LockedPackage, ...]:
         return self._by_name.get(canonicalize_name(name), ())
+
+    @property
+    def versions(self) -> dict[str, frozenset[str]]:
+        """name -> the versions the lock pins (a forked package has several)."""
+        return {name: frozenset(p.version for p in pkgs if p.version)
+                for name, pkgs in self._by_name.items() if any(p.version for p in pkgs)}
 
 
 @dataclasses.dataclass(**_KW)
@@ -351,25 +356,6 @@ def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
                 conflicts=_conflicts(data.get("conflicts", []), source))
 
 
-_PACKAGE_HEAD = re.compile(r'^\[\[package\]\]\nname = "([^"]+)"\nversion = "([^"]+)"', re.M)
-
-
-def package_versions(text: str) -> dict[str, frozenset[str]]:
-    """name -> the versions a uv.lock text pins (a forked package has several), for reading
-    many old locks quickly: a scan of uv's fixed layout, with parse_lock when the layout is not
-    uv's (a lock it cannot read pins nothing)."""
-    found: dict[str, set[str]] = {}
-    pairs = [(str(canonicalize_name(n)), v) for n, v in _PACKAGE_HEAD.findall(text)]
-    if not pairs:
-        try:
-            pairs = [(p.name, p.version) for p in parse_lock(text).packages if p.version]
-        except LockError:
-            return {}
-    for name, version in pairs:
-        found.setdefault(name, set()).add(version)
-    return {name: frozenset(versions) for name, versions in found.items()}
-
-
 def _conflicts(raw: Any, source: str) -> tuple[tuple[ConflictItem, ...], ...]:
     """The lock's top-level `conflicts` (what `[tool.uv] conflicts` in pyproject declared)."""
     sets = []
@@ -440,6 +426,16 @@ def _compiled(marker: str) -> Marker:
     return Marker(_EXTRA_ATOM.sub(repl, marker))
 
 
+def _environment(target: TargetSpec, extras: Iterable[str]) -> dict[str, Any]:
+    """The one marker environment: the target's PEP 508 variables with `extras` active. A lock
+    file's markers name the root's extras and groups in uv's conflict encoding
+    (`_conflict_names`); a package's own requires-dist markers name its extras plainly."""
+    env = marker_environment(target)
+    env["extras"] = frozenset(extras)
+    env["dependency_groups"] = frozenset()
+    return env
+
+
 def _conflict_names(root: str, extras: Iterable[str], groups: Iterable[str]) -> frozenset[str]:
     """uv's encoded names for activated root extras and groups (`extra-<len>-<pkg>-<name>`)."""
     names: set[str] = {canonicalize_name(e) for e in extras} | {canonicalize_name(g) for g in groups}
@@ -488,9 +484,7 @@ def install_closure(lock: Lock, target: TargetSpec, selection: PythonSelection) 
             raise LockError(f"dependency group {group!r} is not defined by {root_name}",
                             hint=f"known groups: {', '.join(known) or 'none'}")
     check_conflicts(lock, root_name, selection)
-    env = marker_environment(target)
-    env["extras"] = _conflict_names(root_name, selection.extras, groups)
-    env["dependency_groups"] = frozenset()
+    env = _environment(target, _conflict_names(root_name, selection.extras, groups))
 
     def applies(dep: Dependency) -> bool:
         return dep.marker is None or _compiled(dep.marker).evaluate(env, context="lock_file")
@@ -537,11 +531,11 @@ def requirements_on(lock: Lock, closure: Closure, target: TargetSpec, selection:
     """(dependent, specifier) for each requirement a workspace package of the closure places on
     `name` that applies to the target (the root project with the selected extras)."""
     roots = {p.key for p in _roots(lock)}
+    selected = _environment(target, (canonicalize_name(e) for e in selection.extras))
+    plain = _environment(target, ())
     found = []
     for pkg in closure.local:
-        env = marker_environment(target)
-        extras = selection.extras if pkg.key in roots else ()
-        env["extras"] = frozenset(canonicalize_name(e) for e in extras)
+        env = selected if pkg.key in roots else plain
         for req in pkg.requires_dist:
             if req.name != canonicalize_name(name) or not req.specifier:
                 continue

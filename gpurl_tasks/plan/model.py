@@ -1,6 +1,6 @@
 """The layer plan as data: what the planner produces and the Dockerfile recipe consumes.
 
-Each layer is one slice file (`docker/layers/<profile>/<name>.txt`) installed with `uv pip
+Each layer is one slice file (its identity: `Slice`) installed with `uv pip
 install --no-deps`; one `uv sync --frozen` with the profile's selection flags follows and must
 find nothing left to do. Packages the compiled wheels provide are in no layer and excluded from
 that sync. Kept apart from the algorithm (planner.py) so readers of a plan (the generator,
@@ -12,19 +12,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any
+import re
+from pathlib import Path
+from typing import Any, ClassVar
 
-from gpurl_tasks.config import LayerMode, Layout, PythonSelection, SizeBasis
+from gpurl_tasks.config import LayerMode, Layout, PythonSelection, SizeBasis, Variant
 from gpurl_tasks.plan.sizes import installed_estimate
 
-__all__ = ["LOCAL_INSTALL_FLAGS", "SLICE_DIR", "Layer", "Plan", "PlannedPackage", "ProvidedPackage",
+__all__ = ["LOCAL_INSTALL_FLAGS", "Layer", "Plan", "PlannedPackage", "ProvidedPackage", "Slice",
            "sync_selection_flags"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
-
-# Where each layer's slice file is copied inside the image (`SLICE_DIR/NN-label.txt`): the
-# Dockerfile installs from there, and verify recognises a planned layer by it.
-SLICE_DIR = "/tmp/gpurl-layers"
 # What keeps local sources out of the environment until the source is copied; the final sync,
 # which runs after the copy, drops them.
 LOCAL_INSTALL_FLAGS = frozenset({"--no-install-project", "--no-install-workspace",
@@ -53,13 +51,75 @@ class PlannedPackage:
 
 
 @dataclasses.dataclass(**_KW)
+class Slice:
+    """One slice's identity, the one place each of its names is spelled: its label (the
+    layer's anchor, stable across plans), its position, its committed file in the repository,
+    where that file sits in the image, the stage that installs it alone, and the cache tag of
+    that stage's image."""
+
+    # where each slice file is copied inside the image: the Dockerfile installs from there,
+    # and verify and rebuild recognise a planned layer by it
+    IMAGE_DIR: ClassVar[str] = "/tmp/gpurl-layers"
+    _KEY_VERSION: ClassVar[str] = "gpurl-slice-1"  # bump when what a slice image holds changes meaning
+    # the spelling of `name` (a committed file's stem): the position, then the label
+    STEM: ClassVar[re.Pattern[str]] = re.compile(r"(\d{2,3})-([a-z0-9][a-z0-9._-]*)")
+
+    position: int
+    label: str
+    shared: bool = False  # one of the lowest slices every variant of the profile installs
+    unique: bool = True  # no other slice of its plan has its label
+
+    @property
+    def name(self) -> str:
+        """`NN-label`: the position orders the files, the label stays put."""
+        return f"{self.position:02d}-{self.label}"
+
+    def path(self, variant: Variant) -> Path:
+        """Its committed file: in the variant's own slice directory, or the shared one."""
+        return (variant.shared_slices if self.shared else variant.slices) / f"{self.name}.txt"
+
+    @property
+    def image_path(self) -> str:
+        """Where its file sits in the image: named by its label, not its position, so the
+        same slice installs with the same instruction wherever the plan puts it (a label two
+        slices share keeps its NN- prefix)."""
+        return f"{self.IMAGE_DIR}/{self.label if self.unique else self.name}.txt"
+
+    @property
+    def stage(self) -> str:
+        """The stage that installs it alone on `env-base` (a small image of its own)."""
+        return f"slice-{self.name}"
+
+    def cache_tag(self, *, base_id: str, slice_text: bytes, install: str) -> str:
+        """The cache tag of its stage's image: a hash of everything its install layer depends
+        on (env-base's image id, the slice file's bytes, where it is copied, the install
+        instruction) and nothing that depends on its position in the plan."""
+        key = json.dumps({"version": self._KEY_VERSION, "base": base_id, "dest": self.image_path,
+                          "run": install, "slice": hashlib.sha256(slice_text).hexdigest()},
+                         sort_keys=True)
+        return f"slice-{self.label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+@dataclasses.dataclass(**_KW)
 class Layer:
     """The packages one slice installs (one image layer), and why it sits where it does."""
 
-    index: int
+    slice: Slice
     packages: tuple[PlannedPackage, ...]
-    name: str = ""  # the slice file's stem, NN-label
     reason: str = ""
+
+    @property
+    def index(self) -> int:
+        return self.slice.position
+
+    @property
+    def name(self) -> str:
+        """The slice file's stem, NN-label."""
+        return self.slice.name
+
+    @property
+    def label(self) -> str:
+        return self.slice.label
 
     @property
     def compressed_bytes(self) -> int:
@@ -126,7 +186,6 @@ class Plan:
     lower_bound_layers: int
     provided: tuple[ProvidedPackage, ...] = ()
     history: int = 0  # lock versions the ordering learned from (0: ordered by size)
-    shared: int = 0  # the lowest layers common to every variant of the profile (their slices are shared)
     # (name, path as the lock records it) of each local package whose source is not the
     # workspace directory itself: the image must hold it there before the final sync
     local_paths: tuple[tuple[str, str], ...] = ()
@@ -134,10 +193,15 @@ class Plan:
     # the lock lacks it)
     outside_lock: tuple[str, ...] = ()
     # independent: each slice is its own layer wherever it sits, composed in plan order;
-    # chain: each slice's layer sits on the ones below (config layers.mode)
+    # stacked: each slice's layer sits on the ones below (config layers.mode)
     mode: LayerMode = Layout.mode
     # what the slices were packed by: the configured layout, or the one the slice budget chose
     layout: Layout = dataclasses.field(default_factory=Layout)
+
+    @property
+    def shared(self) -> int:
+        """The lowest layers common to every variant of the profile (their slices are shared)."""
+        return sum(1 for layer in self.layers if layer.slice.shared)
 
     @property
     def closure(self) -> tuple[PlannedPackage, ...]:

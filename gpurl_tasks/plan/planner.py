@@ -1,32 +1,34 @@
-"""The layer planner: split the install closure into slices no larger than the cap, ordered so
-that what changes least sits lowest, and keep the committed assignment when re-planning.
+"""The layer planner: split one image's install closure into slices no larger than the cap,
+and keep the committed assignment when re-planning. Its entry point is
+`variants.plan_images`, which plans every image of a profile (one image is packed here alone).
 
-A changed layer invalidates every layer above it (Docker's and kaniko's cache keys chain the
-parent), so the order decides what a lock bump costs:
+**Independent layers** (`Layout.mode == "independent"`, the config's default and what every
+profile uses): each slice is its own layer wherever it sits (each slice image is built alone on
+env-base, and the local build composes the environment from them: oci/compose.py), so a bump
+costs only the slices holding a changed package.
 
-- **Fresh packing** (no committed slices, or `generate --repack`): the smallest packages, up to
-  8% of the environment (never above the cap), form a light *tail* that goes last: most bumps
-  move small packages, and new packages land there too. The heavy rest goes in order of how
-  often its version changed in the lock's git history (never first), then by size, largest
-  first, each layer filled before the next opens: the giants that move only with a torch
-  upgrade sit lowest, the mid-size packages that churn sit just below the tail (precisely: by
-  changes per byte, which minimises the expected bytes rebuilt per bump). Should that
-  order cost a layer over ceil(total / cap) + 1, the heavy rest is packed longest-processing-
-  time first into the fewest layers instead.
+- **Fresh packing** (no committed slices, or `generate --repack`; `independent_buckets`): a
+  slice of its own for every package of at least `own_layer`, heaviest first; the rest in
+  `tail_groups` stable groups `group-NN` by a hash of the name (`group_of`), with history the
+  churning and the never-changed packages in separate halves; a group over the cap is split.
+  With a slice budget (`Layout.max_slices`), `fit_layout` raises the threshold and lowers the
+  groups until the packing fits.
 - **Re-planning** (committed slices present): every package still in the closure keeps its
-  slice (a version bump edits one line); new packages join the last slice; removed ones drop;
-  only a slice the change pushes over the cap is split. A change that alters the lowest slice
-  rebuilds every layer anyway, so then the planner packs afresh at no extra cost.
+  slice (a version bump edits one line); removed ones drop; a new package goes to its own
+  slice or its group (`_home`); only a slice the change pushes over the cap is split. The
+  planner never packs afresh by itself.
 
-**Independent layers** (`Layout.mode == "independent"`, the config's default): each slice is
-its own layer wherever it sits, so a bump costs only the slices holding a changed package.
-Fresh packing (`independent_buckets`): a slice of its own for every package of at least
-`own_layer`, heaviest first; the rest in `tail_groups` stable groups `group-NN` by a hash of
-the name (`group_of`), with history the churning and the never-changed packages in separate
-halves; a group over the cap is split. Re-planning keeps the committed assignment as above; a
-new package goes to its own slice or its group (`_home`), and the planner never packs afresh
-by itself. The chain rules below (tail, order, repack when the lowest slice changes) are for
-`mode == "chain"`.
+**Stacked layers** (`mode == "stacked"`, kept for comparison: benchmarks/rebuild_cost.py):
+each layer sits on the ones below, as Docker's and kaniko's cache keys chain the parent, so a
+changed layer invalidates every layer above it and the order decides what a bump costs. A
+fresh packing puts the smallest packages, up to 8% of the environment (never above the cap),
+in a light *tail* that goes last (most bumps move small packages; new packages land there);
+the heavy rest goes in order of changes per byte in the lock's git history (which minimises
+the expected bytes rebuilt per bump), then by size, largest first, each layer filled before
+the next opens; should that cost a layer over ceil(total / cap) + 1, the heavy rest is packed
+longest-processing-time first into the fewest layers instead. Re-planning keeps the committed
+slices (new packages join the last), except that a change to the lowest slice, which rebuilds
+every layer anyway, packs afresh at no extra cost.
 
 Packages the compiled wheels provide are in no slice; the final sync excludes them.
 
@@ -44,9 +46,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gpurl_tasks.config import DEFAULT_LAYOUT, Layout, SizeBasis
 from gpurl_tasks.errors import PlanError
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, Slice
 from gpurl_tasks.plan.sizes import PackageSize
-from gpurl_tasks.plan.slices import Assignment, SliceLine, slice_name, split_unhashed
+from gpurl_tasks.plan.slices import Assignment, SliceLine, split_unhashed
 from gpurl_tasks.units import format_bytes
 
 __all__ = [
@@ -69,7 +71,6 @@ __all__ = [
     "group_of",
     "hashed_in",
     "independent_buckets",
-    "plan_layers",
     "repush_cost",
     "slice_requirement",
     "tail_names",
@@ -432,7 +433,7 @@ def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: SizeBasis,
                    learn: Learn | None, layout: Layout = DEFAULT_LAYOUT, stem: str = GROUP,
                    groups: int | None = None) -> Choice:
     """The committed assignment kept, or a fresh packing when there is none (`learn` gives the
-    history it orders or groups by). Chain layers also pack afresh when the change rebuilds
+    history it orders or groups by). Stacked layers also pack afresh when the change rebuilds
     every layer anyway; independent layers never do (each slice costs only itself). `stem`
     and `groups`: the groups new smaller packages join with independent layers."""
     ordered = sorted(sizes, key=lambda s: s.name)
@@ -476,8 +477,10 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
                               index=line.index if line else None,
                               hashed=line.hashed if line else True)
 
+    labels = [label for label, _ in buckets]
     layers = tuple(
-        Layer(index=i, name=slice_name(i, label),
+        Layer(slice=Slice(position=i, label=label, shared=i < shared,
+                          unique=labels.count(label) == 1),
               reason=("shared by every variant; " if i < shared else "")
               + (_independent_reason(label, bucket, kept=kept, layout=layout, basis=basis,
                                      history=history)
@@ -489,47 +492,13 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
     )
     return Plan(cap_bytes=cap, basis=basis, sync_flags=sync_flags, layers=layers, local=local,
                 lower_bound_layers=max(1, math.ceil(_load(sizes, basis) / cap)),
-                provided=provided, history=history, shared=shared, mode=layout.mode,
+                provided=provided, history=history, mode=layout.mode,
                 layout=layout)
-
-
-def plan_layers(
-    sizes: Sequence[PackageSize],
-    *,
-    cap: int,
-    basis: SizeBasis,
-    sync_flags: tuple[str, ...],
-    local: tuple[str, ...] = (),
-    provided: tuple[ProvidedPackage, ...] = (),
-    previous: Assignment | None = None,
-    changes: Mapping[str, int] | None = None,
-    history: int = 0,
-    lines: Mapping[str, SliceLine] | None = None,
-    learn: Learn | None = None,
-    layout: Layout = DEFAULT_LAYOUT,
-) -> Plan:
-    """Pure planner: sizes of the closure (and the committed layout) -> the slices. Deterministic
-    for equal input, whatever the input order. `learn` gives (changes, history) when a fresh
-    packing needs them (read lazily: re-planning never looks at history)."""
-    check_sizes(sizes, cap, basis)
-    check_layout(layout, cap)
-    lines = lines or {}
-    if learn is None and changes is not None:
-        known = changes
-
-        def learn() -> tuple[Mapping[str, int], int]:
-            return known, history
-    choice = choose_buckets(sizes, cap=cap, basis=basis, previous=previous, lines=lines,
-                            learn=learn, layout=layout)
-    return assemble(choice.buckets, sizes, kept=choice.kept, cap=cap, basis=basis,
-                    sync_flags=sync_flags, local=local, provided=provided,
-                    changes=choice.changes, history=choice.history, lines=lines,
-                    layout=choice.layout)
 
 
 def assignment_of(plan: Plan) -> Assignment:
     """The layout a plan's slice files record (what `read_assignment` reads back)."""
-    labels = tuple(layer.name.split("-", 1)[1] for layer in plan.layers)
+    labels = tuple(layer.label for layer in plan.layers)
     return Assignment(labels=labels, member={p.name: label for layer, label
                                              in zip(plan.layers, labels, strict=True)
                                              for p in layer.packages},

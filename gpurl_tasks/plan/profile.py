@@ -1,28 +1,26 @@
 """The planner's edge: read what the config names (the lock, the size tables, the committed
 slice files, the lock's git history) and plan every variant of a profile together.
 
-The packing itself is pure (`planner`, `variants`); this module turns a config into their
-inputs: each variant's install closure, sizes, slice lines, final-sync flags, the packages the
-compiled wheels provide, the path sources and what is installed outside the lock, and where
-each slice file lives.
+The packing itself is pure (`variants.plan_images`, the one entry point); this module turns a
+config into its inputs: each variant's install closure, sizes, slice lines, final-sync flags, the packages the
+compiled wheels provide, the path sources and what is installed outside the lock, read from
+where each variant's committed slice files live (`Variant.slices`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from pathlib import Path
 
-from gpurl_tasks.config import SHARED, BuildSettings, Config, PythonSelection
+from gpurl_tasks.config import BuildSettings, Config, Variant
 from gpurl_tasks.plan.history import version_changes
 from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
-from gpurl_tasks.plan.model import Layer, Plan, ProvidedPackage, sync_selection_flags
-from gpurl_tasks.plan.planner import plan_layers
+from gpurl_tasks.plan.model import Plan, ProvidedPackage, sync_selection_flags
 from gpurl_tasks.plan.report import PlanViews
 from gpurl_tasks.plan.sizes import SizeSources, load_size_sources, package_sizes
 from gpurl_tasks.plan.slices import read_assignment, slice_line
 from gpurl_tasks.plan.target import target_tags
-from gpurl_tasks.plan.variants import VariantInput, plan_variants
+from gpurl_tasks.plan.variants import VariantInput, plan_images
 from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = [
@@ -32,9 +30,6 @@ __all__ = [
     "plan_for_config",
     "plan_profile",
     "plan_views",
-    "shared_slices_dir",
-    "slice_path",
-    "slices_dir",
 ]
 
 
@@ -48,30 +43,10 @@ def local_install_flags(lock: Lock, closure: Closure) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def slices_dir(config: Config) -> Path:
-    """Where the profile's (or the variant's own) committed slice files live:
-    build.slices/<profile>, or build.slices/<profile>/<variant> for a profile with variants."""
-    return config.build.slices / config.profile / config.variant if config.variants \
-        else config.build.slices / config.profile
-
-
-def shared_slices_dir(config: Config) -> Path:
-    """Where the slices every variant of the profile installs first live."""
-    return config.build.slices / config.profile / SHARED
-
-
-def slice_path(config: Config, plan: Plan, layer: Layer) -> Path:
-    """The committed file of one of the plan's slices."""
-    shared = config.variants and layer.index < plan.shared
-    return (shared_slices_dir(config) if shared else slices_dir(config)) / f"{layer.name}.txt"
-
-
-def _variant_input(config: Config, parsed: Lock, selection: PythonSelection,
-                   sources: SizeSources, name: str = "",
-                   build: BuildSettings | None = None) -> VariantInput:
-    """One selection's closure, sizes, slice lines and flags (`build`: the variant's own build
-    settings, default the config's)."""
-    build = build or config.build
+def _variant_input(config: Config, parsed: Lock, variant: Variant,
+                   sources: SizeSources) -> VariantInput:
+    """One variant's closure, sizes, slice lines and flags."""
+    selection, build = variant.python, variant.build
     closure = install_closure(parsed, config.target, selection)
     wanted = set(provided_names(build.wheel_globs))
     provided = tuple(
@@ -81,7 +56,7 @@ def _variant_input(config: Config, parsed: Lock, selection: PythonSelection,
         for p in closure.packages if p.name in wanted)
     installed = [p for p in closure.packages if p.name not in wanted]
     return VariantInput(
-        name=name, sizes=tuple(package_sizes(installed, target_tags(config.target), sources)),
+        name=variant.name, sizes=tuple(package_sizes(installed, target_tags(config.target), sources)),
         sync_flags=sync_selection_flags(selection, local_flags=local_install_flags(parsed, closure)),
         local=tuple(p.name for p in closure.local), provided=provided,
         lines={p.name: slice_line(p) for p in installed},
@@ -106,9 +81,9 @@ def local_paths(closure: Closure) -> tuple[tuple[str, str], ...]:
 
 def plan_profile(config: Config, *, repack: bool = False,
                  max_slices: int | None = None) -> dict[str, Plan]:
-    """Every variant's plan ({"": plan} for a profile without variants), planned together;
-    `max_slices`: the most slices an image may have (the generator derives it from the layer
-    limit; see planner.fit_layout)."""
+    """Every variant's plan, by variant name, planned together; `max_slices`: the most slices
+    an image may have (the generator derives it from the layer limit; see
+    planner.fit_layout). `config` is the one of any of the profile's variants."""
     layout = dataclasses.replace(config.layers.layout, max_slices=max_slices)
     parsed = load_lock(config.lock)
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
@@ -116,22 +91,11 @@ def plan_profile(config: Config, *, repack: bool = False,
     def learn() -> tuple[Mapping[str, int], int]:
         return version_changes(config.lock)
 
-    if not config.variants:
-        one = _variant_input(config, parsed, config.python, sources)
-        previous = None if repack else read_assignment(slices_dir(config))
-        plan = plan_layers(one.sizes, cap=config.layers.cap, basis=config.layers.basis,
-                           sync_flags=one.sync_flags, local=one.local, provided=one.provided,
-                           previous=previous or None, lines=one.lines, learn=learn,
-                           layout=layout)
-        return {"": dataclasses.replace(plan, local_paths=one.local_paths,
-                                        outside_lock=one.outside_lock)}
-    inputs = [_variant_input(config, parsed, v.python, sources, v.name, v.build)
-              for v in config.variants]
-    base = config.build.slices / config.profile
-    plans = plan_variants(
+    inputs = [_variant_input(config, parsed, v, sources) for v in config.variants]
+    plans = plan_images(
         inputs, cap=config.layers.cap, basis=config.layers.basis,
-        shared=None if repack else read_assignment(shared_slices_dir(config)) or None,
-        previous={} if repack else {v.name: read_assignment(base / v.name) for v in config.variants},
+        shared=None if repack else read_assignment(config.variant.shared_slices) or None,
+        previous={} if repack else {v.name: read_assignment(v.slices) for v in config.variants},
         learn=learn, layout=layout)
     return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths,
                                         outside_lock=v.outside_lock) for v in inputs}
@@ -140,13 +104,13 @@ def plan_profile(config: Config, *, repack: bool = False,
 def plan_for_config(config: Config, *, repack: bool = False) -> Plan:
     """Load the lock, sizes and committed slices the config names and plan the layers (of the
     config's variant, planned together with the profile's other variants)."""
-    return plan_profile(config, repack=repack)[config.variant]
+    return plan_profile(config, repack=repack)[config.variant.name]
 
 
 def plan_views(plans: Mapping[str, Plan], config: Config, *, only: str | None = None,
                selection_given: bool = False) -> PlanViews:
     """The views of a profile's plans (every variant planned together): `only` one, or all
     (a selection given on the command line replaces every variant's: one plan shows)."""
-    only = only or (config.variant if selection_given else None)
+    only = only or (config.variant.name if selection_given else None)
     return PlanViews(tuple((name, plan) for name, plan in plans.items()
                            if only is None or name == only))

@@ -48,7 +48,7 @@ from gpurl_tasks.plan.planner import (
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.slices import Assignment, SliceLine, split_unhashed
 
-__all__ = ["VariantInput", "merge_assignments", "own_groups", "plan_variants"]
+__all__ = ["VariantInput", "merge_assignments", "own_groups", "plan_images"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,10 +57,10 @@ class VariantInput:
 
     name: str
     sizes: tuple[PackageSize, ...]
-    sync_flags: tuple[str, ...]
-    local: tuple[str, ...]
-    provided: tuple[ProvidedPackage, ...]
-    lines: Mapping[str, SliceLine]
+    sync_flags: tuple[str, ...] = ()
+    local: tuple[str, ...] = ()
+    provided: tuple[ProvidedPackage, ...] = ()
+    lines: Mapping[str, SliceLine] = dataclasses.field(default_factory=dict)
     local_paths: tuple[tuple[str, str], ...] = ()
     outside_lock: tuple[str, ...] = ()
 
@@ -83,11 +83,11 @@ def own_groups(layout: Layout) -> int:
 
 def _common(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
             layout: Layout) -> list[PackageSize]:
-    """Packages every variant installs with the same slice line (chain layers: none in any
+    """Packages every variant installs with the same slice line (stacked layers: none in any
     variant's tail)."""
     first, *rest = variants
     tails = set().union(*(tail_names(v.sizes, cap, basis) for v in variants)) \
-        if layout.mode == "chain" else set()
+        if layout.mode == "stacked" else set()
     lines = [{s.name: _line(v, s) for s in v.sizes} for v in rest]
     return [s for s in first.sizes if s.name not in tails
             and all(other.get(s.name) == _line(first, s) for other in lines)]
@@ -95,7 +95,7 @@ def _common(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
 
 def _fresh(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
            changes: Mapping[str, int], layout: Layout) -> tuple[list[Bucket], dict[str, list[Bucket]]]:
-    """Shared buckets over the common packages (chain: no tail), then each variant's own."""
+    """Shared buckets over the common packages (stacked: no tail), then each variant's own."""
     common = sorted(_common(variants, cap, basis, layout), key=lambda s: s.name)
     taken: set[str] = set()
     independent = layout.mode == "independent"
@@ -123,7 +123,7 @@ def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
     chosen: dict[str, list[Bucket]] = {}
     for variant in variants:
         own = previous.get(variant.name)
-        if own is None or (not own and layout.mode == "chain"):  # chain: every variant has a tail
+        if own is None or (not own and layout.mode == "stacked"):  # stacked: each has a tail
             return None
         choice = choose_buckets(variant.sizes, cap=cap, basis=basis,
                                 previous=merge_assignments(shared, own), lines=variant.lines,
@@ -147,13 +147,36 @@ def _images(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
     return [split_unhashed([*low, *own[v.name]], hashed_in(v.lines))[0] for v in variants]
 
 
-def plan_variants(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
-                  shared: Assignment | None = None,
-                  previous: Mapping[str, Assignment] | None = None,
-                  learn: Learn | None = None, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Plan]:
-    """Every variant's plan, the lowest `plan.shared` layers identical across them; pure.
-    With `layout.max_slices`, independent layers are fitted to it (`fit_layout`) over every
-    variant's image; committed slices over it are packed afresh."""
+def _alone(image: VariantInput, *, cap: int, basis: SizeBasis, previous: Assignment | None,
+           learn: Learn | None, layout: Layout) -> Plan:
+    """One image's plan: its committed slices kept, or a fresh packing (`choose_buckets`)."""
+    check_sizes(image.sizes, cap, basis)
+    check_layout(layout, cap)
+    choice = choose_buckets(image.sizes, cap=cap, basis=basis, previous=previous or None,
+                            lines=image.lines, learn=learn, layout=layout)
+    return assemble(choice.buckets, image.sizes, kept=choice.kept, cap=cap, basis=basis,
+                    sync_flags=image.sync_flags, local=image.local, provided=image.provided,
+                    changes=choice.changes, history=choice.history, lines=image.lines,
+                    layout=choice.layout)
+
+
+def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
+                shared: Assignment | None = None,
+                previous: Mapping[str, Assignment] | None = None,
+                learn: Learn | None = None, layout: Layout = DEFAULT_LAYOUT) -> dict[str, Plan]:
+    """The one planning entry point: every image's plan by its name; pure, and deterministic
+    for equal input whatever its order.
+
+    `previous` holds each image's committed slices and `shared` the ones its images share;
+    `learn` gives (changes per package, lock versions read) when a fresh packing needs them
+    (read lazily: re-planning never looks at history). Several images share their lowest
+    `plan.shared` layers; one image has nothing to share and is packed alone. With
+    `layout.max_slices`, independent layers are fitted to it (`fit_layout`) over every
+    image; committed slices over it are packed afresh."""
+    if len(variants) == 1:
+        (one,) = variants
+        return {one.name: _alone(one, cap=cap, basis=basis, previous=(previous or {}).get(one.name),
+                                 learn=learn, layout=layout)}
     for variant in variants:
         check_sizes(variant.sizes, cap, basis)
     check_layout(layout, cap)

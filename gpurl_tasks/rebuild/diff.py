@@ -28,14 +28,14 @@ from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.verify import layer_instructions
-from gpurl_tasks.plan.model import SLICE_DIR
+from gpurl_tasks.plan.model import Slice
 from gpurl_tasks.rebuild.inputs import closure_entries
 from gpurl_tasks.units import format_bytes
 
 __all__ = ["ImageDiff", "LayerChange", "PackageChange", "diff_images", "diff_task",
            "package_changes", "slice_layers"]
 
-_SLICE = re.compile(re.escape(SLICE_DIR) + r"/([^\s'\"]+)\.txt")
+_SLICE = re.compile(re.escape(Slice.IMAGE_DIR) + r"/([^\s'\"]+)\.txt")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -146,8 +146,8 @@ def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str])
     with tempfile.TemporaryDirectory(prefix="gpurl-since-") as tmp:
         write_atomic(Path(tmp, "pyproject.toml"), text)
         try:
-            old = load_config(Path(tmp), profile=current.profile, env=env,
-                              variant=current.variant or None)
+            old = load_config(Path(tmp), profile=current.profile, env=env)
+            old = old.for_variant(old.variant_named(current.variant.name))
         except ConfigError:
             return current
         root = Path(tmp).resolve()
