@@ -55,9 +55,10 @@ class Blob:
         return dataclasses.asdict(self)
 
 
-def compressor(level: int) -> str:
-    """What the blob's bytes depend on besides the tree: this writer, the zlib, the level."""
-    return f"{WRITER_VERSION} zlib {zlib.ZLIB_RUNTIME_VERSION} level {level}"
+def compressor(level: int, zlib_version: str = zlib.ZLIB_RUNTIME_VERSION) -> str:
+    """What the blob's bytes depend on besides the tree: this writer, the zlib (this
+    interpreter's, or the one env-base reported), the level."""
+    return f"{WRITER_VERSION} zlib {zlib_version} level {level}"
 
 
 class _GzipSink:
