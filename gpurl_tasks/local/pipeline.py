@@ -117,9 +117,10 @@ def build_local(config: Config, *, git_sha: str, wheel_source: str | None = None
                 ) -> BuildResult:
     """`invoke build --backend local`: the generated Dockerfile, the cluster path's build args.
     A stale Dockerfile or slice set is refused with generate --check's message. The
-    environment is composed at the registry from slice images (local/compose_env.py), or with
+    environment is composed at the registry from env-base and the slice layers gpurl writes
+    (local/compose_env.py), or with
     `chain` built as one layer chain (the env-chain stage, as kaniko builds it). `no_cache`
-    rebuilds every step of the final build; slice images are named by their inputs and
+    rebuilds every step of the final build; written slices are named by their inputs and
     reused (with `chain`, the environment is rebuilt too)."""
     check_committed(config)
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
@@ -163,9 +164,10 @@ def describe_local_build(config: Config, *, git_sha: str, wheel_source: str | No
     reference = builder.image_reference(config, git_sha)
     lines = []
     if not chain:
-        lines = [f"compose the environment: build {ENV_BASE_STAGE}, then each slice-NN-label "
-                 f"stage whose slice-<label>-<hash> tag {cache_repository(config)} lacks, "
-                 f"push it there; write {config.registry.image}:env-<hash> from their layers",
+        lines = [f"compose the environment: build {ENV_BASE_STAGE} and push it to "
+                 f"{cache_repository(config)}; stage and write (in containers of "
+                 f"{ENV_BASE_STAGE}) each slice whose slice-<label>-<hash> tag it lacks, push "
+                 f"its blob there; write {config.registry.image}:env-<hash> from their layers",
                  ]
         args["ENV_SOURCE"] = f"{config.registry.image}@<composed digest>"
     argv = builder.build_command("docker", dockerfile=config.build.dockerfile,
