@@ -119,6 +119,9 @@ class LayerSettings:
     # independent: a package this large gets a slice of its own
     own_layer: int = _field(20 * 10**6, size=True)
     tail_groups: int = 32  # independent: the smaller packages go into this many stable groups
+    # The gzip level of the slice layers gpurl writes itself (oci/layer.py, zlib): part of
+    # each slice's cache key and digest, so every builder must use the same one.
+    compression_level: int = _field(6, check=values.gzip_level)
 
     @property
     def layout(self) -> Layout:

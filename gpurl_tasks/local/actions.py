@@ -69,7 +69,8 @@ def generate_files(config: Config, planned: Plan) -> tuple[None, str]:
 
 def compose(config: Config, planned: Plan, *, git_sha: str, build_args: Mapping[str, str],
             on_line: Say | None) -> tuple[ComposedEnv, str]:
-    """The environment composed at the registry from slice images (local/compose_env.py)."""
+    """The environment composed at the registry from env-base and the slice layers gpurl
+    writes (local/compose_env.py)."""
     with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root))):
         environment = compose_environment(
             config, planned, client=find_buildkit_client()[0],

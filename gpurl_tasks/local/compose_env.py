@@ -1,18 +1,21 @@
-"""The composed environment, locally: slice images built once with BuildKit, composed at the
-loopback registry (oci/compose.py), then handed to the final build as ENV_SOURCE.
+"""The composed environment, locally: env-base built with BuildKit, each slice's layer written
+by gpurl itself (local/stage.py, oci/layer.py), the image composed at the loopback registry by
+manifest (oci/layered.py), then handed to the final build as ENV_SOURCE.
 
-1. build `env-base` (its image id names every slice's base);
-2. per slice, its cache tag (`slice-<label>-<hash of its inputs>` in the cache repository);
-   only a tag the registry lacks is built (`--target slice-NN-label`) and pushed;
-3. env-base's layers and each slice's install layer are mounted into the image's repository
-   (no bytes move) and the composed manifest is written under `env-<hash>`;
+1. build `env-base` and push it to the cache repository (`env-base-<image id>`);
+2. per slice, its cache tag (`slice-<label>-<hash of what its blob depends on>`); only a
+   slice the cache lacks is staged and written, in parallel, in containers of env-base, and
+   its blob pushed and recorded there as a one-layer image under that tag;
+3. env-base's layers and each slice's blob are mounted into the image's repository (no
+   bytes move) and the composed manifest is written under `env-<hash>`;
 4. the caller builds `rl` with `--build-arg ENV_SOURCE=<host/repo@digest>`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-import json
+import os
 import tempfile
 import time
 from collections.abc import Mapping
@@ -20,26 +23,33 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, slice_run
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, VENV
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.files import read_text
+from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import LineSink
-from gpurl_tasks.oci.compose import (
-    ComposedEnv,
-    SliceImage,
-    SliceOutcome,
-    compose,
-    composed_tag,
-)
+from gpurl_tasks.local.stage import StagedSlice, probe_base, stage_command, stage_slice
+from gpurl_tasks.oci.compose import ComposedEnv, SliceOutcome, composed_tag
 from gpurl_tasks.oci.connect import open_client
-from gpurl_tasks.oci.image import parse_manifest
+from gpurl_tasks.oci.image import Descriptor, parse_manifest
+from gpurl_tasks.oci.layer import compressor
+from gpurl_tasks.oci.layered import (
+    BaseImage,
+    WrittenSlice,
+    compose_written,
+    slice_image,
+    slice_key,
+    written_history,
+    written_slice,
+)
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.model import Layer, Plan
 
 __all__ = ["compose_commands", "compose_environment"]
+
+_WORKERS = max(1, min(4, (os.cpu_count() or 1)))  # slices are independent: stage in parallel
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -66,88 +76,133 @@ class _Builds:
         builder.run_build(argv, self.on_line, self.log_dir / f"{target}.log")
 
 
-def _slice_image(registry: RegistryClient, ref: ImageRef, name: str) -> SliceImage:
+def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseImage:
     _, _, manifest = registry.manifest(ref)
-    config_digest = parse_manifest(manifest, f"manifest of slice image {name}").config_digest
-    return SliceImage.from_documents(name, manifest, registry.blob_json(ref, config_digest))
+    digest = parse_manifest(manifest, "manifest of env-base").config_digest
+    return BaseImage.from_documents(manifest, registry.blob_json(ref, digest))
+
+
+def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> WrittenSlice | None:
+    if registry.lookup(ref) is None:
+        return None
+    _, _, manifest = registry.manifest(ref)
+    digest = parse_manifest(manifest, f"manifest of cached slice {name}").config_digest
+    return written_slice(name, manifest, registry.blob_json(ref, digest))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Wanted:
+    layer: Layer
+    path: Path  # the slice file on this machine
+    ref: ImageRef  # its cache tag
 
 
 def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Path,
                      context: Path, build_args: Mapping[str, str]) -> tuple[tuple[str, ...], ...]:
-    """What `compose_environment` runs at most, for a dry run: env-base's build, then each
-    slice's build and push. Only a slice its cache tag lacks is built; the tag's hash and the
-    slices' base are known once env-base is built, so they are shown as <placeholders>."""
+    """What `compose_environment` runs at most, for a dry run: env-base's build and push, then
+    each slice's staging container. Only a slice its cache tag lacks is written; the tags and
+    env-base's id are known once env-base is built, so they are shown as <placeholders>."""
     builds = _Builds(client=client, dockerfile=dockerfile, context=context,
                      build_args=dict(build_args), log_dir=Path(), on_line=None)
-    commands = [builds.command(ENV_BASE_STAGE, iidfile=Path("<env-base.iid>"))]
-    builds = dataclasses.replace(builds, build_args={**builds.build_args,
-                                                     "SLICE_BASE": "gpurl-env-base:<image id>"})
-    for layer in plan.layers:
-        ref = f"{cache_repository(config)}:slice-{layer.label}-<inputs hash>"
-        commands += [builds.command(layer.slice.stage, tags=(ref,)),
-                     builder.push_command(client, ref)]
+    base = f"{cache_repository(config)}:env-base-<image id>"
+    commands = [builds.command(ENV_BASE_STAGE, iidfile=Path("<env-base.iid>")),
+                [client, "tag", "<image id>", base], builder.push_command(client, base)]
+    commands += [stage_command(client, image="<image id>", slice_file=layer.slice.path(config.variant),
+                               dest=layer.slice.image_path, out_dir=Path("<out>"),
+                               output=f"{layer.name}.tar.gz", venv=VENV,
+                               level=config.layers.compression_level)
+                 for layer in plan.layers]
     return tuple(tuple(argv) for argv in commands)
 
 
 def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: Path,
                         context: Path, build_args: Mapping[str, str], log_dir: Path,
                         on_line: LineSink | None = None) -> ComposedEnv:
-    """Build the missing slice images, compose the environment at the registry, return it.
-    The package index must be served for the duration (the caller's `serving_index`).
-
-    Always from the build cache: a slice image is named by its inputs, so one that exists is
-    reused, and every slice must sit on the one env-base this run built (a `--no-cache` build
-    of each slice target would rebuild env-base under each, each time different)."""
+    """Write the missing slice layers, compose the environment at the registry, return it.
+    The package index must be served for the duration (the caller's `serving_index`)."""
     start = time.monotonic()
     builds = _Builds(client=client, dockerfile=dockerfile, context=context,
                      build_args=dict(build_args), log_dir=log_dir, on_line=on_line)
+    cache = parse_reference(cache_repository(config), default_host=config.registry.host,
+                            bare=True)
+    target = parse_reference(config.registry.image, default_host=config.registry.host, bare=True)
+    level = config.layers.compression_level
     with tempfile.TemporaryDirectory(prefix="gpurl-env-") as tmp:
         iidfile = Path(tmp) / "env-base.iid"
         builds.run(ENV_BASE_STAGE, iidfile=iidfile)
         base_id = iidfile.read_text().strip()
-    base_layers = tuple(json.loads(proc.run_quiet(
-        [client, "image", "inspect", "--format", "{{json .RootFS.Layers}}", base_id]).stdout))
-    # the slices build FROM this very image, never from the stage again: after a --no-cache
-    # build the engine's cache holds two builds of env-base and may pick either
-    local_base = f"gpurl-env-base:{base_id.removeprefix('sha256:')[:32]}"
-    proc.run_quiet([client, "tag", base_id, local_base])
-    builds = dataclasses.replace(builds, build_args={**builds.build_args,
-                                                     "SLICE_BASE": local_base})
-    cache = parse_reference(cache_repository(config), default_host=config.registry.host,
-                            bare=True)
-    target = parse_reference(config.registry.image, default_host=config.registry.host, bare=True)
-    outcomes: list[SliceOutcome] = []
-    images: list[SliceImage] = []
-    with open_client(config, cache) as registry:
-        for layer in plan.layers:
-            text = read_text(layer.slice.path(config.variant), what="slice file",
-                             error=BuildError).encode()
-            tag = layer.slice.cache_tag(base_id=base_id, slice_text=text,
-                                        install=slice_run(layer).render())
-            ref = dataclasses.replace(cache, tag=tag, digest=None)
-            image = None
-            if registry.lookup(ref) is not None:
-                image = _slice_image(registry, ref, layer.name)
-                if image.diff_ids[:image.base_count] != base_layers:
-                    image = None  # built on another build of env-base: build it again
-            built = image is None
-            if image is None:
-                builds.run(layer.slice.stage, tags=(str(ref),))
-                builder.push_image(client, str(ref))
-                image = _slice_image(registry, ref, layer.name)
-                if image.diff_ids[:image.base_count] != base_layers:
-                    raise BuildError(f"slice {layer.name} was not built on {ENV_BASE_STAGE} "
-                                     f"{base_id[:19]} ({local_base})")
-            images.append(image)
-            install = image.manifest.layers[-1]
-            outcomes.append(SliceOutcome(name=layer.name, reference=str(ref), built=built,
-                                         blob=install.digest, size=install.size))
-        composed = compose(images)
-        for blob in composed.manifest.layers:
-            registry.mount_blob(target, blob.digest, cache.repository)
-        registry.push_blob(target, composed.config)
-        tag = composed_tag([i.manifest.config_digest for i in images])
-        digest = registry.put_manifest(target, tag, composed.manifest_bytes,
-                                       composed.manifest.media_type)
+        base_ref = dataclasses.replace(cache, tag=f"env-base-{base_id.removeprefix('sha256:')[:32]}",
+                                       digest=None)
+        proc.run_quiet([client, "tag", base_id, str(base_ref)])
+        builder.push_image(client, str(base_ref))
+        probe = probe_base(client, base_id, VENV)
+        compressor_id = compressor(level, probe.zlib)
+        with open_client(config, cache) as registry:
+            base = _env_base(registry, base_ref)
+            wanted = []
+            for layer in plan.layers:
+                path = layer.slice.path(config.variant)
+                text = read_text(path, what="slice file", error=BuildError).encode()
+                tag = slice_key(label=layer.label, slice_text=text,
+                                python=probe.python, venv=VENV, uv=probe.uv,
+                                compressor=compressor_id)
+                wanted.append(_Wanted(layer=layer, path=path,
+                                      ref=dataclasses.replace(cache, tag=tag, digest=None)))
+            found = {w.layer.name: _cached(registry, w.ref, w.layer.name) for w in wanted}
+            missing = [w for w in wanted if found[w.layer.name] is None]
+            staged: dict[str, StagedSlice] = {}
+            with concurrent.futures.ThreadPoolExecutor(max_workers=_WORKERS) as pool:
+                jobs = {pool.submit(stage_slice, client, image=base_id, slice_file=w.path,
+                                    dest=w.layer.slice.image_path, out_dir=Path(tmp),
+                                    name=w.layer.name, venv=VENV, level=level): w
+                        for w in missing}
+                for job in concurrent.futures.as_completed(jobs):
+                    w = jobs[job]
+                    done = job.result()
+                    staged[w.layer.name] = done
+                    found[w.layer.name] = _record(registry, w, done, base)
+                    done.path.unlink()
+                    _write_log(log_dir, w.layer.name, done)
+            slices = [found[w.layer.name] for w in wanted]
+            composed = compose_written(base, [s for s in slices if s is not None])
+            for blob in composed.manifest.layers:
+                registry.mount_blob(target, blob.digest, cache.repository)
+            registry.push_blob(target, composed.config)
+            tag = composed_tag([composed.manifest.config_digest])
+            digest = registry.put_manifest(target, tag, composed.manifest_bytes,
+                                           composed.manifest.media_type)
+    outcomes = tuple(
+        SliceOutcome(name=w.layer.name, reference=str(w.ref), built=w.layer.name in staged,
+                     blob=s.layer.digest, size=s.layer.size,
+                     seconds=staged[w.layer.name].seconds if w.layer.name in staged else 0.0)
+        for w, s in zip(wanted, slices, strict=True) if s is not None)
     return ComposedEnv(reference=f"{target.name}@{digest}", tag=tag, base_id=base_id,
-                       slices=tuple(outcomes), seconds=time.monotonic() - start)
+                       slices=outcomes, seconds=time.monotonic() - start)
+
+
+def _record(registry: RegistryClient, wanted: _Wanted, done: StagedSlice,
+            base: BaseImage) -> WrittenSlice:
+    """Push a written slice's blob and its one-layer image under its cache tag."""
+    written = WrittenSlice(
+        name=wanted.layer.name, diff_id=done.blob.diff_id,
+        created_by=written_history(wanted.layer),
+        layer=Descriptor(media_type=base.layer_type, digest=done.blob.digest,
+                         size=done.blob.size))
+    registry.push_blob(wanted.ref, done.path, done.blob.digest)
+    manifest, config = slice_image(written, media_type=base.manifest.media_type,
+                                   platform=_platform(base))
+    registry.push_blob(wanted.ref, config)
+    assert wanted.ref.tag is not None
+    registry.put_manifest(wanted.ref, wanted.ref.tag, manifest, base.manifest.media_type)
+    return written
+
+
+def _platform(base: BaseImage) -> dict[str, str]:
+    return {k: str(base.config[k]) for k in ("architecture", "os", "variant")
+            if k in base.config}
+
+
+def _write_log(log_dir: Path, name: str, done: StagedSlice) -> None:
+    write_atomic(log_dir / f"slice-{name}.log",
+                 f"{done.log}\nwrote {done.blob.digest} ({done.blob.size:,} bytes) "
+                 f"in {done.seconds:.1f}s\n")

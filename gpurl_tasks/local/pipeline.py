@@ -54,10 +54,10 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
                 force: bool = False, chain: bool = False, say: Say | None = None,
                 setup: bool = True) -> tuple[Step[Any], ...]:
     """`invoke build --backend local`: setup-local (`setup`), the environment composed at the
-    registry from slice images (or with `chain` built as the env-chain stage, as kaniko
-    builds it), then the image built from the generated Dockerfile and pushed. `no_cache`
-    rebuilds every step of the final build; slice images are named by their inputs and
-    reused."""
+    registry from env-base and the slice layers gpurl writes (or with `chain` built as the
+    env-chain stage, as kaniko builds it), then the image built from the generated Dockerfile
+    and pushed. `no_cache` rebuilds every step of the final build; written slices are named
+    by their inputs and reused."""
     args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
     steps: list[Step[Any]] = []
     if setup:

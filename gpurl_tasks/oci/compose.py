@@ -138,6 +138,7 @@ class SliceOutcome:
     built: bool  # False: the registry already held this tag (nothing built or pushed)
     blob: str  # the install layer's digest
     size: int  # the install layer's compressed size
+    seconds: float = 0.0  # staging and writing it (0 when reused)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -259,9 +260,12 @@ class RegistryClient:
                                 hint="the registry must allow cross-repository mounts, and the "
                                      "credentials must read the source repository")
 
-    def push_blob(self, ref: ImageRef, data: bytes) -> str:
-        """Upload a small blob (an image config) in one request; returns its digest."""
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    def push_blob(self, ref: ImageRef, data: bytes | Path, digest: str | None = None) -> str:
+        """Upload a blob in one request (bytes, or a file streamed from disk with its known
+        `digest`, as a layer gpurl wrote); returns its digest. A no-op when it is there."""
+        if digest is None:
+            digest = "sha256:" + hashlib.sha256(
+                data if isinstance(data, bytes) else data.read_bytes()).hexdigest()
         if self.has_blob(ref, digest):
             return digest
         started = self._request("POST", ref, "blobs/uploads/", push=True)
@@ -291,7 +295,7 @@ class RegistryClient:
     def _request(self, method: str, ref: ImageRef, path: str,
                  headers: Mapping[str, str] | None = None, *, push: bool = False,
                  params: Mapping[str, str] | None = None, url: httpx.URL | None = None,
-                 content: bytes | None = None, root: bool = False) -> httpx.Response:
+                 content: bytes | Path | None = None, root: bool = False) -> httpx.Response:
         """One API call with auth, retries and error mapping: `path` under the repository's
         /v2/NAME/, or `url` as given, or (`root`) the API root /v2/ itself."""
         scope = _scope(ref, push=push)
@@ -351,10 +355,14 @@ class RegistryClient:
             return response
 
     def _send(self, method: str, target: httpx.URL, headers: Mapping[str, str],
-              content: bytes | None) -> httpx.Response:
+              content: bytes | Path | None) -> httpx.Response:
         """One request; while the scheme is undecided (loopback, `insecure` unset) an HTTPS
         attempt the server answers with something other than TLS is sent again in plain
         HTTP, and whichever connects fixes the scheme for the client's life."""
+        if isinstance(content, Path):  # streamed, opened afresh for each attempt
+            with content.open("rb") as handle:
+                return self._send(method, target, {**headers, "Content-Length": str(
+                    content.stat().st_size)}, handle)  # type: ignore[arg-type]
         if self._decided:
             return self._http.request(method, target, headers=headers, content=content)
         try:

@@ -1,0 +1,107 @@
+"""One slice's layer, written in a container of env-base: the staging install, then gpurl's
+layer writer with env-base's own python3 (so the zlib that compresses is env-base's, the
+same on every builder).
+
+In the container (`--network host`, for the loopback package index env-base names):
+  uv pip install --no-deps --require-hashes --no-installer-metadata \
+      --prefix /stage --python /opt/venv/bin/python -r /tmp/gpurl-layers/<slice file>
+lays the slice's files out as they sit in the venv (`lib/python3.X/site-packages/`, `bin/`
+with `#!/opt/venv/bin/python` entry points, no INSTALLER, REQUESTED or direct_url.json);
+uv's own `.lock` is dropped; then `python3 -m gpurl_tasks.oci.layer /stage ... --prefix
+opt/venv` (gpurl_tasks mounted read-only) writes the blob into the mounted output directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+
+from gpurl_tasks import proc
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.oci.layer import Blob
+
+__all__ = ["Probe", "StagedSlice", "probe_base", "stage_command", "stage_slice"]
+
+PACKAGE = Path(__file__).resolve().parent.parent  # gpurl_tasks, mounted read-only
+_MOUNT = "/gpurl"  # gpurl_tasks is at /gpurl/gpurl_tasks in the container
+_STAGE = "/stage"
+_OUT = "/gpurl-out"
+_PROBE = ("import json, sys, zlib; print(json.dumps({'python': sys.version.split()[0],"
+          " 'zlib': zlib.ZLIB_RUNTIME_VERSION}))")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Probe:
+    """What a written slice's bytes depend on in env-base: its venv's Python, the writer's zlib."""
+
+    python: str  # the venv's interpreter version, e.g. 3.11.2
+    zlib: str  # the zlib env-base's python3 compresses with
+    uv: str  # what `uv --version` says in env-base
+
+
+def probe_base(client: str, image: str, venv: str) -> Probe:
+    """Ask env-base for its venv's Python version and its python3's zlib (one container)."""
+    script = (f"{shlex.quote(venv)}/bin/python -c {shlex.quote(_PROBE)} && "
+              f"python3 -c {shlex.quote(_PROBE)} && uv --version")
+    done = proc.run_quiet([client, "run", "--rm", image, "sh", "-c", script], check=False,
+                          timeout=120)
+    try:
+        venv_line, writer_line, uv_said = done.stdout.strip().splitlines()
+        venv_said, writer_said = json.loads(venv_line), json.loads(writer_line)
+    except ValueError:
+        raise BuildError(f"env-base ({image[:19]}) did not say its Python version: "
+                         f"{proc.tail(done.stderr or done.stdout, 3)}") from None
+    return Probe(python=str(venv_said["python"]), zlib=str(writer_said["zlib"]),
+                 uv=uv_said.strip())
+
+
+def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
+                  output: str, venv: str, level: int) -> list[str]:
+    """The `docker run` that stages one slice and writes its layer (pure, for tests)."""
+    install = ["uv", "pip", "install", "--no-deps", "--require-hashes", "--no-installer-metadata",
+               "--prefix", _STAGE, "--python", f"{venv}/bin/python", "-r", dest]
+    write = ["python3", "-B", "-m", "gpurl_tasks.oci.layer", _STAGE, f"{_OUT}/{output}",
+             "--prefix", venv.strip("/"), "--level", str(level)]
+    script = " && ".join([
+        "set -eu", shlex.join(install) + " >&2", f"rm -f {_STAGE}/.lock",
+        shlex.join(write), f"chown {os.getuid()}:{os.getgid()} {_OUT}/{output}"])
+    return [client, "run", "--rm", "--network", "host",
+            "-v", f"{PACKAGE}:{_MOUNT}/gpurl_tasks:ro", "-v", f"{slice_file}:{dest}:ro",
+            "-v", f"{out_dir}:{_OUT}", "-w", _MOUNT, "-e", "PYTHONDONTWRITEBYTECODE=1",
+            image, "sh", "-c", script]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StagedSlice:
+    """One written slice layer on disk, and how long staging and writing took."""
+
+    path: Path
+    blob: Blob
+    seconds: float
+    log: str  # what uv said
+
+
+def stage_slice(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
+                name: str, venv: str, level: int) -> StagedSlice:
+    """Stage one slice in a container of env-base and write its layer into `out_dir`."""
+    start = time.monotonic()
+    output = f"{name}.tar.gz"
+    done = proc.run_quiet(stage_command(client, image=image, slice_file=slice_file.resolve(),
+                                        dest=dest, out_dir=out_dir.resolve(), output=output,
+                                        venv=venv, level=level),
+                          check=False, timeout=3600)
+    if done.returncode != 0:
+        raise BuildError(f"staging slice {name} failed: {proc.tail(done.stderr, 6)}",
+                         hint="the package index must serve the slice's wheels")
+    try:
+        said = json.loads(done.stdout.strip().splitlines()[-1])
+        blob = Blob(digest=said["digest"], diff_id=said["diff_id"], size=int(said["size"]))
+    except (ValueError, KeyError, IndexError):
+        raise BuildError(f"the layer writer for slice {name} printed no blob: "
+                         f"{proc.tail(done.stdout, 3)}") from None
+    return StagedSlice(path=out_dir / output, blob=blob, seconds=time.monotonic() - start,
+                       log=done.stderr)

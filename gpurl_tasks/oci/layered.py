@@ -1,0 +1,163 @@
+"""The environment image from env-base and the slice layers gpurl wrote (pure: documents in,
+documents out).
+
+Each slice's layer is written by gpurl itself (oci/layer.py) from a staging install of the
+slice alone, so its blob depends only on the slice file, env-base's Python and venv path, the
+pinned uv and the writer with its gzip level: the same inputs give the same digest on every
+builder, after any cache loss. Each is cached in the cache repository as a one-layer image
+under a tag that hashes exactly those inputs (`slice_key`), never env-base's image id, so a
+rebuilt env-base that keeps them reuses every slice.
+
+The environment image is written, never built: env-base's layers, then each slice's blob in
+plan order, with env-base's config whose `rootfs.diff_ids` and `history` follow the layers
+(verify-layers maps each slice layer to its `uv pip install ... -r /tmp/gpurl-layers/...`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpurl_tasks.dockerfile.recipe import VENV
+from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.oci.compose import Composed
+from gpurl_tasks.oci.image import (
+    Descriptor,
+    Manifest,
+    parse_config,
+    parse_diff_ids,
+    parse_manifest,
+)
+from gpurl_tasks.oci.layer import WRITER_VERSION
+from gpurl_tasks.plan.model import Layer
+
+__all__ = ["BaseImage", "WrittenSlice", "compose_written", "slice_image", "slice_key",
+           "written_history", "written_slice"]
+
+_KEY_VERSION = "gpurl-written-slice-1"  # bump when what a cached slice image means changes
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+_LAYER_TYPES = {DOCKER_MANIFEST: "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                "application/vnd.oci.image.manifest.v1+json":
+                    "application/vnd.oci.image.layer.v1.tar+gzip"}
+_CONFIG_TYPES = {DOCKER_MANIFEST: "application/vnd.docker.container.image.v1+json",
+                 "application/vnd.oci.image.manifest.v1+json":
+                     "application/vnd.oci.image.config.v1+json"}
+
+
+def slice_key(*, label: str, slice_text: bytes, python: str, venv: str, uv: str,
+              compressor: str) -> str:
+    """The cache tag of one written slice: a hash of all its blob's bytes depend on (the
+    slice file's bytes, env-base's Python version and venv path, the uv version, the writer
+    with its zlib and level) and nothing that depends on its position or on env-base's id."""
+    key = json.dumps({"version": _KEY_VERSION, "slice": hashlib.sha256(slice_text).hexdigest(),
+                      "python": python, "venv": venv, "uv": uv, "compressor": compressor},
+                     sort_keys=True)
+    return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def written_history(layer: Layer) -> str:
+    """The history entry of a written slice, on every builder: what ran to stage it
+    (verify-layers maps a layer with `uv pip install` and the slice file's path to its slice)."""
+    return (f"gpurl {WRITER_VERSION}: uv pip install --no-deps --require-hashes "
+            f"--no-installer-metadata --prefix {VENV} -r {layer.slice.image_path}")
+
+
+def _canonical(document: Mapping[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WrittenSlice:
+    """One slice layer: its blob descriptor, diff_id and the history entry naming it."""
+
+    name: str  # the plan's NN-label
+    layer: Descriptor
+    diff_id: str
+    created_by: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseImage:
+    """env-base as the registry holds it: manifest and config (checked types)."""
+
+    manifest: Manifest
+    config: Mapping[str, Any]
+    diff_ids: tuple[str, ...]
+
+    @staticmethod
+    def from_documents(manifest: Mapping[str, Any], config: Mapping[str, Any]) -> BaseImage:
+        parsed = parse_manifest(manifest, "manifest of env-base")
+        parse_config(config, "config of env-base")
+        diff_ids = parse_diff_ids(config, "config of env-base")
+        if len(diff_ids) != len(parsed.layers):
+            raise RegistryError(f"env-base has {len(parsed.layers)} layers and "
+                                f"{len(diff_ids)} diff_ids")
+        if parsed.media_type not in _LAYER_TYPES or parsed.config is None:
+            raise RegistryError(f"env-base's manifest is {parsed.media_type}, not a Docker or "
+                                "OCI image manifest")
+        return BaseImage(manifest=parsed, config=config, diff_ids=diff_ids)
+
+    @property
+    def layer_type(self) -> str:
+        return _LAYER_TYPES[self.manifest.media_type]
+
+
+def slice_image(written: WrittenSlice, *, media_type: str, platform: Mapping[str, str],
+                ) -> tuple[bytes, bytes]:
+    """(manifest, config) of the one-layer image that records a slice in the cache
+    repository; deterministic, so the same slice gives the same manifest digest."""
+    config = _canonical({**platform, "config": {},
+                         "rootfs": {"type": "layers", "diff_ids": [written.diff_id]},
+                         "history": [{"created_by": written.created_by}]})
+    manifest = Manifest(
+        layers=(written.layer,),
+        config_digest="sha256:" + hashlib.sha256(config).hexdigest(),
+        config=Descriptor(media_type=_CONFIG_TYPES[media_type], size=len(config),
+                          digest="sha256:" + hashlib.sha256(config).hexdigest()),
+        media_type=media_type)
+    return _canonical(manifest.to_json()), config
+
+
+def written_slice(name: str, manifest: Mapping[str, Any], config: Mapping[str, Any],
+                  ) -> WrittenSlice:
+    """A cached slice image read back: exactly one layer, one diff_id, one history entry."""
+    where = f"cached slice {name}"
+    parsed = parse_manifest(manifest, f"manifest of {where}")
+    diff_ids = parse_diff_ids(config, f"config of {where}")
+    history = parse_config(config, f"config of {where}").history
+    if len(parsed.layers) != 1 or len(diff_ids) != 1 or len(history) != 1 \
+            or not history[0].created_by:
+        raise RegistryError(f"{where} is not a one-layer image gpurl wrote",
+                            hint="delete its tag from the cache repository")
+    return WrittenSlice(name=name, layer=parsed.layers[0], diff_id=diff_ids[0],
+                        created_by=history[0].created_by)
+
+
+def compose_written(base: BaseImage, slices: Sequence[WrittenSlice]) -> Composed:
+    """env-base's layers, then each slice's blob in order, with env-base's config extended
+    to match (environment, workdir and platform are env-base's)."""
+    if not slices:
+        raise RegistryError("no slice layers to compose")
+    for written in slices:
+        if written.layer.media_type != base.layer_type:
+            raise RegistryError(f"slice {written.name} is a {written.layer.media_type} layer, "
+                                f"env-base's are {base.layer_type}",
+                                hint="delete its tag from the cache repository")
+    config: dict[str, Any] = copy.deepcopy(dict(base.config))
+    config["rootfs"] = {"type": "layers",
+                        "diff_ids": [*base.diff_ids, *(s.diff_id for s in slices)]}
+    config["history"] = [*(dict(e) for e in base.config.get("history") or []),
+                         *({"created_by": s.created_by} for s in slices)]
+    blob = _canonical(config)
+    assert base.manifest.config is not None  # checked in from_documents
+    descriptor = dataclasses.replace(base.manifest.config,
+                                     digest="sha256:" + hashlib.sha256(blob).hexdigest(),
+                                     size=len(blob))
+    manifest = Manifest(layers=(*base.manifest.layers, *(s.layer for s in slices)),
+                        config_digest=descriptor.digest, config=descriptor,
+                        media_type=base.manifest.media_type)
+    return Composed(manifest=manifest, config=blob)
