@@ -11,11 +11,13 @@ import contextlib
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from gpurl_tasks.errors import GpurlError
 
-__all__ = ["decode_text", "read_text", "sha256_of", "write_atomic"]
+__all__ = ["decode_text", "open_atomic", "read_text", "sha256_of", "write_atomic"]
 
 
 def write_atomic(path: Path, text: str | bytes, *, mode: int | None = None) -> bool:
@@ -29,13 +31,23 @@ def write_atomic(path: Path, text: str | bytes, *, mode: int | None = None) -> b
     data = text.encode() if isinstance(text, str) else text
     if target.exists() and target.read_bytes() == data and mode in (None, target.stat().st_mode & 0o7777):
         return False
+    with open_atomic(target, mode=mode) as handle:
+        handle.write(data)
+    return True
+
+
+@contextlib.contextmanager
+def open_atomic(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A binary handle whose bytes replace `path` when the block ends without an error (for
+    output streamed in pieces, such as a layer blob); on an error `path` is left as it was."""
+    target = path.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".gpurl-tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
@@ -50,7 +62,6 @@ def write_atomic(path: Path, text: str | bytes, *, mode: int | None = None) -> b
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    return True
 
 
 def sha256_of(path: Path) -> str:

@@ -1,0 +1,151 @@
+"""The deterministic layer writer (oci/layer.py): same tree, same bytes; a well-formed tar."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpurl_tasks.errors import BuildError
+from gpurl_tasks.oci.layer import MTIME, layer_names, write_layer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_NAME = st.text(alphabet="abcXY-_.0é", min_size=1, max_size=8).filter(
+    lambda s: s not in (".", ".."))
+# a tree: relative path parts -> (content, executable); symlinks point at a sibling name
+_FILES = st.dictionaries(st.lists(_NAME, min_size=1, max_size=4).map(tuple),
+                         st.tuples(st.binary(max_size=300), st.booleans()),
+                         min_size=1, max_size=12)
+_LINKS = st.lists(st.tuples(_NAME, _NAME), max_size=3)
+
+
+def _consistent(files: dict[tuple[str, ...], tuple[bytes, bool]]) -> dict[tuple[str, ...],
+                                                                         tuple[bytes, bool]]:
+    """Drop files whose path is another file's directory (a name cannot be both)."""
+    dirs = {parts[:i] for parts in files for i in range(1, len(parts))}
+    return {p: v for p, v in files.items() if p not in dirs}
+
+
+def _make(root: Path, files: dict[tuple[str, ...], tuple[bytes, bool]],
+          links: list[tuple[str, str]], seed: int) -> None:
+    """Create the tree in a seed-chosen order with seed-chosen mtimes and atimes."""
+    rng = random.Random(seed)
+    order = list(files.items())
+    rng.shuffle(order)
+    root.mkdir()
+    for parts, (content, executable) in order:
+        path = root.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        path.chmod(rng.choice([0o700, 0o775, 0o755, 0o711]) if executable
+                   else rng.choice([0o600, 0o664, 0o644, 0o444]))
+    for name, target in links:
+        link = root / f"link-{name}"
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(target)
+    for top, dirs, names in os.walk(root):
+        for name in dirs + names:
+            stamp = rng.randrange(10**9, 2 * 10**9)
+            os.utime(Path(top) / name, (stamp + rng.randrange(999), stamp),
+                     follow_symlinks=False)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(files=_FILES, links=_LINKS, seeds=st.tuples(st.integers(), st.integers()),
+       level=st.integers(1, 9))
+def test_same_tree_same_bytes_whatever_the_order_and_times(
+        files: dict[tuple[str, ...], tuple[bytes, bool]], links: list[tuple[str, str]],
+        seeds: tuple[int, int], level: int) -> None:
+    files = _consistent(files)
+    with tempfile.TemporaryDirectory() as tmp:
+        blobs = []
+        for n, seed in enumerate(seeds):
+            _make(Path(tmp) / f"tree{n}", files, links, seed)
+            out = Path(tmp) / f"layer{n}.tar.gz"
+            blobs.append((write_layer(Path(tmp) / f"tree{n}", out, prefix="opt/venv",
+                                      level=level), out.read_bytes()))
+        (first, data), (second, again) = blobs
+        assert data == again and first == second
+        tar = gzip.decompress(data)
+        assert first.digest == "sha256:" + hashlib.sha256(data).hexdigest()
+        assert first.diff_id == "sha256:" + hashlib.sha256(tar).hexdigest()
+        assert first.size == len(data)
+        _check_tar(tar, Path(tmp) / "tree0", files)
+
+
+def _check_tar(tar: bytes, tree: Path, files: dict[tuple[str, ...], tuple[bytes, bool]]) -> None:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        members = archive.getmembers()
+        names = [m.name for m in members]
+        keys = [os.fsencode(m.name + "/" if m.isdir() else m.name) for m in members]
+        assert keys == sorted(keys), "entries are not sorted"
+        assert len(set(names)) == len(names)
+        for name in names:  # every parent directory comes before its child
+            parent = name.rpartition("/")[0]
+            if parent:
+                assert parent in names[:names.index(name)], (parent, name)
+        for m in members:
+            assert (m.mtime, m.uid, m.gid, m.uname, m.gname) == (MTIME, 0, 0, "", "")
+            if m.issym() or m.isdir():
+                assert m.mode == (0o777 if m.issym() else 0o755)
+            assert "atime" not in m.pax_headers and "ctime" not in m.pax_headers
+            if len(m.name) < 90 and (m.name + m.linkname).isascii():
+                assert not m.pax_headers, m.name
+        for parts, (content, executable) in files.items():
+            member = archive.getmember("opt/venv/" + "/".join(parts))
+            assert member.mode == (0o755 if executable else 0o644)
+            handle = archive.extractfile(member)
+            assert handle is not None and handle.read() == content
+        assert names[:2] == ["opt", "opt/venv"]
+        assert set(names[2:]) == {"opt/venv/" + n.rstrip("/")
+                                  for n in layer_names(tree, "")}
+
+
+def test_a_long_name_gets_a_pax_header_and_still_matches(tmp_path: Path) -> None:
+    deep = tmp_path / "tree" / ("d" * 120) / ("f" * 130)
+    deep.parent.mkdir(parents=True)
+    deep.write_bytes(b"x")
+    write_layer(tmp_path / "tree", tmp_path / "a.tgz", prefix="opt/venv", level=6)
+    with tarfile.open(tmp_path / "a.tgz") as archive:
+        member = archive.getmember(f"opt/venv/{'d' * 120}/{'f' * 130}")
+        assert member.pax_headers == {"path": member.name}
+
+
+def test_a_fifo_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    (tmp_path / "tree").mkdir()
+    os.mkfifo(tmp_path / "tree" / "pipe")
+    with pytest.raises(BuildError, match="neither a file"):
+        write_layer(tmp_path / "tree", tmp_path / "out.tgz", prefix="opt/venv", level=6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]
+
+
+def test_the_module_runs_as_a_script_and_prints_its_blob(tmp_path: Path) -> None:
+    """The form the staging container runs (`python3 -m`), with only the stdlib imported."""
+    (tmp_path / "tree" / "bin").mkdir(parents=True)
+    (tmp_path / "tree" / "bin" / "tool").write_text("#!/opt/venv/bin/python\n")
+    done = subprocess.run(
+        [sys.executable, "-S", "-m", "gpurl_tasks.oci.layer", str(tmp_path / "tree"),
+         str(tmp_path / "out.tgz"), "--prefix", "opt/venv", "--level", "6"],
+        capture_output=True, text=True, check=True, cwd=ROOT)
+    said = json.loads(done.stdout)
+    data = (tmp_path / "out.tgz").read_bytes()
+    assert said["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert said["size"] == len(data)
+    bad = subprocess.run(
+        [sys.executable, "-S", "-m", "gpurl_tasks.oci.layer", str(tmp_path / "missing"),
+         str(tmp_path / "x.tgz"), "--prefix", "opt/venv", "--level", "6"],
+        capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not bad.stdout
