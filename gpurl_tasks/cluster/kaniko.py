@@ -271,82 +271,96 @@ echo "pushed $DESTINATION@$DIGEST"
 """
 
 
-# cluster.env-source = "composed": the environment is written, not built (see the module
-# docstring). kaniko builds env-base alone and leaves it as this job's filesystem, so its
-# python3, uv and venv stage each slice as a container of env-base does on the local path.
+# cluster.env-source = "composed": the environment is written, not built. kaniko builds
+# env-base alone; a second, unpushed kaniko build FROM it runs _COMPOSE_ENV in env-base's own
+# filesystem and environment (its python3, uv and venv, as a container of env-base does on
+# the local path); the final build runs FROM the composed image. Between executor runs the
+# job's own filesystem is gone (kaniko deletes it, and restores only what a stage needs), so
+# this script then uses bash builtins and the static crane only.
 _COMPOSE = r"""
 SLICE_INDEX="$CONTEXT"/{slice_index}
 LAYER_TOOL="$CONTEXT"/{layer_tool}
 [ -f "$SLICE_INDEX" ] || die "the slice index $SLICE_INDEX is missing (run invoke generate)"
 [ -f "$LAYER_TOOL" ] || die "the layer tool $LAYER_TOOL is missing (run invoke generate)"
+cat >"$WORK/compose-env.sh" <<'COMPOSE_ENV'
+{compose_env}COMPOSE_ENV
 echo "==> kaniko build of env-base (what every slice is installed on)"
 cd "$CONTEXT"
 "$KANIKO_DIR/executor" "${{COMMON[@]}}" --target env-base \
   --destination "$CACHE_REPO:env-base-$GITSHA" --digest-file "$WORK/env-base.digest"
 [ -s "$WORK/env-base.digest" ] || die "the executor wrote no digest for env-base"
 read -r ENV_BASE_DIGEST <"$WORK/env-base.digest" || true
-ENV_BASE="$CACHE_REPO@$ENV_BASE_DIGEST"
+{{
+  printf '%s=%q\n' CACHE_REPO "$CACHE_REPO" ENV_BASE "$CACHE_REPO@$ENV_BASE_DIGEST" \
+    GITSHA "$GITSHA" WORK "$WORK" CONTEXT "$CONTEXT" SLICE_INDEX "$SLICE_INDEX" \
+    LAYER_TOOL "$LAYER_TOOL" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CERTS "${{SSL_CERT_FILE:-}}"
+}} >"$WORK/compose-env.vars"
+printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
+  "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"
+echo "==> the slices written on env-base and composed (an unpushed kaniko build)"
+"$KANIKO_DIR/executor" --context "dir://$CONTEXT" --dockerfile "$WORK/compose-env.Dockerfile" \
+  --no-push --cache=false --snapshot-mode={snapshot_mode}
+read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
+ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
+"""
+
+# Run by the compose build above, inside env-base (its PATH, uv settings and index apply).
+_COMPOSE_ENV = r"""set -euo pipefail
+# shellcheck source=/dev/null  # written by the job script once env-base is pushed
+. "${{0%/*}}/compose-env.vars"
+die() {{ echo "compose-env: error: $*" >&2; exit 1; }}
+export DOCKER_CONFIG
+if [ -n "$JOB_CERTS" ]; then export SSL_CERT_FILE="$JOB_CERTS"; fi
+crane() {{ "$WORK/crane" "$@" 2>"$WORK/crane.err"; }}
+said() {{ tr '\n' ' ' <"$WORK/crane.err"; }}
 VENV={venv}
-if ! [ -x "$VENV/bin/python" ] || ! command -v python3 >/dev/null || ! command -v uv >/dev/null
-then
-  die "after its build, this filesystem is not env-base (no $VENV/bin/python, python3, uv)"
-fi
+LEVEL={layer_level}
 for doc in manifest config; do
-  "$WORK/crane" "$doc" "$ENV_BASE" >"$WORK/env-base.$doc" 2>"$WORK/crane.err" \
-    || die "cannot read the $doc of $ENV_BASE: $(tr '\n' ' ' <"$WORK/crane.err")"
+  crane "$doc" "$ENV_BASE" >"$WORK/env-base.$doc" || die "cannot read $ENV_BASE: $(said)"
 done
 BASE_DOCS=(--base-manifest "$WORK/env-base.manifest" --base-config "$WORK/env-base.config")
-# The slices install with env-base's own environment (its index, uv settings, PATH).
-mapfile -t BASE_ENV < <(python3 -B "$LAYER_TOOL" env --base-config "$WORK/env-base.config")
-[ "${{#BASE_ENV[@]}}" -gt 0 ] || die "env-base's config has no environment"
-layer_tool() {{ env -i "${{BASE_ENV[@]}}" python3 -B "$LAYER_TOOL" "$@"; }}
-mkdir -p "$WORK/slices"
-layer_tool root "$WORK/slices/root" "${{BASE_DOCS[@]}}" >/dev/null \
-  || die "the layer tool could not write the slices' root image"
-SLICE_ROOT="$CACHE_REPO:gpurl-slice-root"
-"$WORK/crane" push "$WORK/slices/root" "$SLICE_ROOT" >/dev/null 2>"$WORK/crane.err" \
-  || die "cannot push $SLICE_ROOT: $(tr '\n' ' ' <"$WORK/crane.err")"
-# What a written slice's bytes depend on in env-base, besides its file (the cache tag).
-VENV_PYTHON_VERSION="$("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
+# What a written slice's bytes depend on in env-base, besides its file (its cache tag).
+PYTHON_VERSION="$("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
 UV_SAYS="$(uv --version)"
+SLICES="$WORK/slices"
+rm -rf "$SLICES"
+mkdir -p "$SLICES"
+python3 -B "$LAYER_TOOL" root "$SLICES/root" "${{BASE_DOCS[@]}}" >/dev/null
+SLICE_ROOT="$CACHE_REPO:gpurl-slice-root"
+crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_ROOT: $(said)"
 CURRENT="$ENV_BASE"
 WRITTEN=0
 CACHED=0
 while IFS=$'\t' read -r name file created_by; do
   [ -n "$name" ] || continue
-  tag="$(layer_tool key --label "${{name#*-}}" --slice "$CONTEXT/$file" --venv "$VENV" \
-    --python "$VENV_PYTHON_VERSION" --uv "$UV_SAYS" --level {layer_level})" \
-    || die "cannot compute the cache tag of slice $name"
-  if "$WORK/crane" digest "$CACHE_REPO:$tag" >/dev/null 2>"$WORK/crane.err"; then
+  tag="$(python3 -B "$LAYER_TOOL" key --label "${{name#*-}}" --slice "$CONTEXT/$file" \
+    --venv "$VENV" --python "$PYTHON_VERSION" --uv "$UV_SAYS" --level "$LEVEL")"
+  if crane digest "$CACHE_REPO:$tag" >/dev/null; then
     CACHED=$((CACHED + 1))
     echo "    $name: cached ($tag)"
   elif grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
-    stage="$WORK/slices/$name"
-    rm -rf "$stage"
-    env -i "${{BASE_ENV[@]}}" uv pip install --no-deps --require-hashes \
-      --no-installer-metadata --prefix "$stage/tree" --python "$VENV/bin/python" \
-      -r "$CONTEXT/$file" || die "installing slice $name ($file) failed"
-    said="$(layer_tool image "$stage/tree" "$stage/image" --prefix "${{VENV#/}}" \
-      --level {layer_level} --created-by "$created_by" "${{BASE_DOCS[@]}}")" \
-      || die "writing slice $name failed"
-    "$WORK/crane" push "$stage/image" "$CACHE_REPO:$tag" >/dev/null 2>"$WORK/crane.err" \
-      || die "cannot push slice $name: $(tr '\n' ' ' <"$WORK/crane.err")"
-    rm -rf "$stage"
+    uv pip install --no-deps --require-hashes --no-installer-metadata \
+      --prefix "$SLICES/$name/tree" --python "$VENV/bin/python" -r "$CONTEXT/$file" \
+      || die "installing slice $name ($file) failed"
+    blob="$(python3 -B "$LAYER_TOOL" image "$SLICES/$name/tree" "$SLICES/$name/image" \
+      --prefix "${{VENV#/}}" --level "$LEVEL" --created-by "$created_by" "${{BASE_DOCS[@]}}")"
+    crane push "$SLICES/$name/image" "$CACHE_REPO:$tag" >/dev/null \
+      || die "cannot push slice $name: $(said)"
+    rm -rf "${{SLICES:?}}/$name"
     WRITTEN=$((WRITTEN + 1))
-    echo "    $name: written $said"
+    echo "    $name: written $blob"
   else
-    die "cannot look up $CACHE_REPO:$tag: $(tr '\n' ' ' <"$WORK/crane.err")"
+    die "cannot look up $CACHE_REPO:$tag: $(said)"
   fi
-  CURRENT="$("$WORK/crane" rebase "$CACHE_REPO:$tag" --old_base "$SLICE_ROOT" \
-    --new_base "$CURRENT" -t "$CACHE_REPO:compose-$GITSHA" 2>"$WORK/crane.err")" \
-    || die "cannot compose slice $name: $(tr '\n' ' ' <"$WORK/crane.err")"
+  CURRENT="$(crane rebase "$CACHE_REPO:$tag" --old_base "$SLICE_ROOT" --new_base "$CURRENT" \
+    -t "$CACHE_REPO:compose-$GITSHA")" || die "cannot compose slice $name: $(said)"
 done <"$SLICE_INDEX"
 # The composed layers under env-base's own config (its ENV, WORKDIR and history).
-ENV_IMAGE="$("$WORK/crane" rebase "$ENV_BASE" --old_base "$ENV_BASE" --new_base "$CURRENT" \
-  -t "$CACHE_REPO:env-$GITSHA" 2>"$WORK/crane.err")" \
-  || die "cannot compose the environment: $(tr '\n' ' ' <"$WORK/crane.err")"
+ENV_IMAGE="$(crane rebase "$ENV_BASE" --old_base "$ENV_BASE" --new_base "$CURRENT" \
+  -t "$CACHE_REPO:env-$GITSHA")" || die "cannot compose the environment: $(said)"
+rm -rf "$SLICES"
+echo "$ENV_IMAGE" >"$WORK/env-image"
 echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $CACHED cached)"
-ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
 """
 
 _FETCH = r"""if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
@@ -396,10 +410,12 @@ def _compose(config: Config) -> str:
     if config.cluster.env_source != "composed":
         return ""
     index = slice_index_path(config)
+    compose_env = _COMPOSE_ENV.format(venv=shlex.quote(VENV),
+                                      layer_level=config.cluster.compression_level)
     return _COMPOSE.format(
         slice_index=shlex.quote(_relative(index, config.root, "build.kaniko-script")),
-        layer_tool=shlex.quote(LAYER_TOOL), venv=shlex.quote(VENV),
-        layer_level=config.cluster.compression_level)
+        layer_tool=shlex.quote(LAYER_TOOL), compose_env=compose_env,
+        snapshot_mode=config.cluster.snapshot_mode)
 
 
 def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
