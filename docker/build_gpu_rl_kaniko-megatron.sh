@@ -133,7 +133,8 @@ if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   done
 fi
 
-ARGS=(
+# Every executor run shares the context, the build args and the layer cache.
+COMMON=(
   --context "dir://$CONTEXT"
   --dockerfile "$DOCKERFILE"
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
@@ -144,12 +145,92 @@ ARGS=(
   --snapshot-mode=full
   --cache=true
   "--cache-repo=$CACHE_REPO"
-  --destination "$DESTINATION"
-  --digest-file "$WORK/digest"
 )
+ARGS=("${COMMON[@]}" --destination "$DESTINATION" --digest-file "$WORK/digest")
 if [ "$PUSH_FLOATING" = 1 ]; then
   ARGS+=(--destination "$IMAGE:$FLOATING_TAG")
 fi
+
+SLICE_INDEX="$CONTEXT"/docker/build_gpu_rl_kaniko-megatron.slices
+LAYER_TOOL="$CONTEXT"/docker/gpurl-layer.py
+[ -f "$SLICE_INDEX" ] || die "the slice index $SLICE_INDEX is missing (run invoke generate)"
+[ -f "$LAYER_TOOL" ] || die "the layer tool $LAYER_TOOL is missing (run invoke generate)"
+cat >"$WORK/compose-env.sh" <<'COMPOSE_ENV'
+set -euo pipefail
+# shellcheck source=/dev/null  # written by the job script once env-base is pushed
+. "${0%/*}/compose-env.vars"
+die() { echo "compose-env: error: $*" >&2; exit 1; }
+export DOCKER_CONFIG
+if [ -n "$JOB_CERTS" ]; then export SSL_CERT_FILE="$JOB_CERTS"; fi
+crane() { "$WORK/crane" "$@" 2>"$WORK/crane.err"; }
+said() { tr '\n' ' ' <"$WORK/crane.err"; }
+VENV=/opt/venv
+LEVEL=6
+for doc in manifest config; do
+  crane "$doc" "$ENV_BASE" >"$WORK/env-base.$doc" || die "cannot read $ENV_BASE: $(said)"
+done
+BASE_DOCS=(--base-manifest "$WORK/env-base.manifest" --base-config "$WORK/env-base.config")
+# What a written slice's bytes depend on in env-base, besides its file (its cache tag).
+PYTHON_VERSION="$("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
+UV_SAYS="$(uv --version)"
+SLICES="$WORK/slices"
+rm -rf "$SLICES"
+mkdir -p "$SLICES"
+python3 -B "$LAYER_TOOL" root "$SLICES/root" "${BASE_DOCS[@]}" >/dev/null
+SLICE_ROOT="$CACHE_REPO:gpurl-slice-root"
+crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_ROOT: $(said)"
+CURRENT="$ENV_BASE"
+WRITTEN=0
+CACHED=0
+while IFS=$'\t' read -r name file created_by; do
+  [ -n "$name" ] || continue
+  tag="$(python3 -B "$LAYER_TOOL" key --label "${name#*-}" --slice "$CONTEXT/$file" \
+    --venv "$VENV" --python "$PYTHON_VERSION" --uv "$UV_SAYS" --level "$LEVEL")"
+  if crane digest "$CACHE_REPO:$tag" >/dev/null; then
+    CACHED=$((CACHED + 1))
+    echo "    $name: cached ($tag)"
+  elif grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
+    uv pip install --no-deps --require-hashes --no-installer-metadata \
+      --prefix "$SLICES/$name/tree" --python "$VENV/bin/python" -r "$CONTEXT/$file" \
+      || die "installing slice $name ($file) failed"
+    blob="$(python3 -B "$LAYER_TOOL" image "$SLICES/$name/tree" "$SLICES/$name/image" \
+      --prefix "${VENV#/}" --level "$LEVEL" --created-by "$created_by" "${BASE_DOCS[@]}")"
+    crane push "$SLICES/$name/image" "$CACHE_REPO:$tag" >/dev/null \
+      || die "cannot push slice $name: $(said)"
+    rm -rf "${SLICES:?}/$name"
+    WRITTEN=$((WRITTEN + 1))
+    echo "    $name: written $blob"
+  else
+    die "cannot look up $CACHE_REPO:$tag: $(said)"
+  fi
+  CURRENT="$(crane rebase "$CACHE_REPO:$tag" --old_base "$SLICE_ROOT" --new_base "$CURRENT" \
+    -t "$CACHE_REPO:compose-$GITSHA")" || die "cannot compose slice $name: $(said)"
+done <"$SLICE_INDEX"
+# The composed layers under env-base's own config (its ENV, WORKDIR and history).
+ENV_IMAGE="$(crane rebase "$ENV_BASE" --old_base "$ENV_BASE" --new_base "$CURRENT" \
+  -t "$CACHE_REPO:env-$GITSHA")" || die "cannot compose the environment: $(said)"
+rm -rf "$SLICES"
+echo "$ENV_IMAGE" >"$WORK/env-image"
+echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $CACHED cached)"
+COMPOSE_ENV
+echo "==> kaniko build of env-base (what every slice is installed on)"
+cd "$CONTEXT"
+"$KANIKO_DIR/executor" "${COMMON[@]}" --target env-base \
+  --destination "$CACHE_REPO:env-base-$GITSHA" --digest-file "$WORK/env-base.digest"
+[ -s "$WORK/env-base.digest" ] || die "the executor wrote no digest for env-base"
+read -r ENV_BASE_DIGEST <"$WORK/env-base.digest" || true
+{
+  printf '%s=%q\n' CACHE_REPO "$CACHE_REPO" ENV_BASE "$CACHE_REPO@$ENV_BASE_DIGEST" \
+    GITSHA "$GITSHA" WORK "$WORK" CONTEXT "$CONTEXT" SLICE_INDEX "$SLICE_INDEX" \
+    LAYER_TOOL "$LAYER_TOOL" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CERTS "${SSL_CERT_FILE:-}"
+} >"$WORK/compose-env.vars"
+printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
+  "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"
+echo "==> the slices written on env-base and composed (an unpushed kaniko build)"
+"$KANIKO_DIR/executor" --context "dir://$CONTEXT" --dockerfile "$WORK/compose-env.Dockerfile" \
+  --no-push --cache=false --snapshot-mode=full
+read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
+ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
 
 echo "==> kaniko build of $DESTINATION"
 cd "$CONTEXT"

@@ -57,6 +57,7 @@ LayerMode = Literal["independent", "stacked"]
 WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
+EnvSource = Literal["composed", "chain"]  # how the cluster build makes the environment
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -274,6 +275,11 @@ class ClusterSettings:
     # How kaniko finds a RUN's changes: "full" hashes every file's content, "redo" compares
     # size, mtime and mode only (benchmarks/REPORT.md has both at heavy scale).
     snapshot_mode: SnapshotMode = "full"
+    # How the iris job makes the environment: "composed" writes each slice layer with gpurl's
+    # layer writer on env-base and composes them at the registry (the same slice is the same
+    # blob on every builder); "chain" builds the env-chain stage, every slice in one kaniko
+    # layer chain (each layer's cache key chains its parent's).
+    env_source: EnvSource = "composed"
     # Where upstream's kaniko and crane release source archives are, for `invoke setup-kaniko`
     # (which builds the executors and crane of the cluster path on this machine); their names
     # and sha256 are pinned in gpurl_tasks/local/builder-sources.toml.

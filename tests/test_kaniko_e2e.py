@@ -12,7 +12,10 @@ for GHCR (the cluster and GHCR cannot run here). The token reaches that registry
 never the job's output (a canary).
 
 Each executor builds the demo cold, again with nothing changed, and after a small lock bump;
-`verify-layers` and `pin` run on what it pushed.
+`verify-layers` and `pin` run on what it pushed. The script composes the environment
+(`cluster.env-source = composed`): kaniko builds env-base, gpurl's layer writer writes each
+slice in an unpushed kaniko build FROM it, crane composes them; so each slice layer must be the
+very blob the local path writes for it, and the final sync must install the local packages only.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -35,9 +39,13 @@ import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
-from gpurl_tasks.local.builder import serving_index
+from gpurl_tasks.dockerfile.recipe import VENV
+from gpurl_tasks.local.builder import build_command, serving_index
 from gpurl_tasks.local.builders import Builders, job_image, run_job, setup_kaniko
+from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
+from gpurl_tasks.local.stage import stage_slice
+from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.htpasswd import basic_auth_yaml
@@ -199,6 +207,41 @@ def test_the_script_builds_pushes_and_the_pushed_slices_match_the_plan(
           + ", ".join(f"{e:+.1f}%" for e in errors.values()))
 
 
+def test_each_slice_is_the_blob_the_local_path_writes(
+        cluster: tuple[str, Path, Built]) -> None:
+    """One slice, one blob, on every builder: the local path (BuildKit's env-base, a staging
+    container of it, the same writer) writes every slice of the plan into the very blob the
+    cluster job wrote, though the two env-base images are different builds."""
+    executor, tree, built = cluster
+    config = load_config(tree, profile="demo", env={})
+    plan = plan_for_config(config)
+    client = find_buildkit_client()[0]
+    out = tree / ".cache" / "local-slices"
+    out.mkdir(parents=True, exist_ok=True)
+    with serving_index(config.build.index_url, index_dir(CACHE)):
+        iid = out / "env-base.iid"
+        argv = build_command(client, dockerfile=config.build.dockerfile, context=tree,
+                             build_args={}, target="env-base", iidfile=iid)
+        subprocess.run(argv, check=True, capture_output=True, env={**os.environ,
+                                                                   "DOCKER_BUILDKIT": "1"})
+        local = {step.slice.image_path.rsplit("/", 1)[1]: stage_slice(
+            client, image=iid.read_text().strip(), slice_file=step.slice.path(config.variant),
+            dest=step.slice.image_path, out_dir=out, name=step.name, venv=VENV,
+            level=config.layers.compression_level).blob.digest for step in plan.layers}
+    assert _by_slice(_slice_runs(built.layers)) == local, executor
+
+
+def test_the_final_sync_installs_only_the_local_packages(cluster: tuple[str, Path, Built]) -> None:
+    """The proof of equality: run FROM the composed environment, `uv sync --frozen` finds every
+    slice's package in place, installs the workspace's own packages and touches nothing else."""
+    executor, tree, built = cluster
+    plan = plan_for_config(load_config(tree, profile="demo", env={}))
+    said = built.output.split("RUN uv sync --frozen", 1)[1].split("build assert 1/", 1)[0]
+    installed = re.findall(r"^\s*\+ ([A-Za-z0-9_.-]+)==", said, flags=re.M)
+    assert sorted(installed) == sorted(plan.local), (executor, said[-2000:])
+    assert not re.search(r"^\s*[-~] ", said, flags=re.M), said[-2000:]
+
+
 def test_the_prebuilt_path_fetches_the_wheel_and_never_builds_the_wheel_builder(
         cluster: tuple[str, Path, Built]) -> None:
     """The cluster's default path: the script fetches the published wheel and checks it
@@ -238,29 +281,42 @@ def test_pin_writes_the_pushed_digest(parts: Parts, cluster: tuple[str, Path, Bu
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=tree, check=True)
 
 
-def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_what_the_cache_keys_say(
+def _slice_files(tree: Path) -> dict[str, str]:
+    """{slice file name: its text} of the committed plan (shared and variant slices)."""
+    return {p.name: p.read_text() for p in (tree / "docker" / "layers" / "demo").rglob("*.txt")}
+
+
+def _by_slice(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """{the slice file a layer installs (from its history entry): the layer's blob digest}."""
+    return {row["instruction"].rsplit("/", 1)[1]: row["digest"] for row in runs}
+
+
+def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_only_the_changed_slice(
         parts: Parts, cluster: tuple[str, Path, Built]) -> None:
-    """Nothing changed: every slice layer is the same blob. A small lock bump (one tail
-    package, one slice file edited): in the chain a step's cache key chains its parent's, so
-    the slice RUNs below the edited slice are reused and it and every one above are rebuilt."""
+    """Nothing changed: every slice layer is the same blob, and none is written again. A small
+    lock bump (one tail package, one slice file edited): the composed environment writes
+    exactly the slices whose file changed and reuses every other slice's blob, wherever it
+    sits in the plan (no slice's cache chains another's)."""
     executor, tree, cold = cluster
     warm = _build(tree, parts, "c02d" + ("0a1" if executor == "upstream" else "0f1"))
     cold_runs, warm_runs = _slice_runs(cold.layers), _slice_runs(warm.layers)
     assert [r["digest"] for r in warm_runs] == [r["digest"] for r in cold_runs]
+    assert "0 slice(s) written" in warm.output, warm.output[-2000:]
     assert len(warm.layers) == len(cold.layers), "a rebuild must not grow the layer count"
+    before = _slice_files(tree)
     done = invoke(tree, "fill-index", "--profile", "demo", "--pins", BUMPED)
     assert done.returncode == 0, done.stderr
     relock(tree, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
            upgrade=BUMPED.split("==")[0])
+    after = _slice_files(tree)
+    changed = {name.split("-", 1)[1] for name, text in after.items() if before.get(name) != text}
     bumped = _build(tree, parts, "c03d" + ("0a1" if executor == "upstream" else "0f1"))
-    runs = _slice_runs(bumped.layers)
-    edited = [i for i, (a, b) in enumerate(zip(warm_runs, runs, strict=True))
-              if a["predicted"] != b["predicted"] or a["instruction"] != b["instruction"]]
-    first = min(edited) if edited else next(
-        i for i, (a, b) in enumerate(zip(warm_runs, runs, strict=True)) if a["digest"] != b["digest"])
-    same = [a["digest"] == b["digest"] for a, b in zip(warm_runs, runs, strict=True)]
-    assert same == [i < first for i in range(len(runs))], (executor, first, same)
+    old, new = _by_slice(warm_runs), _by_slice(_slice_runs(bumped.layers))
+    rewritten = {label for label, digest in new.items() if old.get(label) != digest}
+    assert changed and rewritten == changed, (executor, changed, rewritten)
+    assert f"{len(changed)} slice(s) written" in bumped.output
     had = {row["digest"] for row in warm.layers}
-    new = [row for row in bumped.layers if row["digest"] not in had]
-    print(f"{executor} bump {BUMPED}: {len(new)} new blobs, {sum(r['size'] for r in new):,} bytes "
-          f"of {sum(r['size'] for r in bumped.layers):,}; slice RUNs reused {first} of {len(runs)}")
+    fresh = [row for row in bumped.layers if row["digest"] not in had]
+    print(f"{executor} bump {BUMPED}: {len(fresh)} new blobs, {sum(r['size'] for r in fresh):,} "
+          f"bytes of {sum(r['size'] for r in bumped.layers):,}; slices rewritten "
+          f"{sorted(rewritten)} of {len(new)}")

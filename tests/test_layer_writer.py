@@ -18,8 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpurl_tasks.errors import BuildError
-from gpurl_tasks.oci.layer import MTIME, layer_names, write_layer
+from gpurl_tasks.oci.layer import MTIME, LayerError, layer_names, write_layer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,7 +126,7 @@ def test_a_long_name_gets_a_pax_header_and_still_matches(tmp_path: Path) -> None
 def test_a_fifo_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     (tmp_path / "tree").mkdir()
     os.mkfifo(tmp_path / "tree" / "pipe")
-    with pytest.raises(BuildError, match="neither a file"):
+    with pytest.raises(LayerError, match="neither a file"):
         write_layer(tmp_path / "tree", tmp_path / "out.tgz", prefix="opt/venv", level=6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]
 
@@ -137,7 +136,7 @@ def test_the_module_runs_as_a_script_and_prints_its_blob(tmp_path: Path) -> None
     (tmp_path / "tree" / "bin").mkdir(parents=True)
     (tmp_path / "tree" / "bin" / "tool").write_text("#!/opt/venv/bin/python\n")
     done = subprocess.run(
-        [sys.executable, "-S", "-m", "gpurl_tasks.oci.layer", str(tmp_path / "tree"),
+        [sys.executable, "-S", "-m", "gpurl_tasks.oci.layer", "write", str(tmp_path / "tree"),
          str(tmp_path / "out.tgz"), "--prefix", "opt/venv", "--level", "6"],
         capture_output=True, text=True, check=True, cwd=ROOT)
     said = json.loads(done.stdout)
@@ -145,7 +144,48 @@ def test_the_module_runs_as_a_script_and_prints_its_blob(tmp_path: Path) -> None
     assert said["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
     assert said["size"] == len(data)
     bad = subprocess.run(
-        [sys.executable, "-S", "-m", "gpurl_tasks.oci.layer", str(tmp_path / "missing"),
+        [sys.executable, "-S", "-m", "gpurl_tasks.oci.layer", "write", str(tmp_path / "missing"),
          str(tmp_path / "x.tgz"), "--prefix", "opt/venv", "--level", "6"],
         capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not bad.stdout
+
+
+def test_the_generated_tool_runs_alone_and_records_a_slice_as_the_local_path_does(
+        tmp_path: Path) -> None:
+    """docker/gpurl-layer.py is what the cluster job runs with env-base's python3, from the
+    bundle, with no gpurl on its path: it must be this module's own text, run with the stdlib
+    alone, and record a slice as the same one-layer image the local path pushes."""
+    from gpurl_tasks.cluster.kaniko import LAYER_TOOL, layer_tool_text
+    from gpurl_tasks.oci.image import Descriptor
+    from gpurl_tasks.oci.layered import WrittenSlice, slice_image
+
+    tool = ROOT / LAYER_TOOL
+    assert tool.read_text() == layer_tool_text()
+    (tmp_path / "tree" / "lib").mkdir(parents=True)
+    (tmp_path / "tree" / "lib" / "m.py").write_text("x = 1\n")
+    base_manifest = tmp_path / "m.json"
+    base_config = tmp_path / "c.json"
+    media = "application/vnd.docker.distribution.manifest.v2+json"
+    base_manifest.write_text(json.dumps({"mediaType": media}))
+    base_config.write_text(json.dumps({"architecture": "amd64", "os": "linux",
+                                       "config": {"Env": ["PATH=/opt/venv/bin:/usr/bin"]}}))
+    docs = ["--base-manifest", str(base_manifest), "--base-config", str(base_config)]
+    done = subprocess.run(
+        [sys.executable, "-S", str(tool), "image", str(tmp_path / "tree"), str(tmp_path / "out"),
+         "--prefix", "opt/venv", "--level", "6", "--created-by", "the install", *docs],
+        capture_output=True, text=True, check=True, cwd=tmp_path)
+    blob = json.loads(done.stdout)
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    manifest = (tmp_path / "out" / "blobs" / "sha256" /
+                index["manifests"][0]["digest"].removeprefix("sha256:")).read_bytes()
+    written = WrittenSlice(name="00-x", diff_id=blob["diff_id"], created_by="the install",
+                           layer=Descriptor(media_type="application/vnd.docker.image.rootfs.diff"
+                                            ".tar.gzip", digest=blob["digest"], size=blob["size"]))
+    local, _ = slice_image(written, media_type=media, platform={"architecture": "amd64",
+                                                                 "os": "linux"})
+    assert manifest == local
+    assert (tmp_path / "out" / "blobs" / "sha256" / blob["digest"].removeprefix("sha256:")
+            ).stat().st_size == blob["size"]
+    env = subprocess.run([sys.executable, "-S", str(tool), "env", "--base-config",
+                          str(base_config)], capture_output=True, text=True, check=True)
+    assert env.stdout == "PATH=/opt/venv/bin:/usr/bin\n"

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.image import Descriptor, PulledImage, parse_config, parse_manifest
+from gpurl_tasks.oci.layer import slice_key
 from gpurl_tasks.oci.layered import (
     BaseImage,
     WrittenSlice,
     compose_written,
     slice_image,
-    slice_key,
     written_slice,
 )
 from gpurl_tasks.oci.verify import layer_instructions

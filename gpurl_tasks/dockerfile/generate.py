@@ -71,7 +71,7 @@ __all__ = [
 Planner = Callable[[Config], Plan]
 # Other generated files of a variant (the kaniko script), rendered from its committed config;
 # passed in by the task layer, which may import the cluster package this one may not.
-ExtraFiles = Callable[[Config], Mapping[Path, str]]
+ExtraFiles = Callable[[Config, Plan], Mapping[Path, str]]
 # The first lines of a generated file name the profile (and variant) it was generated for.
 _OWNER = re.compile(r"profile '(?P<profile>[^']+)'(?:,? \(?variant '(?P<variant>[^']+)')?")
 
@@ -270,7 +270,7 @@ def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) 
     local = _local(config, plan)
     _check_fits(config, plan, layer_count(config, plan, local))
     return Rendered(config=config, plan=plan, dockerfile=render_dockerfile(config, plan, local),
-                    slices=slice_files(config, plan), others=dict(extra(config)) if extra else {},
+                    slices=slice_files(config, plan), others=dict(extra(config, plan)) if extra else {},
                     notes=tuple(notes), links=tuple(c.link for c in local if c.link))
 
 

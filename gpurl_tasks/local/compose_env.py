@@ -33,13 +33,12 @@ from gpurl_tasks.local.stage import StagedSlice, probe_base, stage_command, stag
 from gpurl_tasks.oci.compose import ComposedEnv, SliceOutcome, composed_tag
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import Descriptor, parse_manifest
-from gpurl_tasks.oci.layer import compressor
+from gpurl_tasks.oci.layer import compressor, platform_of, slice_key
 from gpurl_tasks.oci.layered import (
     BaseImage,
     WrittenSlice,
     compose_written,
     slice_image,
-    slice_key,
     written_history,
     written_slice,
 )
@@ -190,16 +189,11 @@ def _record(registry: RegistryClient, wanted: _Wanted, done: StagedSlice,
                          size=done.blob.size))
     registry.push_blob(wanted.ref, done.path, done.blob.digest)
     manifest, config = slice_image(written, media_type=base.manifest.media_type,
-                                   platform=_platform(base))
+                                   platform=platform_of(dict(base.config)))
     registry.push_blob(wanted.ref, config)
     assert wanted.ref.tag is not None
     registry.put_manifest(wanted.ref, wanted.ref.tag, manifest, base.manifest.media_type)
     return written
-
-
-def _platform(base: BaseImage) -> dict[str, str]:
-    return {k: str(base.config[k]) for k in ("architecture", "os", "variant")
-            if k in base.config}
 
 
 def _write_log(log_dir: Path, name: str, done: StagedSlice) -> None:

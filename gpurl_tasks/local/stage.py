@@ -64,7 +64,7 @@ def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_d
     """The `docker run` that stages one slice and writes its layer (pure, for tests)."""
     install = ["uv", "pip", "install", "--no-deps", "--require-hashes", "--no-installer-metadata",
                "--prefix", _STAGE, "--python", f"{venv}/bin/python", "-r", dest]
-    write = ["python3", "-B", "-m", "gpurl_tasks.oci.layer", _STAGE, f"{_OUT}/{output}",
+    write = ["python3", "-B", "-m", "gpurl_tasks.oci.layer", "write", _STAGE, f"{_OUT}/{output}",
              "--prefix", venv.strip("/"), "--level", str(level)]
     script = " && ".join([
         "set -eu", shlex.join(install) + " >&2", f"rm -f {_STAGE}/.lock",

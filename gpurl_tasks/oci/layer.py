@@ -28,19 +28,20 @@ import tarfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from gpurl_tasks.errors import BuildError
-from gpurl_tasks.files import open_atomic
-
-__all__ = ["MTIME", "WRITER_VERSION", "Blob", "compressor", "layer_names", "main",
-           "write_layer"]
+__all__ = ["MTIME", "WRITER_VERSION", "Blob", "LayerError", "compressor", "layer_names", "main",
+           "platform_of", "slice_image", "slice_key", "write_layer", "write_layout"]
 
 WRITER_VERSION = "gpurl-layer-1"  # bump whenever the bytes written for one tree change
 MTIME = 1  # one second past the epoch: 0 reads as "unset" to some tools
 _MEM_LEVEL = 8  # zlib's default, pinned
 _GZIP_OS = 255  # "unknown", as Python's gzip and Go's compress/gzip write it
 _CHUNK = 1 << 20
+
+
+class LayerError(ValueError):
+    """A layer or image cannot be written from what was given (one line, for the user)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,7 +102,7 @@ class _GzipSink:
 def _prefix_parts(prefix: str) -> list[str]:
     parts = [p for p in prefix.strip("/").split("/") if p]
     if any(p in (".", "..") for p in parts):
-        raise BuildError(f"layer prefix {prefix!r} must be a plain relative path")
+        raise LayerError(f"layer prefix {prefix!r} must be a plain relative path")
     return parts
 
 
@@ -143,7 +144,7 @@ def _info(name: str, path: Path) -> tarfile.TarInfo:
         info.type, info.size = tarfile.REGTYPE, st.st_size
         info.mode = 0o755 if st.st_mode & 0o111 else 0o644
     else:
-        raise BuildError(f"{path} is neither a file, a directory nor a symlink: a layer "
+        raise LayerError(f"{path} is neither a file, a directory nor a symlink: a layer "
                          "cannot hold it")
     return info
 
@@ -152,40 +153,184 @@ def write_layer(source: Path, output: Path, *, prefix: str, level: int) -> Blob:
     """Write `source`'s tree, placed under `prefix` in the layer, as a gzip blob at `output`
     (atomically: on any error `output` is left as it was)."""
     if not 1 <= level <= 9:
-        raise BuildError(f"gzip level {level} is not 1 to 9")
+        raise LayerError(f"gzip level {level} is not 1 to 9")
     if not source.is_dir():
-        raise BuildError(f"the staging tree {source} is not a directory")
-    with open_atomic(output) as handle:
-        sink = _GzipSink(handle, level)
-        with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
-                          encoding="utf-8", errors="surrogateescape") as tar:
-            for name, path in _walk(source, prefix):
-                info = _info(name, path)
-                if info.type == tarfile.REGTYPE:
-                    with path.open("rb") as data:
-                        tar.addfile(info, data)
-                else:
-                    tar.addfile(info)
-        blob = sink.finish()
+        raise LayerError(f"the staging tree {source} is not a directory")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(f".{output.name}.partial")
+    try:
+        with partial.open("wb") as handle:
+            sink = _GzipSink(handle, level)
+            with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
+                              encoding="utf-8", errors="surrogateescape") as tar:
+                for name, path in _walk(source, prefix):
+                    info = _info(name, path)
+                    if info.type == tarfile.REGTYPE:
+                        with path.open("rb") as data:
+                            tar.addfile(info, data)
+                    else:
+                        tar.addfile(info)
+            blob = sink.finish()
+        partial.replace(output)  # only a finished blob ever has the output's name
+    finally:
+        partial.unlink(missing_ok=True)
     return blob
 
 
+# --- the slice's cache tag and its one-layer image ----------------------------------------
+
+_KEY_VERSION = "gpurl-written-slice-1"  # bump when what a cached slice image means changes
+_LAYER_TYPES = {"application/vnd.docker.distribution.manifest.v2+json":
+                    ("application/vnd.docker.container.image.v1+json",
+                     "application/vnd.docker.image.rootfs.diff.tar.gzip"),
+                "application/vnd.oci.image.manifest.v1+json":
+                    ("application/vnd.oci.image.config.v1+json",
+                     "application/vnd.oci.image.layer.v1.tar+gzip")}
+
+
+def slice_key(*, label: str, slice_text: bytes, python: str, venv: str, uv: str,
+              compressor: str) -> str:
+    """The cache tag of one written slice: a hash of all its blob's bytes depend on (the
+    slice file's bytes, env-base's Python version and venv path, the uv version, the writer
+    with its zlib and level) and nothing that depends on its position or on env-base's id."""
+    key = json.dumps({"version": _KEY_VERSION, "slice": hashlib.sha256(slice_text).hexdigest(),
+                      "python": python, "venv": venv, "uv": uv, "compressor": compressor},
+                     sort_keys=True)
+    return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def _canonical(document: object) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _descriptor(media_type: str, data_or_blob: bytes | Blob) -> dict[str, object]:
+    if isinstance(data_or_blob, Blob):
+        return {"mediaType": media_type, "digest": data_or_blob.digest, "size": data_or_blob.size}
+    return {"mediaType": media_type, "size": len(data_or_blob),
+            "digest": "sha256:" + hashlib.sha256(data_or_blob).hexdigest()}
+
+
+def slice_image(blob: Blob | None, *, created_by: str, media_type: str,
+                platform: dict[str, str]) -> tuple[bytes, bytes]:
+    """(manifest, config) of the image that records one slice in the cache repository: its
+    one layer (none for the root the cluster's composition rebases from), deterministic, so
+    the same slice gives the same manifest digest on every builder."""
+    if media_type not in _LAYER_TYPES:
+        raise LayerError(f"{media_type} is not a Docker or OCI image manifest")
+    config_type, layer_type = _LAYER_TYPES[media_type]
+    config = _canonical({**platform, "config": {},
+                         "rootfs": {"type": "layers",
+                                    "diff_ids": [blob.diff_id] if blob else []},
+                         "history": [{"created_by": created_by}] if blob else []})
+    manifest = _canonical({"schemaVersion": 2, "mediaType": media_type,
+                           "config": _descriptor(config_type, config),
+                           "layers": [_descriptor(layer_type, blob)] if blob else []})
+    return manifest, config
+
+
+def write_layout(directory: Path, manifest: bytes, config: bytes,
+                 blob: tuple[Blob, Path] | None = None) -> None:
+    """An OCI image layout of one image (what `crane push DIR REF` pushes)."""
+    media_type = json.loads(manifest)["mediaType"]
+    blobs = directory / "blobs" / "sha256"
+    blobs.mkdir(parents=True, exist_ok=True)
+    for data in (manifest, config):
+        (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
+    if blob is not None:
+        blob[1].replace(blobs / blob[0].digest.removeprefix("sha256:"))
+    (directory / "oci-layout").write_bytes(_canonical({"imageLayoutVersion": "1.0.0"}))
+    (directory / "index.json").write_bytes(_canonical(
+        {"schemaVersion": 2, "manifests": [_descriptor(media_type, manifest)]}))
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise LayerError(f"env-base's {what} {path} cannot be read: {exc}") from None
+    if not isinstance(document, dict):
+        raise LayerError(f"env-base's {what} {path} is not a JSON object")
+    return document
+
+
+def platform_of(config: dict[str, Any]) -> dict[str, str]:
+    """The platform fields of an image config, which a slice's one-layer image repeats."""
+    return {k: str(config[k]) for k in ("architecture", "os", "variant") if k in config}
+
+
+def _base_config(path: Path) -> tuple[dict[str, str], list[str]]:
+    """(platform, Env) of env-base, from its image config."""
+    document = _read_json(path, "config")
+    inner = document.get("config")
+    env = inner.get("Env") if isinstance(inner, dict) else None
+    return (platform_of(document),
+            [str(e) for e in env] if isinstance(env, list) else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The in-container entry point: write one layer, print its Blob as one JSON line (an
-    error as one line on stderr, exit 2)."""
-    parser = argparse.ArgumentParser(prog="python3 -m gpurl_tasks.oci.layer")
-    parser.add_argument("source", type=Path)
-    parser.add_argument("output", type=Path)
-    parser.add_argument("--prefix", required=True)
-    parser.add_argument("--level", type=int, required=True)
+    """The in-container entry point (env-base's python3 runs it, from the package or from the
+    copy `invoke generate` writes for the cluster job). Subcommands:
+      write SOURCE OUTPUT --prefix P --level N   one layer; prints its Blob as JSON
+      key --label L --slice FILE --venv V --python X.Y.Z --uv "uv A.B.C" --level N
+          the slice's cache tag
+      image SOURCE LAYOUT --prefix P --level N --created-by TEXT --base-manifest F
+          --base-config F   the slice's one-layer image as an OCI layout; prints its Blob
+      root LAYOUT --base-manifest F --base-config F   the zero-layer image slices rebase from
+      env --base-config F   env-base's environment, one VAR=value a line
+    An error is one line on stderr and exit 2."""
+    parser = argparse.ArgumentParser(prog="gpurl-layer")
+    sub = parser.add_subparsers(dest="command", required=True)
+    write = sub.add_parser("write")
+    image = sub.add_parser("image")
+    for each in (write, image):
+        each.add_argument("source", type=Path)
+        each.add_argument("output", type=Path)
+        each.add_argument("--prefix", required=True)
+        each.add_argument("--level", type=int, required=True)
+    image.add_argument("--created-by", required=True)
+    root = sub.add_parser("root")
+    root.add_argument("output", type=Path)
+    for each in (image, root):
+        each.add_argument("--base-manifest", type=Path, required=True)
+        each.add_argument("--base-config", type=Path, required=True)
+    key = sub.add_parser("key")
+    key.add_argument("--label", required=True)
+    key.add_argument("--slice", type=Path, required=True)
+    key.add_argument("--venv", required=True)
+    key.add_argument("--python", required=True)
+    key.add_argument("--uv", required=True)
+    key.add_argument("--level", type=int, required=True)
+    env = sub.add_parser("env")
+    env.add_argument("--base-config", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
-        blob = write_layer(args.source, args.output, prefix=args.prefix, level=args.level)
-    except (BuildError, OSError) as exc:
-        sys.stderr.write(f"gpurl layer: {exc}\n")
+        if args.command == "write":
+            blob = write_layer(args.source, args.output, prefix=args.prefix, level=args.level)
+            said = json.dumps({**blob.to_json(), "compressor": compressor(args.level)})
+        elif args.command == "key":
+            said = slice_key(label=args.label, slice_text=args.slice.read_bytes(),
+                             python=args.python, venv=args.venv, uv=args.uv,
+                             compressor=compressor(args.level))
+        elif args.command == "env":
+            said = "\n".join(_base_config(args.base_config)[1])
+        else:
+            kind = str(_read_json(args.base_manifest, "manifest").get("mediaType"))
+            platform = _base_config(args.base_config)[0]
+            found = None
+            if args.command == "image":
+                args.output.mkdir(parents=True, exist_ok=True)
+                written = args.output / "layer.tar.gz"
+                found = (write_layer(args.source, written, prefix=args.prefix,
+                                     level=args.level), written)
+            manifest, config = slice_image(found[0] if found else None, media_type=kind,
+                                           created_by=getattr(args, "created_by", ""),
+                                           platform=platform)
+            write_layout(args.output, manifest, config, found)
+            said = json.dumps(found[0].to_json() if found else {})
+    except (LayerError, OSError) as exc:
+        sys.stderr.write(f"gpurl-layer: {exc}\n")
         return 2
-    sys.stdout.write(json.dumps({**blob.to_json(), "compressor": compressor(args.level)})
-                     + "\n")
+    sys.stdout.write(said + "\n")
     return 0
 
 

@@ -32,31 +32,17 @@ from gpurl_tasks.oci.image import (
     parse_diff_ids,
     parse_manifest,
 )
-from gpurl_tasks.oci.layer import WRITER_VERSION
+from gpurl_tasks.oci.layer import WRITER_VERSION, Blob
+from gpurl_tasks.oci.layer import slice_image as layer_image
 from gpurl_tasks.plan.model import Layer
 
-__all__ = ["BaseImage", "WrittenSlice", "compose_written", "slice_image", "slice_key",
+__all__ = ["BaseImage", "WrittenSlice", "compose_written", "slice_image",
            "written_history", "written_slice"]
 
-_KEY_VERSION = "gpurl-written-slice-1"  # bump when what a cached slice image means changes
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 _LAYER_TYPES = {DOCKER_MANIFEST: "application/vnd.docker.image.rootfs.diff.tar.gzip",
                 "application/vnd.oci.image.manifest.v1+json":
                     "application/vnd.oci.image.layer.v1.tar+gzip"}
-_CONFIG_TYPES = {DOCKER_MANIFEST: "application/vnd.docker.container.image.v1+json",
-                 "application/vnd.oci.image.manifest.v1+json":
-                     "application/vnd.oci.image.config.v1+json"}
-
-
-def slice_key(*, label: str, slice_text: bytes, python: str, venv: str, uv: str,
-              compressor: str) -> str:
-    """The cache tag of one written slice: a hash of all its blob's bytes depend on (the
-    slice file's bytes, env-base's Python version and venv path, the uv version, the writer
-    with its zlib and level) and nothing that depends on its position or on env-base's id."""
-    key = json.dumps({"version": _KEY_VERSION, "slice": hashlib.sha256(slice_text).hexdigest(),
-                      "python": python, "venv": venv, "uv": uv, "compressor": compressor},
-                     sort_keys=True)
-    return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 def written_history(layer: Layer) -> str:
@@ -109,17 +95,11 @@ class BaseImage:
 def slice_image(written: WrittenSlice, *, media_type: str, platform: Mapping[str, str],
                 ) -> tuple[bytes, bytes]:
     """(manifest, config) of the one-layer image that records a slice in the cache
-    repository; deterministic, so the same slice gives the same manifest digest."""
-    config = _canonical({**platform, "config": {},
-                         "rootfs": {"type": "layers", "diff_ids": [written.diff_id]},
-                         "history": [{"created_by": written.created_by}]})
-    manifest = Manifest(
-        layers=(written.layer,),
-        config_digest="sha256:" + hashlib.sha256(config).hexdigest(),
-        config=Descriptor(media_type=_CONFIG_TYPES[media_type], size=len(config),
-                          digest="sha256:" + hashlib.sha256(config).hexdigest()),
-        media_type=media_type)
-    return _canonical(manifest.to_json()), config
+    repository: oci/layer.py's, which the cluster job writes too, so both paths record the
+    same slice as the same image."""
+    blob = Blob(digest=written.layer.digest, diff_id=written.diff_id, size=written.layer.size)
+    return layer_image(blob, created_by=written.created_by, media_type=media_type,
+                       platform=dict(platform))
 
 
 def written_slice(name: str, manifest: Mapping[str, Any], config: Mapping[str, Any],

@@ -11,7 +11,10 @@ does not set. `executor_tail` appends shell lines to the stand-in executor (slee
 
 The script is rendered for the default profile, or for `profile` with config `overrides`
 (another profile configured for the cluster); `wheels` serves real wheel files instead of
-stand-in bytes named after the script's own list.
+stand-in bytes named after the script's own list. It renders the chain script
+(`cluster.env-source = "chain"`) unless told otherwise: the stand-in executor builds no
+env-base for the composed script to write slices on (tests/test_kaniko_e2e.py runs that one
+with the real executor).
 """
 
 from __future__ import annotations
@@ -138,7 +141,8 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
     }, gz=False))
     with serve_files(served) as url:
         config = load_config(REPO_ROOT, profile=profile, env={},
-                             overrides={**(overrides or {}), "build.wheel-base-url": url + "/wheels"})
+                             overrides={"cluster.env-source": "chain", **(overrides or {}),
+                                        "build.wheel-base-url": url + "/wheels"})
         names = prebuilt_wheel_names(config)
         (served / "wheels").mkdir()
         for i, name in enumerate(names if wheels is None else ()):
