@@ -40,6 +40,7 @@ __all__ = [
     "Variant",
     "VerifySettings",
     "environment_value",
+    "environment_variable",
     "load_committed_config",
     "load_config",
     "load_profile_names",
@@ -410,9 +411,14 @@ def environment_value(dotted: str, env: Mapping[str, str] | None = None) -> str 
     return found[0] if found else None
 
 
+def environment_variable(dotted: str) -> str:
+    """The GPURL_<SECTION>_<KEY> variable that sets config key `dotted` (layers.cap: GPURL_LAYERS_CAP)."""
+    return "GPURL_" + dotted.upper().replace(".", "_").replace("-", "_")
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """GPURL_<SECTION>_<KEY> variables as {dotted key: (value, variable name)}."""
-    by_var = {"GPURL_" + k.upper().replace(".", "_").replace("-", "_"): k for k in _known_keys()}
+    by_var = {environment_variable(k): k for k in _known_keys()}
     return {by_var[name]: (value, name) for name, value in env.items() if name in by_var}
 
 

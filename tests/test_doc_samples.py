@@ -10,6 +10,7 @@ against the tree.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.units import parse_size
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy, skyrl_at
 from tests.support.doc_samples import ELIDED, Sample, fits, normalize, samples
@@ -140,3 +142,23 @@ def test_module_map_lists_every_module() -> None:
                                     "gone": sorted(set(listed) - set(tree))}
     assert len(listed) == len(set(listed))
     assert all(purpose for _, purpose in rows)
+
+
+def test_config_reference_is_current() -> None:
+    """docs/config.md is what `invoke generate` renders from today's fields, one row per key."""
+    from gpurl_tasks import config
+    from gpurl_tasks.configdoc import PAGE, render
+
+    page = (REPO_ROOT / PAGE).read_text()
+    assert page == render(), "docs/config.md is stale: run `invoke generate`"
+    rows = re.findall(r"^\| `([a-z0-9.-]+)` \| (.+?) \| (.+?) \| (.+?) \| `(GPURL_\w+)` \|", page, re.M)
+    assert [key for key, *_ in rows] == list(config._known_keys())
+    for key, _type, _default, _where, variable in rows:
+        assert config.environment_value(key, {variable: "x"}) == "x", key  # the real variable
+    # a size's default reads back as the field's default (the one parser of sizes)
+    defaults = {key: default.strip("`") for key, _, default, _, _ in rows}
+    for section, cls in config._SECTIONS.items():
+        for field in dataclasses.fields(cls):
+            key = f"{section}.{field.name.replace('_', '-')}"
+            if config._key_of(field).size and field.default is not None:
+                assert parse_size(defaults[key]) == field.default, key
