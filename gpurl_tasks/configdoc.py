@@ -194,7 +194,9 @@ def render() -> str:
 
 def reference_files(config: cfg.Config) -> dict[Path, str]:
     """The page, as a file `invoke generate` writes with the first profile's first variant
-    (one owner, so it is rendered and checked once)."""
+    (one owner, so it is rendered and checked once), in a repository that keeps the page:
+    gpurl's own (a repository that adopts gpurl gets no docs/ it did not ask for)."""
+    page = config.root / PAGE
     first_profile = cfg.load_profile_names(config.root)[:1] == (config.profile,)
     first_variant = not config.variants or config.variant == config.variants[0].name
-    return {config.root / PAGE: render()} if first_profile and first_variant else {}
+    return {page: render()} if page.exists() and first_profile and first_variant else {}

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ELIDED", "Sample", "fits", "normalize", "samples"]
+__all__ = ["ELIDED", "Sample", "command_and_exit", "fenced", "fits", "normalize", "samples"]
 
 ELIDED = "…"
 _SCENARIO = re.compile(r"<!-- sample: ([a-z0-9-]+) -->")
@@ -41,13 +41,14 @@ def samples(root: Path, docs: Sequence[str]) -> list[Sample]:
         lines = (root / doc).read_text().splitlines()
         i = 0
         while i < len(lines):
-            if lines[i] != "```":
+            if not lines[i].startswith("```"):
                 i += 1
                 continue
-            end = lines.index("```", i + 1)
+            end = lines.index("```", i + 1)  # fences do not nest
             above = lines[i - 1] if i else ""
             scenario = m.group(1) if (m := _SCENARIO.fullmatch(above.strip())) else ""
-            found += _block(doc, i + 2, lines[i + 1:end], scenario)
+            if lines[i] == "```":  # a block with a language (console, toml, python) is no sample
+                found += _block(doc, i + 2, lines[i + 1:end], scenario)
             i = end + 1
     return found
 
@@ -56,13 +57,12 @@ def _block(doc: str, first: int, body: list[str], scenario: str) -> list[Sample]
     starts = [n for n, line in enumerate(body) if line.startswith("$ ")]
     out = []
     for k, n in enumerate(starts):
-        command, _, comment = body[n][2:].partition("  #")
-        code = m.group(1) if (m := _EXIT.search("#" + comment)) else "0"
+        command, code = command_and_exit(body[n])
         stop = starts[k + 1] if k + 1 < len(starts) else len(body)
         expected = tuple(body[n + 1:stop])
         while expected and not expected[-1]:
             expected = expected[:-1]
-        out.append(Sample(doc, first + n, command.strip(), expected, int(code), scenario))
+        out.append(Sample(doc, first + n, command, expected, code, scenario))
     return out
 
 
@@ -86,3 +86,17 @@ def fits(expected: Sequence[str], actual: Sequence[str]) -> bool:
             reach = [False] + [reach[j - 1] and actual[j - 1] == line
                                for j in range(1, len(reach))]
     return reach[-1]
+
+
+def fenced(text: str, languages: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """(language, lines) of each block fenced in one of `languages`, in page order."""
+    return [(m.group(1), m.group(2).splitlines())
+            for m in re.finditer(r"^```(\w+)\n(.*?)^```$", text, re.S | re.M)
+            if m.group(1) in languages]
+
+
+def command_and_exit(line: str) -> tuple[str, int]:
+    """A `$ ` line's command and the exit code its trailing `# exit N` names (default 0)."""
+    command, _, comment = line[2:].partition("  #")
+    code = m.group(1) if (m := _EXIT.search("#" + comment)) else "0"
+    return command.strip(), int(code)
