@@ -162,3 +162,10 @@ def test_config_reference_is_current() -> None:
             key = f"{section}.{field.name.replace('_', '-')}"
             if config._key_of(field).size and field.default is not None:
                 assert parse_size(defaults[key]) == field.default, key
+
+
+def test_ci_runs_the_test_command_the_readme_writes() -> None:
+    """.ci/run runs "the README's test command": the README must still write it."""
+    ci = (REPO_ROOT / ".ci" / "run").read_text().splitlines()
+    command = next(line for line in reversed(ci) if line.strip() and not line.startswith("#"))
+    assert command in (REPO_ROOT / "README.md").read_text()
