@@ -110,7 +110,7 @@ class LayerSettings:
     size_cache: Path | None = _field(None, root_relative=True)  # written by `invoke sizes --probe`
     # independent: each slice is its own layer wherever it sits (a bump costs the slices that
     # hold a changed package); chain: each layer sits on the ones below (a bump costs its
-    # layer and every layer above). See README "The layer plan".
+    # layer and every layer above). See docs/plan.md.
     mode: LayerMode = "independent"
     # independent: a package this large gets a slice of its own
     own_layer: int = _field(20 * 10**6, size=True)
@@ -373,7 +373,7 @@ def _known_keys() -> tuple[str, ...]:
 
 def _unknown(key: str, where: str) -> ConfigError:
     close = difflib.get_close_matches(key, _known_keys(), n=1)
-    hint = f"did you mean {close[0]!r}?" if close else "see [tool.gpurl] in README.md"
+    hint = f"did you mean {close[0]!r}?" if close else "every key is in docs/config.md"
     return ConfigError(f"unknown config key {key!r} in {where}", hint=hint)
 
 
