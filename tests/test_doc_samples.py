@@ -10,6 +10,7 @@ against the tree.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -18,7 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy, skyrl_at
 from tests.support.doc_samples import ELIDED, Sample, fits, normalize, samples
 from tests.support.git import git
+from tests.support.pusher import push_image, random_layer, tar_gz_layer
+from tests.support.registry_server import running_registry
 
 DOCS = ("README.md", *sorted(p.relative_to(REPO_ROOT).as_posix()
                              for p in (REPO_ROOT / "docs").glob("*.md")))
@@ -74,18 +77,49 @@ def _skyrl_source_edit(root: Path) -> Path:
     return _committed(root, "a source-only change")
 
 
-SCENARIOS: dict[str, Callable[[Path], Path]] = {
-    "skyrl-lock-bump": _skyrl_lock_bump,
-    "skyrl-source-edit": _skyrl_source_edit,
+# The registry host a page writes; a sample in the `registry` scenario talks to its own.
+DOC_REGISTRY = "127.0.0.1:5005"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    root: Path
+    registry: str = ""  # the real host standing for DOC_REGISTRY
+
+
+def _registry_image(tmp: Path, stack: contextlib.ExitStack) -> Setting:
+    """A loopback registry of its own holding one image shaped like a small slice build (its
+    layers made by the test's own pusher, not by gpurl), one slice layer over a 1 MB cap."""
+    server = stack.enter_context(running_registry(tmp / "registry"))
+    run = "RUN /bin/sh -c "
+    install = run + "uv pip install --no-deps --require-hashes -r /tmp/gpurl-layers/"
+    push_image(server.url, "org/img", [
+        tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs.tar /"),
+        random_layer(300_000, run + "apt-get update && apt-get install -y ca-certificates", seed=1),
+        tar_gz_layer({"tmp/gpurl-layers/pyyaml.txt": b"pyyaml==6.0.3\n"},
+                     "COPY docker/layers/demo/shared/09-pyyaml.txt /tmp/gpurl-layers/pyyaml.txt"),
+        random_layer(800_000, install + "pyyaml.txt", seed=2),
+        random_layer(1_500_000, install + "pillow.txt", seed=3),
+        tar_gz_layer({"app/README": b"demo\n"}, "COPY . /app"),
+    ], tag="demo-1111111")
+    return Setting(REPO_ROOT, registry=server.host)
+
+
+SCENARIOS: dict[str, Callable[[Path, contextlib.ExitStack], Setting]] = {
+    "skyrl-lock-bump": lambda tmp, _: Setting(_skyrl_lock_bump(tmp)),
+    "skyrl-source-edit": lambda tmp, _: Setting(_skyrl_source_edit(tmp)),
+    "registry-image": _registry_image,
 }
 
 
 @pytest.fixture(scope="module")
-def scenario_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    @functools.cache
-    def make(name: str) -> Path:
-        return SCENARIOS[name](tmp_path_factory.mktemp(name))
-    return make
+def setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Setting]]:
+    with contextlib.ExitStack() as stack:
+        @functools.cache
+        def make(name: str) -> Setting:
+            return SCENARIOS[name](tmp_path_factory.mktemp(name), stack) if name \
+                else Setting(REPO_ROOT)
+        yield make
 
 
 def test_the_samples_are_found() -> None:
@@ -101,15 +135,17 @@ def test_the_samples_are_found() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("sample", ALL, ids=[s.id for s in ALL])
 def test_sample_is_the_real_output(sample: Sample, tmp_path: Path,
-                                   scenario_root: Callable[[str], Path]) -> None:
-    root = scenario_root(sample.scenario) if sample.scenario else REPO_ROOT
+                                   setting: Callable[[str], Setting]) -> None:
+    here = setting(sample.scenario)
     kube = tmp_path / "kubeconfig"
     kube.write_text("apiVersion: v1\n")
-    done = _run(root, shlex.split(sample.command),
+    command = sample.command.replace(DOC_REGISTRY, here.registry or DOC_REGISTRY)
+    done = _run(here.root, shlex.split(command),
                 {"KUBECONFIG": str(kube), "HOME": str(tmp_path),
                  "GPURL_REGISTRY_TOKEN": "ghp_" + "x" * 36})
     assert done.returncode == sample.exit_code, done.stderr
-    real = normalize(done.stdout, (root, REPO_ROOT)).strip("\n").splitlines()
+    stdout = done.stdout.replace(here.registry, DOC_REGISTRY) if here.registry else done.stdout
+    real = normalize(stdout, (here.root, REPO_ROOT)).strip("\n").splitlines()
     expected = [normalize(line, (REPO_ROOT,)) for line in sample.expected]
     assert fits(expected, real), f"{sample.id}: the real output is\n" + "\n".join(real)
 
