@@ -80,15 +80,19 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
              json: bool = False) -> None:
     """Render every generated file from the committed config and plan.
 
-    Each variant's Dockerfile, slice files and (cluster profiles) kaniko script, and
-    .dockerignore's rules; everything is checked first, and a failure writes nothing.
+    Each variant's Dockerfile, slice files and (cluster profiles) kaniko script,
+    .dockerignore's rules, and docs/config.md (the config reference); everything is checked
+    first, and a failure writes nothing.
     """
     from gpurl_tasks.cluster.kaniko import script_files
+    from gpurl_tasks.configdoc import reference_files
     from gpurl_tasks.dockerfile.generate import generate_profiles
 
     with cli.clean_failures(as_json=json):
         cli.finish(generate_profiles(cli.REPO_ROOT, cli.text_flag("--profile", profile),
-                                     check=check, repack=repack, extra=script_files), as_json=json)
+                                     check=check, repack=repack,
+                                     extra=lambda c, p: {**script_files(c, p), **reference_files(c)}),
+                   as_json=json)
 
 
 @task(help={

@@ -41,6 +41,7 @@ __all__ = [
     "Variant",
     "VerifySettings",
     "environment_value",
+    "environment_variable",
     "load_committed_config",
     "load_config",
     "load_profile_names",
@@ -115,7 +116,7 @@ class LayerSettings:
     size_cache: Path | None = _field(None, root_relative=True)  # written by `invoke sizes --probe`
     # independent: each slice is its own layer wherever it sits (a bump costs the slices that
     # hold a changed package); stacked: each layer sits on the ones below (a bump costs its
-    # layer and every layer above). See README "The layer plan".
+    # layer and every layer above). See docs/plan.md.
     mode: LayerMode = "independent"
     # independent: a package this large gets a slice of its own
     own_layer: int = _field(20 * 10**6, size=True)
@@ -432,7 +433,7 @@ def _known_keys() -> tuple[str, ...]:
 
 def _unknown(key: str, where: str) -> ConfigError:
     close = difflib.get_close_matches(key, _known_keys(), n=1)
-    hint = f"did you mean {close[0]!r}?" if close else "see [tool.gpurl] in README.md"
+    hint = f"did you mean {close[0]!r}?" if close else "every key is in docs/config.md"
     return ConfigError(f"unknown config key {key!r} in {where}", hint=hint)
 
 
@@ -470,9 +471,14 @@ def environment_value(dotted: str, env: Mapping[str, str] | None = None) -> str 
     return found[0] if found else None
 
 
+def environment_variable(dotted: str) -> str:
+    """The GPURL_<SECTION>_<KEY> variable that sets config key `dotted` (layers.cap: GPURL_LAYERS_CAP)."""
+    return "GPURL_" + dotted.upper().replace(".", "_").replace("-", "_")
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """GPURL_<SECTION>_<KEY> variables as {dotted key: (value, variable name)}."""
-    by_var = {"GPURL_" + k.upper().replace(".", "_").replace("-", "_"): k for k in _known_keys()}
+    by_var = {environment_variable(k): k for k in _known_keys()}
     return {by_var[name]: (value, name) for name, value in env.items() if name in by_var}
 
 

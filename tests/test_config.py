@@ -79,7 +79,7 @@ def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
         load_config(root, env={}, overrides={key: value})
 
 
-# variant keys -> the setting each one sets (as the README's config reference names them)
+# variant keys -> the setting each one sets (as docs/config.md names them)
 _VARIANT_KEY_SETTINGS = {"extras": "python.extras", "groups": "python.groups",
                          "tag-prefix": "registry.tag-prefix",
                          "floating-tag": "registry.floating-tag",

@@ -1,6 +1,6 @@
 """The layer rules a pushed image must meet, and their table/JSON rendering (pure).
 
-Why these rules (README, "Verify and pin"): containerd pulls a few layers at a time and gives up on
+Why these rules (docs/verify-and-pin.md): containerd pulls a few layers at a time and gives up on
 a blob that shows no progress, GHCR caps a layer at 10 GB, and the team's experience is that
 images with every layer under ~4 GB and more than 20 layers pull, while one 16.6 GB layer
 (the --single-snapshot symptom) does not. The build succeeds either way; only a check of the

@@ -410,7 +410,7 @@ def check_layout(layout: Layout, cap: int) -> None:
         return
     if not 1 <= layout.tail_groups <= MAX_GROUPS:
         raise PlanError(f"layers.tail-groups must be between 1 and {MAX_GROUPS}, not "
-                        f"{layout.tail_groups}", hint="32 groups measure well (README, The layer plan)")
+                        f"{layout.tail_groups}", hint="32 groups measure well (docs/plan.md)")
 
 
 Learn = Callable[[], tuple[Mapping[str, int], int]]

@@ -2,7 +2,7 @@
 records it, so a layer's build cache depends on its own slice and the layers below it, not on
 the whole lock.
 
-The form of a line matters (README, "The layer plan"; verified with uv 0.13.9): a registry package is
+The form of a line matters (docs/plan.md; verified with uv 0.13.9): a registry package is
 `name==version --hash=sha256:...` with its index named in the file (a `name @ <wheel url>` line
 would be a direct-URL install that the final `uv sync --frozen` reinstalls); a URL source is
 `name @ url --hash=...`; a git source is `name @ git+url@commit`, as the lock records it. Every
