@@ -45,7 +45,7 @@ DRY_RUN_CLIENT = "docker"
 
 def _task(name: str, config: Config, *extra: str) -> Argv:
     """A step that is one of the tasks, as its command line."""
-    variant = ("--variant", config.variant) if config.variant else ()
+    variant = ("--variant", config.variant.shown) if config.variant.shown else ()
     return ("invoke", name, "--profile", config.profile, *variant, *extra)
 
 
