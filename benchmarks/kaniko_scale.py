@@ -6,11 +6,14 @@ The generated kaniko script runs unmodified in a job container (gpurl_tasks.loca
 against the plain loopback registry. In one run, each build into a repository of its own
 (so its cache starts empty unless it is a warm rebuild):
 
-1. upstream v1.23.2, cold;
-2. the fork v1.28.3, cold, then warm (nothing changed);
-3. the fork, cold, with `--snapshot-mode=redo` (stats files instead of hashing them);
-4. the fork, cold, with the same lock as one install layer (one slice holding every package:
+1. upstream v1.23.2, cold, the environment as one layer chain (`cluster.env-source = chain`);
+2. upstream, cold, then warm, the environment composed from written slices (the default):
+   the cold environment should take at most half the chain's time;
+3. the fork v1.28.3, cold (chain), then warm (nothing changed);
+4. the fork, cold, with `--snapshot-mode=redo` (stats files instead of hashing them);
+5. the fork, cold, with the same lock as one install layer (one slice holding every package:
    the build-time price of layering).
+`--only LABEL,...` runs a subset (the table then shows only those).
 
 For each: wall time, every slice RUN's install and snapshot seconds from kaniko's log (as the
 filesystem grows), the layers and bytes the image has, and the blobs the registry did not have
@@ -121,7 +124,7 @@ def _invoke(tree: Path, *args: str) -> None:
 
 
 def _configure(tree: Path, *, repository: str, executor: str, crane: tuple[str, str],
-               snapshot: str = "full", one_layer: bool = False) -> None:
+               snapshot: str = "full", one_layer: bool = False, env_source: str = "chain") -> None:
     """The heavy profile as a cluster profile, built into `repository`."""
     pyproject = tree / "pyproject.toml"
     text = pyproject.read_text()
@@ -138,7 +141,8 @@ def _configure(tree: Path, *, repository: str, executor: str, crane: tuple[str, 
         ("[tool.gpurl.profiles.heavy.layers]\ncap = \"1GB\"",
          "[tool.gpurl.profiles.heavy.cluster]\n"
          f'kaniko-executor = "{executor}"\ncrane-url = "{crane[0]}"\n'
-         f'crane-sha256 = "{crane[1]}"\nsnapshot-mode = "{snapshot}"\n\n'
+         f'crane-sha256 = "{crane[1]}"\nsnapshot-mode = "{snapshot}"\n'
+         f'env-source = "{env_source}"\n\n'
          "[tool.gpurl.profiles.heavy.layers]\n"
          + ('cap = "100GB"\nown-layer = "100GB"\ntail-groups = 1' if one_layer
             else 'cap = "1GB"')),
@@ -184,7 +188,19 @@ def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) 
             "new_bytes": sum(pushed.values()), "slices": slice_timings(output)}
 
 
-def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
+PLANS = (  # label, executor, snapshot mode, one layer, env-source, repository key
+    ("upstream-cold", "upstream", "full", False, "chain", "a"),
+    ("upstream-composed-cold", "upstream", "full", False, "composed", "e"),
+    ("upstream-composed-warm", "upstream", "full", False, "composed", "e"),
+    ("fork-cold", "fork", "full", False, "chain", "b"),
+    ("fork-warm", "fork", "full", False, "chain", "b"),
+    ("fork-redo-cold", "fork", "redo", False, "chain", "c"),
+    ("fork-one-layer-cold", "fork", "full", True, "chain", "d"),
+)
+
+
+def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset()
+            ) -> dict[str, Any]:
     os.environ.setdefault("GPURL_CACHE_DIR", str(REPO_ROOT / ".cache" / "gpurl-heavy"))
     from gpurl_tasks.config import load_config
     from gpurl_tasks.local.builders import job_image, setup_kaniko
@@ -201,16 +217,14 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     builds: list[dict[str, Any]] = []
     with _serve(served) as url:
         crane = (f"{url}/{builders.crane_archive.name}", builders.crane_sha256)
-        plans = [("upstream-cold", "upstream", "full", False, "a"),
-                 ("fork-cold", "fork", "full", False, "b"),
-                 ("fork-warm", "fork", "full", False, "b"),
-                 ("fork-redo-cold", "fork", "redo", False, "c"),
-                 ("fork-one-layer-cold", "fork", "full", True, "d")]
-        for label, executor, snapshot, one_layer, repo_key in plans:
+        for label, executor, snapshot, one_layer, env_source, repo_key in PLANS:
+            if only and label not in only:
+                continue
             repository = f"gpurl/kaniko-heavy-{run}-{repo_key}"
             tree = _tree(OUT / f"kaniko-tree-{run}-{label}")
             _configure(tree, repository=repository, executor=builders.executors[executor],
-                       crane=crane, snapshot=snapshot, one_layer=one_layer)
+                       crane=crane, snapshot=snapshot, one_layer=one_layer,
+                       env_source=env_source)
             builds.append(_build(tree, label, repository, say))
     return {"builds": builds, "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "cpus": os.cpu_count()}
@@ -243,6 +257,9 @@ def render_section(data: dict[str, Any] | None) -> str:
     ratios = []
     if "upstream-cold" in by and "fork-cold" in by:
         ratios.append(f"fork/upstream cold {by['fork-cold']['seconds'] / by['upstream-cold']['seconds']:.2f}")
+    if "upstream-composed-cold" in by and "upstream-cold" in by:
+        ratios.append("composed/chain cold "
+                      f"{by['upstream-composed-cold']['seconds'] / by['upstream-cold']['seconds']:.2f}")
     if "fork-redo-cold" in by and "fork-cold" in by:
         ratios.append(f"redo/full {by['fork-redo-cold']['seconds'] / by['fork-cold']['seconds']:.2f}")
     if "fork-one-layer-cold" in by and "fork-cold" in by:
@@ -270,12 +287,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.kaniko_scale", description=__doc__)
     parser.add_argument("--render", action="store_true",
                         help="re-render the REPORT.md section from benchmarks/data/kaniko-scale.json")
+    parser.add_argument("--only", default="", help="comma-separated build labels to run: "
+                        + ", ".join(p[0] for p in PLANS))
     args = parser.parse_args(argv)
+    only = frozenset(filter(None, args.only.split(",")))
+    if only - {p[0] for p in PLANS}:
+        print(f"error: --only names no such build: {', '.join(sorted(only - {p[0] for p in PLANS}))}",
+              file=sys.stderr)
+        return 2
     if not args.render:
         if not SOURCES.is_dir():
             print(f"error: no kaniko/crane source archives at {SOURCES}", file=sys.stderr)
             return 2
-        DATA.write_text(json.dumps(measure(), indent=1, sort_keys=True) + "\n")
+        DATA.write_text(json.dumps(measure(only=only), indent=1, sort_keys=True) + "\n")
     section = render_section(load_data())
     REPORT.write_text(splice_section(REPORT.read_text(), section))
     print(section)

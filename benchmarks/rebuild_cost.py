@@ -94,8 +94,9 @@ REPACKED = "slices, repacked"
 STACKED = "slices, stacked"
 THIS_DESIGN = independent_design(DEFAULT_LAYOUT)
 FLOOR = "floor (changed packages)"
-# the default independent plan built as one chain (what the cluster's kaniko job does today)
-ON_CHAIN = "independent plan, chain build (cluster)"
+# the default independent plan built as one chain (`cluster.env-source = "chain"`, or
+# `build --chain`); by default both paths compose written slices, which THIS_DESIGN models
+ON_CHAIN = "independent plan, chain build (env-source chain)"
 DESIGNS = (BEFORE, REPACKED, STACKED, *map(independent_design, INDEPENDENT_LAYOUTS), ON_CHAIN,
            FLOOR)
 

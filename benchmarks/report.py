@@ -162,9 +162,11 @@ def _rebuild(data: dict[str, Any]) -> list[str]:
            "independent layers (`layers.mode = \"independent\"`: each slice is its own layer "
            "wherever it sits) with a slice of its own for every package of at least X and the rest "
            "in N stable groups, re-planned the same way: a bump costs the slices whose file changed "
-           f"(**{THIS_DESIGN}** is the config's default); **{ON_CHAIN}** = that default plan "
-           "built as one chain, as the cluster's kaniko job builds it today (a changed slice "
-           f"rebuilds every slice above it); **{FLOOR}** = the bytes of the packages "
+           f"(**{THIS_DESIGN}** is the config's default, and what both the local build and the "
+           "cluster's kaniko job build: gpurl writes each slice's layer and composes them at the "
+           f"registry); **{ON_CHAIN}** = that default plan built as one chain "
+           "(`cluster.env-source = \"chain\"` or `build --chain`: a changed slice rebuilds every "
+           f"slice above it); **{FLOOR}** = the bytes of the packages "
            "whose version changed or that are new, what any layering must push. Layers: the "
            "fewest-most slices over the sequence.", "",
            f"Sequences: {data['history_note']}", ""]
@@ -200,8 +202,9 @@ def _findings(results: dict[str, Any]) -> list[str]:
     small = {p["design"]: p for p in gen if p["new"] == gen[0]["new"]} if gen else {}
     s_new, s_stacked, s_floor, s_old = (summary(hist, d) for d in (THIS_DESIGN, STACKED, FLOOR, BEFORE))
     if hist:
-        out += [f"Independent layers (issue 25), on the whole lock history at "
-                f"{format_bytes(4 * 10**9)} ({THIS_DESIGN}):", "",
+        out += [f"Independent layers, composed (both paths: the local build and the cluster's "
+                f"kaniko job), on the whole lock history at {format_bytes(4 * 10**9)} "
+                f"({THIS_DESIGN}):", "",
                 f"- Bumps that change the closure ({s_new['changed']}): median "
                 f"{_pct(s_new['median'])}, mean {_pct(s_new['mean'])}, worst {_pct(s_new['worst'])} "
                 f"(stacked layers: median {_pct(s_stacked['median'])}, mean {_pct(s_stacked['mean'])}, "
