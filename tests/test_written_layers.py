@@ -209,3 +209,11 @@ def test_a_small_bump_writes_and_pulls_only_the_changed_slice(tree: Path, built:
     assert changed["blob"] in fetched
     assert [d for d in fetched if d in slice_blobs] == [changed["blob"]]
     assert len(fetched) <= 6, fetched  # the slice plus the final stage's few layers
+    # `invoke diff` of the two pushed images says what the node just did, to the byte
+    said = invoke(tree, "diff", old, new, "--profile", "demo", "--json")
+    assert said.returncode == 0, said.stdout + said.stderr
+    report = json.loads(said.stdout)
+    assert report["pull_bytes"] == sum(sizes[d] for d in fetched)
+    assert report["slices"]["changed"] == [moved[0].split("-", 1)[1]], report["slices"]
+    name, version = BUMPED.split("==")
+    assert [p for p in report["packages"] if p["name"] == name][0]["after"] == version
