@@ -7,6 +7,8 @@ the real registry's token auth with a loopback token service standing in for ghc
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +20,9 @@ import pytest
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import Credentials
-from gpurl_tasks.oci.compose import SliceImage, compose
+from gpurl_tasks.oci.image import Descriptor, parse_diff_ids, parse_manifest
+from gpurl_tasks.oci.layer import platform_of
+from gpurl_tasks.oci.layered import BaseImage, WrittenSlice, compose_written, slice_image, written_slice
 from gpurl_tasks.oci.registry import RegistryClient
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import (
@@ -295,39 +299,57 @@ def test_basic_auth_against_the_real_registry(tmp_path: Path, registry: Registry
             assert CANARY not in str(info.value) and WRONG not in str(info.value)
 
 
-def test_composes_slice_images_by_mounting_their_blobs(registry: RegistryServer) -> None:
-    """Two slice images in a cache repository (the real registry): the composed image in
-    another repository is env-base plus each install layer, its blobs mounted across
-    repositories (nothing uploaded but the config), and reads back with its history."""
-    base = [tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs.tar /"),
-            random_layer(50_000, "RUN uv venv /opt/venv", seed=10)]
-    images = []
-    for n, name in enumerate(("torch", "tail")):
-        layers = [*base, random_layer(1_000, f"COPY x /tmp/gpurl-layers/{name}.txt", seed=20 + n),
-                  random_layer(80_000, f"RUN uv pip install -r /tmp/gpurl-layers/{name}.txt",
-                               seed=30 + n)]
-        pushed = push_image(registry.url, "org/cache", layers, tag=f"slice-{name}",
-                            media_type=DOCKER_MANIFEST)
-        with quick_client(registry.host) as client:
-            ref = ref_of(registry, f"org/cache:slice-{name}")
-            _, _, manifest = client.manifest(ref)
-            images.append(SliceImage.from_documents(
-                name, manifest, client.blob_json(ref, pushed.config_digest)))
-    composed = compose(images)
-    target = ref_of(registry, "org/env:unused")
-    with quick_client(registry.host) as client:
-        assert not client.has_blob(target, images[0].manifest.layers[-1].digest)
+def test_composes_written_slices_by_mounting_their_blobs(registry: RegistryServer) -> None:
+    """env-base and two written slices, each recorded as gpurl's one-layer image, in a cache
+    repository (the real registry): the registry accepts those images and the composed
+    manifest and config, which read back as env-base's layers then each slice's blob, with
+    diff_ids and history to match. Through a pass-through proxy, whose log shows the blobs
+    were mounted across repositories: the config is the only upload to the image's."""
+    base_layers = [tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs.tar /"),
+                   random_layer(50_000, "RUN uv venv /opt/venv", seed=10)]
+    pushed = push_image(registry.url, "org/wcache", base_layers, tag="env-base-test",
+                        media_type=DOCKER_MANIFEST)
+    with FaultProxy(registry.port) as proxy, quick_client(proxy.host) as client:
+        base_ref = ref_of(proxy, "org/wcache:env-base-test")
+        _, _, manifest = client.manifest(base_ref)
+        base = BaseImage.from_documents(manifest, client.blob_json(base_ref, pushed.config_digest))
+        written = []
+        for n, name in enumerate(("torch", "tail")):
+            layer = random_layer(80_000, name, seed=30 + n)
+            data = b"".join(layer.iter_chunks())
+            ref = ref_of(proxy, f"org/wcache:slice-{name}")
+            client.push_blob(ref, data)
+            record = WrittenSlice(
+                name=name, diff_id="sha256:" + hashlib.sha256(gzip.decompress(data)).hexdigest(),
+                created_by=f"uv pip install -r /tmp/gpurl-layers/{name}.txt",
+                layer=Descriptor(media_type=base.layer_type, digest=layer.digest,
+                                 size=layer.size))
+            image, config = slice_image(record, media_type=base.manifest.media_type,
+                                        platform=platform_of(dict(base.config)))
+            client.push_blob(ref, config)
+            client.put_manifest(ref, f"slice-{name}", image, base.manifest.media_type)
+            _, _, read = client.manifest(ref)
+            written.append(written_slice(name, read, client.blob_json(
+                ref, parse_manifest(read, name).config_digest)))
+        composed = compose_written(base, written)
+        target = ref_of(proxy, "org/wenv:unused")
+        assert not client.has_blob(target, written[0].layer.digest)
+        proxy.log.clear()
         for blob in composed.manifest.layers:
-            client.mount_blob(target, blob.digest, "org/cache")
+            client.mount_blob(target, blob.digest, "org/wcache")
         client.push_blob(target, composed.config)
         digest = client.put_manifest(target, "env-test", composed.manifest_bytes,
                                      composed.manifest.media_type)
-        pulled = client.pull(ref_of(registry, "org/env:env-test"))
-        copy_layers = [i.manifest.layers[-2].digest for i in images]
-        assert not any(client.has_blob(target, d) for d in copy_layers)  # never needed
+        started = [path for _, method, path, _ in proxy.log
+                   if method == "POST" and path.startswith("/v2/org/wenv/blobs/uploads/")]
+        pulled = client.pull(ref_of(proxy, "org/wenv:env-test"))
+        config = client.blob_json(target, pulled.config_digest)
+    mounts = [path for path in started if "mount=" in path]
+    assert len(mounts) == len(composed.manifest.layers)  # each layer mounted, from the cache
+    assert len(started) - len(mounts) == 1  # one upload: the config
     assert pulled.manifest_digest == digest
     assert [d.digest for d in pulled.layers] == [
-        *(d.digest for d in images[0].manifest.layers[:2]),
-        *(i.manifest.layers[-1].digest for i in images)]
+        *(d.digest for d in base.manifest.layers), *(w.layer.digest for w in written)]
+    assert parse_diff_ids(config, "composed") == (*base.diff_ids, *(w.diff_id for w in written))
     made = [h.created_by for h in pulled.history if not h.empty_layer]
-    assert made[2:] == [f"RUN uv pip install -r /tmp/gpurl-layers/{n}.txt" for n in ("torch", "tail")]
+    assert made == [*(s.created_by for s in base_layers), *(w.created_by for w in written)]

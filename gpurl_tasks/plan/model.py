@@ -54,13 +54,12 @@ class PlannedPackage:
 class Slice:
     """One slice's identity, the one place each of its names is spelled: its label (the
     layer's anchor, stable across plans), its position, its committed file in the repository,
-    where that file sits in the image, the stage that installs it alone, and the cache tag of
-    that stage's image."""
+    where that file sits in the image and the stage that installs it alone (a slice's cache
+    tag is oci/layer.py's `slice_key`, which hashes what its written layer depends on)."""
 
     # where each slice file is copied inside the image: the Dockerfile installs from there,
     # and verify and rebuild recognise a planned layer by it
     IMAGE_DIR: ClassVar[str] = "/tmp/gpurl-layers"
-    _KEY_VERSION: ClassVar[str] = "gpurl-slice-1"  # bump when what a slice image holds changes meaning
     # the spelling of `name` (a committed file's stem): the position, then the label
     STEM: ClassVar[re.Pattern[str]] = re.compile(r"(\d{2,3})-([a-z0-9][a-z0-9._-]*)")
 
@@ -89,15 +88,6 @@ class Slice:
     def stage(self) -> str:
         """The stage that installs it alone on `env-base` (a small image of its own)."""
         return f"slice-{self.name}"
-
-    def cache_tag(self, *, base_id: str, slice_text: bytes, install: str) -> str:
-        """The cache tag of its stage's image: a hash of everything its install layer depends
-        on (env-base's image id, the slice file's bytes, where it is copied, the install
-        instruction) and nothing that depends on its position in the plan."""
-        key = json.dumps({"version": self._KEY_VERSION, "base": base_id, "dest": self.image_path,
-                          "run": install, "slice": hashlib.sha256(slice_text).hexdigest()},
-                         sort_keys=True)
-        return f"slice-{self.label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 @dataclasses.dataclass(**_KW)
