@@ -39,7 +39,8 @@ PURPOSE: dict[str, str] = {
     "layers.mode": "independent: each slice its own layer wherever it sits; chain: each on the ones below",
     "layers.own-layer": "independent layers: a package at least this large gets a slice of its own",
     "layers.tail-groups": "independent layers: how many stable groups the smaller packages go into",
-    "layers.compression-level": "the gzip level of the slice layers gpurl writes itself (part of each slice's digest and cache tag: one value for every builder)",
+    "layers.compression-level": "the gzip level of the slice layers gpurl writes itself (part of "
+                                "each slice's digest and cache tag: one value for every builder)",
     "registry.host": "the registry the image is pushed to",
     "registry.repository": "the image's repository on it",
     "registry.user": "the user the build pushes as (the token comes from the environment)",
@@ -92,7 +93,9 @@ PURPOSE: dict[str, str] = {
     "cluster.compression-level": ("the gzip level kaniko writes layers at (9 keeps slices within 2% of "
                                   "the plan)"),
     "cluster.snapshot-mode": "how kaniko finds a RUN's changes: full hashes contents, redo compares metadata",
-    "cluster.env-source": "how the iris job makes the environment: composed (slices written by gpurl, composed at the registry) or chain (the env-chain stage, every slice in one kaniko layer chain)",
+    "cluster.env-source": "how the iris job makes the environment: composed (slices written by "
+                          "gpurl, composed at the registry) or chain (the env-chain stage, every "
+                          "slice in one kaniko layer chain)",
     "cluster.source-archives": "kaniko's and crane's source archives, for `invoke setup-kaniko`",
     "verify.hard-limit": "no pushed layer may reach this size",
     "verify.min-layers": "a pushed image needs at least this many layers",

@@ -216,4 +216,4 @@ def test_a_small_bump_writes_and_pulls_only_the_changed_slice(tree: Path, built:
     assert report["pull_bytes"] == sum(sizes[d] for d in fetched)
     assert report["slices"]["changed"] == [moved[0].split("-", 1)[1]], report["slices"]
     name, version = BUMPED.split("==")
-    assert [p for p in report["packages"] if p["name"] == name][0]["after"] == version
+    assert next(p for p in report["packages"] if p["name"] == name)["after"] == version

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from gpurl_tasks.oci.image import Manifest
+from gpurl_tasks.oci.layer import canonical_json
 
 __all__ = ["Composed", "ComposedEnv", "SliceOutcome", "composed_tag"]
 
@@ -34,11 +33,8 @@ class Composed:
 
     @property
     def manifest_bytes(self) -> bytes:
-        return _canonical(self.manifest.to_json())
+        return canonical_json(self.manifest.to_json())
 
-
-def _canonical(document: Mapping[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["MTIME", "WRITER_VERSION", "Blob", "LayerError", "compressor", "layer_names", "main",
-           "platform_of", "slice_image", "slice_key", "write_layer", "write_layout"]
+__all__ = ["MTIME", "WRITER_VERSION", "Blob", "LayerError", "canonical_json", "compressor",
+           "layer_names", "main", "platform_of", "slice_image", "slice_key", "write_layer", "write_layout"]
 
 WRITER_VERSION = "gpurl-layer-1"  # bump whenever the bytes written for one tree change
 MTIME = 1  # one second past the epoch: 0 reads as "unset" to some tools
@@ -199,7 +199,9 @@ def slice_key(*, label: str, slice_text: bytes, python: str, venv: str, uv: str,
     return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
-def _canonical(document: object) -> bytes:
+def canonical_json(document: object) -> bytes:
+    """A JSON document as the registry receives it: sorted keys, no spaces (one spelling, so
+    the same document is the same digest)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -218,11 +220,11 @@ def slice_image(blob: Blob | None, *, created_by: str, media_type: str,
     if media_type not in _LAYER_TYPES:
         raise LayerError(f"{media_type} is not a Docker or OCI image manifest")
     config_type, layer_type = _LAYER_TYPES[media_type]
-    config = _canonical({**platform, "config": {},
+    config = canonical_json({**platform, "config": {},
                          "rootfs": {"type": "layers",
                                     "diff_ids": [blob.diff_id] if blob else []},
                          "history": [{"created_by": created_by}] if blob else []})
-    manifest = _canonical({"schemaVersion": 2, "mediaType": media_type,
+    manifest = canonical_json({"schemaVersion": 2, "mediaType": media_type,
                            "config": _descriptor(config_type, config),
                            "layers": [_descriptor(layer_type, blob)] if blob else []})
     return manifest, config
@@ -238,8 +240,8 @@ def write_layout(directory: Path, manifest: bytes, config: bytes,
         (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
     if blob is not None:
         blob[1].replace(blobs / blob[0].digest.removeprefix("sha256:"))
-    (directory / "oci-layout").write_bytes(_canonical({"imageLayoutVersion": "1.0.0"}))
-    (directory / "index.json").write_bytes(_canonical(
+    (directory / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
+    (directory / "index.json").write_bytes(canonical_json(
         {"schemaVersion": 2, "manifests": [_descriptor(media_type, manifest)]}))
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,7 +31,7 @@ from gpurl_tasks.oci.image import (
     parse_diff_ids,
     parse_manifest,
 )
-from gpurl_tasks.oci.layer import WRITER_VERSION, Blob
+from gpurl_tasks.oci.layer import WRITER_VERSION, Blob, canonical_json
 from gpurl_tasks.oci.layer import slice_image as layer_image
 from gpurl_tasks.plan.model import Layer
 
@@ -51,9 +50,6 @@ def written_history(layer: Layer) -> str:
     return (f"gpurl {WRITER_VERSION}: uv pip install --no-deps --require-hashes "
             f"--no-installer-metadata --prefix {VENV} -r {layer.slice.image_path}")
 
-
-def _canonical(document: Mapping[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -132,7 +128,7 @@ def compose_written(base: BaseImage, slices: Sequence[WrittenSlice]) -> Composed
                         "diff_ids": [*base.diff_ids, *(s.diff_id for s in slices)]}
     config["history"] = [*(dict(e) for e in base.config.get("history") or []),
                          *({"created_by": s.created_by} for s in slices)]
-    blob = _canonical(config)
+    blob = canonical_json(config)
     assert base.manifest.config is not None  # checked in from_documents
     descriptor = dataclasses.replace(base.manifest.config,
                                      digest="sha256:" + hashlib.sha256(blob).hexdigest(),
