@@ -189,3 +189,15 @@ def test_the_generated_tool_runs_alone_and_records_a_slice_as_the_local_path_doe
     env = subprocess.run([sys.executable, "-S", str(tool), "env", "--base-config",
                           str(base_config)], capture_output=True, text=True, check=True)
     assert env.stdout == "PATH=/opt/venv/bin:/usr/bin\n"
+
+
+def test_the_installers_lock_at_the_prefix_root_is_left_out(tmp_path: Path) -> None:
+    """uv pip install --prefix leaves an empty `.lock` at the prefix: bookkeeping, not a file
+    of the venv, so no layer holds it, whoever staged the tree (a package's own `.lock`
+    deeper down is content and stays)."""
+    (tmp_path / "lib" / "pkg").mkdir(parents=True)
+    (tmp_path / ".lock").write_bytes(b"")
+    (tmp_path / "lib" / "pkg" / ".lock").write_bytes(b"data")
+    names = layer_names(tmp_path, "opt/venv")
+    assert "opt/venv/.lock" not in names
+    assert "opt/venv/lib/pkg/.lock" in names

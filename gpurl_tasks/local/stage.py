@@ -7,8 +7,9 @@ In the container (`--network host`, for the loopback package index env-base name
       --prefix /stage --python /opt/venv/bin/python -r /tmp/gpurl-layers/<slice file>
 lays the slice's files out as they sit in the venv (`lib/python3.X/site-packages/`, `bin/`
 with `#!/opt/venv/bin/python` entry points, no INSTALLER, REQUESTED or direct_url.json);
-uv's own `.lock` is dropped; then `python3 -m gpurl_tasks.oci.layer /stage ... --prefix
-opt/venv` (gpurl_tasks mounted read-only) writes the blob into the mounted output directory.
+then `python3 -m gpurl_tasks.oci.layer write /stage ... --prefix opt/venv` (gpurl_tasks
+mounted read-only; it leaves uv's `.lock` out) writes the blob into the mounted output
+directory.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_d
     write = ["python3", "-B", "-m", "gpurl_tasks.oci.layer", "write", _STAGE, f"{_OUT}/{output}",
              "--prefix", venv.strip("/"), "--level", str(level)]
     script = " && ".join([
-        "set -eu", shlex.join(install) + " >&2", f"rm -f {_STAGE}/.lock",
+        "set -eu", shlex.join(install) + " >&2",
         shlex.join(write), f"chown {os.getuid()}:{os.getgid()} {_OUT}/{output}"])
     return [client, "run", "--rm", "--network", "host",
             "-v", f"{PACKAGE}:{_MOUNT}/gpurl_tasks:ro", "-v", f"{slice_file}:{dest}:ro",

@@ -30,8 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["MTIME", "WRITER_VERSION", "Blob", "LayerError", "canonical_json", "compressor",
-           "layer_names", "main", "platform_of", "slice_image", "slice_key", "write_layer", "write_layout"]
+__all__ = ["MTIME", "STAGING_LEFTOVERS", "WRITER_VERSION", "Blob", "LayerError", "canonical_json",
+           "compressor", "layer_names", "main", "platform_of", "slice_image", "slice_key",
+           "write_layer", "write_layout"]
 
 WRITER_VERSION = "gpurl-layer-1"  # bump whenever the bytes written for one tree change
 MTIME = 1  # one second past the epoch: 0 reads as "unset" to some tools
@@ -106,9 +107,15 @@ def _prefix_parts(prefix: str) -> list[str]:
     return parts
 
 
+# What an installer leaves at the root of a staging prefix that is bookkeeping, not content:
+# uv's `.lock` (uv pip install --prefix writes it). The one place it is dropped, on every path.
+STAGING_LEFTOVERS = frozenset({".lock"})
+
+
 def _walk(source: Path, prefix: str) -> list[tuple[str, Path]]:
     """(name in the layer, path on disk) for the prefix's directories and every entry under
-    `source`, directories named with a trailing slash, sorted by name."""
+    `source` but STAGING_LEFTOVERS at its root, directories named with a trailing slash,
+    sorted by name."""
     parts = _prefix_parts(prefix)
     found = [("/".join(parts[:i + 1]) + "/", source) for i in range(len(parts) - 1)]
     base = "/".join(parts)
@@ -117,6 +124,9 @@ def _walk(source: Path, prefix: str) -> list[tuple[str, Path]]:
         here = Path(top)
         rel = here.relative_to(source).as_posix()
         stem = base if rel == "." else f"{base}/{rel}" if base else rel
+        if rel == ".":
+            dirs[:] = [d for d in dirs if d not in STAGING_LEFTOVERS]
+            files = [f for f in files if f not in STAGING_LEFTOVERS]
         for name in dirs + files:
             path = here / name
             entry = f"{stem}/{name}" if stem else name
