@@ -112,8 +112,9 @@ def _as_cluster_profile(tree: Path, parts: Parts, executor: str) -> None:
         ('workspace = "examples/demo"\nbackend = "local"', 'workspace = "examples/demo"\nbackend = "iris"'),
         ('base-image = "gpurl/bookworm-python:3.11"',
          f'base-image = "{PLAIN}/{BASE}"\nkaniko-script = "docker/build_demo_kaniko.sh"'),
+        # a repository (and cache repository) per executor: each writes its own slices
         ('host = "127.0.0.1:5005"\nrepository = "gpurl/demo"',
-         f'host = "{parts.registry.host}"\nrepository = "gpurl/demo"'),
+         f'host = "{parts.registry.host}"\nrepository = "gpurl/demo-{executor}"'),
         ('floating-tag = "demo"\nuser = ""', f'floating-tag = "demo"\nuser = "{USER}"'),
         ("[tool.gpurl.profiles.demo.layers]",
          "[tool.gpurl.profiles.demo.cluster]\n"
