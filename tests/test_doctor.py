@@ -354,6 +354,7 @@ def test_doctor_on_a_healthy_and_a_broken_setup(
     assert text.count("fix: ") == len(broken.problems)
     for report in (healthy, broken):
         assert CANARY not in report.human() + json.dumps(report.to_json())
+    print(f"\n{healthy.human()}\n\n{broken.human()}")  # the two reports, for the record
 
 
 def test_doctor_dockerhub_token_and_no_token(repo: Path) -> None:
