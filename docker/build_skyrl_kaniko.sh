@@ -179,33 +179,64 @@ mkdir -p "$SLICES"
 python3 -B "$LAYER_TOOL" root "$SLICES/root" "${BASE_DOCS[@]}" >/dev/null
 SLICE_ROOT="$CACHE_REPO:gpurl-slice-root"
 crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_ROOT: $(said)"
-CURRENT="$ENV_BASE"
+# One slice the cache lacks: staged, written and pushed (its own log and error files, so
+# slices can be written side by side).
+write_slice() {
+  local name="$1" file="$2" created_by="$3" tag="$4" log="$SLICES/$1.log"
+  if ! uv pip install --no-deps --require-hashes --no-installer-metadata \
+      --prefix "$SLICES/$name/tree" --python "$VENV/bin/python" -r "$CONTEXT/$file" >"$log" 2>&1
+  then
+    echo "installing slice $name ($file) failed: $(tail -n 5 "$log" | tr '\n' ' ')"
+    return 1
+  fi
+  if ! python3 -B "$LAYER_TOOL" image "$SLICES/$name/tree" "$SLICES/$name/image" \
+      --prefix "${VENV#/}" --level "$LEVEL" --created-by "$created_by" "${BASE_DOCS[@]}" \
+      >"$SLICES/$name.blob" 2>>"$log"
+  then
+    echo "writing slice $name failed: $(tail -n 2 "$log" | tr '\n' ' ')"
+    return 1
+  fi
+  if ! "$WORK/crane" push "$SLICES/$name/image" "$CACHE_REPO:$tag" >/dev/null 2>>"$log"; then
+    echo "cannot push slice $name: $(tail -n 2 "$log" | tr '\n' ' ')"
+    return 1
+  fi
+  rm -rf "${SLICES:?}/$name"
+  echo "    $name: written $(cat "$SLICES/$name.blob")"
+}
+JOBS="$(nproc)"
+[ "$JOBS" -le 8 ] || JOBS=8
 WRITTEN=0
 CACHED=0
+: >"$SLICES/tags"
 while IFS=$'\t' read -r name file created_by; do
   [ -n "$name" ] || continue
   tag="$(python3 -B "$LAYER_TOOL" key --label "${name#*-}" --slice "$CONTEXT/$file" \
     --venv "$VENV" --python "$PYTHON_VERSION" --uv "$UV_SAYS" --level "$LEVEL")"
+  echo "$name $tag" >>"$SLICES/tags"
   if crane digest "$CACHE_REPO:$tag" >/dev/null; then
     CACHED=$((CACHED + 1))
     echo "    $name: cached ($tag)"
   elif grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
-    uv pip install --no-deps --require-hashes --no-installer-metadata \
-      --prefix "$SLICES/$name/tree" --python "$VENV/bin/python" -r "$CONTEXT/$file" \
-      || die "installing slice $name ($file) failed"
-    blob="$(python3 -B "$LAYER_TOOL" image "$SLICES/$name/tree" "$SLICES/$name/image" \
-      --prefix "${VENV#/}" --level "$LEVEL" --created-by "$created_by" "${BASE_DOCS[@]}")"
-    crane push "$SLICES/$name/image" "$CACHE_REPO:$tag" >/dev/null \
-      || die "cannot push slice $name: $(said)"
-    rm -rf "${SLICES:?}/$name"
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    ( write_slice "$name" "$file" "$created_by" "$tag" || touch "$SLICES/$name.failed" ) &
     WRITTEN=$((WRITTEN + 1))
-    echo "    $name: written $blob"
   else
     die "cannot look up $CACHE_REPO:$tag: $(said)"
   fi
+done <"$SLICE_INDEX"
+wait
+for failed in "$SLICES"/*.failed; do
+  if [ -e "$failed" ]; then
+    failed="${failed##*/}"
+    die "slice ${failed%.failed} could not be written (its reason is above)"
+  fi
+done
+# Each slice onto env-base, in plan order (one small manifest push each, no layer moves).
+CURRENT="$ENV_BASE"
+while read -r name tag; do
   CURRENT="$(crane rebase "$CACHE_REPO:$tag" --old_base "$SLICE_ROOT" --new_base "$CURRENT" \
     -t "$CACHE_REPO:compose-$GITSHA")" || die "cannot compose slice $name: $(said)"
-done <"$SLICE_INDEX"
+done <"$SLICES/tags"
 # The composed layers under env-base's own config (its ENV, WORKDIR and history).
 ENV_IMAGE="$(crane rebase "$ENV_BASE" --old_base "$ENV_BASE" --new_base "$CURRENT" \
   -t "$CACHE_REPO:env-$GITSHA")" || die "cannot compose the environment: $(said)"
