@@ -37,7 +37,7 @@ __all__ = ["MTIME", "STAGING_LEFTOVERS", "WRITER_VERSION", "Blob", "LayerError",
            "compressor", "layer_names", "main", "platform_of", "slice_image", "slice_key",
            "write_layer", "write_layout"]
 
-WRITER_VERSION = "gpurl-layer-1"  # bump whenever the bytes written for one tree change
+WRITER_VERSION = "gpurl-layer-2"  # bump whenever the bytes written for one tree change
 MTIME = 1  # one second past the epoch: 0 reads as "unset" to some tools
 _MEM_LEVEL = 8  # zlib's default, pinned
 _GZIP_OS = 255  # "unknown", as Python's gzip and Go's compress/gzip write it

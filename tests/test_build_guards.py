@@ -278,10 +278,10 @@ def test_stale_kaniko_script(repo: Path, env: dict[str, str],
 
 def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
     """`build --dry-run --json` is the one dry-run shape, and its commands are the very steps
-    the build runs (pipeline.build_steps): the planned slices each built and pushed, then
-    the image built from the committed Dockerfile with its tag, then pushed."""
+    the build runs (pipeline.build_steps): env-base built, tagged and pushed, one staging
+    container per planned slice (its slice file mounted where the image installs it from),
+    then the image built from the committed Dockerfile with its tag, then pushed."""
     from gpurl_tasks.dockerfile.generate import fitted_plan
-    from gpurl_tasks.dockerfile.recipe import slice_stage
     from gpurl_tasks.local.builder import image_reference
     from tests.support.tasks_runner import head_short_sha
 
@@ -293,14 +293,18 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(out) == {"dry_run", "commands"} and out["dry_run"] is True
-    setup, env_base, *slices, build, push = out["commands"]
+    setup, env_base, tag, push_base, *slices, build, push = out["commands"]
     assert setup[:2] == ["invoke", "setup-local"]
     assert env_base[:2] == ["docker", "build"] and env_base[env_base.index("--target") + 1] \
         == "env-base"
-    stages = [argv[argv.index("--target") + 1] for argv in slices[::2]]
-    assert stages == [slice_stage(layer) for layer in fitted_plan(config).layers]
-    assert [argv[:2] for argv in slices[1::2]] == [["docker", "push"]] * len(stages)
-    assert all("127.0.0.1:5005/gpurl/demo/cache:slice-" in argv[-1] for argv in slices[1::2])
+    assert tag[:2] == ["docker", "tag"] and push_base[:2] == ["docker", "push"]
+    assert push_base[-1] == tag[-1] and "/cache:env-base-" in tag[-1]
+    layers = fitted_plan(config).layers
+    assert [argv[:2] for argv in slices] == [["docker", "run"]] * len(layers)
+    mounts = [f"{layer.slice.path(config.variant)}:{layer.slice.image_path}:ro"
+              for layer in layers]
+    assert [next(a for a in argv if a.endswith(":ro") and "/gpurl-layers/" in a)
+            for argv in slices] == mounts
     assert build[build.index("-f") + 1] == str(config.build.dockerfile)
     assert f"WHEEL_SOURCE={config.build.wheel_source}" in build
     assert f"ENV_SOURCE={config.registry.image}@<composed digest>" in build

@@ -54,6 +54,8 @@ def demo_base() -> str:
 
 
 def _build_wheels(tmp_path: Path, base: str, tag: str) -> subprocess.CompletedProcess[str]:
+    """`invoke build-wheels` of a Dockerfile under `tmp_path`, which must lie inside the
+    repository (the Dockerfile and wheelhouse are config paths)."""
     dockerfile = tmp_path / f"Dockerfile.{tag}"
     dockerfile.write_text(_dockerfile(base, tag))
     env = {**os.environ, "GPURL_BUILD_WHEELHOUSE": str(tmp_path / "wheelhouse"),
@@ -66,8 +68,8 @@ def _build_wheels(tmp_path: Path, base: str, tag: str) -> subprocess.CompletedPr
 
 @pytest.mark.integration
 @pytest.mark.docker
-def test_build_wheels_passes_a_wheel_the_demo_installs(tmp_path: Path, demo_base: str) -> None:
-    done = _build_wheels(tmp_path, demo_base, "cp311-cp311-linux_x86_64")
+def test_build_wheels_passes_a_wheel_the_demo_installs(repo_tmp: Path, demo_base: str) -> None:
+    done = _build_wheels(repo_tmp, demo_base, "cp311-cp311-linux_x86_64")
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert sorted(Path(f).name for f in out["files"]) == [
@@ -78,13 +80,13 @@ def test_build_wheels_passes_a_wheel_the_demo_installs(tmp_path: Path, demo_base
 
 @pytest.mark.integration
 @pytest.mark.docker
-def test_build_wheels_fails_on_a_wheel_for_another_python(tmp_path: Path,
+def test_build_wheels_fails_on_a_wheel_for_another_python(repo_tmp: Path,
                                                           demo_base: str) -> None:
-    done = _build_wheels(tmp_path, demo_base, "cp312-cp312-linux_x86_64")
+    done = _build_wheels(repo_tmp, demo_base, "cp312-cp312-linux_x86_64")
     assert done.returncode == ExitCode.CHECK_FAILED, done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert out["check"]["ok"] is False
     assert [m["problem"] for m in out["check"]["mismatches"]] == [
         "tag cp312-cp312-linux_x86_64 does not install on cp311 linux_x86_64"]
-    assert (tmp_path / "wheelhouse" / "gpurl_demo_ext-0.1.0-cp312-cp312-linux_x86_64.whl"
+    assert (repo_tmp / "wheelhouse" / "gpurl_demo_ext-0.1.0-cp312-cp312-linux_x86_64.whl"
             ).is_file()  # exported as built: the check reports, it does not hide the file
