@@ -189,9 +189,9 @@ def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) 
 
 
 PLANS = (  # label, executor, snapshot mode, one layer, env-source, repository key
-    ("upstream-cold", "upstream", "full", False, "chain", "a"),
     ("upstream-composed-cold", "upstream", "full", False, "composed", "e"),
     ("upstream-composed-warm", "upstream", "full", False, "composed", "e"),
+    ("upstream-cold", "upstream", "full", False, "chain", "a"),
     ("fork-cold", "fork", "full", False, "chain", "b"),
     ("fork-warm", "fork", "full", False, "chain", "b"),
     ("fork-redo-cold", "fork", "redo", False, "chain", "c"),
