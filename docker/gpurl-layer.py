@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["MTIME", "STAGING_LEFTOVERS", "WRITER_VERSION", "Blob", "LayerError", "canonical_json",
-           "compressor", "layer_names", "main", "platform_of", "slice_image", "slice_key",
+__all__ = ["MEDIA_TYPES", "MTIME", "STAGING_LEFTOVERS", "WRITER_VERSION", "Blob", "LayerError",
+           "canonical_json", "compressor", "layer_names", "main", "platform_of", "slice_image", "slice_key",
            "write_layer", "write_layout"]
 
 WRITER_VERSION = "gpurl-layer-2"  # bump whenever the bytes written for one tree change
@@ -193,7 +193,8 @@ def write_layer(source: Path, output: Path, *, prefix: str, level: int) -> Blob:
 # --- the slice's cache tag and its one-layer image ----------------------------------------
 
 _KEY_VERSION = "gpurl-written-slice-1"  # bump when what a cached slice image means changes
-_LAYER_TYPES = {"application/vnd.docker.distribution.manifest.v2+json":
+# An image manifest's media type -> (its config's, its gzip layers'): Docker's or OCI's.
+MEDIA_TYPES = {"application/vnd.docker.distribution.manifest.v2+json":
                     ("application/vnd.docker.container.image.v1+json",
                      "application/vnd.docker.image.rootfs.diff.tar.gzip"),
                 "application/vnd.oci.image.manifest.v1+json":
@@ -230,9 +231,9 @@ def slice_image(blob: Blob | None, *, created_by: str, media_type: str,
     """(manifest, config) of the image that records one slice in the cache repository: its
     one layer (none for the root the cluster's composition rebases from), deterministic, so
     the same slice gives the same manifest digest on every builder."""
-    if media_type not in _LAYER_TYPES:
+    if media_type not in MEDIA_TYPES:
         raise LayerError(f"{media_type} is not a Docker or OCI image manifest")
-    config_type, layer_type = _LAYER_TYPES[media_type]
+    config_type, layer_type = MEDIA_TYPES[media_type]
     config = canonical_json({**platform, "config": {},
                          "rootfs": {"type": "layers",
                                     "diff_ids": [blob.diff_id] if blob else []},

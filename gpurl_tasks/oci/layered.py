@@ -31,18 +31,12 @@ from gpurl_tasks.oci.image import (
     parse_diff_ids,
     parse_manifest,
 )
-from gpurl_tasks.oci.layer import WRITER_VERSION, Blob, canonical_json
+from gpurl_tasks.oci.layer import MEDIA_TYPES, WRITER_VERSION, Blob, canonical_json
 from gpurl_tasks.oci.layer import slice_image as layer_image
 from gpurl_tasks.plan.model import Layer
 
 __all__ = ["BaseImage", "WrittenSlice", "compose_written", "slice_image",
            "written_history", "written_slice"]
-
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-_LAYER_TYPES = {DOCKER_MANIFEST: "application/vnd.docker.image.rootfs.diff.tar.gzip",
-                "application/vnd.oci.image.manifest.v1+json":
-                    "application/vnd.oci.image.layer.v1.tar+gzip"}
-
 
 def written_history(layer: Layer) -> str:
     """The history entry of a written slice, on every builder: what ran to stage it
@@ -78,14 +72,14 @@ class BaseImage:
         if len(diff_ids) != len(parsed.layers):
             raise RegistryError(f"env-base has {len(parsed.layers)} layers and "
                                 f"{len(diff_ids)} diff_ids")
-        if parsed.media_type not in _LAYER_TYPES or parsed.config is None:
+        if parsed.media_type not in MEDIA_TYPES or parsed.config is None:
             raise RegistryError(f"env-base's manifest is {parsed.media_type}, not a Docker or "
                                 "OCI image manifest")
         return BaseImage(manifest=parsed, config=config, diff_ids=diff_ids)
 
     @property
     def layer_type(self) -> str:
-        return _LAYER_TYPES[self.manifest.media_type]
+        return MEDIA_TYPES[self.manifest.media_type][1]
 
 
 def slice_image(written: WrittenSlice, *, media_type: str, platform: Mapping[str, str],
