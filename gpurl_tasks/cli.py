@@ -103,6 +103,8 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
 def task(**options: Any) -> Callable[[Callable[..., None]], Any]:
     """invoke's `@task` with SHORT_FLAGS as the only short flags (never generated ones)."""
     return invoke_tasks.task(klass=_Task, auto_shortflags=False, **options)
+
+
 _N = TypeVar("_N", int, float)
 
 
