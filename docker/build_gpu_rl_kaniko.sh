@@ -170,12 +170,12 @@ for doc in manifest config; do
   crane "$doc" "$ENV_BASE" >"$WORK/env-base.$doc" || die "cannot read $ENV_BASE: $(said)"
 done
 BASE_DOCS=(--base-manifest "$WORK/env-base.manifest" --base-config "$WORK/env-base.config")
-# What a written slice's bytes depend on in env-base, besides its file (its cache tag).
-PYTHON_VERSION="$("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
-UV_SAYS="$(uv --version)"
 SLICES="$WORK/slices"
 rm -rf "$SLICES"
 mkdir -p "$SLICES"
+# Each slice's cache tag: what its blob's bytes depend on here, besides its file.
+python3 -B "$LAYER_TOOL" keys --index "$SLICE_INDEX" --context "$CONTEXT" --venv "$VENV" \
+  --level "$LEVEL" >"$SLICES/tags" || die "cannot compute the slices' cache tags"
 python3 -B "$LAYER_TOOL" root "$SLICES/root" "${BASE_DOCS[@]}" >/dev/null
 SLICE_ROOT="$CACHE_REPO:gpurl-slice-root"
 crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_ROOT: $(said)"
@@ -190,8 +190,8 @@ write_slice() {
     return 1
   fi
   if ! python3 -B "$LAYER_TOOL" image "$SLICES/$name/tree" "$SLICES/$name/image" \
-      --prefix "${VENV#/}" --level "$LEVEL" --created-by "$created_by" "${BASE_DOCS[@]}" \
-      >"$SLICES/$name.blob" 2>>"$log"
+      --prefix "${VENV#/}" --level "$LEVEL" --created-by "$created_by" --record "$tag" \
+      "${BASE_DOCS[@]}" >"$SLICES/$name.blob" 2>>"$log"
   then
     echo "writing slice $name failed: $(tail -n 2 "$log" | tr '\n' ' ')"
     return 1
@@ -207,12 +207,10 @@ JOBS="$(nproc)"
 [ "$JOBS" -le 8 ] || JOBS=8
 WRITTEN=0
 CACHED=0
-: >"$SLICES/tags"
+exec 3<"$SLICES/tags"
 while IFS=$'\t' read -r name file created_by; do
   [ -n "$name" ] || continue
-  tag="$(python3 -B "$LAYER_TOOL" key --label "${name#*-}" --slice "$CONTEXT/$file" \
-    --venv "$VENV" --python "$PYTHON_VERSION" --uv "$UV_SAYS" --level "$LEVEL")"
-  echo "$name $tag" >>"$SLICES/tags"
+  read -r tagged tag <&3 && [ "$tagged" = "$name" ] || die "no cache tag for slice $name"
   if crane digest "$CACHE_REPO:$tag" >/dev/null; then
     CACHED=$((CACHED + 1))
     echo "    $name: cached ($tag)"
@@ -224,6 +222,7 @@ while IFS=$'\t' read -r name file created_by; do
     die "cannot look up $CACHE_REPO:$tag: $(said)"
   fi
 done <"$SLICE_INDEX"
+exec 3<&-
 wait
 for failed in "$SLICES"/*.failed; do
   if [ -e "$failed" ]; then

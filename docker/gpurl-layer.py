@@ -25,7 +25,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import stat
+import subprocess
 import sys
 import tarfile
 import zlib
@@ -34,7 +36,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 __all__ = ["MEDIA_TYPES", "MTIME", "STAGING_LEFTOVERS", "WRITER_VERSION", "Blob", "LayerError",
-           "canonical_json", "compressor", "layer_names", "main", "platform_of", "slice_image", "slice_key",
+           "Probe", "canonical_json", "compressor", "layer_names", "main", "platform_of", "probe",
+           "record_of", "recorded_history", "slice_image", "slice_key", "slice_keys",
            "write_layer", "write_layout"]
 
 WRITER_VERSION = "gpurl-layer-2"  # bump whenever the bytes written for one tree change
@@ -213,6 +216,74 @@ def slice_key(*, label: str, slice_text: bytes, python: str, venv: str, uv: str,
     return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
+_RECORD_MARK = "  # record "
+_RECORD_TAG = re.compile(r"slice-[A-Za-z0-9._-]{1,40}-[0-9a-f]{32}")
+
+
+def recorded_history(created_by: str, tag: str) -> str:
+    """A written slice's history entry, naming the cache tag its record is kept under, so a
+    check of the pushed image finds the blob gpurl wrote for that layer (`record_of` reads it
+    back: the one place this spelling is made and read)."""
+    if not _RECORD_TAG.fullmatch(tag):
+        raise LayerError(f"{tag!r} is not a slice's cache tag")
+    return f"{created_by}{_RECORD_MARK}{tag}"
+
+
+def record_of(created_by: str) -> str | None:
+    """The cache tag a history entry names with `recorded_history`, None when it names none."""
+    head, mark, tag = created_by.rpartition(_RECORD_MARK)
+    return tag if mark and head and _RECORD_TAG.fullmatch(tag) else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Probe:
+    """What a written slice's bytes depend on in the image it is staged in, besides its file."""
+
+    python: str  # the venv's interpreter version, e.g. 3.11.2
+    zlib: str  # the zlib this python3 (the writer's) compresses with
+    uv: str  # what `uv --version` says
+
+    def to_json(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+def _said(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except OSError as exc:
+        raise LayerError(f"cannot run {argv[0]}: {exc.strerror}") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        raise LayerError(f"{' '.join(argv)} failed: {done.stderr.strip()[-300:]}")
+    return done.stdout.strip()
+
+
+def probe(venv: str) -> Probe:
+    """Ask the image this runs in (env-base) what a slice's bytes depend on: the one probe,
+    for both the local path's staging containers and the cluster job."""
+    python = _said([f"{venv.rstrip('/')}/bin/python", "-c",
+                    "import sys; print(sys.version.split()[0])"])
+    return Probe(python=python, zlib=zlib.ZLIB_RUNTIME_VERSION, uv=_said(["uv", "--version"]))
+
+
+def slice_keys(index: Path, context: Path, *, venv: str, level: int,
+               found: Probe | None = None) -> list[tuple[str, str]]:
+    """(NN-label, cache tag) for each `NN-label<TAB>slice file<TAB>...` line of a slice
+    index, the file read relative to `context`, with one probe of this image."""
+    found = found or probe(venv)
+    keys = []
+    for line in index.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        name, _, rest = line.partition("\t")
+        label, file = name.partition("-")[2], rest.partition("\t")[0]
+        if not label or not file:
+            raise LayerError(f"slice index {index}: {line[:80]!r} is not NN-label<TAB>file")
+        keys.append((name, slice_key(label=label, slice_text=(context / file).read_bytes(),
+                                     python=found.python, venv=venv, uv=found.uv,
+                                     compressor=compressor(level, found.zlib))))
+    return keys
+
+
 def canonical_json(document: object) -> bytes:
     """A JSON document as the registry receives it: sorted keys, no spaces (one spelling, so
     the same document is the same digest)."""
@@ -287,10 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The in-container entry point (env-base's python3 runs it, from the package or from the
     copy `invoke generate` writes for the cluster job). Subcommands:
       write SOURCE OUTPUT --prefix P --level N   one layer; prints its Blob as JSON
-      key --label L --slice FILE --venv V --python X.Y.Z --uv "uv A.B.C" --level N
-          the slice's cache tag
-      image SOURCE LAYOUT --prefix P --level N --created-by TEXT --base-manifest F
-          --base-config F   the slice's one-layer image as an OCI layout; prints its Blob
+      probe --venv V   what a slice's bytes depend on here (Python, zlib, uv), as JSON
+      keys --index F --context DIR --venv V --level N   each slice's cache tag, one
+          `NN-label tag` line per index line, in its order (one probe for all)
+      image SOURCE LAYOUT --prefix P --level N --created-by TEXT --record TAG
+          --base-manifest F --base-config F   the slice's one-layer image (its history entry
+          names TAG, the cache tag it is pushed under) as an OCI layout; prints its Blob
       root LAYOUT --base-manifest F --base-config F   the zero-layer image slices rebase from
       env --base-config F   env-base's environment, one VAR=value a line
     An error is one line on stderr and exit 2."""
@@ -304,18 +377,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         each.add_argument("--prefix", required=True)
         each.add_argument("--level", type=int, required=True)
     image.add_argument("--created-by", required=True)
+    image.add_argument("--record", required=True)
     root = sub.add_parser("root")
     root.add_argument("output", type=Path)
     for each in (image, root):
         each.add_argument("--base-manifest", type=Path, required=True)
         each.add_argument("--base-config", type=Path, required=True)
-    key = sub.add_parser("key")
-    key.add_argument("--label", required=True)
-    key.add_argument("--slice", type=Path, required=True)
-    key.add_argument("--venv", required=True)
-    key.add_argument("--python", required=True)
-    key.add_argument("--uv", required=True)
-    key.add_argument("--level", type=int, required=True)
+    probing = sub.add_parser("probe")
+    keys = sub.add_parser("keys")
+    for each in (probing, keys):
+        each.add_argument("--venv", required=True)
+    keys.add_argument("--index", type=Path, required=True)
+    keys.add_argument("--context", type=Path, required=True)
+    keys.add_argument("--level", type=int, required=True)
     env = sub.add_parser("env")
     env.add_argument("--base-config", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -323,24 +397,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "write":
             blob = write_layer(args.source, args.output, prefix=args.prefix, level=args.level)
             said = json.dumps({**blob.to_json(), "compressor": compressor(args.level)})
-        elif args.command == "key":
-            said = slice_key(label=args.label, slice_text=args.slice.read_bytes(),
-                             python=args.python, venv=args.venv, uv=args.uv,
-                             compressor=compressor(args.level))
+        elif args.command == "probe":
+            said = json.dumps(probe(args.venv).to_json())
+        elif args.command == "keys":
+            said = "\n".join(f"{name} {tag}" for name, tag in slice_keys(
+                args.index, args.context, venv=args.venv, level=args.level))
         elif args.command == "env":
             said = "\n".join(_base_config(args.base_config)[1])
         else:
             kind = str(_read_json(args.base_manifest, "manifest").get("mediaType"))
             platform = _base_config(args.base_config)[0]
-            found = None
+            found, created_by = None, ""
             if args.command == "image":
+                created_by = recorded_history(args.created_by, args.record)
                 args.output.mkdir(parents=True, exist_ok=True)
                 written = args.output / "layer.tar.gz"
                 found = (write_layer(args.source, written, prefix=args.prefix,
                                      level=args.level), written)
             manifest, config = slice_image(found[0] if found else None, media_type=kind,
-                                           created_by=getattr(args, "created_by", ""),
-                                           platform=platform)
+                                           created_by=created_by, platform=platform)
             write_layout(args.output, manifest, config, found)
             said = json.dumps(found[0].to_json() if found else {})
     except (LayerError, OSError) as exc:

@@ -204,6 +204,8 @@ def test_the_script_builds_pushes_and_the_pushed_slices_match_the_plan(
     assert len(runs) == plan_slices
     errors = {row["instruction"][-30:]: row["error_percent"] for row in runs if row["size"] >= 10**6}
     assert errors and all(abs(e) <= 3.0 for e in errors.values()), (executor, errors)
+    # and each is exactly the blob the job recorded for it (its history names the record)
+    assert all(row["exact"] and row["record"] for row in runs), (executor, runs)
     print(f"{executor}: {len(built.layers)} layers; MB-slice errors "
           + ", ".join(f"{e:+.1f}%" for e in errors.values()))
 

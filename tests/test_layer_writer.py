@@ -18,9 +18,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpurl_tasks.oci.layer import MTIME, LayerError, layer_names, write_layer
+from gpurl_tasks.oci.layer import (
+    MTIME,
+    LayerError,
+    compressor,
+    layer_names,
+    record_of,
+    recorded_history,
+    slice_key,
+    write_layer,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
+TAG = slice_key(label="x", slice_text=b"x==1\n", python="3.11.2", venv="/opt/venv",
+                uv="uv 0.9.0", compressor=compressor(6))
 
 _NAME = st.text(alphabet="abcXY-_.0é", min_size=1, max_size=8).filter(
     lambda s: s not in (".", ".."))
@@ -157,6 +168,7 @@ def test_the_generated_tool_runs_alone_and_records_a_slice_as_the_local_path_doe
     alone, and record a slice as the same one-layer image the local path pushes."""
     from gpurl_tasks.cluster.kaniko import LAYER_TOOL, layer_tool_text
     from gpurl_tasks.oci.image import Descriptor
+    from gpurl_tasks.oci.layer import recorded_history
     from gpurl_tasks.oci.layered import WrittenSlice, slice_image
 
     tool = ROOT / LAYER_TOOL
@@ -172,13 +184,15 @@ def test_the_generated_tool_runs_alone_and_records_a_slice_as_the_local_path_doe
     docs = ["--base-manifest", str(base_manifest), "--base-config", str(base_config)]
     done = subprocess.run(
         [sys.executable, "-S", str(tool), "image", str(tmp_path / "tree"), str(tmp_path / "out"),
-         "--prefix", "opt/venv", "--level", "6", "--created-by", "the install", *docs],
+         "--prefix", "opt/venv", "--level", "6", "--created-by", "the install",
+         "--record", TAG, *docs],
         capture_output=True, text=True, check=True, cwd=tmp_path)
     blob = json.loads(done.stdout)
     index = json.loads((tmp_path / "out" / "index.json").read_text())
     manifest = (tmp_path / "out" / "blobs" / "sha256" /
                 index["manifests"][0]["digest"].removeprefix("sha256:")).read_bytes()
-    written = WrittenSlice(name="00-x", diff_id=blob["diff_id"], created_by="the install",
+    written = WrittenSlice(name="00-x", diff_id=blob["diff_id"],
+                           created_by=recorded_history("the install", TAG),
                            layer=Descriptor(media_type="application/vnd.docker.image.rootfs.diff"
                                             ".tar.gzip", digest=blob["digest"], size=blob["size"]))
     local, _ = slice_image(written, media_type=media, platform={"architecture": "amd64",
@@ -201,3 +215,62 @@ def test_the_installers_lock_at_the_prefix_root_is_left_out(tmp_path: Path) -> N
     names = layer_names(tmp_path, "opt/venv")
     assert "opt/venv/.lock" not in names
     assert "opt/venv/lib/pkg/.lock" in names
+
+
+@given(created_by=st.text(min_size=1, max_size=200),
+       label=st.from_regex(r"[a-z0-9][a-z0-9._-]{0,50}", fullmatch=True),
+       slice_text=st.binary(max_size=64))
+def test_a_history_entry_gives_back_the_record_it_names(created_by: str, label: str,
+                                                        slice_text: bytes) -> None:
+    """Whatever the entry says before it, the record's tag is read back as written; and an
+    entry that names none (or only something shaped like a tag) reads as None."""
+    tag = slice_key(label=label, slice_text=slice_text, python="3.11.2", venv="/opt/venv",
+                    uv="uv 0.9.0", compressor=compressor(6))
+    assert record_of(recorded_history(created_by, tag)) == tag
+    assert record_of(created_by) is None or "  # record slice-" in created_by
+    assert record_of(f"{created_by} {tag}") is None
+
+
+def test_only_a_cache_tag_can_be_named_as_a_record() -> None:
+    for bad in ("latest", "slice-x-abc", TAG + "\nRUN rm -rf /", TAG.upper()):
+        with pytest.raises(LayerError, match="not a slice's cache tag"):
+            recorded_history("the install", bad)
+
+
+def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path) -> None:
+    """The cluster job's `keys` (one probe of the image it runs in, every slice of the index)
+    gives each slice the tag the local path computes from its own probe of env-base; a venv
+    that is not there is one line and exit 2. Here the "image" is this machine: this
+    virtualenv's Python and the uv on PATH."""
+    import shutil
+    import zlib
+
+    from gpurl_tasks.oci.layer import probe
+
+    need_uv = shutil.which("uv")
+    if need_uv is None:
+        pytest.skip("no uv on PATH")
+    venv = sys.prefix
+    tool = [sys.executable, "-S", str(ROOT / "docker" / "gpurl-layer.py")]
+    said = json.loads(subprocess.run([*tool, "probe", "--venv", venv], capture_output=True,
+                                     text=True, check=True).stdout)
+    uv = subprocess.run([need_uv, "--version"], capture_output=True, text=True,
+                        check=True).stdout.strip()
+    assert said == {"python": sys.version.split()[0], "zlib": zlib.ZLIB_RUNTIME_VERSION, "uv": uv}
+    (tmp_path / "layers").mkdir()
+    files = {"00-torch": b"torch==2.9.1 --hash=sha256:aa\n", "01-pkg-a": b"a==1\n"}
+    for name, text in files.items():
+        (tmp_path / "layers" / f"{name}.txt").write_bytes(text)
+    index = tmp_path / "x.slices"
+    index.write_text("".join(f"{n}\tlayers/{n}.txt\tgpurl: install {n}\n" for n in files))
+    done = subprocess.run([*tool, "keys", "--index", str(index), "--context", str(tmp_path),
+                           "--venv", venv, "--level", "6"], capture_output=True, text=True,
+                          check=True)
+    found = probe(venv)
+    assert done.stdout.splitlines() == [
+        f"{n} " + slice_key(label=n.split("-", 1)[1], slice_text=text, python=found.python,
+                            venv=venv, uv=found.uv, compressor=compressor(6, found.zlib))
+        for n, text in files.items()]
+    missing = subprocess.run([*tool, "probe", "--venv", str(tmp_path / "none")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and not missing.stdout

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.oci.image import Descriptor, HistoryEntry, PulledImage
-from gpurl_tasks.oci.verify import UNEXPECTED_CAUSES, Rules, check_layers, render_table, report_json
+from gpurl_tasks.oci.layer import compressor, recorded_history, slice_key
+from gpurl_tasks.oci.verify import (
+    UNEXPECTED_CAUSES,
+    Record,
+    Rules,
+    check_layers,
+    render_table,
+    report_json,
+)
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
 
 GB = 10**9
@@ -245,3 +253,41 @@ def test_the_layer_limit_fails_above_127_and_warns_from_the_ceiling(
     assert body["layer_limit"] == {"hard_limit": 127, "ceiling": 120}
     assert [(f["code"], f["failing"]) for f in body["findings"]
             if f["code"] == code] == ([(code, failing)] if code else [])
+
+
+def _written(sizes: list[int]) -> tuple[PulledImage, dict[int, Record]]:
+    """An image whose layers 1.. are written slices naming their records, and those records
+    as the cache holds them (each the layer's own blob)."""
+    tags = [slice_key(label=f"pkg{i}", slice_text=b"%d" % i, python="3.11.2", venv="/opt/venv",
+                      uv="uv 0.9.0", compressor=compressor(6)) for i in range(len(sizes))]
+    texts = ["RUN apt-get install python3"] + [
+        recorded_history(f"gpurl: uv pip install -r {Slice.IMAGE_DIR}/{i:02d}-pkg{i}.txt",
+                         tags[i]) for i in range(1, len(sizes))]
+    pulled = image(sizes, instructions=texts)
+    return pulled, {i: Record(tag=tags[i], blob=pulled.layers[i]) for i in range(1, len(sizes))}
+
+
+def test_a_written_slice_that_is_its_recorded_blob_has_an_exact_size() -> None:
+    pulled, records = _written([GB] + [10**8] * 20)
+    report = check_layers(pulled, RULES, records=records)
+    assert report.ok and codes(report) == []
+    assert [r.exact for r in report.rows] == [False] + [True] * 20
+    assert "20 of 20 written slice layers are the recorded blobs (sizes exact)" in report.notes
+    table = render_table(report).splitlines()
+    assert sum(1 for line in table if "exact" in line.split()) == 20
+    assert report_json(report)["layers"][3]["recorded"] == {"digest": digest(4), "size": 10**8}
+
+
+def test_a_written_slice_that_is_not_its_recorded_blob_is_flagged() -> None:
+    """Another blob under the same record: the slice was written twice into different bytes."""
+    pulled, records = _written([GB] + [10**8] * 20)
+    records[5] = dataclasses.replace(records[5], blob=dataclasses.replace(
+        pulled.layers[5], digest=digest(500), size=10**8 + 1))
+    records[7] = dataclasses.replace(records[7], blob=None)  # the cache lost this record
+    report = check_layers(pulled, RULES, records=records)
+    assert codes(report) == ["not-the-recorded-blob"] and report.ok  # a warning: it still runs
+    assert report.findings[0].layer == 5 and digest(500)[:19] in report.findings[0].message
+    assert not report.rows[5].exact and not report.rows[7].exact
+    note = next(n for n in report.notes if "written slice layers" in n)
+    assert note.startswith("18 of 20") and "1 record(s) are not in the cache" in note
+    assert report_json(report)["layers"][7]["record"] == records[7].tag

@@ -140,6 +140,12 @@ def test_the_demo_builds_and_verifies_through_written_layers(tree: Path,
     assert steps == list(range(len(plan.layers)))
     slices = {s["blob"] for s in built["environment"]["slices"]}
     assert {r["digest"] for r in rows if r["sync_step"] is not None} == slices
+    # each slice written here names its record, and is exactly the blob recorded there (a
+    # record written before records were named in history names none: a long-lived cache)
+    named = [r for r in rows if r["record"]]
+    tags = {s["reference"].rsplit(":", 1)[1] for s in built["environment"]["slices"]}
+    assert all(r["exact"] for r in named) and {r["record"] for r in named} <= tags, named
+    assert len(named) >= sum(1 for s in built["environment"]["slices"] if s["built"])
     said = _final_sync_output(built["reference"])
     installed = re.findall(r"^\s*\+ ([A-Za-z0-9_.-]+)==", said, flags=re.M)
     assert sorted(installed) == sorted(plan.local), said

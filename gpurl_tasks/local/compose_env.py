@@ -33,7 +33,7 @@ from gpurl_tasks.local.stage import StagedSlice, probe_base, stage_command, stag
 from gpurl_tasks.oci.compose import ComposedEnv, SliceOutcome, composed_tag
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import Descriptor, parse_manifest
-from gpurl_tasks.oci.layer import compressor, platform_of, slice_key
+from gpurl_tasks.oci.layer import compressor, platform_of, recorded_history, slice_key
 from gpurl_tasks.oci.layered import (
     BaseImage,
     WrittenSlice,
@@ -182,16 +182,16 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
 def _record(registry: RegistryClient, wanted: _Wanted, done: StagedSlice,
             base: BaseImage) -> WrittenSlice:
     """Push a written slice's blob and its one-layer image under its cache tag."""
+    assert wanted.ref.tag is not None
     written = WrittenSlice(
         name=wanted.layer.name, diff_id=done.blob.diff_id,
-        created_by=written_history(wanted.layer),
+        created_by=recorded_history(written_history(wanted.layer), wanted.ref.tag),
         layer=Descriptor(media_type=base.layer_type, digest=done.blob.digest,
                          size=done.blob.size))
     registry.push_blob(wanted.ref, done.path, done.blob.digest)
     manifest, config = slice_image(written, media_type=base.manifest.media_type,
                                    platform=platform_of(dict(base.config)))
     registry.push_blob(wanted.ref, config)
-    assert wanted.ref.tag is not None
     registry.put_manifest(wanted.ref, wanted.ref.tag, manifest, base.manifest.media_type)
     return written
 

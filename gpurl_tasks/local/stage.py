@@ -23,41 +23,35 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.oci.layer import Blob
+from gpurl_tasks.oci.layer import Blob, Probe
 
-__all__ = ["Probe", "StagedSlice", "probe_base", "stage_command", "stage_slice"]
+__all__ = ["StagedSlice", "probe_base", "stage_command", "stage_slice"]
 
 PACKAGE = Path(__file__).resolve().parent.parent  # gpurl_tasks, mounted read-only
 _MOUNT = "/gpurl"  # gpurl_tasks is at /gpurl/gpurl_tasks in the container
 _STAGE = "/stage"
 _OUT = "/gpurl-out"
-_PROBE = ("import json, sys, zlib; print(json.dumps({'python': sys.version.split()[0],"
-          " 'zlib': zlib.ZLIB_RUNTIME_VERSION}))")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Probe:
-    """What a written slice's bytes depend on in env-base: its venv's Python, the writer's zlib."""
-
-    python: str  # the venv's interpreter version, e.g. 3.11.2
-    zlib: str  # the zlib env-base's python3 compresses with
-    uv: str  # what `uv --version` says in env-base
 
 
 def probe_base(client: str, image: str, venv: str) -> Probe:
-    """Ask env-base for its venv's Python version and its python3's zlib (one container)."""
-    script = (f"{shlex.quote(venv)}/bin/python -c {shlex.quote(_PROBE)} && "
-              f"python3 -c {shlex.quote(_PROBE)} && uv --version")
-    done = proc.run_quiet([client, "run", "--rm", image, "sh", "-c", script], check=False,
-                          timeout=120)
+    """Ask env-base what a slice's bytes depend on (one container running the layer tool's
+    probe, the cluster job's own)."""
+    argv = [*_tool_run(client, image), "python3", "-B", "-m", "gpurl_tasks.oci.layer", "probe",
+            "--venv", venv]
+    done = proc.run_quiet(argv, check=False, timeout=120)
     try:
-        venv_line, writer_line, uv_said = done.stdout.strip().splitlines()
-        venv_said, writer_said = json.loads(venv_line), json.loads(writer_line)
-    except ValueError:
-        raise BuildError(f"env-base ({image[:19]}) did not say its Python version: "
+        said = json.loads(done.stdout.strip().splitlines()[-1])
+        return Probe(python=str(said["python"]), zlib=str(said["zlib"]), uv=str(said["uv"]))
+    except (ValueError, KeyError, IndexError):
+        raise BuildError(f"env-base ({image[:19]}) did not say what its slices depend on: "
                          f"{proc.tail(done.stderr or done.stdout, 3)}") from None
-    return Probe(python=str(venv_said["python"]), zlib=str(writer_said["zlib"]),
-                 uv=uv_said.strip())
+
+
+def _tool_run(client: str, image: str, *mounts: str) -> list[str]:
+    """`docker run` of env-base with gpurl_tasks mounted read-only, for the layer tool."""
+    return [client, "run", "--rm", "--network", "host",
+            "-v", f"{PACKAGE}:{_MOUNT}/gpurl_tasks:ro", *mounts, "-w", _MOUNT,
+            "-e", "PYTHONDONTWRITEBYTECODE=1", image]
 
 
 def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
@@ -70,10 +64,8 @@ def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_d
     script = " && ".join([
         "set -eu", shlex.join(install) + " >&2",
         shlex.join(write), f"chown {os.getuid()}:{os.getgid()} {_OUT}/{output}"])
-    return [client, "run", "--rm", "--network", "host",
-            "-v", f"{PACKAGE}:{_MOUNT}/gpurl_tasks:ro", "-v", f"{slice_file}:{dest}:ro",
-            "-v", f"{out_dir}:{_OUT}", "-w", _MOUNT, "-e", "PYTHONDONTWRITEBYTECODE=1",
-            image, "sh", "-c", script]
+    return [*_tool_run(client, image, "-v", f"{slice_file}:{dest}:ro", "-v", f"{out_dir}:{_OUT}"),
+            "sh", "-c", script]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,8 @@ from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
-from gpurl_tasks.oci.image import PulledImage
+from gpurl_tasks.oci.image import PulledImage, parse_manifest
+from gpurl_tasks.oci.layer import record_of
 from gpurl_tasks.oci.pin import (
     Provenance,
     check_immutable,
@@ -32,8 +33,9 @@ from gpurl_tasks.oci.pin import (
     rewrite_assignment,
     unified_diff,
 )
-from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.verify import Report, Rules, check_layers, report_json
+from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
+from gpurl_tasks.oci.tags import cache_repository
+from gpurl_tasks.oci.verify import Record, Report, Rules, check_layers, layer_instructions, report_json
 from gpurl_tasks.plan.model import Plan
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "load_plan",
     "pin_reference",
     "prepare_pin",
+    "read_records",
     "resolve_reference",
     "rules_for",
     "verify_image",
@@ -84,7 +87,35 @@ def verify_image(config: Config, ref: ImageRef, client: RegistryClient, *,
     plan, note = (None, None)
     if image.labels.get(LABEL_PLAN_FINGERPRINT):
         plan, note = plan_loader(config)
-    return image, check_layers(image, rules_for(config), plan, plan_note=note)
+    records, records_note = read_records(config, image, client)
+    return image, check_layers(image, rules_for(config), plan, plan_note=note, records=records,
+                               records_note=records_note)
+
+
+def read_records(config: Config, image: PulledImage, client: RegistryClient,
+                 ) -> tuple[dict[int, Record], str | None]:
+    """layer index -> the record that layer's history names (a slice gpurl wrote) with the
+    blob the cache repository holds under it, and a note when the records cannot be read."""
+    tags = {i: tag for i, text in enumerate(layer_instructions(image)[0])
+            if text and (tag := record_of(text)) is not None}
+    if not tags:
+        return {}, None
+    cache = parse_reference(cache_repository(config), default_host=config.registry.host,
+                            bare=True)
+    if cache.host != image.ref.host:
+        return {}, (f"the cache repository {cache.name} is on another host than the image: "
+                    "written slices are not checked against their records")
+    records: dict[int, Record] = {}
+    for index, tag in tags.items():
+        where = dataclasses.replace(cache, tag=tag, digest=None)
+        try:
+            _, _, manifest = client.manifest(where)
+        except ManifestUnknown:
+            records[index] = Record(tag=tag, blob=None)
+            continue
+        layers = parse_manifest(manifest, f"manifest of {where}").layers
+        records[index] = Record(tag=tag, blob=layers[0] if len(layers) == 1 else None)
+    return records, None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

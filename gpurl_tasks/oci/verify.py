@@ -10,18 +10,24 @@ Predicted sizes: layers map to Dockerfile instructions through the config's `his
 (entries without `empty_layer`, in order); the slice layers are the `uv pip install -r
 /tmp/gpurl-layers/...` RUNs, and slice i is predicted by `Plan.layers[i]` when the image's
 plan-fingerprint label matches; the final `uv sync --inexact` layer is flagged above a few kB.
+
+Recorded sizes: a slice layer gpurl wrote names, in its history entry, the cache tag its record
+is kept under (oci/layer.record_of). The caller reads those records (oci/release.py); a layer
+whose blob is the recorded one has its size known exactly, and one that is not is flagged (the
+writer is meant to give one blob per slice on every builder).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT
-from gpurl_tasks.oci.image import PulledImage
+from gpurl_tasks.oci.image import Descriptor, PulledImage
 from gpurl_tasks.plan.model import Plan, Slice
 from gpurl_tasks.units import format_bytes
 
@@ -29,6 +35,7 @@ __all__ = [
     "UNEXPECTED_CAUSES",
     "Finding",
     "LayerRow",
+    "Record",
     "Report",
     "Rules",
     "check_layers",
@@ -62,13 +69,29 @@ class Rules:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Record:
+    """The record a written slice layer's history names: its cache tag, and the blob the
+    cache repository holds under it (None when the cache no longer has it)."""
+
+    tag: str
+    blob: Descriptor | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class LayerRow:
     index: int
     digest: str
     size: int
     instruction: str | None  # created_by from history, None when history does not map
     sync_step: int | None = None
-    predicted: int | None = None
+    predicted: int | None = None  # by the plan, from wheel sizes
+    record: str | None = None  # the cache tag of the record this layer's history names
+    recorded: Descriptor | None = None  # the blob that record holds, when the cache has it
+
+    @property
+    def exact(self) -> bool:
+        """The layer is the very blob gpurl wrote and recorded for its slice."""
+        return self.recorded is not None and self.recorded.digest == self.digest
 
     @property
     def error(self) -> float | None:
@@ -81,7 +104,7 @@ class LayerRow:
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Finding:
     code: str  # hard-limit | cap | too-few-layers | too-many-layers | near-layer-limit |
-    # single-huge-layer | unexpected-content | final-sync-installed
+    # single-huge-layer | unexpected-content | final-sync-installed | not-the-recorded-blob
     message: str
     failing: bool
     layer: int | None = None
@@ -158,14 +181,21 @@ def _predictions(image: PulledImage, instructions: list[str | None], plan: Plan 
 
 
 def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
-                 plan_note: str | None = None) -> Report:
-    """Apply the rules to a pulled image; `plan` adds predicted sizes when it matches."""
+                 plan_note: str | None = None,
+                 records: Mapping[int, Record] | None = None,
+                 records_note: str | None = None) -> Report:
+    """Apply the rules to a pulled image; `plan` adds predicted sizes when it matches, and
+    `records` (layer index -> the record its history names) the exact size of each slice
+    gpurl wrote."""
     instructions, history_note = layer_instructions(image)
     predicted, prediction_note = _predictions(image, instructions, plan, plan_note)
+    records = records or {}
     rows = tuple(
         LayerRow(index=i, digest=d.digest, size=d.size, instruction=instructions[i],
                  sync_step=predicted[i][0] if i in predicted else None,
-                 predicted=predicted[i][1] if i in predicted else None)
+                 predicted=predicted[i][1] if i in predicted else None,
+                 record=records[i].tag if i in records else None,
+                 recorded=records[i].blob if i in records else None)
         for i, d in enumerate(image.layers))
     findings: list[Finding] = []
     for row in rows:
@@ -212,10 +242,41 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
                 message=f"the final uv sync (layer {row.index}) added {format_bytes(row.size)}: "
                         "it should find every slice's package in place and add only the local "
                         "packages; the slices missed or misstated something (regenerate them)"))
-    notes = tuple(n for n in (history_note, prediction_note) if n)
+    findings += _record_findings(rows)
+    notes = tuple(n for n in (history_note, prediction_note, records_note, _records_note(rows))
+                  if n)
     return Report(reference=str(image.ref), top_digest=image.top_digest,
                   manifest_digest=image.manifest_digest, is_index=image.is_index, rules=rules,
                   rows=rows, findings=tuple(findings), notes=notes)
+
+
+def _record_findings(rows: tuple[LayerRow, ...]) -> list[Finding]:
+    """A written slice whose layer is not the blob its record holds: the same slice was
+    written into different bytes, so nodes pull it again (the writer's promise is broken)."""
+    return [Finding(code="not-the-recorded-blob", layer=row.index, failing=False,
+                    message=f"layer {row.index} ({format_bytes(row.size)}) is not the blob "
+                            f"recorded under {row.record} ({row.recorded.digest[:19]}, "
+                            f"{format_bytes(row.recorded.size)}): the slice was written twice "
+                            "into different bytes; report it with both blobs")
+            for row in rows if row.recorded is not None and not row.exact]
+
+
+def _records_note(rows: tuple[LayerRow, ...]) -> str | None:
+    """What the records said: how many slice layers are exactly the blobs gpurl wrote, how
+    close the plan's prediction came for them, and how many records the cache lacks."""
+    named = [r for r in rows if r.record is not None]
+    if not named:
+        return None
+    exact = [r for r in named if r.exact]
+    missing = sum(1 for r in named if r.recorded is None)
+    said = f"{len(exact)} of {len(named)} written slice layers are the recorded blobs " \
+           "(sizes exact)"
+    errors = [r.error for r in exact if r.error is not None]
+    if errors:
+        said += f"; the plan predicted them within {min(errors):+.1%} to {max(errors):+.1%}"
+    if missing:
+        said += f"; {missing} record(s) are not in the cache repository (pruned?)"
+    return said
 
 
 def _layer_limit(count: int) -> list[Finding]:
@@ -269,8 +330,11 @@ def render_table(report: Report) -> str:
               f"{'predicted':>9}  {'error':>7}  instruction")
     lines.append(header)
     for row in report.rows:
-        predicted = format_bytes(row.predicted) if row.predicted is not None else ""
-        error = f"{row.error:+.1%}" if row.error is not None else ""
+        if row.exact:  # the record's size: what gpurl wrote is what was pushed
+            predicted, error = format_bytes(row.size), "exact"
+        else:
+            predicted = format_bytes(row.predicted) if row.predicted is not None else ""
+            error = f"{row.error:+.1%}" if row.error is not None else ""
         mark = "!" if row.index in flagged else " "
         lines.append(
             f"{row.index:>3}{mark} {row.digest.removeprefix('sha256:')[:12]:<12}  "
@@ -306,7 +370,11 @@ def report_json(report: Report) -> dict[str, Any]:
         "layers": [
             {"index": r.index, "digest": r.digest, "size": r.size, "instruction": r.instruction,
              "sync_step": r.sync_step, "predicted": r.predicted,
-             "error_percent": None if r.error is None else round(r.error * 100, 1)}
+             "error_percent": None if r.error is None else round(r.error * 100, 1),
+             "record": r.record,
+             "recorded": None if r.recorded is None else {"digest": r.recorded.digest,
+                                                          "size": r.recorded.size},
+             "exact": r.exact}
             for r in report.rows
         ],
         "findings": [dataclasses.asdict(f) for f in report.findings],
