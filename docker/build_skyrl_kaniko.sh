@@ -183,8 +183,7 @@ crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_RO
 # slices can be written side by side).
 write_slice() {
   local name="$1" file="$2" created_by="$3" tag="$4" log="$SLICES/$1.log"
-  if ! uv pip install --no-deps --require-hashes --no-installer-metadata \
-      --prefix "$SLICES/$name/tree" --python "$VENV/bin/python" -r "$CONTEXT/$file" >"$log" 2>&1
+  if ! uv pip install --no-deps --require-hashes --no-installer-metadata --prefix "$SLICES/$name/tree" --python "$VENV"/bin/python -r "$CONTEXT/$file" >"$log" 2>&1
   then
     echo "installing slice $name ($file) failed: $(tail -n 5 "$log" | tr '\n' ' ')"
     return 1

@@ -41,7 +41,7 @@ from gpurl_tasks.dockerfile.wheels import (
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.oci import layer
-from gpurl_tasks.oci.layered import written_history
+from gpurl_tasks.oci.layered import install_command, written_history
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.values import SOURCE_ID_ERE, inside_repository, plain_name, profile_name, registry_host
@@ -337,8 +337,7 @@ crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_RO
 # slices can be written side by side).
 write_slice() {{
   local name="$1" file="$2" created_by="$3" tag="$4" log="$SLICES/$1.log"
-  if ! uv pip install --no-deps --require-hashes --no-installer-metadata \
-      --prefix "$SLICES/$name/tree" --python "$VENV/bin/python" -r "$CONTEXT/$file" >"$log" 2>&1
+  if ! {install} >"$log" 2>&1
   then
     echo "installing slice $name ($file) failed: $(tail -n 5 "$log" | tr '\n' ' ')"
     return 1
@@ -445,7 +444,9 @@ def _compose(config: Config) -> str:
     if config.cluster.env_source != "composed":
         return ""
     index = slice_index_path(config)
-    compose_env = _COMPOSE_ENV.format(venv=shlex.quote(VENV),
+    install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
+                              slice_file='"$CONTEXT/$file"')
+    compose_env = _COMPOSE_ENV.format(venv=shlex.quote(VENV), install=" ".join(install),
                                       layer_level=config.layers.compression_level)
     return _COMPOSE.format(
         slice_index=shlex.quote(_relative(index, config.root, "build.kaniko-script")),

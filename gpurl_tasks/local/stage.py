@@ -24,6 +24,7 @@ from pathlib import Path
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.oci.layer import Blob, Probe
+from gpurl_tasks.oci.layered import install_command
 
 __all__ = ["StagedSlice", "probe_base", "stage_command", "stage_slice"]
 
@@ -57,8 +58,7 @@ def _tool_run(client: str, image: str, *mounts: str) -> list[str]:
 def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
                   output: str, venv: str, level: int) -> list[str]:
     """The `docker run` that stages one slice and writes its layer (pure, for tests)."""
-    install = ["uv", "pip", "install", "--no-deps", "--require-hashes", "--no-installer-metadata",
-               "--prefix", _STAGE, "--python", f"{venv}/bin/python", "-r", dest]
+    install = install_command(prefix=_STAGE, venv=venv, slice_file=dest)
     write = ["python3", "-B", "-m", "gpurl_tasks.oci.layer", "write", _STAGE, f"{_OUT}/{output}",
              "--prefix", venv.strip("/"), "--level", str(level)]
     script = " && ".join([

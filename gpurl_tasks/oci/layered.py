@@ -35,8 +35,16 @@ from gpurl_tasks.oci.layer import MEDIA_TYPES, WRITER_VERSION, Blob, canonical_j
 from gpurl_tasks.oci.layer import slice_image as layer_image
 from gpurl_tasks.plan.model import Layer
 
-__all__ = ["BaseImage", "WrittenSlice", "compose_written", "slice_image",
+__all__ = ["BaseImage", "WrittenSlice", "compose_written", "install_command", "slice_image",
            "written_history", "written_slice"]
+
+
+def install_command(*, prefix: str, venv: str, slice_file: str) -> list[str]:
+    """The staging install of one slice: its files laid out as they sit in `venv`, under
+    `prefix` (the local path's staging container and the cluster job's script run it)."""
+    return ["uv", "pip", "install", "--no-deps", "--require-hashes", "--no-installer-metadata",
+            "--prefix", prefix, "--python", f"{venv}/bin/python", "-r", slice_file]
+
 
 def written_history(layer: Layer) -> str:
     """The history entry of a written slice, on every builder: what ran to stage it

@@ -16,7 +16,7 @@ import json
 import os
 import threading
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,11 +39,15 @@ def make_wheel(
     payload_bytes: int = 0,
     seed: int = 0,
     tag: str = "py3-none-any",
+    extra_files: Mapping[str, bytes] | None = None,
+    console_scripts: Mapping[str, str] | None = None,
 ) -> Path:
     """Write `name-version-TAG.whl` with `payload_bytes` of incompressible data.
 
     `tag` (one `python-abi-platform` triple) goes into the filename and the WHEEL file; any
     tag but the pure default marks the wheel as platlib, as a compiled wheel is.
+    `extra_files` (path in the wheel -> bytes) and `console_scripts` (name -> `module:func`)
+    make a wheel with more than one package directory, a `.pth` file or entry points.
     """
     dist = name.replace("-", "_")
     module = f"{dist}/__init__.py"
@@ -53,7 +57,11 @@ def make_wheel(
         blocks = (payload_bytes + 31) // 32
         data = b"".join(hashlib.sha256(rng + i.to_bytes(8, "big")).digest() for i in range(blocks))
         files[f"{dist}/payload.bin"] = data[:payload_bytes]
+    files.update(extra_files or {})
     info = f"{dist}-{version}.dist-info"
+    if console_scripts:
+        files[f"{info}/entry_points.txt"] = ("[console_scripts]\n" + "".join(
+            f"{script} = {target}\n" for script, target in console_scripts.items())).encode()
     metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     metadata += [f"Requires-Dist: {req}" for req in requires]
     files[f"{info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
