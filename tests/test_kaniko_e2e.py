@@ -39,12 +39,14 @@ import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
+from gpurl_tasks.dockerfile.generate import layer_count
 from gpurl_tasks.dockerfile.recipe import VENV
 from gpurl_tasks.local.builder import build_command, serving_index
 from gpurl_tasks.local.builders import Builders, job_image, run_job, setup_kaniko
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.local.stage import stage_slice
+from gpurl_tasks.plan.model import Slice
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
@@ -206,6 +208,8 @@ def test_the_script_builds_pushes_and_the_pushed_slices_match_the_plan(
     assert errors and all(abs(e) <= 3.0 for e in errors.values()), (executor, errors)
     # and each is exactly the blob the job recorded for it (its history names the record)
     assert all(row["exact"] and row["record"] for row in runs), (executor, runs)
+    config = load_config(tree, profile="demo", env={})  # the layers `invoke plan` counts
+    assert len(built.layers) == layer_count(config, plan_for_config(config)).total, executor
     print(f"{executor}: {len(built.layers)} layers; MB-slice errors "
           + ", ".join(f"{e:+.1f}%" for e in errors.values()))
 
@@ -291,7 +295,9 @@ def _slice_files(tree: Path) -> dict[str, str]:
 
 def _by_slice(runs: list[dict[str, Any]]) -> dict[str, str]:
     """{the slice file a layer installs (from its history entry): the layer's blob digest}."""
-    return {row["instruction"].rsplit("/", 1)[1]: row["digest"] for row in runs}
+    names = (re.search(rf"{re.escape(Slice.IMAGE_DIR)}/(\S+)", row["instruction"]) for row in runs)
+    return {found.group(1): row["digest"] for found, row in zip(names, runs, strict=True)
+            if found}
 
 
 def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_only_the_changed_slice(

@@ -183,9 +183,6 @@ def test_stages_in_order(gpu: Parsed) -> None:
         ("prebuilt-wheelhouse", "scratch"),
         ("wheels", "${WHEEL_SOURCE}"),
         ("env-base", "base"),
-        ("slice-00-six", "${SLICE_BASE}"),
-        ("slice-01-torch", "${SLICE_BASE}"),
-        ("slice-02-nvidia-cublas-cu12", "${SLICE_BASE}"),
         ("env-chain", "env-base"),
         ("env", "${ENV_SOURCE}"),
         ("rl", "env"),
@@ -384,8 +381,8 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     plan = make_plan(demo_config, [["pyyaml", "cffi"], ["lxml"], ["pillow"]])
     parsed = parse(render(render_recipe(demo_config, plan, lock_sha256=LOCK_SHA)))
     assert [s.name for s in parsed.stages] == [
-        "base", "wheel-builder", "prebuilt-wheelhouse", "wheels", "env-base", "slice-00-pyyaml",
-        "slice-01-lxml", "slice-02-pillow", "env-chain", "env", "rl"]
+        "base", "wheel-builder", "prebuilt-wheelhouse", "wheels", "env-base", "env-chain", "env",
+        "rl"]
     assert parsed.global_args["BASE_IMAGE"] == demo_config.build.base_image
     assert "INSTALL_MEGATRON" not in parsed.global_args
     builder = parsed.stage("wheel-builder")

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.dockerfile.generate import fitted_plan
+from gpurl_tasks.dockerfile.generate import fitted_plan, layer_count
 from gpurl_tasks.dockerfile.recipe import VENV
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local.build_log import parse_plain_progress, vertex_output
@@ -135,9 +135,11 @@ def test_the_demo_builds_and_verifies_through_written_layers(tree: Path,
                   "--json")
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["layers"]
-    plan = plan_for_config(load_config(tree, profile="demo", env={}))
+    config = load_config(tree, profile="demo", env={})
+    plan = plan_for_config(config)
     steps = [r["sync_step"] for r in rows if r["sync_step"] is not None]
     assert steps == list(range(len(plan.layers)))
+    assert len(rows) == layer_count(config, plan).total  # what `invoke plan` said it would be
     slices = {s["blob"] for s in built["environment"]["slices"]}
     assert {r["digest"] for r in rows if r["sync_step"] is not None} == slices
     # each slice written here names its record, and is exactly the blob recorded there (a

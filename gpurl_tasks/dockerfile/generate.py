@@ -34,11 +34,11 @@ from gpurl_tasks.dockerfile.context import (
     stale_context_error,
     updated_dockerignore,
 )
-from gpurl_tasks.dockerfile.layers import builder_of, count_layers
+from gpurl_tasks.dockerfile.layers import builder_of, composes, count_layers
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
 from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH
-from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe
+from gpurl_tasks.dockerfile.recipe import ENV_CHAIN, WORKDIR, render_recipe
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
 from gpurl_tasks.exitcodes import ExitCode
@@ -159,12 +159,12 @@ def render_dockerfile(config: Config, plan: Plan, local: tuple[LocalCopy, ...] |
 def layer_count(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None = None,
                 *, base_layers: int | None = None) -> LayerCount:
     """The layers the image of `config`'s variant will have with `plan`: the base image's own
-    (`base_layers`, default build.base-image-layers) and every layer-making instruction of the
-    rl stage's lineage (ENV_SOURCE=env-chain, the cluster's) for the builder that runs."""
+    (`base_layers`, default build.base-image-layers), every layer-making instruction of the
+    rl stage's lineage for the builder that runs, and one layer a slice where the environment
+    is composed (else the env-chain stage's own)."""
     return count_layers(_model(config, plan, local), builder=builder_of(config),
                         base_layers=config.build.base_image_layers if base_layers is None
-                        else base_layers,
-                        slice_stages=tuple(layer.slice.stage for layer in plan.layers),
+                        else base_layers, chain_stage=ENV_CHAIN, composed=composes(config),
                         variant=config.variant.shown)
 
 

@@ -2,19 +2,23 @@
 
 The image built for a target stage holds its base image's own layers plus one layer per
 layer-making instruction of the target's lineage: the target, the stage it is FROM, that
-stage's base, and so on down to an image (a `FROM ${ARG}` follows the ARG's default, so the
-cluster's `ENV_SOURCE=env-chain` counts every slice). `COPY --from` stages add no layers of
-their own: the COPY is the one layer. Which instructions make a layer depends on the builder:
+stage's base, and so on down to an image (a `FROM ${ARG}` follows the ARG's default,
+`ENV_SOURCE=env-chain`). `COPY --from` stages add no layers of their own: the COPY is the one
+layer. The slices are the lineage's COPYs of slice files; an environment composed from written
+slices (the default, on both paths) has one layer per slice where the env-chain stage has its
+COPY and RUN pairs. Which instructions make a layer depends on the builder:
 
-- docker (BuildKit, the local engine): COPY and RUN (and ADD, which the model never writes);
-- kaniko (upstream v1.23.2, the pinned executor): also WORKDIR; a cached RUN that made no files
-  is still a layer (an empty one), so every RUN counts;
+- docker (BuildKit, the local engine): COPY, RUN (and ADD, which the model never writes) and
+  WORKDIR, which makes a layer when it creates its directory (the model's WORKDIR is /app,
+  which no base image has: the demo's env-base shows its 98-byte layer);
+- kaniko (upstream v1.23.2, the pinned executor): the same; a cached RUN that made no files is
+  still a layer (an empty one), so every RUN counts;
 - kaniko-fork (osscontainertools/kaniko): also an empty layer for every ARG, ENV and LABEL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Literal
 
 from gpurl_tasks.config import Config
@@ -32,12 +36,14 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
 )
 from gpurl_tasks.layerlimit import LayerCount
+from gpurl_tasks.plan.model import Slice
 
-__all__ = ["LAYER_MAKERS", "Builder", "builder_of", "count_layers", "lineage", "makes_layer"]
+__all__ = ["LAYER_MAKERS", "Builder", "builder_of", "composes", "count_layers", "lineage",
+           "makes_layer"]
 
 Builder = Literal["docker", "kaniko", "kaniko-fork"]
 LAYER_MAKERS: Mapping[Builder, tuple[type, ...]] = {
-    "docker": (Copy, Run),
+    "docker": (Copy, Run, Workdir),
     "kaniko": (Copy, Run, Workdir),
     "kaniko-fork": (Copy, Run, Workdir, Arg, Env, Label),
 }
@@ -50,6 +56,12 @@ def builder_of(config: Config) -> Builder:
     if config.backend == "local":
         return "docker"
     return "kaniko-fork" if _FORK in config.cluster.kaniko_executor else "kaniko"
+
+
+def composes(config: Config) -> bool:
+    """The environment is composed from the slice layers gpurl writes (one layer a slice):
+    always on the local path, and on the cluster unless `cluster.env-source = "chain"`."""
+    return config.backend == "local" or config.cluster.env_source == "composed"
 
 
 def makes_layer(instruction: Instruction, builder: Builder) -> bool:
@@ -76,20 +88,22 @@ def lineage(dockerfile: Dockerfile, target: str,
 
 
 def count_layers(dockerfile: Dockerfile, *, base_layers: int, builder: Builder,
-                 target: str = "rl", slice_stages: Sequence[str] = (), variant: str = "",
-                 args: Mapping[str, str] | None = None) -> LayerCount:
+                 target: str = "rl", chain_stage: str = "env-chain", composed: bool = False,
+                 variant: str = "", args: Mapping[str, str] | None = None) -> LayerCount:
     """The layers of the image built for `target`: `base_layers` plus the lineage's
-    layer-making instructions. `slice_stages`: the stages that each install one slice alone;
-    the lineage's COPYs of their slice files count as slices, and the first one's layers are
-    what one slice costs."""
+    layer-making instructions, with `chain_stage`'s replaced by one layer per slice when the
+    environment is `composed`."""
     if base_layers < 0:
         raise DockerfileError(f"a base image has at least 0 layers, not {base_layers}")
     stages = lineage(dockerfile, target, args)
     instructions = sum(makes_layer(i, builder) for s in stages for i in s.instructions)
-    alone = [dockerfile.stage(name) for name in slice_stages]
-    files = {i.dest for s in alone for i in s.instructions if isinstance(i, Copy)}
-    slices = sum(isinstance(i, Copy) and i.from_stage is None and i.dest in files
+    slices = sum(isinstance(i, Copy) and i.from_stage is None
+                 and i.dest.startswith(f"{Slice.IMAGE_DIR}/")
                  for s in stages for i in s.instructions)
-    per_slice = sum(makes_layer(i, builder) for i in alone[0].instructions) if alone else 0
+    chain = sum(makes_layer(i, builder) for s in stages if s.name == chain_stage
+                for i in s.instructions)
+    per_slice = chain // slices if slices else 0
+    if composed and slices:
+        instructions, per_slice = instructions - chain + slices, 1
     return LayerCount(variant=variant, base=base_layers, instructions=instructions,
                       slices=slices, per_slice=per_slice, builder=builder)

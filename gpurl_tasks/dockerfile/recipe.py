@@ -86,7 +86,6 @@ def _args(config: Config) -> dict[str, str]:
         "HARBOR_COMMIT": b.harbor_commit,
         "WHEEL_SOURCE": b.wheel_source,
         "ENV_SOURCE": ENV_CHAIN,
-        "SLICE_BASE": ENV_BASE_STAGE,
         "MAX_JOBS": str(b.max_jobs),
         "GITSHA": "unknown",
     }
@@ -293,7 +292,7 @@ def harbor_outside_lock(plan: Plan) -> bool:
 
 
 def _slice_steps(config: Config, plan: Plan, layer: Layer) -> list[Instruction]:
-    """One slice: a COPY of its file and one install (the same in the chain and alone)."""
+    """One slice in the chain: a COPY of its file and one install."""
     return [
         Comment(text=f"slice {layer.index + 1}/{len(plan.layers)} {layer.name}: "
                 f"{len(layer.packages)} package(s), ~{format_bytes(layer.compressed_bytes)} "
@@ -305,10 +304,10 @@ def _slice_steps(config: Config, plan: Plan, layer: Layer) -> list[Instruction]:
 
 
 def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
-    """`env-base` (the runtime's apt set and an empty venv), one `slice-NN-label` stage per
-    slice on it, the `env-chain` of every slice, and `env` FROM ${ENV_SOURCE}: the chain, or
-    an image composed at the registry from env-base's and each slice image's install layer
-    (`invoke build --backend local` composes; see oci/compose.py)."""
+    """`env-base` (the runtime's apt set and an empty venv), the `env-chain` of every slice,
+    and `env` FROM ${ENV_SOURCE}: the chain, or the image composed at the registry from
+    env-base and the slice layers gpurl writes on it (the default on both paths; see
+    oci/layered.py)."""
     b = config.build
     base: list[Instruction] = [
         Comment(text="The InfiniBand verbs userspace is always installed: without it NCCL "
@@ -324,12 +323,6 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
     stages = [Stage(name=ENV_BASE_STAGE, base="base", instructions=_with_args(base, known),
                     comment="What every slice installs onto: the runtime's apt set and an "
                             "empty venv.")]
-    stages += [Stage(name=layer.slice.stage, base=ArgImage(name="SLICE_BASE"),
-                     instructions=tuple(_slice_steps(config, plan, layer)[1:]),
-                     comment=f"Slice {layer.name} alone on env-base (SLICE_BASE: the stage, or "
-                             "the image of it the slice tags name):\nits install layer is the "
-                             "same blob wherever the plan puts it.")
-               for layer in plan.layers]
     chain: list[Instruction] = [
         Comment(text=f"The layer plan: {len(plan.layers)} slice(s) of uv.lock, each a COPY of its "
                 "own file and one install,"),
@@ -475,7 +468,7 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
         _rl_stage(config, plan, lock_sha256=lock_sha256, local=local),
     )
     used = {n for s in stages for i in s.instructions if isinstance(i, Arg) for n in [i.name]}
-    used |= {"BASE_IMAGE", "WHEEL_SOURCE", "ENV_SOURCE", "SLICE_BASE"}
+    used |= {"BASE_IMAGE", "WHEEL_SOURCE", "ENV_SOURCE"}
     _check_pins(used, args, config)
     global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
     header = (

@@ -84,11 +84,6 @@ class Slice:
         slices share keeps its NN- prefix)."""
         return f"{self.IMAGE_DIR}/{self.label if self.unique else self.name}.txt"
 
-    @property
-    def stage(self) -> str:
-        """The stage that installs it alone on `env-base` (a small image of its own)."""
-        return f"slice-{self.name}"
-
 
 @dataclasses.dataclass(**_KW)
 class Layer:

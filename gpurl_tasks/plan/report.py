@@ -45,7 +45,7 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
         *([f"shared with every variant: the lowest {plan.shared} slice layer(s) "
            f"({format_bytes(sum(la.compressed_bytes for la in plan.layers[:plan.shared]))})"]
           if plan.shared else []),
-        *([f"fitted to the layer limit's budget of {plan.layout.max_slices} slices: own-layer "
+        *([f"the layer limit's budget: {plan.layout.max_slices} slices; planned with own-layer "
            f"{format_bytes(plan.layout.own_layer)}, {plan.layout.tail_groups} group(s)"]
           if plan.mode == "independent" and plan.layout.max_slices is not None else []),
         f"fingerprint {plan.fingerprint}",

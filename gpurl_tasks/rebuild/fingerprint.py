@@ -11,8 +11,8 @@ Decision rules: wheels+image when a wheel input changed: a wheel pin ARG (fork c
 flash-attn, torch, CUDA, Python), any other ARG the wheel recipe uses, the lock's torch, the
 expected wheel names, a stage of the wheel recipe (what the `wheel-builder` target builds: its
 base chain and what it copies from) or the context files that recipe copies; image for any
-other baked input (slice stages included: they are outside the image's FROM chain when it is
-built from env-chain, but the wheels never see them); none otherwise.
+other baked input (the slices included: env-chain's steps, which the composed environment's
+layers are written from, and which the wheels never see); none otherwise.
 """
 
 from __future__ import annotations
