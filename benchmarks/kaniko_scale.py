@@ -8,7 +8,8 @@ against the plain loopback registry. In one run, each build into a repository of
 
 1. upstream v1.23.2, cold, the environment as one layer chain (`cluster.env-source = chain`);
 2. upstream, cold, then warm, the environment composed from written slices (the default):
-   the cold environment should take at most half the chain's time;
+   the cold environment should take at most half the chain's time; then a small bump
+   (real_scale.BUMP re-locked, `invoke generate`, committed) on top of that cache;
 3. the fork v1.28.3, cold (chain), then warm (nothing changed);
 4. the fork, cold, with `--snapshot-mode=redo` (stats files instead of hashing them);
 5. the fork, cold, with the same lock as one install layer (one slice holding every package:
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.real_scale import registry_layers
+from benchmarks.real_scale import BUMP, apply_bump, registry_layers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "heavy"
@@ -52,6 +53,7 @@ BASE = "gpurl/bookworm-python:3.11"
 JOB_IMAGE = "gpurl/kaniko-job:bookworm"
 _STAMP = re.compile(r"INFO\S*\[(\d+)\] (.*)")
 _SLICE_RUN = re.compile(r"RUN uv pip install .* -r /tmp/gpurl-layers/(\S+)\.txt")
+_COMPOSED = re.compile(r"==> environment \S+ \((\d+) slice\(s\) written, (\d+) cached\)")
 
 __all__ = ["load_data", "main", "measure", "render_section", "slice_timings", "splice_section"]
 
@@ -155,6 +157,17 @@ def _configure(tree: Path, *, repository: str, executor: str, crane: tuple[str, 
     _commit(tree, f"heavy on kaniko into {repository}")
 
 
+def _bump(tree: Path, say: Callable[[str], None]) -> None:
+    """The small bump the local benchmark makes, in this tree: re-locked, its slice files
+    regenerated (the committed plan kept, so only the bumped package's slice changes)."""
+    from gpurl_tasks.config import load_config
+
+    config = load_config(tree, profile=PROFILE, env={})
+    say(f"bumped {apply_bump(config, config.workspace)} in {tree}")
+    _invoke(tree, "generate", "--profile", PROFILE)
+    _commit(tree, f"bump {' '.join(BUMP)}")
+
+
 def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) -> dict[str, Any]:
     from gpurl_tasks.config import load_config
     from gpurl_tasks.local.builder import serving_index
@@ -185,12 +198,15 @@ def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) 
     say(f"<== {label}: {seconds:.0f}s, {len(image.layers)} layers, {len(pushed)} new blobs")
     return {"label": label, "seconds": seconds, "layers": len(image.layers),
             "image_bytes": sum(d.size for d in image.layers), "new_blobs": len(pushed),
-            "new_bytes": sum(pushed.values()), "slices": slice_timings(output)}
+            "new_bytes": sum(pushed.values()), "slices": slice_timings(output),
+            "composed": [int(n) for n in found.groups()] if (found := _COMPOSED.search(output))
+            else None}
 
 
 PLANS = (  # label, executor, snapshot mode, one layer, env-source, repository key
     ("upstream-composed-cold", "upstream", "full", False, "composed", "e"),
     ("upstream-composed-warm", "upstream", "full", False, "composed", "e"),
+    ("upstream-composed-bump", "upstream", "full", False, "composed", "e"),
     ("upstream-cold", "upstream", "full", False, "chain", "a"),
     ("fork-cold", "fork", "full", False, "chain", "b"),
     ("fork-warm", "fork", "full", False, "chain", "b"),
@@ -225,6 +241,8 @@ def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset
             _configure(tree, repository=repository, executor=builders.executors[executor],
                        crane=crane, snapshot=snapshot, one_layer=one_layer,
                        env_source=env_source)
+            if label.endswith("-bump"):
+                _bump(tree, say)
             builds.append(_build(tree, label, repository, say))
     return {"builds": builds, "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "cpus": os.cpu_count()}
@@ -232,6 +250,9 @@ def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset
 
 def _slice_summary(build: dict[str, Any]) -> str:
     rows = build["slices"]
+    if build.get("composed"):
+        written, cached = build["composed"]
+        return f"composed: {written} slice(s) written, {cached} cached"
     if not rows:
         return "no slice RUNs in the log"
     first, last = rows[0], rows[-1]

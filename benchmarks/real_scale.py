@@ -55,9 +55,8 @@ BEGIN, END = "<!-- real-scale:begin -->", "<!-- real-scale:end -->"
 GOAL = 0.02  # prediction error goal on every Python layer of 100 MB or more
 BIG = 100 * 10**6
 
-__all__ = ["BUMP", "DATA", "clean", "main", "measure", "registry_layers", "render_section",
-           "stage_bump_workspace",
-           "write_results"]
+__all__ = ["BUMP", "DATA", "apply_bump", "clean", "main", "measure", "registry_layers",
+           "render_section", "stage_bump_workspace", "write_results"]
 
 
 def _default_cache() -> None:
@@ -238,16 +237,14 @@ def stage_bump_workspace(config: Config, dest: Path) -> Path:
     return workspace
 
 
-def _bump_copy(say: Callable[[str], None]) -> Path:
-    """A small repository holding a copy of the workspace with BUMP applied and re-locked."""
+def apply_bump(config: Config, workspace: Path) -> str:
+    """Move BUMP's package to its version in `workspace`'s lock: its wheel downloaded into
+    the profile's package index, a constraint added, re-locked against that index."""
     from gpurl_tasks import proc
-    from gpurl_tasks.config import load_config
     from gpurl_tasks.local import download
     from gpurl_tasks.local.builder import serving_index
     from gpurl_tasks.local.setup import cache_dir, index_dir
 
-    config = load_config(REPO_ROOT, profile=PROFILE)
-    workspace = stage_bump_workspace(config, BUMP_DIR)
     name, version = BUMP
     index = index_dir(cache_dir(REPO_ROOT))
     target = download.DownloadTarget.for_target(python=config.target.python,
@@ -258,7 +255,19 @@ def _bump_copy(say: Callable[[str], None]) -> Path:
         "[tool.uv]\n", f'[tool.uv]\nconstraint-dependencies = ["{name}=={version}"]\n', 1))
     with serving_index(config.build.index_url, index):
         proc.run_quiet(["uv", "lock", "--directory", str(workspace)], timeout=600)
-    say(f"bumped {name} to {version} in {workspace}")
+    return f"{name} {version}"
+
+
+def _bump_copy(say: Callable[[str], None]) -> Path:
+    """A small repository holding a copy of the workspace with BUMP applied and re-locked."""
+    from gpurl_tasks import proc
+    from gpurl_tasks.config import load_config
+
+    config = load_config(REPO_ROOT, profile=PROFILE)
+    workspace = stage_bump_workspace(config, BUMP_DIR)
+    said = apply_bump(config, workspace)
+    say(f"bumped {said} in {workspace}")
+    name, version = BUMP
     git = ["git", "-C", str(BUMP_DIR), "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost"]
     proc.run_quiet([*git, "init", "-q"])
     proc.run_quiet([*git, "add", "-A"])
