@@ -281,6 +281,9 @@ def render_section(data: dict[str, Any] | None) -> str:
     if "upstream-composed-cold" in by and "upstream-cold" in by:
         ratios.append("composed/chain cold "
                       f"{by['upstream-composed-cold']['seconds'] / by['upstream-cold']['seconds']:.2f}")
+    if "upstream-composed-bump" in by and "upstream-composed-warm" in by:
+        bump, warm = by["upstream-composed-bump"], by["upstream-composed-warm"]
+        ratios.append(f"composed bump/rebuild with nothing changed {bump['seconds'] / warm['seconds']:.2f}")
     if "fork-redo-cold" in by and "fork-cold" in by:
         ratios.append(f"redo/full {by['fork-redo-cold']['seconds'] / by['fork-cold']['seconds']:.2f}")
     if "fork-one-layer-cold" in by and "fork-cold" in by:

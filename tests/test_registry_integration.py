@@ -7,6 +7,7 @@ the real registry's token auth with a loopback token service standing in for ghc
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import threading
@@ -17,13 +18,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import Credentials
 from gpurl_tasks.oci.image import Descriptor, parse_diff_ids, parse_manifest
-from gpurl_tasks.oci.layer import platform_of
+from gpurl_tasks.oci.layer import compressor, platform_of, recorded_history, slice_key
 from gpurl_tasks.oci.layered import BaseImage, WrittenSlice, compose_written, slice_image, written_slice
 from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.oci.release import read_records
+from gpurl_tasks.oci.verify import Rules, check_layers
+from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import (
     DOCKER_LIST,
@@ -353,3 +358,37 @@ def test_composes_written_slices_by_mounting_their_blobs(registry: RegistryServe
     assert parse_diff_ids(config, "composed") == (*base.diff_ids, *(w.diff_id for w in written))
     made = [h.created_by for h in pulled.history if not h.empty_layer]
     assert made == [*(s.created_by for s in base_layers), *(w.created_by for w in written)]
+
+
+def test_verify_reads_each_written_slices_record(registry: RegistryServer) -> None:
+    """An image whose slice layers name their records (oci/layer.recorded_history), against a
+    real cache repository: the record holding the layer's own blob makes its size exact, one
+    holding another blob is flagged, a missing one is said; and a record the registry holds
+    in another form (an index) leaves the image checked, with the reason in a note."""
+    tags = [slice_key(label=f"s{i}", slice_text=b"%d" % i, python="3.11.2", venv="/opt/venv",
+                      uv="uv 0.9.0", compressor=compressor(6)) for i in range(3)]
+    slices = [random_layer(20_000, recorded_history(
+        f"gpurl: uv pip install -r /tmp/gpurl-layers/s{i}.txt", tags[i]), seed=60 + i)
+        for i in range(3)]
+    base = tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs.tar /")
+    push_image(registry.url, "org/rimg", [base, *slices], tag="t1")
+    push_image(registry.url, "org/rimg/cache", [slices[0]], tag=tags[0])
+    push_image(registry.url, "org/rimg/cache", [random_layer(20_000, "other", seed=99)],
+               tag=tags[1])  # the same slice written into other bytes; tags[2] never recorded
+    config = load_config(REPO_ROOT, profile="demo", env={})
+    config = dataclasses.replace(config, cluster=dataclasses.replace(
+        config.cluster, cache_repo=f"{registry.host}/org/rimg/cache"))
+    rules = Rules(cap=10**9, hard_limit=2 * 10**9, min_layers=1)
+    with quick_client(registry.host) as client:
+        image = client.pull(ref_of(registry, "org/rimg:t1"))
+        records, note = read_records(config, image, client)
+        assert note is None and sorted(records) == [1, 2, 3]
+        report = check_layers(image, rules, records=records)
+        assert [r.exact for r in report.rows] == [False, True, False, False]
+        assert [(f.code, f.layer) for f in report.findings] == [("not-the-recorded-blob", 2)]
+        assert any("1 of 3 written slice layers" in n and "1 record(s) are not in" in n
+                   for n in report.notes), report.notes
+        push_index(registry.url, "org/rimg/cache", {"linux/amd64": push_image(
+            registry.url, "org/rimg/cache", [slices[2]], tag=None)}, tag=tags[2])
+        records, note = read_records(config, image, client)
+    assert records == {} and note is not None and "cannot be read" in note, note

@@ -18,7 +18,7 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import fitted_plan
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.errors import CheckFailed, GpurlError, PinError
+from gpurl_tasks.errors import CheckFailed, GpurlError, PinError, RegistryError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
@@ -110,10 +110,13 @@ def read_records(config: Config, image: PulledImage, client: RegistryClient,
         where = dataclasses.replace(cache, tag=tag, digest=None)
         try:
             _, _, manifest = client.manifest(where)
+            layers = parse_manifest(manifest, f"manifest of {where}").layers
         except ManifestUnknown:
             records[index] = Record(tag=tag, blob=None)
             continue
-        layers = parse_manifest(manifest, f"manifest of {where}").layers
+        except RegistryError as exc:  # the image is checked all the same; say why not these
+            return {}, (f"the slice records in {cache.name} cannot be read ({exc.message}): "
+                        "written slices are not checked against them")
         records[index] = Record(tag=tag, blob=layers[0] if len(layers) == 1 else None)
     return records, None
 
