@@ -243,7 +243,11 @@ def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset
                        env_source=env_source)
             if label.endswith("-bump"):
                 _bump(tree, say)
-            builds.append(_build(tree, label, repository, say))
+            try:
+                builds.append(_build(tree, label, repository, say))
+            except RuntimeError as exc:  # keep what the run measured; say what failed
+                say(f"<== {label}: failed: {str(exc)[-300:]}")
+                builds.append({"label": label, "failed": str(exc)[-300:]})
     return {"builds": builds, "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "cpus": os.cpu_count()}
 
@@ -264,14 +268,18 @@ def _slice_summary(build: dict[str, Any]) -> str:
 def render_section(data: dict[str, Any] | None) -> str:
     if not data:
         return f"{BEGIN}\n_No kaniko-scale run recorded yet (`nox -s bench-kaniko`)._\n{END}"
-    by = {b["label"]: b for b in data["builds"]}
+    by = {b["label"]: b for b in data["builds"] if "failed" not in b}
     lines = [BEGIN, f"Measured {data['measured_at']} on {data['cpus']} CPUs "
              "(`nox -s bench-kaniko`; the heavy profile, ~4 GB of wheels).", "",
              "| build | seconds | layers | image | new blobs | new bytes | slice RUNs |",
              "|---|---:|---:|---:|---:|---:|---|"]
     from gpurl_tasks.units import format_bytes
 
+    failed = [b for b in data["builds"] if "failed" in b]
     for b in data["builds"]:
+        if "failed" in b:
+            lines.append(f"| {b['label']} | failed | | | | | see below |")
+            continue
         lines.append(f"| {b['label']} | {b['seconds']:.0f} | {b['layers']} | "
                      f"{format_bytes(b['image_bytes'])} | {b['new_blobs']} | "
                      f"{format_bytes(b['new_bytes'])} | {_slice_summary(b)} |")
@@ -289,7 +297,8 @@ def render_section(data: dict[str, Any] | None) -> str:
     if "fork-one-layer-cold" in by and "fork-cold" in by:
         ratios.append("layered/one layer "
                       f"{by['fork-cold']['seconds'] / by['fork-one-layer-cold']['seconds']:.2f}")
-    lines += ["", "Ratios (same run): " + "; ".join(ratios) + "."]
+    lines += ["", "Ratios (same run): " + ("; ".join(ratios) or "none (a build failed)") + "."]
+    lines += [f"\n{b['label']} failed: `{b['failed'].splitlines()[-1][:200]}`" for b in failed]
     if data.get("note"):  # the run's conditions, recorded with its figures
         lines += ["", str(data["note"])]
     lines.append(END)
