@@ -13,7 +13,9 @@ repository of its own on the same registry.
 Measured per format: total bytes; compress and decompress CPU seconds on one thread (user +
 system; decompression is what a node spends); the cold pull on containerd (the cluster's
 runtime) of a fresh, empty engine (tests/support/pull_engine.py) with `ctr images pull`, fetch
-and unpack timed apart, median of `--repeat`, each on a new content store. Ratios are against
+and unpack timed apart, with the CPU seconds the node spent on it (ctr's and containerd's, which
+the disk and the other work on the machine disturb less than wall time), median of `--repeat`,
+each on a new content store. Ratios are against
 gzip in the same run. Before the pulls, probes on two small layers record what takes zstd at
 all: the registry, containerd, Docker's `docker pull` and its BuildKit `FROM` (gpurl's local
 final build), each under an OCI and a Docker schema2 manifest.
@@ -174,14 +176,14 @@ def summarize(layers: Sequence[Mapping[str, Any]], pulls: Sequence[Mapping[str, 
             "decompress_s": sum(layer["formats"][name]["decompress_s"] for layer in layers),
         }
         mine = [p for p in pulls if p["format"] == name and p.get("error") is None]
-        for key in ("fetch_s", "unpack_s", "total_s"):
+        for key in ("fetch_s", "unpack_s", "total_s", "cpu_s"):
             row[f"pull_{key}"] = statistics.median(p[key] for p in mine) if mine else None
         row["pulls"] = len(mine)
         rows.append(row)
     base = rows[0]
     for row in rows:
         for key in ("bytes", "compress_s", "decompress_s", "pull_fetch_s", "pull_unpack_s",
-                    "pull_total_s"):
+                    "pull_total_s", "pull_cpu_s"):
             ours, theirs = row[key], base[key]
             row[f"{key}_ratio"] = (ours / theirs) if ours is not None and theirs else None
     return rows
@@ -208,10 +210,12 @@ def render(result: Mapping[str, Any]) -> str:
     lines += ["", f"{result['rows'][0]['format']} reproduces {result['gzip_reproduced']} of the "
               f"{image['written']} layers gpurl wrote byte for byte (the other "
               f"{image['layers'] - image['written']} are another writer's gzip)", "",
-              "ratios against " + result["rows"][0]["format"] + " in brackets; CPU seconds on one "
-              f"thread; pulls: containerd `ctr images pull`, median of {result['repeat']}", ""]
+              "ratios against " + result["rows"][0]["format"] + " in brackets; compress and "
+              "decompress: CPU seconds on one thread; pulls: containerd `ctr images pull`, "
+              f"median of {result['repeat']}, wall seconds and the node's CPU seconds (ctr + "
+              "containerd)", ""]
     header = ("format", "bytes", "compress s", "decompress s", "pull fetch s", "pull unpack s",
-              "pull total s")
+              "pull total s", "pull CPU s")
     table = [header]
     for row in result["rows"]:
         table.append((row["format"],
@@ -220,7 +224,8 @@ def render(result: Mapping[str, Any]) -> str:
                       _cell(row["decompress_s"], row["decompress_s_ratio"]),
                       _cell(row["pull_fetch_s"], row["pull_fetch_s_ratio"]),
                       _cell(row["pull_unpack_s"], row["pull_unpack_s_ratio"]),
-                      _cell(row["pull_total_s"], row["pull_total_s_ratio"])))
+                      _cell(row["pull_total_s"], row["pull_total_s_ratio"]),
+                      _cell(row["pull_cpu_s"], row["pull_cpu_s_ratio"])))
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
                         enumerate(zip(r, widths, strict=True))) for r in table]
@@ -348,16 +353,42 @@ def largest_environment(client: Any, host: str) -> str:
 # --- the node: containerd and Docker of a fresh engine -------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Node:
+    """A fresh pull engine: `ctr` for its containerd, that containerd's pid, its docker -H."""
+
+    ctr: list[str]
+    containerd: int
+    host: str
+
+
+def _containerd_of(root: Path) -> int:
+    """The pid of the containerd the pull engine under `root` started."""
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if Path(os.fsdecode(argv[0])).name == "containerd" and \
+                    any(os.fsencode(root) in arg for arg in argv[1:]):
+                return int(proc.name)
+    raise BenchError(f"the pull engine under {root} runs no containerd of its own")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process `pid` (all its threads) has spent so far."""
+    fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def _engine(client: str) -> Iterator[tuple[list[str], str]]:
-    """A fresh, empty pull engine: (ctr argv for its containerd, its docker -H)."""
+def _engine(client: str) -> Iterator[_Node]:
+    """A fresh, empty pull engine (a dockerd and its containerd of their own)."""
     from tests.support.pull_engine import pull_engine
 
     root = Path(tempfile.mkdtemp(prefix="gpurl-bz-", dir="/tmp"))  # short: a socket path
     try:
         with pull_engine(root, client) as host:
-            yield ["ctr", "-a", str(root / "exec" / "containerd" / "containerd.sock"),
-                   "-n", "node"], host
+            yield _Node(ctr=["ctr", "-a", str(root / "exec" / "containerd" / "containerd.sock"),
+                             "-n", "node"], containerd=_containerd_of(root), host=host)
     except RuntimeError as exc:  # the engine did not start
         raise BenchError(str(exc).splitlines()[0]) from None
     finally:
@@ -369,14 +400,15 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
-def _ctr_pull(ctr: Sequence[str], reference: str, expected_chain: str) -> dict[str, Any]:
+def _ctr_pull(node: _Node, reference: str, expected_chain: str) -> dict[str, Any]:
     """`ctr images pull` (fetch, then unpack: containerd 1.6 does them in turn and says
-    "unpacking" in between); its timings, or its error."""
-    start = time.monotonic()
+    "unpacking" in between): its wall seconds apart, and the CPU seconds the node spent (ctr,
+    which fetches, and containerd, which stores and unpacks); or its error."""
+    start, before = time.monotonic(), _cpu_seconds(node.containerd)
     fetched, chain, tail = None, "", ""
-    with subprocess.Popen([*ctr, "images", "pull", "--plain-http", "--print-chainid", reference],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace") as process:
+    with subprocess.Popen([*node.ctr, "images", "pull", "--plain-http", "--print-chainid",
+                           reference], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace") as process:
         assert process.stdout is not None
         for line in process.stdout:
             if fetched is None and line.startswith("unpacking "):
@@ -385,14 +417,17 @@ def _ctr_pull(ctr: Sequence[str], reference: str, expected_chain: str) -> dict[s
                 chain = line.split(": ", 1)[1].strip()
             if line.strip():
                 tail = line
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     total = time.monotonic() - start
+    cpu = usage.ru_utime + usage.ru_stime + _cpu_seconds(node.containerd) - before
     if process.returncode != 0:
         return {"error": _last_line(tail)}
     if chain != expected_chain:
         return {"error": f"unpacked into {chain or 'no snapshot'}, not {expected_chain}"}
     fetch = fetched if fetched is not None else total
     return {"fetch_s": round(fetch, 2), "unpack_s": round(total - fetch, 2),
-            "total_s": round(total, 2)}
+            "total_s": round(total, 2), "cpu_s": round(cpu, 2)}
 
 
 def _docker(argv: Sequence[str], **kwargs: Any) -> str:
@@ -404,8 +439,9 @@ def _docker(argv: Sequence[str], **kwargs: Any) -> str:
 def _probe_outcome(client: str, reference: str, chain: str) -> dict[str, str]:
     """What the node makes of `reference` (pushed): containerd pull and unpack, BuildKit
     FROM it, docker pull, each on one fresh engine (BuildKit first: it pulls for itself)."""
-    with _engine(client) as (ctr, host), tempfile.TemporaryDirectory() as context:
-        pulled = _ctr_pull(ctr, reference, chain)
+    with _engine(client) as node, tempfile.TemporaryDirectory() as context:
+        host = node.host
+        pulled = _ctr_pull(node, reference, chain)
         said = {"containerd pull+unpack:": "ok" if "error" not in pulled
                 else "fails: " + pulled["error"]}
         Path(context, "probe").write_text("probe\n")
@@ -535,11 +571,12 @@ def _cold_pulls(client_bin: str, refs: Mapping[str, ImageRef], names: Sequence[s
     for n in range(repeat):
         for name in names:
             say(f"cold pull {n + 1}/{repeat} of {name} (containerd, fresh engine) ...")
-            with _engine(client_bin) as (ctr, _):
-                pulled = _ctr_pull(ctr, str(refs[name]), chain)
+            with _engine(client_bin) as node:
+                pulled = _ctr_pull(node, str(refs[name]), chain)
             pulls.append({"format": name, "repeat": n, **pulled, "load": os.getloadavg()[0]})
             say("  " + (pulled.get("error") or f"fetch {pulled['fetch_s']}s + unpack "
-                        f"{pulled['unpack_s']}s = {pulled['total_s']}s"))
+                        f"{pulled['unpack_s']}s = {pulled['total_s']}s, node CPU "
+                        f"{pulled['cpu_s']}s"))
     return pulls
 
 
