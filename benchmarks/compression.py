@@ -176,14 +176,14 @@ def summarize(layers: Sequence[Mapping[str, Any]], pulls: Sequence[Mapping[str, 
             "decompress_s": sum(layer["formats"][name]["decompress_s"] for layer in layers),
         }
         mine = [p for p in pulls if p["format"] == name and p.get("error") is None]
-        for key in ("fetch_s", "unpack_s", "total_s", "cpu_s"):
+        for key in ("fetch_s", "unpack_s", "total_s", "cpu_s", "cpu_user_s"):
             row[f"pull_{key}"] = statistics.median(p[key] for p in mine) if mine else None
         row["pulls"] = len(mine)
         rows.append(row)
     base = rows[0]
     for row in rows:
         for key in ("bytes", "compress_s", "decompress_s", "pull_fetch_s", "pull_unpack_s",
-                    "pull_total_s", "pull_cpu_s"):
+                    "pull_total_s", "pull_cpu_s", "pull_cpu_user_s"):
             ours, theirs = row[key], base[key]
             row[f"{key}_ratio"] = (ours / theirs) if ours is not None and theirs else None
     return rows
@@ -213,9 +213,9 @@ def render(result: Mapping[str, Any]) -> str:
               "ratios against " + result["rows"][0]["format"] + " in brackets; compress and "
               "decompress: CPU seconds on one thread; pulls: containerd `ctr images pull`, "
               f"median of {result['repeat']}, wall seconds and the node's CPU seconds (ctr + "
-              "containerd)", ""]
+              "containerd; user: without the kernel's share)", ""]
     header = ("format", "bytes", "compress s", "decompress s", "pull fetch s", "pull unpack s",
-              "pull total s", "pull CPU s")
+              "pull total s", "pull CPU s", "of it user s")
     table = [header]
     for row in result["rows"]:
         table.append((row["format"],
@@ -225,7 +225,8 @@ def render(result: Mapping[str, Any]) -> str:
                       _cell(row["pull_fetch_s"], row["pull_fetch_s_ratio"]),
                       _cell(row["pull_unpack_s"], row["pull_unpack_s_ratio"]),
                       _cell(row["pull_total_s"], row["pull_total_s_ratio"]),
-                      _cell(row["pull_cpu_s"], row["pull_cpu_s_ratio"])))
+                      _cell(row["pull_cpu_s"], row["pull_cpu_s_ratio"]),
+                      _cell(row["pull_cpu_user_s"], row["pull_cpu_user_s_ratio"])))
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
                         enumerate(zip(r, widths, strict=True))) for r in table]
@@ -373,10 +374,11 @@ def _containerd_of(root: Path) -> int:
     raise BenchError(f"the pull engine under {root} runs no containerd of its own")
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds process `pid` (all its threads) has spent so far."""
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds process `pid` (all its threads) has spent so far."""
     fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 @contextlib.contextmanager
@@ -420,14 +422,17 @@ def _ctr_pull(node: _Node, reference: str, expected_chain: str) -> dict[str, Any
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     total = time.monotonic() - start
-    cpu = usage.ru_utime + usage.ru_stime + _cpu_seconds(node.containerd) - before
+    after = _cpu_seconds(node.containerd)
+    user = usage.ru_utime + after[0] - before[0]
+    system = usage.ru_stime + after[1] - before[1]
     if process.returncode != 0:
         return {"error": _last_line(tail)}
     if chain != expected_chain:
         return {"error": f"unpacked into {chain or 'no snapshot'}, not {expected_chain}"}
     fetch = fetched if fetched is not None else total
     return {"fetch_s": round(fetch, 2), "unpack_s": round(total - fetch, 2),
-            "total_s": round(total, 2), "cpu_s": round(cpu, 2)}
+            "total_s": round(total, 2), "cpu_s": round(user + system, 2),
+            "cpu_user_s": round(user, 2)}
 
 
 def _docker(argv: Sequence[str], **kwargs: Any) -> str:
@@ -481,6 +486,14 @@ def _require_tools() -> str:
     from gpurl_tasks.local.engine import find_buildkit_client
 
     return find_buildkit_client()[0]
+
+
+def _require_room(path: str, need: int, what: str) -> None:
+    """A BenchError when the disk holding `path` has less than `need` bytes free."""
+    free = shutil.disk_usage(path).free
+    if free < need:
+        raise BenchError(f"{what} needs about {format_bytes(need)} free on the disk of {path}, "
+                         f"which has {format_bytes(free)}")
 
 
 def _busiest() -> list[str]:
@@ -576,7 +589,7 @@ def _cold_pulls(client_bin: str, refs: Mapping[str, ImageRef], names: Sequence[s
             pulls.append({"format": name, "repeat": n, **pulled, "load": os.getloadavg()[0]})
             say("  " + (pulled.get("error") or f"fetch {pulled['fetch_s']}s + unpack "
                         f"{pulled['unpack_s']}s = {pulled['total_s']}s, node CPU "
-                        f"{pulled['cpu_s']}s"))
+                        f"{pulled['cpu_s']}s (user {pulled['cpu_user_s']}s)"))
     return pulls
 
 
@@ -603,12 +616,18 @@ def measure(image: str | None, fmts: Sequence[Format], repeat: int,
         say(f"{source.reference}: {len(source.image.layers)} layers, "
             f"{format_bytes(sum(d.size for d in source.image.layers))}; formats "
             f"{', '.join(names)}; run {run}")
+        pushed = sum(d.size for d in source.image.layers)
+        _require_room(scratch, len(fmts) * pushed, "compressing every layer in every format "
+                      "(the registry keeps the blobs; a tar at a time here)")
         layers, descriptors = _recompress(client, http, source, fmts, refs, Path(scratch), say)
         load.append({"phase": "after compressing", "load": os.getloadavg()[0]})
         refused = {name: said for name in names if (said := _push_image(
             client, refs[name], image_documents(source.config, descriptors[name])))}
         probes = _probes(client, client_bin, source, layers, descriptors, fmts, run, say)
         load.append({"phase": "after probes", "load": os.getloadavg()[0]})
+        _require_room("/tmp", max(r["bytes"] for r in summarize(layers, [], names))
+                      + sum(r["tar_bytes"] for r in layers) + 2**30,
+                      "a cold pull (the blobs and the unpacked layers, on a fresh engine)")
         pulls = _cold_pulls(client_bin, refs, [n for n in names if n not in refused],
                             chain_id(source.diff_ids), repeat, say)
         load.append({"phase": "end", "load": os.getloadavg()[0]})
