@@ -331,9 +331,17 @@ def largest_environment(client: Any, host: str) -> str:
     bytes in `host`'s registry."""
     import httpx
 
+    # one request through the client settles the scheme (HTTPS or plain) its base_url says
+    client.has_manifest(parse_reference(f"{host}/{BENCH_REPO}:none", default_host=host))
     base = f"{client.base_url}/v2"
+    repositories: list[str] = []
+    page: str | None = f"{base}/_catalog?n=1000"  # distribution's largest page
     try:
-        repositories = httpx.get(f"{base}/_catalog?n=10000", timeout=30).json()["repositories"]
+        while page:
+            response = httpx.get(page, timeout=30)
+            repositories += response.json()["repositories"]
+            page = response.links.get("next", {}).get("url")
+            page = str(httpx.URL(base).join(page)) if page else None
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         raise BenchError(f"cannot list the repositories of {host}: {exc}") from None
     best: tuple[int, str] | None = None
