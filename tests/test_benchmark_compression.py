@@ -179,6 +179,37 @@ def test_bad_levels_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.integration
+def test_the_default_image_is_the_largest_environment_gpurl_wrote_into(
+        registry: RegistryServer) -> None:
+    """Of a registry's `env-*` tags, the largest with a layer gpurl's writer wrote: not a
+    larger one built as a chain, not env-base; none at all is one clear error."""
+    def push(client: RegistryClient, reference: str, sizes: list[int], ours: bool) -> None:
+        ref = parse_reference(reference, default_host=registry.host)
+        layers = []
+        for n, size in enumerate(sizes):
+            data = f"{reference} {n} ".encode().ljust(size, b".")
+            layers.append(Descriptor(media_type=MEDIA_TYPES[DOCKER_MANIFEST][1],
+                                     digest=client.push_blob(ref, data), size=size))
+        config = _config([d.digest for d in layers])  # gpurl's history entries
+        if not ours:
+            config["history"] = [{"created_by": "RUN uv pip install"} for _ in layers]
+        composed = image_documents(config, layers, manifest_type=DOCKER_MANIFEST)
+        client.push_blob(ref, composed.config)
+        client.put_manifest(ref, ref.reference, composed.manifest_bytes, DOCKER_MANIFEST)
+
+    host = registry.host
+    with RegistryClient(host) as client:
+        with pytest.raises(BenchError, match="no composed environment"):
+            compression.largest_environment(client, host)
+        push(client, f"{host}/a/cache:env-small", [100], ours=True)
+        push(client, f"{host}/b/cache:env-large", [300, 200], ours=True)
+        push(client, f"{host}/b/cache:env-chain", [5000], ours=False)
+        push(client, f"{host}/c/cache:env-base-1", [9000], ours=True)
+        push(client, f"{host}/c/cache:other", [9000], ours=True)
+        assert compression.largest_environment(client, host) == f"{host}/b/cache:env-large"
+
+
+@pytest.mark.integration
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_whole_run_on_a_tiny_image(registry: RegistryServer, tmp_path: Path,
