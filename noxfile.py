@@ -163,3 +163,10 @@ def bench_kaniko(session: nox.Session) -> None:
     """Real kaniko at heavy scale: both executors cold, warm, redo snapshots, one layer (not CI)."""
     _sync(session)
     session.run("python", "-m", "benchmarks.kaniko_scale", *session.posargs)
+
+
+@nox.session(name="bench-compression", default=False)
+def bench_compression(session: nox.Session) -> None:
+    """zstd against gzip for a composed environment: bytes, CPU, cold containerd pulls (not CI)."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.compression", *session.posargs)
