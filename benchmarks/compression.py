@@ -81,6 +81,9 @@ ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 # No spec defines a Docker zstd layer type; the probe shows what a tool makes of this one.
 UNDEFINED_DOCKER_ZSTD = "application/vnd.docker.image.rootfs.diff.tar.zstd"
 GZIP_LAYERS = (MEDIA_TYPES[DOCKER_MANIFEST][1], MEDIA_TYPES[OCI_MANIFEST][1])
+# What a probe asks, in the order it asks (a JSON file sorts them)
+_STEPS = ("registry:", "containerd pull+unpack:", "Docker BuildKit FROM:", "docker pull:")
+_REGISTRY, _CONTAINERD, _BUILDKIT, _DOCKER_PULL = _STEPS
 _CHUNK = 1 << 20
 _BIG = 256 * 2**20  # a layer whose tar is larger gets a progress line per format
 
@@ -195,18 +198,24 @@ def _cell(value: float | None, ratio: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}" + (f" ({ratio:.2f})" if ratio is not None else "")
 
 
+def _load_range(phase: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    loads = [r["load"] for r in rows if "load" in r]
+    return f"; {phase} {min(loads):.1f} to {max(loads):.1f}" if loads else ""
+
+
 def render(result: Mapping[str, Any]) -> str:
     """The run as text: the image, the tools, the probes, then one row per format."""
     image = result["image"]
     lines = [f"image: {image['reference']} ({image['layers']} layers, "
              f"{format_bytes(image['bytes'])} as pushed, {format_bytes(image['tar_bytes'])} of tar)",
-             "tools: " + "; ".join(f"{k} {v}" for k, v in result["tools"].items()),
+             "tools: " + "; ".join(f"{k} {v}" for k, v in sorted(result["tools"].items())),
              f"machine: {result['machine']['cpus']} CPUs; load average "
-             + ", ".join(f"{s['phase']} {s['load']:.2f}" for s in result["machine"]["load"]),
+             + ", ".join(f"{s['phase']} {s['load']:.2f}" for s in result["machine"]["load"])
+             + _load_range("compressing", result["layers"]) + _load_range("pulling", result["pulls"]),
              "", "support (probes on two small layers, each on a fresh engine):"]
     for probe in result["probes"]:
-        lines.append(f"- {probe['case']}: " + "; ".join(
-            f"{what} {said}" for what, said in probe["outcome"].items()))
+        steps = sorted(probe["outcome"].items(), key=lambda item: _STEPS.index(item[0]))
+        lines.append(f"- {probe['case']}: " + "; ".join(f"{what} {said}" for what, said in steps))
     lines += ["", f"{result['rows'][0]['format']} reproduces {result['gzip_reproduced']} of the "
               f"{image['written']} layers gpurl wrote byte for byte (the other "
               f"{image['layers'] - image['written']} are another writer's gzip)", "",
@@ -232,6 +241,8 @@ def render(result: Mapping[str, Any]) -> str:
                         enumerate(zip(r, widths, strict=True))) for r in table]
     failed = [p for p in result["pulls"] if p.get("error")]
     lines += [f"pull of {p['format']} failed: {p['error']}" for p in failed]
+    if result.get("note"):  # the run's conditions, recorded with its figures
+        lines += ["", str(result["note"])]
     return "\n".join(lines)
 
 
@@ -455,14 +466,14 @@ def _probe_outcome(client: str, reference: str, chain: str) -> dict[str, str]:
     with _engine(client) as node, tempfile.TemporaryDirectory() as context:
         host = node.host
         pulled = _ctr_pull(node, reference, chain)
-        said = {"containerd pull+unpack:": "ok" if "error" not in pulled
+        said = {_CONTAINERD: "ok" if "error" not in pulled
                 else "fails: " + pulled["error"]}
         Path(context, "probe").write_text("probe\n")
         Path(context, "Dockerfile").write_text(f"FROM {reference}\nCOPY probe /probe\n")
-        said["Docker BuildKit FROM:"] = _docker(
+        said[_BUILDKIT] = _docker(
             [client, "-H", host, "build", "--progress", "plain", "-q", context],
             env={**os.environ, "DOCKER_BUILDKIT": "1"})
-        said["docker pull:"] = _docker([client, "-H", host, "pull", "-q", reference])
+        said[_DOCKER_PULL] = _docker([client, "-H", host, "pull", "-q", reference])
     return said
 
 
@@ -577,6 +588,7 @@ def _recompress(client: Any, http: Any, source: _Source, fmts: Sequence[Format],
                                         "decompress_s": round(decompress_s, 3)}
             out_path.unlink()
         tar.unlink()
+        row["load"] = os.getloadavg()[0]  # the machine's, while this layer was compressed
         layers.append(row)
         say(f"[{i + 1}/{count}] {format_bytes(layer.size)} -> tar {format_bytes(size)}: "
             + ", ".join(f"{n} {format_bytes(f['bytes'])} {f['compress_s']:.1f}s/"
@@ -692,7 +704,7 @@ def _probes(client: Any, client_bin: str, source: _Source,
             client.mount_blob(ref, descriptor.digest, source_of[kind])
         refused = _push_image(client, ref, image_documents(
             probe_config, [d for _, d in picked], manifest_type=manifest_type))
-        outcome = {"registry:": "accepted" if refused is None else f"refuses: {refused}"}
+        outcome = {_REGISTRY: "accepted" if refused is None else f"refuses: {refused}"}
         if refused is None:
             outcome.update(_probe_outcome(client_bin, str(ref), chain_id(ids)))
         found.append({"case": case, "reference": str(ref), "outcome": outcome})
@@ -712,7 +724,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="cold pulls per format, each on a fresh engine (default: 3)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"the JSON results (default: {OUT})")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="print the figures of a run's JSON again, measure nothing")
     args = parser.parse_args(argv)
+    if args.render:
+        try:
+            print(render(json.loads(args.render.read_text())))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"error: {args.render} is not a run's results: {exc}", file=sys.stderr)
+            return 2
+        return 0
     try:
         if args.repeat < 1:
             raise BenchError("--repeat must be at least 1")

@@ -245,7 +245,10 @@ def test_a_whole_run_on_a_tiny_image(registry: RegistryServer, tmp_path: Path,
     control = by_case["OCI manifest, gzip layer (gpurl's bytes, OCI's gzip type)"]
     assert set(control.values()) == {"accepted", "ok"}
     assert by_case["OCI manifest, zstd layer"]["containerd pull+unpack:"] == "ok"
-    assert "zstd-3" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "zstd-3" in printed
+    assert compression.main(["--render", str(out)]) == 0  # the saved run prints the same
+    assert capsys.readouterr().out in printed
     assert compression.main(["--image", f"{registry.host}/gpurl/env:no-such-tag",
                              "--out", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err
