@@ -57,17 +57,16 @@ from gpurl_tasks.oci.image import (
     DOCKER_MANIFEST,
     OCI_MANIFEST,
     Descriptor,
-    Manifest,
     PulledImage,
     parse_diff_ids,
 )
 from gpurl_tasks.oci.layer import (
     MEDIA_TYPES,
     WRITER_VERSION,
-    _GzipSink,
-    canonical_json,
+    GzipSink,
     platform_of,
 )
+from gpurl_tasks.oci.layered import image_of
 from gpurl_tasks.units import format_bytes
 
 __all__ = ["OUT", "ZSTD_LAYER", "BenchError", "Format", "chain_id", "formats", "image_documents",
@@ -131,12 +130,8 @@ def image_documents(config: Mapping[str, Any], layers: Sequence[Descriptor], *,
     diff_ids = parse_diff_ids(config, "image config")
     if len(diff_ids) != len(layers):
         raise BenchError(f"the config names {len(diff_ids)} layers, the image has {len(layers)}")
-    blob = canonical_json(config)
-    descriptor = Descriptor(media_type=MEDIA_TYPES[manifest_type][0], size=len(blob),
-                            digest="sha256:" + hashlib.sha256(blob).hexdigest())
-    manifest = Manifest(layers=tuple(layers), config_digest=descriptor.digest, config=descriptor,
-                        media_type=manifest_type)
-    return Composed(manifest=manifest, config=blob)
+    return image_of(layers, config, media_type=manifest_type,
+                    config_type=MEDIA_TYPES[manifest_type][0])
 
 
 def chain_id(diff_ids: Sequence[str]) -> str:
@@ -282,7 +277,7 @@ def _compress(tar: Path, out: Path, fmt: Format) -> tuple[str, float]:
     with out.open("wb") as handle:
         if fmt.kind == "gzip":
             start = time.thread_time()
-            sink = _GzipSink(handle, fmt.level)  # gpurl's writer: the same bytes it writes
+            sink = GzipSink(handle, fmt.level)  # gpurl's writer: the same bytes it writes
             with tar.open("rb") as source:
                 while chunk := source.read(_CHUNK):
                     sink.write(chunk)

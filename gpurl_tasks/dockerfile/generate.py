@@ -38,7 +38,7 @@ from gpurl_tasks.dockerfile.layers import builder_of, composes, count_layers
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
 from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH
-from gpurl_tasks.dockerfile.recipe import ENV_CHAIN, WORKDIR, render_recipe
+from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
 from gpurl_tasks.exitcodes import ExitCode
@@ -164,7 +164,7 @@ def layer_count(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None 
     is composed (else the env-chain stage's own)."""
     return count_layers(_model(config, plan, local), builder=builder_of(config),
                         base_layers=config.build.base_image_layers if base_layers is None
-                        else base_layers, chain_stage=ENV_CHAIN, composed=composes(config),
+                        else base_layers, composed=composes(config),
                         variant=config.variant.shown)
 
 

@@ -35,6 +35,7 @@ from gpurl_tasks.dockerfile.model import (
     Stage,
     Workdir,
 )
+from gpurl_tasks.dockerfile.recipe import ENV_CHAIN
 from gpurl_tasks.layerlimit import LayerCount
 from gpurl_tasks.plan.model import Slice
 
@@ -88,7 +89,7 @@ def lineage(dockerfile: Dockerfile, target: str,
 
 
 def count_layers(dockerfile: Dockerfile, *, base_layers: int, builder: Builder,
-                 target: str = "rl", chain_stage: str = "env-chain", composed: bool = False,
+                 target: str = "rl", chain_stage: str = ENV_CHAIN, composed: bool = False,
                  variant: str = "", args: Mapping[str, str] | None = None) -> LayerCount:
     """The layers of the image built for `target`: `base_layers` plus the lineage's
     layer-making instructions, with `chain_stage`'s replaced by one layer per slice when the

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["MEDIA_TYPES", "MTIME", "STAGING_LEFTOVERS", "WRITER_VERSION", "Blob", "LayerError",
+__all__ = ["MEDIA_TYPES", "MTIME", "STAGING_LEFTOVERS", "WRITER_VERSION", "Blob", "GzipSink",
+           "LayerError",
            "Probe", "canonical_json", "compressor", "layer_names", "main", "platform_of", "probe",
            "record_of", "recorded_history", "slice_image", "slice_key", "slice_keys",
            "write_layer", "write_layout"]
@@ -66,9 +67,10 @@ def compressor(level: int, zlib_version: str = zlib.ZLIB_RUNTIME_VERSION) -> str
     return f"{WRITER_VERSION} zlib {zlib_version} level {level}"
 
 
-class _GzipSink:
+class GzipSink:
     """A write-only stream: hashes what tar writes (diff_id), deflates it, hashes and writes
-    the gzip member (digest) to `out`."""
+    the gzip member (digest) to `out` (write_layer's; bench-compression recompresses a tar
+    through it into gpurl's own bytes)."""
 
     def __init__(self, out: BinaryIO, level: int) -> None:
         self._out = out
@@ -173,7 +175,7 @@ def write_layer(source: Path, output: Path, *, prefix: str, level: int) -> Blob:
     partial = output.with_name(f".{output.name}.partial")
     try:
         with partial.open("wb") as handle:
-            sink = _GzipSink(handle, level)
+            sink = GzipSink(handle, level)
             with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
                               encoding="utf-8", errors="surrogateescape") as tar:
                 for name, path in _walk(source, prefix):

@@ -35,7 +35,8 @@ from gpurl_tasks.oci.layer import MEDIA_TYPES, WRITER_VERSION, Blob, canonical_j
 from gpurl_tasks.oci.layer import slice_image as layer_image
 from gpurl_tasks.plan.model import Layer
 
-__all__ = ["BaseImage", "WrittenSlice", "compose_written", "install_command", "slice_image",
+__all__ = ["BaseImage", "WrittenSlice", "compose_written", "image_of", "install_command",
+           "slice_image",
            "written_history", "written_slice"]
 
 
@@ -130,12 +131,19 @@ def compose_written(base: BaseImage, slices: Sequence[WrittenSlice]) -> Composed
                         "diff_ids": [*base.diff_ids, *(s.diff_id for s in slices)]}
     config["history"] = [*(dict(e) for e in base.config.get("history") or []),
                          *({"created_by": s.created_by} for s in slices)]
-    blob = canonical_json(config)
     assert base.manifest.config is not None  # checked in from_documents
-    descriptor = dataclasses.replace(base.manifest.config,
-                                     digest="sha256:" + hashlib.sha256(blob).hexdigest(),
-                                     size=len(blob))
-    manifest = Manifest(layers=(*base.manifest.layers, *(s.layer for s in slices)),
-                        config_digest=descriptor.digest, config=descriptor,
-                        media_type=base.manifest.media_type)
+    return image_of((*base.manifest.layers, *(s.layer for s in slices)), config,
+                    media_type=base.manifest.media_type,
+                    config_type=base.manifest.config.media_type)
+
+
+def image_of(layers: Sequence[Descriptor], config: Mapping[str, Any], *, media_type: str,
+             config_type: str) -> Composed:
+    """The manifest of `layers` under `config` (written canonically), as the registry takes
+    it: the one place an image is put together from its parts."""
+    blob = canonical_json(config)
+    descriptor = Descriptor(media_type=config_type, size=len(blob),
+                            digest="sha256:" + hashlib.sha256(blob).hexdigest())
+    manifest = Manifest(layers=tuple(layers), config_digest=descriptor.digest, config=descriptor,
+                        media_type=media_type)
     return Composed(manifest=manifest, config=blob)
