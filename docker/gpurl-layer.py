@@ -271,9 +271,14 @@ def slice_keys(index: Path, context: Path, *, venv: str, level: int,
                found: Probe | None = None) -> list[tuple[str, str]]:
     """(NN-label, cache tag) for each `NN-label<TAB>slice file<TAB>...` line of a slice
     index, the file read relative to `context`, with one probe of this image."""
+    try:
+        lines = index.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise LayerError(f"slice index {index} is not UTF-8 ({exc.reason} at byte "
+                         f"{exc.start})") from None
     found = found or probe(venv)
     keys = []
-    for line in index.read_text(encoding="utf-8").splitlines():
+    for line in lines:
         if not line.strip():
             continue
         name, _, rest = line.partition("\t")

@@ -274,3 +274,7 @@ def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path)
     missing = subprocess.run([*tool, "probe", "--venv", str(tmp_path / "none")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and not missing.stdout
+    index.write_bytes(b"\xff\xfe\tlayers/00-torch.txt\n")  # not UTF-8: one line, no traceback
+    bad = subprocess.run([*tool, "keys", "--index", str(index), "--context", str(tmp_path),
+                          "--venv", venv, "--level", "6"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not UTF-8" in bad.stderr
