@@ -14,8 +14,10 @@ import datetime as dt
 from invoke.collection import Collection
 from invoke.context import Context
 
-from gpurl_tasks import cli
+from gpurl_tasks import cli, program
 from gpurl_tasks.cli import task
+
+program.adopt()  # invoke's parse errors (an unknown flag or task, a bad value) follow the contract
 
 _PROFILE = "config profile from [tool.gpurl.profiles] (default: default-profile, or $GPURL_PROFILE)"
 _JSON = ("print exactly one JSON object on stdout instead of the human output (an error's: "
@@ -292,7 +294,7 @@ def diff(c: Context, first: str, second: str | None = None, profile: str | None 
     from gpurl_tasks.rebuild.diff import diff_task
 
     with cli.clean_failures(as_json=json):
-        first = cli.positional("diff", first)
+        first, second = cli.positional("diff", first), cli.positional("diff", second)
         if second is None or not second.strip():
             raise cli.ConfigError("invoke diff needs the second image",
                                   hint="invoke diff REF1 REF2")

@@ -11,13 +11,15 @@ import dataclasses
 import difflib
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar, get_args
 
 from invoke import tasks as invoke_tasks
-from invoke.exceptions import Exit
+from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
 
 from gpurl_tasks import proc
@@ -80,12 +82,27 @@ class _Trailing(Argument):
         self.set_value(arg, cast=True)
 
 
+class _Integer(Argument):
+    """An integer flag (its default is an int): a value that is not one is a parse error
+    naming the flag (`watch --interval abc`), not invoke's ValueError traceback."""
+
+    def set_value(self, value: Any, cast: bool = True) -> None:
+        try:
+            super().set_value(value, cast)
+        except ValueError:
+            raise ParseError(f"--{self.names[0]} must be a whole number, not {value!r}") from None
+
+
 class _Task(invoke_tasks.Task[Callable[..., None]]):
-    """An invoke task whose only short flags are SHORT_FLAGS' and whose positional arguments
-    after the first still let `TASK --help` show the help."""
+    """An invoke task whose only short flags are SHORT_FLAGS', whose integer flags refuse a
+    bad value as a parse error, and whose positional arguments after the first still let
+    `TASK --help` show the help."""
 
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
         arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
+        for argument in arguments:
+            if argument.kind is int and not argument.positional:
+                argument.__class__ = _Integer
         positional = [a for a in arguments if a.positional]
         for argument in positional[1:]:
             argument.__class__ = _Trailing
@@ -106,6 +123,7 @@ def task(**options: Any) -> Callable[[Callable[..., None]], Any]:
 
 
 _N = TypeVar("_N", int, float)
+_Text = TypeVar("_Text", str, str | None)
 
 
 def config_for(profile: str | None = None, *, variant: str | None = None,
@@ -229,15 +247,19 @@ def clean_failures(interrupted: str = "interrupted", *, as_json: bool = False) -
     """The top-level handler of every task: a GpurlError becomes one actionable line and its
     exit code; Ctrl-C (SIGINT) the line `interrupted` and ExitCode.INTERRUPTED, never a
     failure's code; any other exception one "internal error" line and ExitCode.INTERNAL (its
-    traceback with GPURL_DEBUG=1). Never a traceback for input a user can give. With
-    `as_json` the failure is also one JSON object on stdout: {"error", "hint", "exit_code"}
-    (redacted like the line on stderr)."""
+    traceback with GPURL_DEBUG=1); SIGTERM ends like Ctrl-C, as ExitCode.TERMINATED. Never a
+    traceback for input a user can give. With `as_json` the failure is also one JSON object
+    on stdout: {"error", "hint", "exit_code"} (redacted like the line on stderr)."""
+    previous = _on_sigterm(_terminate)
     try:
         yield
     except GpurlError as exc:
         _fail(exc.message, exc.hint, exc.exit_code, as_json=as_json)
     except KeyboardInterrupt:
         _fail(interrupted, None, ExitCode.INTERRUPTED, as_json=as_json, prefix="")
+    except _Terminated:
+        _fail(interrupted.replace("interrupted", "terminated (SIGTERM)", 1), None,
+              ExitCode.TERMINATED, as_json=as_json, prefix="")
     except (Exit, SystemExit):
         raise
     except Exception as exc:  # the one place a bug is caught: see ExitCode.INTERNAL
@@ -246,6 +268,25 @@ def clean_failures(interrupted: str = "interrupted", *, as_json: bool = False) -
         detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         _fail(f"internal error: {detail}", f"set {DEBUG_ENV}=1 for the traceback",
               ExitCode.INTERNAL, as_json=as_json, prefix="", inline_hint=True)
+    finally:
+        _on_sigterm(previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwinds the task like Ctrl-C's KeyboardInterrupt (never caught as an
+    Exception by the code below), so its `finally` blocks run and it ends as TERMINATED."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install `handler` for SIGTERM and return the one it replaces (None off the main
+    thread, where Python cannot install one; a None `handler` changes nothing)."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _fail(message: str, hint: str | None, code: int, *, as_json: bool, prefix: str = "error: ",
@@ -267,7 +308,21 @@ def say(message: str = "") -> None:
 
 def emit_json(obj: Any) -> None:
     """Exactly one JSON object on stdout."""
-    print(json.dumps(obj, indent=2, sort_keys=False))
+    out(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def out(text: str) -> None:
+    """One line (or block) on stdout, flushed. A reader that closed the pipe (`| head -1`)
+    ends the task quietly: the rest of stdout goes nowhere and the exit status is
+    ExitCode.PIPE_CLOSED (as `yes | head -1` sees), never a BrokenPipeError traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # stdout may still hold bytes the interpreter would flush at exit (and fail again)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise Exit(code=int(ExitCode.PIPE_CLOSED)) from None
 
 
 class Outcome(Protocol):
@@ -291,7 +346,7 @@ def finish(outcome: Outcome, *, as_json: bool) -> None:
     else:
         text = outcome.human()
         if text:
-            print(text)
+            out(text)
     if outcome.exit_code:
         raise Exit(getattr(outcome, "failure", None), code=outcome.exit_code)
 
@@ -339,7 +394,7 @@ def choice(flag: str, value: str | None, choices: Any) -> str | None:
                       hint=f"did you mean {close[0]!r}?" if close else None)
 
 
-def positional(task: str, value: str) -> str:
+def positional(task: str, value: _Text) -> _Text:
     """A task's required positional argument. invoke hands `TASK --help` to it as its value, so
     `--help` there shows the task's help (as `invoke --help TASK` does) instead of running."""
     if value in HELP_FLAGS:

@@ -42,7 +42,7 @@ from gpurl_tasks.cluster.watch import (
     watch,
 )
 from gpurl_tasks.config import Config
-from gpurl_tasks.errors import BuildError, GpurlError, IrisError
+from gpurl_tasks.errors import BuildError, ConfigError, GpurlError, IrisError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.oci.tags import existing_digest
 from gpurl_tasks.proc import CommandFailed, run
@@ -197,14 +197,17 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
               sleep: Callable[[float], None] = time.sleep) -> WatchOutcome:
     """Watch `job_id` by state to a terminal one, within `max_duration` however iris behaves;
     a failed job's log tail is fetched, redacted."""
-    if interval <= 0 or max_duration <= 0:
-        raise WatcherError(f"--interval ({interval:g}) and --max-duration ({max_duration:g}) "
-                           "must be positive seconds")
+    for flag, seconds in (("--interval", interval), ("--max-duration", max_duration)):
+        if not seconds > 0:
+            raise ConfigError(f"{flag} must be a positive number of seconds, not {seconds:g}",
+                              hint=f"leave {flag} out for its default (invoke watch --help)")
     job_id = normalise_job_id(job_id)
     start = clock()
     started_ms = int(time.time() * 1000)
+    # a missing or unusable iris is a missing tool (exit 2, as for `invoke kill`); an iris
+    # without a usable state command leaves the watch unable to conclude (exit 3)
+    iris = cli or _iris(config, os.environ, cluster)
     try:
-        iris = cli or _iris(config, os.environ, cluster)
         commands = iris.state_commands(within=max_duration)
     except GpurlError as exc:
         raise WatcherError(exc.message, hint=exc.hint) from None
