@@ -126,15 +126,18 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
     from gpurl_tasks.local.pipeline import build_task
 
     with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, variant=variant, backend=backend)
+        # --memory and --disk are validated as their GPURL_CLUSTER_* variables are
+        config = cli.config_for(profile, variant=variant, backend=backend, cluster__memory=memory,
+                                cluster__disk=disk)
         source = cli.choice("--wheel-source", wheel_source, WheelSource)
         if config.backend == "local":
             cli.finish(build_task(config, dry_run=dry_run, wheel_source=source,
                                   push_floating=push_floating, no_cache=no_cache, say=cli.say,
                                   stream=verbose, force=force, chain=chain), as_json=json)
             return
-        request = BuildRequest(cluster=cluster, cpu=cli.positive_flag("--cpu", cpu, float), memory=memory,
-                               disk=disk, timeout=cli.positive_flag("--timeout", timeout, int),
+        request = BuildRequest(cluster=cli.cluster_flag(cluster),
+                               cpu=cli.positive_flag("--cpu", cpu, float),
+                               timeout=cli.positive_flag("--timeout", timeout, int),
                                force=force, local_only=tuple(
                                    f for f, on in (("--wheel-source", source),
                                                    ("--push-floating", push_floating),
@@ -160,7 +163,8 @@ def watch(c: Context, job: str, interval: int = 60, max_duration: int = 6 * 3600
     with cli.clean_failures(f"interrupted: stopped watching {job}; the job was not touched",
                             as_json=json):
         cli.finish(run_watch(cli.config_for(profile), cli.positional("watch", job), interval=interval,
-                             max_duration=max_duration, say=cli.say, cluster=cluster),
+                             max_duration=max_duration, say=cli.say,
+                             cluster=cli.cluster_flag(cluster)),
                    as_json=json)
 
 
@@ -178,7 +182,7 @@ def kill(c: Context, job: str, cluster: str | None = None, profile: str | None =
 
     with cli.clean_failures(as_json=json):
         cli.finish(kill_job(cli.config_for(profile), cli.positional("kill", job), dry_run=dry_run,
-                            cluster=cluster),
+                            cluster=cli.cluster_flag(cluster)),
                    as_json=json)
 
 

@@ -22,13 +22,14 @@ from invoke import tasks as invoke_tasks
 from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
 
-from gpurl_tasks import proc
+from gpurl_tasks import proc, values
 from gpurl_tasks.config import (
     Config,
     load_committed_config,
     load_config,
     load_profile_names,
     profile_from_env,
+    unknown_variables,
 )
 from gpurl_tasks.errors import ConfigError, GpurlError
 from gpurl_tasks.exitcodes import ExitCode
@@ -40,9 +41,11 @@ __all__ = [
     "REPO_ROOT",
     "ConfigError",
     "EachVariant",
+    "FlagError",
     "Outcome",
     "choice",
     "clean_failures",
+    "cluster_flag",
     "config_for",
     "each_variant",
     "emit_json",
@@ -56,6 +59,7 @@ __all__ = [
     "task",
     "text_flag",
     "variant_configs",
+    "warn_unknown_variables",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +69,34 @@ SHORT_FLAGS = {"profile": "p", "json": "j"}
 HELP_FLAGS = ("-h", "--help")
 
 
-class _Trailing(Argument):
+class FlagError(ParseError):
+    """A flag's or positional argument's value refused as invoke parses it, with a hint."""
+
+    def __init__(self, message: str, *, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class _Checked(Argument):
+    """A task's flag or positional argument, checked as invoke parses it (the one place for
+    every task): an empty value is refused wherever a value is required, never a silent
+    fallback to the default (`--memory ''`, `--profile ''`); an integer flag's value must be
+    one (`watch --interval abc`: a parse error naming the flag, not a ValueError)."""
+
+    def set_value(self, value: Any, cast: bool = True) -> None:
+        shown = self.names[0].upper() if self.positional else f"--{self.names[0]}"
+        if self.kind in (str, int) and isinstance(value, str) and not value.strip():
+            raise FlagError(f"{shown} is empty", hint=(
+                f"give {shown} a value" if self.positional else f"leave {shown} out to use its default"))
+        try:
+            super().set_value(value, cast)
+        except ValueError:
+            raise FlagError(f"{shown} must be a whole number, not {value!r}",
+                            hint=f"e.g. {shown} {self.default}" if self.default else
+                            f"{shown} takes a whole number") from None
+
+
+class _Trailing(_Checked):
     """A second positional argument. invoke hands `TASK --help` to a task's first positional
     as its value (`positional` then shows the help); this one is then not missing, so invoke
     does not refuse the command line before the help is shown."""
@@ -82,27 +113,15 @@ class _Trailing(Argument):
         self.set_value(arg, cast=True)
 
 
-class _Integer(Argument):
-    """An integer flag (its default is an int): a value that is not one is a parse error
-    naming the flag (`watch --interval abc`), not invoke's ValueError traceback."""
-
-    def set_value(self, value: Any, cast: bool = True) -> None:
-        try:
-            super().set_value(value, cast)
-        except ValueError:
-            raise ParseError(f"--{self.names[0]} must be a whole number, not {value!r}") from None
-
-
 class _Task(invoke_tasks.Task[Callable[..., None]]):
-    """An invoke task whose only short flags are SHORT_FLAGS', whose integer flags refuse a
-    bad value as a parse error, and whose positional arguments after the first still let
+    """An invoke task whose only short flags are SHORT_FLAGS', whose values are checked as
+    they are parsed (`_Checked`), and whose positional arguments after the first still let
     `TASK --help` show the help."""
 
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
         arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
         for argument in arguments:
-            if argument.kind is int and not argument.positional:
-                argument.__class__ = _Integer
+            argument.__class__ = _Checked
         positional = [a for a in arguments if a.positional]
         for argument in positional[1:]:
             argument.__class__ = _Trailing
@@ -134,11 +153,25 @@ def config_for(profile: str | None = None, *, variant: str | None = None,
     $GPURL_PROFILE.
     """
     variant = text_flag("--variant", variant)
+    warn_unknown_variables(os.environ)
     if committed:
         return load_committed_config(REPO_ROOT, profile, variant)
     dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
                                  for k, v in overrides.items()}
     return load_config(REPO_ROOT, profile=profile, overrides=dotted, variant=variant)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_unknown_variables(env: Mapping[str, str]) -> None:
+    """One warning line per GPURL_* variable nothing reads (once a process), with the
+    closest one that is read: `GPURL_LAYERS_CAPP=2GB` is a typo, not a setting."""
+    for name, close in unknown_variables(env):
+        if name not in _WARNED:
+            _WARNED.add(name)
+            say(f"warning: {name} is not a gpurl variable (ignored)"
+                + (f"; did you mean {close}?" if close else "; every variable is in docs/config.md"))
 
 
 def variant_configs(profile: str | None, variant: str | None, *, ref: str | None = None,
@@ -366,6 +399,11 @@ def text_flag(flag: str, value: str | None) -> str | None:
     if value is not None and not value.strip():
         raise ConfigError(f"{flag} is empty", hint=f"leave {flag} out to use its default")
     return value
+
+
+def cluster_flag(value: str | None) -> str | None:
+    """--cluster NAME, checked as cluster.name is (None: the configured cluster)."""
+    return None if value is None else values.plain_name(value, "--cluster")
 
 
 def positive_flag(flag: str, value: str | float | None, kind: type[_N]) -> _N | None:

@@ -47,6 +47,8 @@ def usage_error(exc: ParseError, *, collection: Collection | None, binary: str,
     (the closest task or flag, the value a flag takes, the task's usage line). `argv` names
     the task when the error does not (a flag's bad value)."""
     text = str(exc)
+    if isinstance(exc, cli.FlagError):
+        return ConfigError(text, hint=exc.hint)
     context = exc.context
     tasks = collection.task_names if collection is not None else {}
     task = next((t for t in (getattr(context, "name", None), *argv) if t in tasks), None)

@@ -269,6 +269,14 @@ def test_config_is_the_only_reader_of_gpurl_variables() -> None:
     assert _second_readers(MODULES) == {}
 
 
+def test_every_variable_read_outside_the_cascade_draws_no_unknown_warning() -> None:
+    """config.OTHER_VARIABLES (what `warn_unknown_variables` accepts besides the config keys'
+    variables) holds each variable read outside the cascade."""
+    from gpurl_tasks.config import OTHER_VARIABLES, PROFILE_ENV
+
+    assert set(NOT_CONFIG_ENV) | {PROFILE_ENV} <= OTHER_VARIABLES
+
+
 def test_the_reader_check_finds_a_second_reader() -> None:
     tree = ast.parse('import os\nuser = os.environ.get("GPURL_REGISTRY_USER")\n'
                      '"""Set GPURL_REGISTRY_USER to name the user."""\n')

@@ -51,7 +51,7 @@ PARSE_ERRORS = {
     "missing value": (["plan", "--cap"], ["--cap needs a value", "e.g. 4GB"]),
     "missing positional": (["diff", "a"], ["diff needs SECOND", "invoke diff FIRST SECOND"]),
     "bad integer": (["watch", "/a/b", "--interval", "abc"],
-                    ["--interval must be a whole number, not 'abc'", "invoke watch --help"]),
+                    ["--interval must be a whole number, not 'abc'", "e.g. --interval 60"]),
     "a duration is seconds": (["watch", "/a/b", "--max-duration", "1h"], ["--max-duration"]),
 }
 
@@ -183,3 +183,76 @@ def test_the_nox_sessions_exit_with_the_task_s_code_and_one_object(session: list
     failure = json.loads(done.stdout)
     assert failure["exit_code"] == 2 and "not a ref" in failure["error"]
     assert "error: " in done.stderr and "Traceback" not in done.stderr
+
+
+# --- validation in one place ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["build", "--memory", ""], ["build", "--cluster", ""],
+                                  ["plan", "--profile", ""], ["plan", "-p", " "],
+                                  ["watch", ""], ["kill", "/a/b", "--cluster", ""]],
+                         ids=lambda argv: " ".join(argv))
+def test_an_empty_value_is_an_error_never_the_default(argv: list[str]) -> None:
+    """`--memory ''`, `--cluster ''`, `plan --profile ''`: refused as `--variant ''` is."""
+    shown = next((a for a in argv[1:] if a.startswith("-")), "JOB")
+    failure = _one_error(run_task(*argv, "--dry-run" if argv[0] == "build" else "--json",
+                                  *(["--json"] if argv[0] == "build" else [])),
+                         f"{shown} is empty" if shown != "-p" else "--profile is empty",
+                         as_json=True)
+    assert failure["hint"]
+
+
+@pytest.mark.parametrize(("flag", "variable"), [("--disk", "GPURL_CLUSTER_DISK"),
+                                                ("--memory", "GPURL_CLUSTER_MEMORY")])
+def test_a_flag_is_validated_like_its_variable(flag: str, variable: str) -> None:
+    """`build --disk 4XB --dry-run` is refused as GPURL_CLUSTER_DISK=4XB is, before any
+    command is printed (it once reached the iris argv)."""
+    by_flag = run_task("build", flag, "4XB", "--dry-run", "--json")
+    by_variable = run_task("build", "--dry-run", "--json", env={variable: "4XB"})
+    for done in (by_flag, by_variable):
+        failure = _one_error(done, "must be a size like 512GB", "'4XB'", as_json=True)
+        assert "commands" not in failure
+    assert json.loads(by_flag.stdout)["error"].split(" (in ")[0] == \
+        json.loads(by_variable.stdout)["error"].split(" (in ")[0]
+
+
+def test_an_unknown_gpurl_variable_is_a_warning_with_the_closest_one() -> None:
+    done = run_task("plan", "--profile", "demo", "--json", env={"GPURL_LAYERS_CAPP": "2GB"})
+    assert done.returncode == 0, done.stderr
+    json.loads(done.stdout)
+    warnings = [line for line in done.stderr.splitlines() if "GPURL_LAYERS_CAPP" in line]
+    assert warnings == ["warning: GPURL_LAYERS_CAPP is not a gpurl variable (ignored); "
+                        "did you mean GPURL_LAYERS_CAP?"]
+
+
+def test_every_variable_gpurl_reads_draws_no_warning() -> None:
+    """Each config key's variable and each machine variable is known (no false alarm)."""
+    from gpurl_tasks import config
+
+    read = {config.environment_variable(k): "x" for k in config._known_keys()}
+    read |= dict.fromkeys(config.OTHER_VARIABLES, "x")
+    assert config.unknown_variables(read) == []
+    assert config.unknown_variables({**read, "GPURL_ZZZ": "1", "HOME": "/"}) == [("GPURL_ZZZ", None)]
+
+
+def test_a_misspelled_top_level_key_is_named(tmp_path: Path) -> None:
+    """`defualt-profile = ...` names the key, not "unknown profile 'default'"."""
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.errors import ConfigError
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.gpurl]\ndefualt-profile = "demo"\n\n[tool.gpurl.profiles.demo]\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env={})
+    assert "'defualt-profile'" in info.value.message
+    assert info.value.hint == "did you mean 'default-profile'?"
+
+
+@pytest.mark.parametrize("repository", ["UPPER/x", "a//b", "/lead", "trail/", "a b"])
+def test_a_repository_name_is_checked_where_it_is_set(repository: str) -> None:
+    """`GPURL_REGISTRY_REPOSITORY=UPPER/x build --profile demo --dry-run`: exit 2 before any
+    `docker push 127.0.0.1:5005/UPPER/x:...` is printed (verify-layers refused it after)."""
+    done = run_task("build", "--profile", "demo", "--dry-run", "--json",
+                    env={"GPURL_REGISTRY_REPOSITORY": repository})
+    failure = _one_error(done, "registry.repository must be a repository name", as_json=True)
+    assert "$GPURL_REGISTRY_REPOSITORY" in failure["error"]
