@@ -23,6 +23,7 @@ _PROFILE = "config profile from [tool.gpurl.profiles] (default: default-profile,
 _JSON = ("print exactly one JSON object on stdout instead of the human output (an error's: "
          "error, hint, exit_code)")
 _VARIANT = "a variant of the profile ([tool.gpurl.profiles.NAME.variants]; default: every variant)"
+_ONE_VARIANT = "the variant whose image this is for (default: the profile's first)"
 _RULES = {
     "cap": "target cap per layer, e.g. 4GB (default: verify.cap, else layers.cap)",
     "hard_limit": "no layer may reach this size, e.g. 8GB (default: verify.hard-limit)",
@@ -307,26 +308,27 @@ def diff(c: Context, first: str, second: str | None = None, profile: str | None 
 
 @task(name="check-wheels", help={
     "source": "a wheelhouse directory, a MANIFEST file or its URL (default: build.wheelhouse)",
-    "json": _JSON, "profile": _PROFILE})
+    "json": _JSON, "profile": _PROFILE, "variant": _ONE_VARIANT})
 def check_wheels(c: Context, source: str | None = None, json: bool = False,
-                 profile: str | None = None) -> None:
+                 profile: str | None = None, variant: str | None = None) -> None:
     """Check the prebuilt wheels against the Dockerfile's pins; exit 1 on a mismatch."""
     from gpurl_tasks.rebuild.wheelhouse import check_source
 
     with cli.clean_failures(as_json=json):
-        cli.finish(check_source(cli.config_for(profile), cli.text_flag("--source", source)),
-                   as_json=json)
+        cli.finish(check_source(cli.config_for(profile, variant=variant),
+                                cli.text_flag("--source", source)), as_json=json)
 
 
-@task(name="setup-local", help={"profile": _PROFILE, "json": _JSON,
+@task(name="setup-local", help={"profile": _PROFILE, "json": _JSON, "variant": _ONE_VARIANT,
                                 "dry_run": "say what each step would do, change nothing"})
 def setup_local(c: Context, profile: str | None = None, dry_run: bool = False,
-                json: bool = False) -> None:
+                json: bool = False, variant: str | None = None) -> None:
     """Make the local path ready: engine, BuildKit client, registry, base image, package index."""
     from gpurl_tasks.local.setup import setup_local as prepare
 
     with cli.clean_failures(as_json=json):
-        cli.finish(prepare(cli.config_for(profile), dry_run=dry_run), as_json=json)
+        cli.finish(prepare(cli.config_for(profile, variant=variant), dry_run=dry_run),
+                   as_json=json)
 
 
 @task(name="setup-kaniko", help={
@@ -353,15 +355,16 @@ def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstre
     "profile": _PROFILE, "target": "the stage that builds the wheels",
     "source": "directory in that stage holding the wheels and MANIFEST",
     "dockerfile": "Dockerfile to build (config key: build.dockerfile)", "json": _JSON,
-    "verbose": "stream the whole build log"})
+    "verbose": "stream the whole build log", "variant": _ONE_VARIANT})
 def build_wheels(c: Context, profile: str | None = None, target: str = "wheel-builder",
                  source: str = "wheels", dockerfile: str | None = None, json: bool = False,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, variant: str | None = None) -> None:
     """Build the wheel-builder stage into the wheelhouse, then check the wheels (exit 1)."""
     from gpurl_tasks.local.actions import build_wheels_task
 
     with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, build__dockerfile=cli.path_flag(dockerfile))
+        config = cli.config_for(profile, variant=variant,
+                                build__dockerfile=cli.path_flag(dockerfile))
         cli.finish(build_wheels_task(config, target=target, source=source, say=cli.say,
                                      stream=verbose), as_json=json)
 

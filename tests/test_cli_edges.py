@@ -256,3 +256,80 @@ def test_a_repository_name_is_checked_where_it_is_set(repository: str) -> None:
                     env={"GPURL_REGISTRY_REPOSITORY": repository})
     failure = _one_error(done, "registry.repository must be a repository name", as_json=True)
     assert "$GPURL_REGISTRY_REPOSITORY" in failure["error"]
+
+
+# --- dry runs: every printed command runs; a cluster dry run without cluster access --------
+
+NO_ACCESS = {"KUBECONFIG": "", "GHCR_TOKEN": "", "HOME": "/nonexistent"}  # and no `gh` on PATH
+
+
+def _without_access() -> dict[str, str]:
+    return {**NO_ACCESS, "PATH": os.pathsep.join([str(BIN), "/usr/bin", "/bin"])}
+
+
+def _gpurl_commands(found: object) -> list[list[str]]:
+    """Every argv in a dry run's JSON that is a gpurl command (`invoke TASK ...`)."""
+    if isinstance(found, dict):
+        return [argv for value in found.values() for argv in _gpurl_commands(value)]
+    if isinstance(found, list):
+        if found and all(isinstance(a, str) for a in found):
+            return [found] if found[0] in ("invoke", "gpurl") else []
+        return [argv for value in found for argv in _gpurl_commands(value)]
+    return []
+
+
+def _parses(argv: list[str]) -> None:
+    """`argv` parses against the tasks' own parser (the flags `invoke` would accept)."""
+    from invoke.parser import Parser
+
+    import tasks
+
+    Parser(contexts=tasks.ns.to_contexts()).parse_argv(argv[1:])
+
+
+def _dry_runs() -> list[list[str]]:
+    from gpurl_tasks.config import load_config, load_profile_names
+
+    runs = []
+    for profile in load_profile_names(REPO_ROOT):
+        runs.append(["build", "--profile", profile, "--dry-run", "--json"])
+        if load_config(REPO_ROOT, profile=profile, env={}).backend == "local":
+            runs.append(["demo", "--profile", profile, "--dry-run", "--json"])
+    return runs
+
+
+@pytest.mark.slow
+def test_every_gpurl_command_a_dry_run_prints_parses() -> None:
+    """Each `invoke ...` a dry run of every profile prints (`build --dry-run`, and `demo
+    --dry-run` for the local profiles) has flags its task takes: `setup-local ... --variant
+    standard` once failed "No idea what '--variant' is!"."""
+    from invoke.exceptions import ParseError
+
+    printed = []
+    for run in _dry_runs():
+        done = run_task(*run, env=_without_access(), timeout=300)
+        assert done.returncode == 0, (run, done.stderr)
+        printed += _gpurl_commands(json.loads(done.stdout))
+    assert any(argv[1] == "setup-local" and "--variant" in argv for argv in printed), printed
+    for argv in printed:
+        _parses(argv)
+    with pytest.raises(ParseError):  # the check would have caught the old line
+        _parses(["invoke", "setup-local", "--profile", "demo", "--varient", "standard"])
+
+
+@pytest.mark.parametrize("profile", ["gpu-rl", "skyrl"])
+def test_a_cluster_dry_run_without_cluster_access_warns_and_the_build_refuses(
+        profile: str) -> None:
+    """No kubeconfig, no token: the dry run prints the iris command with each missing
+    prerequisite as a warning line and in `warnings`, exit 0; the real build still refuses."""
+    dry = run_task("build", "--profile", profile, "--dry-run", "--json", env=_without_access())
+    assert dry.returncode == 0, dry.stderr
+    out = json.loads(dry.stdout)
+    assert out["dry_run"] is True and out["commands"][0][0] == "iris"
+    assert [w.split(":")[0] for w in out["warnings"]] == [
+        "KUBECONFIG is not set", "no registry token for ghcr.io"]
+    warned = [line for line in dry.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned == [f"warning: {w}" for w in out["warnings"]]
+    real = run_task("build", "--profile", profile, "--json", env=_without_access())
+    failure = _one_error(real, "KUBECONFIG is not set", as_json=True)
+    assert "export KUBECONFIG" in failure["hint"]

@@ -122,7 +122,7 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
               pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> Submission | DryRun:
     """Guard rails, then submit the job (or with `dry_run`, the command, secrets redacted)."""
     world = world or real_world(os.environ)
-    prepared = prepare_build(config, request, world, pins)
+    prepared = prepare_build(config, request, world, pins, dry_run=dry_run)
     if not dry_run:  # a dry run touches no registry
         lookup = world.tag_digest or (lambda ref: existing_digest(config, ref, world.env))
         prepared = guard_immutable_tag(prepared, lookup(prepared.image_tag), force=request.force)
@@ -130,9 +130,11 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
     for note in prepared.notes:
         say(f"note: {note}")
     say(f"bundle: {len(prepared.bundle.files)} files, {prepared.bundle.zip_bytes} bytes zipped")
+    for warning in prepared.warnings:
+        say(f"warning: {warning}")
     if dry_run:
         return DryRun((prepared.argv(program, reveal=False),),
-                      shown=(prepared.display(program),))
+                      shown=(prepared.display(program),), warnings=prepared.warnings)
     _find_iris(program, world.env)
     try:
         result = run(prepared.argv(program, reveal=True), cwd=config.root, env=dict(world.env),
