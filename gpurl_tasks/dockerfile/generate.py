@@ -37,7 +37,7 @@ from gpurl_tasks.dockerfile.context import (
 from gpurl_tasks.dockerfile.layers import builder_of, composes, count_layers
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
-from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH
+from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH, label_value
 from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
@@ -352,9 +352,6 @@ def _command(owners: Iterable[tuple[str, str]]) -> str:
     return "invoke generate" + (f" --profile {profiles.pop()}" if len(profiles) == 1 else "")
 
 
-_LOCK_LABEL = re.compile(re.escape(LABEL_LOCK_HASH) + r'="([0-9a-f]{64})"')
-
-
 def _lock_moved(config: Config) -> bool:
     """The committed Dockerfile was generated from another lock than the workspace's (its
     lock-hash label differs): stale whatever the plan. False when either file is missing
@@ -362,8 +359,8 @@ def _lock_moved(config: Config) -> bool:
     path = config.build.dockerfile
     if not path.is_file() or not config.lock.is_file():
         return False
-    match = _LOCK_LABEL.search(read_text(path, what="Dockerfile", error=StaleFileError))
-    return match is not None and match.group(1) != lock_sha256(config.lock)
+    found = label_value(read_text(path, what="Dockerfile", error=StaleFileError), LABEL_LOCK_HASH)
+    return found is not None and found != lock_sha256(config.lock)
 
 
 def _rendered(configs: Sequence[Config], render: Callable[[], list[Rendered]], *,
