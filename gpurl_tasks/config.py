@@ -65,6 +65,8 @@ WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
 EnvSource = Literal["composed", "chain"]  # how the cluster build makes the environment
+# What verify-layers asks of an image's attached SBOM and provenance (attest/check.py)
+Attestations = Literal["required", "if-present", "off"]
 # What a change of a key asks of the pinned image (rebuild-needed): the compiled wheels and the
 # image rebuilt ("wheels"), the image rebuilt ("image"), or nothing ("none": the key does not
 # reach what the image holds, e.g. the job's resources, the verify rules, where files live).
@@ -314,6 +316,10 @@ class VerifySettings:
     min_layers: int = _field(20, bakes="none")
     # every layer's target; None: layers.cap (a small demo cap is for sync layers)
     cap: int | None = _field(None, size=True, bakes="none")
+    # the attached SBOM and provenance: "required" (pin refuses an image without them),
+    # "if-present" (checked when attached: images built before gpurl attached them, and the
+    # cluster job's, which does not attach them yet), "off"
+    attestations: Attestations = _field("if-present", bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
