@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import httpx
 
-from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.errors import RegistryError, Unreachable, unreachable_hint
 from gpurl_tasks.imageref import DIGEST_RE, ImageRef, is_loopback
 from gpurl_tasks.oci.auth import Credentials, credential_hint, parse_challenge
 from gpurl_tasks.oci.image import (
@@ -60,6 +60,10 @@ __all__ = ["ManifestUnknown", "PushAccess", "RegistryClient"]
 PushAccess = Literal["anonymous", "basic", "bearer", "upload"]
 
 _MAX_DOCUMENT = 16 * 2**20  # manifests and configs are small; refuse to buffer more
+
+
+class RegistryUnreachable(RegistryError, Unreachable):
+    """The registry's host did not answer from this machine (every attempt failed)."""
 
 
 class ManifestUnknown(RegistryError):
@@ -343,11 +347,11 @@ class RegistryClient:
                 if failure is not None and failure.kind == "certificate":
                     raise untrusted_certificate(self.host, failure, os.environ) from None
                 if attempt >= self._attempts:
-                    raise RegistryError(
-                        f"cannot reach the registry at {self._shown()} for {ref} after "
-                        f"{attempt} attempts ({_fault(exc)})",
-                        hint="check that the registry is up and the host is right "
-                             "(registry.host; registry.insecure for plain HTTP)") from None
+                    raise RegistryUnreachable(
+                        f"cannot reach the registry at {self._shown()} for {ref} from this "
+                        f"machine after {attempt} attempts ({_fault(exc)})", host=self.host,
+                        hint=unreachable_hint(self.host) + " (its host: registry.host or the "
+                        "image reference; plain HTTP: registry.insecure)") from None
                 self._sleep(self._delay(attempt, None))
                 continue
             except httpx.HTTPError as exc:  # a redirect loop, a body that is not what it says
