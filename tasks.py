@@ -411,6 +411,21 @@ def demo(c: Context, profile: str | None = None, wheel_source: str = "prebuilt-w
                              say=cli.say), as_json=json)
 
 
+@task(help={"ref": "the image: REPO:TAG or REPO@sha256:... (default: this commit's tag)",
+            "document": "print the whole SBOM (CycloneDX JSON) instead of a summary",
+            "json": _JSON, "profile": _PROFILE, "variant": _VARIANT})
+def sbom(c: Context, ref: str | None = None, document: bool = False, json: bool = False,
+         profile: str | None = None, variant: str | None = None) -> None:
+    """The SBOM and provenance attached to a pushed image: a summary, or the SBOM itself."""
+    from gpurl_tasks.oci.attested import sbom_task
+    from gpurl_tasks.oci.release import resolve_reference
+
+    with cli.clean_failures(as_json=json):
+        config = cli.config_for(profile, variant=variant)
+        cli.finish(sbom_task(config, resolve_reference(config, cli.text_flag("--ref", ref)),
+                             document=document), as_json=json)
+
+
 ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, pin,
                 rebuild_needed, doctor, diff, check_wheels, setup_local, setup_kaniko,
-                build_wheels, serve_index, fill_index, demo)
+                build_wheels, serve_index, fill_index, demo, sbom)

@@ -12,15 +12,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpurl_tasks"
 # A module may import its own layer and the ones before it; cluster and local are siblings.
-LAYERS = {"basics": 0, "plan": 1, "dockerfile": 2, "oci": 3, "rebuild": 4, "cluster": 5,
-          "local": 5}
+LAYERS = {"basics": 0, "plan": 1, "dockerfile": 2, "attest": 3, "oci": 4, "rebuild": 5,
+          "cluster": 6, "local": 6}
 EDGE_IMPORTS = {"subprocess", "httpx", "socket", "http.server", "urllib.request"}
 PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants",
         "plan.wheelglobs", "plan.model", "plan.report", "dockerfile.checks",
         "dockerfile.model", "dockerfile.recipe", "dockerfile.lint", "dockerfile.inputs",
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "oci.verify",
         "oci.pin", "rebuild.fingerprint", "cluster.watch", "imageref", "units", "errors", "steps",
-        "layerlimit", "dockerfile.layers",
+        "layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
         "config", "values"]
 
 
