@@ -54,7 +54,7 @@ def usage_error(exc: ParseError, *, collection: Collection | None, binary: str,
     context = exc.context
     tasks = collection.task_names if collection is not None else {}
     task = next((t for t in (getattr(context, "name", None), *argv) if t in tasks), None)
-    helped = f"{binary} {task} --help" if task else f"{binary} --list"
+    helped = f"{binary} {task} --help" if task else f"{binary} --help"
     if found := re.fullmatch(r"No idea what '(.*)' is!", text):
         token = found[1]
         if token.startswith("-"):

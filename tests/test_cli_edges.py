@@ -48,6 +48,7 @@ PARSE_ERRORS = {
     "unknown flag": (["plan", "--bogus"], ["plan has no flag --bogus", "invoke plan --help"]),
     "close flag": (["plan", "--profil", "demo"], ["did you mean --profile?"]),
     "unknown task": (["plann"], ["no task 'plann'", "did you mean 'plan'?"]),
+    "unknown core flag": (["--bogus"], ["invoke has no flag --bogus", "invoke --help lists"]),
     "missing value": (["plan", "--cap"], ["--cap needs a value", "e.g. 4GB"]),
     "missing positional": (["diff", "a"], ["diff needs SECOND", "invoke diff FIRST SECOND"]),
     "bad integer": (["watch", "/a/b", "--interval", "abc"],
