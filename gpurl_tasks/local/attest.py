@@ -50,7 +50,7 @@ def _base_image(config: Config, client: str) -> str:
 def _commit(config: Config, tag: str) -> str:
     """The full commit the image was built from, with the tag's `-dirty-<hash>` when the tree
     had uncommitted edits (the source id, spelled in full)."""
-    head = git.head_sha(config.root)
+    head = git.resolve_commit(git.toplevel(config.root), "HEAD")
     source = tag.removeprefix(config.registry.tag_prefix + "-")
     return head + source[source.index("-dirty-"):] if "-dirty-" in source else head
 
