@@ -221,6 +221,8 @@ class BuildSettings:
     vllm_version: str = _field("", check=values.version, bakes="wheels")
     harbor_repo: str = _field("", check=values.git_url, bakes="image")
     harbor_commit: str = _field("", check=values.commit, bakes="image")
+    # TORCH_CUDA_ARCH_LIST of the compile ("8.0;9.0;10.0"), recorded in the MANIFEST's ABI key
+    cuda_arch_list: str = _field("", check=values.optional(values.cuda_arch_list), bakes="wheels")
     # wheel-builder: the slow nvcc path
     wheel_source: WheelSource = _field("prebuilt-wheelhouse", bakes="wheels")
     # where the prebuilt wheels and their MANIFEST are published

@@ -60,6 +60,7 @@ PURPOSE: dict[str, str] = {
     "build.vllm-fork-repo": "the git repository of the vLLM fork",
     "build.vllm-fork-commit": "the fork's commit the wheels are built from",
     "build.vllm-version": "the fork's version (checked against what the lock's dependents require)",
+    "build.cuda-arch-list": "TORCH_CUDA_ARCH_LIST of the compile, recorded in the MANIFEST's ABI key",
     "build.harbor-repo": "the git repository harbor is installed from when the lock lacks it",
     "build.harbor-commit": "harbor's commit",
     "build.wheel-source": ("prebuilt-wheelhouse (published wheels) or wheel-builder (compile with nvcc in "

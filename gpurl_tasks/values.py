@@ -34,6 +34,7 @@ __all__ = [
     "Check",
     "apt_package",
     "commit",
+    "cuda_arch_list",
     "each",
     "expand_variables",
     "git_url",
@@ -190,6 +191,18 @@ def sha256_hex(value: object, key: str, *, error: type[GpurlError] = ConfigError
     text = _string(value, key, error, "a sha256")
     if not re.fullmatch(r"[0-9a-f]{64}", text):
         raise _bad(error, key, value, "64 lowercase hex digits (`sha256sum FILE`)")
+    return text
+
+
+_ARCH = r"[0-9]+\.[0-9]+a?(?:\+PTX)?"
+_ARCH_LIST = re.compile(rf"{_ARCH}(?:;{_ARCH})*")
+
+
+def cuda_arch_list(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A TORCH_CUDA_ARCH_LIST: compute capabilities separated by ';' (`8.0;9.0;10.0+PTX`)."""
+    text = _string(value, key, error, "a CUDA arch list")
+    if not _ARCH_LIST.fullmatch(text):
+        raise _bad(error, key, value, "compute capabilities separated by ';', like \"8.0;9.0\"")
     return text
 
 

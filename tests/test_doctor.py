@@ -218,13 +218,31 @@ def test_push_scope_on_a_basic_auth_registry(tmp_path: Path) -> None:
 # --- prebuilt wheels on a loopback file server ------------------------------------------------
 
 
-def _wheel_dir(root: Path, config: Config, *, listed: int, present: int) -> tuple[str, ...]:
+# the ABI key gpu-rl's pins and arch list call for (the MANIFEST's first line)
+GPU_RL_KEY = ("fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 "
+              "platform=linux_x86_64 arch-list=8.0;9.0")
+
+
+def _wheel_dir(root: Path, config: Config, *, listed: int, present: int,
+               key: str = GPU_RL_KEY) -> tuple[str, ...]:
     names = kaniko.prebuilt_wheel_names(config)
     root.mkdir(parents=True, exist_ok=True)
     for name in names[:present]:
         (root / name).write_bytes(b"PK\x03\x04 wheel " + name.encode())
-    (root / "MANIFEST").write_text("".join(f"{'0' * 64}  {n}\n" for n in names[:listed]))
+    (root / "MANIFEST").write_text(f"# gpurl-abi {key}\n"
+                                   + "".join(f"{'0' * 64}  {n}\n" for n in names[:listed]))
     return names
+
+
+def test_prebuilt_wheels_for_another_arch_list_fail_with_both_keys(tmp_path: Path) -> None:
+    with serve_files(tmp_path) as url:
+        config = _config("127.0.0.1:1", GPURL_BUILD_WHEEL_BASE_URL=url)
+        _wheel_dir(tmp_path, config, listed=2, present=2,
+                   key=GPU_RL_KEY.replace("8.0;9.0", "8.0;9.0;10.0"))
+        check = doctor.prebuilt_wheels(config)
+    assert check.failed and "records another ABI key" in check.detail, check
+    assert f"expected {GPU_RL_KEY!r}" in check.detail
+    assert "found " + repr(GPU_RL_KEY.replace("8.0;9.0", "8.0;9.0;10.0")) in check.detail
 
 
 @pytest.mark.parametrize(("listed", "present", "expected"), [

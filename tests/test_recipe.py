@@ -9,6 +9,7 @@ import io
 import itertools
 import shlex
 import string
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from gpurl_tasks.dockerfile.recipe import (
     IB_VERBS_APT,
     render_recipe,
 )
+from gpurl_tasks.errors import ConfigError
 from gpurl_tasks.plan.model import (
     Layer,
     Plan,
@@ -499,3 +501,66 @@ def test_credentials_in_urls_are_refused_without_echoing_them(gpu_config: Config
                       make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
     assert canary not in str(err.value) and canary not in repr(err.value)
     assert "example.invalid" in str(err.value)
+
+
+# --- the compiled wheels' ABI key: written by the wheel-builder, compared before install -----
+
+
+def _abi_check_and_writer(parsed: Parsed) -> tuple[str, str]:
+    """(the rl stage's ABI check, the wheel-builder's MANIFEST writer), as their shell text."""
+    check = next(v for v in parsed.stage("rl").of("RUN") if "ABI key" in v)
+    writer = next(v for v in parsed.stage("wheel-builder").of("RUN") if "> MANIFEST" in v)
+    return check.split(" && uv pip install")[0], writer
+
+
+@pytest.mark.parametrize("arch", ["8.0;9.0", "8.0;9.0;10.0+PTX"])
+def test_the_manifest_the_builder_writes_passes_the_image_check_and_another_fails(
+        tmp_path: Path, arch: str) -> None:
+    """Run for real under bash: the wheel-builder's MANIFEST line (its ARGs as the build gives
+    them) passes the rl stage's check; wheels compiled with another arch list stop the build
+    before any install, the message showing both keys."""
+
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={},
+                         overrides={"build.cuda-arch-list": arch})
+    parsed = parse(render(render_recipe(config, planned(config), lock_sha256=LOCK_SHA)))
+    assert parsed.global_args["TORCH_CUDA_ARCH_LIST"] == arch
+    builder = parsed.stage("wheel-builder").instructions
+    arg_at = next(k for k, i in enumerate(builder) if i["value"] == "TORCH_CUDA_ARCH_LIST")
+    wheel_at = next(k for k, i in enumerate(builder) if "pip wheel" in i["value"])
+    assert arg_at < wheel_at  # the compile's environment has it
+    check, writer = _abi_check_and_writer(parsed)
+    (tmp_path / "x.whl").write_bytes(b"wheel")
+    env = {"PATH": "/usr/bin:/bin", **{k: parsed.global_args[k] for k in (
+        "TORCH_CUDA_ARCH_LIST", "VLLM_FORK_COMMIT", "FLASH_ATTN_VERSION", "TORCH_VERSION")}}
+
+    def run(script: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", script.replace("/tmp/wheels/", f"{tmp_path}/")],
+                              cwd=tmp_path, env={**env, **extra}, capture_output=True,
+                              text=True, check=False)
+
+    assert run(writer).returncode == 0
+    manifest = (tmp_path / "MANIFEST").read_text().splitlines()
+    assert manifest[0] == ("# gpurl-abi fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 "
+                           f"py=cp312 platform=linux_x86_64 arch-list={arch}")
+    assert manifest[1].endswith("  x.whl")
+    assert run(check).returncode == 0
+    assert run(writer, TORCH_CUDA_ARCH_LIST="8.0").returncode == 0  # a compile given another
+    failed = run(check)
+    assert failed.returncode == 1
+    assert f"expected 'fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 " \
+           f"platform=linux_x86_64 arch-list={arch}'" in failed.stderr
+    assert "found 'fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 " \
+           "platform=linux_x86_64 arch-list=8.0'" in failed.stderr
+
+
+def test_no_arch_list_declares_no_arch_arg(gpu_config: Config) -> None:
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={},
+                         overrides={"build.cuda-arch-list": ""})
+    text = render(render_recipe(config, planned(config), lock_sha256=LOCK_SHA))
+    assert "TORCH_CUDA_ARCH_LIST" not in text and "arch-list=-" in text
+
+
+@pytest.mark.parametrize("bad", ["8.0 9.0", "sm_80", "8.0;;9.0", "8;9"])
+def test_a_malformed_arch_list_is_refused(bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"build\.cuda-arch-list"):
+        load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={"build.cuda-arch-list": bad})

@@ -32,7 +32,9 @@ from pathlib import Path
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.recipe import VENV
 from gpurl_tasks.dockerfile.wheels import (
+    ABI_KEY_PREFIX,
     WheelNameError,
+    abi_key,
     configured_globs,
     pins_from_args,
     prebuilt_filenames,
@@ -397,12 +399,17 @@ echo "$ENV_IMAGE" >"$WORK/env-image"
 echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $CACHED cached)"
 """
 
-_FETCH = r"""if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
+_FETCH = r"""ABI_KEY=@ABI_KEY@
+if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   echo "==> prebuilt wheels from $WHEEL_BASE_URL"
   mkdir -p "$WHEELHOUSE"
   NO_COMPILE="not compiling instead; set WHEEL_SOURCE=wheel-builder to compile"
   fetch "$WHEEL_BASE_URL/MANIFEST" "$WHEELHOUSE/MANIFEST" \
     || die "MANIFEST is missing at $WHEEL_BASE_URL/MANIFEST ($NO_COMPILE)"
+  found_key="$(sed -n 's/^@ABI_PREFIX@//p' "$WHEELHOUSE/MANIFEST")"
+  [ "$found_key" = "$ABI_KEY" ] \
+    || die "the MANIFEST at $WHEEL_BASE_URL records another ABI key: expected '$ABI_KEY'," \
+      "found '${found_key:-none}' (rebuild the wheels for these pins; $NO_COMPILE)"
   for whl in "${PREBUILT_WHEELS[@]}"; do
     want="$(awk -v f="$whl" '$2 == f || $2 == "*" f { print $1 }' "$WHEELHOUSE/MANIFEST")"
     [ -n "$want" ] || die "MANIFEST at $WHEEL_BASE_URL has no entry for $whl"
@@ -424,6 +431,13 @@ _NO_FETCH = r"""if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
 fi
 
 """
+
+
+def _fetch(config: Config) -> str:
+    """The prebuilt fetch, with the ABI key the MANIFEST must record (checked right after
+    the MANIFEST is fetched: a wrong wheelhouse fails in seconds, before any executor run)."""
+    key = abi_key(pins_from_args({}, config.build, config.target))
+    return _FETCH.replace("@ABI_KEY@", shlex.quote(key)).replace("@ABI_PREFIX@", ABI_KEY_PREFIX)
 
 
 def _plain(key: str, value: str) -> str:
@@ -474,7 +488,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         dockerfile=q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
         wheel_base_url=q((pins.wheel_base_url or config.build.wheel_base_url).rstrip("/")),
         wheels=" ".join(q(n) for n in wheels),
-        fetch=_FETCH if wheels else _NO_FETCH,
+        fetch=_fetch(config) if wheels else _NO_FETCH,
         crane_url=q(pins.crane_url or config.cluster.crane_url),
         crane_sha256=q(pins.crane_sha256 or config.cluster.crane_sha256),
         executor_image=q(pinned_executor(pins.executor_image or config.cluster.kaniko_executor)),

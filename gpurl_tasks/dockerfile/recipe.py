@@ -21,6 +21,7 @@ forget one (runbook sections 2, 4, 5, 6):
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -45,6 +46,13 @@ from gpurl_tasks.dockerfile.model import (
     Stage,
     Workdir,
     image,
+)
+from gpurl_tasks.dockerfile.wheels import (
+    ABI_FIELDS,
+    ABI_KEY_PREFIX,
+    WheelPins,
+    abi_key,
+    pins_from_args,
 )
 from gpurl_tasks.plan.model import Layer, Plan, Slice
 from gpurl_tasks.units import format_bytes
@@ -91,7 +99,35 @@ def _args(config: Config) -> dict[str, str]:
     }
     if b.index_url:
         args["INDEX_URL"] = b.index_url
+    if b.cuda_arch_list:
+        args["TORCH_CUDA_ARCH_LIST"] = b.cuda_arch_list
     return args
+
+
+def _pins(config: Config) -> WheelPins:
+    """What the compiled wheels are built for: the config's pins (the ARG defaults)."""
+    return pins_from_args({}, config.build, config.target)
+
+
+def _manifest_run(config: Config) -> Run:
+    """The MANIFEST: the ABI key line (written from the ARGs the compile was given, so an
+    overridden ARG shows in it), then one `sha256sum` line per wheel."""
+    known = _args(config)
+    refs = {field: f"${{{arg}}}" for _word, field, arg in ABI_FIELDS
+            if arg is not None and known.get(arg)}
+    key = abi_key(_pins(config), refs=refs)
+    return Run(commands=(Shell(text=f'{{ echo "{ABI_KEY_PREFIX}{key}"; sha256sum -- *.whl; }} '
+                                    "> MANIFEST"),))
+
+
+def _abi_check(config: Config) -> Shell:
+    """Fail before any wheel installs when the wheels' MANIFEST records another ABI key,
+    showing both keys."""
+    return Shell(text=(
+        f"expected={shlex.quote(abi_key(_pins(config)))}; "
+        f"found=\"$(sed -n 's/^{ABI_KEY_PREFIX}//p' {_WHEELS_TMP}/MANIFEST)\"; "
+        '[ "$found" = "$expected" ] || { echo "error: the compiled wheels\' MANIFEST ABI key '
+        "differs: expected '$expected', found '${found:-none}'\" >&2; exit 1; }"))
 
 
 def _refs(instructions: Iterable[Instruction]) -> list[str]:
@@ -203,6 +239,10 @@ def _wheel_builder_stage(config: Config) -> Stage:
             specs.append(f"/src/{path}")
         else:
             specs.append(spec)
+    if b.cuda_arch_list:
+        body += [Comment(text="The GPU architectures the kernels are compiled for (the "
+                         "MANIFEST's ABI key records them)."),
+                 Arg(name="TORCH_CUDA_ARCH_LIST")]
     body += [
         Comment(text="uv has no `pip wheel`; --no-build-isolation builds against what is "
                 "installed above (torch)."),
@@ -213,7 +253,7 @@ def _wheel_builder_stage(config: Config) -> Stage:
                     ("--wheel-dir", "/wheels"), *((s,) for s in specs)),
         ),)),
         Workdir(path="/wheels"),
-        Run(commands=(Shell(text="sha256sum -- *.whl > MANIFEST"),)),
+        _manifest_run(config),
     ]
     return Stage(name="wheel-builder", base="base",
                  instructions=_with_args(body, _args(config)),
@@ -357,8 +397,13 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
                     + "; the final sync excludes them,"),
             Comment(text="so the lock's copies are never installed, built or put back over "
                     "them."),
-            Run(commands=(Command(head=("uv", "pip", "install"),
-                                  groups=(("--no-deps",), *((g,) for g in globs))),)),
+            Comment(text="The MANIFEST's ABI key must be the pins' before anything installs: "
+                    "wheels built for"),
+            Comment(text="another fork commit, torch, CUDA, Python or arch list fail here, "
+                    "not on the cluster."),
+            Run(commands=(_abi_check(config),
+                          Command(head=("uv", "pip", "install"),
+                                  groups=(("--no-deps",), *((g,) for g in globs))))),
         ]
     if harbor_outside_lock(plan):
         body += [
