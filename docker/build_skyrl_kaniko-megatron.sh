@@ -63,8 +63,8 @@ esac
 mkdir -p "$WORK"
 
 if ! command -v curl >/dev/null 2>&1; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends ca-certificates curl >/dev/null
+  apt-get -o Acquire::Retries=3 -o Acquire::http::Timeout=60 -o Acquire::https::Timeout=60 update -qq
+  apt-get -o Acquire::Retries=3 -o Acquire::http::Timeout=60 -o Acquire::https::Timeout=60 install -y -qq --no-install-recommends ca-certificates curl >/dev/null
 fi
 fetch() { curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }
 

@@ -233,6 +233,13 @@ class BuildSettings:
          "librdmacm1", "rdma-core"), check=values.each(values.apt_package), bakes="image")
     # empty: uv's default; the demo points it at a loopback index
     index_url: str = _field("", check=values.optional(values.url), bakes="image")
+    # Bounded network waits in every stage (a stalled mirror once left a 48-core job alive with
+    # no output): apt-get's -o Acquire::Retries / Acquire::http(s)::Timeout (seconds), and
+    # uv's UV_HTTP_TIMEOUT (seconds) / UV_HTTP_RETRIES (pip's PIP_DEFAULT_TIMEOUT / PIP_RETRIES)
+    apt_retries: int = _field(3, bakes="none")
+    apt_timeout: int = _field(60, bakes="none")
+    http_timeout: int = _field(600, bakes="none")
+    http_retries: int = _field(5, bakes="none")
     # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
     # uv is pip-installed into /opt/uv inside the image
     uv_version: str = _field("0.13.9", check=values.version, bakes="image")

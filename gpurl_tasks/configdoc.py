@@ -61,6 +61,10 @@ PURPOSE: dict[str, str] = {
     "build.vllm-fork-commit": "the fork's commit the wheels are built from",
     "build.vllm-version": "the fork's version (checked against what the lock's dependents require)",
     "build.cuda-arch-list": "TORCH_CUDA_ARCH_LIST of the compile, recorded in the MANIFEST's ABI key",
+    "build.apt-retries": "every apt-get's `-o Acquire::Retries` (a stalled mirror fails, never hangs)",
+    "build.apt-timeout": "every apt-get's `Acquire::http(s)::Timeout`, in seconds",
+    "build.http-timeout": "UV_HTTP_TIMEOUT and PIP_DEFAULT_TIMEOUT of every stage, in seconds",
+    "build.http-retries": "UV_HTTP_RETRIES and PIP_RETRIES of every stage",
     "build.harbor-repo": "the git repository harbor is installed from when the lock lacks it",
     "build.harbor-commit": "harbor's commit",
     "build.wheel-source": ("prebuilt-wheelhouse (published wheels) or wheel-builder (compile with nvcc in "

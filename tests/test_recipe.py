@@ -564,3 +564,38 @@ def test_no_arch_list_declares_no_arch_arg(gpu_config: Config) -> None:
 def test_a_malformed_arch_list_is_refused(bad: str) -> None:
     with pytest.raises(ConfigError, match=r"build\.cuda-arch-list"):
         load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={"build.cuda-arch-list": bad})
+
+
+# --- bounded network waits ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["gpu-rl", "demo", "heavy", "skyrl"])
+def test_every_apt_get_and_every_stage_waits_a_bounded_time(profile: str) -> None:
+    """Each apt-get (update and install, in every stage) carries the configured retries and
+    timeouts; the uv/pip timeouts are in base's ENV, which every stage but the scratch
+    wheelhouse inherits. The values follow the config."""
+    for retries, timeout, http in ((None, None, None), (7, 11, 13)):
+        overrides = ({} if retries is None else
+                     {"build.apt-retries": retries, "build.apt-timeout": timeout,
+                      "build.http-timeout": http, "build.http-retries": retries})
+        config = load_config(REPO_ROOT, profile=profile, env={}, overrides=overrides)
+        b = config.build
+        parsed = parse(render(render_recipe(config, planned(config), lock_sha256=LOCK_SHA)))
+        apt_calls = [shlex.split(c) for s in parsed.stages for v in s.of("RUN")
+                     for c in v.split(" && ") if "apt-get" in c]
+        assert len(apt_calls) >= 4  # base and env-base, update and install each
+        for argv in apt_calls:
+            pairs = {argv[k + 1] for k, w in enumerate(argv) if w == "-o"}
+            assert pairs == {f"Acquire::Retries={b.apt_retries}",
+                             f"Acquire::http::Timeout={b.apt_timeout}",
+                             f"Acquire::https::Timeout={b.apt_timeout}"}, argv
+        env = " ".join(parsed.stage("base").of("ENV"))
+        for name, value in (("UV_HTTP_TIMEOUT", b.http_timeout), ("UV_HTTP_RETRIES", b.http_retries),
+                            ("PIP_DEFAULT_TIMEOUT", b.http_timeout), ("PIP_RETRIES", b.http_retries)):
+            assert f'{name}="{value}"' in env
+        assert (b.apt_retries, b.http_timeout) == ((3, 600) if retries is None else (7, 13))
+        # every stage is FROM base or a stage of this file, but the scratch wheelhouse (no
+        # network) and the ARG-chosen ones (a stage of this file, or the composed environment)
+        outside = {st.base for st in parsed.stages} - {st.name for st in parsed.stages}
+        assert outside == {"${BASE_IMAGE}", "scratch", "${WHEEL_SOURCE}", "${ENV_SOURCE}"}
+        assert parsed.stages[0].name == "base"

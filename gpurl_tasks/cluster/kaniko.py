@@ -30,7 +30,7 @@ import shlex
 from pathlib import Path
 
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.recipe import VENV
+from gpurl_tasks.dockerfile.recipe import VENV, apt_options
 from gpurl_tasks.dockerfile.wheels import (
     ABI_KEY_PREFIX,
     WheelNameError,
@@ -198,8 +198,8 @@ esac
 mkdir -p "$WORK"
 
 if ! command -v curl >/dev/null 2>&1; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends ca-certificates curl >/dev/null
+  apt-get {apt_options} update -qq
+  apt-get {apt_options} install -y -qq --no-install-recommends ca-certificates curl >/dev/null
 fi
 fetch() {{ curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }}
 
@@ -476,6 +476,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     wheels = prebuilt_wheel_names(config)
     return _TEMPLATE.format(
         compose=_compose(config),
+        apt_options=" ".join(w for pair in apt_options(config) for w in pair),
         profile=profile_name(config.profile, "profile", error=BuildError),
         variant=config.variant.note,
         root_env=ROOT_ENV,

@@ -66,6 +66,7 @@ __all__ = [
     "IB_VERBS_APT",
     "VENV",
     "WORKDIR",
+    "apt_options",
     "harbor_outside_lock",
     "render_recipe",
     "slice_run",
@@ -161,11 +162,20 @@ def _with_args(body: list[Instruction], known: dict[str, str]) -> tuple[Instruct
     return tuple(out)
 
 
-def _apt(packages: Iterable[str]) -> Run:
+def apt_options(config: Config) -> tuple[tuple[str, str], ...]:
+    """Bounded waits for every apt-get: retries, and a timeout per HTTP(S) request."""
+    b = config.build
+    return (("-o", f"Acquire::Retries={b.apt_retries}"),
+            ("-o", f"Acquire::http::Timeout={b.apt_timeout}"),
+            ("-o", f"Acquire::https::Timeout={b.apt_timeout}"))
+
+
+def _apt(config: Config, packages: Iterable[str]) -> Run:
+    bounded = apt_options(config)
     return Run(commands=(
-        Command(head=("apt-get", "update")),
+        Command(head=("apt-get", "update"), groups=bounded),
         Command(head=("DEBIAN_FRONTEND=noninteractive", "apt-get", "install"),
-                groups=(("-y", "--no-install-recommends"),), unordered=tuple(packages)),
+                groups=(*bounded, ("-y", "--no-install-recommends")), unordered=tuple(packages)),
         Command(head=("rm", "-rf", "/var/lib/apt/lists/*")),
     ))
 
@@ -179,6 +189,11 @@ def _base_stage(config: Config) -> Stage:
         ("UV_PYTHON", config.target.python),
         ("UV_PYTHON_DOWNLOADS", b.python_downloads),
         ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+        # bounded network waits in every stage (each stage but the scratch wheelhouse is FROM base)
+        ("UV_HTTP_TIMEOUT", str(b.http_timeout)),
+        ("UV_HTTP_RETRIES", str(b.http_retries)),
+        ("PIP_DEFAULT_TIMEOUT", str(b.http_timeout)),
+        ("PIP_RETRIES", str(b.http_retries)),
     ]
     if b.index_url:
         env += [("PIP_INDEX_URL", "${INDEX_URL}"), ("UV_DEFAULT_INDEX", "${INDEX_URL}")]
@@ -190,7 +205,7 @@ def _base_stage(config: Config) -> Stage:
         Comment(text="each layer's size as the sum of its wheels, and bytecode would add "
                 "unplanned bytes."),
         Env(pairs=tuple(env)),
-        _apt(BOOTSTRAP_APT),
+        _apt(config, BOOTSTRAP_APT),
         Comment(text="uv from the package index (no image is pulled for it), pinned."),
         Run(commands=(
             Command(head=("python3", "-m", "venv", "/opt/uv")),
@@ -223,7 +238,7 @@ def _wheel_builder_stage(config: Config) -> Stage:
     if b.builder_extra_index_url:
         install.append(("--extra-index-url", b.builder_extra_index_url))
     body: list[Instruction] = [
-        _apt(b.builder_apt_packages),
+        _apt(config, b.builder_apt_packages),
         Run(commands=(Command(head=("uv", "venv", "--seed", "/opt/builder")),)),
         Comment(text="unsafe-best-match: uv otherwise pins every package to the first index "
                 "that has it,"),
@@ -353,7 +368,7 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
         Comment(text="The InfiniBand verbs userspace is always installed: without it NCCL "
                 "silently falls back"),
         Comment(text="to NET/Socket (the 'Could not find libnccl-net.so' line is a red herring)."),
-        _apt((*b.apt_packages, *IB_VERBS_APT)),
+        _apt(config, (*b.apt_packages, *IB_VERBS_APT)),
         Env(pairs=(("PATH", f"{VENV}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", VENV),
                    ("VIRTUAL_ENV", VENV))),
         Workdir(path=WORKDIR),
