@@ -169,7 +169,7 @@ export DOCKER_CONFIG
 if [ -n "$JOB_CERTS" ]; then export SSL_CERT_FILE="$JOB_CERTS"; fi
 crane() { "$WORK/crane" "$@" 2>"$WORK/crane.err"; }
 said() { tr '\n' ' ' <"$WORK/crane.err"; }
-VENV=/opt/venv
+VENV=/opt/openthoughts/envs/rl
 LEVEL=6
 for doc in manifest config; do
   crane "$doc" "$ENV_BASE" >"$WORK/env-base.$doc" || die "cannot read $ENV_BASE: $(said)"

@@ -240,6 +240,9 @@ class BuildSettings:
     apt_timeout: int = _field(60, bakes="none")
     http_timeout: int = _field(600, bakes="none")
     http_retries: int = _field(5, bakes="none")
+    # the environment's path in the image (UV_PROJECT_ENVIRONMENT, VIRTUAL_ENV, PATH): where
+    # the launcher's python is (launcher.python-variable)
+    venv: str = _field("/opt/venv", check=values.image_path, bakes="image")
     # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
     # uv is pip-installed into /opt/uv inside the image
     uv_version: str = _field("0.13.9", check=values.version, bakes="image")
@@ -331,6 +334,9 @@ class LauncherSettings:
 
     path: Path = _field(Path("cloud/iris/launch_rl_iris.py"), inside=True, bakes="none")
     variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier, bakes="none")
+    # the launcher's variable holding the environment's python (or its directory): where the
+    # launcher assigns it, generate and pin refuse a path outside build.venv
+    python_variable: str = _field("RL_PYTHON", check=values.identifier, bakes="none")
 
 
 @dataclasses.dataclass(**_KW)

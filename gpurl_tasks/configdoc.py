@@ -65,6 +65,7 @@ PURPOSE: dict[str, str] = {
     "build.apt-timeout": "every apt-get's `Acquire::http(s)::Timeout`, in seconds",
     "build.http-timeout": "UV_HTTP_TIMEOUT and PIP_DEFAULT_TIMEOUT of every stage, in seconds",
     "build.http-retries": "UV_HTTP_RETRIES and PIP_RETRIES of every stage",
+    "build.venv": "the environment's path in the image, where the launcher's python is",
     "build.harbor-repo": "the git repository harbor is installed from when the lock lacks it",
     "build.harbor-commit": "harbor's commit",
     "build.wheel-source": ("prebuilt-wheelhouse (published wheels) or wheel-builder (compile with nvcc in "
@@ -105,6 +106,7 @@ PURPOSE: dict[str, str] = {
     "verify.hard-limit": "no pushed layer may reach this size",
     "verify.min-layers": "a pushed image needs at least this many layers",
     "verify.cap": "every layer's target (unset: layers.cap)",
+    "launcher.python-variable": "the launcher's variable naming the environment's python (in build.venv)",
     "launcher.path": "the launcher file the pin is written into, relative to the workspace",
     "launcher.variable": "the variable holding the pinned image",
 }

@@ -41,6 +41,7 @@ __all__ = [
     "gzip_level",
     "hash_digest",
     "identifier",
+    "image_path",
     "image_reference",
     "index_url",
     "inside_repository",
@@ -286,6 +287,19 @@ def resource_size(value: object, key: str, *, error: type[GpurlError] = ConfigEr
     text = _string(value, key, error, "a size")
     if not _SIZE.fullmatch(text):
         raise _bad(error, key, value, "a size like 512GB (digits and a unit, no sign or spaces)")
+    return text
+
+
+_IMAGE_PATH = re.compile(r"(?:/[A-Za-z0-9][A-Za-z0-9._-]*)+")
+
+
+def image_path(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """An absolute directory path inside the image (`/opt/venv`): '/'-separated names of
+    letters, digits, '.', '_' and '-', no trailing '/', no '..'."""
+    text = _string(value, key, error, "an absolute path")
+    if not _IMAGE_PATH.fullmatch(text) or ".." in text.split("/") or text == "/":
+        raise _bad(error, key, value, "an absolute path like /opt/venv (letters, digits, "
+                   "'._-' between '/', no '..', no trailing '/')")
     return text
 
 

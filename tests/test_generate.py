@@ -17,6 +17,7 @@ from gpurl_tasks.dockerfile.generate import (
     generate,
     render_dockerfile,
 )
+from gpurl_tasks.dockerfile.model import DockerfileError
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice, sync_selection_flags
@@ -82,6 +83,32 @@ def test_golden_small_config(small_root: Path) -> None:
     assert text == golden.read_text(), "rendering changed: rerun with UPDATE_GOLDEN=1 and review"
 
 
+def test_generate_refuses_a_launcher_whose_python_is_elsewhere(small_root: Path) -> None:
+    """The launcher's RL_PYTHON (or the variable launcher.python-variable names) must be in
+    build.venv: otherwise every task dies on a missing python. Both paths are named, nothing
+    is written; a launcher that names no python passes."""
+    launcher = small_root / "ws" / "cloud" / "iris" / "launch_rl_iris.py"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text('X = 1\nRL_PYTHON = "/opt/openthoughts/envs/rl/bin/python"\n')
+    config = load_config(small_root, env={})
+    assert config.build.venv == "/opt/venv"
+    with pytest.raises(DockerfileError) as caught:
+        generate(config, planner=hand_plan)
+    assert caught.value.message == (
+        "ws/cloud/iris/launch_rl_iris.py:2: RL_PYTHON = '/opt/openthoughts/envs/rl/bin/python' "
+        "is not in the image's environment /opt/venv: every task would fail with 'No such file "
+        "or directory'")
+    assert 'build.venv = "/opt/openthoughts/envs/rl"' in str(caught.value.hint)
+    assert not config.build.dockerfile.exists()
+    moved = load_config(small_root, env={}, overrides={"build.venv": "/opt/openthoughts/envs/rl"})
+    generate(moved, planner=hand_plan)
+    assert 'UV_PROJECT_ENVIRONMENT="/opt/openthoughts/envs/rl"' in moved.build.dockerfile.read_text()
+    launcher.write_text('RL_ENV_DIR = "/srv/env"\n')
+    other = load_config(small_root, env={}, overrides={"launcher.python-variable": "RL_ENV_DIR"})
+    with pytest.raises(DockerfileError, match="RL_ENV_DIR = '/srv/env' is not in"):
+        generate(other, planner=hand_plan)
+
+
 def test_generate_writes_then_check_passes_then_fails_when_stale(small_root: Path) -> None:
     config = load_config(small_root, env={})
     path = config.build.dockerfile
@@ -144,6 +171,7 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_generate import hand_plan
 from gpurl_tasks.config import load_config
+from gpurl_tasks.dockerfile.model import DockerfileError
 from gpurl_tasks.dockerfile.generate import render_dockerfile
 config = load_config(Path({root!r}), profile={profile!r}, env={{}})
 sys.stdout.write(render_dockerfile(config, hand_plan(config)))

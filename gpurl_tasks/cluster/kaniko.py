@@ -30,7 +30,7 @@ import shlex
 from pathlib import Path
 
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.recipe import VENV, apt_options
+from gpurl_tasks.dockerfile.recipe import apt_options
 from gpurl_tasks.dockerfile.wheels import (
     ABI_KEY_PREFIX,
     WheelNameError,
@@ -460,7 +460,7 @@ def _compose(config: Config) -> str:
     index = slice_index_path(config)
     install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
                               slice_file='"$CONTEXT/$file"')
-    compose_env = _COMPOSE_ENV.format(venv=shlex.quote(VENV), install=" ".join(install),
+    compose_env = _COMPOSE_ENV.format(venv=shlex.quote(config.build.venv), install=" ".join(install),
                                       layer_level=config.layers.compression_level)
     return _COMPOSE.format(
         slice_index=shlex.quote(_relative(index, config.root, "build.kaniko-script")),
@@ -521,7 +521,7 @@ def slice_index(config: Config, plan: Plan) -> str:
     """One `NN-label<TAB>slice file<TAB>history entry` line per slice, in plan order: what the
     script composes (the script is rendered from the config alone: a lock bump leaves it)."""
     return "".join(f"{step.name}\t{_relative(step.slice.path(config.variant), config.root, 'slices')}"
-                   f"\t{written_history(step)}\n" for step in plan.layers)
+                   f"\t{written_history(step, config.build.venv)}\n" for step in plan.layers)
 
 
 def script_files(config: Config, plan: Plan) -> dict[Path, str]:

@@ -5,6 +5,8 @@ these cannot fail its last RUNs for a reason the lock already tells.
   its local packages, the compiled wheels, harbor);
 - the torch the wheel-builder compiles against is the lock's torch, version and CUDA label
   (the compiled wheels must match the installed torch's ABI);
+- the launcher's environment python (`RL_PYTHON`), where it names one, is in the image's
+  environment (build.venv): a launcher that runs another path fails every task;
 - (the type of) a local package copied where the lock records it: `generate` resolves the
   path sources on this machine, since that needs the filesystem.
 
@@ -30,6 +32,7 @@ __all__ = [
     "LocalCopy",
     "assert_modules",
     "check_asserts",
+    "check_launcher_environment",
     "check_torch",
     "installed_distributions",
 ]
@@ -130,6 +133,38 @@ def check_torch(build: BuildSettings, plan: Plan, *, note: str = "") -> str | No
             hint=f'set cuda-tag = "{locked.local}" (and a base image of that CUDA)')
     return (f"torch: lock {torch.version}, wheel-builder torch {build.torch_version} "
             f"({build.cuda_tag})")
+
+
+def _string_assignments(source: str, variable: str) -> list[tuple[int, str]]:
+    """(line, value) of each `variable = "..."` (annotated or not) at any depth of `source`."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # pin reports an unparseable launcher itself
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if (any(isinstance(t, ast.Name) and t.id == variable for t in targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            found.append((node.lineno, node.value.value))
+    return found
+
+
+def check_launcher_environment(source: str, variable: str, venv: str, *, where: str) -> None:
+    """Refuse a launcher whose `variable` (its environment's python, or the environment's
+    directory) is a path outside the image's environment `venv`, naming both paths. A
+    launcher without that variable says nothing about the path and passes."""
+    for line, value in _string_assignments(source, variable):
+        if value == venv or value.startswith(f"{venv}/bin/"):
+            continue
+        theirs = value.rsplit("/bin/", 1)[0] if "/bin/" in value else value
+        raise DockerfileError(
+            f"{where}:{line}: {variable} = {value!r} is not in the image's environment {venv}: "
+            "every task would fail with 'No such file or directory'",
+            hint=f'set build.venv = "{theirs}" (where the launcher looks), or point {variable} '
+                 f"at {venv}/bin/python")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

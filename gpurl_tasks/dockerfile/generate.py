@@ -25,6 +25,7 @@ from gpurl_tasks.config import Config, load_committed_config, load_profile_names
 from gpurl_tasks.dockerfile.checks import (
     LocalCopy,
     check_asserts,
+    check_launcher_environment,
     check_torch,
     installed_distributions,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "Planner",
     "StaleFileError",
     "check_committed",
+    "check_launcher",
     "fitted_plan",
     "fitted_plans",
     "fitted_views",
@@ -257,8 +259,23 @@ class Rendered:
     links: tuple[str, ...]  # symlinks to path sources, to keep out of the build context
 
 
+def check_launcher(config: Config, text: str | None = None) -> None:
+    """The launcher's environment python (launcher.python-variable), where it assigns one, is
+    in the image's environment (build.venv); a launcher not there yet is not checked. `text`:
+    the launcher's text, already read."""
+    path = config.launcher.path
+    if text is None:
+        if not path.is_file():
+            return
+        text = read_text(path, what="launcher file", error=DockerfileError)
+    where = path.relative_to(config.root) if path.is_relative_to(config.root) else path
+    check_launcher_environment(text, config.launcher.python_variable, config.build.venv,
+                               where=str(where))
+
+
 def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) -> Rendered:
     """Check a variant against its lock and render every file it generates; writes nothing."""
+    check_launcher(config)
     notes = list(_check_compiled(config, plan))
     torch = check_torch(config.build, plan, note=config.variant.note)
     if torch:

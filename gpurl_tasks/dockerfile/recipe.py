@@ -64,7 +64,6 @@ __all__ = [
     "ENV_BASE_STAGE",
     "ENV_CHAIN",
     "IB_VERBS_APT",
-    "VENV",
     "WORKDIR",
     "apt_options",
     "harbor_outside_lock",
@@ -74,7 +73,6 @@ __all__ = [
 
 BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
 IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
-VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"
 ENV_BASE_STAGE = "env-base"  # every slice image's base: the rl stage's apt set and `uv venv`
@@ -369,10 +367,10 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
                 "silently falls back"),
         Comment(text="to NET/Socket (the 'Could not find libnccl-net.so' line is a red herring)."),
         _apt(config, (*b.apt_packages, *IB_VERBS_APT)),
-        Env(pairs=(("PATH", f"{VENV}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", VENV),
-                   ("VIRTUAL_ENV", VENV))),
+        Env(pairs=(("PATH", f"{b.venv}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", b.venv),
+                   ("VIRTUAL_ENV", b.venv))),
         Workdir(path=WORKDIR),
-        Run(commands=(Command(head=("uv", "venv", VENV)),)),
+        Run(commands=(Command(head=("uv", "venv", b.venv)),)),
     ]
     known = _args(config)
     stages = [Stage(name=ENV_BASE_STAGE, base="base", instructions=_with_args(base, known),
