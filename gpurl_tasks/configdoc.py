@@ -66,8 +66,6 @@ PURPOSE: dict[str, str] = {
     "build.http-timeout": "UV_HTTP_TIMEOUT and PIP_DEFAULT_TIMEOUT of every stage, in seconds",
     "build.http-retries": "UV_HTTP_RETRIES and PIP_RETRIES of every stage",
     "build.venv": "the environment's path in the image, where the launcher's python is",
-    "build.harbor-repo": "the git repository harbor is installed from when the lock lacks it",
-    "build.harbor-commit": "harbor's commit",
     "build.wheel-source": ("prebuilt-wheelhouse (published wheels) or wheel-builder (compile with nvcc in "
                            "the build)"),
     "build.wheel-base-url": "where the prebuilt wheels and their MANIFEST are published",
@@ -83,7 +81,8 @@ PURPOSE: dict[str, str] = {
     "build.wheel-globs": "the compiled wheels the rl stage installs with --no-deps",
     "build.import-asserts": "Python statements run in the image, one RUN each (a variant's are added)",
     "build.import-names": "`module=distribution` where an assert imports another name than its distribution",
-    "build.install-harbor": "install harbor from harbor-repo@harbor-commit when the lock lacks it",
+    "build.pip-check-allow": "the `uv pip check` conflicts tolerated (fnmatch patterns); any other fails",
+    "build.post-install": "pinned requirements installed after the lock, each `req[ | assert]...`",
     "cluster.name": "the iris cluster (`iris --cluster=NAME`)",
     "cluster.controller-url": "an iris controller URL instead of the cluster name (wins when set)",
     "cluster.cpu": "CPUs of the build job",

@@ -124,7 +124,8 @@ def test_generate_writes_then_check_passes_then_fails_when_stale(small_root: Pat
     with pytest.raises(StaleFileError, match="stale") as err:
         generate(config, check=True, planner=hand_plan)
     assert err.value.exit_code != 0 and "invoke generate --profile small" in str(err.value)
-    assert sorted(p.name for p in path.parent.iterdir()) == ["Dockerfile.small", "layers"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["Dockerfile.small", "gpurl-envcheck.py",
+                                                          "layers"]
     slices = path.parent / "layers" / "small"
     assert sorted(p.name for p in slices.iterdir()) == [
         "00-nvidia-cudnn-cu12.txt", "01-torch.txt", "02-tail.txt"]  # no temp files

@@ -202,7 +202,6 @@ def test_arg_defaults_come_from_config(gpu: Parsed, gpu_config: Config) -> None:
     pins = {"BASE_IMAGE": build.base_image, "UV_VERSION": build.uv_version,
             "TORCH_VERSION": build.torch_version, "FLASH_ATTN_VERSION": build.flash_attn_version,
             "VLLM_FORK_REPO": build.vllm_fork_repo, "VLLM_FORK_COMMIT": build.vllm_fork_commit,
-            "HARBOR_REPO": build.harbor_repo, "HARBOR_COMMIT": build.harbor_commit,
             "WHEEL_SOURCE": build.wheel_source}
     assert all(pins.values())
     assert {k: args[k] for k in pins} == pins
@@ -265,8 +264,11 @@ def test_the_asserts_are_one_run_that_records_them(gpu: Parsed) -> None:
     compiled = codes.pop(0)  # first: the compiled wheels are what is installed, nothing reverted
     assert "/tmp/wheels/vllm-*g${VLLM_FORK_COMMIT}*.whl" in compiled
     assert "m.version(n) != v" in compiled
-    assert codes == list(config.build.import_asserts)
-    total = len(codes) + 1
+    post = [a for e in config.build.post_installs for a in e.asserts]
+    assert post and codes == [*config.build.import_asserts, *post]  # the post-installs' last
+    checks = [c[3] for c in commands if c[:3] == ["python", "-B", "/etc/gpurl/envcheck.py"]]
+    assert checks == ["prove", "pip-check"]  # the package set, the `uv pip check` gate
+    total = len(codes) + 1 + len(checks)
     assert [c for c in commands if c[0] == "echo"][:-1] == [
         ["echo", f"build assert {i}/{total}"] for i in range(1, total + 1)]
     assert commands[-1] == ["echo", f"{total} build asserts passed", ">", ASSERTS_RECORD]
@@ -291,17 +293,29 @@ def test_the_megatron_variant_is_its_own_planned_dockerfile() -> None:
     assert not any("INSTALL_MEGATRON" in v or "$@" in v for v in rl.of("RUN"))
 
 
-def test_slices_then_wheels_then_harbor_then_the_one_sync(gpu: Parsed) -> None:
+def test_slices_then_wheels_then_the_one_sync_then_the_post_installs(gpu: Parsed) -> None:
+    """The post-installs come after the lock: the final sync's proof of equality to the lock
+    holds for the lock's set, recorded right after it; then the post-installs, then the proof
+    that the environment is that set plus them and their dependencies."""
     rl = gpu.runtime()
     order = [(i["instruction"], i["value"]) for i in rl.instructions]
     slices = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "-r /tmp/gpurl-layers/" in v]
     syncs = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "uv sync" in v]
     wheels_copy = order.index(("COPY", "--from=wheels /wheels/ /tmp/wheels/"))
     wheel_install = next(k for k, (_, v) in enumerate(order) if "/tmp/wheels/" in v and _ == "RUN")
-    harbor = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
+    lock_set = next(k for k, (_, v) in enumerate(order) if "envcheck.py lock-set" in v)
+    post = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
+    prove = next(k for k, (_, v) in enumerate(order) if "envcheck.py prove" in v)
     source = order.index(("COPY", "rl/ /app/"))
     assert len(syncs) == 1 and len(slices) == 3
-    assert slices[-1] < wheels_copy < wheel_install < harbor < source < syncs[0]
+    assert slices[-1] < wheels_copy < wheel_install < source < syncs[0] < lock_set < post < prove
+    post_argv = shlex.split(order[post][1])
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={}, variant="standard")
+    assert sorted(post_argv[3:]) == sorted(e.requirement for e in config.build.post_installs)
+    prove_argv = shlex.split(order[prove][1].split(" && ")[0] if order[prove][1].startswith(
+        "python") else next(c for c in order[prove][1].split(" && ") if "prove" in c))
+    assert [prove_argv[k + 1] for k, w in enumerate(prove_argv) if w == "--post-install"] == [
+        e.requirement for e in config.build.post_installs]
     assert not any("uv.lock" in v for kind, v in order[:source] if kind == "COPY")  # no slice
     final = sync_runs(rl)[-1]  # depends on the whole lock
     assert "--inexact" in final and "--no-install-project" not in final
@@ -332,13 +346,9 @@ def test_provenance_labels_come_last(gpu: Parsed) -> None:
     assert labels[provenance.LABEL_GENERATOR].startswith("gpurl ")
 
 
-def test_harbor_arg_is_declared_after_the_slices(gpu: Parsed) -> None:
-    """A HARBOR_COMMIT bump must not invalidate the cached slice layers (ARG scope = cache key)."""
-    rl = [(i["instruction"], i["value"]) for i in gpu.runtime().instructions]
-    last_chain_sync = max(k for k, (kind, v) in enumerate(rl)
-                          if kind == "RUN" and "/tmp/gpurl-layers/" in v)
-    harbor_arg = rl.index(("ARG", "HARBOR_COMMIT"))
-    assert harbor_arg > last_chain_sync
+def test_no_harbor_arg_is_left(gpu: Parsed) -> None:
+    """harbor is one post-install entry: a bump of it changes only the layers after the sync."""
+    assert not [n for n in gpu.global_args if n.startswith("HARBOR")]
 
 
 # --- the plan round-trips through the text -------------------------------------------------------
@@ -399,7 +409,7 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     rl = parsed.runtime()
     assert [s for s, _ in slice_runs(rl)] == [  # the first of the demo's variants
         f"docker/layers/demo/standard/{n}.txt" for n in ("00-pyyaml", "01-lxml", "02-pillow")]
-    assert rl.of("COPY")[-1] == "examples/demo/ /app/"
+    assert rl.of("COPY")[-2:] == ["examples/demo/ /app/", "docker/gpurl-envcheck.py /etc/gpurl/envcheck.py"]
     assert not any("harbor" in v for v in rl.of("RUN"))
 
 
@@ -490,12 +500,13 @@ def test_committed_dockerfiles_match_their_plans() -> None:
 
 
 @pytest.mark.parametrize("field", ["index_url", "builder_extra_index_url", "vllm_fork_repo",
-                                   "harbor_repo"])
+                                   "post_install"])
 def test_credentials_in_urls_are_refused_without_echoing_them(gpu_config: Config,
                                                                field: str) -> None:
     canary = "gpurl-canary-7f3a9c"
     url = f"https://builder:{canary}@example.invalid/simple"
-    build = dataclasses.replace(gpu_config.build, **{field: url})
+    value: object = ((f"harbor @ git+{url}@{'a' * 40}",) if field == "post_install" else url)
+    build = dataclasses.replace(gpu_config.build, **{field: value})
     with pytest.raises(DockerfileError, match="carries credentials") as err:
         render_recipe(dataclasses.replace(gpu_config, build=build),
                       make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)

@@ -273,7 +273,7 @@ def test_harbor_comes_from_the_lock_when_the_closure_has_it(old_checkout: Path) 
     assert any("harbor @ git+https://github.com/laude-institute/harbor@8c040e1b" in p.read_text()
                for p in slices)
     old = (old_checkout / "docker" / "Dockerfile.skyrl").read_text()  # no harbor extra there
-    assert 'RUN uv pip install "harbor @ git+${HARBOR_REPO}@${HARBOR_COMMIT}"' in old
+    assert '"harbor @ git+https://github.com/laude-institute/harbor.git@f4a6b1a0"' in old
     shown = _invoke(old_checkout, "plan", "--profile", "skyrl", "--variant", "standard")
     assert shown.returncode == 0, shown.stderr
     assert "outside the lock (its dependencies resolved at build time): harbor @ git+" \
@@ -285,14 +285,14 @@ def test_harbor_comes_from_the_lock_when_the_closure_has_it(old_checkout: Path) 
 def test_the_code_keeps_generic_defaults_and_gpu_rl_pins_live_in_pyproject() -> None:
     generic = BuildSettings()
     assert (generic.vllm_fork_commit, generic.vllm_version, generic.torch_version,
-            generic.harbor_commit, generic.wheel_globs, generic.import_asserts) == \
-        ("", "", "", "", (), ())
+            generic.post_install, generic.wheel_globs, generic.import_asserts) == \
+        ("", "", "", (), (), ())
     gpu_rl = load_config(REPO_ROOT, profile="gpu-rl", env={}).build
     pinned = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["gpurl"][
         "profiles"]["gpu-rl"]["build"]
-    assert (gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.harbor_commit) == (
-        pinned["vllm-fork-commit"], pinned["torch-version"], pinned["harbor-commit"])
-    assert all((gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.harbor_commit))
+    assert (gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.post_install) == (
+        pinned["vllm-fork-commit"], pinned["torch-version"], tuple(pinned["post-install"]))
+    assert all((gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.post_install))
 
 
 def test_a_pin_the_recipe_uses_but_nobody_set_is_an_error() -> None:

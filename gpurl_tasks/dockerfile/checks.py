@@ -20,6 +20,7 @@ import dataclasses
 import sys
 from collections.abc import Iterable, Mapping
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -84,7 +85,7 @@ def _import_names(build: BuildSettings) -> dict[str, tuple[str, ...]]:
 def installed_distributions(plan: Plan, provided: Iterable[str]) -> frozenset[str]:
     """Every distribution the image holds after the final sync (normalised names): the
     closure, the local packages, the compiled wheels' and what is installed outside the lock."""
-    outside = {requirement.split(" @", 1)[0] for requirement in plan.outside_lock}
+    outside = {Requirement(requirement).name for requirement in plan.outside_lock}
     names = {p.name for p in plan.closure} | set(plan.local) | set(provided) | outside
     return frozenset(str(canonicalize_name(n)) for n in names)
 

@@ -66,7 +66,6 @@ __all__ = [
     "IB_VERBS_APT",
     "WORKDIR",
     "apt_options",
-    "harbor_outside_lock",
     "render_recipe",
     "slice_run",
 ]
@@ -89,8 +88,6 @@ def _args(config: Config) -> dict[str, str]:
         "FLASH_ATTN_VERSION": b.flash_attn_version,
         "VLLM_FORK_REPO": b.vllm_fork_repo,
         "VLLM_FORK_COMMIT": b.vllm_fork_commit,
-        "HARBOR_REPO": b.harbor_repo,
-        "HARBOR_COMMIT": b.harbor_commit,
         "WHEEL_SOURCE": b.wheel_source,
         "ENV_SOURCE": ENV_CHAIN,
         "MAX_JOBS": str(b.max_jobs),
@@ -321,7 +318,8 @@ def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
 ASSERTS_RECORD = "/etc/gpurl-build-asserts"
 
 
-def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...]) -> Run:
+def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...],
+                 environment: tuple[Command, ...] = ()) -> Run:
     """Every build assert in one RUN that records what passed.
 
     A RUN that makes no files is no layer when kaniko builds it, but an empty layer when its
@@ -330,7 +328,7 @@ def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...]) -> Run
     """
     # -B: importing must not leave .pyc files in the layer (unplanned bytes).
     checks = ([_compiled_wheels_assert(globs).commands[0]] if globs else []) + [
-        Command(head=("python", "-B", "-c", stmt)) for stmt in import_asserts]
+        *environment, *(Command(head=("python", "-B", "-c", stmt)) for stmt in import_asserts)]
     steps: list[Command | Shell] = []
     for i, check in enumerate(checks, 1):
         steps += [Command(head=("echo", f"build assert {i}/{len(checks)}")), check]
@@ -338,10 +336,40 @@ def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...]) -> Run
     return Run(commands=tuple(steps))
 
 
-def harbor_outside_lock(plan: Plan) -> bool:
-    """harbor is installed from HARBOR_REPO@HARBOR_COMMIT (the planner decides: asked for, and
-    not in the variant's closure)."""
-    return any(r.split(" @", 1)[0] == "harbor" for r in plan.outside_lock)
+PROVENANCE_DIR = "/etc/gpurl/provenance"  # what the image records about itself
+ENVCHECK = "/etc/gpurl/envcheck.py"  # dockerfile/envcheck.py, as generate writes it
+ENVCHECK_SOURCE = "docker/gpurl-envcheck.py"  # where generate writes it, in the context
+FREEZE_LOCK = f"{PROVENANCE_DIR}/freeze-lock.txt"  # after the final sync: the lock's set
+FREEZE = f"{PROVENANCE_DIR}/freeze.txt"  # `uv pip freeze`: the environment's whole set
+
+
+def _post_install_steps(plan: Plan) -> list[Instruction]:
+    """After the lock: record the lock's set (the final sync proved it equal to the lock),
+    then install the post-install requirements (their dependencies resolved now)."""
+    steps: list[Instruction] = [
+        Comment(text="The lock's set as the final sync left it; the asserts prove the "
+                "environment is it plus the post-installs."),
+        Copy(sources=(ENVCHECK_SOURCE,), dest=ENVCHECK),
+        Run(commands=(Command(head=("mkdir", "-p", PROVENANCE_DIR)),
+                      Command(head=("python", "-B", ENVCHECK, "lock-set", FREEZE_LOCK)))),
+    ]
+    if plan.outside_lock:
+        steps += [
+            Comment(text="After the lock (build.post-install), each pinned; their dependencies "
+                    "are resolved now."),
+            Run(commands=(Command(head=("uv", "pip", "install"),
+                                  unordered=plan.outside_lock),)),
+        ]
+    return steps
+
+
+def _environment_checks(config: Config, plan: Plan) -> list[Command]:
+    """The package-set proof (recording `uv pip freeze`) and the `uv pip check` gate."""
+    prove = [("--lock-set", FREEZE_LOCK), ("--out", FREEZE),
+             *(("--post-install", r) for r in plan.outside_lock)]
+    allow = [("--allow", pattern) for pattern in config.build.pip_check_allow]
+    return [Command(head=("python", "-B", ENVCHECK, "prove"), groups=tuple(prove)),
+            Command(head=("python", "-B", ENVCHECK, "pip-check"), groups=tuple(allow))]
 
 
 def _slice_steps(config: Config, plan: Plan, layer: Layer) -> list[Instruction]:
@@ -418,13 +446,6 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
                           Command(head=("uv", "pip", "install"),
                                   groups=(("--no-deps",), *((g,) for g in globs))))),
         ]
-    if harbor_outside_lock(plan):
-        body += [
-            Comment(text="harbor is not in this lock: installed from HARBOR_COMMIT, its "
-                    "dependencies resolved now."),
-            Run(commands=(Command(head=("uv", "pip", "install"),
-                                  groups=(("harbor @ git+${HARBOR_REPO}@${HARBOR_COMMIT}",),)),)),
-        ]
     if local:
         body.append(Comment(text="Local packages the lock installs from a path outside the "
                             "workspace directory, where it expects them."))
@@ -433,15 +454,17 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
         Copy(sources=(f"{ws}/" if ws != "." else ".",), dest=f"{WORKDIR}/"),
         Comment(text="The lock still rules: this sync finds the slices' packages in place and "
                 "installs only"),
-        Comment(text="the local packages; --inexact keeps the compiled wheels and harbor "
-                "installed above."),
+        Comment(text="the local packages; --inexact keeps the compiled wheels installed "
+                "above."),
         _sync_run(plan.final_sync_flags),
+        *_post_install_steps(plan),
         Comment(text="Build asserts: a green build proves the stack imports; each says which "
                 "it is, and the"),
         Comment(text=f"RUN writes {ASSERTS_RECORD}, so it is one layer whether kaniko "
                 "builds it or takes it from its cache."),
     ]
-    body.append(_asserts_run(globs, b.import_asserts))
+    asserts = (*b.import_asserts, *(a for e in b.post_installs for a in e.asserts))
+    body.append(_asserts_run(globs, asserts, tuple(_environment_checks(config, plan))))
     body += [
         Comment(text="Provenance last: a new git sha must not invalidate any layer's cache."),
         Arg(name="GITSHA"),
@@ -467,18 +490,20 @@ def _check_plan(plan: Plan) -> None:
         raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")
 
 
-_URL_FIELDS = ("index_url", "builder_extra_index_url", "vllm_fork_repo", "harbor_repo")
+_URL_FIELDS = ("index_url", "builder_extra_index_url", "vllm_fork_repo")
 
 
 def _check_no_credentials(config: Config) -> None:
     """A URL with user:token@ would be written into a committed file and the image history."""
-    for field in _URL_FIELDS:
-        value = str(getattr(config.build, field))
+    urls = [(f"build.{f.replace('_', '-')}", str(getattr(config.build, f))) for f in _URL_FIELDS]
+    urls += [("build.post-install", r.split(" @ ", 1)[1].removeprefix("git+"))
+             for r in config.build.post_install if " @ " in r]
+    for key, value in urls:
         netloc = urlsplit(value).netloc
         if "@" in netloc:
             safe = value.replace(netloc, "***@" + netloc.rsplit("@", 1)[1])
             raise DockerfileError(
-                f"build.{field.replace('_', '-')} carries credentials ({safe})",
+                f"{key} carries credentials ({safe})",
                 hint="use a URL without user:password@; give the build its credentials another "
                      "way (kaniko: the registry auth file, uv: UV_INDEX_* environment variables)")
 
@@ -491,8 +516,7 @@ def _check_config(config: Config) -> None:
 
 # The build ARGs a profile must pin when its recipe uses them (no generic default exists).
 _PINNED_ARGS = {"TORCH_VERSION": "torch-version", "FLASH_ATTN_VERSION": "flash-attn-version",
-                "VLLM_FORK_REPO": "vllm-fork-repo", "VLLM_FORK_COMMIT": "vllm-fork-commit",
-                "HARBOR_REPO": "harbor-repo", "HARBOR_COMMIT": "harbor-commit"}
+                "VLLM_FORK_REPO": "vllm-fork-repo", "VLLM_FORK_COMMIT": "vllm-fork-commit"}
 
 
 def _check_pins(used: set[str], args: dict[str, str], config: Config) -> None:
