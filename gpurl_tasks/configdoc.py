@@ -65,6 +65,7 @@ PURPOSE: dict[str, str] = {
     "build.apt-timeout": "every apt-get's `Acquire::http(s)::Timeout`, in seconds",
     "build.http-timeout": "UV_HTTP_TIMEOUT and PIP_DEFAULT_TIMEOUT of every stage, in seconds",
     "build.http-retries": "UV_HTTP_RETRIES and PIP_RETRIES of every stage",
+    "build.source-url": "the repository the image is built from (label org.opencontainers.image.source)",
     "build.venv": "the environment's path in the image, where the launcher's python is",
     "build.wheel-source": ("prebuilt-wheelhouse (published wheels) or wheel-builder (compile with nvcc in "
                            "the build)"),

@@ -344,6 +344,23 @@ def test_provenance_labels_come_last(gpu: Parsed) -> None:
     assert labels[provenance.LABEL_PLAN_STEPS] == "3"
     assert labels[provenance.LABEL_PLAN_FINGERPRINT].startswith("sha256:")
     assert labels[provenance.LABEL_GENERATOR].startswith("gpurl ")
+    assert labels[provenance.LABEL_OCI_REVISION] == "${GITSHA}"
+    assert labels[provenance.LABEL_OCI_SOURCE] == \
+        load_config(REPO_ROOT, profile="gpu-rl", env={}).build.source_url != ""
+
+
+def test_provenance_files_name_the_wheels_and_every_git_source(gpu: Parsed) -> None:
+    """The compiled wheels' MANIFEST (sha256 and ABI key) and one line per git source (the
+    fork the wheels are built from, each git post-install) under /etc/gpurl/provenance."""
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={})
+    record = next(v for v in gpu.stage("rl").of("RUN") if "sources.txt" in v)
+    commands = [shlex.split(c) for c in record.split(" && ")]
+    assert ["cp", "/tmp/wheels/MANIFEST", "/etc/gpurl/provenance/wheels.MANIFEST"] in commands
+    printf = next(c for c in commands if c[0] == "printf")
+    b = config.build
+    assert printf[2:-2] == [f"vllm-fork {b.vllm_fork_repo}@{b.vllm_fork_commit}",
+                            "harbor https://github.com/laude-institute/harbor.git@f4a6b1a0"]
+    assert printf[-2:] == [">", "/etc/gpurl/provenance/sources.txt"]
 
 
 def test_no_harbor_arg_is_left(gpu: Parsed) -> None:

@@ -343,15 +343,34 @@ FREEZE_LOCK = f"{PROVENANCE_DIR}/freeze-lock.txt"  # after the final sync: the l
 FREEZE = f"{PROVENANCE_DIR}/freeze.txt"  # `uv pip freeze`: the environment's whole set
 
 
-def _post_install_steps(plan: Plan) -> list[Instruction]:
-    """After the lock: record the lock's set (the final sync proved it equal to the lock),
-    then install the post-install requirements (their dependencies resolved now)."""
+def provenance_sources(config: Config) -> tuple[str, ...]:
+    """What PROVENANCE_DIR/sources.txt records: one `<what> <url>@<commit>` line per source
+    built from git (the vLLM fork the wheels are compiled from, each git post-install)."""
+    b = config.build
+    lines = [f"vllm-fork {b.vllm_fork_repo}@{b.vllm_fork_commit}"] if b.vllm_fork_commit else []
+    lines += [f"{e.name} {e.requirement.split(' @ ', 1)[1].removeprefix('git+')}"
+              for e in b.post_installs if " @ " in e.requirement]
+    return tuple(lines)
+
+
+def _post_install_steps(config: Config, plan: Plan) -> list[Instruction]:
+    """After the lock: record the provenance files and the lock's set (the final sync proved
+    it equal to the lock), then install the post-install requirements (their dependencies
+    resolved now)."""
+    record: list[Command | Shell] = [Command(head=("mkdir", "-p", PROVENANCE_DIR))]
+    if config.build.wheel_globs:  # the compiled wheels' sha256 and ABI key
+        record.append(Command(head=("cp", f"{_WHEELS_TMP}/MANIFEST",
+                                    f"{PROVENANCE_DIR}/wheels.MANIFEST")))
+    sources = provenance_sources(config)
+    record.append(Shell(text=("printf '%s\\n' " + " ".join(shlex.quote(s) for s in sources)
+                              if sources else ":") + f" > {PROVENANCE_DIR}/sources.txt"))
     steps: list[Instruction] = [
-        Comment(text="The lock's set as the final sync left it; the asserts prove the "
-                "environment is it plus the post-installs."),
+        Comment(text=f"Provenance in {PROVENANCE_DIR}: the compiled wheels' MANIFEST, the git "
+                "sources, the package set;"),
+        Comment(text="the lock's set as the final sync left it (the asserts prove the "
+                "environment is it plus the post-installs)."),
         Copy(sources=(ENVCHECK_SOURCE,), dest=ENVCHECK),
-        Run(commands=(Command(head=("mkdir", "-p", PROVENANCE_DIR)),
-                      Command(head=("python", "-B", ENVCHECK, "lock-set", FREEZE_LOCK)))),
+        Run(commands=(*record, Command(head=("python", "-B", ENVCHECK, "lock-set", FREEZE_LOCK)))),
     ]
     if plan.outside_lock:
         steps += [
@@ -457,7 +476,7 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
         Comment(text="the local packages; --inexact keeps the compiled wheels installed "
                 "above."),
         _sync_run(plan.final_sync_flags),
-        *_post_install_steps(plan),
+        *_post_install_steps(config, plan),
         Comment(text="Build asserts: a green build proves the stack imports; each says which "
                 "it is, and the"),
         Comment(text=f"RUN writes {ASSERTS_RECORD}, so it is one layer whether kaniko "
@@ -475,6 +494,8 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
             (provenance.LABEL_PLAN_FINGERPRINT, plan.fingerprint),
             (provenance.LABEL_PLAN_STEPS, str(len(plan.layers))),
             (provenance.LABEL_GENERATOR, f"gpurl {gpurl_tasks.__version__}"),
+            (provenance.LABEL_OCI_REVISION, "${GITSHA}"),
+            *([(provenance.LABEL_OCI_SOURCE, b.source_url)] if b.source_url else []),
         )),
     ]
     return Stage(name="rl", base="env", instructions=_with_args(body, _args(config)),
