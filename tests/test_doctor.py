@@ -299,6 +299,21 @@ def test_generated_files_current_then_stale(repo: Path) -> None:
     assert "invoke generate" in stale.detail + str(stale.fix)
 
 
+def test_a_lock_stale_against_its_pyproject_fails_doctor(repo: Path) -> None:
+    """rl/pyproject.toml asks for another torch than rl/uv.lock was resolved for: doctor says
+    so without network, naming the package, both specifiers and `uv lock`."""
+    pyproject = repo / "rl" / "pyproject.toml"
+    text = pyproject.read_text()
+    assert '"torch==2.11.0"' in text
+    pyproject.write_text(text.replace('"torch==2.11.0"', '"torch==2.12.0"', 1))
+    stale = doctor.generated_files(load_config(repo, profile="gpu-rl", env={}))
+    assert stale.failed, stale
+    assert "rl/uv.lock is stale against rl/pyproject.toml" in stale.detail
+    assert "torch: rl/pyproject.toml asks for ==2.12.0, the lock was resolved for ==2.11.0" \
+        in stale.detail
+    assert "uv lock" in stale.detail + str(stale.fix)
+
+
 def _healthy(repo: Path, tmp_path: Path, open_registry: RegistryServer,
              push_registry: RegistryServer, files: str) -> dict[str, str]:
     """The environment of a build whose every prerequisite holds here."""

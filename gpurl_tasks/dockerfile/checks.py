@@ -31,11 +31,14 @@ from gpurl_tasks.plan.model import Plan
 __all__ = [
     "KNOWN_IMPORT_NAMES",
     "LocalCopy",
+    "PinMismatch",
+    "PinMismatchError",
     "assert_modules",
     "check_asserts",
     "check_launcher_environment",
     "check_torch",
     "installed_distributions",
+    "torch_pin_mismatches",
 ]
 
 # Modules whose distribution has another name (a config's build.import-names adds more).
@@ -107,33 +110,67 @@ def check_asserts(build: BuildSettings, installed: frozenset[str], *, note: str 
                          f'"{module}=DISTRIBUTION" to build.import-names')
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PinMismatch:
+    """One build pin the lock contradicts, with the value to set."""
+
+    where: str  # the build table to edit: [tool.gpurl.profiles.NAME(.variants.V).build]
+    key: str  # its key there: torch-version
+    now: str
+    wanted: str
+    why: str
+
+    def line(self) -> str:
+        return f'{self.where} {self.key} = "{self.wanted}" (now "{self.now}": {self.why})'
+
+
+class PinMismatchError(DockerfileError):
+    """Every pin mismatch of every variant generate looked at, in one error."""
+
+    def __init__(self, mismatches: Iterable[PinMismatch]) -> None:
+        self.mismatches = tuple(mismatches)
+        lines = "\n  ".join(m.line() for m in self.mismatches)
+        super().__init__(f"{len(self.mismatches)} build pin(s) contradict the lock; set:\n  {lines}",
+                         hint="edit those keys (or re-lock the workspace), then `invoke generate`")
+
+
+def torch_pin_mismatches(build: BuildSettings, plan: Plan, where: str) -> list[PinMismatch]:
+    """The wheel-builder's torch must be the lock's (same version, same CUDA label), when the
+    variant compiles wheels and its lock installs torch."""
+    torch = next((p for p in plan.closure if p.name == "torch"), None)
+    if not build.wheel_globs or torch is None:
+        return []
+    try:
+        locked = Version(torch.version)
+    except InvalidVersion:
+        return []
+    found: list[PinMismatch] = []
+    try:
+        wanted = Version(build.torch_version)
+        off = wanted.public != locked.public or bool(wanted.local and wanted.local != locked.local)
+    except InvalidVersion:
+        off = True
+    if off:
+        found.append(PinMismatch(where=where, key="torch-version", now=build.torch_version,
+                                 wanted=locked.public,
+                                 why=f"the lock's torch is {torch.version}; the compiled wheels "
+                                     "must match its ABI"))
+    if locked.local and locked.local != build.cuda_tag:
+        found.append(PinMismatch(where=where, key="cuda-tag", now=build.cuda_tag,
+                                 wanted=locked.local,
+                                 why=f"the CUDA label of the lock's torch {torch.version} "
+                                     "(and a base image of that CUDA)"))
+    return found
+
+
 def check_torch(build: BuildSettings, plan: Plan, *, note: str = "") -> str | None:
-    """The wheel-builder's torch is the lock's: same version, same CUDA label. Checked when the
-    variant compiles wheels and its lock installs torch; returns a note saying what matched."""
+    """What matched between the wheel-builder's torch and the lock's (the mismatches are
+    torch_pin_mismatches'), as a note; None when the variant compiles nothing against torch."""
     torch = next((p for p in plan.closure if p.name == "torch"), None)
     if not build.wheel_globs or torch is None:
         return None
-    try:
-        locked = Version(torch.version)
-        wanted = Version(build.torch_version)
-    except InvalidVersion:
-        raise DockerfileError(
-            f"build.torch-version = {build.torch_version!r} is not a version{note}",
-            hint=f"set it to the lock's torch, {torch.version}") from None
-    if wanted.public != locked.public or (wanted.local and wanted.local != locked.local):
-        raise DockerfileError(
-            f"build.torch-version {build.torch_version} is not the lock's torch "
-            f"{torch.version}{note}: the compiled wheels would not match the "
-            "installed torch's ABI",
-            hint=f'set torch-version = "{locked.public}" in the [tool.gpurl] build table of this '
-                 "profile (or variant), or re-lock the workspace")
-    if locked.local and locked.local != build.cuda_tag:
-        raise DockerfileError(
-            f"build.cuda-tag {build.cuda_tag} is not the CUDA label of the lock's torch "
-            f"{torch.version}{note}: the compiled wheels would link another CUDA",
-            hint=f'set cuda-tag = "{locked.local}" (and a base image of that CUDA)')
     return (f"torch: lock {torch.version}, wheel-builder torch {build.torch_version} "
-            f"({build.cuda_tag})")
+            f"({build.cuda_tag}){note}")
 
 
 def _string_assignments(source: str, variable: str) -> list[tuple[int, str]]:

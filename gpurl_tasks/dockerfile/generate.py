@@ -25,10 +25,13 @@ from gpurl_tasks.config import Config, load_committed_config, load_profile_names
 from gpurl_tasks.dockerfile import envcheck
 from gpurl_tasks.dockerfile.checks import (
     LocalCopy,
+    PinMismatch,
+    PinMismatchError,
     check_asserts,
     check_launcher_environment,
     check_torch,
     installed_distributions,
+    torch_pin_mismatches,
 )
 from gpurl_tasks.dockerfile.context import (
     context_rules,
@@ -46,6 +49,7 @@ from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
+from gpurl_tasks.plan.lock import load_lock, lock_staleness
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views
 from gpurl_tasks.plan.report import PlanViews
@@ -232,19 +236,34 @@ def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
             for layer in plan.layers}
 
 
-def _check_compiled(config: Config, plan: Plan) -> tuple[str, ...]:
-    """The provided packages' lock vs compiled versions; a dependent's unmet specifier fails."""
+_COMPILED_KEYS = {"vllm": "vllm-version", "flash-attn": "flash-attn-version"}
+
+
+def _build_table(config: Config) -> str:
+    """The table a variant's build pins are set in."""
+    variant = f".variants.{config.variant.name}" if config.variant.declared and \
+        config.variant != config.variants[0] else ""
+    return f"[tool.gpurl.profiles.{config.profile}{variant}.build]"
+
+
+def pin_mismatches(config: Config, plan: Plan) -> tuple[list[PinMismatch], tuple[str, ...]]:
+    """(every build pin of the variant the lock contradicts, with the value to set; the notes
+    on what matched): the wheel-builder's torch and CUDA label, and each compiled wheel's
+    version against what the lock's dependents require of it."""
+    where = _build_table(config)
+    found = torch_pin_mismatches(config.build, plan, where)
     if not plan.provided:
-        return ()
+        return found, ()
     pins = pins_from_args({}, config.build, config.target)  # the ARG defaults are the config's
     lines, problems = check_provided(plan.provided, pins, config.build.wheel_globs)
-    if problems:
-        raise DockerfileError("the compiled wheels break the lock's requirements: "
-                              + "; ".join(problems) + config.variant.note,
-                              hint="build the fork at a version the lock allows (the variant's "
-                                   "build table can pin its own), or re-lock the workspace "
-                                   "against the fork's version")
-    return tuple(lines)
+    locked = {p.name: p.version for p in plan.provided}
+    for name, key in _COMPILED_KEYS.items():
+        mine = [p for p in problems if p.startswith(f"{name} ")]
+        if mine:
+            now = getattr(config.build, key.replace("-", "_"))
+            found.append(PinMismatch(where=where, key=key, now=now, wanted=locked[name],
+                                     why="; ".join(mine) + " (the lock's version)"))
+    return found, tuple(lines)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -284,11 +303,33 @@ def check_launcher(config: Config, text: str | None = None) -> None:
                                where=str(where))
 
 
+def check_lock_current(config: Config) -> None:
+    """The lock is not stale against its workspace's pyproject.toml (as `uv lock --check`
+    would say, without network): a stale lock plans an image of what nobody asks for."""
+    pyproject = config.workspace / "pyproject.toml"
+    if not pyproject.is_file() or not config.lock.is_file():
+        return
+    where = pyproject.relative_to(config.root) if pyproject.is_relative_to(config.root) else pyproject
+    stale = lock_staleness(read_text(pyproject, what="pyproject.toml", error=LockError),
+                           load_lock(config.lock), where=str(where))
+    if stale:
+        lock = config.lock.relative_to(config.root) if config.lock.is_relative_to(config.root) \
+            else config.lock
+        raise LockError(f"{lock} is stale against {where} ({len(stale)} difference(s)): "
+                        + "; ".join(stale),
+                        hint=f"run `uv lock` in {config.workspace.relative_to(config.root)} "
+                             "(`uv lock --check` says the same), then `invoke generate`")
+
+
 def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) -> Rendered:
     """Check a variant against its lock and render every file it generates; writes nothing."""
     check_launcher(config)
-    notes = list(_check_compiled(config, plan))
-    torch = check_torch(config.build, plan, note=config.variant.note)
+    check_lock_current(config)
+    mismatches, compiled = pin_mismatches(config, plan)
+    if mismatches:
+        raise PinMismatchError(mismatches)
+    notes = list(compiled)
+    torch = check_torch(config.build, plan)
     if torch:
         notes.append(torch)
     installed = installed_distributions(plan, provided_names(config.build.wheel_globs))
@@ -526,16 +567,32 @@ def generate_profiles(root: Path, profile: str | None, *, check: bool,
     names = (profile,) if profile else load_profile_names(root)
     rendered: list[Rendered] = []
     leftover: list[Leftover] = []
+    mismatched: list[PinMismatch] = []
     for name in names:
         config = load_committed_config(root, name)
         configs = [config.for_variant(v) for v in config.variants]
 
         def render(config: Config = config, configs: list[Config] = configs) -> list[Rendered]:
             plans = fitted_plans(config, repack=repack)  # every variant at once: shared slices
-            return [render_variant(c, plans[c.variant.name], extra) for c in configs]
+            done: list[Rendered] = []
+            pins: list[PinMismatch] = []
+            for c in configs:  # every variant's pin mismatches, not only the first one's
+                try:
+                    done.append(render_variant(c, plans[c.variant.name], extra))
+                except PinMismatchError as exc:
+                    pins += exc.mismatches
+            if pins:
+                raise PinMismatchError(pins)
+            return done
 
-        ours = _rendered(configs, render, check=check)
+        try:
+            ours = _rendered(configs, render, check=check)
+        except PinMismatchError as exc:  # every profile's, in one run
+            mismatched += exc.mismatches
+            continue
         leftover += _leftovers(name, ours, whole_profile=True)
         rendered += ours
+    if mismatched:
+        raise PinMismatchError(mismatched)
     return GenerateSummary(root=root, check=check,
                            results=tuple(_apply(root, rendered, leftover, check=check)))
