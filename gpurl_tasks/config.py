@@ -29,6 +29,7 @@ from gpurl_tasks.units import parse_size
 __all__ = [
     "DEFAULT_LAYOUT",
     "DEFAULT_VARIANT",
+    "OTHER_VARIABLES",
     "SHARED",
     "Bakes",
     "BuildSettings",
@@ -52,6 +53,7 @@ __all__ = [
     "load_config",
     "load_profile_names",
     "profile_from_env",
+    "unknown_variables",
 ]
 
 _KW = {"frozen": True, "kw_only": True}
@@ -65,6 +67,8 @@ WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
 EnvSource = Literal["composed", "chain"]  # how the cluster build makes the environment
+# What verify-layers asks of an image's attached SBOM and provenance (attest/check.py)
+Attestations = Literal["required", "if-present", "off"]
 # What a change of a key asks of the pinned image (rebuild-needed): the compiled wheels and the
 # image rebuilt ("wheels"), the image rebuilt ("image"), or nothing ("none": the key does not
 # reach what the image holds, e.g. the job's resources, the verify rules, where files live).
@@ -165,7 +169,8 @@ class RegistrySettings:
     """Where the image is pushed and how its tags are named."""
 
     host: str = _field("ghcr.io", check=values.registry_host, bakes="none")
-    repository: str = _field("open-thoughts/openthoughts-agent", bakes="none")
+    repository: str = _field("open-thoughts/openthoughts-agent", check=values.repository,
+                             bakes="none")
     user: str = _field("", check=values.optional(values.plain_name), bakes="none")
     tag_prefix: str = _field("gpu-rl", check=values.plain_name, bakes="none")
     floating_tag: str = _field("gpu-rl", check=values.plain_name, bakes="none")
@@ -338,6 +343,10 @@ class VerifySettings:
     min_layers: int = _field(20, bakes="none")
     # every layer's target; None: layers.cap (a small demo cap is for sync layers)
     cap: int | None = _field(None, size=True, bakes="none")
+    # the attached SBOM and provenance: "required" (pin refuses an image without them),
+    # "if-present" (checked when attached: images built before gpurl attached them, and the
+    # cluster job's, which does not attach them yet), "off"
+    attestations: Attestations = _field("if-present", bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
@@ -539,7 +548,7 @@ def _unknown(key: str, where: str) -> ConfigError:
     if key in _MIGRATED:
         return ConfigError(f"{key} in {where} is no longer a key: {_MIGRATED[key]}",
                            hint=_MIGRATION_HINT)
-    close = difflib.get_close_matches(key, _known_keys(), n=1)
+    close = difflib.get_close_matches(key, (*_known_keys(), "default-profile", "profiles"), n=1)
     hint = f"did you mean {close[0]!r}?" if close else "every key is in docs/config.md"
     return ConfigError(f"unknown config key {key!r} in {where}", hint=hint)
 
@@ -581,6 +590,26 @@ def environment_value(dotted: str, env: Mapping[str, str] | None = None) -> str 
 def environment_variable(dotted: str) -> str:
     """The GPURL_<SECTION>_<KEY> variable that sets config key `dotted` (layers.cap: GPURL_LAYERS_CAP)."""
     return "GPURL_" + dotted.upper().replace(".", "_").replace("-", "_")
+
+
+# GPURL_* variables that are not config keys (tests/test_architecture.py says who reads each);
+# the last four steer the test harness
+OTHER_VARIABLES = frozenset({
+    PROFILE_ENV, "GPURL_DEBUG", "GPURL_REGISTRY_TOKEN", "GPURL_KANIKO_ROOT", "GPURL_IRIS",
+    "GPURL_DOCKER_CLIENT", "GPURL_CACHE_DIR", "GPURL_LOG", "GPURL_PROBE",
+    "GPURL_IRIS_CONTRACT", "GPURL_TEST_KANIKO_ROOTS", "GPURL_TEST_PATH_PREPEND",
+    "GPURL_FUZZ_SCALE"})
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """GPURL_* variables in `env` that nothing reads (`GPURL_LAYERS_CAPP`), each with the
+    closest variable that is read (None: none is close): a typo is otherwise silently ignored."""
+    known = sorted({environment_variable(k) for k in _known_keys()} | OTHER_VARIABLES)
+    found = []
+    for name in sorted(n for n in env if n.startswith("GPURL_") and n not in known):
+        close = difflib.get_close_matches(name[6:], [k[6:] for k in known], n=1)
+        found.append((name, "GPURL_" + close[0] if close else None))
+    return found
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
@@ -709,6 +738,7 @@ def load_config(
     root = root.resolve()
     tool = _tool_table(root, pyproject_text)
     profiles = _table(tool.get("profiles", {}), "[tool.gpurl.profiles]")
+    _flatten(tool, "[tool.gpurl]")  # a misspelled key is named before the profile is chosen
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
         raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
@@ -795,7 +825,8 @@ def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
                     try:
                         key.check(value, dotted)
                     except ConfigError as exc:
-                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint) from None
+                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint or (
+                            f"docs/config.md gives {dotted}'s form and default")) from None
                 if isinstance(value, Path):
                     value = base / value
                     if key.inside:  # issue 30: written or copied, so never outside the repository

@@ -51,7 +51,7 @@ from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
 from gpurl_tasks.plan.lock import load_lock, lock_staleness
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.profile import plan_profile, plan_views
+from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs
 from gpurl_tasks.plan.report import PlanViews
 from gpurl_tasks.plan.slices import SliceLine, render_slice
 from gpurl_tasks.plan.wheelglobs import provided_names
@@ -206,8 +206,10 @@ def fitted_plans(config: Config, *, repack: bool = False,
         return {v.name: _count(config.for_variant(v), plans[v.name], base_layers)
                 for v in config.variants}
 
-    budget = min(c.slice_budget() for c in counted(plan_profile(config, repack=repack)).values())
-    plans = plan_profile(config, repack=repack, max_slices=budget)
+    inputs = profile_inputs(config)  # closures and sizes once, for both plans
+    first = plan_profile(config, repack=repack, inputs=inputs)
+    budget = min(c.slice_budget() for c in counted(first).values())
+    plans = plan_profile(config, repack=repack, max_slices=budget, inputs=inputs)
     for name, count in counted(plans).items():
         _check_fits(config, plans[name], count)
     return plans
