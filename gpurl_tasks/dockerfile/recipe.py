@@ -11,8 +11,12 @@ forget one (runbook sections 2, 4, 5, 6):
 - the slices: per planned layer a COPY of its slice file and `uv pip install --no-deps
   --require-hashes -r` it, then one final `uv sync --frozen` with the profile's selection; no
   uv cache in a layer, no bytecode (it would break the size model);
-- the compiled wheels and harbor survive the final sync because that sync is `--inexact` (an
-  exact sync would uninstall them) and excludes the packages the compiled wheels provide;
+- the compiled wheels survive the final sync because that sync is `--inexact` (an exact sync
+  would uninstall them) and excludes the packages the compiled wheels provide;
+- the MANIFEST's ABI key is compared before any wheel installs; every apt-get and uv/pip
+  download waits a bounded time (build.apt-* and build.http-*);
+- after the lock: `build.post-install`, then the proof that the environment is the lock's set
+  plus them and their dependencies, and the `uv pip check` gate (docker/gpurl-envcheck.py);
 - the build asserts are one RUN that writes a record (a file-less RUN is an empty layer when
   kaniko takes it from its cache); provenance LABELs come last so a new git sha does not
   invalidate the cache of any layer.
@@ -141,7 +145,7 @@ def _with_args(body: list[Instruction], known: dict[str, str]) -> tuple[Instruct
 
     A global ARG is visible only in FROM lines: without `ARG NAME` inside the stage the value
     is silently empty. Declaring it late matters too: every RUN after an ARG sees it, so an ARG
-    declared at the top would tie every slice layer's cache to, say, HARBOR_COMMIT.
+    declared at the top would tie every slice layer's cache to, say, VLLM_FORK_COMMIT.
     """
     out: list[Instruction] = []
     declared: set[str] = set()
