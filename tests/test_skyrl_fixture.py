@@ -177,11 +177,14 @@ def test_the_megatron_asserts_hold_only_for_its_variant() -> None:
         _render("standard", **{"build.import-asserts": [megatron]})
 
 
+MEGATRON_BUILD = "[tool.gpurl.profiles.skyrl.variants.megatron.build]"
+
+
 @pytest.mark.parametrize(("key", "value", "needle"), [
-    ("build.torch-version", "2.11.0", "build.torch-version 2.11.0 is not the lock's torch "
-                                      "2.9.1+cu128 (variant 'megatron')"),
-    ("build.cuda-tag", "cu130", "build.cuda-tag cu130 is not the CUDA label of the lock's torch "
-                                "2.9.1+cu128 (variant 'megatron')"),
+    ("build.torch-version", "2.11.0", f'{MEGATRON_BUILD} torch-version = "2.9.1" (now "2.11.0": '
+                                      "the lock's torch is 2.9.1+cu128"),
+    ("build.cuda-tag", "cu130", f'{MEGATRON_BUILD} cuda-tag = "cu128" (now "cu130": the CUDA '
+                                "label of the lock's torch 2.9.1+cu128"),
 ])
 def test_the_wheel_builders_torch_must_be_the_locks(key: str, value: str, needle: str) -> None:
     with pytest.raises(DockerfileError) as err:
@@ -225,8 +228,9 @@ def test_a_variants_wrong_pin_names_the_variant_and_writes_nothing(tmp_path: Pat
     before = _snapshot(root)
     with pytest.raises(DockerfileError) as err:
         generate_profiles(root, "skyrl", check=False, extra=script_files)
-    assert "flash-attn 2.8.3 (compiled) does not satisfy skyrl-train's requirement " \
-           "flash-attn==2.8.1 (variant 'megatron')" in err.value.message
+    assert f'{MEGATRON_BUILD} flash-attn-version = "2.8.1" (now "2.8.3": flash-attn 2.8.3 ' \
+           "(compiled) does not satisfy skyrl-train's requirement flash-attn==2.8.1" \
+           in err.value.message
     assert _snapshot(root) == before
 
 
