@@ -329,7 +329,8 @@ def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:
                            "--no-cache", "--dry-run"], cwd=REPO_ROOT, capture_output=True,
                           text=True, check=False)
     assert proc.returncode != 0
-    assert "are local-backend flags" in proc.stderr
+    assert "--no-cache is a local-backend flag" in proc.stderr
+    assert "add --backend local" in proc.stderr  # what to do, not only what is wrong
 
 
 def test_environment_overrides_do_not_make_committed_files_stale(tmp_path: Path) -> None:
