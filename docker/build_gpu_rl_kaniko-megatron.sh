@@ -63,8 +63,8 @@ esac
 mkdir -p "$WORK"
 
 if ! command -v curl >/dev/null 2>&1; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends ca-certificates curl >/dev/null
+  apt-get -o Acquire::Retries=3 -o Acquire::http::Timeout=60 -o Acquire::https::Timeout=60 update -qq
+  apt-get -o Acquire::Retries=3 -o Acquire::http::Timeout=60 -o Acquire::https::Timeout=60 install -y -qq --no-install-recommends ca-certificates curl >/dev/null
 fi
 fetch() { curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }
 
@@ -115,12 +115,17 @@ else
   die "cannot check whether $DESTINATION exists: $(tr '\n' ' ' <"$WORK/crane.err")"
 fi
 
+ABI_KEY='fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 platform=linux_x86_64 arch-list=8.0;9.0'
 if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   echo "==> prebuilt wheels from $WHEEL_BASE_URL"
   mkdir -p "$WHEELHOUSE"
   NO_COMPILE="not compiling instead; set WHEEL_SOURCE=wheel-builder to compile"
   fetch "$WHEEL_BASE_URL/MANIFEST" "$WHEELHOUSE/MANIFEST" \
     || die "MANIFEST is missing at $WHEEL_BASE_URL/MANIFEST ($NO_COMPILE)"
+  found_key="$(sed -n 's/^# gpurl-abi //p' "$WHEELHOUSE/MANIFEST")"
+  [ "$found_key" = "$ABI_KEY" ] \
+    || die "the MANIFEST at $WHEEL_BASE_URL records another ABI key: expected '$ABI_KEY'," \
+      "found '${found_key:-none}' (rebuild the wheels for these pins; $NO_COMPILE)"
   for whl in "${PREBUILT_WHEELS[@]}"; do
     want="$(awk -v f="$whl" '$2 == f || $2 == "*" f { print $1 }' "$WHEELHOUSE/MANIFEST")"
     [ -n "$want" ] || die "MANIFEST at $WHEEL_BASE_URL has no entry for $whl"
@@ -164,7 +169,7 @@ export DOCKER_CONFIG
 if [ -n "$JOB_CERTS" ]; then export SSL_CERT_FILE="$JOB_CERTS"; fi
 crane() { "$WORK/crane" "$@" 2>"$WORK/crane.err"; }
 said() { tr '\n' ' ' <"$WORK/crane.err"; }
-VENV=/opt/venv
+VENV=/opt/openthoughts/envs/rl
 LEVEL=6
 for doc in manifest config; do
   crane "$doc" "$ENV_BASE" >"$WORK/env-base.$doc" || die "cannot read $ENV_BASE: $(said)"

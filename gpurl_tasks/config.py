@@ -224,18 +224,30 @@ class BuildSettings:
     vllm_fork_repo: str = _field("", check=values.git_url, bakes="wheels")
     vllm_fork_commit: str = _field("", check=values.commit, bakes="wheels")
     vllm_version: str = _field("", check=values.version, bakes="wheels")
-    harbor_repo: str = _field("", check=values.git_url, bakes="image")
-    harbor_commit: str = _field("", check=values.commit, bakes="image")
+    # TORCH_CUDA_ARCH_LIST of the compile ("8.0;9.0;10.0"), recorded in the MANIFEST's ABI key
+    cuda_arch_list: str = _field("", check=values.optional(values.cuda_arch_list), bakes="wheels")
     # wheel-builder: the slow nvcc path
     wheel_source: WheelSource = _field("prebuilt-wheelhouse", bakes="wheels")
     # where the prebuilt wheels and their MANIFEST are published
     wheel_base_url: str = _field("", check=values.url, bakes="image")
     max_jobs: int = _field(8, bakes="none")
+    # the repository the image is built from: label org.opencontainers.image.source (empty: none)
+    source_url: str = _field("", check=values.optional(values.url), bakes="none")
     apt_packages: tuple[str, ...] = _field(
         ("ca-certificates", "curl", "git", "ibverbs-providers", "ibverbs-utils", "libibverbs1",
          "librdmacm1", "rdma-core"), check=values.each(values.apt_package), bakes="image")
     # empty: uv's default; the demo points it at a loopback index
     index_url: str = _field("", check=values.optional(values.url), bakes="image")
+    # Bounded network waits in every stage (a stalled mirror once left a 48-core job alive with
+    # no output): apt-get's -o Acquire::Retries / Acquire::http(s)::Timeout (seconds), and
+    # uv's UV_HTTP_TIMEOUT (seconds) / UV_HTTP_RETRIES (pip's PIP_DEFAULT_TIMEOUT / PIP_RETRIES)
+    apt_retries: int = _field(3, bakes="none")
+    apt_timeout: int = _field(60, bakes="none")
+    http_timeout: int = _field(600, bakes="none")
+    http_retries: int = _field(5, bakes="none")
+    # the environment's path in the image (UV_PROJECT_ENVIRONMENT, VIRTUAL_ENV, PATH): where
+    # the launcher's python is (launcher.python-variable)
+    venv: str = _field("/opt/venv", check=values.image_path, bakes="image")
     # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
     # uv is pip-installed into /opt/uv inside the image
     uv_version: str = _field("0.13.9", check=values.version, bakes="image")
@@ -255,8 +267,20 @@ class BuildSettings:
     # "module=distribution" where an assert imports a module under another name than its
     # distribution's (yaml=pyyaml); generate checks every assert against the variant's closure
     import_names: tuple[str, ...] = _field((), bakes="none")
-    # harbor from HARBOR_REPO@HARBOR_COMMIT when the lock lacks it
-    install_harbor: bool = _field(False, bakes="image")
+    # Requirements installed after the lock's final sync, each pinned (`name==1.2.3`, or
+    # `name[extra] @ git+URL@<commit>`), each with optional asserts after ' | ': `fastapi==0.115.6
+    # | import fastapi`. Their dependencies are resolved at build time; the image proves it holds
+    # exactly the lock's closure plus these and their dependencies (recipe.py).
+    post_install: tuple[str, ...] = _field((), check=values.each(values.post_install),
+                                           bakes="image")
+    # the `uv pip check` gate: the conflicts it tolerates, each an fnmatch pattern of one line
+    # it prints ("The package `aiobotocore` requires `botocore*"); any other conflict fails
+    pip_check_allow: tuple[str, ...] = _field((), check=values.each(values.one_line),
+                                              bakes="none")
+
+    @property
+    def post_installs(self) -> tuple[values.PostInstall, ...]:
+        return tuple(values.post_install_entry(e, "build.post-install") for e in self.post_install)
 
 
 @dataclasses.dataclass(**_KW)
@@ -331,6 +355,9 @@ class LauncherSettings:
 
     path: Path = _field(Path("cloud/iris/launch_rl_iris.py"), inside=True, bakes="none")
     variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier, bakes="none")
+    # the launcher's variable holding the environment's python (or its directory): where the
+    # launcher assigns it, generate and pin refuse a path outside build.venv
+    python_variable: str = _field("RL_PYTHON", check=values.identifier, bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
@@ -506,7 +533,21 @@ def config_fingerprint(config: Config) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+# Keys that were replaced, with what to write instead.
+_MIGRATED = {
+    "build.install-harbor": "harbor is one build.post-install entry now",
+    "build.harbor-repo": "harbor is one build.post-install entry now",
+    "build.harbor-commit": "harbor is one build.post-install entry now",
+}
+_MIGRATION_HINT = ('write post-install = ["harbor[EXTRAS] @ git+<harbor-repo>@<harbor-commit> | '
+                   'import harbor"] in the build table and remove install-harbor, harbor-repo and '
+                   "harbor-commit")
+
+
 def _unknown(key: str, where: str) -> ConfigError:
+    if key in _MIGRATED:
+        return ConfigError(f"{key} in {where} is no longer a key: {_MIGRATED[key]}",
+                           hint=_MIGRATION_HINT)
     close = difflib.get_close_matches(key, (*_known_keys(), "default-profile", "profiles"), n=1)
     hint = f"did you mean {close[0]!r}?" if close else "every key is in docs/config.md"
     return ConfigError(f"unknown config key {key!r} in {where}", hint=hint)

@@ -60,8 +60,13 @@ PURPOSE: dict[str, str] = {
     "build.vllm-fork-repo": "the git repository of the vLLM fork",
     "build.vllm-fork-commit": "the fork's commit the wheels are built from",
     "build.vllm-version": "the fork's version (checked against what the lock's dependents require)",
-    "build.harbor-repo": "the git repository harbor is installed from when the lock lacks it",
-    "build.harbor-commit": "harbor's commit",
+    "build.cuda-arch-list": "TORCH_CUDA_ARCH_LIST of the compile, recorded in the MANIFEST's ABI key",
+    "build.apt-retries": "every apt-get's `-o Acquire::Retries` (a stalled mirror fails, never hangs)",
+    "build.apt-timeout": "every apt-get's `Acquire::http(s)::Timeout`, in seconds",
+    "build.http-timeout": "UV_HTTP_TIMEOUT and PIP_DEFAULT_TIMEOUT of every stage, in seconds",
+    "build.http-retries": "UV_HTTP_RETRIES and PIP_RETRIES of every stage",
+    "build.source-url": "the repository the image is built from (label org.opencontainers.image.source)",
+    "build.venv": "the environment's path in the image, where the launcher's python is",
     "build.wheel-source": ("prebuilt-wheelhouse (published wheels) or wheel-builder (compile with nvcc in "
                            "the build)"),
     "build.wheel-base-url": "where the prebuilt wheels and their MANIFEST are published",
@@ -77,7 +82,8 @@ PURPOSE: dict[str, str] = {
     "build.wheel-globs": "the compiled wheels the rl stage installs with --no-deps",
     "build.import-asserts": "Python statements run in the image, one RUN each (a variant's are added)",
     "build.import-names": "`module=distribution` where an assert imports another name than its distribution",
-    "build.install-harbor": "install harbor from harbor-repo@harbor-commit when the lock lacks it",
+    "build.pip-check-allow": "the `uv pip check` conflicts tolerated (fnmatch patterns); any other fails",
+    "build.post-install": "pinned requirements installed after the lock, each `req[ | assert]...`",
     "cluster.name": "the iris cluster (`iris --cluster=NAME`)",
     "cluster.controller-url": "an iris controller URL instead of the cluster name (wins when set)",
     "cluster.cpu": "CPUs of the build job",
@@ -102,6 +108,7 @@ PURPOSE: dict[str, str] = {
     "verify.cap": "every layer's target (unset: layers.cap)",
     "verify.attestations": ("the image's attached SBOM and provenance: required (pin refuses an "
                             "image without them), if-present (checked when attached), or off"),
+    "launcher.python-variable": "the launcher's variable naming the environment's python (in build.venv)",
     "launcher.path": "the launcher file the pin is written into, relative to the workspace",
     "launcher.variable": "the variable holding the pinned image",
 }

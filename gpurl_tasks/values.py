@@ -13,6 +13,7 @@ the lock reader passes LockError) with `key` in the message: `build.apt-packages
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,14 +33,17 @@ __all__ = [
     "SOURCE_ID_PATTERN",
     "VARIABLE",
     "Check",
+    "PostInstall",
     "apt_package",
     "commit",
+    "cuda_arch_list",
     "each",
     "expand_variables",
     "git_url",
     "gzip_level",
     "hash_digest",
     "identifier",
+    "image_path",
     "image_reference",
     "index_url",
     "inside_repository",
@@ -47,6 +51,8 @@ __all__ = [
     "optional",
     "package_name",
     "plain_name",
+    "post_install",
+    "post_install_entry",
     "profile_name",
     "registry_host",
     "repository",
@@ -194,6 +200,18 @@ def sha256_hex(value: object, key: str, *, error: type[GpurlError] = ConfigError
     return text
 
 
+_ARCH = r"[0-9]+\.[0-9]+a?(?:\+PTX)?"
+_ARCH_LIST = re.compile(rf"{_ARCH}(?:;{_ARCH})*")
+
+
+def cuda_arch_list(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A TORCH_CUDA_ARCH_LIST: compute capabilities separated by ';' (`8.0;9.0;10.0+PTX`)."""
+    text = _string(value, key, error, "a CUDA arch list")
+    if not _ARCH_LIST.fullmatch(text):
+        raise _bad(error, key, value, "compute capabilities separated by ';', like \"8.0;9.0\"")
+    return text
+
+
 def commit(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
     """A git commit id: 7 to 40 lowercase hex digits."""
     text = _string(value, key, error, "a commit id")
@@ -269,11 +287,75 @@ def wheel_glob(value: object, key: str, *, error: type[GpurlError] = ConfigError
     return text
 
 
+POST_INSTALL_SEPARATOR = " | "
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PostInstall:
+    """One `build.post-install` entry: `REQUIREMENT[ | ASSERT[ | ASSERT...]]`."""
+
+    requirement: str  # `name==1.2.3`, `name[extra]==1.2.3` or `name[extra] @ git+URL@<commit>`
+    name: str  # its normalised distribution name
+    asserts: tuple[str, ...]  # Python statements run in the image after it is installed
+
+
+def post_install(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A `build.post-install` entry (post_install_entry's grammar), unchanged."""
+    post_install_entry(value, key, error=error)
+    return str(value)
+
+
+def post_install_entry(value: object, key: str, *,
+                       error: type[GpurlError] = ConfigError) -> PostInstall:
+    """A requirement installed after the lock, pinned: `==` one exact version, or a git URL
+    at a commit; then its optional asserts, each after ' | '."""
+    text = one_line(value, key, error=error)
+    requirement, *asserts = (part.strip() for part in text.split(POST_INSTALL_SEPARATOR))
+    expected = ("'name==1.2.3' or 'name @ git+https://host/repo.git@<commit>', then optional "
+                "' | <assert>'s")
+    try:
+        parsed = _Requirement(requirement)
+    except InvalidRequirement:
+        raise _bad(error, key, value, expected) from None
+    if parsed.url is not None:
+        url(parsed.url.removeprefix("git+"), key, error=error, schemes=GIT_SCHEMES)
+        rev = parsed.url.rsplit("@", 1)[-1] if parsed.url.count("@") >= 1 else ""
+        if not parsed.url.startswith("git+") or not _COMMIT.fullmatch(rev) \
+                or not _URL_CHARS.fullmatch(parsed.url):
+            raise _bad(error, key, value, "a git URL at a commit (git+https://...@<sha>)",
+                       hint="pin the commit, never a branch or a tag: the image must be "
+                            "reproducible")
+    else:
+        exact = [s for s in parsed.specifier if s.operator in ("==", "===")]
+        if len(exact) != 1 or len(parsed.specifier) != 1 or "*" in exact[0].version:
+            raise _bad(error, key, value, expected,
+                       hint=f"pin one exact version: {parsed.name}==<version>")
+    if parsed.marker is not None or any(c.isspace() for c in requirement.replace(" @ ", "@")):
+        raise _bad(error, key, value, expected + " (no markers, no options)")
+    for i, statement in enumerate(asserts):
+        one_line(statement, f"{key} assert {i + 1}", error=error)
+    return PostInstall(requirement=requirement, name=re.sub(r"[-_.]+", "-", parsed.name).lower(),
+                       asserts=tuple(asserts))
+
+
 def resource_size(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
     """An iris `--memory`/`--disk` size: digits and a unit (`512GB`, `400G`, `1.5Ti`)."""
     text = _string(value, key, error, "a size")
     if not _SIZE.fullmatch(text):
         raise _bad(error, key, value, "a size like 512GB (digits and a unit, no sign or spaces)")
+    return text
+
+
+_IMAGE_PATH = re.compile(r"(?:/[A-Za-z0-9][A-Za-z0-9._-]*)+")
+
+
+def image_path(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """An absolute directory path inside the image (`/opt/venv`): '/'-separated names of
+    letters, digits, '.', '_' and '-', no trailing '/', no '..'."""
+    text = _string(value, key, error, "an absolute path")
+    if not _IMAGE_PATH.fullmatch(text) or ".." in text.split("/") or text == "/":
+        raise _bad(error, key, value, "an absolute path like /opt/venv (letters, digits, "
+                   "'._-' between '/', no '..', no trailing '/')")
     return text
 
 

@@ -32,10 +32,15 @@ _WRITE_WHEEL = (
 )
 
 
+# the ABI key line the demo's wheel-builder writes for its pins (its MANIFEST's first line)
+_DEMO_KEY = ("# gpurl-abi fork=- flash-attn=- torch=- cuda=cu128 py=cp311 platform=linux_x86_64 "
+             "arch-list=8.0;9.0")
+
+
 def _dockerfile(base: str, tag: str) -> str:
     return (f"FROM {base} AS wheel-builder\n"
             f"RUN mkdir /wheels && cd /wheels && python3 -c \"{_WRITE_WHEEL}\" {tag} "
-            "&& sha256sum -- *.whl > MANIFEST\n")
+            f"&& {{ echo '{_DEMO_KEY}'; sha256sum -- *.whl; }} > MANIFEST\n")
 
 
 @pytest.fixture(scope="module")

@@ -218,13 +218,31 @@ def test_push_scope_on_a_basic_auth_registry(tmp_path: Path) -> None:
 # --- prebuilt wheels on a loopback file server ------------------------------------------------
 
 
-def _wheel_dir(root: Path, config: Config, *, listed: int, present: int) -> tuple[str, ...]:
+# the ABI key gpu-rl's pins and arch list call for (the MANIFEST's first line)
+GPU_RL_KEY = ("fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 "
+              "platform=linux_x86_64 arch-list=8.0;9.0")
+
+
+def _wheel_dir(root: Path, config: Config, *, listed: int, present: int,
+               key: str = GPU_RL_KEY) -> tuple[str, ...]:
     names = kaniko.prebuilt_wheel_names(config)
     root.mkdir(parents=True, exist_ok=True)
     for name in names[:present]:
         (root / name).write_bytes(b"PK\x03\x04 wheel " + name.encode())
-    (root / "MANIFEST").write_text("".join(f"{'0' * 64}  {n}\n" for n in names[:listed]))
+    (root / "MANIFEST").write_text(f"# gpurl-abi {key}\n"
+                                   + "".join(f"{'0' * 64}  {n}\n" for n in names[:listed]))
     return names
+
+
+def test_prebuilt_wheels_for_another_arch_list_fail_with_both_keys(tmp_path: Path) -> None:
+    with serve_files(tmp_path) as url:
+        config = _config("127.0.0.1:1", GPURL_BUILD_WHEEL_BASE_URL=url)
+        _wheel_dir(tmp_path, config, listed=2, present=2,
+                   key=GPU_RL_KEY.replace("8.0;9.0", "8.0;9.0;10.0"))
+        check = doctor.prebuilt_wheels(config)
+    assert check.failed and "records another ABI key" in check.detail, check
+    assert f"expected {GPU_RL_KEY!r}" in check.detail
+    assert "found " + repr(GPU_RL_KEY.replace("8.0;9.0", "8.0;9.0;10.0")) in check.detail
 
 
 @pytest.mark.parametrize(("listed", "present", "expected"), [
@@ -279,6 +297,21 @@ def test_generated_files_current_then_stale(repo: Path) -> None:
     stale = doctor.generated_files(config)
     assert stale.failed and "docker/build_gpu_rl_kaniko.sh missing or stale" in stale.detail
     assert "invoke generate" in stale.detail + str(stale.fix)
+
+
+def test_a_lock_stale_against_its_pyproject_fails_doctor(repo: Path) -> None:
+    """rl/pyproject.toml asks for another torch than rl/uv.lock was resolved for: doctor says
+    so without network, naming the package, both specifiers and `uv lock`."""
+    pyproject = repo / "rl" / "pyproject.toml"
+    text = pyproject.read_text()
+    assert '"torch==2.11.0"' in text
+    pyproject.write_text(text.replace('"torch==2.11.0"', '"torch==2.12.0"', 1))
+    stale = doctor.generated_files(load_config(repo, profile="gpu-rl", env={}))
+    assert stale.failed, stale
+    assert "rl/uv.lock is stale against rl/pyproject.toml" in stale.detail
+    assert "torch: rl/pyproject.toml asks for ==2.12.0, the lock was resolved for ==2.11.0" \
+        in stale.detail
+    assert "uv lock" in stale.detail + str(stale.fix)
 
 
 def _healthy(repo: Path, tmp_path: Path, open_registry: RegistryServer,

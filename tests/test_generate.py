@@ -17,8 +17,10 @@ from gpurl_tasks.dockerfile.generate import (
     generate,
     render_dockerfile,
 )
+from gpurl_tasks.dockerfile.model import DockerfileError
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.files import write_atomic
+from gpurl_tasks.plan.lock import load_lock, lock_staleness
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice, sync_selection_flags
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
@@ -82,6 +84,32 @@ def test_golden_small_config(small_root: Path) -> None:
     assert text == golden.read_text(), "rendering changed: rerun with UPDATE_GOLDEN=1 and review"
 
 
+def test_generate_refuses_a_launcher_whose_python_is_elsewhere(small_root: Path) -> None:
+    """The launcher's RL_PYTHON (or the variable launcher.python-variable names) must be in
+    build.venv: otherwise every task dies on a missing python. Both paths are named, nothing
+    is written; a launcher that names no python passes."""
+    launcher = small_root / "ws" / "cloud" / "iris" / "launch_rl_iris.py"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text('X = 1\nRL_PYTHON = "/opt/openthoughts/envs/rl/bin/python"\n')
+    config = load_config(small_root, env={})
+    assert config.build.venv == "/opt/venv"
+    with pytest.raises(DockerfileError) as caught:
+        generate(config, planner=hand_plan)
+    assert caught.value.message == (
+        "ws/cloud/iris/launch_rl_iris.py:2: RL_PYTHON = '/opt/openthoughts/envs/rl/bin/python' "
+        "is not in the image's environment /opt/venv: every task would fail with 'No such file "
+        "or directory'")
+    assert 'build.venv = "/opt/openthoughts/envs/rl"' in str(caught.value.hint)
+    assert not config.build.dockerfile.exists()
+    moved = load_config(small_root, env={}, overrides={"build.venv": "/opt/openthoughts/envs/rl"})
+    generate(moved, planner=hand_plan)
+    assert 'UV_PROJECT_ENVIRONMENT="/opt/openthoughts/envs/rl"' in moved.build.dockerfile.read_text()
+    launcher.write_text('RL_ENV_DIR = "/srv/env"\n')
+    other = load_config(small_root, env={}, overrides={"launcher.python-variable": "RL_ENV_DIR"})
+    with pytest.raises(DockerfileError, match="RL_ENV_DIR = '/srv/env' is not in"):
+        generate(other, planner=hand_plan)
+
+
 def test_generate_writes_then_check_passes_then_fails_when_stale(small_root: Path) -> None:
     config = load_config(small_root, env={})
     path = config.build.dockerfile
@@ -97,7 +125,8 @@ def test_generate_writes_then_check_passes_then_fails_when_stale(small_root: Pat
     with pytest.raises(StaleFileError, match="stale") as err:
         generate(config, check=True, planner=hand_plan)
     assert err.value.exit_code != 0 and "invoke generate --profile small" in str(err.value)
-    assert sorted(p.name for p in path.parent.iterdir()) == ["Dockerfile.small", "layers"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["Dockerfile.small", "gpurl-envcheck.py",
+                                                          "layers"]
     slices = path.parent / "layers" / "small"
     assert sorted(p.name for p in slices.iterdir()) == [
         "00-nvidia-cudnn-cu12.txt", "01-torch.txt", "02-tail.txt"]  # no temp files
@@ -144,6 +173,7 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_generate import hand_plan
 from gpurl_tasks.config import load_config
+from gpurl_tasks.dockerfile.model import DockerfileError
 from gpurl_tasks.dockerfile.generate import render_dockerfile
 config = load_config(Path({root!r}), profile={profile!r}, env={{}})
 sys.stdout.write(render_dockerfile(config, hand_plan(config)))
@@ -192,8 +222,9 @@ def test_hadolint_is_clean_on_rendered_recipes(profile: str, tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPURL_")}
+def _invoke(root: Path, *args: str,
+            env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPURL_")} | (env_extra or {})
     return subprocess.run([sys.executable, "-m", "invoke", "generate", *args], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -313,3 +344,61 @@ def test_demo_as_a_cluster_profile_fetches_its_own_wheel_and_a_bad_pin_writes_no
     assert "cannot name the prebuilt wheels of profile 'demo' (variant 'standard')" in refused.stderr
     assert key in refused.stderr and "Traceback" not in refused.stderr
     assert _tree(root) == before
+
+
+# --- every pin mismatch of every variant in one run; a lock stale against its pyproject ------
+
+
+@pytest.mark.integration
+def test_every_pin_mismatch_of_every_variant_is_named_in_one_run(tmp_path: Path) -> None:
+    """The adoption hit one mismatch per run, four runs in a row: now one run names them all,
+    each with the table, the key and the value to set (the lock's), and writes nothing."""
+    root = repo_copy(tmp_path / "repo")
+    pyproject = root / "pyproject.toml"
+    text = pyproject.read_text()
+    section = text[text.index("[tool.gpurl.profiles.skyrl.build]"):]
+    wrong = (section.replace('torch-version = "2.9.1"', 'torch-version = "2.8.0"', 1)
+             .replace('cuda-tag = "cu128"', 'cuda-tag = "cu126"', 1)
+             .replace('vllm-version = "0.16.0"', 'vllm-version = "0.11.0"', 1))
+    text = text.replace(section, wrong).replace(
+        'flash-attn-version = "2.8.1"  # the mcore extra', 'flash-attn-version = "2.8.3"  # the mcore extra')
+    pyproject.write_text(text)
+    before = (root / "docker" / "Dockerfile.skyrl").read_bytes()
+    done = _invoke(root, "--profile", "skyrl")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    err = done.stderr
+    standard, megatron = ("[tool.gpurl.profiles.skyrl.build]",
+                          "[tool.gpurl.profiles.skyrl.variants.megatron.build]")
+    for line in (f'{standard} torch-version = "2.9.1" (now "2.8.0"',
+                 f'{standard} cuda-tag = "cu128" (now "cu126"',
+                 f'{standard} vllm-version = "0.16.0" (now "0.11.0"',
+                 f'{megatron} torch-version = "2.9.1" (now "2.8.0"',
+                 f'{megatron} flash-attn-version = "2.8.1" (now "2.8.3"'):
+        assert line in err, err
+    assert "build pin(s) contradict the lock" in err
+    assert (root / "docker" / "Dockerfile.skyrl").read_bytes() == before
+
+
+@pytest.mark.integration
+def test_a_lock_stale_against_its_pyproject_fails_generate_check_offline(tmp_path: Path) -> None:
+    """As `uv lock --check` would say, without network: a requirement added, dropped or given
+    another specifier since the lock was resolved."""
+    root = repo_copy(tmp_path / "repo")
+    workspace = root / "examples" / "demo" / "pyproject.toml"
+    workspace.write_text(workspace.read_text().replace('"pyyaml>=6",', '"pyyaml>=6.1",\n  "rich>=13",'))
+    done = _invoke(root, "--check", "--profile", "demo", env_extra={"UV_OFFLINE": "1"})
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert ("examples/demo/uv.lock is stale against examples/demo/pyproject.toml (2 "
+            "difference(s)): pyyaml: examples/demo/pyproject.toml asks for >=6.1, the lock was "
+            "resolved for >=6; rich: examples/demo/pyproject.toml asks for >=13, the lock was "
+            "resolved for nothing") in done.stderr
+    assert "run `uv lock` in examples/demo" in done.stderr
+
+
+def test_the_staleness_check_agrees_with_every_committed_lock() -> None:
+    """No finding on a lock uv resolved for its pyproject (the skyrl fixture's conflicting
+    extras rewrite markers in the lock's record; markers are not compared)."""
+    for name in load_profile_names(REPO_ROOT):
+        config = load_config(REPO_ROOT, profile=name, env={})
+        assert lock_staleness((config.workspace / "pyproject.toml").read_text(),
+                              load_lock(config.lock)) == [], name

@@ -41,7 +41,6 @@ import pytest
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import layer_count
-from gpurl_tasks.dockerfile.recipe import VENV
 from gpurl_tasks.local.builder import build_command, serving_index
 from gpurl_tasks.local.builders import Builders, job_image, run_job, setup_kaniko
 from gpurl_tasks.local.engine import find_buildkit_client
@@ -239,7 +238,7 @@ def test_each_slice_is_the_blob_the_local_path_writes(
                                                                    "DOCKER_BUILDKIT": "1"})
         local = {step.slice.image_path.rsplit("/", 1)[1]: stage_slice(
             client, image=iid.read_text().strip(), slice_file=step.slice.path(config.variant),
-            dest=step.slice.image_path, out_dir=out, name=step.name, venv=VENV,
+            dest=step.slice.image_path, out_dir=out, name=step.name, venv=config.build.venv,
             level=config.layers.compression_level).blob.digest for step in plan.layers}
     assert _by_slice(_slice_runs(built.layers)) == local, executor
 

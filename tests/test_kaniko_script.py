@@ -181,10 +181,37 @@ def test_checksum_mismatch_stops_before_the_executor(r: Rig) -> None:
 
 def test_manifest_without_an_entry_names_the_wheel(r: Rig) -> None:
     manifest = r.served / "wheels" / "MANIFEST"
-    manifest.write_text(manifest.read_text().splitlines()[0] + "\n")
+    manifest.write_text("".join(f"{line}\n" for line in manifest.read_text().splitlines()[:2]))
     proc = r.run(_env())
     assert proc.returncode != 0
     assert f"MANIFEST at {r.base_url}/wheels has no entry for {r.wheels[1]}" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_a_manifest_with_another_abi_key_stops_before_any_wheel_download(r: Rig) -> None:
+    """Wheels compiled for another arch list: the script fails right after the MANIFEST
+    fetch, naming both keys, before it downloads a wheel or runs the executor."""
+    manifest = r.served / "wheels" / "MANIFEST"
+    text = manifest.read_text()
+    assert "arch-list=8.0;9.0" in text.splitlines()[0]  # gpu-rl's configured arch list
+    manifest.write_text(text.replace("arch-list=8.0;9.0", "arch-list=8.0", 1))
+    proc = r.run(_env())
+    assert proc.returncode != 0
+    assert "records another ABI key" in proc.stderr
+    assert "expected 'fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 " \
+           "platform=linux_x86_64 arch-list=8.0;9.0'" in proc.stderr
+    assert "found 'fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 " \
+           "platform=linux_x86_64 arch-list=8.0'" in proc.stderr
+    assert not any((r.root / "kaniko" / "context" / "docker" / "wheelhouse" / n).exists()
+                   for n in r.wheels)
+    assert r.calls("executor") == []
+
+
+def test_a_manifest_without_an_abi_key_stops(r: Rig) -> None:
+    manifest = r.served / "wheels" / "MANIFEST"
+    manifest.write_text("".join(line + "\n" for line in manifest.read_text().splitlines()[1:]))
+    proc = r.run(_env())
+    assert proc.returncode != 0 and "found 'none'" in proc.stderr
     assert r.calls("executor") == []
 
 

@@ -121,6 +121,25 @@ def test_failing_image_needs_force(registry: RegistryServer, launcher: Path) -> 
     assert image.manifest_digest in launcher.read_text()
 
 
+def test_a_launcher_whose_python_is_outside_the_images_environment_is_refused(
+        registry: RegistryServer, launcher: Path) -> None:
+    """The launcher runs RL_PYTHON: an image whose environment is elsewhere would fail every
+    task, so pin refuses it, naming both paths, and writes nothing."""
+    pushed(registry, "gpu-rl-bbbbbbb", 2)
+    wrong = LAUNCHER + 'RL_PYTHON = "/opt/venv/bin/python"\n'
+    launcher.write_text(wrong)
+    env = env_for(registry.host, launcher)
+    refused = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-bbbbbbb", env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "RL_PYTHON = '/opt/venv/bin/python' is not in the image's environment " \
+           "/opt/openthoughts/envs/rl" in refused.stderr  # gpu-rl's build.venv
+    assert 'set build.venv = "/opt/venv"' in refused.stderr
+    assert "Traceback" not in refused.stderr and launcher.read_text() == wrong
+    launcher.write_text(LAUNCHER + 'RL_PYTHON = "/opt/openthoughts/envs/rl/bin/python"\n')
+    done = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-bbbbbbb", env=env)
+    assert done.returncode == 0, done.stderr
+
+
 def test_default_reference_and_launcher_flags(registry: RegistryServer, repo_tmp: Path) -> None:
     image = pushed(registry, f"gpu-rl-{head_short_sha()}", 6)
     other = repo_tmp / "other.py"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,11 @@ from tests.conftest import REPO_ROOT, skyrl_lock
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT,
+    """`invoke ARGS` with the default (gpu-rl) profile, whose post-installs are cleared: these
+    plans read SkyRL's lock, which pins fastapi at another version than gpu-rl's post-install
+    (refused, as it should be: test_envcheck.py covers that)."""
+    env = {**os.environ, "GPURL_BUILD_POST_INSTALL": ""}
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

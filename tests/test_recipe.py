@@ -9,6 +9,7 @@ import io
 import itertools
 import shlex
 import string
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from gpurl_tasks.dockerfile.recipe import (
     IB_VERBS_APT,
     render_recipe,
 )
+from gpurl_tasks.errors import ConfigError
 from gpurl_tasks.plan.model import (
     Layer,
     Plan,
@@ -200,7 +202,6 @@ def test_arg_defaults_come_from_config(gpu: Parsed, gpu_config: Config) -> None:
     pins = {"BASE_IMAGE": build.base_image, "UV_VERSION": build.uv_version,
             "TORCH_VERSION": build.torch_version, "FLASH_ATTN_VERSION": build.flash_attn_version,
             "VLLM_FORK_REPO": build.vllm_fork_repo, "VLLM_FORK_COMMIT": build.vllm_fork_commit,
-            "HARBOR_REPO": build.harbor_repo, "HARBOR_COMMIT": build.harbor_commit,
             "WHEEL_SOURCE": build.wheel_source}
     assert all(pins.values())
     assert {k: args[k] for k in pins} == pins
@@ -263,8 +264,11 @@ def test_the_asserts_are_one_run_that_records_them(gpu: Parsed) -> None:
     compiled = codes.pop(0)  # first: the compiled wheels are what is installed, nothing reverted
     assert "/tmp/wheels/vllm-*g${VLLM_FORK_COMMIT}*.whl" in compiled
     assert "m.version(n) != v" in compiled
-    assert codes == list(config.build.import_asserts)
-    total = len(codes) + 1
+    post = [a for e in config.build.post_installs for a in e.asserts]
+    assert post and codes == [*config.build.import_asserts, *post]  # the post-installs' last
+    checks = [c[3] for c in commands if c[:3] == ["python", "-B", "/etc/gpurl/envcheck.py"]]
+    assert checks == ["prove", "pip-check"]  # the package set, the `uv pip check` gate
+    total = len(codes) + 1 + len(checks)
     assert [c for c in commands if c[0] == "echo"][:-1] == [
         ["echo", f"build assert {i}/{total}"] for i in range(1, total + 1)]
     assert commands[-1] == ["echo", f"{total} build asserts passed", ">", ASSERTS_RECORD]
@@ -289,17 +293,29 @@ def test_the_megatron_variant_is_its_own_planned_dockerfile() -> None:
     assert not any("INSTALL_MEGATRON" in v or "$@" in v for v in rl.of("RUN"))
 
 
-def test_slices_then_wheels_then_harbor_then_the_one_sync(gpu: Parsed) -> None:
+def test_slices_then_wheels_then_the_one_sync_then_the_post_installs(gpu: Parsed) -> None:
+    """The post-installs come after the lock: the final sync's proof of equality to the lock
+    holds for the lock's set, recorded right after it; then the post-installs, then the proof
+    that the environment is that set plus them and their dependencies."""
     rl = gpu.runtime()
     order = [(i["instruction"], i["value"]) for i in rl.instructions]
     slices = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "-r /tmp/gpurl-layers/" in v]
     syncs = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "uv sync" in v]
     wheels_copy = order.index(("COPY", "--from=wheels /wheels/ /tmp/wheels/"))
     wheel_install = next(k for k, (_, v) in enumerate(order) if "/tmp/wheels/" in v and _ == "RUN")
-    harbor = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
+    lock_set = next(k for k, (_, v) in enumerate(order) if "envcheck.py lock-set" in v)
+    post = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
+    prove = next(k for k, (_, v) in enumerate(order) if "envcheck.py prove" in v)
     source = order.index(("COPY", "rl/ /app/"))
     assert len(syncs) == 1 and len(slices) == 3
-    assert slices[-1] < wheels_copy < wheel_install < harbor < source < syncs[0]
+    assert slices[-1] < wheels_copy < wheel_install < source < syncs[0] < lock_set < post < prove
+    post_argv = shlex.split(order[post][1])
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={}, variant="standard")
+    assert sorted(post_argv[3:]) == sorted(e.requirement for e in config.build.post_installs)
+    prove_argv = shlex.split(order[prove][1].split(" && ")[0] if order[prove][1].startswith(
+        "python") else next(c for c in order[prove][1].split(" && ") if "prove" in c))
+    assert [prove_argv[k + 1] for k, w in enumerate(prove_argv) if w == "--post-install"] == [
+        e.requirement for e in config.build.post_installs]
     assert not any("uv.lock" in v for kind, v in order[:source] if kind == "COPY")  # no slice
     final = sync_runs(rl)[-1]  # depends on the whole lock
     assert "--inexact" in final and "--no-install-project" not in final
@@ -328,15 +344,28 @@ def test_provenance_labels_come_last(gpu: Parsed) -> None:
     assert labels[provenance.LABEL_PLAN_STEPS] == "3"
     assert labels[provenance.LABEL_PLAN_FINGERPRINT].startswith("sha256:")
     assert labels[provenance.LABEL_GENERATOR].startswith("gpurl ")
+    assert labels[provenance.LABEL_OCI_REVISION] == "${GITSHA}"
+    assert labels[provenance.LABEL_OCI_SOURCE] == \
+        load_config(REPO_ROOT, profile="gpu-rl", env={}).build.source_url != ""
 
 
-def test_harbor_arg_is_declared_after_the_slices(gpu: Parsed) -> None:
-    """A HARBOR_COMMIT bump must not invalidate the cached slice layers (ARG scope = cache key)."""
-    rl = [(i["instruction"], i["value"]) for i in gpu.runtime().instructions]
-    last_chain_sync = max(k for k, (kind, v) in enumerate(rl)
-                          if kind == "RUN" and "/tmp/gpurl-layers/" in v)
-    harbor_arg = rl.index(("ARG", "HARBOR_COMMIT"))
-    assert harbor_arg > last_chain_sync
+def test_provenance_files_name_the_wheels_and_every_git_source(gpu: Parsed) -> None:
+    """The compiled wheels' MANIFEST (sha256 and ABI key) and one line per git source (the
+    fork the wheels are built from, each git post-install) under /etc/gpurl/provenance."""
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={})
+    record = next(v for v in gpu.stage("rl").of("RUN") if "sources.txt" in v)
+    commands = [shlex.split(c) for c in record.split(" && ")]
+    assert ["cp", "/tmp/wheels/MANIFEST", "/etc/gpurl/provenance/wheels.MANIFEST"] in commands
+    printf = next(c for c in commands if c[0] == "printf")
+    b = config.build
+    assert printf[2:-2] == [f"vllm-fork {b.vllm_fork_repo}@{b.vllm_fork_commit}",
+                            "harbor https://github.com/laude-institute/harbor.git@f4a6b1a0"]
+    assert printf[-2:] == [">", "/etc/gpurl/provenance/sources.txt"]
+
+
+def test_no_harbor_arg_is_left(gpu: Parsed) -> None:
+    """harbor is one post-install entry: a bump of it changes only the layers after the sync."""
+    assert not [n for n in gpu.global_args if n.startswith("HARBOR")]
 
 
 # --- the plan round-trips through the text -------------------------------------------------------
@@ -397,7 +426,7 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     rl = parsed.runtime()
     assert [s for s, _ in slice_runs(rl)] == [  # the first of the demo's variants
         f"docker/layers/demo/standard/{n}.txt" for n in ("00-pyyaml", "01-lxml", "02-pillow")]
-    assert rl.of("COPY")[-1] == "examples/demo/ /app/"
+    assert rl.of("COPY")[-2:] == ["examples/demo/ /app/", "docker/gpurl-envcheck.py /etc/gpurl/envcheck.py"]
     assert not any("harbor" in v for v in rl.of("RUN"))
 
 
@@ -488,14 +517,113 @@ def test_committed_dockerfiles_match_their_plans() -> None:
 
 
 @pytest.mark.parametrize("field", ["index_url", "builder_extra_index_url", "vllm_fork_repo",
-                                   "harbor_repo"])
+                                   "post_install"])
 def test_credentials_in_urls_are_refused_without_echoing_them(gpu_config: Config,
                                                                field: str) -> None:
     canary = "gpurl-canary-7f3a9c"
     url = f"https://builder:{canary}@example.invalid/simple"
-    build = dataclasses.replace(gpu_config.build, **{field: url})
+    value: object = ((f"harbor @ git+{url}@{'a' * 40}",) if field == "post_install" else url)
+    build = dataclasses.replace(gpu_config.build, **{field: value})
     with pytest.raises(DockerfileError, match="carries credentials") as err:
         render_recipe(dataclasses.replace(gpu_config, build=build),
                       make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
     assert canary not in str(err.value) and canary not in repr(err.value)
     assert "example.invalid" in str(err.value)
+
+
+# --- the compiled wheels' ABI key: written by the wheel-builder, compared before install -----
+
+
+def _abi_check_and_writer(parsed: Parsed) -> tuple[str, str]:
+    """(the rl stage's ABI check, the wheel-builder's MANIFEST writer), as their shell text."""
+    check = next(v for v in parsed.stage("rl").of("RUN") if "ABI key" in v)
+    writer = next(v for v in parsed.stage("wheel-builder").of("RUN") if "> MANIFEST" in v)
+    return check.split(" && uv pip install")[0], writer
+
+
+@pytest.mark.parametrize("arch", ["8.0;9.0", "8.0;9.0;10.0+PTX"])
+def test_the_manifest_the_builder_writes_passes_the_image_check_and_another_fails(
+        tmp_path: Path, arch: str) -> None:
+    """Run for real under bash: the wheel-builder's MANIFEST line (its ARGs as the build gives
+    them) passes the rl stage's check; wheels compiled with another arch list stop the build
+    before any install, the message showing both keys."""
+
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={},
+                         overrides={"build.cuda-arch-list": arch})
+    parsed = parse(render(render_recipe(config, planned(config), lock_sha256=LOCK_SHA)))
+    assert parsed.global_args["TORCH_CUDA_ARCH_LIST"] == arch
+    builder = parsed.stage("wheel-builder").instructions
+    arg_at = next(k for k, i in enumerate(builder) if i["value"] == "TORCH_CUDA_ARCH_LIST")
+    wheel_at = next(k for k, i in enumerate(builder) if "pip wheel" in i["value"])
+    assert arg_at < wheel_at  # the compile's environment has it
+    check, writer = _abi_check_and_writer(parsed)
+    (tmp_path / "x.whl").write_bytes(b"wheel")
+    env = {"PATH": "/usr/bin:/bin", **{k: parsed.global_args[k] for k in (
+        "TORCH_CUDA_ARCH_LIST", "VLLM_FORK_COMMIT", "FLASH_ATTN_VERSION", "TORCH_VERSION")}}
+
+    def run(script: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", script.replace("/tmp/wheels/", f"{tmp_path}/")],
+                              cwd=tmp_path, env={**env, **extra}, capture_output=True,
+                              text=True, check=False)
+
+    assert run(writer).returncode == 0
+    manifest = (tmp_path / "MANIFEST").read_text().splitlines()
+    assert manifest[0] == ("# gpurl-abi fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 "
+                           f"py=cp312 platform=linux_x86_64 arch-list={arch}")
+    assert manifest[1].endswith("  x.whl")
+    assert run(check).returncode == 0
+    assert run(writer, TORCH_CUDA_ARCH_LIST="8.0").returncode == 0  # a compile given another
+    failed = run(check)
+    assert failed.returncode == 1
+    assert f"expected 'fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 " \
+           f"platform=linux_x86_64 arch-list={arch}'" in failed.stderr
+    assert "found 'fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 " \
+           "platform=linux_x86_64 arch-list=8.0'" in failed.stderr
+
+
+def test_no_arch_list_declares_no_arch_arg(gpu_config: Config) -> None:
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={},
+                         overrides={"build.cuda-arch-list": ""})
+    text = render(render_recipe(config, planned(config), lock_sha256=LOCK_SHA))
+    assert "TORCH_CUDA_ARCH_LIST" not in text and "arch-list=-" in text
+
+
+@pytest.mark.parametrize("bad", ["8.0 9.0", "sm_80", "8.0;;9.0", "8;9"])
+def test_a_malformed_arch_list_is_refused(bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"build\.cuda-arch-list"):
+        load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={"build.cuda-arch-list": bad})
+
+
+# --- bounded network waits ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["gpu-rl", "demo", "heavy", "skyrl"])
+def test_every_apt_get_and_every_stage_waits_a_bounded_time(profile: str) -> None:
+    """Each apt-get (update and install, in every stage) carries the configured retries and
+    timeouts; the uv/pip timeouts are in base's ENV, which every stage but the scratch
+    wheelhouse inherits. The values follow the config."""
+    for retries, timeout, http in ((None, None, None), (7, 11, 13)):
+        overrides = ({} if retries is None else
+                     {"build.apt-retries": retries, "build.apt-timeout": timeout,
+                      "build.http-timeout": http, "build.http-retries": retries})
+        config = load_config(REPO_ROOT, profile=profile, env={}, overrides=overrides)
+        b = config.build
+        parsed = parse(render(render_recipe(config, planned(config), lock_sha256=LOCK_SHA)))
+        apt_calls = [shlex.split(c) for s in parsed.stages for v in s.of("RUN")
+                     for c in v.split(" && ") if "apt-get" in c]
+        assert len(apt_calls) >= 4  # base and env-base, update and install each
+        for argv in apt_calls:
+            pairs = {argv[k + 1] for k, w in enumerate(argv) if w == "-o"}
+            assert pairs == {f"Acquire::Retries={b.apt_retries}",
+                             f"Acquire::http::Timeout={b.apt_timeout}",
+                             f"Acquire::https::Timeout={b.apt_timeout}"}, argv
+        env = " ".join(parsed.stage("base").of("ENV"))
+        for name, value in (("UV_HTTP_TIMEOUT", b.http_timeout), ("UV_HTTP_RETRIES", b.http_retries),
+                            ("PIP_DEFAULT_TIMEOUT", b.http_timeout), ("PIP_RETRIES", b.http_retries)):
+            assert f'{name}="{value}"' in env
+        assert (b.apt_retries, b.http_timeout) == ((3, 600) if retries is None else (7, 13))
+        # every stage is FROM base or a stage of this file, but the scratch wheelhouse (no
+        # network) and the ARG-chosen ones (a stage of this file, or the composed environment)
+        outside = {st.base for st in parsed.stages} - {st.name for st in parsed.stages}
+        assert outside == {"${BASE_IMAGE}", "scratch", "${WHEEL_SOURCE}", "${ENV_SOURCE}"}
+        assert parsed.stages[0].name == "base"

@@ -177,11 +177,14 @@ def test_the_megatron_asserts_hold_only_for_its_variant() -> None:
         _render("standard", **{"build.import-asserts": [megatron]})
 
 
+MEGATRON_BUILD = "[tool.gpurl.profiles.skyrl.variants.megatron.build]"
+
+
 @pytest.mark.parametrize(("key", "value", "needle"), [
-    ("build.torch-version", "2.11.0", "build.torch-version 2.11.0 is not the lock's torch "
-                                      "2.9.1+cu128 (variant 'megatron')"),
-    ("build.cuda-tag", "cu130", "build.cuda-tag cu130 is not the CUDA label of the lock's torch "
-                                "2.9.1+cu128 (variant 'megatron')"),
+    ("build.torch-version", "2.11.0", f'{MEGATRON_BUILD} torch-version = "2.9.1" (now "2.11.0": '
+                                      "the lock's torch is 2.9.1+cu128"),
+    ("build.cuda-tag", "cu130", f'{MEGATRON_BUILD} cuda-tag = "cu128" (now "cu130": the CUDA '
+                                "label of the lock's torch 2.9.1+cu128"),
 ])
 def test_the_wheel_builders_torch_must_be_the_locks(key: str, value: str, needle: str) -> None:
     with pytest.raises(DockerfileError) as err:
@@ -225,8 +228,9 @@ def test_a_variants_wrong_pin_names_the_variant_and_writes_nothing(tmp_path: Pat
     before = _snapshot(root)
     with pytest.raises(DockerfileError) as err:
         generate_profiles(root, "skyrl", check=False, extra=script_files)
-    assert "flash-attn 2.8.3 (compiled) does not satisfy skyrl-train's requirement " \
-           "flash-attn==2.8.1 (variant 'megatron')" in err.value.message
+    assert f'{MEGATRON_BUILD} flash-attn-version = "2.8.1" (now "2.8.3": flash-attn 2.8.3 ' \
+           "(compiled) does not satisfy skyrl-train's requirement flash-attn==2.8.1" \
+           in err.value.message
     assert _snapshot(root) == before
 
 
@@ -273,7 +277,7 @@ def test_harbor_comes_from_the_lock_when_the_closure_has_it(old_checkout: Path) 
     assert any("harbor @ git+https://github.com/laude-institute/harbor@8c040e1b" in p.read_text()
                for p in slices)
     old = (old_checkout / "docker" / "Dockerfile.skyrl").read_text()  # no harbor extra there
-    assert 'RUN uv pip install "harbor @ git+${HARBOR_REPO}@${HARBOR_COMMIT}"' in old
+    assert '"harbor @ git+https://github.com/laude-institute/harbor.git@f4a6b1a0"' in old
     shown = _invoke(old_checkout, "plan", "--profile", "skyrl", "--variant", "standard")
     assert shown.returncode == 0, shown.stderr
     assert "outside the lock (its dependencies resolved at build time): harbor @ git+" \
@@ -285,14 +289,14 @@ def test_harbor_comes_from_the_lock_when_the_closure_has_it(old_checkout: Path) 
 def test_the_code_keeps_generic_defaults_and_gpu_rl_pins_live_in_pyproject() -> None:
     generic = BuildSettings()
     assert (generic.vllm_fork_commit, generic.vllm_version, generic.torch_version,
-            generic.harbor_commit, generic.wheel_globs, generic.import_asserts) == \
-        ("", "", "", "", (), ())
+            generic.post_install, generic.wheel_globs, generic.import_asserts) == \
+        ("", "", "", (), (), ())
     gpu_rl = load_config(REPO_ROOT, profile="gpu-rl", env={}).build
     pinned = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["gpurl"][
         "profiles"]["gpu-rl"]["build"]
-    assert (gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.harbor_commit) == (
-        pinned["vllm-fork-commit"], pinned["torch-version"], pinned["harbor-commit"])
-    assert all((gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.harbor_commit))
+    assert (gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.post_install) == (
+        pinned["vllm-fork-commit"], pinned["torch-version"], tuple(pinned["post-install"]))
+    assert all((gpu_rl.vllm_fork_commit, gpu_rl.torch_version, gpu_rl.post_install))
 
 
 def test_a_pin_the_recipe_uses_but_nobody_set_is_an_error() -> None:

@@ -28,12 +28,15 @@ from hypothesis import strategies as st
 from gpurl_tasks.config import BuildSettings, Config, TargetSpec, load_committed_config, load_config
 from gpurl_tasks.dockerfile.inputs import parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.wheels import (
+    ABI_KEY_PREFIX,
     FoundWheel,
     Mismatch,
     WheelCheckError,
+    abi_key,
     check_wheels,
     configured_globs,
     expected_filenames,
+    manifest_abi_key,
     parse_manifest,
     pins_from_args,
     wheel_specs,
@@ -79,15 +82,15 @@ def write_wheel(directory: Path, filename: str, *, version: str | None = None,
     return path
 
 
-def sha256sum_manifest(directory: Path) -> None:
-    """MANIFEST exactly as the real sha256sum prints it."""
+def sha256sum_manifest(directory: Path, key: str | None = None) -> None:
+    """MANIFEST exactly as the real sha256sum prints it, after the ABI key line `key`."""
     exe = shutil.which("sha256sum")
     if exe is None:
         pytest.fail("sha256sum (coreutils) is missing")
     names = sorted(p.name for p in directory.glob("*.whl"))
     out = subprocess.run([exe, *names], cwd=directory, check=True, capture_output=True,
                          text=True).stdout
-    (directory / "MANIFEST").write_text(out)
+    (directory / "MANIFEST").write_text((f"{ABI_KEY_PREFIX}{key}\n" if key else "") + out)
 
 
 def problems(mismatches: tuple[Mismatch, ...]) -> list[str]:
@@ -326,6 +329,35 @@ def demo_config(**overrides: object) -> Config:
     return load_config(REPO_ROOT, profile="demo", env={}, overrides=overrides)
 
 
+# what the demo's wheel-builder writes for its pins (docker/Dockerfile.demo's MANIFEST line)
+DEMO_KEY = "fork=- flash-attn=- torch=- cuda=cu128 py=cp311 platform=linux_x86_64 arch-list=8.0;9.0"
+
+
+def test_a_manifest_abi_key_other_than_the_pins_is_one_mismatch_with_both(tmp_path: Path) -> None:
+    """Wheels compiled for another arch list fail check-wheels; a MANIFEST without a key too;
+    a wheelhouse without a MANIFEST has nothing to compare."""
+    demo_wheel(tmp_path)
+    sha256sum_manifest(tmp_path, DEMO_KEY.replace("8.0;9.0", "8.0"))
+    assert problems(check_source(demo_config(), str(tmp_path)).mismatches) == [
+        "MANIFEST: the wheels' ABI key differs (rebuild or refetch the wheels): expected "
+        f"{DEMO_KEY}, found {DEMO_KEY.replace('8.0;9.0', '8.0')}"]
+    sha256sum_manifest(tmp_path)
+    assert [m.found for m in check_source(demo_config(), str(tmp_path)).mismatches] == [
+        "no ABI key line"]
+    (tmp_path / "MANIFEST").unlink()
+    assert check_source(demo_config(), str(tmp_path)).mismatches == ()
+
+
+def test_abi_key_reads_every_pin() -> None:
+    key = abi_key(PINS)
+    assert key == (f"fork={GPU_RL_BUILD.vllm_fork_commit} flash-attn=2.8.3 torch=2.11.0 "
+                   "cuda=cu128 py=cp312 platform=linux_x86_64 arch-list=8.0;9.0")
+    assert manifest_abi_key(f"{ABI_KEY_PREFIX}{key}\nabc  x.whl\n") == key
+    assert manifest_abi_key("abc  x.whl\n") is None
+    assert parse_manifest(f"{ABI_KEY_PREFIX}{key}\n{'a' * 64}  x.whl\n", source="m") == {
+        "x.whl": "a" * 64}  # the key line is not a wheel
+
+
 def demo_wheel(directory: Path, *, version: str = "0.1.0", tag: str = DEMO_TAG) -> Path:
     return make_wheel(directory, "gpurl-demo-ext", version, tag=tag)
 
@@ -333,7 +365,7 @@ def demo_wheel(directory: Path, *, version: str = "0.1.0", tag: str = DEMO_TAG) 
 def test_demo_profile_expects_its_own_wheel_not_the_gpu_rl_pair(tmp_path: Path) -> None:
     wheel = demo_wheel(tmp_path)
     assert wheel.name == f"gpurl_demo_ext-0.1.0-{DEMO_TAG}.whl"
-    sha256sum_manifest(tmp_path)
+    sha256sum_manifest(tmp_path, DEMO_KEY)
     report = check_source(demo_config(), str(tmp_path))
     assert report.expected == {"gpurl-demo-ext": "gpurl_demo_ext-*.whl"}
     assert report.mismatches == ()

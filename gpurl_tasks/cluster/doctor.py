@@ -26,13 +26,14 @@ from gpurl_tasks.cluster.iris_release import IRIS_CONTRACT_PINS, find_iris, inst
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import check_committed
+from gpurl_tasks.dockerfile.wheels import check_abi_key, pins_from_args
 from gpurl_tasks.errors import BuildError, GpurlError, Unreachable, unreachable_hint
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.tags import cache_repository, existing_digest
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
-from gpurl_tasks.rebuild.wheelhouse import read_manifest, redact_url
+from gpurl_tasks.rebuild.wheelhouse import read_manifest_keyed, redact_url
 from gpurl_tasks.redact import TOKEN_ENVS, Secret, TokenSource, looks_like_docker_hub, redact
 from gpurl_tasks.units import parse_size
 
@@ -418,12 +419,19 @@ def prebuilt_wheels(config: Config) -> Check:
     base = config.build.wheel_base_url.rstrip("/")
     shown = redact_url(base)
     try:
-        listed = {w.filename for w in read_manifest(f"{base}/MANIFEST", timeout=_TIMEOUT)}
+        found, key = read_manifest_keyed(f"{base}/MANIFEST", timeout=_TIMEOUT)
     except Unreachable as exc:  # nothing is known about the wheels: not "publish them"
         return _from_error("prebuilt-wheels", exc)
     except GpurlError as exc:
         return _problem("prebuilt-wheels", f"no MANIFEST at {shown}: {exc.message}",
                         "publish the wheels with a MANIFEST (sha256sum *.whl > MANIFEST)")
+    listed = {w.filename for w in found}
+    abi = check_abi_key(pins_from_args({}, config.build, config.target), key)
+    if abi is not None:
+        return _problem("prebuilt-wheels", f"the MANIFEST at {shown} records another ABI key: "
+                        f"expected {abi.expected!r}, found {abi.found!r} (the build would fail)",
+                        "rebuild the wheels for these pins (`invoke build-wheels`) and upload "
+                        "them with their MANIFEST")
     unlisted = [n for n in names if n not in listed]
     absent = [f"{n} ({status})" for n in names if (status := _head(f"{base}/{n}")) != 200]
     if unlisted or absent:

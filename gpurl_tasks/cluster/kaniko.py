@@ -30,9 +30,11 @@ import shlex
 from pathlib import Path
 
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.recipe import VENV
+from gpurl_tasks.dockerfile.recipe import apt_options
 from gpurl_tasks.dockerfile.wheels import (
+    ABI_KEY_PREFIX,
     WheelNameError,
+    abi_key,
     configured_globs,
     pins_from_args,
     prebuilt_filenames,
@@ -196,8 +198,8 @@ esac
 mkdir -p "$WORK"
 
 if ! command -v curl >/dev/null 2>&1; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends ca-certificates curl >/dev/null
+  apt-get {apt_options} update -qq
+  apt-get {apt_options} install -y -qq --no-install-recommends ca-certificates curl >/dev/null
 fi
 fetch() {{ curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }}
 
@@ -397,12 +399,17 @@ echo "$ENV_IMAGE" >"$WORK/env-image"
 echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $CACHED cached)"
 """
 
-_FETCH = r"""if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
+_FETCH = r"""ABI_KEY=@ABI_KEY@
+if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   echo "==> prebuilt wheels from $WHEEL_BASE_URL"
   mkdir -p "$WHEELHOUSE"
   NO_COMPILE="not compiling instead; set WHEEL_SOURCE=wheel-builder to compile"
   fetch "$WHEEL_BASE_URL/MANIFEST" "$WHEELHOUSE/MANIFEST" \
     || die "MANIFEST is missing at $WHEEL_BASE_URL/MANIFEST ($NO_COMPILE)"
+  found_key="$(sed -n 's/^@ABI_PREFIX@//p' "$WHEELHOUSE/MANIFEST")"
+  [ "$found_key" = "$ABI_KEY" ] \
+    || die "the MANIFEST at $WHEEL_BASE_URL records another ABI key: expected '$ABI_KEY'," \
+      "found '${found_key:-none}' (rebuild the wheels for these pins; $NO_COMPILE)"
   for whl in "${PREBUILT_WHEELS[@]}"; do
     want="$(awk -v f="$whl" '$2 == f || $2 == "*" f { print $1 }' "$WHEELHOUSE/MANIFEST")"
     [ -n "$want" ] || die "MANIFEST at $WHEEL_BASE_URL has no entry for $whl"
@@ -426,6 +433,13 @@ fi
 """
 
 
+def _fetch(config: Config) -> str:
+    """The prebuilt fetch, with the ABI key the MANIFEST must record (checked right after
+    the MANIFEST is fetched: a wrong wheelhouse fails in seconds, before any executor run)."""
+    key = abi_key(pins_from_args({}, config.build, config.target))
+    return _FETCH.replace("@ABI_KEY@", shlex.quote(key)).replace("@ABI_PREFIX@", ABI_KEY_PREFIX)
+
+
 def _plain(key: str, value: str) -> str:
     """A value spliced into `"${VAR:-value}"`: only a registry-name alphabet is allowed."""
     return plain_name(value, key, error=BuildError)
@@ -446,7 +460,7 @@ def _compose(config: Config) -> str:
     index = slice_index_path(config)
     install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
                               slice_file='"$CONTEXT/$file"')
-    compose_env = _COMPOSE_ENV.format(venv=shlex.quote(VENV), install=" ".join(install),
+    compose_env = _COMPOSE_ENV.format(venv=shlex.quote(config.build.venv), install=" ".join(install),
                                       layer_level=config.layers.compression_level)
     return _COMPOSE.format(
         slice_index=shlex.quote(_relative(index, config.root, "build.kaniko-script")),
@@ -462,6 +476,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     wheels = prebuilt_wheel_names(config)
     return _TEMPLATE.format(
         compose=_compose(config),
+        apt_options=" ".join(w for pair in apt_options(config) for w in pair),
         profile=profile_name(config.profile, "profile", error=BuildError),
         variant=config.variant.note,
         root_env=ROOT_ENV,
@@ -474,7 +489,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         dockerfile=q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
         wheel_base_url=q((pins.wheel_base_url or config.build.wheel_base_url).rstrip("/")),
         wheels=" ".join(q(n) for n in wheels),
-        fetch=_FETCH if wheels else _NO_FETCH,
+        fetch=_fetch(config) if wheels else _NO_FETCH,
         crane_url=q(pins.crane_url or config.cluster.crane_url),
         crane_sha256=q(pins.crane_sha256 or config.cluster.crane_sha256),
         executor_image=q(pinned_executor(pins.executor_image or config.cluster.kaniko_executor)),
@@ -506,7 +521,7 @@ def slice_index(config: Config, plan: Plan) -> str:
     """One `NN-label<TAB>slice file<TAB>history entry` line per slice, in plan order: what the
     script composes (the script is rendered from the config alone: a lock bump leaves it)."""
     return "".join(f"{step.name}\t{_relative(step.slice.path(config.variant), config.root, 'slices')}"
-                   f"\t{written_history(step)}\n" for step in plan.layers)
+                   f"\t{written_history(step, config.build.venv)}\n" for step in plan.layers)
 
 
 def script_files(config: Config, plan: Plan) -> dict[Path, str]:

@@ -5,6 +5,8 @@ these cannot fail its last RUNs for a reason the lock already tells.
   its local packages, the compiled wheels, harbor);
 - the torch the wheel-builder compiles against is the lock's torch, version and CUDA label
   (the compiled wheels must match the installed torch's ABI);
+- the launcher's environment python (`RL_PYTHON`), where it names one, is in the image's
+  environment (build.venv): a launcher that runs another path fails every task;
 - (the type of) a local package copied where the lock records it: `generate` resolves the
   path sources on this machine, since that needs the filesystem.
 
@@ -18,6 +20,7 @@ import dataclasses
 import sys
 from collections.abc import Iterable, Mapping
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -28,10 +31,14 @@ from gpurl_tasks.plan.model import Plan
 __all__ = [
     "KNOWN_IMPORT_NAMES",
     "LocalCopy",
+    "PinMismatch",
+    "PinMismatchError",
     "assert_modules",
     "check_asserts",
+    "check_launcher_environment",
     "check_torch",
     "installed_distributions",
+    "torch_pin_mismatches",
 ]
 
 # Modules whose distribution has another name (a config's build.import-names adds more).
@@ -81,7 +88,7 @@ def _import_names(build: BuildSettings) -> dict[str, tuple[str, ...]]:
 def installed_distributions(plan: Plan, provided: Iterable[str]) -> frozenset[str]:
     """Every distribution the image holds after the final sync (normalised names): the
     closure, the local packages, the compiled wheels' and what is installed outside the lock."""
-    outside = {requirement.split(" @", 1)[0] for requirement in plan.outside_lock}
+    outside = {Requirement(requirement).name for requirement in plan.outside_lock}
     names = {p.name for p in plan.closure} | set(plan.local) | set(provided) | outside
     return frozenset(str(canonicalize_name(n)) for n in names)
 
@@ -103,33 +110,99 @@ def check_asserts(build: BuildSettings, installed: frozenset[str], *, note: str 
                          f'"{module}=DISTRIBUTION" to build.import-names')
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PinMismatch:
+    """One build pin the lock contradicts, with the value to set."""
+
+    where: str  # the build table to edit: [tool.gpurl.profiles.NAME(.variants.V).build]
+    key: str  # its key there: torch-version
+    now: str
+    wanted: str
+    why: str
+
+    def line(self) -> str:
+        return f'{self.where} {self.key} = "{self.wanted}" (now "{self.now}": {self.why})'
+
+
+class PinMismatchError(DockerfileError):
+    """Every pin mismatch of every variant generate looked at, in one error."""
+
+    def __init__(self, mismatches: Iterable[PinMismatch]) -> None:
+        self.mismatches = tuple(mismatches)
+        lines = "\n  ".join(m.line() for m in self.mismatches)
+        super().__init__(f"{len(self.mismatches)} build pin(s) contradict the lock; set:\n  {lines}",
+                         hint="edit those keys (or re-lock the workspace), then `invoke generate`")
+
+
+def torch_pin_mismatches(build: BuildSettings, plan: Plan, where: str) -> list[PinMismatch]:
+    """The wheel-builder's torch must be the lock's (same version, same CUDA label), when the
+    variant compiles wheels and its lock installs torch."""
+    torch = next((p for p in plan.closure if p.name == "torch"), None)
+    if not build.wheel_globs or torch is None:
+        return []
+    try:
+        locked = Version(torch.version)
+    except InvalidVersion:
+        return []
+    found: list[PinMismatch] = []
+    try:
+        wanted = Version(build.torch_version)
+        off = wanted.public != locked.public or bool(wanted.local and wanted.local != locked.local)
+    except InvalidVersion:
+        off = True
+    if off:
+        found.append(PinMismatch(where=where, key="torch-version", now=build.torch_version,
+                                 wanted=locked.public,
+                                 why=f"the lock's torch is {torch.version}; the compiled wheels "
+                                     "must match its ABI"))
+    if locked.local and locked.local != build.cuda_tag:
+        found.append(PinMismatch(where=where, key="cuda-tag", now=build.cuda_tag,
+                                 wanted=locked.local,
+                                 why=f"the CUDA label of the lock's torch {torch.version} "
+                                     "(and a base image of that CUDA)"))
+    return found
+
+
 def check_torch(build: BuildSettings, plan: Plan, *, note: str = "") -> str | None:
-    """The wheel-builder's torch is the lock's: same version, same CUDA label. Checked when the
-    variant compiles wheels and its lock installs torch; returns a note saying what matched."""
+    """What matched between the wheel-builder's torch and the lock's (the mismatches are
+    torch_pin_mismatches'), as a note; None when the variant compiles nothing against torch."""
     torch = next((p for p in plan.closure if p.name == "torch"), None)
     if not build.wheel_globs or torch is None:
         return None
-    try:
-        locked = Version(torch.version)
-        wanted = Version(build.torch_version)
-    except InvalidVersion:
-        raise DockerfileError(
-            f"build.torch-version = {build.torch_version!r} is not a version{note}",
-            hint=f"set it to the lock's torch, {torch.version}") from None
-    if wanted.public != locked.public or (wanted.local and wanted.local != locked.local):
-        raise DockerfileError(
-            f"build.torch-version {build.torch_version} is not the lock's torch "
-            f"{torch.version}{note}: the compiled wheels would not match the "
-            "installed torch's ABI",
-            hint=f'set torch-version = "{locked.public}" in the [tool.gpurl] build table of this '
-                 "profile (or variant), or re-lock the workspace")
-    if locked.local and locked.local != build.cuda_tag:
-        raise DockerfileError(
-            f"build.cuda-tag {build.cuda_tag} is not the CUDA label of the lock's torch "
-            f"{torch.version}{note}: the compiled wheels would link another CUDA",
-            hint=f'set cuda-tag = "{locked.local}" (and a base image of that CUDA)')
     return (f"torch: lock {torch.version}, wheel-builder torch {build.torch_version} "
-            f"({build.cuda_tag})")
+            f"({build.cuda_tag}){note}")
+
+
+def _string_assignments(source: str, variable: str) -> list[tuple[int, str]]:
+    """(line, value) of each `variable = "..."` (annotated or not) at any depth of `source`."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # pin reports an unparseable launcher itself
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if (any(isinstance(t, ast.Name) and t.id == variable for t in targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            found.append((node.lineno, node.value.value))
+    return found
+
+
+def check_launcher_environment(source: str, variable: str, venv: str, *, where: str) -> None:
+    """Refuse a launcher whose `variable` (its environment's python, or the environment's
+    directory) is a path outside the image's environment `venv`, naming both paths. A
+    launcher without that variable says nothing about the path and passes."""
+    for line, value in _string_assignments(source, variable):
+        if value == venv or value.startswith(f"{venv}/bin/"):
+            continue
+        theirs = value.rsplit("/bin/", 1)[0] if "/bin/" in value else value
+        raise DockerfileError(
+            f"{where}:{line}: {variable} = {value!r} is not in the image's environment {venv}: "
+            "every task would fail with 'No such file or directory'",
+            hint=f'set build.venv = "{theirs}" (where the launcher looks), or point {variable} '
+                 f"at {venv}/bin/python")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,6 +13,8 @@ __all__ = [
     "LABEL_GENERATOR",
     "LABEL_GIT_SHA",
     "LABEL_LOCK_HASH",
+    "LABEL_OCI_REVISION",
+    "LABEL_OCI_SOURCE",
     "LABEL_PLAN_FINGERPRINT",
     "LABEL_PLAN_STEPS",
     "LABEL_PREFIX",
@@ -27,6 +29,9 @@ LABEL_CONFIG_HASH = f"{LABEL_PREFIX}.config-sha256"
 LABEL_PLAN_FINGERPRINT = f"{LABEL_PREFIX}.plan-fingerprint"  # Plan.fingerprint
 LABEL_PLAN_STEPS = f"{LABEL_PREFIX}.plan-steps"  # number of slice layers in the plan
 LABEL_GENERATOR = f"{LABEL_PREFIX}.generator"  # "gpurl <version>"
+# The OCI annotations registries read (GHCR links a package to its repository by the source)
+LABEL_OCI_SOURCE = "org.opencontainers.image.source"  # build.source-url
+LABEL_OCI_REVISION = "org.opencontainers.image.revision"  # the git sha (build arg GITSHA)
 
 
 def label_value(dockerfile: str, key: str) -> str | None:

@@ -11,8 +11,12 @@ forget one (runbook sections 2, 4, 5, 6):
 - the slices: per planned layer a COPY of its slice file and `uv pip install --no-deps
   --require-hashes -r` it, then one final `uv sync --frozen` with the profile's selection; no
   uv cache in a layer, no bytecode (it would break the size model);
-- the compiled wheels and harbor survive the final sync because that sync is `--inexact` (an
-  exact sync would uninstall them) and excludes the packages the compiled wheels provide;
+- the compiled wheels survive the final sync because that sync is `--inexact` (an exact sync
+  would uninstall them) and excludes the packages the compiled wheels provide;
+- the MANIFEST's ABI key is compared before any wheel installs; every apt-get and uv/pip
+  download waits a bounded time (build.apt-* and build.http-*);
+- after the lock: `build.post-install`, then the proof that the environment is the lock's set
+  plus them and their dependencies, and the `uv pip check` gate (docker/gpurl-envcheck.py);
 - the build asserts are one RUN that writes a record (a file-less RUN is an empty layer when
   kaniko takes it from its cache); provenance LABELs come last so a new git sha does not
   invalidate the cache of any layer.
@@ -21,6 +25,7 @@ forget one (runbook sections 2, 4, 5, 6):
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -46,6 +51,13 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
     image,
 )
+from gpurl_tasks.dockerfile.wheels import (
+    ABI_FIELDS,
+    ABI_KEY_PREFIX,
+    WheelPins,
+    abi_key,
+    pins_from_args,
+)
 from gpurl_tasks.plan.model import Layer, Plan, Slice
 from gpurl_tasks.units import format_bytes
 from gpurl_tasks.values import ARG_REF, inside_repository
@@ -56,16 +68,14 @@ __all__ = [
     "ENV_BASE_STAGE",
     "ENV_CHAIN",
     "IB_VERBS_APT",
-    "VENV",
     "WORKDIR",
-    "harbor_outside_lock",
+    "apt_options",
     "render_recipe",
     "slice_run",
 ]
 
 BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
 IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
-VENV = "/opt/venv"
 WORKDIR = "/app"
 _WHEELS_TMP = "/tmp/wheels"
 ENV_BASE_STAGE = "env-base"  # every slice image's base: the rl stage's apt set and `uv venv`
@@ -82,8 +92,6 @@ def _args(config: Config) -> dict[str, str]:
         "FLASH_ATTN_VERSION": b.flash_attn_version,
         "VLLM_FORK_REPO": b.vllm_fork_repo,
         "VLLM_FORK_COMMIT": b.vllm_fork_commit,
-        "HARBOR_REPO": b.harbor_repo,
-        "HARBOR_COMMIT": b.harbor_commit,
         "WHEEL_SOURCE": b.wheel_source,
         "ENV_SOURCE": ENV_CHAIN,
         "MAX_JOBS": str(b.max_jobs),
@@ -91,7 +99,35 @@ def _args(config: Config) -> dict[str, str]:
     }
     if b.index_url:
         args["INDEX_URL"] = b.index_url
+    if b.cuda_arch_list:
+        args["TORCH_CUDA_ARCH_LIST"] = b.cuda_arch_list
     return args
+
+
+def _pins(config: Config) -> WheelPins:
+    """What the compiled wheels are built for: the config's pins (the ARG defaults)."""
+    return pins_from_args({}, config.build, config.target)
+
+
+def _manifest_run(config: Config) -> Run:
+    """The MANIFEST: the ABI key line (written from the ARGs the compile was given, so an
+    overridden ARG shows in it), then one `sha256sum` line per wheel."""
+    known = _args(config)
+    refs = {field: f"${{{arg}}}" for _word, field, arg in ABI_FIELDS
+            if arg is not None and known.get(arg)}
+    key = abi_key(_pins(config), refs=refs)
+    return Run(commands=(Shell(text=f'{{ echo "{ABI_KEY_PREFIX}{key}"; sha256sum -- *.whl; }} '
+                                    "> MANIFEST"),))
+
+
+def _abi_check(config: Config) -> Shell:
+    """Fail before any wheel installs when the wheels' MANIFEST records another ABI key,
+    showing both keys."""
+    return Shell(text=(
+        f"expected={shlex.quote(abi_key(_pins(config)))}; "
+        f"found=\"$(sed -n 's/^{ABI_KEY_PREFIX}//p' {_WHEELS_TMP}/MANIFEST)\"; "
+        '[ "$found" = "$expected" ] || { echo "error: the compiled wheels\' MANIFEST ABI key '
+        "differs: expected '$expected', found '${found:-none}'\" >&2; exit 1; }"))
 
 
 def _refs(instructions: Iterable[Instruction]) -> list[str]:
@@ -109,7 +145,7 @@ def _with_args(body: list[Instruction], known: dict[str, str]) -> tuple[Instruct
 
     A global ARG is visible only in FROM lines: without `ARG NAME` inside the stage the value
     is silently empty. Declaring it late matters too: every RUN after an ARG sees it, so an ARG
-    declared at the top would tie every slice layer's cache to, say, HARBOR_COMMIT.
+    declared at the top would tie every slice layer's cache to, say, VLLM_FORK_COMMIT.
     """
     out: list[Instruction] = []
     declared: set[str] = set()
@@ -125,11 +161,20 @@ def _with_args(body: list[Instruction], known: dict[str, str]) -> tuple[Instruct
     return tuple(out)
 
 
-def _apt(packages: Iterable[str]) -> Run:
+def apt_options(config: Config) -> tuple[tuple[str, str], ...]:
+    """Bounded waits for every apt-get: retries, and a timeout per HTTP(S) request."""
+    b = config.build
+    return (("-o", f"Acquire::Retries={b.apt_retries}"),
+            ("-o", f"Acquire::http::Timeout={b.apt_timeout}"),
+            ("-o", f"Acquire::https::Timeout={b.apt_timeout}"))
+
+
+def _apt(config: Config, packages: Iterable[str]) -> Run:
+    bounded = apt_options(config)
     return Run(commands=(
-        Command(head=("apt-get", "update")),
+        Command(head=("apt-get", "update"), groups=bounded),
         Command(head=("DEBIAN_FRONTEND=noninteractive", "apt-get", "install"),
-                groups=(("-y", "--no-install-recommends"),), unordered=tuple(packages)),
+                groups=(*bounded, ("-y", "--no-install-recommends")), unordered=tuple(packages)),
         Command(head=("rm", "-rf", "/var/lib/apt/lists/*")),
     ))
 
@@ -143,6 +188,11 @@ def _base_stage(config: Config) -> Stage:
         ("UV_PYTHON", config.target.python),
         ("UV_PYTHON_DOWNLOADS", b.python_downloads),
         ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+        # bounded network waits in every stage (each stage but the scratch wheelhouse is FROM base)
+        ("UV_HTTP_TIMEOUT", str(b.http_timeout)),
+        ("UV_HTTP_RETRIES", str(b.http_retries)),
+        ("PIP_DEFAULT_TIMEOUT", str(b.http_timeout)),
+        ("PIP_RETRIES", str(b.http_retries)),
     ]
     if b.index_url:
         env += [("PIP_INDEX_URL", "${INDEX_URL}"), ("UV_DEFAULT_INDEX", "${INDEX_URL}")]
@@ -154,7 +204,7 @@ def _base_stage(config: Config) -> Stage:
         Comment(text="each layer's size as the sum of its wheels, and bytecode would add "
                 "unplanned bytes."),
         Env(pairs=tuple(env)),
-        _apt(BOOTSTRAP_APT),
+        _apt(config, BOOTSTRAP_APT),
         Comment(text="uv from the package index (no image is pulled for it), pinned."),
         Run(commands=(
             Command(head=("python3", "-m", "venv", "/opt/uv")),
@@ -187,7 +237,7 @@ def _wheel_builder_stage(config: Config) -> Stage:
     if b.builder_extra_index_url:
         install.append(("--extra-index-url", b.builder_extra_index_url))
     body: list[Instruction] = [
-        _apt(b.builder_apt_packages),
+        _apt(config, b.builder_apt_packages),
         Run(commands=(Command(head=("uv", "venv", "--seed", "/opt/builder")),)),
         Comment(text="unsafe-best-match: uv otherwise pins every package to the first index "
                 "that has it,"),
@@ -203,6 +253,10 @@ def _wheel_builder_stage(config: Config) -> Stage:
             specs.append(f"/src/{path}")
         else:
             specs.append(spec)
+    if b.cuda_arch_list:
+        body += [Comment(text="The GPU architectures the kernels are compiled for (the "
+                         "MANIFEST's ABI key records them)."),
+                 Arg(name="TORCH_CUDA_ARCH_LIST")]
     body += [
         Comment(text="uv has no `pip wheel`; --no-build-isolation builds against what is "
                 "installed above (torch)."),
@@ -213,7 +267,7 @@ def _wheel_builder_stage(config: Config) -> Stage:
                     ("--wheel-dir", "/wheels"), *((s,) for s in specs)),
         ),)),
         Workdir(path="/wheels"),
-        Run(commands=(Shell(text="sha256sum -- *.whl > MANIFEST"),)),
+        _manifest_run(config),
     ]
     return Stage(name="wheel-builder", base="base",
                  instructions=_with_args(body, _args(config)),
@@ -268,7 +322,8 @@ def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
 ASSERTS_RECORD = "/etc/gpurl-build-asserts"
 
 
-def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...]) -> Run:
+def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...],
+                 environment: tuple[Command, ...] = ()) -> Run:
     """Every build assert in one RUN that records what passed.
 
     A RUN that makes no files is no layer when kaniko builds it, but an empty layer when its
@@ -277,7 +332,7 @@ def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...]) -> Run
     """
     # -B: importing must not leave .pyc files in the layer (unplanned bytes).
     checks = ([_compiled_wheels_assert(globs).commands[0]] if globs else []) + [
-        Command(head=("python", "-B", "-c", stmt)) for stmt in import_asserts]
+        *environment, *(Command(head=("python", "-B", "-c", stmt)) for stmt in import_asserts)]
     steps: list[Command | Shell] = []
     for i, check in enumerate(checks, 1):
         steps += [Command(head=("echo", f"build assert {i}/{len(checks)}")), check]
@@ -285,10 +340,59 @@ def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...]) -> Run
     return Run(commands=tuple(steps))
 
 
-def harbor_outside_lock(plan: Plan) -> bool:
-    """harbor is installed from HARBOR_REPO@HARBOR_COMMIT (the planner decides: asked for, and
-    not in the variant's closure)."""
-    return any(r.split(" @", 1)[0] == "harbor" for r in plan.outside_lock)
+PROVENANCE_DIR = "/etc/gpurl/provenance"  # what the image records about itself
+ENVCHECK = "/etc/gpurl/envcheck.py"  # dockerfile/envcheck.py, as generate writes it
+ENVCHECK_SOURCE = "docker/gpurl-envcheck.py"  # where generate writes it, in the context
+FREEZE_LOCK = f"{PROVENANCE_DIR}/freeze-lock.txt"  # after the final sync: the lock's set
+FREEZE = f"{PROVENANCE_DIR}/freeze.txt"  # `uv pip freeze`: the environment's whole set
+
+
+def provenance_sources(config: Config) -> tuple[str, ...]:
+    """What PROVENANCE_DIR/sources.txt records: one `<what> <url>@<commit>` line per source
+    built from git (the vLLM fork the wheels are compiled from, each git post-install)."""
+    b = config.build
+    lines = [f"vllm-fork {b.vllm_fork_repo}@{b.vllm_fork_commit}"] if b.vllm_fork_commit else []
+    lines += [f"{e.name} {e.requirement.split(' @ ', 1)[1].removeprefix('git+')}"
+              for e in b.post_installs if " @ " in e.requirement]
+    return tuple(lines)
+
+
+def _post_install_steps(config: Config, plan: Plan) -> list[Instruction]:
+    """After the lock: record the provenance files and the lock's set (the final sync proved
+    it equal to the lock), then install the post-install requirements (their dependencies
+    resolved now)."""
+    record: list[Command | Shell] = [Command(head=("mkdir", "-p", PROVENANCE_DIR))]
+    if config.build.wheel_globs:  # the compiled wheels' sha256 and ABI key
+        record.append(Command(head=("cp", f"{_WHEELS_TMP}/MANIFEST",
+                                    f"{PROVENANCE_DIR}/wheels.MANIFEST")))
+    sources = provenance_sources(config)
+    record.append(Shell(text=("printf '%s\\n' " + " ".join(shlex.quote(s) for s in sources)
+                              if sources else ":") + f" > {PROVENANCE_DIR}/sources.txt"))
+    steps: list[Instruction] = [
+        Comment(text=f"Provenance in {PROVENANCE_DIR}: the compiled wheels' MANIFEST, the git "
+                "sources, the package set;"),
+        Comment(text="the lock's set as the final sync left it (the asserts prove the "
+                "environment is it plus the post-installs)."),
+        Copy(sources=(ENVCHECK_SOURCE,), dest=ENVCHECK),
+        Run(commands=(*record, Command(head=("python", "-B", ENVCHECK, "lock-set", FREEZE_LOCK)))),
+    ]
+    if plan.outside_lock:
+        steps += [
+            Comment(text="After the lock (build.post-install), each pinned; their dependencies "
+                    "are resolved now."),
+            Run(commands=(Command(head=("uv", "pip", "install"),
+                                  unordered=plan.outside_lock),)),
+        ]
+    return steps
+
+
+def _environment_checks(config: Config, plan: Plan) -> list[Command]:
+    """The package-set proof (recording `uv pip freeze`) and the `uv pip check` gate."""
+    prove = [("--lock-set", FREEZE_LOCK), ("--out", FREEZE),
+             *(("--post-install", r) for r in plan.outside_lock)]
+    allow = [("--allow", pattern) for pattern in config.build.pip_check_allow]
+    return [Command(head=("python", "-B", ENVCHECK, "prove"), groups=tuple(prove)),
+            Command(head=("python", "-B", ENVCHECK, "pip-check"), groups=tuple(allow))]
 
 
 def _slice_steps(config: Config, plan: Plan, layer: Layer) -> list[Instruction]:
@@ -313,11 +417,11 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
         Comment(text="The InfiniBand verbs userspace is always installed: without it NCCL "
                 "silently falls back"),
         Comment(text="to NET/Socket (the 'Could not find libnccl-net.so' line is a red herring)."),
-        _apt((*b.apt_packages, *IB_VERBS_APT)),
-        Env(pairs=(("PATH", f"{VENV}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", VENV),
-                   ("VIRTUAL_ENV", VENV))),
+        _apt(config, (*b.apt_packages, *IB_VERBS_APT)),
+        Env(pairs=(("PATH", f"{b.venv}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", b.venv),
+                   ("VIRTUAL_ENV", b.venv))),
         Workdir(path=WORKDIR),
-        Run(commands=(Command(head=("uv", "venv", VENV)),)),
+        Run(commands=(Command(head=("uv", "venv", b.venv)),)),
     ]
     known = _args(config)
     stages = [Stage(name=ENV_BASE_STAGE, base="base", instructions=_with_args(base, known),
@@ -357,15 +461,13 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
                     + "; the final sync excludes them,"),
             Comment(text="so the lock's copies are never installed, built or put back over "
                     "them."),
-            Run(commands=(Command(head=("uv", "pip", "install"),
-                                  groups=(("--no-deps",), *((g,) for g in globs))),)),
-        ]
-    if harbor_outside_lock(plan):
-        body += [
-            Comment(text="harbor is not in this lock: installed from HARBOR_COMMIT, its "
-                    "dependencies resolved now."),
-            Run(commands=(Command(head=("uv", "pip", "install"),
-                                  groups=(("harbor @ git+${HARBOR_REPO}@${HARBOR_COMMIT}",),)),)),
+            Comment(text="The MANIFEST's ABI key must be the pins' before anything installs: "
+                    "wheels built for"),
+            Comment(text="another fork commit, torch, CUDA, Python or arch list fail here, "
+                    "not on the cluster."),
+            Run(commands=(_abi_check(config),
+                          Command(head=("uv", "pip", "install"),
+                                  groups=(("--no-deps",), *((g,) for g in globs))))),
         ]
     if local:
         body.append(Comment(text="Local packages the lock installs from a path outside the "
@@ -375,15 +477,17 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
         Copy(sources=(f"{ws}/" if ws != "." else ".",), dest=f"{WORKDIR}/"),
         Comment(text="The lock still rules: this sync finds the slices' packages in place and "
                 "installs only"),
-        Comment(text="the local packages; --inexact keeps the compiled wheels and harbor "
-                "installed above."),
+        Comment(text="the local packages; --inexact keeps the compiled wheels installed "
+                "above."),
         _sync_run(plan.final_sync_flags),
+        *_post_install_steps(config, plan),
         Comment(text="Build asserts: a green build proves the stack imports; each says which "
                 "it is, and the"),
         Comment(text=f"RUN writes {ASSERTS_RECORD}, so it is one layer whether kaniko "
                 "builds it or takes it from its cache."),
     ]
-    body.append(_asserts_run(globs, b.import_asserts))
+    asserts = (*b.import_asserts, *(a for e in b.post_installs for a in e.asserts))
+    body.append(_asserts_run(globs, asserts, tuple(_environment_checks(config, plan))))
     body += [
         Comment(text="Provenance last: a new git sha must not invalidate any layer's cache."),
         Arg(name="GITSHA"),
@@ -394,6 +498,8 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
             (provenance.LABEL_PLAN_FINGERPRINT, plan.fingerprint),
             (provenance.LABEL_PLAN_STEPS, str(len(plan.layers))),
             (provenance.LABEL_GENERATOR, f"gpurl {gpurl_tasks.__version__}"),
+            (provenance.LABEL_OCI_REVISION, "${GITSHA}"),
+            *([(provenance.LABEL_OCI_SOURCE, b.source_url)] if b.source_url else []),
         )),
     ]
     return Stage(name="rl", base="env", instructions=_with_args(body, _args(config)),
@@ -409,18 +515,20 @@ def _check_plan(plan: Plan) -> None:
         raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")
 
 
-_URL_FIELDS = ("index_url", "builder_extra_index_url", "vllm_fork_repo", "harbor_repo")
+_URL_FIELDS = ("index_url", "builder_extra_index_url", "vllm_fork_repo")
 
 
 def _check_no_credentials(config: Config) -> None:
     """A URL with user:token@ would be written into a committed file and the image history."""
-    for field in _URL_FIELDS:
-        value = str(getattr(config.build, field))
+    urls = [(f"build.{f.replace('_', '-')}", str(getattr(config.build, f))) for f in _URL_FIELDS]
+    urls += [("build.post-install", r.split(" @ ", 1)[1].removeprefix("git+"))
+             for r in config.build.post_install if " @ " in r]
+    for key, value in urls:
         netloc = urlsplit(value).netloc
         if "@" in netloc:
             safe = value.replace(netloc, "***@" + netloc.rsplit("@", 1)[1])
             raise DockerfileError(
-                f"build.{field.replace('_', '-')} carries credentials ({safe})",
+                f"{key} carries credentials ({safe})",
                 hint="use a URL without user:password@; give the build its credentials another "
                      "way (kaniko: the registry auth file, uv: UV_INDEX_* environment variables)")
 
@@ -433,8 +541,7 @@ def _check_config(config: Config) -> None:
 
 # The build ARGs a profile must pin when its recipe uses them (no generic default exists).
 _PINNED_ARGS = {"TORCH_VERSION": "torch-version", "FLASH_ATTN_VERSION": "flash-attn-version",
-                "VLLM_FORK_REPO": "vllm-fork-repo", "VLLM_FORK_COMMIT": "vllm-fork-commit",
-                "HARBOR_REPO": "harbor-repo", "HARBOR_COMMIT": "harbor-commit"}
+                "VLLM_FORK_REPO": "vllm-fork-repo", "VLLM_FORK_COMMIT": "vllm-fork-commit"}
 
 
 def _check_pins(used: set[str], args: dict[str, str], config: Config) -> None:

@@ -54,16 +54,20 @@ from gpurl_tasks.plan.wheelglobs import glob_project
 from gpurl_tasks.values import expand_variables
 
 __all__ = [
+    "ABI_KEY_PREFIX",
     "FoundWheel",
     "Mismatch",
     "WheelCheckError",
     "WheelNameError",
     "WheelPins",
     "WheelSpec",
+    "abi_key",
+    "check_abi_key",
     "check_provided",
     "check_wheels",
     "configured_globs",
     "expected_filenames",
+    "manifest_abi_key",
     "parse_manifest",
     "pins_from_args",
     "prebuilt_filenames",
@@ -97,6 +101,7 @@ class WheelPins:
     python: str  # "3.12"
     arch: str  # "x86_64"
     glibc: str  # "2.28": the newest manylinux the target accepts
+    cuda_arch_list: str = ""  # TORCH_CUDA_ARCH_LIST of the compile, "8.0;9.0"; "" unset
 
     @property
     def python_tag(self) -> str:
@@ -124,7 +129,50 @@ def pins_from_args(args: Mapping[str, str], build: BuildSettings, target: Target
         python=args.get("PYTHON_VERSION", target.python),
         arch=target.arch,
         glibc=target.glibc,
+        cuda_arch_list=args.get("TORCH_CUDA_ARCH_LIST", build.cuda_arch_list),
     )
+
+
+# The MANIFEST's ABI key line: what the wheels were compiled for, compared before any install.
+ABI_KEY_PREFIX = "# gpurl-abi "
+# (key word, WheelPins field or property, the build ARG that carries it in the wheel-builder)
+ABI_FIELDS = (("fork", "vllm_fork_commit", "VLLM_FORK_COMMIT"),
+              ("flash-attn", "flash_attn_version", "FLASH_ATTN_VERSION"),
+              ("torch", "torch_version", "TORCH_VERSION"),
+              ("cuda", "cuda_tag", None),
+              ("py", "python_tag", None),
+              ("platform", "platform", None),
+              ("arch-list", "cuda_arch_list", "TORCH_CUDA_ARCH_LIST"))
+
+
+def abi_key(pins: WheelPins, *, refs: Mapping[str, str] | None = None) -> str:
+    """The ABI key of the compiled wheels: `fork=… flash-attn=… torch=… cuda=… py=cp312
+    platform=linux_x86_64 arch-list=8.0;9.0` (an unset pin reads `-`). `refs` {field: text}
+    stands in for a field's value (the wheel-builder writes `${ARG}`s, so the key says what
+    the compile was given)."""
+    words = []
+    for word, field, _arg in ABI_FIELDS:
+        value = (refs or {}).get(field) or str(getattr(pins, field)) or "-"
+        words.append(f"{word}={value}")
+    return " ".join(words)
+
+
+def manifest_abi_key(text: str) -> str | None:
+    """The ABI key a MANIFEST's text records (its `# gpurl-abi ` line), None without one."""
+    for line in text.splitlines():
+        if line.startswith(ABI_KEY_PREFIX):
+            return line[len(ABI_KEY_PREFIX):].strip()
+    return None
+
+
+def check_abi_key(pins: WheelPins, found: str | None) -> Mismatch | None:
+    """A MANIFEST whose ABI key is not the pins' (or that has none), as one mismatch showing
+    both keys."""
+    expected = abi_key(pins)
+    if found == expected:
+        return None
+    return Mismatch(project="MANIFEST", expected=expected, found=found or "no ABI key line",
+                    problem="the wheels' ABI key differs (rebuild or refetch the wheels)")
 
 
 def _tail(pins: WheelPins) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, VENV
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
@@ -108,7 +108,7 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
                 [client, "tag", "<image id>", base], builder.push_command(client, base)]
     commands += [stage_command(client, image="<image id>", slice_file=layer.slice.path(config.variant),
                                dest=layer.slice.image_path, out_dir=Path("<out>"),
-                               output=f"{layer.name}.tar.gz", venv=VENV,
+                               output=f"{layer.name}.tar.gz", venv=config.build.venv,
                                level=config.layers.compression_level)
                  for layer in plan.layers]
     return tuple(tuple(argv) for argv in commands)
@@ -134,7 +134,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                                        digest=None)
         proc.run_quiet([client, "tag", base_id, str(base_ref)])
         builder.push_image(client, str(base_ref))
-        probe = probe_base(client, base_id, VENV)
+        probe = probe_base(client, base_id, config.build.venv)
         compressor_id = compressor(level, probe.zlib)
         with open_client(config, cache) as registry:
             base = _env_base(registry, base_ref)
@@ -143,7 +143,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                 path = layer.slice.path(config.variant)
                 text = read_text(path, what="slice file", error=BuildError).encode()
                 tag = slice_key(label=layer.label, slice_text=text,
-                                python=probe.python, venv=VENV, uv=probe.uv,
+                                python=probe.python, venv=config.build.venv, uv=probe.uv,
                                 compressor=compressor_id)
                 wanted.append(_Wanted(layer=layer, path=path,
                                       ref=dataclasses.replace(cache, tag=tag, digest=None)))
@@ -153,13 +153,13 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
             with concurrent.futures.ThreadPoolExecutor(max_workers=_WORKERS) as pool:
                 jobs = {pool.submit(stage_slice, client, image=base_id, slice_file=w.path,
                                     dest=w.layer.slice.image_path, out_dir=Path(tmp),
-                                    name=w.layer.name, venv=VENV, level=level): w
+                                    name=w.layer.name, venv=config.build.venv, level=level): w
                         for w in missing}
                 for job in concurrent.futures.as_completed(jobs):
                     w = jobs[job]
                     done = job.result()
                     staged[w.layer.name] = done
-                    found[w.layer.name] = _record(registry, w, done, base)
+                    found[w.layer.name] = _record(registry, w, done, base, config.build.venv)
                     done.path.unlink()
                     _write_log(log_dir, w.layer.name, done)
             slices = [found[w.layer.name] for w in wanted]
@@ -180,12 +180,12 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
 
 
 def _record(registry: RegistryClient, wanted: _Wanted, done: StagedSlice,
-            base: BaseImage) -> WrittenSlice:
+            base: BaseImage, venv: str) -> WrittenSlice:
     """Push a written slice's blob and its one-layer image under its cache tag."""
     assert wanted.ref.tag is not None
     written = WrittenSlice(
         name=wanted.layer.name, diff_id=done.blob.diff_id,
-        created_by=recorded_history(written_history(wanted.layer), wanted.ref.tag),
+        created_by=recorded_history(written_history(wanted.layer, venv), wanted.ref.tag),
         layer=Descriptor(media_type=base.layer_type, digest=done.blob.digest,
                          size=done.blob.size))
     registry.push_blob(wanted.ref, done.path, done.blob.digest)

@@ -197,14 +197,17 @@ def ensure_index(config: Config, *, cache: Path | None = None, dry_run: bool = F
 
 
 def build_requirements(config: Config) -> list[str]:
-    """Unpinned things a build fetches from the index: the workspace's build backend and the
-    wheel-builder stage's requirements (`build.builder-requirements`), plus uv's venv seeds."""
+    """Things a build fetches from the index outside the lock: the workspace's build backend,
+    the wheel-builder stage's requirements (`build.builder-requirements`), the post-installs
+    (`build.post-install`), plus uv's venv seeds."""
     specs = list(SEED_REQUIREMENTS)
     pyproject = config.workspace / "pyproject.toml"
     if pyproject.is_file():
         specs += download.build_requires(read_text(pyproject, what="pyproject.toml",
                                                   error=ConfigError))
     specs += list(getattr(config.build, "builder_requirements", ()))
+    # the post-installs an index can serve (a git URL is fetched by the build itself)
+    specs += [e.requirement for e in config.build.post_installs if " @ " not in e.requirement]
     return sorted(set(specs))
 
 

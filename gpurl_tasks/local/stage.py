@@ -4,10 +4,10 @@ same on every builder).
 
 In the container (`--network host`, for the loopback package index env-base names):
   uv pip install --no-deps --require-hashes --no-installer-metadata \
-      --prefix /stage --python /opt/venv/bin/python -r /tmp/gpurl-layers/<slice file>
+      --prefix /stage --python <build.venv>/bin/python -r /tmp/gpurl-layers/<slice file>
 lays the slice's files out as they sit in the venv (`lib/python3.X/site-packages/`, `bin/`
-with `#!/opt/venv/bin/python` entry points, no INSTALLER, REQUESTED or direct_url.json);
-then `python3 -m gpurl_tasks.oci.layer write /stage ... --prefix opt/venv` (gpurl_tasks
+with `#!<build.venv>/bin/python` entry points, no INSTALLER, REQUESTED or direct_url.json);
+then `python3 -m gpurl_tasks.oci.layer write /stage ... --prefix <build.venv>` (gpurl_tasks
 mounted read-only; it leaves uv's `.lock` out) writes the blob into the mounted output
 directory.
 """

@@ -21,7 +21,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpurl_tasks.dockerfile.recipe import VENV
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.oci.compose import Composed
 from gpurl_tasks.oci.image import (
@@ -47,11 +46,11 @@ def install_command(*, prefix: str, venv: str, slice_file: str) -> list[str]:
             "--prefix", prefix, "--python", f"{venv}/bin/python", "-r", slice_file]
 
 
-def written_history(layer: Layer) -> str:
+def written_history(layer: Layer, venv: str) -> str:
     """The history entry of a written slice, on every builder: what ran to stage it
     (verify-layers maps a layer with `uv pip install` and the slice file's path to its slice)."""
     return (f"gpurl {WRITER_VERSION}: uv pip install --no-deps --require-hashes "
-            f"--no-installer-metadata --prefix {VENV} -r {layer.slice.image_path}")
+            f"--no-installer-metadata --prefix {venv} -r {layer.slice.image_path}")
 
 
 

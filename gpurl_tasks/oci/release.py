@@ -16,7 +16,7 @@ from typing import Any
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
-from gpurl_tasks.dockerfile.generate import fitted_plan
+from gpurl_tasks.dockerfile.generate import check_launcher, fitted_plan
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import CheckFailed, GpurlError, PinError, RegistryError
 from gpurl_tasks.exitcodes import ExitCode
@@ -151,6 +151,10 @@ def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bo
     path = config.launcher.path
     old = read_text(path, what="launcher file", error=PinError,
                     missing_hint="set launcher.path in the config or pass --launcher")
+    try:
+        check_launcher(config, old)
+    except GpurlError as exc:
+        raise PinError(f"refusing to pin: {exc.message}", hint=exc.hint) from None
     largest = report.largest
     comment = provenance_comment(Provenance(
         tag=image.ref.tag, layer_count=len(report.rows), total_bytes=report.total,

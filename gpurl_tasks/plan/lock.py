@@ -24,6 +24,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from packaging.markers import InvalidMarker, Marker
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as PackagingRequirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
@@ -45,6 +47,7 @@ __all__ = [
     "check_conflicts",
     "install_closure",
     "load_lock",
+    "lock_staleness",
     "parse_lock",
     "requirements_on",
 ]
@@ -546,3 +549,58 @@ def requirements_on(lock: Lock, closure: Closure, target: TargetSpec, selection:
             if req.marker is None or _compiled(req.marker).evaluate(env, context="lock_file"):
                 found.append((pkg.name, req.specifier))
     return tuple(sorted(set(found)))
+
+
+def _asked(name: str, specifier: str, marker: str | None) -> tuple[str, str, str]:
+    """One requirement, normalised so that pyproject's and the lock's spellings compare."""
+    spec = ",".join(sorted(str(s) for s in SpecifierSet(specifier)))
+    return (str(canonicalize_name(name)), spec, str(Marker(marker)) if marker else "")
+
+
+def lock_staleness(pyproject_text: str, lock: Lock, *, where: str = "pyproject.toml") -> list[str]:
+    """What `uv lock --check` would find stale, offline: each package whose specifiers the
+    workspace project's pyproject.toml (dependencies, optional-dependencies) and the lock's
+    record of it (`[package.metadata] requires-dist`) disagree on (one added, dropped or
+    changed), and a changed requires-python. Markers, sources and dependency groups are not
+    compared; a project the lock does not hold is no finding (a virtual workspace root)."""
+    try:
+        project = tomllib.loads(pyproject_text).get("project", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise LockError(f"{where} is not valid TOML: {exc}") from None
+    name = project.get("name")
+    locked = next((p for p in lock.by_name(name) if p.is_local), None) if isinstance(name, str) \
+        else None
+    if locked is None:
+        return []
+    asked: set[tuple[str, str, str]] = set()
+    try:
+        for text in project.get("dependencies", []):
+            req = PackagingRequirement(text)
+            asked.add(_asked(req.name, str(req.specifier), str(req.marker) if req.marker else None))
+        for extra, entries in project.get("optional-dependencies", {}).items():
+            for text in entries:
+                req = PackagingRequirement(text)
+                marker = f"extra == '{canonicalize_name(extra)}'"
+                if req.marker:
+                    marker = f"({req.marker}) and {marker}"
+                asked.add(_asked(req.name, str(req.specifier), marker))
+    except (InvalidRequirement, InvalidMarker, InvalidSpecifier) as exc:
+        raise LockError(f"{where}: a requirement is invalid: {exc}") from None
+    recorded = {_asked(r.name, r.specifier, r.marker) for r in locked.requires_dist}
+    # uv rewrites the markers of conflicting extras in its record, so the markers are not
+    # compared: a requirement added, dropped or given another specifier is what goes stale
+    wants = {(a[0], a[1]) for a in asked}
+    has = {(r[0], r[1]) for r in recorded}
+    problems = []
+    for pkg in sorted({n for n, _ in wants | has}):
+        mine = sorted(spec or "*" for n, spec in wants if n == pkg)
+        theirs = sorted(spec or "*" for n, spec in has if n == pkg)
+        if mine != theirs:
+            problems.append(f"{pkg}: {where} asks for {', '.join(mine) or 'nothing'}, the lock "
+                            f"was resolved for {', '.join(theirs) or 'nothing'}")
+    wanted_python = project.get("requires-python")
+    if isinstance(wanted_python, str) and lock.requires_python is not None and \
+            SpecifierSet(wanted_python) != SpecifierSet(lock.requires_python):
+        problems.append(f"requires-python: {where} asks for {wanted_python}, the lock was "
+                        f"resolved for {lock.requires_python}")
+    return problems

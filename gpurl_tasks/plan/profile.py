@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from gpurl_tasks.config import BuildSettings, Config, Variant
+from gpurl_tasks.errors import LockError
 from gpurl_tasks.plan.history import version_changes
 from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
 from gpurl_tasks.plan.model import Plan, ProvidedPackage, sync_selection_flags
@@ -65,12 +66,18 @@ def _variant_input(config: Config, parsed: Lock, variant: Variant,
 
 
 def outside_lock(build: BuildSettings, closure: Closure) -> tuple[str, ...]:
-    """What the image installs outside the lock, its dependencies resolved at build time:
-    harbor from HARBOR_REPO@HARBOR_COMMIT when asked for and the closure lacks it (when the
-    lock has harbor, its slice installs the lock's commit: one harbor, locked dependencies)."""
-    if build.install_harbor and "harbor" not in {p.name for p in closure.packages}:
-        return (f"harbor @ git+{build.harbor_repo}@{build.harbor_commit}",)
-    return ()
+    """What the image installs after the lock, its dependencies resolved at build time: every
+    `build.post-install` requirement, in config order. One the closure already holds must
+    pin the lock's version (its install is a no-op, its asserts still run): the lock rules,
+    and another version would break the final sync's proof."""
+    locked = {p.name: p.version for p in closure.packages}
+    for entry in build.post_installs:
+        if entry.name in locked and entry.requirement.split("==", 1)[-1] != locked[entry.name]:
+            raise LockError(f"build.post-install {entry.requirement!r}: the lock already pins "
+                            f"{entry.name} {locked[entry.name]}",
+                            hint="drop it from post-install (the lock installs it), or re-lock "
+                                 "the workspace at the version you want")
+    return tuple(e.requirement for e in build.post_installs)
 
 
 def local_paths(closure: Closure) -> tuple[tuple[str, str], ...]:

@@ -64,8 +64,9 @@ _WHEEL_ARGS = {
     "TORCH_VERSION": "torch",
     "CUDA_TAG": "cuda",
     "PYTHON_VERSION": "python",
+    "TORCH_CUDA_ARCH_LIST": "cuda-arch-list",
 }
-_IMAGE_ARGS = {"BASE_IMAGE": "base-image", "HARBOR_COMMIT": "harbor", "HARBOR_REPO": "harbor"}
+_IMAGE_ARGS = {"BASE_IMAGE": "base-image"}
 # ARGs that change how a build runs but not what it produces.
 _INERT_ARGS = frozenset({"MAX_JOBS", "GITSHA"})
 # Lock packages the prebuilt wheels are compiled against (their ABI).

@@ -22,8 +22,10 @@ from gpurl_tasks.dockerfile.wheels import (
     FoundWheel,
     Mismatch,
     WheelCheckError,
+    check_abi_key,
     check_wheels,
     configured_globs,
+    manifest_abi_key,
     parse_manifest,
     pins_from_args,
     wheel_specs,
@@ -32,7 +34,8 @@ from gpurl_tasks.errors import Unreachable, unreachable_hint
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, sha256_of
 
-__all__ = ["WheelReport", "check_source", "read_manifest", "read_wheelhouse", "redact_url"]
+__all__ = ["WheelReport", "check_source", "read_manifest", "read_manifest_keyed",
+           "read_wheelhouse", "redact_url"]
 
 
 class ManifestUnreachable(WheelCheckError, Unreachable):
@@ -92,6 +95,13 @@ def redact_url(url: str) -> str:
 
 def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
     """The wheels a MANIFEST lists, from a local file or an http(s) URL (names and sha256 only)."""
+    return read_manifest_keyed(location, timeout=timeout)[0]
+
+
+def read_manifest_keyed(location: str, *,
+                        timeout: float = 30.0) -> tuple[list[FoundWheel], str | None]:
+    """(The wheels a MANIFEST lists, the ABI key it records or None), from a local file or an
+    http(s) URL, read once."""
     if location.startswith(("http://", "https://")):
         url = location if not location.endswith("/") else location + "MANIFEST"
         shown = redact_url(url)
@@ -113,7 +123,8 @@ def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
         text = read_text(path, what="MANIFEST", error=WheelCheckError)
         source = str(path)
     entries = parse_manifest(text, source=source)
-    return [FoundWheel(filename=name, manifest_sha256=digest) for name, digest in entries.items()]
+    return ([FoundWheel(filename=name, manifest_sha256=digest) for name, digest in entries.items()],
+            manifest_abi_key(text))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -173,12 +184,19 @@ def check_source(config: Config, source: str | None) -> WheelReport:
     expected = configured_globs(config.build, inputs.effective_args, pins)
     where = source or str(config.build.wheelhouse)
     if where.startswith(("http://", "https://")) or Path(where).is_file():
-        found = read_manifest(where)
+        found, key = read_manifest_keyed(where)
+        found = [dataclasses.replace(w, in_manifest=True) for w in found]
     else:
         found = read_wheelhouse(Path(where))
+        manifest = Path(where) / "MANIFEST"
+        key = (manifest_abi_key(read_text(manifest, what="MANIFEST", error=WheelCheckError))
+               if manifest.is_file() else None)
     shown = redact_url(where) if where.startswith(("http://", "https://")) else where
+    mismatches = check_wheels(pins, found, inputs.wheel_globs, expected_globs=expected)
+    has_manifest = key is not None or any(w.in_manifest is not None for w in found)
+    if has_manifest and expected and (abi := check_abi_key(pins, key)) is not None:
+        mismatches = (abi, *mismatches)
     return WheelReport(source=shown, profile=config.profile,
                        expected={s.label: s.expected for s in wheel_specs(pins, expected)},
                        found=tuple(w.filename for w in found if w.present),
-                       mismatches=check_wheels(pins, found, inputs.wheel_globs,
-                                               expected_globs=expected))
+                       mismatches=mismatches)

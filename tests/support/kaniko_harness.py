@@ -33,6 +33,7 @@ from typing import Any
 
 from gpurl_tasks.cluster.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
 from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.dockerfile.wheels import ABI_KEY_PREFIX, abi_key, pins_from_args
 from tests.conftest import REPO_ROOT
 from tests.support.rangeserver import serve_files
 
@@ -151,7 +152,10 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
             shutil.copy(path, served / "wheels" / path.name)
         lines = [f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}"
                  for path in sorted((served / "wheels").iterdir())]
-        (served / "wheels" / "MANIFEST").write_text("".join(f"{line}\n" for line in lines))
+        # what a wheel-builder writes: its ABI key line first (wheels.abi_key of the pins)
+        key = abi_key(pins_from_args({}, config.build, config.target))
+        (served / "wheels" / "MANIFEST").write_text(
+            f"{ABI_KEY_PREFIX}{key}\n" + "".join(f"{line}\n" for line in lines))
         pins = ToolPins(crane_url=f"{url}/crane.tgz",
                         crane_sha256=crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
                         executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32,

@@ -19,4 +19,16 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "gpurl_demo_ext", "Demo C extension.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit_gpurl_demo_ext(void) { return PyModule_Create(&module); }
+#ifndef GPURL_ARCH_LIST
+#define GPURL_ARCH_LIST ""
+#endif
+
+/* ARCH_LIST: the TORCH_CUDA_ARCH_LIST the compile was given (setup.py). */
+PyMODINIT_FUNC PyInit_gpurl_demo_ext(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "ARCH_LIST", GPURL_ARCH_LIST) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

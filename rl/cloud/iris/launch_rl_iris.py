@@ -4,7 +4,7 @@
 :gpu-rl tag (it stale-caches on nodes under imagePullPolicy: IfNotPresent).
 """
 
-__all__ = ["DEFAULT_RL_DOCKER_IMAGE", "DEFAULT_RL_MEGATRON_DOCKER_IMAGE"]
+__all__ = ["DEFAULT_RL_DOCKER_IMAGE", "DEFAULT_RL_MEGATRON_DOCKER_IMAGE", "RL_PYTHON"]
 
 # gpu-rl-e03896b7 (harbor f4a6b1a0; 48 layers, max 3.46 GB; build asserts green), the last
 # known-good image from the hand-run runbook.
@@ -13,3 +13,7 @@ DEFAULT_RL_DOCKER_IMAGE = "ghcr.io/open-thoughts/openthoughts-agent@sha256:e8b48
 # The megatron variant (`invoke build --variant megatron`); not pinned yet: `invoke pin --variant
 # megatron` replaces this tag with the digest of a verified gpu-rl-megatron-<gitsha> image.
 DEFAULT_RL_MEGATRON_DOCKER_IMAGE = "ghcr.io/open-thoughts/openthoughts-agent:gpu-rl-megatron"
+
+# The environment's python in the image (build.venv): `invoke generate` and `invoke pin` refuse
+# an image whose environment is elsewhere.
+RL_PYTHON = "/opt/openthoughts/envs/rl/bin/python"
