@@ -232,7 +232,7 @@ class BuildSettings:
     wheel_base_url: str = _field("", check=values.url, bakes="image")
     max_jobs: int = _field(8, bakes="none")
     # the repository the image is built from: label org.opencontainers.image.source (empty: none)
-    source_url: str = _field("", check=values.optional(values.url), bakes="none")
+    source_url: str = _field("", check=values.optional(values.url), bakes="image")
     apt_packages: tuple[str, ...] = _field(
         ("ca-certificates", "curl", "git", "ibverbs-providers", "ibverbs-utils", "libibverbs1",
          "librdmacm1", "rdma-core"), check=values.each(values.apt_package), bakes="image")

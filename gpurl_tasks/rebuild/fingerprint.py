@@ -66,7 +66,8 @@ _WHEEL_ARGS = {
     "PYTHON_VERSION": "python",
     "TORCH_CUDA_ARCH_LIST": "cuda-arch-list",
 }
-_IMAGE_ARGS = {"BASE_IMAGE": "base-image"}
+# (HARBOR_*: the ARGs of Dockerfiles generated before harbor became a post-install entry)
+_IMAGE_ARGS = {"BASE_IMAGE": "base-image", "HARBOR_COMMIT": "harbor", "HARBOR_REPO": "harbor"}
 # ARGs that change how a build runs but not what it produces.
 _INERT_ARGS = frozenset({"MAX_JOBS", "GITSHA"})
 # Lock packages the prebuilt wheels are compiled against (their ABI).
