@@ -216,3 +216,21 @@ def test_diff_reads_the_packages_from_both_sboms(registry: RegistryServer) -> No
     assert found.packages is not None
     changed = {p.name: (p.before, p.after) for p in found.packages}
     assert changed == {"libc6 (apt)": ("2.36-9+deb12u10", "2.36-9+deb12u11")}
+
+
+def test_another_locks_image_is_not_compared_with_this_lock(registry: RegistryServer) -> None:
+    """An image built from another lock (its lock-hash label) keeps its SBOM unjudged: this
+    checkout's closure says nothing about it; its provenance is still checked."""
+    config = _config(registry)
+    ref = f"{registry.host}/{config.registry.repository}:demo-0d0d0d0d0d0d"
+    push_image(registry.url, config.registry.repository, [
+        tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs /"),
+        random_layer(50_000, "RUN /bin/sh -c uv sync --frozen", seed=20)],
+        tag="demo-0d0d0d0d0d0d", labels={LABEL_LOCK_HASH: "e" * 64})
+    client, image = _pulled(registry, ref)
+    attach_attestations(config, image, client, _context(commit="0d0d0d0d0d0d" + "0" * 28))
+    _, report = verify_image(config, image.ref, client)
+    assert not [f for f in report.findings if f.code.startswith(("sbom", "no-"))]
+    assert any("built from another lock" in n for n in report.notes)
+    assert any("provenance: built from 0d0d0d0d0d0d" in n for n in report.notes)
+    client.close()

@@ -34,10 +34,11 @@ def _names(items: Collection[tuple[str, str]]) -> str:
 
 
 def check_attestations(*, sbom: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None,
-                       expected: Collection[tuple[str, str]], post_installs: Collection[str],
-                       commit: str | None, required: bool, where: str
-                       ) -> tuple[list[Problem], list[str]]:
-    """(findings, notes) for the documents found attached to the image (None: not found)."""
+                       expected: Collection[tuple[str, str]] | None,
+                       post_installs: Collection[str], commit: str | None, required: bool,
+                       where: str) -> tuple[list[Problem], list[str]]:
+    """(findings, notes) for the documents found attached to the image (None: not found);
+    `expected` None: the image was built from another lock, its packages are not compared."""
     findings: list[Problem] = []
     notes: list[str] = []
     absent = [name for name, document in (("SBOM", sbom), ("provenance", provenance))
@@ -50,7 +51,10 @@ def check_attestations(*, sbom: Mapping[str, Any] | None, provenance: Mapping[st
     elif absent:
         notes.append(f"no {' or '.join(absent)} attached to the image; not required "
                      "(verify.attestations)")
-    if sbom is not None:
+    if sbom is not None and expected is None:
+        notes.append("SBOM attached; the image was built from another lock than this "
+                     "checkout's, so its packages are not compared")
+    elif sbom is not None and expected is not None:
         found = python_components(sbom)
         locked = set().union(*(v for k, v in found.items()
                                if k not in ("compiled-wheel", "post-install")))
