@@ -24,7 +24,7 @@ from packaging.requirements import Requirement as _Requirement
 from packaging.version import InvalidVersion, Version
 
 from gpurl_tasks.errors import ConfigError, GpurlError, shown
-from gpurl_tasks.imageref import InvalidReference, parse_reference
+from gpurl_tasks.imageref import ImageRef, InvalidReference, parse_reference
 
 __all__ = [
     "ARG_REF",
@@ -370,14 +370,19 @@ def image_reference(value: object, key: str, *, error: type[GpurlError] = Config
     return text
 
 
+def _reference_or_none(text: str) -> ImageRef | None:
+    """`text` parsed as a bare image reference, or None when it is not one."""
+    try:
+        return parse_reference(text, bare=True)
+    except InvalidReference:
+        return None
+
+
 def repository(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
     """A repository path as image references spell it (`org/image`: lowercase), checked where
     it is configured, not first by the registry or verify-layers."""
     text = _string(value, key, error, "a repository name")
-    try:
-        parsed = parse_reference(f"registry.invalid/{text}", bare=True)
-    except InvalidReference:
-        parsed = None
+    parsed = _reference_or_none(f"registry.invalid/{text}")
     if parsed is None or parsed.repository != text:
         raise _bad(error, key, value, "a repository name like org/image (lowercase letters, "
                    "digits, '.', '_', '-', components joined by '/')")
@@ -387,10 +392,7 @@ def repository(value: object, key: str, *, error: type[GpurlError] = ConfigError
 def registry_host(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
     """A registry host[:port] as image references spell it."""
     text = _string(value, key, error, "a registry host")
-    try:
-        parsed = parse_reference(f"{text}/x", bare=True)
-    except InvalidReference:
-        parsed = None
+    parsed = _reference_or_none(f"{text}/x")
     if parsed is None or parsed.host != text:
         raise _bad(error, key, value, "a registry host like ghcr.io or 127.0.0.1:5005")
     return text
