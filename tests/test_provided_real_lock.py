@@ -40,6 +40,7 @@ def test_the_final_sync_leaves_the_compiled_wheels_alone(tmp_path: Path) -> None
     assert uv, "uv is not on PATH"
     config = load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={
         "python.extras": ["vllm"], "lock": str(lock), "build.vllm-version": "0.16.0",
+        "build.post-install": [],  # gpu-rl's post-installs pin against its own lock, not SkyRL's
         "layers.size-overrides": str(REPO_ROOT / "sizes" / "skyrl-train.json")})
     plan = plan_for_config(config, repack=True)
     assert plan.final_exclusions == ("flash-attn", "vllm")

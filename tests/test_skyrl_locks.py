@@ -59,6 +59,7 @@ def test_closure_matches_uv_export(commit: str, extra: str, tmp_path: Path) -> N
 def test_vllm_plan_fits_4gb(commit: str, mode: str) -> None:
     config = load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={
         "python.extras": ["vllm"], "layers.cap": "4GB", "lock": str(skyrl_lock(commit)),
+        "build.post-install": [],  # gpu-rl's post-installs pin against its own lock, not SkyRL's
         "layers.size-overrides": str(REPO_ROOT / "sizes" / "skyrl-train.json"),
         "layers.mode": mode})
     plan = plan_for_config(config, repack=True)
