@@ -18,10 +18,12 @@ ROOT="${GPURL_KANIKO_ROOT:-}"
 APP_DIR="$ROOT/app"
 KANIKO_DIR="$ROOT/kaniko"
 # kaniko builds in this job's own root filesystem and deletes it between stages, all but
-# $KANIKO_DIR (never snapshotted, never deleted): the build context, crane and the digest
-# live there, so they outlive the first stage, and the bundle at $APP_DIR (deleted with the
-# rest) never reaches the image.
+# $KANIKO_DIR and mount points (never snapshotted, never deleted): the build context, crane
+# and the digest live under $KANIKO_DIR, so they outlive the first stage. iris mounts the
+# bundle at $APP_DIR (the task's workdir, an emptyDir): the image's workspace is therefore
+# elsewhere ($IMAGE_WORKSPACE), or its COPY would write into the bundle and miss the image.
 CONTEXT="$KANIKO_DIR/context"
+IMAGE_WORKSPACE=/opt/workspace
 WORK="$KANIKO_DIR/gpurl"
 WHEELHOUSE="$CONTEXT"/docker/wheelhouse
 REGISTRY_HOST=ghcr.io
@@ -59,6 +61,16 @@ case "$DOCKERFILE" in
   /* | *..* | "") die "DOCKERFILE must be a path inside the build context, got '$DOCKERFILE'" ;;
 esac
 [ -d "$APP_DIR" ] || die "build context $APP_DIR does not exist (the iris workspace bundle)"
+# kaniko keeps every mount point out of its snapshots: an image path under a mount of this job
+# would be written into the mount and be missing from the pushed image.
+if [ -r /proc/self/mountinfo ]; then
+  while read -r _ _ _ _ mount _; do
+    case "$IMAGE_WORKSPACE/" in
+      "$mount"/*) die "the image's workspace $IMAGE_WORKSPACE is under $mount, a mount of" \
+        "this job: kaniko would leave it out of the image" ;;
+    esac
+  done </proc/self/mountinfo
+fi
 
 mkdir -p "$WORK"
 

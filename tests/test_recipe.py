@@ -26,6 +26,7 @@ from gpurl_tasks.dockerfile.recipe import (
     ENV_BASE_STAGE,
     ENV_CHAIN,
     IB_VERBS_APT,
+    WORKDIR,
     render_recipe,
 )
 from gpurl_tasks.plan.model import (
@@ -297,7 +298,7 @@ def test_slices_then_wheels_then_harbor_then_the_one_sync(gpu: Parsed) -> None:
     wheels_copy = order.index(("COPY", "--from=wheels /wheels/ /tmp/wheels/"))
     wheel_install = next(k for k, (_, v) in enumerate(order) if "/tmp/wheels/" in v and _ == "RUN")
     harbor = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
-    source = order.index(("COPY", "rl/ /app/"))
+    source = order.index(("COPY", f"rl/ {WORKDIR}/"))
     assert len(syncs) == 1 and len(slices) == 3
     assert slices[-1] < wheels_copy < wheel_install < harbor < source < syncs[0]
     assert not any("uv.lock" in v for kind, v in order[:source] if kind == "COPY")  # no slice
@@ -397,7 +398,7 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     rl = parsed.runtime()
     assert [s for s, _ in slice_runs(rl)] == [  # the first of the demo's variants
         f"docker/layers/demo/standard/{n}.txt" for n in ("00-pyyaml", "01-lxml", "02-pillow")]
-    assert rl.of("COPY")[-1] == "examples/demo/ /app/"
+    assert rl.of("COPY")[-1] == f"examples/demo/ {WORKDIR}/"
     assert not any("harbor" in v for v in rl.of("RUN"))
 
 
