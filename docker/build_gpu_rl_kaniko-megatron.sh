@@ -80,6 +80,33 @@ if ! command -v curl >/dev/null 2>&1; then
 fi
 fetch() { curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }
 
+# kaniko's filesystem reset after its first run puts the built stage's /etc/ssl in place of
+# this job's: a CA the job trusts there (a private registry, a proxy) is gone for every later
+# run (`x509: certificate signed by unknown authority`). The job's trust, its system bundle
+# plus $SSL_CERT_FILE when set, is copied under $KANIKO_DIR first, and every later step reads
+# that copy: the executor and crane through SSL_CERT_FILE, the composing build (its layer
+# writer, uv and crane) through its vars file.
+JOB_CA="$WORK/ca-certificates.crt"
+: >"$JOB_CA.tmp"
+for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt \
+    /etc/ssl/ca-bundle.pem /etc/pki/tls/cacert.pem \
+    /etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem /etc/ssl/cert.pem; do
+  if [ -f "$bundle" ]; then  # the first one found, as Go (kaniko, crane) reads them
+    cat "$bundle" >>"$JOB_CA.tmp" && echo >>"$JOB_CA.tmp"
+    break
+  fi
+done
+if [ -n "${SSL_CERT_FILE:-}" ]; then
+  [ -f "$SSL_CERT_FILE" ] || die "SSL_CERT_FILE=$SSL_CERT_FILE is not a file in this job"
+  cat "$SSL_CERT_FILE" >>"$JOB_CA.tmp"
+fi
+[ -s "$JOB_CA.tmp" ] || die "this job has no CA bundle (/etc/ssl/certs/ca-certificates.crt," \
+  "or SSL_CERT_FILE): install ca-certificates in the task image"
+mv "$JOB_CA.tmp" "$JOB_CA"
+export SSL_CERT_FILE="$JOB_CA"
+echo "==> CA bundle for every step: $JOB_CA" \
+  "($(grep -c 'BEGIN CERTIFICATE' "$JOB_CA") certificates)"
+
 echo "==> crane $CRANE_URL"
 fetch "$CRANE_URL" "$WORK/crane.tgz" || die "could not download crane from $CRANE_URL"
 echo "$CRANE_SHA256  $WORK/crane.tgz" | sha256sum -c --quiet - \
@@ -172,8 +199,8 @@ set -euo pipefail
 # shellcheck source=/dev/null  # written by the job script once env-base is pushed
 . "${0%/*}/compose-env.vars"
 die() { echo "compose-env: error: $*" >&2; exit 1; }
-export DOCKER_CONFIG
-if [ -n "$JOB_CERTS" ]; then export SSL_CERT_FILE="$JOB_CERTS"; fi
+# The job's CA bundle (this build runs in env-base's filesystem, whose /etc/ssl is its own).
+export DOCKER_CONFIG SSL_CERT_FILE="$JOB_CA"
 crane() { "$WORK/crane" "$@" 2>"$WORK/crane.err"; }
 said() { tr '\n' ' ' <"$WORK/crane.err"; }
 VENV=/opt/venv
@@ -263,7 +290,7 @@ read -r ENV_BASE_DIGEST <"$WORK/env-base.digest" || true
 {
   printf '%s=%q\n' CACHE_REPO "$CACHE_REPO" ENV_BASE "$CACHE_REPO@$ENV_BASE_DIGEST" \
     GITSHA "$GITSHA" WORK "$WORK" CONTEXT "$CONTEXT" SLICE_INDEX "$SLICE_INDEX" \
-    LAYER_TOOL "$LAYER_TOOL" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CERTS "${SSL_CERT_FILE:-}"
+    LAYER_TOOL "$LAYER_TOOL" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CA "$JOB_CA"
 } >"$WORK/compose-env.vars"
 printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
   "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"

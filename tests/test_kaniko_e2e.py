@@ -383,6 +383,32 @@ def test_pin_writes_the_pushed_digest(parts: Parts, cluster: tuple[str, Path, Bu
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=tree, check=True)
 
 
+def test_a_ca_the_job_trusts_through_its_etc_ssl_alone_holds_for_every_executor_run(
+        parts: Parts, cluster: tuple[str, Path, Built], tmp_path: Path) -> None:
+    """An on-premises registry behind a private CA that the task image trusts through
+    /etc/ssl (update-ca-certificates), no SSL_CERT_FILE and no mount: kaniko's reset after
+    its first run puts env-base's /etc/ssl in place of the job's, and the composing and the
+    final build still reach the registry, through the copy the script keeps under /kaniko."""
+    executor, tree, _ = cluster
+    (tmp_path / "gpurl-test-ca.crt").write_bytes(parts.ca.ca.read_bytes())
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {JOB_IMAGE}\nCOPY gpurl-test-ca.crt /usr/local/share/ca-certificates/\n"
+        "RUN update-ca-certificates\n")
+    trusting = f"{JOB_IMAGE}-private-ca"
+    subprocess.run(["docker", "build", "--network", "host", "-q", "-t", trusting, str(tmp_path)],
+                   check=True, capture_output=True, timeout=600)
+    built = _build(tree, parts, "ca0d" + ("0a1" if executor == "upstream" else "0f1"),
+                   image=trusting, cert_file=False)
+    said = re.search(r"==> CA bundle for every step: (\S+) \((\d+) certificates\)", built.output)
+    assert said and said.group(1) == "/kaniko/gpurl/ca-certificates.crt", built.output[:3000]
+    counts = [int(subprocess.run(
+        ["docker", "run", "--rm", name, "grep", "-c", "BEGIN CERTIFICATE",
+         "/etc/ssl/certs/ca-certificates.crt"], check=True, capture_output=True, text=True,
+        timeout=120).stdout) for name in (JOB_IMAGE, trusting)]
+    assert counts[1] == counts[0] + 1 == int(said.group(2)), (counts, said.group(2))
+    assert "==> environment " in built.output and "x509" not in built.output
+
+
 def _slice_files(tree: Path) -> dict[str, str]:
     """{slice file name: its text} of the committed plan (shared and variant slices)."""
     return {p.name: p.read_text() for p in (tree / "docker" / "layers" / "demo").rglob("*.txt")}
