@@ -199,3 +199,25 @@ def test_the_layer_limit_over_a_pushed_image(registry: RegistryServer, tmp_path:
         assert f"[{code}] {count} layers" in text.stdout
     else:
         assert "near-layer-limit" not in text.stdout and "too-many-layers" not in text.stdout
+
+
+def test_a_layer_blob_the_registry_lost_fails_naming_the_layer(registry: RegistryServer,
+                                                              tmp_path: Path) -> None:
+    """The manifest and its tag are there, one layer's bytes are not (deleted from the
+    registry's storage): the sizes in the manifest would pass every rule, the HEAD of each
+    blob fails the check, naming the layer."""
+    layers = [tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs /")] + [
+        random_layer(100_000, f"RUN uv sync --frozen --no-install-project # lost {i}",
+                     seed=7100 + i) for i in range(5)]
+    push_image(registry.url, "org/img", layers, tag="gpu-rl-7171717")
+    ref = f"{registry.host}/org/img:gpu-rl-7171717"
+    before = run_task("verify-layers", "--ref", ref, "--json", env=env_for(registry, tmp_path))
+    assert before.returncode == 0, before.stderr
+    registry.remove_blob(layers[3].digest)
+    done = run_task("verify-layers", "--ref", ref, "--json", env=env_for(registry, tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    missing = [f for f in report["findings"] if f["code"] == "missing-blob"]
+    assert [(f["layer"], f["failing"]) for f in missing] == [(3, True)]
+    assert layers[3].digest[:19] in missing[0]["message"]
+    assert "fails the layer rules" in done.stderr and "Traceback" not in done.stderr
