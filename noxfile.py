@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import glob
+import os
+import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -110,18 +113,30 @@ def _ref_as_flag(posargs: list[str]) -> list[str]:
     return list(posargs)
 
 
+def _invoke(session: nox.Session, *args: str) -> None:
+    """`invoke ARGS` in the session's environment as a user's shell runs it: its stdout and
+    stderr apart (`session.run` merges them, so --json's one object was followed by the
+    `error:` line), and its exit code nox's own (the README's table; nox would say 1)."""
+    session.log("invoke " + " ".join(shlex.quote(a) for a in args))
+    env = {**os.environ, **{k: v for k, v in session.env.items() if v is not None},
+           "PATH": os.pathsep.join([session.bin, os.environ.get("PATH", "")])}
+    code = subprocess.call([os.path.join(session.bin, "invoke"), *args], env=env)
+    if code:
+        raise SystemExit(code)
+
+
 @nox.session(name="verify-layers", default=False)
 def verify_layers(session: nox.Session) -> None:
     """Check a pushed image's layers via the registry API (args: `invoke verify-layers` flags)."""
     _sync(session)
-    session.run("invoke", "verify-layers", *_ref_as_flag(session.posargs))
+    _invoke(session, "verify-layers", *_ref_as_flag(session.posargs))
 
 
 @nox.session(default=False)
 def pin(session: nox.Session) -> None:
     """Verify an image and pin its digest into the launcher (args: `invoke pin` flags)."""
     _sync(session)
-    session.run("invoke", "pin", *_ref_as_flag(session.posargs))
+    _invoke(session, "pin", *_ref_as_flag(session.posargs))
 
 
 # --- build and end to end ----------------------------------------------------------------

@@ -14,13 +14,16 @@ import datetime as dt
 from invoke.collection import Collection
 from invoke.context import Context
 
-from gpurl_tasks import cli
+from gpurl_tasks import cli, program
 from gpurl_tasks.cli import task
+
+program.adopt()  # invoke's parse errors (an unknown flag or task, a bad value) follow the contract
 
 _PROFILE = "config profile from [tool.gpurl.profiles] (default: default-profile, or $GPURL_PROFILE)"
 _JSON = ("print exactly one JSON object on stdout instead of the human output (an error's: "
          "error, hint, exit_code)")
 _VARIANT = "a variant of the profile ([tool.gpurl.profiles.NAME.variants]; default: every variant)"
+_ONE_VARIANT = "the variant whose image this is for (default: the profile's first)"
 _RULES = {
     "cap": "target cap per layer, e.g. 4GB (default: verify.cap, else layers.cap)",
     "hard_limit": "no layer may reach this size, e.g. 8GB (default: verify.hard-limit)",
@@ -124,15 +127,18 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
     from gpurl_tasks.local.pipeline import build_task
 
     with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, variant=variant, backend=backend)
+        # --memory and --disk are validated as their GPURL_CLUSTER_* variables are
+        config = cli.config_for(profile, variant=variant, backend=backend, cluster__memory=memory,
+                                cluster__disk=disk)
         source = cli.choice("--wheel-source", wheel_source, WheelSource)
         if config.backend == "local":
             cli.finish(build_task(config, dry_run=dry_run, wheel_source=source,
                                   push_floating=push_floating, no_cache=no_cache, say=cli.say,
                                   stream=verbose, force=force, chain=chain), as_json=json)
             return
-        request = BuildRequest(cluster=cluster, cpu=cli.positive_flag("--cpu", cpu, float), memory=memory,
-                               disk=disk, timeout=cli.positive_flag("--timeout", timeout, int),
+        request = BuildRequest(cluster=cli.cluster_flag(cluster),
+                               cpu=cli.positive_flag("--cpu", cpu, float),
+                               timeout=cli.positive_flag("--timeout", timeout, int),
                                force=force, local_only=tuple(
                                    f for f, on in (("--wheel-source", source),
                                                    ("--push-floating", push_floating),
@@ -158,7 +164,8 @@ def watch(c: Context, job: str, interval: int = 60, max_duration: int = 6 * 3600
     with cli.clean_failures(f"interrupted: stopped watching {job}; the job was not touched",
                             as_json=json):
         cli.finish(run_watch(cli.config_for(profile), cli.positional("watch", job), interval=interval,
-                             max_duration=max_duration, say=cli.say, cluster=cluster),
+                             max_duration=max_duration, say=cli.say,
+                             cluster=cli.cluster_flag(cluster)),
                    as_json=json)
 
 
@@ -176,7 +183,7 @@ def kill(c: Context, job: str, cluster: str | None = None, profile: str | None =
 
     with cli.clean_failures(as_json=json):
         cli.finish(kill_job(cli.config_for(profile), cli.positional("kill", job), dry_run=dry_run,
-                            cluster=cluster),
+                            cluster=cli.cluster_flag(cluster)),
                    as_json=json)
 
 
@@ -292,7 +299,7 @@ def diff(c: Context, first: str, second: str | None = None, profile: str | None 
     from gpurl_tasks.rebuild.diff import diff_task
 
     with cli.clean_failures(as_json=json):
-        first = cli.positional("diff", first)
+        first, second = cli.positional("diff", first), cli.positional("diff", second)
         if second is None or not second.strip():
             raise cli.ConfigError("invoke diff needs the second image",
                                   hint="invoke diff REF1 REF2")
@@ -301,26 +308,27 @@ def diff(c: Context, first: str, second: str | None = None, profile: str | None 
 
 @task(name="check-wheels", help={
     "source": "a wheelhouse directory, a MANIFEST file or its URL (default: build.wheelhouse)",
-    "json": _JSON, "profile": _PROFILE})
+    "json": _JSON, "profile": _PROFILE, "variant": _ONE_VARIANT})
 def check_wheels(c: Context, source: str | None = None, json: bool = False,
-                 profile: str | None = None) -> None:
+                 profile: str | None = None, variant: str | None = None) -> None:
     """Check the prebuilt wheels against the Dockerfile's pins; exit 1 on a mismatch."""
     from gpurl_tasks.rebuild.wheelhouse import check_source
 
     with cli.clean_failures(as_json=json):
-        cli.finish(check_source(cli.config_for(profile), cli.text_flag("--source", source)),
-                   as_json=json)
+        cli.finish(check_source(cli.config_for(profile, variant=variant),
+                                cli.text_flag("--source", source)), as_json=json)
 
 
-@task(name="setup-local", help={"profile": _PROFILE, "json": _JSON,
+@task(name="setup-local", help={"profile": _PROFILE, "json": _JSON, "variant": _ONE_VARIANT,
                                 "dry_run": "say what each step would do, change nothing"})
 def setup_local(c: Context, profile: str | None = None, dry_run: bool = False,
-                json: bool = False) -> None:
+                json: bool = False, variant: str | None = None) -> None:
     """Make the local path ready: engine, BuildKit client, registry, base image, package index."""
     from gpurl_tasks.local.setup import setup_local as prepare
 
     with cli.clean_failures(as_json=json):
-        cli.finish(prepare(cli.config_for(profile), dry_run=dry_run), as_json=json)
+        cli.finish(prepare(cli.config_for(profile, variant=variant), dry_run=dry_run),
+                   as_json=json)
 
 
 @task(name="setup-kaniko", help={
@@ -347,15 +355,16 @@ def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstre
     "profile": _PROFILE, "target": "the stage that builds the wheels",
     "source": "directory in that stage holding the wheels and MANIFEST",
     "dockerfile": "Dockerfile to build (config key: build.dockerfile)", "json": _JSON,
-    "verbose": "stream the whole build log"})
+    "verbose": "stream the whole build log", "variant": _ONE_VARIANT})
 def build_wheels(c: Context, profile: str | None = None, target: str = "wheel-builder",
                  source: str = "wheels", dockerfile: str | None = None, json: bool = False,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, variant: str | None = None) -> None:
     """Build the wheel-builder stage into the wheelhouse, then check the wheels (exit 1)."""
     from gpurl_tasks.local.actions import build_wheels_task
 
     with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, build__dockerfile=cli.path_flag(dockerfile))
+        config = cli.config_for(profile, variant=variant,
+                                build__dockerfile=cli.path_flag(dockerfile))
         cli.finish(build_wheels_task(config, target=target, source=source, say=cli.say,
                                      stream=verbose), as_json=json)
 
@@ -402,6 +411,21 @@ def demo(c: Context, profile: str | None = None, wheel_source: str = "prebuilt-w
                              say=cli.say), as_json=json)
 
 
+@task(help={"ref": "the image: REPO:TAG or REPO@sha256:... (default: this commit's tag)",
+            "document": "print the whole SBOM (CycloneDX JSON) instead of a summary",
+            "json": _JSON, "profile": _PROFILE, "variant": _VARIANT})
+def sbom(c: Context, ref: str | None = None, document: bool = False, json: bool = False,
+         profile: str | None = None, variant: str | None = None) -> None:
+    """The SBOM and provenance attached to a pushed image: a summary, or the SBOM itself."""
+    from gpurl_tasks.oci.attested import sbom_task
+    from gpurl_tasks.oci.release import resolve_reference
+
+    with cli.clean_failures(as_json=json):
+        config = cli.config_for(profile, variant=variant)
+        cli.finish(sbom_task(config, resolve_reference(config, cli.text_flag("--ref", ref)),
+                             document=document), as_json=json)
+
+
 ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, pin,
                 rebuild_needed, doctor, diff, check_wheels, setup_local, setup_kaniko,
-                build_wheels, serve_index, fill_index, demo)
+                build_wheels, serve_index, fill_index, demo, sbom)

@@ -47,6 +47,13 @@ def _speed(data: dict[str, Any]) -> list[str]:
                      " / ".join(_ms(st[s]) for s in ("parse", "closure", "sizes", "pack"))])
     out += _table(["lock", "packages", "closure", "layers", "tomllib.load", "plan", "plan/parse",
                    "parse / closure / sizes / pack"], rows)
+    if data.get("processes"):
+        out += ["As a whole process (what a user waits for): `invoke plan` from interpreter start "
+                "to its JSON output, against a process that starts the same Python and only "
+                "`tomllib.load`s the same lock. Medians.", ""]
+        out += _table(["lock", "command", "bare tomllib process", "invoke plan process", "ratio"],
+                      [[p["label"], f"`{' '.join(p['command'][:4])} ...`", _ms(p["toml_seconds"]),
+                        _ms(p["plan_seconds"]), f"{p['ratio']:.1f}x"] for p in data["processes"]])
     out += [f"Profile (cProfile, one plan of the {data['profile_lock']} lock; profiling slows it "
             "down, read the shares), top functions by own time:", ""]
     out += _table(["function", "calls", "own time", "share", "cumulative"],

@@ -93,8 +93,17 @@ def _speed(paths: dict[str, Path], synth: Path, synth_label: str, runs: int) -> 
     results.append(speed.time_planner(synth_label, synth, extras=(SYNTH_EXTRA,),
                                       overrides=None, cap=4 * GB, runs=max(3, runs // 2)))
     profile = speed.profile_plan(synth, extras=(SYNTH_EXTRA,), overrides=None, cap=4 * GB)
+    fixture = REPO_ROOT / "examples" / "skyrl" / "skyrl-train" / "uv.lock"
+    processes = [
+        speed.time_processes("skyrl fixture (committed slices)", fixture,
+                             ["--profile", "skyrl", "--variant", "standard", "--json"],
+                             cwd=REPO_ROOT, runs=runs),
+        speed.time_processes(synth_label, synth, ["--profile", "skyrl", "--lock", str(synth),
+                                                  "--extra", SYNTH_EXTRA, "--json"],
+                             cwd=REPO_ROOT, runs=max(3, runs // 2)),
+    ]
     return {"results": [r.to_json() for r in results], "profile_lock": synth_label,
-            "profile": profile}
+            "profile": profile, "processes": [p.to_json() for p in processes]}
 
 
 def _quality(real: list[LockInput]) -> list[dict[str, Any]]:

@@ -12,6 +12,8 @@ import dataclasses
 import io
 import pstats
 import statistics
+import subprocess
+import sys
 import time
 import tomllib
 from collections.abc import Callable
@@ -28,7 +30,8 @@ from gpurl_tasks.plan.sizes import load_size_sources, package_sizes
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.variants import VariantInput, plan_images
 
-__all__ = ["STAGES", "SpeedResult", "plan_file", "profile_plan", "time_planner"]
+__all__ = ["STAGES", "ProcessResult", "SpeedResult", "plan_file", "profile_plan", "time_planner",
+           "time_processes"]
 
 STAGES = ("parse", "closure", "sizes", "pack")
 
@@ -127,3 +130,47 @@ def profile_plan(path: Path, *, extras: tuple[str, ...], overrides: Path | None,
         row["own_share"] = row["own_seconds"] / total if total else 0.0
         row["cumulative_share"] = row["cumulative_seconds"] / total if total else 0.0
     return rows[:top]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProcessResult:
+    """`invoke plan` as a whole process (interpreter start, imports, config, plan, output)
+    against a process that only starts Python and `tomllib.load`s the same file."""
+
+    label: str
+    command: list[str]
+    runs: int
+    toml_seconds: float  # median wall time of the bare process
+    plan_seconds: float  # median wall time of the `invoke plan` process
+
+    @property
+    def ratio(self) -> float:
+        return self.plan_seconds / self.toml_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ratio": self.ratio}
+
+
+def _wall(argv: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+    return seconds
+
+
+def time_processes(label: str, lock: Path, plan_args: list[str], *, cwd: Path,
+                   runs: int) -> ProcessResult:
+    """Median wall time of `runs` `python -m invoke plan ARGS` processes and `runs` bare
+    `python -c tomllib.load(LOCK)` processes, interleaved (the same interpreter)."""
+    bare = [sys.executable, "-c", "import sys, tomllib; tomllib.load(open(sys.argv[1], 'rb'))",
+            str(lock)]
+    plan = [sys.executable, "-m", "invoke", "plan", *plan_args]
+    toml_times, plan_times = [], []
+    for _ in range(runs):
+        toml_times.append(_wall(bare, cwd))
+        plan_times.append(_wall(plan, cwd))
+    return ProcessResult(label=label, command=["invoke", "plan", *plan_args], runs=runs,
+                         toml_seconds=statistics.median(toml_times),
+                         plan_seconds=statistics.median(plan_times))

@@ -11,22 +11,25 @@ import dataclasses
 import difflib
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar, get_args
 
 from invoke import tasks as invoke_tasks
-from invoke.exceptions import Exit
+from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
 
-from gpurl_tasks import proc
+from gpurl_tasks import proc, values
 from gpurl_tasks.config import (
     Config,
     load_committed_config,
     load_config,
     load_profile_names,
     profile_from_env,
+    unknown_variables,
 )
 from gpurl_tasks.errors import ConfigError, GpurlError
 from gpurl_tasks.exitcodes import ExitCode
@@ -38,9 +41,11 @@ __all__ = [
     "REPO_ROOT",
     "ConfigError",
     "EachVariant",
+    "FlagError",
     "Outcome",
     "choice",
     "clean_failures",
+    "cluster_flag",
     "config_for",
     "each_variant",
     "emit_json",
@@ -54,6 +59,7 @@ __all__ = [
     "task",
     "text_flag",
     "variant_configs",
+    "warn_unknown_variables",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +69,34 @@ SHORT_FLAGS = {"profile": "p", "json": "j"}
 HELP_FLAGS = ("-h", "--help")
 
 
-class _Trailing(Argument):
+class FlagError(ParseError):
+    """A flag's or positional argument's value refused as invoke parses it, with a hint."""
+
+    def __init__(self, message: str, *, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class _Checked(Argument):
+    """A task's flag or positional argument, checked as invoke parses it (the one place for
+    every task): an empty value is refused wherever a value is required, never a silent
+    fallback to the default (`--memory ''`, `--profile ''`); an integer flag's value must be
+    one (`watch --interval abc`: a parse error naming the flag, not a ValueError)."""
+
+    def set_value(self, value: Any, cast: bool = True) -> None:
+        shown = self.names[0].upper() if self.positional else f"--{self.names[0]}"
+        if self.kind in (str, int) and isinstance(value, str) and not value.strip():
+            raise FlagError(f"{shown} is empty", hint=(
+                f"give {shown} a value" if self.positional else f"leave {shown} out to use its default"))
+        try:
+            super().set_value(value, cast)
+        except ValueError:
+            raise FlagError(f"{shown} must be a whole number, not {value!r}",
+                            hint=f"e.g. {shown} {self.default}" if self.default else
+                            f"{shown} takes a whole number") from None
+
+
+class _Trailing(_Checked):
     """A second positional argument. invoke hands `TASK --help` to a task's first positional
     as its value (`positional` then shows the help); this one is then not missing, so invoke
     does not refuse the command line before the help is shown."""
@@ -81,11 +114,14 @@ class _Trailing(Argument):
 
 
 class _Task(invoke_tasks.Task[Callable[..., None]]):
-    """An invoke task whose only short flags are SHORT_FLAGS' and whose positional arguments
-    after the first still let `TASK --help` show the help."""
+    """An invoke task whose only short flags are SHORT_FLAGS', whose values are checked as
+    they are parsed (`_Checked`), and whose positional arguments after the first still let
+    `TASK --help` show the help."""
 
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
         arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
+        for argument in arguments:
+            argument.__class__ = _Checked
         positional = [a for a in arguments if a.positional]
         for argument in positional[1:]:
             argument.__class__ = _Trailing
@@ -106,6 +142,7 @@ def task(**options: Any) -> Callable[[Callable[..., None]], Any]:
 
 
 _N = TypeVar("_N", int, float)
+_Text = TypeVar("_Text", str, str | None)
 
 
 def config_for(profile: str | None = None, *, variant: str | None = None,
@@ -116,11 +153,25 @@ def config_for(profile: str | None = None, *, variant: str | None = None,
     $GPURL_PROFILE.
     """
     variant = text_flag("--variant", variant)
+    warn_unknown_variables(os.environ)
     if committed:
         return load_committed_config(REPO_ROOT, profile, variant)
     dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
                                  for k, v in overrides.items()}
     return load_config(REPO_ROOT, profile=profile, overrides=dotted, variant=variant)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_unknown_variables(env: Mapping[str, str]) -> None:
+    """One warning line per GPURL_* variable nothing reads (once a process), with the
+    closest one that is read: `GPURL_LAYERS_CAPP=2GB` is a typo, not a setting."""
+    for name, close in unknown_variables(env):
+        if name not in _WARNED:
+            _WARNED.add(name)
+            say(f"warning: {name} is not a gpurl variable (ignored)"
+                + (f"; did you mean {close}?" if close else "; every variable is in docs/config.md"))
 
 
 def variant_configs(profile: str | None, variant: str | None, *, ref: str | None = None,
@@ -229,15 +280,19 @@ def clean_failures(interrupted: str = "interrupted", *, as_json: bool = False) -
     """The top-level handler of every task: a GpurlError becomes one actionable line and its
     exit code; Ctrl-C (SIGINT) the line `interrupted` and ExitCode.INTERRUPTED, never a
     failure's code; any other exception one "internal error" line and ExitCode.INTERNAL (its
-    traceback with GPURL_DEBUG=1). Never a traceback for input a user can give. With
-    `as_json` the failure is also one JSON object on stdout: {"error", "hint", "exit_code"}
-    (redacted like the line on stderr)."""
+    traceback with GPURL_DEBUG=1); SIGTERM ends like Ctrl-C, as ExitCode.TERMINATED. Never a
+    traceback for input a user can give. With `as_json` the failure is also one JSON object
+    on stdout: {"error", "hint", "exit_code"} (redacted like the line on stderr)."""
+    previous = _on_sigterm(_terminate)
     try:
         yield
     except GpurlError as exc:
         _fail(exc.message, exc.hint, exc.exit_code, as_json=as_json)
     except KeyboardInterrupt:
         _fail(interrupted, None, ExitCode.INTERRUPTED, as_json=as_json, prefix="")
+    except _Terminated:
+        _fail(interrupted.replace("interrupted", "terminated (SIGTERM)", 1), None,
+              ExitCode.TERMINATED, as_json=as_json, prefix="")
     except (Exit, SystemExit):
         raise
     except Exception as exc:  # the one place a bug is caught: see ExitCode.INTERNAL
@@ -246,6 +301,25 @@ def clean_failures(interrupted: str = "interrupted", *, as_json: bool = False) -
         detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         _fail(f"internal error: {detail}", f"set {DEBUG_ENV}=1 for the traceback",
               ExitCode.INTERNAL, as_json=as_json, prefix="", inline_hint=True)
+    finally:
+        _on_sigterm(previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwinds the task like Ctrl-C's KeyboardInterrupt (never caught as an
+    Exception by the code below), so its `finally` blocks run and it ends as TERMINATED."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install `handler` for SIGTERM and return the one it replaces (None off the main
+    thread, where Python cannot install one; a None `handler` changes nothing)."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _fail(message: str, hint: str | None, code: int, *, as_json: bool, prefix: str = "error: ",
@@ -267,7 +341,21 @@ def say(message: str = "") -> None:
 
 def emit_json(obj: Any) -> None:
     """Exactly one JSON object on stdout."""
-    print(json.dumps(obj, indent=2, sort_keys=False))
+    out(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def out(text: str) -> None:
+    """One line (or block) on stdout, flushed. A reader that closed the pipe (`| head -1`)
+    ends the task quietly: the rest of stdout goes nowhere and the exit status is
+    ExitCode.PIPE_CLOSED (as `yes | head -1` sees), never a BrokenPipeError traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # stdout may still hold bytes the interpreter would flush at exit (and fail again)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise Exit(code=int(ExitCode.PIPE_CLOSED)) from None
 
 
 class Outcome(Protocol):
@@ -291,7 +379,7 @@ def finish(outcome: Outcome, *, as_json: bool) -> None:
     else:
         text = outcome.human()
         if text:
-            print(text)
+            out(text)
     if outcome.exit_code:
         raise Exit(getattr(outcome, "failure", None), code=outcome.exit_code)
 
@@ -311,6 +399,11 @@ def text_flag(flag: str, value: str | None) -> str | None:
     if value is not None and not value.strip():
         raise ConfigError(f"{flag} is empty", hint=f"leave {flag} out to use its default")
     return value
+
+
+def cluster_flag(value: str | None) -> str | None:
+    """--cluster NAME, checked as cluster.name is (None: the configured cluster)."""
+    return None if value is None else values.plain_name(value, "--cluster")
 
 
 def positive_flag(flag: str, value: str | float | None, kind: type[_N]) -> _N | None:
@@ -339,7 +432,7 @@ def choice(flag: str, value: str | None, choices: Any) -> str | None:
                       hint=f"did you mean {close[0]!r}?" if close else None)
 
 
-def positional(task: str, value: str) -> str:
+def positional(task: str, value: _Text) -> _Text:
     """A task's required positional argument. invoke hands `TASK --help` to it as its value, so
     `--help` there shows the task's help (as `invoke --help TASK` does) instead of running."""
     if value in HELP_FLAGS:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import hashlib
+import json
 import os
 import re
 import tomllib
@@ -27,7 +29,9 @@ from gpurl_tasks.units import parse_size
 __all__ = [
     "DEFAULT_LAYOUT",
     "DEFAULT_VARIANT",
+    "OTHER_VARIABLES",
     "SHARED",
+    "Bakes",
     "BuildSettings",
     "ClusterSettings",
     "Config",
@@ -40,12 +44,16 @@ __all__ = [
     "TargetSpec",
     "Variant",
     "VerifySettings",
+    "baked_values",
+    "config_fingerprint",
+    "declared_bakes",
     "environment_value",
     "environment_variable",
     "load_committed_config",
     "load_config",
     "load_profile_names",
     "profile_from_env",
+    "unknown_variables",
 ]
 
 _KW = {"frozen": True, "kw_only": True}
@@ -59,6 +67,12 @@ WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
 EnvSource = Literal["composed", "chain"]  # how the cluster build makes the environment
+# What verify-layers asks of an image's attached SBOM and provenance (attest/check.py)
+Attestations = Literal["required", "if-present", "off"]
+# What a change of a key asks of the pinned image (rebuild-needed): the compiled wheels and the
+# image rebuilt ("wheels"), the image rebuilt ("image"), or nothing ("none": the key does not
+# reach what the image holds, e.g. the job's resources, the verify rules, where files live).
+Bakes = Literal["wheels", "image", "none"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,8 +81,10 @@ class _Key:
     http(s) URL, a path relative to the repository root (other paths are relative to the
     workspace), a path that must stay inside the repository (it is written, or copied into
     the build context, or becomes a .dockerignore rule), and the grammar its value must meet
-    because it is written as syntax into a generated artifact (values.py)."""
+    because it is written as syntax into a generated artifact (values.py); and what a change
+    of it bakes (`Bakes`), which every key declares (rebuild-needed decides from it)."""
 
+    bakes: Bakes
     size: bool = False
     url: bool = False
     root_relative: bool = False
@@ -76,13 +92,13 @@ class _Key:
     check: values.Check | None = None
 
 
-_PLAIN = _Key()
-
-
-def _field(default: Any, *, size: bool = False, url: bool = False, root_relative: bool = False,
-           inside: bool = False, check: values.Check | None = None) -> Any:
-    """A config field with its reading declared next to it (read back by `_key_of`)."""
-    key = _Key(size=size, url=url, root_relative=root_relative, inside=inside, check=check)
+def _field(default: Any, *, bakes: Bakes, size: bool = False, url: bool = False,
+           root_relative: bool = False, inside: bool = False,
+           check: values.Check | None = None) -> Any:
+    """A config field with its reading and its class declared next to it (read back by
+    `_key_of`)."""
+    key = _Key(bakes=bakes, size=size, url=url, root_relative=root_relative, inside=inside,
+               check=check)
     return dataclasses.field(default=default, metadata={"gpurl": key})
 
 
@@ -90,40 +106,42 @@ def _field(default: Any, *, size: bool = False, url: bool = False, root_relative
 class PythonSelection:
     """What `uv sync` selects: the extras and groups of the environment the slices install."""
 
-    extras: tuple[str, ...] = _field((), check=values.each(values.package_name))
-    groups: tuple[str, ...] = _field((), check=values.each(values.package_name))
-    no_dev: bool = True
+    extras: tuple[str, ...] = _field((), check=values.each(values.package_name), bakes="image")
+    groups: tuple[str, ...] = _field((), check=values.each(values.package_name), bakes="image")
+    no_dev: bool = _field(True, bakes="image")
 
 
 @dataclasses.dataclass(**_KW)
 class TargetSpec:
     """The platform the image runs on (not the machine running this tool)."""
 
-    python: str = _field("3.12", check=values.version)
-    os: str = "linux"
-    arch: str = "x86_64"
-    glibc: str = "2.35"  # Ubuntu 22.04, the CUDA base image
+    python: str = _field("3.12", check=values.version, bakes="wheels")
+    os: str = _field("linux", bakes="wheels")
+    arch: str = _field("x86_64", bakes="wheels")
+    glibc: str = _field("2.35", bakes="image")  # Ubuntu 22.04, the CUDA base image
 
 
 @dataclasses.dataclass(**_KW)
 class LayerSettings:
     """How the Python environment is split into layers."""
 
-    cap: int = _field(4 * 10**9, size=True)  # decimal bytes; written "4GB" in config
-    basis: SizeBasis = "compressed"
+    cap: int = _field(4 * 10**9, size=True, bakes="image")  # decimal bytes; written "4GB" in config
+    basis: SizeBasis = _field("compressed", bakes="image")
     # JSON {"name" | "name==version": compressed bytes}
-    size_overrides: Path | None = _field(None, root_relative=True)
-    size_cache: Path | None = _field(None, root_relative=True)  # written by `invoke sizes --probe`
+    size_overrides: Path | None = _field(None, root_relative=True, bakes="image")
+    # written by `invoke sizes --probe`
+    size_cache: Path | None = _field(None, root_relative=True, bakes="image")
     # independent: each slice is its own layer wherever it sits (a bump costs the slices that
     # hold a changed package); stacked: each layer sits on the ones below (a bump costs its
     # layer and every layer above). See docs/plan.md.
-    mode: LayerMode = "independent"
+    mode: LayerMode = _field("independent", bakes="image")
     # independent: a package this large gets a slice of its own
-    own_layer: int = _field(20 * 10**6, size=True)
-    tail_groups: int = 32  # independent: the smaller packages go into this many stable groups
+    own_layer: int = _field(20 * 10**6, size=True, bakes="image")
+    # independent: the smaller packages go into this many stable groups
+    tail_groups: int = _field(32, bakes="image")
     # The gzip level of the slice layers gpurl writes itself (oci/layer.py, zlib): part of
     # each slice's cache key and digest, so every builder must use the same one.
-    compression_level: int = _field(6, check=values.gzip_level)
+    compression_level: int = _field(6, check=values.gzip_level, bakes="image")
 
     @property
     def layout(self) -> Layout:
@@ -150,14 +168,15 @@ DEFAULT_LAYOUT = Layout()
 class RegistrySettings:
     """Where the image is pushed and how its tags are named."""
 
-    host: str = _field("ghcr.io", check=values.registry_host)
-    repository: str = "open-thoughts/openthoughts-agent"
-    user: str = _field("", check=values.optional(values.plain_name))
-    tag_prefix: str = _field("gpu-rl", check=values.plain_name)
-    floating_tag: str = _field("gpu-rl", check=values.plain_name)
+    host: str = _field("ghcr.io", check=values.registry_host, bakes="none")
+    repository: str = _field("open-thoughts/openthoughts-agent", check=values.repository,
+                             bakes="none")
+    user: str = _field("", check=values.optional(values.plain_name), bakes="none")
+    tag_prefix: str = _field("gpu-rl", check=values.plain_name, bakes="none")
+    floating_tag: str = _field("gpu-rl", check=values.plain_name, bakes="none")
     # None: HTTPS, except that a loopback host that does not speak TLS gets plain HTTP (as
     # dockerd and crane do); True: plain HTTP; False: HTTPS only (oci/scheme.py)
-    insecure: bool | None = None
+    insecure: bool | None = _field(None, bakes="none")
 
     @property
     def image(self) -> str:
@@ -186,54 +205,58 @@ class BuildSettings:
     `[tool.gpurl.profiles.NAME.variants.VARIANT.build]`: a fork bump is a config edit.
     """
 
-    dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True, inside=True)
+    dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True, inside=True, bakes="none")
     kaniko_script: Path = _field(Path("docker/build_gpu_rl_kaniko.sh"), root_relative=True,
-                                 inside=True)
-    wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True, inside=True)
+                                 inside=True, bakes="none")
+    wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True, inside=True, bakes="image")
     # slice files go to <slices>/<profile>/NN-label.txt
-    slices: Path = _field(Path("docker/layers"), root_relative=True, inside=True)
+    slices: Path = _field(Path("docker/layers"), root_relative=True, inside=True, bakes="none")
     base_image: str = _field("nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
-                             check=values.image_reference)
+                             check=values.image_reference, bakes="wheels")
     # the base image's own layers, counted against the layer limit (layerlimit.py) with the
     # Dockerfile's: the CUDA devel base has about 20; a local single-layer base, 1
-    base_image_layers: int = 20
+    base_image_layers: int = _field(20, bakes="image")
     # what the wheel-builder compiles against; must match the lock's torch
-    torch_version: str = _field("", check=values.version)
+    torch_version: str = _field("", check=values.version, bakes="wheels")
     # must match the local label of the lock's torch (2.9.1+cu128)
-    cuda_tag: str = _field("cu128", check=values.plain_name)
-    flash_attn_version: str = _field("", check=values.version)
-    vllm_fork_repo: str = _field("", check=values.git_url)
-    vllm_fork_commit: str = _field("", check=values.commit)
-    vllm_version: str = _field("", check=values.version)
-    harbor_repo: str = _field("", check=values.git_url)
-    harbor_commit: str = _field("", check=values.commit)
-    wheel_source: WheelSource = "prebuilt-wheelhouse"  # wheel-builder: the slow nvcc path
+    cuda_tag: str = _field("cu128", check=values.plain_name, bakes="wheels")
+    flash_attn_version: str = _field("", check=values.version, bakes="wheels")
+    vllm_fork_repo: str = _field("", check=values.git_url, bakes="wheels")
+    vllm_fork_commit: str = _field("", check=values.commit, bakes="wheels")
+    vllm_version: str = _field("", check=values.version, bakes="wheels")
+    harbor_repo: str = _field("", check=values.git_url, bakes="image")
+    harbor_commit: str = _field("", check=values.commit, bakes="image")
+    # wheel-builder: the slow nvcc path
+    wheel_source: WheelSource = _field("prebuilt-wheelhouse", bakes="wheels")
     # where the prebuilt wheels and their MANIFEST are published
-    wheel_base_url: str = _field("", check=values.url)
-    max_jobs: int = 8
+    wheel_base_url: str = _field("", check=values.url, bakes="image")
+    max_jobs: int = _field(8, bakes="none")
     apt_packages: tuple[str, ...] = _field(
         ("ca-certificates", "curl", "git", "ibverbs-providers", "ibverbs-utils", "libibverbs1",
-         "librdmacm1", "rdma-core"), check=values.each(values.apt_package))
+         "librdmacm1", "rdma-core"), check=values.each(values.apt_package), bakes="image")
     # empty: uv's default; the demo points it at a loopback index
-    index_url: str = _field("", check=values.optional(values.url))
+    index_url: str = _field("", check=values.optional(values.url), bakes="image")
     # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
     # uv is pip-installed into /opt/uv inside the image
-    uv_version: str = _field("0.13.9", check=values.version)
-    python_downloads: PythonDownloads = "automatic"  # UV_PYTHON_DOWNLOADS; "never" for the demo
+    uv_version: str = _field("0.13.9", check=values.version, bakes="image")
+    # UV_PYTHON_DOWNLOADS; "never" for the demo
+    python_downloads: PythonDownloads = _field("automatic", bakes="image")
     builder_apt_packages: tuple[str, ...] = _field(("build-essential", "git", "ninja-build"),
-                                                   check=values.each(values.apt_package))
-    builder_extra_index_url: str = _field("", check=values.optional(values.url))
-    builder_requirements: tuple[str, ...] = _field((), check=values.each(values.requirement))
+                                                   check=values.each(values.apt_package),
+                                                   bakes="wheels")
+    builder_extra_index_url: str = _field("", check=values.optional(values.url), bakes="wheels")
+    builder_requirements: tuple[str, ...] = _field((), check=values.each(values.requirement), bakes="wheels")
     # `pip wheel` arguments; "./path" is copied from the context
-    wheel_specs: tuple[str, ...] = _field((), check=values.each(values.wheel_spec))
+    wheel_specs: tuple[str, ...] = _field((), check=values.each(values.wheel_spec), bakes="wheels")
     # the wheels the rl stage installs with --no-deps
-    wheel_globs: tuple[str, ...] = _field((), check=values.each(values.wheel_glob))
+    wheel_globs: tuple[str, ...] = _field((), check=values.each(values.wheel_glob), bakes="image")
     # one RUN each, so a failure names itself
-    import_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line))
+    import_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line), bakes="image")
     # "module=distribution" where an assert imports a module under another name than its
     # distribution's (yaml=pyyaml); generate checks every assert against the variant's closure
-    import_names: tuple[str, ...] = ()
-    install_harbor: bool = False  # harbor from HARBOR_REPO@HARBOR_COMMIT when the lock lacks it
+    import_names: tuple[str, ...] = _field((), bakes="none")
+    # harbor from HARBOR_REPO@HARBOR_COMMIT when the lock lacks it
+    install_harbor: bool = _field(False, bakes="image")
 
 
 @dataclasses.dataclass(**_KW)
@@ -245,64 +268,69 @@ class ClusterSettings:
     and a `--cluster` flag on a task wins over both.
     """
 
-    name: str = _field("cw-us-east-02a", check=values.plain_name)
+    name: str = _field("cw-us-east-02a", check=values.plain_name, bakes="none")
     # e.g. http://127.0.0.1:18765; empty: use `name`
-    controller_url: str = _field("", url=True)
-    cpu: int = 48
-    memory: str = _field("512GB", check=values.resource_size)
-    disk: str = _field("400GB", check=values.resource_size)
-    timeout: int = 18000
-    max_retries: int = 0
-    task_image: str = _field("docker.io/library/ubuntu:22.04", check=values.image_reference)
+    controller_url: str = _field("", url=True, bakes="none")
+    cpu: int = _field(48, bakes="none")
+    memory: str = _field("512GB", check=values.resource_size, bakes="none")
+    disk: str = _field("400GB", check=values.resource_size, bakes="none")
+    timeout: int = _field(18000, bakes="none")
+    max_retries: int = _field(0, bakes="none")
+    task_image: str = _field("docker.io/library/ubuntu:22.04", check=values.image_reference, bakes="none")
     # empty: REGISTRY_IMAGE/cache
-    cache_repo: str = _field("", check=values.optional(values.image_reference))
+    cache_repo: str = _field("", check=values.optional(values.image_reference), bakes="none")
     # The kaniko executor image, pinned by digest (`crane digest IMAGE:TAG` refreshes it).
     # Upstream kaniko (gcr.io/kaniko-project/executor) was archived in June 2025; v1.23.2 is its
     # last release. The maintained fork publishes ghcr.io/osscontainertools/kaniko: point this
     # key at one of its digests to move.
-    kaniko_executor: str = ("gcr.io/kaniko-project/executor@sha256:"
-                            "9e69fd4330ec887829c780f5126dd80edc663df6def362cd22e79bcdf00ac53f")
+    kaniko_executor: str = _field("gcr.io/kaniko-project/executor@sha256:"
+                                  "9e69fd4330ec887829c780f5126dd80edc663df6def362cd22e79bcdf00ac53f",
+                                  bakes="image")
     # crane (go-containerregistry's release archive with `crane` at its top) and its sha256:
     # the script overlays the executor with it. Refresh both together from the release's
     # checksums.txt.
     crane_url: str = _field("https://github.com/google/go-containerregistry/releases/download/"
-                            "v0.20.3/go-containerregistry_Linux_x86_64.tar.gz", url=True)
+                            "v0.20.3/go-containerregistry_Linux_x86_64.tar.gz", url=True, bakes="none")
     crane_sha256: str = _field("36c67a932f489b3f2724b64af90b599a8ef2aa7b004872597373c0ad694dc059",
-                               check=values.sha256_hex)
+                               check=values.sha256_hex, bakes="none")
     # The gzip level kaniko writes layers at. go-containerregistry's default is BestSpeed (1):
     # the demo's slices came out 9-22% over the plan; at 9 its MB-sized slices were within
     # 2% (the planner predicts a layer as the sum of its wheels, deflated at about that level).
-    compression_level: int = _field(9, check=values.gzip_level)
+    compression_level: int = _field(9, check=values.gzip_level, bakes="image")
     # How kaniko finds a RUN's changes: "full" hashes every file's content, "redo" compares
     # size, mtime and mode only (benchmarks/REPORT.md has both at heavy scale).
-    snapshot_mode: SnapshotMode = "full"
+    snapshot_mode: SnapshotMode = _field("full", bakes="none")
     # How the iris job makes the environment: "composed" writes each slice layer with gpurl's
     # layer writer on env-base and composes them at the registry (the same slice is the same
     # blob on every builder); "chain" builds the env-chain stage, every slice in one kaniko
     # layer chain (each layer's cache key chains its parent's).
-    env_source: EnvSource = "composed"
+    env_source: EnvSource = _field("composed", bakes="image")
     # Where upstream's kaniko and crane release source archives are, for `invoke setup-kaniko`
     # (which builds the executors and crane of the cluster path on this machine); their names
     # and sha256 are pinned in gpurl_tasks/local/builder-sources.toml.
-    source_archives: Path = _field(Path("../shared/third_party"), root_relative=True)
+    source_archives: Path = _field(Path("../shared/third_party"), root_relative=True, bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
 class VerifySettings:
     """Rules a pushed image must meet before it may be pinned."""
 
-    hard_limit: int = _field(8 * 10**9, size=True)
-    min_layers: int = 20
+    hard_limit: int = _field(8 * 10**9, size=True, bakes="none")
+    min_layers: int = _field(20, bakes="none")
     # every layer's target; None: layers.cap (a small demo cap is for sync layers)
-    cap: int | None = _field(None, size=True)
+    cap: int | None = _field(None, size=True, bakes="none")
+    # the attached SBOM and provenance: "required" (pin refuses an image without them),
+    # "if-present" (checked when attached: images built before gpurl attached them, and the
+    # cluster job's, which does not attach them yet), "off"
+    attestations: Attestations = _field("if-present", bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
 class LauncherSettings:
     """The file and variable that hold the pinned image digest (path relative to workspace)."""
 
-    path: Path = _field(Path("cloud/iris/launch_rl_iris.py"), inside=True)
-    variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier)
+    path: Path = _field(Path("cloud/iris/launch_rl_iris.py"), inside=True, bakes="none")
+    variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier, bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
@@ -397,6 +425,9 @@ _SECTIONS: dict[str, type[Any]] = {
     "launcher": LauncherSettings,
 }
 _TOP_KEYS = ("workspace", "lock", "backend")
+# What a change of a top key bakes: the workspace and the lock are copied and installed; the
+# backend picks where the build runs, and both backends bake the same inputs.
+_TOP_BAKES: dict[str, Bakes] = {"workspace": "image", "lock": "image", "backend": "none"}
 SHARED = "shared"  # the slice directory of a profile's variants' common layers
 # What a variant may set, as the dotted key it replaces (import-asserts are added to the profile's).
 _VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
@@ -418,8 +449,9 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
 
 
 def _key_of(field: dataclasses.Field[Any]) -> _Key:
-    key = field.metadata.get("gpurl", _PLAIN)
-    assert isinstance(key, _Key)
+    key = field.metadata.get("gpurl")
+    if not isinstance(key, _Key):  # a declaration error in this file, not a user's
+        raise TypeError(f"config field {field.name!r} is not declared with _field(..., bakes=...)")
     return key
 
 
@@ -431,8 +463,51 @@ def _known_keys() -> tuple[str, ...]:
     return tuple(keys)
 
 
+@functools.cache
+def declared_bakes() -> dict[str, Bakes]:
+    """Every config key (dotted, in declaration order) with what a change of it bakes."""
+    out = dict(_TOP_BAKES)
+    for section, cls in _SECTIONS.items():
+        out.update({f"{section}.{_key(f.name)}": _key_of(f).bakes for f in dataclasses.fields(cls)})
+    return out
+
+
+def _shown_value(value: Any, root: Path) -> str:
+    """A setting as stable text: paths relative to the repository root, lists as JSON."""
+    if isinstance(value, Path):
+        return value.relative_to(root).as_posix() if value.is_relative_to(root) else str(value)
+    if isinstance(value, tuple):
+        return json.dumps(list(value))
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return str(value)
+
+
+def baked_values(config: Config) -> dict[str, tuple[Bakes, str]]:
+    """Every key's value in `config` (its variant's) as stable text, with its class: what
+    rebuild-needed compares between two commits."""
+    out: dict[str, tuple[Bakes, str]] = {
+        "workspace": ("image", _shown_value(config.workspace, config.root)),
+        "lock": ("image", _shown_value(config.lock, config.root)),
+        "backend": ("none", config.backend)}
+    for section, cls in _SECTIONS.items():
+        settings = getattr(config, section)
+        for f in dataclasses.fields(cls):
+            out[f"{section}.{_key(f.name)}"] = (_key_of(f).bakes,
+                                                _shown_value(getattr(settings, f.name), config.root))
+    return out
+
+
+def config_fingerprint(config: Config) -> str:
+    """sha256 over the baked keys' values (classes wheels and image): the generated Dockerfile
+    records it (a label), so a generated file can be told stale against its commit's config."""
+    baked = {k: v for k, (bakes, v) in baked_values(config).items() if bakes != "none"}
+    blob = json.dumps(baked, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
 def _unknown(key: str, where: str) -> ConfigError:
-    close = difflib.get_close_matches(key, _known_keys(), n=1)
+    close = difflib.get_close_matches(key, (*_known_keys(), "default-profile", "profiles"), n=1)
     hint = f"did you mean {close[0]!r}?" if close else "every key is in docs/config.md"
     return ConfigError(f"unknown config key {key!r} in {where}", hint=hint)
 
@@ -476,6 +551,26 @@ def environment_variable(dotted: str) -> str:
     return "GPURL_" + dotted.upper().replace(".", "_").replace("-", "_")
 
 
+# GPURL_* variables that are not config keys (tests/test_architecture.py says who reads each);
+# the last four steer the test harness
+OTHER_VARIABLES = frozenset({
+    PROFILE_ENV, "GPURL_DEBUG", "GPURL_REGISTRY_TOKEN", "GPURL_KANIKO_ROOT", "GPURL_IRIS",
+    "GPURL_DOCKER_CLIENT", "GPURL_CACHE_DIR", "GPURL_LOG", "GPURL_PROBE",
+    "GPURL_IRIS_CONTRACT", "GPURL_TEST_KANIKO_ROOTS", "GPURL_TEST_PATH_PREPEND",
+    "GPURL_FUZZ_SCALE"})
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """GPURL_* variables in `env` that nothing reads (`GPURL_LAYERS_CAPP`), each with the
+    closest variable that is read (None: none is close): a typo is otherwise silently ignored."""
+    known = sorted({environment_variable(k) for k in _known_keys()} | OTHER_VARIABLES)
+    found = []
+    for name in sorted(n for n in env if n.startswith("GPURL_") and n not in known):
+        close = difflib.get_close_matches(name[6:], [k[6:] for k in known], n=1)
+        found.append((name, "GPURL_" + close[0] if close else None))
+    return found
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """GPURL_<SECTION>_<KEY> variables as {dotted key: (value, variable name)}."""
     by_var = {environment_variable(k): k for k in _known_keys()}
@@ -498,7 +593,7 @@ def _type_name(hint: Any) -> str:
 
 
 def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool,
-             key: _Key = _PLAIN) -> Any:
+             key: _Key | None = None) -> Any:
     """One config value as its typed field, or a ConfigError naming the key path, where it
     came from, the expected type and the value found. `text`: the value came from an
     environment variable or a flag (a string to parse); TOML values must have the right type."""
@@ -512,7 +607,7 @@ def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool,
         if optional:
             return None
         raise bad(_type_name(base))
-    if key.size:
+    if key is not None and key.size:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise bad('a size like "4GB" or a byte count')
         try:
@@ -557,17 +652,20 @@ def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool,
         if not value:
             raise bad("a path, not empty")
         return Path(value)
-    if key.url and value and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+    if key is not None and key.url and value and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
         raise bad("an http:// or https:// URL, or empty")
     return value
 
 
-def _tool_table(root: Path) -> Mapping[str, Any]:
-    """[tool.gpurl] of root/pyproject.toml, checked to be a table."""
+def _tool_table(root: Path, text: str | None = None) -> Mapping[str, Any]:
+    """[tool.gpurl] of root/pyproject.toml (or of `text`, that file at another commit),
+    checked to be a table."""
     pyproject = root / "pyproject.toml"
+    if text is None:
+        text = read_text(pyproject, what="pyproject.toml", error=ConfigError,
+                         missing_hint="run from the gpurl checkout")
     try:
-        data = tomllib.loads(read_text(pyproject, what="pyproject.toml", error=ConfigError,
-                                       missing_hint="run from the gpurl checkout"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{pyproject} is not valid TOML: {exc}") from None
     return _table(_table(data.get("tool", {}), "[tool]").get("gpurl", {}), "[tool.gpurl]")
@@ -585,18 +683,21 @@ def load_config(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     variant: str | None = None,
+    pyproject_text: str | None = None,
 ) -> Config:
     """Resolve the config for `profile` (and `variant`) from `root/pyproject.toml`, `env` and
     `overrides`, in one pass: pyproject is read once, and every variant of the profile is
     resolved from the same tables (the chosen one first, so its errors come first).
 
     `overrides` uses dotted keys ("layers.cap", "python.extras", "lock"); None values are
-    ignored so task flags can pass their defaults straight through.
+    ignored so task flags can pass their defaults straight through. `pyproject_text` stands
+    for root/pyproject.toml as it was at another commit (rebuild-needed reads both points so).
     """
     env = os.environ if env is None else env
     root = root.resolve()
-    tool = _tool_table(root)
+    tool = _tool_table(root, pyproject_text)
     profiles = _table(tool.get("profiles", {}), "[tool.gpurl.profiles]")
+    _flatten(tool, "[tool.gpurl]")  # a misspelled key is named before the profile is chosen
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
         raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
@@ -683,7 +784,8 @@ def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
                     try:
                         key.check(value, dotted)
                     except ConfigError as exc:
-                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint) from None
+                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint or (
+                            f"docs/config.md gives {dotted}'s form and default")) from None
                 if isinstance(value, Path):
                     value = base / value
                     if key.inside:  # issue 30: written or copied, so never outside the repository

@@ -100,9 +100,14 @@ PURPOSE: dict[str, str] = {
     "verify.hard-limit": "no pushed layer may reach this size",
     "verify.min-layers": "a pushed image needs at least this many layers",
     "verify.cap": "every layer's target (unset: layers.cap)",
+    "verify.attestations": ("the image's attached SBOM and provenance: required (pin refuses an "
+                            "image without them), if-present (checked when attached), or off"),
     "launcher.path": "the launcher file the pin is written into, relative to the workspace",
     "launcher.variable": "the variable holding the pinned image",
 }
+
+
+_NEEDS = {"wheels": "wheels+image", "image": "image", "none": "none"}
 
 
 def _keys() -> list[tuple[str, type[Any] | None, dataclasses.Field[Any] | None]]:
@@ -184,13 +189,17 @@ def render() -> str:
         "(`[tool.gpurl.profiles.NAME.variants.VARIANT]`) sets the keys named in its column under",
         "their variant name, and any `build` key in its `build` table. The variable",
         "overrides the file; a task flag overrides the variable. Unknown keys are an error.",
+        "Its change needs: what `invoke rebuild-needed` answers when the key alone changed",
+        "(`wheels+image`: the compiled wheels and the image; `image`; `none`: not baked).",
         "",
-        "| key | type | default | where | variable | what it does |",
-        "|---|---|---|---|---|---|",
+        "| key | type | default | where | variable | its change needs | what it does |",
+        "|---|---|---|---|---|---|---|",
     ]
+    bakes = cfg.declared_bakes()
     for dotted, cls, field in keys:
         lines.append(f"| `{dotted}` | {_type(cls, field, dotted)} | {_default(field, dotted)} | "
-                     f"{_where(dotted)} | `{cfg.environment_variable(dotted)}` | {PURPOSE[dotted]} |")
+                     f"{_where(dotted)} | `{cfg.environment_variable(dotted)}` | "
+                     f"{_NEEDS[bakes[dotted]]} | {PURPOSE[dotted]} |")
     lines += ["", "Outside the table: `default-profile` (top only) names the profile used when",
               "neither `--profile` nor `$GPURL_PROFILE` does; the registry token is",
               "`$GPURL_REGISTRY_TOKEN`, else `$GHCR_TOKEN`, else `gh auth token`, never config.", ""]

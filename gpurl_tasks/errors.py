@@ -19,7 +19,9 @@ __all__ = [
     "PlanError",
     "RegistryError",
     "SizeError",
+    "Unreachable",
     "shown",
+    "unreachable_hint",
 ]
 
 
@@ -73,6 +75,22 @@ class BuildError(GpurlError):
 
 class PinError(GpurlError):
     """The launcher pin cannot be written safely."""
+
+
+class Unreachable(GpurlError):
+    """`host` could not be reached from this machine (network, DNS, proxy, firewall): what
+    needed it was not checked, which says nothing about the thing itself. Raised as a
+    subclass that is also the failing part's own error (RegistryError, WheelCheckError)."""
+
+    def __init__(self, message: str, *, host: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.host = host
+
+
+def unreachable_hint(host: str) -> str:
+    """The one hint of an Unreachable: where to look (this machine's way to `host`)."""
+    return (f"check that this machine can reach {host} (network, DNS, proxy) and that {host} "
+            "is up; the build job reaches it from the cluster, which may differ")
 
 
 def shown(value: object, limit: int = 80) -> str:

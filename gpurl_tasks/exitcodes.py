@@ -18,3 +18,5 @@ class ExitCode(enum.IntEnum):
     REBUILD_WHEELS = 11  # rebuild-needed: the compiled wheels and the image must be rebuilt
     INTERNAL = 70  # a bug in gpurl (EX_SOFTWARE); the line says where to report it
     INTERRUPTED = 130  # stopped by Ctrl-C (128 + SIGINT)
+    PIPE_CLOSED = 141  # the reader of stdout closed it (`| head -1`): ended quietly (128 + SIGPIPE)
+    TERMINATED = 143  # stopped by SIGTERM (128 + SIGTERM); a watched job is left running

@@ -94,12 +94,15 @@ class DryRun:
     commands: tuple[Argv, ...]
     shown: tuple[str, ...] = ()
     exit_code: int = ExitCode.OK
+    # what the real run would refuse on and the dry run did not (said on stderr as it runs)
+    warnings: tuple[str, ...] = ()
 
     def human(self) -> str:
         return "\n".join(self.shown or tuple(shlex.join(argv) for argv in self.commands))
 
     def to_json(self) -> dict[str, Any]:
-        return {"dry_run": True, "commands": [list(argv) for argv in self.commands]}
+        return {"dry_run": True, "commands": [list(argv) for argv in self.commands],
+                "warnings": list(self.warnings)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,6 +49,7 @@ __all__ = [
     "plain_name",
     "profile_name",
     "registry_host",
+    "repository",
     "requirement",
     "resource_size",
     "sha256_hex",
@@ -284,6 +285,20 @@ def image_reference(value: object, key: str, *, error: type[GpurlError] = Config
     except InvalidReference as exc:
         raise error(f"{key} must be an image reference, not {shown(value)}: {exc.message}",
                     hint=exc.hint) from None
+    return text
+
+
+def repository(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A repository path as image references spell it (`org/image`: lowercase), checked where
+    it is configured, not first by the registry or verify-layers."""
+    text = _string(value, key, error, "a repository name")
+    try:
+        parsed = parse_reference(f"registry.invalid/{text}", bare=True)
+    except InvalidReference:
+        parsed = None
+    if parsed is None or parsed.repository != text:
+        raise _bad(error, key, value, "a repository name like org/image (lowercase letters, "
+                   "digits, '.', '_', '-', components joined by '/')")
     return text
 
 

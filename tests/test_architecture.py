@@ -12,15 +12,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpurl_tasks"
 # A module may import its own layer and the ones before it; cluster and local are siblings.
-LAYERS = {"basics": 0, "plan": 1, "dockerfile": 2, "oci": 3, "rebuild": 4, "cluster": 5,
-          "local": 5}
+LAYERS = {"basics": 0, "plan": 1, "dockerfile": 2, "attest": 3, "oci": 4, "rebuild": 5,
+          "cluster": 6, "local": 6}
 EDGE_IMPORTS = {"subprocess", "httpx", "socket", "http.server", "urllib.request"}
 PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants",
         "plan.wheelglobs", "plan.model", "plan.report", "dockerfile.checks",
         "dockerfile.model", "dockerfile.recipe", "dockerfile.lint", "dockerfile.inputs",
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "oci.verify",
         "oci.pin", "rebuild.fingerprint", "cluster.watch", "imageref", "units", "errors", "steps",
-        "layerlimit", "dockerfile.layers",
+        "layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
         "config", "values"]
 
 
@@ -172,7 +172,7 @@ def test_the_top_level_holds_only_basics_and_subpackages() -> None:
     top = {p.name for p in PACKAGE.iterdir() if not p.name.startswith(("_", "."))}
     basics = {"config.py", "errors.py", "proc.py", "files.py", "units.py", "cli.py", "git.py",
               "redact.py", "imageref.py", "steps.py", "values.py", "layerlimit.py",
-                  "exitcodes.py", "configdoc.py"}
+                  "exitcodes.py", "configdoc.py", "program.py"}
     assert top - {"__pycache__"} == basics | {n for n in LAYERS if n != "basics"}
 
 
@@ -267,6 +267,14 @@ def test_config_is_the_only_reader_of_gpurl_variables() -> None:
     """A module reading a GPURL_* variable itself bypasses the cascade (its order, its typed
     errors, `load_committed_config` leaving the environment out)."""
     assert _second_readers(MODULES) == {}
+
+
+def test_every_variable_read_outside_the_cascade_draws_no_unknown_warning() -> None:
+    """config.OTHER_VARIABLES (what `warn_unknown_variables` accepts besides the config keys'
+    variables) holds each variable read outside the cascade."""
+    from gpurl_tasks.config import OTHER_VARIABLES, PROFILE_ENV
+
+    assert set(NOT_CONFIG_ENV) | {PROFILE_ENV} <= OTHER_VARIABLES
 
 
 def test_the_reader_check_finds_a_second_reader() -> None:

@@ -29,7 +29,7 @@ CASES = [
     (["plan", "--extra", "no-such-extra"], "extra 'no-such-extra' is not defined"),
     (["plan", "--profile", "gpu_rl"], "unknown profile 'gpu_rl'"),
     (["check-wheels", "--source", "{junk}/binary"], "binary is not UTF-8 text"),
-    (["watch", "/someone/job", "--interval", "0"], "must be positive seconds"),
+    (["watch", "/someone/job", "--interval", "0"], "must be a positive number of seconds"),
     (["verify-layers", "--ref", "localhost:99999/x:y"], "localhost:99999"),
     (["rebuild-needed", "--since", "no-such-ref"], "no-such-ref"),
 ]

@@ -127,6 +127,9 @@ def test_report_without_real_locks_or_a_measured_build(tmp_path: Path) -> None:
                     "## 4. Rebuild cost across a lock history"):
         assert heading in text
     assert "No measured build yet" in text
+    assert "As a whole process" in text  # invoke plan processes ran against bare tomllib ones
+    assert all(p["plan_seconds"] > 0 and p["toml_seconds"] > 0
+               for p in results["speed"]["processes"])
     assert f"Skipped real locks: no real SkyRL lock in {tmp_path / 'no-locks'}" in text
 
 

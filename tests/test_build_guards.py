@@ -292,7 +292,7 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"dry_run", "commands"} and out["dry_run"] is True
+    assert set(out) == {"dry_run", "commands", "warnings"} and out["dry_run"] is True
     setup, env_base, tag, push_base, *slices, build, push = out["commands"]
     assert setup[:2] == ["invoke", "setup-local"]
     assert env_base[:2] == ["docker", "build"] and env_base[env_base.index("--target") + 1] \

@@ -157,9 +157,9 @@ def test_a_profile_with_variants_reads_pyproject_once(monkeypatch: pytest.Monkey
     reads: list[Path] = []
     real = config_module._tool_table
 
-    def counted(root: Path) -> object:
+    def counted(root: Path, text: str | None = None) -> object:
         reads.append(root)
-        return real(root)
+        return real(root, text)
 
     monkeypatch.setattr(config_module, "_tool_table", counted)
     config = load_config(REPO_ROOT, profile="gpu-rl", env={})

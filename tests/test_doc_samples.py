@@ -77,6 +77,20 @@ def _skyrl_source_edit(root: Path) -> Path:
     return _committed(root, "a source-only change")
 
 
+def _gpu_rl_fork_edit(root: Path) -> Path:
+    """This checkout, then one commit that edits only gpu-rl's fork commit in pyproject.toml
+    (README workflow 2, step 1: before `invoke generate`)."""
+    repo_copy(root)
+    git(root, "init", "-q")
+    _committed(root, "this checkout")
+    pyproject = root / "pyproject.toml"
+    text = pyproject.read_text()
+    pin = 'vllm-fork-commit = "76259c63a"'
+    assert text.count(pin) == 2, "gpu-rl's and skyrl's pins"
+    pyproject.write_text(text.replace(pin, 'vllm-fork-commit = "1111111aa"', 1))
+    return _committed(root, "a fork bump")
+
+
 # The registry host a page writes; a sample in the `registry` scenario talks to its own.
 DOC_REGISTRY = "127.0.0.1:5005"
 
@@ -108,6 +122,7 @@ def _registry_image(tmp: Path, stack: contextlib.ExitStack) -> Setting:
 SCENARIOS: dict[str, Callable[[Path, contextlib.ExitStack], Setting]] = {
     "skyrl-lock-bump": lambda tmp, _: Setting(_skyrl_lock_bump(tmp)),
     "skyrl-source-edit": lambda tmp, _: Setting(_skyrl_source_edit(tmp)),
+    "gpu-rl-fork-edit": lambda tmp, _: Setting(_gpu_rl_fork_edit(tmp)),
     "registry-image": _registry_image,
 }
 

@@ -363,9 +363,31 @@ def test_doctor_dockerhub_token_and_no_token(repo: Path) -> None:
     assert hub.failed and "Docker Hub token" in hub.detail and CANARY not in hub.detail
     assert doctor.registry_token(None, "ghcr.io").failed
     report = _doctor(repo, {"PATH": os.environ["PATH"]})
-    names = [c.name for c in report.checks]
-    assert "push-image" not in names  # no token: its push is not asked
+    # no token: the push checks are not asked, and listed as skipped with the reason (issue 42:
+    # they once vanished from the report)
+    skipped = {c.name: c.detail for c in report.checks if c.status == "skipped"}
+    for what in ("image", "cache"):
+        assert "no usable registry token (see registry-token)" in skipped[f"push-{what}"]
     assert {"kubeconfig", "registry-token"} <= {c.name for c in report.problems}
+
+
+def test_a_host_this_machine_cannot_reach_is_said_so_not_misread(repo: Path) -> None:
+    """A closed port on this machine (a real refused connection): the MANIFEST, the executor
+    pin and the crane archive each say the host could not be reached from this machine, with
+    that as the fix, never "publish the wheels" nor registry.host for the executor's host."""
+    unreachable = "127.0.0.1:9"  # discard: nothing listens on it here
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={
+        "GPURL_BUILD_WHEEL_BASE_URL": f"http://{unreachable}/wheels",
+        "GPURL_CLUSTER_KANIKO_EXECUTOR": f"{unreachable}/kaniko/executor@sha256:" + "a" * 64,
+        "GPURL_CLUSTER_CRANE_URL": f"http://{unreachable}/crane.tar.gz",
+        "GPURL_REGISTRY_INSECURE": "1"})
+    checks = (doctor.prebuilt_wheels(config), doctor.executor_pin(config, {}),
+              doctor.crane_url(config.cluster.crane_url))
+    for check in checks:
+        assert check.failed, check
+        assert "from this machine" in check.detail and "127.0.0.1" in check.detail, check
+        assert check.fix is not None and "check that this machine can reach 127.0.0.1" in check.fix
+        assert "publish" not in check.fix
 
 
 def test_invoke_doctor_json_is_one_object_without_the_secret(

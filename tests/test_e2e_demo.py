@@ -53,7 +53,8 @@ def first(tree: Path) -> dict[str, Any]:
     """`invoke demo --json`: setup-local, plan, generate, wheels, build + push, verify, pin."""
     done = invoke(tree, "demo", "--json")
     assert done.returncode == 0, done.stderr[-4000:]
-    for step in ("setup-local", "plan", "generate", "wheels", "build + push", "verify-layers", "pin"):
+    for step in ("setup-local", "plan", "generate", "wheels", "build + push", "attest",
+                 "verify-layers", "pin"):
         assert f"<== {step}:" in done.stderr  # each step printed with its duration
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -98,6 +99,35 @@ def test_pinned_digest_is_the_registrys(tree: Path, first: dict[str, Any]) -> No
     answer = httpx.head(f"http://{host}/v2/{repository}/manifests/{tag}",
                         headers={"Accept": ACCEPT_MANIFESTS}, timeout=30)
     assert values == [f"{host}/{repository}@{answer.headers['Docker-Content-Digest']}"]
+
+
+def test_the_pushed_image_carries_its_sbom_and_provenance(tree: Path,
+                                                          first: dict[str, Any]) -> None:
+    """The local build attached both at the registry (the loopback registry has no referrers
+    API: through the fallback tag); verify-layers read them back and found them exact."""
+    from gpurl_tasks.attest import provenance as slsa
+    from gpurl_tasks.attest import sbom as cdx
+    from gpurl_tasks.attest.collect import expected_python
+    from gpurl_tasks.oci.referrers import fetch, find
+
+    config = load_config(tree, profile="demo", env={})
+    ref = parse_reference(first["reference"])
+    with RegistryClient(ref.host) as client:
+        digest = client.resolve(ref)
+        found = {r.artifact_type: r for r in find(client, ref, digest)}
+        assert set(found) == {cdx.MEDIA_TYPE, slsa.MEDIA_TYPE}
+        sbom = fetch(client, ref, found[cdx.MEDIA_TYPE])
+        statement = fetch(client, ref, found[slsa.MEDIA_TYPE])
+    apt = {c["name"] for c in sbom["components"] if c.get("purl", "").startswith("pkg:deb/")}
+    assert {"ca-certificates", "dpkg", "python3.11"} <= apt  # as dpkg lists them in the image
+    locked = set().union(*(v for k, v in cdx.python_components(sbom).items()
+                           if k != "compiled-wheel"))
+    assert locked == {(p.name, p.version) for p in expected_python(config)}
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert slsa.commit_of(statement) == head
+    assert statement["subject"][0]["digest"]["sha256"] == digest.split(":")[1]
+    assert any("packages equal the lock's closure" in n for n in first["verify"]["notes"])
 
 
 def test_pin_then_rebuild_gives_the_same_digest(tree: Path, first: dict[str, Any]) -> None:

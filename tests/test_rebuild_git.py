@@ -327,7 +327,8 @@ def test_extras_selection_change_in_config(repo: Repo) -> None:
 
     payload = decide_after(repo, change)
     assert payload["decision"] == "image"
-    assert {r["kind"] for r in reasons(payload)} == {"extras", "package"}
+    assert {r["kind"] for r in reasons(payload)} == {"config", "package"}
+    assert any(r["detail"] == "python.extras added megatron (image)" for r in reasons(payload))
     assert {"kind": "package", "detail": "megatron-core: added (0.14.0)"} in reasons(payload)
 
 

@@ -324,7 +324,7 @@ def test_build_dry_run_ships_each_variants_own_script(variant: str, tmp_path: Pa
                                   "GPURL_REGISTRY_TOKEN": "ghp_" + "x" * 36})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert set(out) == {"dry_run", "commands"}  # the one dry-run shape
+    assert set(out) == {"dry_run", "commands", "warnings"}  # the one dry-run shape
     (argv,) = out["commands"]  # the one iris command
     env = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-e"}
     script = base64.b64decode(env["BUILD_B64"]).decode()

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -25,7 +26,7 @@ from gpurl_tasks.cluster.iris_release import IRIS_CONTRACT_PINS, find_iris, inst
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import check_committed
-from gpurl_tasks.errors import BuildError, GpurlError
+from gpurl_tasks.errors import BuildError, GpurlError, Unreachable, unreachable_hint
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.connect import open_client
@@ -418,6 +419,8 @@ def prebuilt_wheels(config: Config) -> Check:
     shown = redact_url(base)
     try:
         listed = {w.filename for w in read_manifest(f"{base}/MANIFEST", timeout=_TIMEOUT)}
+    except Unreachable as exc:  # nothing is known about the wheels: not "publish them"
+        return _from_error("prebuilt-wheels", exc)
     except GpurlError as exc:
         return _problem("prebuilt-wheels", f"no MANIFEST at {shown}: {exc.message}",
                         "publish the wheels with a MANIFEST (sha256sum *.whl > MANIFEST)")
@@ -452,6 +455,10 @@ def executor_pin(config: Config, env: Mapping[str, str]) -> Check:
 def crane_url(url: str) -> Check:
     """cluster.crane-url answers HEAD (its sha256 is checked in the job)."""
     status = _head(url)
+    if isinstance(status, str):  # a transport failure: the archive was not checked
+        host = urlsplit(url).hostname or url
+        return _problem("crane-url", f"cannot reach {host} from this machine to check "
+                        f"cluster.crane-url {redact_url(url)} ({status})", unreachable_hint(host))
     if status != 200:
         return _problem("crane-url", f"cluster.crane-url {redact_url(url)} answers {status}",
                         "point cluster.crane-url (and crane-sha256) at a go-containerregistry "
@@ -530,9 +537,15 @@ def run_doctor(config: Config, env: Mapping[str, str], *,
         checks.append(registry_token(found, config.registry.host))
     if cluster:
         checks.append(registry_user(config))
-    if not any(c.failed for c in checks if c.name == "registry-token"):
+    token_failed = next((c for c in checks if c.name == "registry-token" and c.failed), None)
+    if token_failed is None:
         checks += [push_scope(config, config.registry.image, env, what="image"),
                    push_scope(config, cache_repository(config), env, what="cache")]
+    else:  # listed, not left out: the push checks could not run
+        checks += [_skip(f"push-{what}", f"not checked: no usable registry token (see "
+                         f"registry-token); {repository}")
+                   for what, repository in (("image", config.registry.image),
+                                            ("cache", cache_repository(config)))]
     checks += [prebuilt_wheels(config) if cluster else _skip("prebuilt-wheels", not_cluster),
                generated_files(config), immutable_tag(config, env, source)]
     if cluster:

@@ -42,7 +42,7 @@ from gpurl_tasks.cluster.watch import (
     watch,
 )
 from gpurl_tasks.config import Config
-from gpurl_tasks.errors import BuildError, GpurlError, IrisError
+from gpurl_tasks.errors import BuildError, ConfigError, GpurlError, IrisError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.oci.tags import existing_digest
 from gpurl_tasks.proc import CommandFailed, run
@@ -122,7 +122,7 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
               pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> Submission | DryRun:
     """Guard rails, then submit the job (or with `dry_run`, the command, secrets redacted)."""
     world = world or real_world(os.environ)
-    prepared = prepare_build(config, request, world, pins)
+    prepared = prepare_build(config, request, world, pins, dry_run=dry_run)
     if not dry_run:  # a dry run touches no registry
         lookup = world.tag_digest or (lambda ref: existing_digest(config, ref, world.env))
         prepared = guard_immutable_tag(prepared, lookup(prepared.image_tag), force=request.force)
@@ -130,9 +130,11 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
     for note in prepared.notes:
         say(f"note: {note}")
     say(f"bundle: {len(prepared.bundle.files)} files, {prepared.bundle.zip_bytes} bytes zipped")
+    for warning in prepared.warnings:
+        say(f"warning: {warning}")
     if dry_run:
         return DryRun((prepared.argv(program, reveal=False),),
-                      shown=(prepared.display(program),))
+                      shown=(prepared.display(program),), warnings=prepared.warnings)
     _find_iris(program, world.env)
     try:
         result = run(prepared.argv(program, reveal=True), cwd=config.root, env=dict(world.env),
@@ -197,14 +199,17 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
               sleep: Callable[[float], None] = time.sleep) -> WatchOutcome:
     """Watch `job_id` by state to a terminal one, within `max_duration` however iris behaves;
     a failed job's log tail is fetched, redacted."""
-    if interval <= 0 or max_duration <= 0:
-        raise WatcherError(f"--interval ({interval:g}) and --max-duration ({max_duration:g}) "
-                           "must be positive seconds")
+    for flag, seconds in (("--interval", interval), ("--max-duration", max_duration)):
+        if not seconds > 0:
+            raise ConfigError(f"{flag} must be a positive number of seconds, not {seconds:g}",
+                              hint=f"leave {flag} out for its default (invoke watch --help)")
     job_id = normalise_job_id(job_id)
     start = clock()
     started_ms = int(time.time() * 1000)
+    # a missing or unusable iris is a missing tool (exit 2, as for `invoke kill`); an iris
+    # without a usable state command leaves the watch unable to conclude (exit 3)
+    iris = cli or _iris(config, os.environ, cluster)
     try:
-        iris = cli or _iris(config, os.environ, cluster)
         commands = iris.state_commands(within=max_duration)
     except GpurlError as exc:
         raise WatcherError(exc.message, hint=exc.hint) from None

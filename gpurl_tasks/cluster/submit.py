@@ -79,6 +79,8 @@ class PreparedBuild:
     secrets: tuple[Secret, ...]
     notes: tuple[str, ...]
     bundle: Bundle
+    # a dry run's missing cluster access (kubeconfig, token): what the real build refuses on
+    warnings: tuple[str, ...] = ()
 
     def argv(self, program: str, *, reveal: bool) -> tuple[str, ...]:
         """The full command; secrets appear only with `reveal=True` (for execution)."""
@@ -113,14 +115,31 @@ def guard_immutable_tag(prepared: PreparedBuild, existing: str | None, *, force:
         *prepared.notes, f"overwriting {prepared.image_tag} (now {existing}): --force"))
 
 
+# What a dry run warns about instead of refusing: the cluster access a user reviewing the
+# build may not have (the real build still refuses without it)
+ACCESS_CHECKS = ("kubeconfig", "registry-token")
+NO_TOKEN = TokenSource(token=Secret("<no token>"), source="nowhere (a dry run without one)")
+
+
 def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
-                  pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> PreparedBuild:
+                  pins: kaniko.ToolPins = kaniko.DEFAULT_PINS, *,
+                  dry_run: bool = False) -> PreparedBuild:
     """Run every guard rail and compose the job; raise BuildError naming the first refusal.
 
     A stale checkout is refused first, in generate --check's words: regenerating changes
     the tree the job bundles (and its tag), whatever else needs fixing.
     `pins` say where the job's script gets crane and the kaniko executor (tests serve
-    stand-ins from 127.0.0.1; production uses the pinned release and image digest)."""
+    stand-ins from 127.0.0.1; production uses the pinned release and image digest).
+    `dry_run`: a missing kubeconfig or token (ACCESS_CHECKS) is a warning of the result,
+    not a refusal, so the commands can be reviewed without cluster access."""
+    warnings: list[str] = []
+
+    def access(check: doctor.Check) -> None:
+        if dry_run and check.failed and check.name in ACCESS_CHECKS:
+            warnings.append(f"{check.detail} (hint: {check.fix})" if check.fix else check.detail)
+        else:
+            require(check)
+
     if request.local_only:
         raise BuildError(f"{', '.join(request.local_only)} are local-backend flags",
                          hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
@@ -130,10 +149,12 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     require(doctor.generated_files(config))
     cluster = config.cluster
     memory = request.memory or cluster.memory
-    require(doctor.kubeconfig(world.env))
+    access(doctor.kubeconfig(world.env))
     named = doctor.kubeconfig_cluster(world.env, cluster.name)
     require(doctor.job_memory(memory, force=request.force))
-    token = doctor.required_token(world.token(), config.registry.host)
+    found = world.token()
+    access(doctor.registry_token(found, config.registry.host))
+    token = (found or NO_TOKEN) if dry_run else doctor.required_token(found, config.registry.host)
     require(doctor.registry_user(config))
     tree = world.source(config.root, ignored_paths(config))
     if tree is None:
@@ -181,10 +202,11 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
         env=tuple(env),
         command=JOB_COMMAND,
     )
-    notes.append(f"registry token from {token.source}")
+    if token is not NO_TOKEN:
+        notes.append(f"registry token from {token.source}")
     return PreparedBuild(spec=spec, gitsha=gitsha,
                          image_tag=config.registry.immutable_reference(gitsha, prefix=prefix),
                          notes=tuple(notes),
                          # the token, and USER:TOKEN as the registry auth file carries it (base64)
                          secrets=(token.token, Secret(f"{config.registry.user}:{token.token.reveal()}")),
-                         bundle=bundle)
+                         bundle=bundle, warnings=tuple(warnings))

@@ -37,7 +37,7 @@ from gpurl_tasks.dockerfile.context import (
 from gpurl_tasks.dockerfile.layers import builder_of, composes, count_layers
 from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
-from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH
+from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH, label_value
 from gpurl_tasks.dockerfile.recipe import WORKDIR, render_recipe
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
@@ -45,7 +45,7 @@ from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.profile import plan_profile, plan_views
+from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs
 from gpurl_tasks.plan.report import PlanViews
 from gpurl_tasks.plan.slices import SliceLine, render_slice
 from gpurl_tasks.plan.wheelglobs import provided_names
@@ -199,8 +199,10 @@ def fitted_plans(config: Config, *, repack: bool = False,
         return {v.name: _count(config.for_variant(v), plans[v.name], base_layers)
                 for v in config.variants}
 
-    budget = min(c.slice_budget() for c in counted(plan_profile(config, repack=repack)).values())
-    plans = plan_profile(config, repack=repack, max_slices=budget)
+    inputs = profile_inputs(config)  # closures and sizes once, for both plans
+    first = plan_profile(config, repack=repack, inputs=inputs)
+    budget = min(c.slice_budget() for c in counted(first).values())
+    plans = plan_profile(config, repack=repack, max_slices=budget, inputs=inputs)
     for name, count in counted(plans).items():
         _check_fits(config, plans[name], count)
     return plans
@@ -352,9 +354,6 @@ def _command(owners: Iterable[tuple[str, str]]) -> str:
     return "invoke generate" + (f" --profile {profiles.pop()}" if len(profiles) == 1 else "")
 
 
-_LOCK_LABEL = re.compile(re.escape(LABEL_LOCK_HASH) + r'="([0-9a-f]{64})"')
-
-
 def _lock_moved(config: Config) -> bool:
     """The committed Dockerfile was generated from another lock than the workspace's (its
     lock-hash label differs): stale whatever the plan. False when either file is missing
@@ -362,8 +361,8 @@ def _lock_moved(config: Config) -> bool:
     path = config.build.dockerfile
     if not path.is_file() or not config.lock.is_file():
         return False
-    match = _LOCK_LABEL.search(read_text(path, what="Dockerfile", error=StaleFileError))
-    return match is not None and match.group(1) != lock_sha256(config.lock)
+    found = label_value(read_text(path, what="Dockerfile", error=StaleFileError), LABEL_LOCK_HASH)
+    return found is not None and found != lock_sha256(config.lock)
 
 
 def _rendered(configs: Sequence[Config], render: Callable[[], list[Rendered]], *,

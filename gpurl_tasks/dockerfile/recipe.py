@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import gpurl_tasks
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import Config, config_fingerprint
 from gpurl_tasks.dockerfile import provenance
 from gpurl_tasks.dockerfile.checks import LocalCopy
 from gpurl_tasks.dockerfile.model import (
@@ -394,6 +394,7 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
         Label(pairs=(
             (provenance.LABEL_GIT_SHA, "${GITSHA}"),
             (provenance.LABEL_LOCK_HASH, lock_sha256),
+            (provenance.LABEL_CONFIG_HASH, config_fingerprint(config)),
             (provenance.LABEL_PLAN_FINGERPRINT, plan.fingerprint),
             (provenance.LABEL_PLAN_STEPS, str(len(plan.layers))),
             (provenance.LABEL_GENERATOR, f"gpurl {gpurl_tasks.__version__}"),

@@ -18,8 +18,10 @@ from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.local import actions, builder
+from gpurl_tasks.local.attest import apt_command, attest_build
 from gpurl_tasks.local.builder import BuildResult
 from gpurl_tasks.local.compose_env import compose_commands
+from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.oci.compose import ComposedEnv
 from gpurl_tasks.oci.verify import Report, report_json
 from gpurl_tasks.plan.model import Plan
@@ -83,9 +85,19 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
         push_floating=push_floating, no_cache=no_cache)
     pushes = tuple(tuple(builder.push_command(DRY_RUN_CLIENT, ref))
                    for ref in (reference, floating) if ref)
-    steps.append(Step("build + push", (tuple(argv), *pushes), lambda: actions.build_and_push(
-        config, git_sha=git_sha, build_args=args, environment=composed[0] if composed else None,
-        push_floating=push_floating, no_cache=no_cache, on_line=on_line, force=force)))
+    built: list[BuildResult] = []
+
+    def build_and_push() -> tuple[BuildResult, str]:
+        result, line = actions.build_and_push(
+            config, git_sha=git_sha, build_args=args, environment=composed[0] if composed else None,
+            push_floating=push_floating, no_cache=no_cache, on_line=on_line, force=force)
+        built.append(result)
+        return result, line
+
+    steps.append(Step("build + push", (tuple(argv), *pushes), build_and_push))
+    # the SBOM and provenance, attached at the registry; returns the build (the last value)
+    steps.append(Step("attest", (tuple(apt_command(DRY_RUN_CLIENT, reference)),),
+                      lambda: attest_build(config, built[0], client=find_buildkit_client()[0])))
     return tuple(steps)
 
 

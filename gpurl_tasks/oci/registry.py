@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import httpx
 
-from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.errors import RegistryError, Unreachable, unreachable_hint
 from gpurl_tasks.imageref import DIGEST_RE, ImageRef, is_loopback
 from gpurl_tasks.oci.auth import Credentials, credential_hint, parse_challenge
 from gpurl_tasks.oci.image import (
@@ -60,6 +60,10 @@ __all__ = ["ManifestUnknown", "PushAccess", "RegistryClient"]
 PushAccess = Literal["anonymous", "basic", "bearer", "upload"]
 
 _MAX_DOCUMENT = 16 * 2**20  # manifests and configs are small; refuse to buffer more
+
+
+class RegistryUnreachable(RegistryError, Unreachable):
+    """The registry's host did not answer from this machine (every attempt failed)."""
 
 
 class ManifestUnknown(RegistryError):
@@ -137,7 +141,11 @@ class RegistryClient:
         self, ref: ImageRef, reference: str | None = None
     ) -> tuple[str, str, dict[str, Any]]:
         """Fetch a manifest or index -> (digest, media type, parsed JSON), digest-checked."""
-        reference = reference or ref.reference
+        return self._fetch_manifest(ref, reference or ref.reference)[:3]
+
+    def _fetch_manifest(self, ref: ImageRef, reference: str
+                        ) -> tuple[str, str, dict[str, Any], int]:
+        """`manifest`, and the size of the body in bytes."""
         response = self._request("GET", ref, f"manifests/{reference}",
                                  headers={"Accept": ACCEPT_MANIFESTS})
         body = response.content
@@ -158,7 +166,7 @@ class RegistryClient:
                                 hint="push it again with a current builder (kaniko, buildx)")
         if media_type not in INDEX_TYPES + IMAGE_TYPES:
             media_type = OCI_INDEX if "manifests" in document else OCI_MANIFEST
-        return actual, media_type, document
+        return actual, media_type, document, len(body)
 
     def blob_json(self, ref: ImageRef, digest: str) -> dict[str, Any]:
         """Fetch a small JSON blob (the image config), checked against its digest."""
@@ -236,6 +244,24 @@ class RegistryClient:
                 self._request("DELETE", ref, "", push=True,
                               url=httpx.URL(self.base_url).join(location))
         return "upload"
+
+    def descriptor(self, ref: ImageRef, digest: str) -> Descriptor:
+        """The descriptor of manifest `digest` (media type and size), as a subject names it."""
+        actual, media_type, _, size = self._fetch_manifest(ref, digest)
+        return Descriptor(media_type=media_type, digest=actual, size=size)
+
+    def referrers(self, ref: ImageRef, digest: str) -> dict[str, Any] | None:
+        """The OCI 1.1 referrers API's index for `digest` (the artifacts whose subject it is);
+        None when the registry does not serve the endpoint (ghcr.io, distribution 2.x answer
+        404): the caller falls back to the `sha256-<hex>` tag schema."""
+        try:
+            response = self._request("GET", ref, f"referrers/{digest}",
+                                     headers={"Accept": OCI_INDEX})
+        except ManifestUnknown:
+            return None
+        if "json" not in response.headers.get("Content-Type", ""):
+            return None  # something answered that is not a referrers index
+        return _json_document(response.content, f"referrers of {ref}@{digest[:19]}")
 
     # --- writing (composition: oci/compose.py) -------------------------------------------
 
@@ -322,11 +348,11 @@ class RegistryClient:
                 if failure is not None and failure.kind == "certificate":
                     raise untrusted_certificate(self.host, failure, os.environ) from None
                 if attempt >= self._attempts:
-                    raise RegistryError(
-                        f"cannot reach the registry at {self._shown()} for {ref} after "
-                        f"{attempt} attempts ({_fault(exc)})",
-                        hint="check that the registry is up and the host is right "
-                             "(registry.host; registry.insecure for plain HTTP)") from None
+                    raise RegistryUnreachable(
+                        f"cannot reach the registry at {self._shown()} for {ref} from this "
+                        f"machine after {attempt} attempts ({_fault(exc)})", host=self.host,
+                        hint=unreachable_hint(self.host) + " (its host: registry.host or the "
+                        "image reference; plain HTTP: registry.insecure)") from None
                 self._sleep(self._delay(attempt, None))
                 continue
             except httpx.HTTPError as exc:  # a redirect loop, a body that is not what it says

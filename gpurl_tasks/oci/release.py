@@ -22,6 +22,7 @@ from gpurl_tasks.errors import CheckFailed, GpurlError, PinError, RegistryError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
+from gpurl_tasks.oci.attested import attestation_findings
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage, parse_manifest
 from gpurl_tasks.oci.layer import record_of
@@ -90,8 +91,11 @@ def verify_image(config: Config, ref: ImageRef, client: RegistryClient, *,
     if image.labels.get(LABEL_PLAN_FINGERPRINT):
         plan, note = plan_loader(config)
     records, records_note = read_records(config, image, client)
-    return image, check_layers(image, rules_for(config), plan, plan_note=note, records=records,
-                               records_note=records_note, missing=missing_blobs(image, client))
+    report = check_layers(image, rules_for(config), plan, plan_note=note, records=records,
+                          records_note=records_note, missing=missing_blobs(image, client))
+    findings, notes = attestation_findings(config, image, client)
+    return image, dataclasses.replace(report, findings=(*report.findings, *findings),
+                                      notes=(*report.notes, *notes))
 
 
 def missing_blobs(image: PulledImage, client: RegistryClient) -> frozenset[str]:

@@ -331,8 +331,12 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
     )
 
 
+@functools.lru_cache(maxsize=8)
 def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
-    """Parse uv.lock text; raise LockError with the key path of anything malformed."""
+    """Parse uv.lock text; raise LockError with the key path of anything malformed.
+
+    Memoized: a task reads the same lock for several variants and steps (plan, generate,
+    rebuild-needed), and parsing is most of a plan's time; the Lock is immutable."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -10,7 +10,7 @@ where each variant's committed slice files live (`Variant.slices`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gpurl_tasks.config import BuildSettings, Config, Variant
 from gpurl_tasks.plan.history import version_changes
@@ -30,6 +30,7 @@ __all__ = [
     "plan_for_config",
     "plan_profile",
     "plan_views",
+    "profile_inputs",
 ]
 
 
@@ -79,19 +80,26 @@ def local_paths(closure: Closure) -> tuple[tuple[str, str], ...]:
                         if p.source.get(p.source_kind, ".") not in (".", "")))
 
 
-def plan_profile(config: Config, *, repack: bool = False,
-                 max_slices: int | None = None) -> dict[str, Plan]:
-    """Every variant's plan, by variant name, planned together; `max_slices`: the most slices
-    an image may have (the generator derives it from the layer limit; see
-    planner.fit_layout). `config` is the one of any of the profile's variants."""
-    layout = dataclasses.replace(config.layers.layout, max_slices=max_slices)
+def profile_inputs(config: Config) -> tuple[VariantInput, ...]:
+    """What the planner needs of every variant of the profile: closures, sizes, slice lines
+    (the lock parsed once). `config` is the one of any of the profile's variants."""
     parsed = load_lock(config.lock)
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
+    return tuple(_variant_input(config, parsed, v, sources) for v in config.variants)
+
+
+def plan_profile(config: Config, *, repack: bool = False, max_slices: int | None = None,
+                 inputs: Sequence[VariantInput] | None = None) -> dict[str, Plan]:
+    """Every variant's plan, by variant name, planned together; `max_slices`: the most slices
+    an image may have (the generator derives it from the layer limit; see
+    planner.fit_layout); `inputs`: profile_inputs(config), when the caller plans more than
+    once. `config` is the one of any of the profile's variants."""
+    layout = dataclasses.replace(config.layers.layout, max_slices=max_slices)
 
     def learn() -> tuple[Mapping[str, int], int]:
         return version_changes(config.lock)
 
-    inputs = [_variant_input(config, parsed, v, sources) for v in config.variants]
+    inputs = profile_inputs(config) if inputs is None else inputs
     plans = plan_images(
         inputs, cap=config.layers.cap, basis=config.layers.basis,
         shared=None if repack else read_assignment(config.variant.shared_slices) or None,

@@ -25,6 +25,7 @@ from gpurl_tasks.dockerfile.provenance import LABEL_GIT_SHA, LABEL_LOCK_HASH
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.imageref import parse_reference
+from gpurl_tasks.oci.attested import read_attestations
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.verify import layer_instructions
@@ -33,7 +34,7 @@ from gpurl_tasks.rebuild.inputs import closure_entries
 from gpurl_tasks.units import format_bytes
 
 __all__ = ["ImageDiff", "LayerChange", "PackageChange", "diff_images", "diff_task",
-           "package_changes", "slice_layers"]
+           "package_changes", "sbom_packages", "slice_layers"]
 
 _SLICE = re.compile(re.escape(Slice.IMAGE_DIR) + r"/([^\s'\"]+)\.txt")
 
@@ -223,14 +224,39 @@ def _packages(config: Config, before: PulledImage, after: PulledImage
     return package_changes(old, new), ()
 
 
+def sbom_packages(sbom: Mapping[str, Any]) -> dict[str, tuple[str | None, str | None]]:
+    """name -> (version, hash) of every component an SBOM lists (apt ones as `NAME (apt)`)."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for component in sbom.get("components", []) or []:
+        if not isinstance(component, Mapping) or component.get("type") != "library":
+            continue
+        name = str(component.get("name", ""))
+        if str(component.get("purl", "")).startswith("pkg:deb/"):
+            name += " (apt)"
+        hashes = component.get("hashes") or [{}]
+        out[name] = (component.get("version"), hashes[0].get("content"))
+    return out
+
+
 def diff_task(config: Config, first: str, second: str,
               env: Mapping[str, str] | None = None) -> ImageDiff:
-    """`invoke diff`'s one function: pull both images, compare them and their locks."""
-    images = []
+    """`invoke diff`'s one function: pull both images, compare them, and their packages: from
+    their SBOMs when both have one (apt packages included), else from their locks."""
+    images, sboms = [], []
     for text in (first, second):
         ref = parse_reference(text, default_host=config.registry.host)
         with open_client(config, ref, env) as client:
-            images.append(client.pull(ref))
+            image = client.pull(ref)
+            images.append(image)
+            try:
+                sboms.append(read_attestations(client, ref, image.top_digest).sbom)
+            except GpurlError:
+                sboms.append(None)  # unreadable: the locks decide, as for an image without one
     before, after = images
-    packages, notes = _packages(config, before, after)
+    if sboms[0] is not None and sboms[1] is not None:
+        packages: tuple[PackageChange, ...] | None = package_changes(
+            sbom_packages(sboms[0]), sbom_packages(sboms[1]))
+        notes: tuple[str, ...] = ("packages from the images' SBOMs",)
+    else:
+        packages, notes = _packages(config, before, after)
     return diff_images(before, after, packages, notes)

@@ -7,7 +7,11 @@ and the selected extras (name, version, chosen artifact); and the selected extra
 Source-only changes leave all of these equal. Everything here is pure: callers pass text
 and already-computed closures (see rebuild_inputs.py for reading them from git).
 
-Decision rules: wheels+image when a wheel input changed: a wheel pin ARG (fork commit,
+First the config: every key declares what a change of it bakes (config.py's `bakes`), and a
+key whose value differs between the two points forces that class (`none` keys are named, not
+counted), so a pin edited in pyproject.toml is seen before `invoke generate` runs. Then the
+generated files, which also carry what the generator itself changed:
+wheels+image when a wheel input changed: a wheel pin ARG (fork commit,
 flash-attn, torch, CUDA, Python), any other ARG the wheel recipe uses, the lock's torch, the
 expected wheel names, a stage of the wheel recipe (what the `wheel-builder` target builds: its
 base chain and what it copies from) or the context files that recipe copies; image for any
@@ -30,6 +34,7 @@ from gpurl_tasks.exitcodes import ExitCode
 __all__ = [
     "DECISIONS",
     "ClosureEntry",
+    "ConfigEntry",
     "Decision",
     "Fingerprint",
     "Reason",
@@ -45,6 +50,10 @@ _EXIT_CODES = {NONE: ExitCode.OK, IMAGE: ExitCode.REBUILD_IMAGE,
                WHEELS: ExitCode.REBUILD_WHEELS}
 
 ClosureEntry = tuple[str, str | None, str | None]  # (name, version, chosen artifact hash/source)
+ConfigEntry = tuple[str, str, str]  # (dotted key, its class: wheels | image | none, its value)
+# a config key's class -> the decision its change forces, and how a reason names it
+_CONFIG_LEVELS = {"wheels": WHEELS, "image": IMAGE, "none": NONE}
+_CONFIG_LABELS = {"wheels": "compiled wheels", "image": "image", "none": "not baked"}
 
 # ARGs whose change invalidates the prebuilt wheels, with the reason kind they report.
 _WHEEL_ARGS = {
@@ -86,6 +95,9 @@ class Fingerprint:
     missing: tuple[str, ...] = ()  # "dockerfile" and/or "lock" when absent at this point
     # (path, git blob id) of every context file the wheel recipe copies, sorted
     wheel_sources: tuple[tuple[str, str], ...] = ()
+    # every config key of the variant with its class and value, sorted; empty when the config
+    # at this point could not be read (then the generated files alone decide)
+    config: tuple[ConfigEntry, ...] = ()
 
     def canonical(self) -> dict[str, Any]:
         image = self.dockerfile.image_stages()
@@ -101,6 +113,7 @@ class Fingerprint:
             "extras": list(self.extras),
             "wheels": dict(self.wheels),
             "missing": list(self.missing),
+            "config": [list(e) for e in self.config],
         }
 
     @property
@@ -127,9 +140,12 @@ class Decision:
 def fingerprint(dockerfile: DockerfileInputs, closure: Iterable[ClosureEntry],
                 extras: Iterable[str], pins: WheelPins,
                 missing: Iterable[str] = (),
-                wheel_sources: Mapping[str, str] | None = None) -> Fingerprint:
-    """Collect the baked inputs; the closure may come in any order and with duplicates."""
+                wheel_sources: Mapping[str, str] | None = None,
+                config: Mapping[str, tuple[str, str]] | None = None) -> Fingerprint:
+    """Collect the baked inputs; the closure may come in any order and with duplicates;
+    `config` is {dotted key: (class, value)} (config.baked_values)."""
     return Fingerprint(
+        config=tuple(sorted((k, bakes, value) for k, (bakes, value) in (config or {}).items())),
         missing=tuple(sorted(set(missing))),
         wheel_sources=tuple(sorted((wheel_sources or {}).items())),
         dockerfile=dockerfile,
@@ -243,10 +259,39 @@ def _closure_reasons(old: Iterable[ClosureEntry], new: Iterable[ClosureEntry]) -
     return out
 
 
-def _missing_reasons(old: Fingerprint, new: Fingerprint) -> list[Reason]:
-    """An input absent at one point cannot be compared: say so once instead of diffing."""
+def _value_change(before: str, after: str) -> str:
+    """`a -> b`, or for lists (JSON) what was added and removed."""
+    if before.startswith("[") and after.startswith("["):
+        try:
+            return _listdiff(json.loads(before), json.loads(after)) or f"{before} -> {after}"
+        except (ValueError, TypeError):
+            pass
+    return f"{before or '(empty)'} -> {after or '(empty)'}"
+
+
+def _config_reasons(old: Iterable[ConfigEntry], new: Iterable[ConfigEntry]) -> list[Reason]:
+    """One reason per config key whose value differs, at the level its class declares."""
+    before = {key: (bakes, value) for key, bakes, value in old}
+    after = {key: (bakes, value) for key, bakes, value in new}
+    out = []
+    for key in sorted(set(before) | set(after)):
+        a, b = before.get(key), after.get(key)
+        if a is None or b is None or a[1] == b[1]:
+            continue  # a key only one side declares is a change of gpurl, not of the config
+        bakes = b[0]
+        out.append(Reason(kind="config", decision=_CONFIG_LEVELS[bakes],
+                          detail=f"{key} {_value_change(a[1], b[1])} ({_CONFIG_LABELS[bakes]})"))
+    return out
+
+
+def _missing_reasons(old: Fingerprint, new: Fingerprint, *,
+                     dockerfile: bool = True) -> list[Reason]:
+    """An input absent at one point cannot be compared: say so once instead of diffing
+    (`dockerfile` False: the Dockerfile's absence is not a reason)."""
     out = []
     for what, level in (("dockerfile", WHEELS), ("lock", IMAGE)):
+        if what == "dockerfile" and not dockerfile:
+            continue
         if what in old.missing or what in new.missing:
             where = "at --since" if what in old.missing else "in the working tree"
             if what in old.missing and what in new.missing:
@@ -257,8 +302,17 @@ def _missing_reasons(old: Fingerprint, new: Fingerprint) -> list[Reason]:
 
 
 def decide(old: Fingerprint, new: Fingerprint) -> Decision:
-    """Compare the baked inputs at two points; the strongest reason sets the decision."""
-    reasons = _missing_reasons(old, new)
+    """Compare the baked inputs at two points; the strongest reason sets the decision.
+
+    A Dockerfile missing in the working tree while both configs were read is a stale generated
+    file (the caller says so), not a reason: the config and the lock decide. Missing at
+    `--since`, nothing says what the pinned image was built from: wheels+image.
+    """
+    config_known = bool(old.config) and bool(new.config)
+    reasons = _config_reasons(old.config, new.config) if config_known else []
+    not_generated = (config_known and "dockerfile" in new.missing
+                     and "dockerfile" not in old.missing)
+    reasons += _missing_reasons(old, new, dockerfile=not not_generated)
     if "dockerfile" in old.missing or "dockerfile" in new.missing:
         return _decision(reasons + _closure_reasons(old.closure, new.closure))
     old_stages = {s.name: s for s in old.dockerfile.stages}
@@ -276,7 +330,7 @@ def decide(old: Fingerprint, new: Fingerprint) -> Decision:
     if old.wheel_sources != new.wheel_sources:
         reasons.append(Reason(kind="wheel-source", decision=WHEELS, detail=_source_diff(
             dict(old.wheel_sources), dict(new.wheel_sources))))
-    if old.extras != new.extras:
+    if old.extras != new.extras and not config_known:  # else the config's python.extras says it
         reasons.append(Reason(kind="extras", decision=IMAGE,
                               detail=f"{list(old.extras)} -> {list(new.extras)}"))
     if "lock" not in old.missing and "lock" not in new.missing:

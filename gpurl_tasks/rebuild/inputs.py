@@ -1,26 +1,38 @@
-"""Read the baked inputs at a commit and in the working tree, then ask rebuild.py to compare.
+"""Read the baked inputs at a commit and in the working tree, then ask fingerprint.py to compare.
 
-The edge of `rebuild-needed`: git (through gitrepo), the config cascade at each point, the
-lock's install closure (through lock.py), and the default `--since` taken from the launcher's
-provenance comment. Everything it returns is plain data for the task to print.
+The edge of `rebuild-needed`: git, the config cascade at each point (the same way on both
+sides: pyproject.toml as committed there, the same environment), the lock's install closure
+(through plan/lock.py), the committed generated Dockerfile, and the default `--since` taken
+from the launcher's provenance comment. It also says when a committed Dockerfile is stale
+against its own commit's config or lock (its labels record both), so a pin edited but not yet
+generated is named, while the decision still comes from the config. Everything it returns is
+plain data for the task to print.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from gpurl_tasks import git, values
-from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
+from gpurl_tasks.config import (
+    Config,
+    PythonSelection,
+    TargetSpec,
+    baked_values,
+    config_fingerprint,
+    load_config,
+)
 from gpurl_tasks.dockerfile.inputs import DockerfileInputs, parse_dockerfile_inputs
+from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH, label_value
 from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
-from gpurl_tasks.files import read_text, write_atomic
+from gpurl_tasks.files import read_text
 from gpurl_tasks.oci.pin import PIN_MARKER
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
 
@@ -111,6 +123,9 @@ class RebuildReport:
     since_source: str
     old: Fingerprint
     new: Fingerprint
+    # committed generated files that are stale against their own commit's config or lock, and
+    # a config that could not be read at --since: said, while the decision stands
+    notes: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -125,6 +140,7 @@ class RebuildReport:
         lines = [f"rebuild: {self.decision.decision}  (since {self.since_ref} = "
                  f"{self.since_commit[:12]}, from {self.since_source})"]
         lines += [f"  - {r.kind}: {r.detail}" for r in self.decision.reasons]
+        lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -134,30 +150,49 @@ class RebuildReport:
                       "source": self.since_source},
             "fingerprint": {"since": self.old.digest, "now": self.new.digest},
             "expected_wheels": dict(self.new.wheels),
+            "stale": list(self.notes),
         }
 
 
-def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str]) -> Config:
-    """The config cascade as committed at `commit`; the current one if it cannot be read."""
+def _config_at(repo: Path, commit: str, current: Config, env: Mapping[str, str]
+               ) -> tuple[Config | None, str | None]:
+    """The config cascade with pyproject.toml as committed at `commit` (the environment as
+    given), for the current config's profile and variant; (None, why) when it cannot be read
+    there (no such file, profile or variant, or an invalid value at that commit)."""
     rel = current.root.relative_to(repo)
     text = git.show_file(repo, commit, (rel / "pyproject.toml").as_posix())
     if text is None:
-        return current
-    with tempfile.TemporaryDirectory(prefix="gpurl-since-") as tmp:
-        write_atomic(Path(tmp, "pyproject.toml"), text)
-        try:
-            old = load_config(Path(tmp), profile=current.profile, env=env)
-            old = old.for_variant(old.variant_named(current.variant.name))
-        except ConfigError:
-            return current
-        root = Path(tmp).resolve()
+        return None, "no pyproject.toml"
+    try:
+        old = load_config(current.root, profile=current.profile, env=env, pyproject_text=text)
+        return old.for_variant(old.variant_named(current.variant.name)), None
+    except ConfigError as exc:
+        return None, exc.message
 
-    def moved(path: Path) -> Path:  # paths resolved under the temp dir belong under root
-        return current.root / path.relative_to(root) if path.is_relative_to(root) else path
 
-    return dataclasses.replace(
-        old, root=current.root, workspace=moved(old.workspace), lock=moved(old.lock),
-        build=dataclasses.replace(old.build, dockerfile=moved(old.build.dockerfile)))
+def _stale_notes(where: str, dockerfile: str | None, lock: str | None,
+                 committed: Config | None) -> list[str]:
+    """What is stale at one point: the generated Dockerfile missing, or generated from another
+    config or lock than the commit's own (its labels), as `invoke generate` would say."""
+    if committed is None:
+        return []
+    path = committed.build.dockerfile.relative_to(committed.root).as_posix()
+    if dockerfile is None:
+        return [f"{path} is missing {where}: run `invoke generate` (the decision above comes "
+                "from the config and the lock)"]
+    stale = []
+    recorded = label_value(dockerfile, LABEL_CONFIG_HASH)
+    if recorded is not None and recorded != config_fingerprint(committed):
+        stale.append("config")
+    recorded = label_value(dockerfile, LABEL_LOCK_HASH)
+    if (recorded is not None and lock is not None
+            and recorded != hashlib.sha256(lock.encode()).hexdigest()):
+        stale.append("lock")
+    if not stale:
+        return []
+    return [f"{path} {where} is stale: generated from another {' and '.join(stale)} than the "
+            "commit's; run `invoke generate` and commit (the decision above comes from the "
+            "config and the lock)"]
 
 
 def _wheel_source_paths(inputs: DockerfileInputs, config: Config, repo: Path) -> list[str]:
@@ -170,13 +205,15 @@ def _wheel_source_paths(inputs: DockerfileInputs, config: Config, repo: Path) ->
 
 def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
                  closure_fn: ClosureFn, repo: Path,
-                 blobs: Callable[[list[str]], dict[str, str]]) -> Fingerprint:
+                 blobs: Callable[[list[str]], dict[str, str]], *,
+                 config_known: bool = True) -> Fingerprint:
     inputs = parse_dockerfile_inputs(dockerfile or "")
     closure = list(closure_fn(lock, config.target, config.python)) if lock is not None else []
     pins = pins_from_args(inputs.effective_args, config.build, config.target)
     missing = [name for name, text in (("dockerfile", dockerfile), ("lock", lock)) if text is None]
     sources = blobs(_wheel_source_paths(inputs, config, repo))
-    return fingerprint(inputs, closure, config.python.extras, pins, missing, sources)
+    return fingerprint(inputs, closure, config.python.extras, pins, missing, sources,
+                       baked_values(config) if config_known else None)
 
 
 def _read(path: Path, what: str, error: type[GpurlError], hint: str) -> str:
@@ -191,15 +228,34 @@ def rebuild_needed(config: Config, *, since: str | None = None,
     repo = git.toplevel(config.root)
     ref, source = (since, "--since") if since else default_since(config, repo)
     commit = git.resolve_commit(repo, ref)
-    new_fp = _fingerprint(
-        _read(config.build.dockerfile, "Dockerfile", ConfigError, "run invoke generate first"),
-        _read(config.lock, "lock", LockError, "run uv lock in the workspace"), config, closure_fn,
-        repo, lambda paths: git.worktree_blobs(repo, paths))
-    old_config = _config_at(repo, commit, config, env)
+    new_lock = _read(config.lock, "lock", LockError, "run uv lock in the workspace")
+    new_docker = (read_text(config.build.dockerfile, what="Dockerfile", error=ConfigError)
+                  if config.build.dockerfile.is_file() else None)
+    old_config, unread = _config_at(repo, commit, config, env)
+    new_fp = _fingerprint(new_docker, new_lock, config, closure_fn, repo,
+                          lambda paths: git.worktree_blobs(repo, paths),
+                          config_known=old_config is not None)
+    old_config = old_config or config
     old_docker = git.show_file(repo, commit,
-                                   old_config.build.dockerfile.relative_to(repo).as_posix())
+                               old_config.build.dockerfile.relative_to(repo).as_posix())
     old_lock = git.show_file(repo, commit, old_config.lock.relative_to(repo).as_posix())
     old_fp = _fingerprint(old_docker, old_lock, old_config, closure_fn, repo,
-                          lambda paths: git.tree_blobs(repo, commit, paths))
+                          lambda paths: git.tree_blobs(repo, commit, paths),
+                          config_known=unread is None)
+    notes = [f"the config at {ref} could not be read ({unread}): the generated files decide"
+             ] if unread else []
+    committed_old, _ = _config_at(repo, commit, config, {})
+    notes += _stale_notes(f"at {ref}", old_docker, old_lock, committed_old)
+    notes += _stale_notes("in the working tree", new_docker, new_lock, _committed(config))
     return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
-                         since_source=source, old=old_fp, new=new_fp)
+                         since_source=source, old=old_fp, new=new_fp, notes=tuple(notes))
+
+
+def _committed(config: Config) -> Config | None:
+    """The working tree's config as committed files give it (no GPURL_* variables): what
+    `invoke generate` renders from."""
+    try:
+        committed = load_config(config.root, profile=config.profile, env={})
+        return committed.for_variant(committed.variant_named(config.variant.name))
+    except ConfigError:
+        return None

@@ -28,10 +28,15 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
     wheel_specs,
 )
+from gpurl_tasks.errors import Unreachable, unreachable_hint
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, sha256_of
 
 __all__ = ["WheelReport", "check_source", "read_manifest", "read_wheelhouse", "redact_url"]
+
+
+class ManifestUnreachable(WheelCheckError, Unreachable):
+    """The MANIFEST's host did not answer from this machine."""
 
 
 def _dist_info(path: Path) -> tuple[str | None, tuple[str, ...]]:
@@ -92,6 +97,11 @@ def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
         shown = redact_url(url)
         try:
             response = httpx.get(url, timeout=timeout, follow_redirects=True)
+        except httpx.TransportError as exc:
+            host = urlsplit(url).hostname or url
+            raise ManifestUnreachable(f"cannot reach {host} from this machine to fetch {shown} "
+                                      f"({type(exc).__name__})", host=host,
+                                      hint=unreachable_hint(host)) from None
         except httpx.HTTPError as exc:
             raise WheelCheckError(f"cannot fetch {shown}: {type(exc).__name__}") from None
         if response.status_code != 200:

@@ -1,0 +1,89 @@
+"""verify-layers' rules for an image's attached SBOM and provenance (pure).
+
+The SBOM's Python components must be exactly the lock's closure for the variant plus the
+declared post-installs (a package missing, added or at another version fails), and the
+provenance must name the commit the image's tag names. Without them: a failure when they are
+required (`verify.attestations = "required"`), else a note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from gpurl_tasks.attest.provenance import commit_of
+from gpurl_tasks.attest.sbom import python_components, requirement_name
+
+__all__ = ["Problem", "check_attestations"]
+
+_SHOWN = 5  # packages named in a finding before "and N more"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Problem:
+    """One failed rule (verify-layers shows it as a failing finding of its report)."""
+
+    code: str  # no-sbom | no-provenance | sbom-differs | provenance-commit
+    message: str
+
+
+def _names(items: Collection[tuple[str, str]]) -> str:
+    shown = ", ".join(f"{n}=={v}" for n, v in sorted(items)[:_SHOWN])
+    return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
+
+
+def check_attestations(*, sbom: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None,
+                       expected: Collection[tuple[str, str]], post_installs: Collection[str],
+                       commit: str | None, required: bool, where: str
+                       ) -> tuple[list[Problem], list[str]]:
+    """(findings, notes) for the documents found attached to the image (None: not found)."""
+    findings: list[Problem] = []
+    notes: list[str] = []
+    for name, document in (("SBOM", sbom), ("provenance", provenance)):
+        if document is None:
+            message = f"no {name} is attached to the image ({where})"
+            if required:
+                findings.append(Problem(code=f"no-{name.lower()}", message=message))
+            else:
+                notes.append(message + "; not required (verify.attestations)")
+    if sbom is not None:
+        found = python_components(sbom)
+        locked = set().union(*(v for k, v in found.items()
+                               if k not in ("compiled-wheel", "post-install")))
+        want = set(expected)
+        missing, extra = want - locked, locked - want
+        declared = {n for n, _ in found.get("post-install", set())}
+        wanted_post = {requirement_name(line) for line in post_installs}
+        if missing or extra:
+            parts = ([f"lacks {_names(missing)}"] if missing else []) + (
+                [f"lists {_names(extra)} the lock does not"] if extra else [])
+            findings.append(Problem(code="sbom-differs",
+                                    message="the SBOM does not match the lock's closure: "
+                                            + "; ".join(parts)))
+        elif declared != wanted_post:
+            findings.append(Problem(code="sbom-differs", message=(
+                f"the SBOM's post-installs {sorted(declared)} are not the declared "
+                f"{sorted(wanted_post)}")))
+        else:
+            notes.append(f"SBOM: {len(locked)} packages equal the lock's closure"
+                         + (f", {len(declared)} post-installs as declared" if declared else "")
+                         + f" ({where})")
+    if provenance is not None:
+        said = commit_of(provenance)
+        if commit is None:
+            notes.append(f"provenance: built from {said} (the tag names no commit to compare)")
+        elif said is None or not (said.startswith(commit) or commit.startswith(said)):
+            findings.append(Problem(code="provenance-commit", message=(
+                f"the provenance says the image was built from {said or 'no commit'}, but its "
+                f"tag names {commit}")))
+        else:
+            notes.append(f"provenance: built from {said} by "
+                         f"{_builder(provenance)} ({where})")
+    return findings, notes
+
+
+def _builder(provenance: Mapping[str, Any]) -> str:
+    run = (provenance.get("predicate") or {}).get("runDetails") or {}
+    builder = run.get("builder") or {} if isinstance(run, Mapping) else {}
+    return str(builder.get("id", "an unnamed builder")) if isinstance(builder, Mapping) else "?"

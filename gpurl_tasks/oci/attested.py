@@ -1,0 +1,182 @@
+"""The SBOM and provenance attached to a pushed image: written after a push (`attach`), read
+back and checked (verify-layers).
+
+Reads the artifacts whose subject is the image (oci/referrers.py), and applies attest/check.py's
+rules against what this checkout says the image holds (attest/collect.py). The SBOM is compared
+with the lock only when the image was built from this lock (its lock-hash label): another
+commit's image is checked against its provenance and its SBOM's shape alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpurl_tasks import values
+from gpurl_tasks.attest import provenance as slsa
+from gpurl_tasks.attest import sbom as cdx
+from gpurl_tasks.attest.check import check_attestations
+from gpurl_tasks.attest.collect import expected_python, post_installs
+from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
+from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.imageref import ImageRef
+from gpurl_tasks.oci.connect import open_client
+from gpurl_tasks.oci.image import PulledImage
+from gpurl_tasks.oci.referrers import Referrer, attach, fetch, find
+from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.oci.verify import Finding
+
+__all__ = ["Attestations", "BuildContext", "attach_attestations", "attestation_findings",
+           "documents", "read_attestations", "sbom_task", "tag_commit"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BuildContext:
+    """What only the builder knows of a build: read in the built image or from the engine."""
+
+    apt: tuple[cdx.AptPackage, ...]  # dpkg's packages in the built image
+    wheels: tuple[cdx.CompiledWheel, ...]  # the compiled wheels the image installed
+    base_image: str  # by digest (or image id) where known
+    builder: str  # the kaniko executor reference, or the BuildKit client's version
+    invocation: str  # the iris job name, or the local build's id
+    commit: str  # the full commit (or source id) the image was built from
+    repository_url: str = ""
+
+
+def _canonical(document: object) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def documents(config: Config, image: PulledImage, context: BuildContext) -> tuple[bytes, bytes]:
+    """The SBOM and the provenance statement of `image`, as the bytes that are attached."""
+    sbom = cdx.cyclonedx(cdx.SbomInputs(
+        image=image.ref.name, tag=image.ref.tag or "", python=expected_python(config),
+        wheels=context.wheels, post_installs=post_installs(config), apt=context.apt,
+        base_image=context.base_image))
+    statement = slsa.statement(slsa.BuildFacts(
+        image=image.ref.name, digest=image.top_digest, profile=config.profile,
+        variant=config.variant.name, commit=context.commit,
+        repository_url=context.repository_url,
+        lock_sha256=image.labels.get(LABEL_LOCK_HASH, ""),
+        config_fingerprint=image.labels.get(LABEL_CONFIG_HASH, ""),
+        base_image=context.base_image, builder=context.builder, invocation=context.invocation))
+    return _canonical(sbom), _canonical(statement)
+
+
+def attach_attestations(config: Config, image: PulledImage, client: RegistryClient,
+                        context: BuildContext) -> Sequence[Referrer]:
+    """Attach the image's SBOM and provenance to it (its top manifest is their subject)."""
+    subject = client.descriptor(image.ref, image.top_digest)
+    sbom, statement = documents(config, image, context)
+    return (attach(client, image.ref, subject, cdx.MEDIA_TYPE, sbom,
+                   {"org.opencontainers.image.description": "SBOM (CycloneDX 1.6)"}),
+            attach(client, image.ref, subject, slsa.MEDIA_TYPE, statement,
+                   {"org.opencontainers.image.description": "provenance (SLSA v1)"}))
+
+
+def tag_commit(config: Config, image: PulledImage) -> str | None:
+    """The commit the image's immutable tag names (None: a digest or another tag)."""
+    tag = image.ref.tag or ""
+    prefix = config.registry.tag_prefix + "-"
+    if not config.registry.is_immutable_tag(tag):
+        return None
+    return values.source_commit(tag[len(prefix):])
+
+
+def attestation_findings(config: Config, image: PulledImage, client: RegistryClient
+                         ) -> tuple[list[Finding], list[str]]:
+    """(findings, notes) of the image's attached SBOM and provenance under verify.attestations."""
+    mode = config.verify.attestations
+    if mode == "off":
+        return [], []
+    required = mode == "required"
+    try:
+        attached = read_attestations(client, image.ref, image.top_digest)
+    except GpurlError as exc:
+        message = f"the image's attestations cannot be read ({exc.message})"
+        return ([Finding(code="attestations-unreadable", message=message, failing=True)]
+                if required else [], [] if required else [message])
+    where = attached.via
+    lock_label = image.labels.get(LABEL_LOCK_HASH)
+    ours = (lock_label is not None and config.lock.is_file()
+            and lock_label == hashlib.sha256(config.lock.read_bytes()).hexdigest())
+    sbom = attached.sbom
+    expected = {(p.name, p.version) for p in expected_python(config)} if ours and sbom else set()
+    problems, notes = check_attestations(
+        sbom=sbom if ours else None, provenance=attached.provenance, expected=expected,
+        post_installs=post_installs(config) if ours and sbom else (),
+        commit=tag_commit(config, image), required=required, where=where)
+    if sbom is not None and not ours:
+        notes.append("SBOM attached; the image was built from another lock than this "
+                     "checkout's, so its packages are not compared")
+        problems = [p for p in problems if p.code != "no-sbom"]
+    return [Finding(code=p.code, message=p.message, failing=True) for p in problems], notes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Attestations:
+    """An image's attached documents (None: not attached), and where they were listed."""
+
+    reference: str
+    digest: str
+    sbom: Mapping[str, Any] | None
+    provenance: Mapping[str, Any] | None
+    via: str
+    document: bool = False  # `invoke sbom --document`: show the SBOM itself
+    exit_code: int = ExitCode.OK
+
+    def counts(self) -> dict[str, int]:
+        """Components of the SBOM by what they are (lock sources, compiled wheels, apt...)."""
+        out: dict[str, int] = {}
+        for component in (self.sbom or {}).get("components", []):
+            props = {p.get("name"): p.get("value") for p in component.get("properties", [])}
+            kind = str(props.get("gpurl:source", "other"))
+            out[kind] = out.get(kind, 0) + 1
+        return dict(sorted(out.items()))
+
+    def human(self) -> str:
+        if self.document and self.sbom is not None:
+            return json.dumps(self.sbom, indent=2, sort_keys=True)
+        lines = [f"{self.reference} ({self.digest})"]
+        if self.sbom is None:
+            lines.append("SBOM: none attached")
+        else:
+            parts = ", ".join(f"{n} {k}" for k, n in self.counts().items())
+            lines.append(f"SBOM: CycloneDX {self.sbom.get('specVersion')}, {parts} ({self.via})")
+        if self.provenance is None:
+            lines.append("provenance: none attached")
+        else:
+            predicate = self.provenance.get("predicate", {})
+            run = predicate.get("runDetails", {})
+            lines.append(f"provenance: commit {slsa.commit_of(self.provenance)}, builder "
+                         f"{run.get('builder', {}).get('id')}, invocation "
+                         f"{run.get('metadata', {}).get('invocationId')}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reference": self.reference, "digest": self.digest, "via": self.via,
+                "sbom": (dict(self.sbom) if self.document else self.counts())
+                if self.sbom is not None else None,
+                "provenance": dict(self.provenance) if self.provenance is not None else None}
+
+
+def read_attestations(client: RegistryClient, ref: ImageRef, digest: str) -> Attestations:
+    """The SBOM and provenance attached to manifest `digest` of `ref`'s repository."""
+    found = {r.artifact_type: r for r in find(client, ref, digest)}
+    docs = {kind: fetch(client, ref, found[kind]) if kind in found else None
+            for kind in (cdx.MEDIA_TYPE, slsa.MEDIA_TYPE)}
+    return Attestations(reference=str(ref), digest=digest, sbom=docs[cdx.MEDIA_TYPE],
+                        provenance=docs[slsa.MEDIA_TYPE],
+                        via=next((r.via for r in found.values()), "not attached"))
+
+
+def sbom_task(config: Config, ref: ImageRef, *, document: bool) -> Attestations:
+    """`invoke sbom REF`: what is attached to the image, summed up (or the SBOM itself)."""
+    with open_client(config, ref) as client:
+        found = read_attestations(client, ref, client.resolve(ref))
+    return dataclasses.replace(found, document=document)

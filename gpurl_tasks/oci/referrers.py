@@ -1,0 +1,131 @@
+"""Attach a document to an image at the registry, and find it again: OCI 1.1 artifacts.
+
+An attached document is an artifact manifest (an image manifest with `artifactType`, the empty
+config and the document as its one layer) whose `subject` is the image's manifest, pushed by
+digest. A registry with the referrers API lists it there by itself; one without it (ghcr.io,
+the distribution registry 2.x of the loopback tests) gets the fallback the spec defines: an
+index tagged `sha256-<subject hex>` listing the artifacts, updated on every attach. Reading
+asks the API first, then the tag. Pushing is idempotent: the same document is the same digest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.imageref import ImageRef
+from gpurl_tasks.oci.image import OCI_INDEX, OCI_MANIFEST, Descriptor, parse_manifest
+from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
+
+__all__ = ["EMPTY_CONFIG", "Referrer", "attach", "fallback_tag", "fetch", "find"]
+
+EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY_BLOB = b"{}"
+EMPTY_CONFIG = Descriptor(media_type=EMPTY_MEDIA_TYPE,
+                          digest="sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest(), size=2)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Referrer:
+    """One artifact whose subject is the image: its manifest's digest and what it holds."""
+
+    digest: str
+    size: int
+    artifact_type: str
+    annotations: Mapping[str, str]
+    via: str  # "referrers API" or the fallback tag it was listed under
+
+
+def fallback_tag(subject_digest: str) -> str:
+    """The referrers tag schema: `sha256-<hex>` (a tag cannot hold ':')."""
+    algorithm, _, hexdigest = subject_digest.partition(":")
+    return f"{algorithm}-{hexdigest}"
+
+
+def _canonical(document: Mapping[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def attach(client: RegistryClient, ref: ImageRef, subject: Descriptor, artifact_type: str,
+           document: bytes, annotations: Mapping[str, str] | None = None) -> Referrer:
+    """Push `document` as an artifact whose subject is `subject` (in `ref`'s repository), and
+    list it under the fallback tag when the registry has no referrers API."""
+    client.push_blob(ref, EMPTY_BLOB, EMPTY_CONFIG.digest)
+    layer = client.push_blob(ref, document)
+    manifest: dict[str, Any] = {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
+        "config": EMPTY_CONFIG.to_json(),
+        "layers": [{"mediaType": artifact_type, "digest": layer, "size": len(document)}],
+        "subject": subject.to_json()}
+    if annotations:
+        manifest["annotations"] = dict(sorted(annotations.items()))
+    body = _canonical(manifest)
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    client.put_manifest(ref, digest, body, OCI_MANIFEST)
+    entry = Referrer(digest=digest, size=len(body), artifact_type=artifact_type,
+                     annotations=dict(annotations or {}), via="referrers API")
+    if client.referrers(ref, subject.digest) is None:
+        entry = dataclasses.replace(entry, via=fallback_tag(subject.digest))
+        _list_in_fallback(client, ref, subject.digest, entry)
+    return entry
+
+
+def _list_in_fallback(client: RegistryClient, ref: ImageRef, subject: str,
+                      entry: Referrer) -> None:
+    tag = fallback_tag(subject)
+    try:
+        _, _, index = client.manifest(ref, tag)
+    except ManifestUnknown:
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    listed = [m for m in index.get("manifests", []) if isinstance(m, Mapping)
+              and m.get("digest") != entry.digest]
+    listed.append({"mediaType": OCI_MANIFEST, "digest": entry.digest, "size": entry.size,
+                   "artifactType": entry.artifact_type,
+                   **({"annotations": dict(entry.annotations)} if entry.annotations else {})})
+    updated = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+               "manifests": sorted(listed, key=lambda m: (str(m.get("artifactType")),
+                                                          str(m.get("digest"))))}
+    client.put_manifest(ref, tag, _canonical(updated), OCI_INDEX)
+
+
+def _entries(index: Mapping[str, Any], via: str, where: str) -> list[Referrer]:
+    found = []
+    for i, raw in enumerate(index.get("manifests", []) or []):
+        descriptor = Descriptor.from_json(raw, f"{where}: manifests[{i}]")
+        kind = raw.get("artifactType")
+        notes = raw.get("annotations") or {}
+        if isinstance(kind, str) and isinstance(notes, Mapping):
+            found.append(Referrer(digest=descriptor.digest, size=descriptor.size,
+                                  artifact_type=kind, via=via,
+                                  annotations={str(k): str(v) for k, v in notes.items()}))
+    return found
+
+
+def find(client: RegistryClient, ref: ImageRef, subject_digest: str,
+         artifact_type: str | None = None) -> list[Referrer]:
+    """The artifacts attached to `subject_digest` (of `artifact_type` when given): from the
+    referrers API, else from the fallback tag; empty when neither lists any."""
+    index = client.referrers(ref, subject_digest)
+    via = "referrers API"
+    if index is None:
+        via = fallback_tag(subject_digest)
+        try:
+            _, _, index = client.manifest(ref, via)
+        except ManifestUnknown:
+            return []
+    found = _entries(index, via, f"referrers of {ref}@{subject_digest[:19]}")
+    return [r for r in found if artifact_type is None or r.artifact_type == artifact_type]
+
+
+def fetch(client: RegistryClient, ref: ImageRef, referrer: Referrer) -> dict[str, Any]:
+    """The JSON document an artifact holds (its one layer), each digest checked on the way."""
+    _, _, manifest = client.manifest(ref, referrer.digest)
+    parsed = parse_manifest(manifest, f"artifact {referrer.digest[:19]} of {ref}")
+    if len(parsed.layers) != 1:
+        raise RegistryError(f"artifact {referrer.digest[:19]} of {ref} holds "
+                            f"{len(parsed.layers)} layers, not one document")
+    return client.blob_json(ref, parsed.layers[0].digest)

@@ -1,0 +1,130 @@
+"""The command line itself: invoke's own parse errors through gpurl's contract, `--version`.
+
+`invoke TASK` runs invoke's `invoke.main.program`, which parses its own flags, then loads
+tasks.py, then parses the task's name and flags. tasks.py calls `adopt()`, so from there on
+that program is a `GpurlProgram`: an unknown task or flag, a flag without its value, a bad
+integer or a missing positional argument is one `error:` line with a hint and exit 2 (one
+JSON object under --json), as a task's own bad input is. The `gpurl` command (`gpurl TASK`,
+`gpurl --version`) is the same program with tasks.py's collection bundled in.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import re
+from typing import Any
+
+from invoke.collection import Collection
+from invoke.exceptions import ParseError
+from invoke.loader import FilesystemLoader
+from invoke.program import Program
+
+from gpurl_tasks import cli
+from gpurl_tasks.errors import ConfigError
+
+__all__ = ["GpurlProgram", "adopt", "main", "usage_error"]
+
+JSON_FLAGS = ("--json", "-j")
+
+
+def gpurl_version() -> str:
+    """gpurl's own version (the installed distribution's), not invoke's."""
+    try:
+        return importlib.metadata.version("gpurl")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _flag(name: str) -> str:
+    name = name.replace("_", "-")
+    return name if name.startswith("-") else (f"-{name}" if len(name) == 1 else f"--{name}")
+
+
+def usage_error(exc: ParseError, *, collection: Collection | None, binary: str,
+                argv: list[str]) -> ConfigError:
+    """invoke's parse error as gpurl's error: what was wrong on the command line, and a hint
+    (the closest task or flag, the value a flag takes, the task's usage line). `argv` names
+    the task when the error does not (a flag's bad value)."""
+    text = str(exc)
+    if isinstance(exc, cli.FlagError):
+        return ConfigError(text, hint=exc.hint)
+    context = exc.context
+    tasks = collection.task_names if collection is not None else {}
+    task = next((t for t in (getattr(context, "name", None), *argv) if t in tasks), None)
+    helped = f"{binary} {task} --help" if task else f"{binary} --list"
+    if found := re.fullmatch(r"No idea what '(.*)' is!", text):
+        token = found[1]
+        if token.startswith("-"):
+            flags = sorted(context.flags) if context is not None else []
+            close = difflib.get_close_matches(token, flags, n=1)
+            where = f"{task} has" if task else f"{binary} has"
+            return ConfigError(f"{where} no flag {token}",
+                               hint=(f"did you mean {close[0]}? " if close else "")
+                               + f"{helped} lists the flags")
+        names = sorted(collection.task_names) if collection is not None else []
+        close = difflib.get_close_matches(token, names, n=1)
+        return ConfigError(f"no task {token!r}", hint=(f"did you mean {close[0]!r}? " if close
+                                                       else "") + f"{binary} --list lists them")
+    if found := re.fullmatch(r"Flag <\w+: ([^ >(\[]+).*> needed value and was not given one!",
+                             text):
+        flag = _flag(found[1])
+        argument = context.flags.get(flag) if context is not None else None
+        described = getattr(argument, "help", None)
+        return ConfigError(f"{flag} needs a value",
+                           hint=f"{flag}: {described}" if described else f"see {helped}")
+    if found := re.fullmatch(r"'(.*)' did not receive required positional arguments: (.*)",
+                             text):
+        names = re.findall(r"'([^']+)'", found[2])
+        positional = [str(a.name) for a in context.positional_args] if context else names
+        return ConfigError(f"{found[1]} needs {', '.join(n.upper() for n in names)}",
+                           hint=f"{binary} {found[1]} "
+                           + " ".join(n.upper() for n in positional) + f" (see {helped})")
+    return ConfigError(text[:1].lower() + text[1:].rstrip("!"), hint=f"see {helped}")
+
+
+class GpurlProgram(Program):
+    """invoke's Program whose parse errors follow gpurl's exit-code contract."""
+
+    def _as_json(self) -> bool:
+        return any(arg in JSON_FLAGS or arg.startswith("--json=")
+                   for arg in getattr(self, "argv", [])[1:])
+
+    def _parsed(self, step: Any) -> None:
+        with cli.clean_failures(as_json=self._as_json()):
+            try:
+                step()
+            except ParseError as exc:
+                raise usage_error(exc, collection=getattr(self, "collection", None),
+                                  binary=self.binary_names[0],
+                                  argv=getattr(self, "argv", [])[1:]) from None
+
+    def parse_core(self, argv: list[str] | None) -> None:
+        self._parsed(lambda: super(GpurlProgram, self).parse_core(argv))
+
+    def parse_tasks(self) -> None:
+        self._parsed(super().parse_tasks)
+
+    def parse_cleanup(self) -> None:
+        self._parsed(super().parse_cleanup)
+
+    def print_version(self) -> None:
+        cli.out(f"gpurl {gpurl_version()}")
+
+
+def adopt() -> None:
+    """Make the running `invoke` program (invoke's own `invoke.main.program`, a plain
+    Program) a GpurlProgram for the rest of its parse: tasks.py calls this while invoke loads
+    it, before the task's name and flags are parsed. invoke has no hook for its own
+    program's class, so the instance's class is switched (GpurlProgram adds no state)."""
+    import invoke.main
+
+    if type(invoke.main.program) is Program:
+        invoke.main.program.__class__ = GpurlProgram
+
+
+def main() -> None:
+    """The `gpurl` command: tasks.py's collection, gpurl's version."""
+    module, _ = FilesystemLoader(start=str(cli.REPO_ROOT)).load("tasks")
+    GpurlProgram(name="gpurl", binary="gpurl", binary_names=["gpurl"], version=gpurl_version(),
+                 namespace=Collection.from_module(module)).run()
