@@ -203,6 +203,25 @@ die() { echo "compose-env: error: $*" >&2; exit 1; }
 export DOCKER_CONFIG SSL_CERT_FILE="$JOB_CA"
 crane() { "$WORK/crane" "$@" 2>"$WORK/crane.err"; }
 said() { tr '\n' ' ' <"$WORK/crane.err"; }
+# Whether the registry holds blob $1 (REPO@sha256:...). crane has no HEAD of a blob: the first
+# byte of its GET shows the blob is there (the rest is never read), a 404 that it is not.
+blob_there() {
+  local got
+  got="$("$WORK/crane" blob "$1" 2>"$WORK/crane.err" | head -c 1 | wc -c)" || true
+  [ "$got" = 1 ] && return 0
+  grep -qE 'BLOB_UNKNOWN|MANIFEST_BLOB_UNKNOWN|404' "$WORK/crane.err" && return 1
+  die "cannot read blob $1: $(said)"
+}
+# The first blob image $1 names that its repository ($2) does not hold; nothing when all are.
+lost_blob() {
+  local digest
+  crane manifest "$1" >"$WORK/lost.manifest" || die "cannot read $1: $(said)"
+  python3 -B "$LAYER_TOOL" blobs "$WORK/lost.manifest" >"$WORK/lost.blobs" \
+    || die "cannot read the blobs of $1"
+  while read -r digest; do
+    blob_there "$2@$digest" || { echo "$digest"; return 0; }
+  done <"$WORK/lost.blobs"
+}
 VENV=/opt/venv
 LEVEL=6
 for doc in manifest config; do
@@ -244,23 +263,33 @@ write_slice() {
 JOBS="$(nproc)"
 [ "$JOBS" -le 8 ] || JOBS=8
 WRITTEN=0
+REWRITTEN=0
 CACHED=0
-exec 3<"$SLICES/tags"
-while IFS=$'\t' read -r name file created_by; do
+exec 3<"$SLICE_INDEX"
+exec 4<"$SLICES/tags"
+while IFS=$'\t' read -r name file created_by <&3; do
   [ -n "$name" ] || continue
-  read -r tagged tag <&3 && [ "$tagged" = "$name" ] || die "no cache tag for slice $name"
+  read -r tagged tag <&4 && [ "$tagged" = "$name" ] || die "no cache tag for slice $name"
   if crane digest "$CACHE_REPO:$tag" >/dev/null; then
-    CACHED=$((CACHED + 1))
-    echo "    $name: cached ($tag)"
-  elif grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-    ( write_slice "$name" "$file" "$created_by" "$tag" || touch "$SLICES/$name.failed" ) &
-    WRITTEN=$((WRITTEN + 1))
-  else
+    # A record is trusted only when its blobs are there: a cleanup of the cache repository
+    # (or of the registry) can keep the tag and lose the blob.
+    lost="$(lost_blob "$CACHE_REPO:$tag" "$CACHE_REPO")"
+    if [ -z "$lost" ]; then
+      CACHED=$((CACHED + 1))
+      echo "    $name: cached ($tag)"
+      continue
+    fi
+    echo "    $name: its record $tag names blob $lost, which the registry no longer holds:" \
+      "written again"
+    REWRITTEN=$((REWRITTEN + 1))
+  elif ! grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
     die "cannot look up $CACHE_REPO:$tag: $(said)"
   fi
-done <"$SLICE_INDEX"
-exec 3<&-
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+  ( write_slice "$name" "$file" "$created_by" "$tag" || touch "$SLICES/$name.failed" ) &
+  WRITTEN=$((WRITTEN + 1))
+done
+exec 3<&- 4<&-
 wait
 for failed in "$SLICES"/*.failed; do
   if [ -e "$failed" ]; then
@@ -277,9 +306,16 @@ done <"$SLICES/tags"
 # The composed layers under env-base's own config (its ENV, WORKDIR and history).
 ENV_IMAGE="$(crane rebase "$ENV_BASE" --old_base "$ENV_BASE" --new_base "$CURRENT" \
   -t "$CACHE_REPO:env-$GITSHA")" || die "cannot compose the environment: $(said)"
+# No image is built on a manifest that names a blob the registry lacks (a registry that does
+# not check would take it, and no node could pull the result).
+lost="$(lost_blob "$ENV_IMAGE" "$CACHE_REPO")"
+[ -z "$lost" ] || die "the composed environment $ENV_IMAGE names blob $lost, which the" \
+  "registry does not hold: not building on it (run the job again: a slice whose blob is gone" \
+  "is written anew)"
 rm -rf "$SLICES"
 echo "$ENV_IMAGE" >"$WORK/env-image"
-echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $CACHED cached)"
+echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $REWRITTEN of them as their" \
+  "record's blob was gone; $CACHED cached)"
 COMPOSE_ENV
 echo "==> kaniko build of env-base (what every slice is installed on)"
 cd "$CONTEXT"

@@ -409,6 +409,28 @@ def test_a_ca_the_job_trusts_through_its_etc_ssl_alone_holds_for_every_executor_
     assert "==> environment " in built.output and "x509" not in built.output
 
 
+def test_a_record_whose_blob_the_registry_lost_is_written_again(
+        parts: Parts, cluster: tuple[str, Path, Built]) -> None:
+    """A slice's blob deleted from the registry's storage, its record's tag kept (a cleanup,
+    a lost disk): the job checks each record's blobs before it composes, writes that slice
+    again into the same blob and says so, reuses every other slice, and the image it pushes
+    names only blobs the registry holds (verify-layers HEADs each one: `_build` runs it)."""
+    executor, tree, cold = cluster
+    runs = _slice_runs(cold.layers)
+    lost = runs[len(runs) // 2]
+    parts.registry.remove_blob(lost["digest"])
+    rebuilt = _build(tree, parts, "b10b" + ("0a1" if executor == "upstream" else "0f1"))
+    said = re.findall(r"^\s*(\S+): its record (\S+) names blob (\S+), which the registry no "
+                      r"longer holds: written again$", rebuilt.output, flags=re.M)
+    assert [(tag, blob) for _, tag, blob in said] == [(lost["record"], lost["digest"])], \
+        (executor, said, rebuilt.output[-3000:])
+    assert "1 slice(s) written, 1 of them as their record's blob was gone" in rebuilt.output
+    assert [r["digest"] for r in _slice_runs(rebuilt.layers)] == [r["digest"] for r in runs]
+    assert all(row["exact"] for row in _slice_runs(rebuilt.layers))
+    print(f"{executor}: the record {lost['record']} lost blob {lost['digest'][:19]}; "
+          f"rewritten, {len(runs) - 1} slices reused")
+
+
 def _slice_files(tree: Path) -> dict[str, str]:
     """{slice file name: its text} of the committed plan (shared and variant slices)."""
     return {p.name: p.read_text() for p in (tree / "docker" / "layers" / "demo").rglob("*.txt")}
