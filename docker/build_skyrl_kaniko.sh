@@ -240,7 +240,7 @@ crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_RO
 # One slice the cache lacks: staged, written and pushed (its own log and error files, so
 # slices can be written side by side).
 write_slice() {
-  local name="$1" file="$2" created_by="$3" tag="$4" log="$SLICES/$1.log"
+  local name="$1" file="$2" created_by="$3" tag="$4" again="${5:-}" log="$SLICES/$1.log"
   if ! uv pip install --no-deps --require-hashes --no-installer-metadata --prefix "$SLICES/$name/tree" --python "$VENV"/bin/python -r "$CONTEXT/$file" >"$log" 2>&1
   then
     echo "installing slice $name ($file) failed: $(tail -n 5 "$log" | tr '\n' ' ')"
@@ -253,10 +253,17 @@ write_slice() {
     echo "writing slice $name failed: $(tail -n 2 "$log" | tr '\n' ' ')"
     return 1
   fi
-  if ! "$WORK/crane" push "$SLICES/$name/image" "$CACHE_REPO:$tag" >/dev/null 2>>"$log"; then
-    echo "cannot push slice $name: $(tail -n 2 "$log" | tr '\n' ' ')"
-    return 1
-  fi
+  # crane pushes nothing, not even a missing blob, when the tag already names the manifest
+  # (the same slice, the same bytes): a record whose blob is gone is pushed under a tag of
+  # its own first, which uploads the blob, then under its own tag again.
+  local pushes=("$CACHE_REPO:$tag")
+  if [ -n "$again" ]; then pushes=("$CACHE_REPO:$tag-rewrite-$(date -u +%Y%m%d%H%M%S)" "${pushes[@]}"); fi
+  for to in "${pushes[@]}"; do
+    if ! "$WORK/crane" push "$SLICES/$name/image" "$to" >/dev/null 2>>"$log"; then
+      echo "cannot push slice $name: $(tail -n 2 "$log" | tr '\n' ' ')"
+      return 1
+    fi
+  done
   rm -rf "${SLICES:?}/$name"
   echo "    $name: written $(cat "$SLICES/$name.blob")"
 }
@@ -284,9 +291,11 @@ while IFS=$'\t' read -r name file created_by <&3; do
     REWRITTEN=$((REWRITTEN + 1))
   elif ! grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
     die "cannot look up $CACHE_REPO:$tag: $(said)"
+  else
+    lost=""
   fi
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-  ( write_slice "$name" "$file" "$created_by" "$tag" || touch "$SLICES/$name.failed" ) &
+  ( write_slice "$name" "$file" "$created_by" "$tag" "$lost" || touch "$SLICES/$name.failed" ) &
   WRITTEN=$((WRITTEN + 1))
 done
 exec 3<&- 4<&-
