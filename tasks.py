@@ -156,8 +156,8 @@ def watch(c: Context, job: str, interval: int = 60, max_duration: int = 6 * 3600
           cluster: str | None = None, profile: str | None = None, json: bool = False) -> None:
     """Poll an iris job's state until terminal (exit 0 succeeded, 1 failed, 2 absent, 3 stuck).
 
-    Exit 3 also when iris does not answer within --max-duration; 130 on Ctrl-C, which leaves
-    the job running.
+    Exit 3 also when iris does not answer within --max-duration; 2 without iris; 130 on
+    Ctrl-C and 143 on SIGTERM, which leave the job running.
     """
     from gpurl_tasks.cluster.jobs import run_watch
 

@@ -119,9 +119,15 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
     `TASK --help` show the help."""
 
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
+        helps = dict(self.help)
         arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
+        self.help = helps  # invoke pops each flag's help: a second parse would show none
         for argument in arguments:
             argument.__class__ = _Checked
+            shown = argument.default
+            if argument.help and shown not in (None, False, "", []) and \
+                    "default" not in argument.help:
+                argument.help += f" (default: {shown})"
         positional = [a for a in arguments if a.positional]
         for argument in positional[1:]:
             argument.__class__ = _Trailing
@@ -438,5 +444,6 @@ def positional(task: str, value: _Text) -> _Text:
     if value in HELP_FLAGS:
         shown = proc.run([sys.executable, "-m", "invoke", "--help", task], cwd=REPO_ROOT,
                          echo=None)
-        raise Exit(shown.stdout.rstrip("\n"), code=0)
+        out(shown.stdout.rstrip("\n"))
+        raise Exit(code=0)
     return value

@@ -10,8 +10,10 @@ JSON object under --json), as a task's own bad input is. The `gpurl` command (`g
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.metadata
+import io
 import re
 from typing import Any
 
@@ -52,7 +54,7 @@ def usage_error(exc: ParseError, *, collection: Collection | None, binary: str,
     context = exc.context
     tasks = collection.task_names if collection is not None else {}
     task = next((t for t in (getattr(context, "name", None), *argv) if t in tasks), None)
-    helped = f"{binary} {task} --help" if task else f"{binary} --list"
+    helped = f"{binary} {task} --help" if task else f"{binary} --help"
     if found := re.fullmatch(r"No idea what '(.*)' is!", text):
         token = found[1]
         if token.startswith("-"):
@@ -107,6 +109,18 @@ class GpurlProgram(Program):
 
     def parse_cleanup(self) -> None:
         self._parsed(super().parse_cleanup)
+
+    def print_task_help(self, name: str) -> None:
+        """invoke's task help, its usage line naming the positional arguments (`diff
+        [--options] FIRST SECOND`), which invoke lists only among the options."""
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            super().print_task_help(name)
+        usage, _, rest = shown.getvalue().partition("\n")
+        positional = " ".join(a.name.upper() for a in self.parser.contexts[name].positional_args)
+        if positional:
+            usage = usage.replace(f" {name} [--options] ", f" {name} [--options] {positional} ", 1)
+        cli.out(f"{usage}\n{rest}".rstrip("\n"))
 
     def print_version(self) -> None:
         cli.out(f"gpurl {gpurl_version()}")

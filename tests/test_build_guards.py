@@ -293,7 +293,9 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(out) == {"dry_run", "commands", "warnings"} and out["dry_run"] is True
-    setup, env_base, tag, push_base, *slices, build, push = out["commands"]
+    setup, env_base, tag, push_base, *slices, build, push, attest = out["commands"]
+    # the SBOM's apt packages, read in the pushed image by its own dpkg
+    assert attest[:2] == ["docker", "run"] and "dpkg-query" in attest and reference in attest
     assert setup[:2] == ["invoke", "setup-local"]
     assert env_base[:2] == ["docker", "build"] and env_base[env_base.index("--target") + 1] \
         == "env-base"
@@ -316,7 +318,7 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
                             "--json"], cwd=REPO_ROOT, capture_output=True, text=True,
                            check=False)
     assert chain.returncode == 0, chain.stderr
-    _, build, push, floating = json.loads(chain.stdout)["commands"]
+    _, build, push, floating, _attest = json.loads(chain.stdout)["commands"]
     assert not any("ENV_SOURCE" in arg for arg in build)  # the Dockerfile's default: env-chain
     floating_tag = f"{config.registry.image}:{config.registry.floating_tag}"
     assert floating_tag in build and floating == ["docker", "push", floating_tag]
@@ -327,7 +329,8 @@ def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:
                            "--no-cache", "--dry-run"], cwd=REPO_ROOT, capture_output=True,
                           text=True, check=False)
     assert proc.returncode != 0
-    assert "are local-backend flags" in proc.stderr
+    assert "--no-cache is a local-backend flag" in proc.stderr
+    assert "add --backend local" in proc.stderr  # what to do, not only what is wrong
 
 
 def test_environment_overrides_do_not_make_committed_files_stale(tmp_path: Path) -> None:

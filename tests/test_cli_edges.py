@@ -48,6 +48,7 @@ PARSE_ERRORS = {
     "unknown flag": (["plan", "--bogus"], ["plan has no flag --bogus", "invoke plan --help"]),
     "close flag": (["plan", "--profil", "demo"], ["did you mean --profile?"]),
     "unknown task": (["plann"], ["no task 'plann'", "did you mean 'plan'?"]),
+    "unknown core flag": (["--bogus"], ["invoke has no flag --bogus", "invoke --help lists"]),
     "missing value": (["plan", "--cap"], ["--cap needs a value", "e.g. 4GB"]),
     "missing positional": (["diff", "a"], ["diff needs SECOND", "invoke diff FIRST SECOND"]),
     "bad integer": (["watch", "/a/b", "--interval", "abc"],
@@ -333,3 +334,70 @@ def test_a_cluster_dry_run_without_cluster_access_warns_and_the_build_refuses(
     real = run_task("build", "--profile", profile, "--json", env=_without_access())
     failure = _one_error(real, "KUBECONFIG is not set", as_json=True)
     assert "export KUBECONFIG" in failure["hint"]
+
+
+# --- help ----------------------------------------------------------------------------------
+
+
+def test_diff_ref_help_shows_the_help_and_runs_nothing() -> None:
+    """`diff REF --help` once ran the diff with "--help" as the second image."""
+    done = run_task("diff", "127.0.0.1:9/x:a", "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: inv[oke] [--core-opts] diff [--options] FIRST SECOND")
+    assert "Options:" in done.stdout and "error" not in done.stderr
+
+
+@pytest.mark.parametrize(("task", "shown"), [
+    ("watch", ["--interval=INT                seconds between state polls (default: 60)",
+               "[--options] JOB "]),
+    ("demo", ["(default: prebuilt-wheelhouse)"]),
+    ("setup-kaniko", ["(default: upstream,fork)"]),
+])
+def test_help_shows_defaults_and_positional_arguments(task: str, shown: list[str]) -> None:
+    """Each flag with a default says it; the usage line names the positional arguments."""
+    import inspect
+
+    import tasks
+
+    done = run_task(task, "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for needle in shown:
+        assert " ".join(needle.split()) in text, done.stdout
+    body = tasks.ns[task].body
+    for name, param in inspect.signature(body).parameters.items():
+        if param.default not in (None, False, "", inspect.Parameter.empty):
+            assert f"(default: {param.default})" in text, (name, done.stdout)
+
+
+# --- smaller messages ----------------------------------------------------------------------
+
+
+def test_setup_local_dry_run_counts_pins_apart_from_build_requirements(tmp_path: Path) -> None:
+    """An empty cache: "would download N of M pins and K of L build requirements", each part
+    at most its whole (it said "would download 20 of 15 pins")."""
+    import re
+
+    done = run_task("setup-local", "--profile", "demo", "--dry-run", "--json",
+                    env={"GPURL_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    step = next(s for s in json.loads(done.stdout)["steps"] if s["name"] == "package index")
+    counts = re.fullmatch(r"would download (\d+) of (\d+) pins and (\d+) of (\d+) build "
+                          r"requirements into .*", step["detail"])
+    assert counts, step
+    pins, of_pins, reqs, of_reqs = map(int, counts.groups())
+    assert 0 < pins <= of_pins and 0 < reqs <= of_reqs
+
+
+def test_setup_kaniko_refuses_a_missing_source_archive_before_installing_go(
+        tmp_path: Path) -> None:
+    """The archives are checked first: no Go toolchain is installed for a build that cannot
+    start (it installed 254 MB of Go, then failed)."""
+    cache = tmp_path / "cache"
+    done = run_task("setup-kaniko", "--profile", "demo", "--json", timeout=300,
+                    env={"GPURL_CLUSTER_SOURCE_ARCHIVES": str(tmp_path / "none"),
+                         "GPURL_CACHE_DIR": str(cache)})
+    failure = _one_error(done, "source archive", "is missing", as_json=True)
+    assert "cluster.source-archives" in failure["hint"]
+    installed = [p for p in cache.rglob("*") if p.is_file()] if cache.exists() else []
+    assert installed == [], installed[:5]

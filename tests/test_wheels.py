@@ -452,12 +452,27 @@ def invoke(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 
 @pytest.mark.integration
+def test_check_wheels_names_each_wheel_once_and_says_what_to_run(tmp_path: Path) -> None:
+    """An empty wheelhouse: each expected wheel on one line (it was listed twice: expected,
+    then missing, then its pattern matching nothing), and the fix names build-wheels."""
+    done = invoke("check-wheels", "--profile", "demo", "--source", str(tmp_path))
+    assert done.returncode == ExitCode.CHECK_FAILED, done.stderr
+    lines = done.stdout.splitlines()
+    report = json.loads(invoke("check-wheels", "--profile", "demo", "--source", str(tmp_path),
+                               "--json").stdout)
+    for label, pattern in report["expected"].items():
+        assert sum(pattern in line for line in lines) == 1, lines
+        assert sum(line.startswith(f"  {label}:") for line in lines) == 1, lines
+    assert "invoke build-wheels --profile demo" in lines[-1]
+
+
+@pytest.mark.integration
 def test_check_wheels_task_follows_the_profile(tmp_path: Path) -> None:
     wheel = demo_wheel(tmp_path)
     done = invoke("check-wheels", "--profile", "demo", "--source", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == [f"wheels in {tmp_path}: OK",
-                                        "  expected gpurl_demo_ext-*.whl"]
+                                        "  gpurl-demo-ext: ok (gpurl_demo_ext-*.whl)"]
     wheel.rename(tmp_path / wheel.name.replace("cp311-cp311", "cp310-cp310"))
     done = invoke("check-wheels", "--profile", "demo", "--source", str(tmp_path), "--json")
     assert done.returncode == ExitCode.CHECK_FAILED

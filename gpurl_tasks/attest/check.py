@@ -40,13 +40,16 @@ def check_attestations(*, sbom: Mapping[str, Any] | None, provenance: Mapping[st
     """(findings, notes) for the documents found attached to the image (None: not found)."""
     findings: list[Problem] = []
     notes: list[str] = []
-    for name, document in (("SBOM", sbom), ("provenance", provenance)):
-        if document is None:
-            message = f"no {name} is attached to the image ({where})"
-            if required:
-                findings.append(Problem(code=f"no-{name.lower()}", message=message))
-            else:
-                notes.append(message + "; not required (verify.attestations)")
+    absent = [name for name, document in (("SBOM", sbom), ("provenance", provenance))
+              if document is None]
+    if required:
+        findings += [Problem(code=f"no-{name.lower()}",
+                             message=f"no {name} is attached to the image (its referrers list "
+                                     "none); verify.attestations = required")
+                     for name in absent]
+    elif absent:
+        notes.append(f"no {' or '.join(absent)} attached to the image; not required "
+                     "(verify.attestations)")
     if sbom is not None:
         found = python_components(sbom)
         locked = set().union(*(v for k, v in found.items()

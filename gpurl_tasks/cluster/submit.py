@@ -141,8 +141,11 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
             require(check)
 
     if request.local_only:
-        raise BuildError(f"{', '.join(request.local_only)} are local-backend flags",
-                         hint="the cluster script reads WHEEL_SOURCE and PUSH_FLOATING itself")
+        flags = ", ".join(request.local_only)
+        one = len(request.local_only) == 1
+        raise BuildError(f"{flags} {'is a local-backend flag' if one else 'are local-backend flags'}",
+                         hint="add --backend local to build on this machine; the cluster script "
+                              "reads WHEEL_SOURCE and PUSH_FLOATING itself")
     # `invoke doctor`'s checks, the ones a build refuses on, in this order. The committed files
     # are rendered from pyproject alone, never from GPURL_* variables: a stale Dockerfile,
     # slice set or script is refused first, with generate --check's own message

@@ -201,6 +201,8 @@ def setup_kaniko(cache: Path, source_dir: Path, registry: str, *,
     if unknown:
         raise BuildError(f"unknown executor {unknown[0]!r}",
                          hint="choose from " + ", ".join(n for n in sources if n != "crane"))
+    for name in (*executors, "crane"):  # before the Go toolchain (~250 MB) is installed
+        _verified(sources[name])
     steps: list[StepRecord] = []
     with timed("go", say) as record:
         go = go_toolchain(cache, go_requirement)

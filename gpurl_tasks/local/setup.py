@@ -174,7 +174,8 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
         _check_lock_files(lock, directory)
         return "found", f"{wanted} present in {directory}"
     if dry_run:
-        return "would", f"would download {len(missing) + len(loose)} of {wanted} into {directory}"
+        return "would", (f"would download {len(missing)} of {len(pins)} pins and "
+                         f"{len(loose)} of {len(specs)} build requirements into {directory}")
     target = download.DownloadTarget.for_target(python=config.target.python,
                                                glibc=config.target.glibc, arch=config.target.arch)
     download.download(missing, directory, target=target)

@@ -124,12 +124,29 @@ class WheelReport:
     expected: dict[str, str]
     found: tuple[str, ...]
     mismatches: tuple[Mismatch, ...]
+    profile: str = ""  # the profile the wheels are for, named in the fix
 
     def lines(self) -> list[str]:
-        head = f"wheels in {self.source}: " + ("OK" if not self.mismatches else
-                                                f"{len(self.mismatches)} mismatch(es)")
-        return [head, *(f"  expected {n}" for n in self.expected.values()),
-                *(f"  {m.line()}" for m in self.mismatches)]
+        """One line per expected wheel (ok, or its problems), then any other problem, then
+        the fix: each wheel once, and what to run."""
+        body, failed = [], 0
+        for label, pattern in self.expected.items():
+            own = [m for m in self.mismatches if m.project == label]
+            if any(m.problem == "missing" for m in own):  # a missing wheel matches no pattern
+                own = [m for m in own if m.problem == "missing"]
+            failed += bool(own)
+            body.append(f"  {label}: " + ("; ".join(f"{m.problem}: expected {m.expected}, "
+                                                   f"found {m.found}" for m in own)
+                                         if own else f"ok ({pattern})"))
+        others = [m for m in self.mismatches if m.project not in self.expected]
+        body += [f"  {m.line()}" for m in others]
+        head = f"wheels in {self.source}: " + (
+            f"{failed + len(others)} problem(s)" if self.mismatches else "OK")
+        if not self.mismatches:
+            return [head, *body]
+        profile = f" --profile {self.profile}" if self.profile else ""
+        return [head, *body, f"  fix: `invoke build-wheels{profile}` builds them into the "
+                "wheelhouse and checks them again (publish them with their MANIFEST)"]
 
     @property
     def exit_code(self) -> int:
@@ -160,7 +177,7 @@ def check_source(config: Config, source: str | None) -> WheelReport:
     else:
         found = read_wheelhouse(Path(where))
     shown = redact_url(where) if where.startswith(("http://", "https://")) else where
-    return WheelReport(source=shown,
+    return WheelReport(source=shown, profile=config.profile,
                        expected={s.label: s.expected for s in wheel_specs(pins, expected)},
                        found=tuple(w.filename for w in found if w.present),
                        mismatches=check_wheels(pins, found, inputs.wheel_globs,
