@@ -18,10 +18,12 @@ ROOT="${GPURL_KANIKO_ROOT:-}"
 APP_DIR="$ROOT/app"
 KANIKO_DIR="$ROOT/kaniko"
 # kaniko builds in this job's own root filesystem and deletes it between stages, all but
-# $KANIKO_DIR (never snapshotted, never deleted): the build context, crane and the digest
-# live there, so they outlive the first stage, and the bundle at $APP_DIR (deleted with the
-# rest) never reaches the image.
+# $KANIKO_DIR and mount points (never snapshotted, never deleted): the build context, crane
+# and the digest live under $KANIKO_DIR, so they outlive the first stage. iris mounts the
+# bundle at $APP_DIR (the task's workdir, an emptyDir): the image's workspace is therefore
+# elsewhere ($IMAGE_WORKSPACE), or its COPY would write into the bundle and miss the image.
 CONTEXT="$KANIKO_DIR/context"
+IMAGE_WORKSPACE=/opt/workspace
 WORK="$KANIKO_DIR/gpurl"
 WHEELHOUSE="$CONTEXT"/docker/wheelhouse
 REGISTRY_HOST=ghcr.io
@@ -59,6 +61,16 @@ case "$DOCKERFILE" in
   /* | *..* | "") die "DOCKERFILE must be a path inside the build context, got '$DOCKERFILE'" ;;
 esac
 [ -d "$APP_DIR" ] || die "build context $APP_DIR does not exist (the iris workspace bundle)"
+# kaniko keeps every mount point out of its snapshots: an image path under a mount of this job
+# would be written into the mount and be missing from the pushed image.
+if [ -r /proc/self/mountinfo ]; then
+  while read -r _ _ _ _ mount _; do
+    case "$IMAGE_WORKSPACE/" in
+      "$mount"/*) die "the image's workspace $IMAGE_WORKSPACE is under $mount, a mount of" \
+        "this job: kaniko would leave it out of the image" ;;
+    esac
+  done </proc/self/mountinfo
+fi
 
 mkdir -p "$WORK"
 
@@ -67,6 +79,33 @@ if ! command -v curl >/dev/null 2>&1; then
   apt-get -o Acquire::Retries=3 -o Acquire::http::Timeout=60 -o Acquire::https::Timeout=60 install -y -qq --no-install-recommends ca-certificates curl >/dev/null
 fi
 fetch() { curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }
+
+# kaniko's filesystem reset after its first run puts the built stage's /etc/ssl in place of
+# this job's: a CA the job trusts there (a private registry, a proxy) is gone for every later
+# run (`x509: certificate signed by unknown authority`). The job's trust, its system bundle
+# plus $SSL_CERT_FILE when set, is copied under $KANIKO_DIR first, and every later step reads
+# that copy: the executor and crane through SSL_CERT_FILE, the composing build (its layer
+# writer, uv and crane) through its vars file.
+JOB_CA="$WORK/ca-certificates.crt"
+: >"$JOB_CA.tmp"
+for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt \
+    /etc/ssl/ca-bundle.pem /etc/pki/tls/cacert.pem \
+    /etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem /etc/ssl/cert.pem; do
+  if [ -f "$bundle" ]; then  # the first one found, as Go (kaniko, crane) reads them
+    cat "$bundle" >>"$JOB_CA.tmp" && echo >>"$JOB_CA.tmp"
+    break
+  fi
+done
+if [ -n "${SSL_CERT_FILE:-}" ]; then
+  [ -f "$SSL_CERT_FILE" ] || die "SSL_CERT_FILE=$SSL_CERT_FILE is not a file in this job"
+  cat "$SSL_CERT_FILE" >>"$JOB_CA.tmp"
+fi
+[ -s "$JOB_CA.tmp" ] || die "this job has no CA bundle (/etc/ssl/certs/ca-certificates.crt," \
+  "or SSL_CERT_FILE): install ca-certificates in the task image"
+mv "$JOB_CA.tmp" "$JOB_CA"
+export SSL_CERT_FILE="$JOB_CA"
+echo "==> CA bundle for every step: $JOB_CA" \
+  "($(grep -c 'BEGIN CERTIFICATE' "$JOB_CA") certificates)"
 
 echo "==> crane $CRANE_URL"
 fetch "$CRANE_URL" "$WORK/crane.tgz" || die "could not download crane from $CRANE_URL"
@@ -165,10 +204,29 @@ set -euo pipefail
 # shellcheck source=/dev/null  # written by the job script once env-base is pushed
 . "${0%/*}/compose-env.vars"
 die() { echo "compose-env: error: $*" >&2; exit 1; }
-export DOCKER_CONFIG
-if [ -n "$JOB_CERTS" ]; then export SSL_CERT_FILE="$JOB_CERTS"; fi
+# The job's CA bundle (this build runs in env-base's filesystem, whose /etc/ssl is its own).
+export DOCKER_CONFIG SSL_CERT_FILE="$JOB_CA"
 crane() { "$WORK/crane" "$@" 2>"$WORK/crane.err"; }
 said() { tr '\n' ' ' <"$WORK/crane.err"; }
+# Whether the registry holds blob $1 (REPO@sha256:...). crane has no HEAD of a blob: the first
+# byte of its GET shows the blob is there (the rest is never read), a 404 that it is not.
+blob_there() {
+  local got
+  got="$("$WORK/crane" blob "$1" 2>"$WORK/crane.err" | head -c 1 | wc -c)" || true
+  [ "$got" = 1 ] && return 0
+  grep -qE 'BLOB_UNKNOWN|MANIFEST_BLOB_UNKNOWN|404' "$WORK/crane.err" && return 1
+  die "cannot read blob $1: $(said)"
+}
+# The first blob image $1 names that its repository ($2) does not hold; nothing when all are.
+lost_blob() {
+  local digest
+  crane manifest "$1" >"$WORK/lost.manifest" || die "cannot read $1: $(said)"
+  python3 -B "$LAYER_TOOL" blobs "$WORK/lost.manifest" >"$WORK/lost.blobs" \
+    || die "cannot read the blobs of $1"
+  while read -r digest; do
+    blob_there "$2@$digest" || { echo "$digest"; return 0; }
+  done <"$WORK/lost.blobs"
+}
 VENV=/opt/venv
 LEVEL=6
 for doc in manifest config; do
@@ -187,7 +245,7 @@ crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_RO
 # One slice the cache lacks: staged, written and pushed (its own log and error files, so
 # slices can be written side by side).
 write_slice() {
-  local name="$1" file="$2" created_by="$3" tag="$4" log="$SLICES/$1.log"
+  local name="$1" file="$2" created_by="$3" tag="$4" again="${5:-}" log="$SLICES/$1.log"
   if ! uv pip install --no-deps --require-hashes --no-installer-metadata --prefix "$SLICES/$name/tree" --python "$VENV"/bin/python -r "$CONTEXT/$file" >"$log" 2>&1
   then
     echo "installing slice $name ($file) failed: $(tail -n 5 "$log" | tr '\n' ' ')"
@@ -200,33 +258,52 @@ write_slice() {
     echo "writing slice $name failed: $(tail -n 2 "$log" | tr '\n' ' ')"
     return 1
   fi
-  if ! "$WORK/crane" push "$SLICES/$name/image" "$CACHE_REPO:$tag" >/dev/null 2>>"$log"; then
-    echo "cannot push slice $name: $(tail -n 2 "$log" | tr '\n' ' ')"
-    return 1
-  fi
+  # crane pushes nothing, not even a missing blob, when the tag already names the manifest
+  # (the same slice, the same bytes): a record whose blob is gone is pushed under a tag of
+  # its own first, which uploads the blob, then under its own tag again.
+  local pushes=("$CACHE_REPO:$tag")
+  if [ -n "$again" ]; then pushes=("$CACHE_REPO:$tag-rewrite-$(date -u +%Y%m%d%H%M%S)" "${pushes[@]}"); fi
+  for to in "${pushes[@]}"; do
+    if ! "$WORK/crane" push "$SLICES/$name/image" "$to" >/dev/null 2>>"$log"; then
+      echo "cannot push slice $name: $(tail -n 2 "$log" | tr '\n' ' ')"
+      return 1
+    fi
+  done
   rm -rf "${SLICES:?}/$name"
   echo "    $name: written $(cat "$SLICES/$name.blob")"
 }
 JOBS="$(nproc)"
 [ "$JOBS" -le 8 ] || JOBS=8
 WRITTEN=0
+REWRITTEN=0
 CACHED=0
-exec 3<"$SLICES/tags"
-while IFS=$'\t' read -r name file created_by; do
+exec 3<"$SLICE_INDEX"
+exec 4<"$SLICES/tags"
+while IFS=$'\t' read -r name file created_by <&3; do
   [ -n "$name" ] || continue
-  read -r tagged tag <&3 && [ "$tagged" = "$name" ] || die "no cache tag for slice $name"
+  read -r tagged tag <&4 && [ "$tagged" = "$name" ] || die "no cache tag for slice $name"
   if crane digest "$CACHE_REPO:$tag" >/dev/null; then
-    CACHED=$((CACHED + 1))
-    echo "    $name: cached ($tag)"
-  elif grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-    ( write_slice "$name" "$file" "$created_by" "$tag" || touch "$SLICES/$name.failed" ) &
-    WRITTEN=$((WRITTEN + 1))
-  else
+    # A record is trusted only when its blobs are there: a cleanup of the cache repository
+    # (or of the registry) can keep the tag and lose the blob.
+    lost="$(lost_blob "$CACHE_REPO:$tag" "$CACHE_REPO")"
+    if [ -z "$lost" ]; then
+      CACHED=$((CACHED + 1))
+      echo "    $name: cached ($tag)"
+      continue
+    fi
+    echo "    $name: its record $tag names blob $lost, which the registry no longer holds:" \
+      "written again"
+    REWRITTEN=$((REWRITTEN + 1))
+  elif ! grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
     die "cannot look up $CACHE_REPO:$tag: $(said)"
+  else
+    lost=""
   fi
-done <"$SLICE_INDEX"
-exec 3<&-
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+  ( write_slice "$name" "$file" "$created_by" "$tag" "$lost" || touch "$SLICES/$name.failed" ) &
+  WRITTEN=$((WRITTEN + 1))
+done
+exec 3<&- 4<&-
 wait
 for failed in "$SLICES"/*.failed; do
   if [ -e "$failed" ]; then
@@ -243,9 +320,16 @@ done <"$SLICES/tags"
 # The composed layers under env-base's own config (its ENV, WORKDIR and history).
 ENV_IMAGE="$(crane rebase "$ENV_BASE" --old_base "$ENV_BASE" --new_base "$CURRENT" \
   -t "$CACHE_REPO:env-$GITSHA")" || die "cannot compose the environment: $(said)"
+# No image is built on a manifest that names a blob the registry lacks (a registry that does
+# not check would take it, and no node could pull the result).
+lost="$(lost_blob "$ENV_IMAGE" "$CACHE_REPO")"
+[ -z "$lost" ] || die "the composed environment $ENV_IMAGE names blob $lost, which the" \
+  "registry does not hold: not building on it (run the job again: a slice whose blob is gone" \
+  "is written anew)"
 rm -rf "$SLICES"
 echo "$ENV_IMAGE" >"$WORK/env-image"
-echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $CACHED cached)"
+echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $REWRITTEN of them as their" \
+  "record's blob was gone; $CACHED cached)"
 COMPOSE_ENV
 echo "==> kaniko build of env-base (what every slice is installed on)"
 cd "$CONTEXT"
@@ -256,7 +340,7 @@ read -r ENV_BASE_DIGEST <"$WORK/env-base.digest" || true
 {
   printf '%s=%q\n' CACHE_REPO "$CACHE_REPO" ENV_BASE "$CACHE_REPO@$ENV_BASE_DIGEST" \
     GITSHA "$GITSHA" WORK "$WORK" CONTEXT "$CONTEXT" SLICE_INDEX "$SLICE_INDEX" \
-    LAYER_TOOL "$LAYER_TOOL" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CERTS "${SSL_CERT_FILE:-}"
+    LAYER_TOOL "$LAYER_TOOL" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CA "$JOB_CA"
 } >"$WORK/compose-env.vars"
 printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
   "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"

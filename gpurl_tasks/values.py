@@ -440,6 +440,17 @@ def source_commit(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+def between(low: int, high: int, what: str) -> Check:
+    """A whole number from `low` to `high` (`what` names it in the error)."""
+
+    def run(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise _bad(error, key, value, f"{what} from {low} to {high}")
+        return value
+
+    return run
+
+
 def optional(check: Check) -> Check:
     """`check`, with the empty string allowed (an unset optional value)."""
 

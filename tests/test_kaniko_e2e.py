@@ -3,8 +3,10 @@
 kaniko (upstream v1.23.2 and the maintained fork v1.28.3) and crane v0.20.3 are built here
 from their source archives (`cluster.source-archives`, ../shared/third_party beside the
 checkout; a user's clone has none, and these tests then skip saying so). The script runs in a
-container as in the iris job: the workspace bundle extracted at /app of an ubuntu-like image
-with bash and curl, no GPURL_KANIKO_ROOT, so crane really overlays the executor over `/`.
+container as in the iris job: the files iris bundles, in a directory mounted read-write at /app
+(iris's Kubernetes runtime mounts the task's workdir as an emptyDir an init container fills) of
+an ubuntu-like image with bash and curl, no GPURL_KANIKO_ROOT, so crane really overlays the
+executor over `/`.
 Config points it at loopback parts only: the executor image and the base image in the plain
 loopback registry (anonymous pulls, as gcr.io serves them), crane's release archive on a
 loopback file server, and a destination registry with TLS and an htpasswd login standing in
@@ -26,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -38,9 +41,12 @@ from typing import Any
 import httpx
 import pytest
 
+from gpurl_tasks.cluster.bundle import bundle_files
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import layer_count
+from gpurl_tasks.dockerfile.recipe import WORKDIR
+from gpurl_tasks.git import ls_bundle_files
 from gpurl_tasks.local.builder import build_command, serving_index
 from gpurl_tasks.local.builders import Builders, job_image, run_job, setup_kaniko
 from gpurl_tasks.local.engine import find_buildkit_client
@@ -75,6 +81,8 @@ class Parts:
     ca_dir: Path  # mounted at /ca in the job: the system bundle plus the test CA
     crane_url: str
     wheel_url: str  # the demo's compiled wheel and its MANIFEST, shaped like the wheel dataset
+    crane: Path  # the crane the job runs, here on the host to read what the registry holds
+    docker_config: Path  # its login to the TLS registry
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +107,19 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     shutil.copy2(wheel, served / "wheels")
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     (served / "wheels" / "MANIFEST").write_text(f"{digest}  {wheel.name}\n")
+    with tarfile.open(builders.crane_archive) as archive:
+        archive.extract("crane", tmp / "bin", filter="data")
+    docker_config = tmp / "docker"
+    docker_config.mkdir()
     with running_registry(tmp / "registry", tls=ca,
                           auth_yaml=basic_auth_yaml(tmp, USER, CANARY)) as registry, \
             serve_files(served) as url:
+        auth = base64.b64encode(f"{USER}:{CANARY}".encode()).decode()
+        (docker_config / "config.json").write_text(
+            json.dumps({"auths": {registry.host: {"auth": auth}}}))
         yield Parts(builders=builders, registry=registry, ca=ca, ca_dir=ca_dir,
-                    crane_url=f"{url}/{builders.crane_archive.name}", wheel_url=f"{url}/wheels")
+                    crane_url=f"{url}/{builders.crane_archive.name}", wheel_url=f"{url}/wheels",
+                    crane=tmp / "bin" / "crane", docker_config=docker_config)
 
 
 def _as_cluster_profile(tree: Path, parts: Parts, executor: str) -> None:
@@ -147,17 +163,44 @@ class Built:
     reference: str  # REPO:TAG@sha256:...
     output: str
     layers: list[dict[str, Any]]
+    bundle: Path  # the job's /app, as the build left it
 
 
-def _build(tree: Path, parts: Parts, gitsha: str) -> Built:
-    """Run the committed script in a job container (bundle at /app), then verify-layers."""
+def _bundle(tree: Path, dest: Path) -> dict[str, str]:
+    """The files iris uploads from `tree`, written into `dest` as its init container unpacks
+    them into the job's workdir volume; {path: sha256}."""
+    files = {}
+    for name in bundle_files(tree, ls_bundle_files):
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tree / name, dest / name)
+        files[name] = hashlib.sha256((dest / name).read_bytes()).hexdigest()
+    return files
+
+
+def _contents(root: Path) -> dict[str, str]:
+    """{path: sha256} of every file under `root`."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+def _build(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
+           cert_file: bool = True) -> Built:
+    """Run the committed script in a job container (the bundle mounted at /app; the test CA
+    trusted through SSL_CERT_FILE on a mount, or with `cert_file` False through `image`'s
+    own /etc/ssl alone), check that the build left the bundle exactly as the job got it, then
+    verify-layers."""
     config = load_config(tree, profile="demo", env={})
     env = {"GITSHA": gitsha, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": USER,
-           "SSL_CERT_FILE": "/ca/bundle.pem"}
+           **({"SSL_CERT_FILE": "/ca/bundle.pem"} if cert_file else {})}
+    bundle = tree.parent / f"bundle-{gitsha}"
+    shutil.rmtree(bundle, ignore_errors=True)
+    files = _bundle(tree, bundle)
     with serving_index(config.build.index_url, index_dir(CACHE)):
-        code, output = run_job(tree, "docker/build_demo_kaniko.sh", env, image=JOB_IMAGE,
-                               mounts={parts.ca_dir: "/ca"}, timeout=1800)
-    assert code == 0, output[-4000:]
+        code, output = run_job(bundle, "docker/build_demo_kaniko.sh", env, image=image,
+                               mounts={parts.ca_dir: "/ca"} if cert_file else {}, timeout=1800)
+    # the composing build's own lines, when it ran, else the end of the job's output
+    assert code == 0, output.rsplit("Running: [/bin/bash", 1)[-1][-6000:]
+    assert _contents(bundle) == files, "the build changed the job's bundle"
     secret_forms = (CANARY, base64.b64encode(f"{USER}:{CANARY}".encode()).decode())
     assert not [form for form in secret_forms if form in output]
     pushed = [line for line in output.splitlines() if line.startswith("pushed ")]
@@ -168,7 +211,7 @@ def _build(tree: Path, parts: Parts, gitsha: str) -> Built:
                       env=_env(parts))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     return Built(reference=reference, output=output,
-                 layers=json.loads(verified.stdout)["layers"])
+                 layers=json.loads(verified.stdout)["layers"], bundle=bundle)
 
 
 def _slice_runs(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -265,23 +308,72 @@ def test_the_prebuilt_path_fetches_the_wheel_and_never_builds_the_wheel_builder(
     assert "compiled wheels installed: gpurl_demo_ext==" in built.output
 
 
-def test_the_images_app_holds_exactly_what_the_dockerfile_copies(
+def test_the_images_workspace_holds_exactly_what_the_dockerfile_copies(
         parts: Parts, cluster: tuple[str, Path, Built]) -> None:
-    """The context lives under /kaniko: the bundle at /app never enters the image, and the
-    workspace COPY is the only layer with files under app/."""
+    """The context lives under /kaniko and the image's workspace away from the job's /app
+    mount: the bundle never enters the image, and the workspace COPY is the only layer with
+    files under the workspace."""
     _, tree, built = cluster
     config = load_config(tree, profile="demo", env={})
     ignored = set(ignored_paths(config))
     listed = subprocess.run(["git", "ls-files", "examples/demo"], cwd=tree, capture_output=True,
                             text=True, check=True).stdout.split()
-    expected = {"app/" + name.removeprefix("examples/demo/") for name in listed
+    workspace = WORKDIR.lstrip("/") + "/"
+    expected = {workspace + name.removeprefix("examples/demo/") for name in listed
                 if not any(name == rule or name.startswith(rule + "/") for rule in ignored)}
-    in_app: set[str] = set()
-    for row in built.layers[1:]:  # the base image's own layer holds no /app
+    in_workspace: set[str] = set()
+    for row in built.layers[1:]:  # the base image's own layer holds no workspace
         if row["size"] < 50 * 10**6:
-            in_app |= {n for n in _blob_names(parts, built.reference, row["digest"])
-                       if n.startswith("app/")}
-    assert in_app == expected
+            names = _blob_names(parts, built.reference, row["digest"])
+            assert not [n for n in names if n.startswith("app/")], row
+            in_workspace |= {n for n in names if n.startswith(workspace)}
+    assert in_workspace == expected
+
+
+def _exported(parts: Parts, reference: str) -> dict[str, tarfile.TarInfo | bytes]:
+    """The pushed image's filesystem as `crane export` flattens it: {path: its bytes for a
+    regular file under the workspace or the venv's site-packages, else its tar entry}."""
+    env = {**os.environ, "DOCKER_CONFIG": str(parts.docker_config),
+           "SSL_CERT_FILE": str(parts.ca_dir / "bundle.pem")}
+    done = subprocess.run([str(parts.crane), "export", reference, "-"], env=env,
+                          capture_output=True, check=True, timeout=600)
+    files: dict[str, tarfile.TarInfo | bytes] = {}
+    venv = load_config(REPO_ROOT, profile="demo", env={}).build.venv
+    keep = (WORKDIR.lstrip("/") + "/", venv.lstrip("/") + "/lib/")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout), mode="r:") as tar:
+        for member in tar:
+            name = member.name.removeprefix("./")
+            extracted = tar.extractfile(member) if member.isfile() and name.startswith(keep) \
+                else None
+            files[name] = extracted.read() if extracted else member
+    return files
+
+
+def test_the_registry_holds_the_workspace_and_the_local_package_the_final_sync_installed(
+        parts: Parts, cluster: tuple[str, Path, Built]) -> None:
+    """What the registry holds, flattened by crane: the workspace's pyproject.toml and uv.lock
+    (the bundle's own bytes) at the image's workspace, and the local package the final sync
+    installed in editable mode: its dist-info's RECORD files all present, its .pth naming a
+    directory of the image that holds the package's module. The job's /app held the bundle
+    throughout (checked after every build)."""
+    executor, tree, built = cluster
+    files = _exported(parts, built.reference)
+    workspace = WORKDIR.lstrip("/")
+    for name in ("pyproject.toml", "uv.lock"):
+        assert files.get(f"{workspace}/{name}") == (tree / "examples/demo" / name).read_bytes(), \
+            (executor, name)
+    site = next(n.rsplit("/", 1)[0] for n in files if re.search(r"/site-packages/[^/]+$", n))
+    (record,) = [n for n in files if re.fullmatch(
+        rf"{re.escape(site)}/gpurl_demo-[^/]+\.dist-info/RECORD", n)]
+    recorded = [line.split(",")[0] for line in bytes(files[record]).decode().splitlines() if line]
+    missing = [n for n in recorded if posixpath.normpath(f"{site}/{n}") not in files]
+    assert recorded and not missing, (executor, missing)
+    (pth,) = [n for n in recorded if n.endswith(".pth")]
+    paths = [line for line in bytes(files[f"{site}/{pth}"]).decode().splitlines()
+             if line and not line.startswith("import")]
+    assert paths == [f"{WORKDIR}/src"], (executor, paths)
+    assert f"{workspace}/src/gpurl_demo/__init__.py" in files, executor
+    assert not [n for n in files if n == "app" or n.startswith("app/")], executor
 
 
 def test_pin_writes_the_pushed_digest(parts: Parts, cluster: tuple[str, Path, Built]) -> None:
@@ -291,6 +383,54 @@ def test_pin_writes_the_pushed_digest(parts: Parts, cluster: tuple[str, Path, Bu
     config = load_config(tree, profile="demo", env={})
     assert built.reference.split("@")[1] in config.launcher.path.read_text()
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=tree, check=True)
+
+
+def test_a_ca_the_job_trusts_through_its_etc_ssl_alone_holds_for_every_executor_run(
+        parts: Parts, cluster: tuple[str, Path, Built], tmp_path: Path) -> None:
+    """An on-premises registry behind a private CA that the task image trusts through
+    /etc/ssl (update-ca-certificates), no SSL_CERT_FILE and no mount: kaniko's reset after
+    its first run puts env-base's /etc/ssl in place of the job's, and the composing and the
+    final build still reach the registry, through the copy the script keeps under /kaniko."""
+    executor, tree, _ = cluster
+    (tmp_path / "gpurl-test-ca.crt").write_bytes(parts.ca.ca.read_bytes())
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {JOB_IMAGE}\nCOPY gpurl-test-ca.crt /usr/local/share/ca-certificates/\n"
+        "RUN update-ca-certificates\n")
+    trusting = f"{JOB_IMAGE}-private-ca"
+    subprocess.run(["docker", "build", "--network", "host", "-q", "-t", trusting, str(tmp_path)],
+                   check=True, capture_output=True, timeout=600)
+    built = _build(tree, parts, "ca0d" + ("0a1" if executor == "upstream" else "0f1"),
+                   image=trusting, cert_file=False)
+    said = re.search(r"==> CA bundle for every step: (\S+) \((\d+) certificates\)", built.output)
+    assert said and said.group(1) == "/kaniko/gpurl/ca-certificates.crt", built.output[:3000]
+    counts = [int(subprocess.run(
+        ["docker", "run", "--rm", name, "grep", "-c", "BEGIN CERTIFICATE",
+         "/etc/ssl/certs/ca-certificates.crt"], check=True, capture_output=True, text=True,
+        timeout=120).stdout) for name in (JOB_IMAGE, trusting)]
+    assert counts[1] == counts[0] + 1 == int(said.group(2)), (counts, said.group(2))
+    assert "==> environment " in built.output and "x509" not in built.output
+
+
+def test_a_record_whose_blob_the_registry_lost_is_written_again(
+        parts: Parts, cluster: tuple[str, Path, Built]) -> None:
+    """A slice's blob deleted from the registry's storage, its record's tag kept (a cleanup,
+    a lost disk): the job checks each record's blobs before it composes, writes that slice
+    again into the same blob and says so, reuses every other slice, and the image it pushes
+    names only blobs the registry holds (verify-layers HEADs each one: `_build` runs it)."""
+    executor, tree, cold = cluster
+    runs = _slice_runs(cold.layers)
+    lost = runs[len(runs) // 2]
+    parts.registry.remove_blob(lost["digest"])
+    rebuilt = _build(tree, parts, "b10b" + ("0a1" if executor == "upstream" else "0f1"))
+    said = re.findall(r"^\s*(\S+): its record (\S+) names blob (\S+), which the registry no "
+                      r"longer holds: written again$", rebuilt.output, flags=re.M)
+    assert [(tag, blob) for _, tag, blob in said] == [(lost["record"], lost["digest"])], \
+        (executor, said, rebuilt.output[-3000:])
+    assert "1 slice(s) written, 1 of them as their record's blob was gone" in rebuilt.output
+    assert [r["digest"] for r in _slice_runs(rebuilt.layers)] == [r["digest"] for r in runs]
+    assert all(row["exact"] for row in _slice_runs(rebuilt.layers))
+    print(f"{executor}: the record {lost['record']} lost blob {lost['digest'][:19]}; "
+          f"rewritten, {len(runs) - 1} slices reused")
 
 
 def _slice_files(tree: Path) -> dict[str, str]:

@@ -203,6 +203,16 @@ def test_the_generated_tool_runs_alone_and_records_a_slice_as_the_local_path_doe
     env = subprocess.run([sys.executable, "-S", str(tool), "env", "--base-config",
                           str(base_config)], capture_output=True, text=True, check=True)
     assert env.stdout == "PATH=/opt/venv/bin:/usr/bin\n"
+    # the blobs the recorded image names (what the job checks are in the registry)
+    (tmp_path / "record.json").write_bytes(manifest)
+    blobs = subprocess.run([sys.executable, "-S", str(tool), "blobs", str(tmp_path / "record.json")],
+                           capture_output=True, text=True, check=True)
+    named = json.loads(manifest)
+    assert blobs.stdout.split() == [named["config"]["digest"], blob["digest"]]
+    (tmp_path / "bad.json").write_text(json.dumps({"config": {}, "layers": []}))
+    bad = subprocess.run([sys.executable, "-S", str(tool), "blobs", str(tmp_path / "bad.json")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not bad.stdout
 
 
 def test_the_installers_lock_at_the_prefix_root_is_left_out(tmp_path: Path) -> None:

@@ -212,3 +212,19 @@ def test_a_bare_digest_needs_the_variant(registry: RegistryServer, launcher: Pat
                     env=env_for(registry.host, launcher))
     assert done.returncode == 2
     assert "carries no variant's tag" in done.stderr and "--variant" in done.stderr
+
+
+def test_an_image_with_a_missing_blob_is_never_pinned(registry: RegistryServer,
+                                                      launcher: Path) -> None:
+    """A layer's bytes deleted from the registry's storage after the push: pin refuses,
+    even with --force (no node could pull what it would pin), and the launcher is as it was."""
+    image = push_image(registry.url, "org/img", five_layers(61), tag="gpu-rl-6161616")
+    registry.remove_blob(image.layers[2].digest)
+    env = env_for(registry.host, launcher)
+    for flags in ((), ("--force",)):
+        refused = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-6161616", *flags,
+                           env=env)
+        assert refused.returncode == ExitCode.CHECK_FAILED, refused.stdout + refused.stderr
+        assert "layer 2 " in refused.stderr and image.layers[2].digest[:19] in refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert launcher.read_text() == LAUNCHER

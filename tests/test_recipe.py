@@ -27,6 +27,7 @@ from gpurl_tasks.dockerfile.recipe import (
     ENV_BASE_STAGE,
     ENV_CHAIN,
     IB_VERBS_APT,
+    WORKDIR,
     render_recipe,
 )
 from gpurl_tasks.errors import ConfigError
@@ -306,7 +307,7 @@ def test_slices_then_wheels_then_the_one_sync_then_the_post_installs(gpu: Parsed
     lock_set = next(k for k, (_, v) in enumerate(order) if "envcheck.py lock-set" in v)
     post = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
     prove = next(k for k, (_, v) in enumerate(order) if "envcheck.py prove" in v)
-    source = order.index(("COPY", "rl/ /app/"))
+    source = order.index(("COPY", f"rl/ {WORKDIR}/"))
     assert len(syncs) == 1 and len(slices) == 3
     assert slices[-1] < wheels_copy < wheel_install < source < syncs[0] < lock_set < post < prove
     post_argv = shlex.split(order[post][1])
@@ -426,7 +427,8 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     rl = parsed.runtime()
     assert [s for s, _ in slice_runs(rl)] == [  # the first of the demo's variants
         f"docker/layers/demo/standard/{n}.txt" for n in ("00-pyyaml", "01-lxml", "02-pillow")]
-    assert rl.of("COPY")[-2:] == ["examples/demo/ /app/", "docker/gpurl-envcheck.py /etc/gpurl/envcheck.py"]
+    assert rl.of("COPY")[-2:] == [f"examples/demo/ {WORKDIR}/",
+                                  "docker/gpurl-envcheck.py /etc/gpurl/envcheck.py"]
     assert not any("harbor" in v for v in rl.of("RUN"))
 
 

@@ -34,6 +34,7 @@ from gpurl_tasks.config import BuildSettings, load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import StaleFileError, generate_profiles, render_variant
 from gpurl_tasks.dockerfile.model import DockerfileError
+from gpurl_tasks.dockerfile.recipe import WORKDIR
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT, SKYRL_COMMITS
 from tests.support.checkout import SKYRL_PROFILE_HEADER, repo_copy, skyrl_at
@@ -60,7 +61,7 @@ def _root(commit: str, old_checkout: Path) -> Path:
 def _image_layout(root: Path, dockerfile: Path, dest: Path) -> Path:
     """The rl stage's context COPYs applied to `dest` as the image's filesystem root, the way
     Docker and kaniko copy: .dockerignore honoured, a symlink copied as a symlink. Returns the
-    workdir (/app)."""
+    workdir (recipe.WORKDIR)."""
     parser = DockerfileParser(fileobj=io.BytesIO(dockerfile.read_bytes()))
     ignored = set(ignored_paths(load_config(root, profile="skyrl", env={})))
     in_rl = False
@@ -83,7 +84,7 @@ def _image_layout(root: Path, dockerfile: Path, dest: Path) -> Path:
                 out.symlink_to(os.readlink(path))
             elif path.is_file():
                 shutil.copy2(path, out)
-    return dest / "app"
+    return dest / WORKDIR.lstrip("/")
 
 
 def _final_sync(config_root: Path, variant: str) -> list[str]:
@@ -105,7 +106,7 @@ def _dry_run(app: Path, flags: list[str], venv: Path) -> subprocess.CompletedPro
 def test_the_final_sync_finds_every_local_package_in_the_image_layout(
         commit: str, variant: str, old_checkout: Path, tmp_path: Path) -> None:
     """Real uv, the generated Dockerfile's own COPYs: the final sync finds skyrl-gym where the
-    lock expects it (/app/skyrl-gym). The workspace copied alone, as before, leaves the link
+    lock expects it (<workdir>/skyrl-gym). The workspace copied alone, as before, leaves the link
     dangling and the same dry run fails with uv's `Distribution not found`."""
     root = _root(commit, old_checkout)
     suffix = "" if variant == "standard" else f"-{variant}"
@@ -131,8 +132,8 @@ def test_the_final_sync_finds_every_local_package_in_the_image_layout(
 
 def test_the_path_source_is_copied_from_its_real_place_and_its_link_kept_out() -> None:
     text = (REPO_ROOT / "docker" / "Dockerfile.skyrl").read_text()
-    gym = text.index("COPY examples/skyrl/skyrl-gym/ /app/skyrl-gym/")
-    assert gym < text.index("COPY examples/skyrl/skyrl-train/ /app/") < text.index("RUN uv sync")
+    gym = text.index(f"COPY examples/skyrl/skyrl-gym/ {WORKDIR}/skyrl-gym/")
+    assert gym < text.index(f"COPY examples/skyrl/skyrl-train/ {WORKDIR}/") < text.index("RUN uv sync")
     assert "examples/skyrl/skyrl-train/skyrl-gym" in \
         (REPO_ROOT / ".dockerignore").read_text().splitlines()
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
+import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -199,3 +203,70 @@ def test_the_layer_limit_over_a_pushed_image(registry: RegistryServer, tmp_path:
         assert f"[{code}] {count} layers" in text.stdout
     else:
         assert "near-layer-limit" not in text.stdout and "too-many-layers" not in text.stdout
+
+
+def test_a_layer_blob_the_registry_lost_fails_naming_the_layer(registry: RegistryServer,
+                                                              tmp_path: Path) -> None:
+    """The manifest and its tag are there, one layer's bytes are not (deleted from the
+    registry's storage): the sizes in the manifest would pass every rule, the HEAD of each
+    blob fails the check, naming the layer."""
+    layers = [tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs /")] + [
+        random_layer(100_000, f"RUN uv sync --frozen --no-install-project # lost {i}",
+                     seed=7100 + i) for i in range(5)]
+    push_image(registry.url, "org/img", layers, tag="gpu-rl-7171717")
+    ref = f"{registry.host}/org/img:gpu-rl-7171717"
+    before = run_task("verify-layers", "--ref", ref, "--json", env=env_for(registry, tmp_path))
+    assert before.returncode == 0, before.stderr
+    registry.remove_blob(layers[3].digest)
+    done = run_task("verify-layers", "--ref", ref, "--json", env=env_for(registry, tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    missing = [f for f in report["findings"] if f["code"] == "missing-blob"]
+    assert [(f["layer"], f["failing"]) for f in missing] == [(3, True)]
+    assert layers[3].digest[:19] in missing[0]["message"]
+    assert "fails the layer rules" in done.stderr and "Traceback" not in done.stderr
+
+
+class _Overloaded(http.server.BaseHTTPRequestHandler):
+    """A registry that answers every request 503 with Retry-After: a stand-in for an overloaded
+    ghcr.io (docker-registry cannot be made to fail), counting what it was asked."""
+
+    seen: ClassVar[list[str]] = []
+
+    def _answer(self) -> None:
+        self.seen.append(self.command)
+        self.send_response(503)
+        self.send_header("Retry-After", "20")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = _answer
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_the_retries_on_a_failing_registry_are_the_configs(retries: int, tmp_path: Path) -> None:
+    """registry.retries bounds the attempts (one, then `retries` more), registry.retry-max-wait
+    caps the wait a Retry-After asks for (20 s asked, 0 allowed here); the failure says how
+    many attempts were made, in one line."""
+    _Overloaded.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Overloaded)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        env = {"GPURL_REGISTRY_HOST": host, "GPURL_REGISTRY_REPOSITORY": "org/img",
+               "HOME": str(tmp_path), "GPURL_REGISTRY_RETRIES": str(retries),
+               "GPURL_REGISTRY_RETRY_MAX_WAIT": "0", "GPURL_REGISTRY_INSECURE": "true"}
+        started = time.monotonic()
+        done = run_task("verify-layers", "--ref", f"{host}/org/img:gpu-rl-5035035", env=env)
+        seconds = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode != 0
+    assert f"answered 503 for {host}/org/img:gpu-rl-5035035 after {retries + 1} attempts" \
+        in done.stderr, done.stderr
+    assert len(_Overloaded.seen) == retries + 1, _Overloaded.seen
+    assert "Traceback" not in done.stderr and seconds < 30

@@ -26,12 +26,14 @@ import pytest
 
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import fitted_plan, layer_count
+from gpurl_tasks.errors import BuildError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local.build_log import parse_plain_progress, vertex_output
 from gpurl_tasks.local.builder import serving_index
-from gpurl_tasks.local.compose_env import compose_environment
+from gpurl_tasks.local.compose_env import _check_blobs, compose_environment
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
+from gpurl_tasks.oci.compose import Composed
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.verify import FINAL_SYNC_MARKERS
@@ -40,6 +42,7 @@ from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.local_parts import need
 from tests.support.pull_engine import pull_engine
+from tests.support.registry_server import running_registry
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
@@ -90,6 +93,50 @@ def test_the_same_slices_from_empty_caches_are_the_same_blobs(client: str,
     timing = ", ".join(f"{s.name} {s.seconds:.1f}s" for s in first.slices)
     print(f"{len(plan.layers)} slices written twice from empty caches, same digests; "
           f"per slice (stage + write): {timing}")
+
+
+def test_a_record_whose_blob_is_gone_is_written_again_and_no_manifest_names_a_lost_blob(
+        client: str, tmp_path: Path) -> None:
+    """A registry of its own (blobs are removed from its storage): a slice's record keeps its
+    tag when its blob is deleted (a cleanup, a lost disk). The next composition checks each
+    record's blob (HEAD), writes that slice again into the same blob, says so, and reuses the
+    rest; the composed image's every blob is in the registry. A composed manifest naming a
+    blob the registry lost is refused before it is written, naming the slice."""
+    base = load_config(REPO_ROOT, profile="demo", env={})
+    plan = fitted_plan(base)
+    with running_registry(tmp_path / "registry") as server, \
+            serving_index(base.build.index_url, index_dir(CACHE)):
+        config = dataclasses.replace(
+            base, registry=dataclasses.replace(base.registry, host=server.host),
+            cluster=dataclasses.replace(base.cluster, cache_repo=f"{server.host}/gpurl/demo/cache"))
+
+        def compose(n: int) -> Any:
+            return compose_environment(config, plan, client=client,
+                                       dockerfile=config.build.dockerfile, context=REPO_ROOT,
+                                       build_args={"GITSHA": "test"}, log_dir=tmp_path / f"log{n}")
+
+        first = compose(0)
+        assert all(s.built for s in first.slices)
+        lost = first.slices[len(first.slices) // 2]
+        server.remove_blob(lost.blob)
+        second = compose(1)
+        assert [(s.name, s.built, s.rewritten) for s in second.slices] == \
+            [(s.name, s.name == lost.name, s.name == lost.name) for s in first.slices]
+        assert [s.blob for s in second.slices] == [s.blob for s in first.slices]
+        assert f"their record's blob gone from the registry: {lost.name}" in second.summary()
+        ref = parse_reference(second.reference, default_host=server.host)
+        with open_client(config, ref) as registry:
+            _, _, body = registry.manifest(ref)
+            manifest = parse_manifest(body, "composed")
+            assert all(registry.has_blob(ref, digest, push=False) for digest in
+                       (*(d.digest for d in manifest.layers), manifest.config_digest))
+            # the guard before the manifest is written: the same composition, one blob lost
+            server.remove_blob(lost.blob)
+            with pytest.raises(BuildError, match=f"slice {lost.name}"):
+                _check_blobs(registry, ref, Composed(manifest=manifest, config=b""),
+                             {s.blob: f"slice {s.name}" for s in second.slices})
+    print(f"record of {lost.name} lost its blob: rewritten in the second composition "
+          f"({second.seconds:.1f}s, {len(second.slices) - 1} slices reused)")
 
 
 # --- the demo end to end through the written layers, then a small bump

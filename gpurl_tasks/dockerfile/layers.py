@@ -9,8 +9,8 @@ slices (the default, on both paths) has one layer per slice where the env-chain 
 COPY and RUN pairs. Which instructions make a layer depends on the builder:
 
 - docker (BuildKit, the local engine): COPY, RUN (and ADD, which the model never writes) and
-  WORKDIR, which makes a layer when it creates its directory (the model's WORKDIR is /app,
-  which no base image has: the demo's env-base shows its 98-byte layer);
+  WORKDIR, which makes a layer when it creates its directory (the model's WORKDIR is
+  /opt/workspace, which no base image has: the demo's env-base shows its 98-byte layer);
 - kaniko (upstream v1.23.2, the pinned executor): the same; a cached RUN that made no files is
   still a layer (an empty one), so every RUN counts;
 - kaniko-fork (osscontainertools/kaniko): also an empty layer for every ARG, ENV and LABEL.

@@ -76,7 +76,11 @@ __all__ = [
 
 BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
 IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1", "rdma-core")
-WORKDIR = "/app"
+# The image's workspace: never /app, which iris mounts over the job's workdir (an emptyDir
+# its init container fills with the bundle). kaniko builds in the job's own root filesystem
+# and keeps mount points out of its snapshots, so whatever the build writes under a mount
+# misses the image (and writes into the job's bundle); see docs/build.md.
+WORKDIR = "/opt/workspace"
 _WHEELS_TMP = "/tmp/wheels"
 ENV_BASE_STAGE = "env-base"  # every slice image's base: the rl stage's apt set and `uv venv`
 ENV_CHAIN = "env-chain"  # ENV_SOURCE's default: every slice in one layer chain

@@ -32,7 +32,7 @@ from gpurl_tasks.local.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir
 from gpurl_tasks.oci import tags
 from gpurl_tasks.oci.compose import ComposedEnv
-from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.oci.connect import registry_client
 from gpurl_tasks.values import SOURCE_ID_PATTERN
 
 __all__ = [
@@ -259,7 +259,7 @@ def build_and_push(
                                 f"the registry's {existing[1][:19]})")
     digest = push_image(client, reference)
     ref = parse_reference(reference, default_host=config.registry.host)
-    with RegistryClient(ref.host, insecure=config.registry.insecure) as registry:
+    with registry_client(config, ref.host) as registry:
         registry_digest = registry.resolve(ref)
     if registry_digest != digest:
         raise BuildError(f"pushed {reference} as {digest} but the registry serves "

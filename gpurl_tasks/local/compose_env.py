@@ -30,7 +30,7 @@ from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import LineSink
 from gpurl_tasks.local.stage import StagedSlice, probe_base, stage_command, stage_slice
-from gpurl_tasks.oci.compose import ComposedEnv, SliceOutcome, composed_tag
+from gpurl_tasks.oci.compose import Composed, ComposedEnv, SliceOutcome, composed_tag
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import Descriptor, parse_manifest
 from gpurl_tasks.oci.layer import compressor, platform_of, recorded_history, slice_key
@@ -42,7 +42,7 @@ from gpurl_tasks.oci.layered import (
     written_history,
     written_slice,
 )
-from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Layer, Plan
 
@@ -81,12 +81,39 @@ def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseImage:
     return BaseImage.from_documents(manifest, registry.blob_json(ref, digest))
 
 
-def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> WrittenSlice | None:
+def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[WrittenSlice | None, bool]:
+    """The slice its record holds, trusted only when the record's layer blob is there (a
+    cleanup of the cache repository, or the registry, can keep a tag and lose its blob):
+    (the slice, False); (None, True) for a record whose blob is gone, which is written again;
+    (None, False) when there is no record."""
     if registry.lookup(ref) is None:
-        return None
+        return None, False
     _, _, manifest = registry.manifest(ref)
     digest = parse_manifest(manifest, f"manifest of cached slice {name}").config_digest
-    return written_slice(name, manifest, registry.blob_json(ref, digest))
+    try:
+        written = written_slice(name, manifest, registry.blob_json(ref, digest))
+    except ManifestUnknown:  # its config is gone
+        return None, True
+    if not registry.has_blob(ref, written.layer.digest):
+        return None, True
+    return written, False
+
+
+def _check_blobs(registry: RegistryClient, target: ImageRef, composed: Composed,
+                 names: Mapping[str, str]) -> None:
+    """Every blob the composed manifest names is in `target`'s repository, before the
+    manifest is written: a registry that does not check would take a manifest no node can
+    pull. `names` says which slice a layer digest is."""
+    manifest = composed.manifest
+    missing = [names.get(d.digest, f"layer {i} ({d.digest[:19]})")
+               for i, d in enumerate(manifest.layers) if not registry.has_blob(target, d.digest)]
+    if not registry.has_blob(target, manifest.config_digest):
+        missing.append(f"the config ({manifest.config_digest[:19]})")
+    if missing:
+        raise BuildError(f"the composed environment names blobs {target.host}/"
+                         f"{target.repository} does not hold: {', '.join(missing)}; its "
+                         "manifest is not written",
+                         hint="run the build again: a slice whose blob is gone is written anew")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -147,7 +174,9 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                                 compressor=compressor_id)
                 wanted.append(_Wanted(layer=layer, path=path,
                                       ref=dataclasses.replace(cache, tag=tag, digest=None)))
-            found = {w.layer.name: _cached(registry, w.ref, w.layer.name) for w in wanted}
+            records = {w.layer.name: _cached(registry, w.ref, w.layer.name) for w in wanted}
+            found = {name: record for name, (record, _) in records.items()}
+            lost = {name for name, (_, gone) in records.items() if gone}
             missing = [w for w in wanted if found[w.layer.name] is None]
             staged: dict[str, StagedSlice] = {}
             with concurrent.futures.ThreadPoolExecutor(max_workers=_WORKERS) as pool:
@@ -167,13 +196,16 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
             for blob in composed.manifest.layers:
                 registry.mount_blob(target, blob.digest, cache.repository)
             registry.push_blob(target, composed.config)
+            _check_blobs(registry, target, composed,
+                         {s.layer.digest: f"slice {s.name}" for s in slices if s is not None})
             tag = composed_tag([composed.manifest.config_digest])
             digest = registry.put_manifest(target, tag, composed.manifest_bytes,
                                            composed.manifest.media_type)
     outcomes = tuple(
         SliceOutcome(name=w.layer.name, reference=str(w.ref), built=w.layer.name in staged,
                      blob=s.layer.digest, size=s.layer.size,
-                     seconds=staged[w.layer.name].seconds if w.layer.name in staged else 0.0)
+                     seconds=staged[w.layer.name].seconds if w.layer.name in staged else 0.0,
+                     rewritten=w.layer.name in lost)
         for w, s in zip(wanted, slices, strict=True) if s is not None)
     return ComposedEnv(reference=f"{target.name}@{digest}", tag=tag, base_id=base_id,
                        slices=outcomes, seconds=time.monotonic() - start)

@@ -47,6 +47,7 @@ class SliceOutcome:
     blob: str  # the install layer's digest
     size: int  # the install layer's compressed size
     seconds: float = 0.0  # staging and writing it (0 when reused)
+    rewritten: bool = False  # built because the tag was there and its blob was not
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -65,9 +66,12 @@ class ComposedEnv:
 
     def summary(self) -> str:
         fresh = self.built
+        lost = [s.name for s in fresh if s.rewritten]
         return (f"environment composed from {len(self.slices)} slice image(s), "
                 f"{len(fresh)} built ({sum(s.size for s in fresh):,} bytes), "
-                f"{len(self.slices) - len(fresh)} reused, in {self.seconds:.1f}s")
+                f"{len(self.slices) - len(fresh)} reused, in {self.seconds:.1f}s"
+                + (f"; rewritten, their record's blob gone from the registry: {', '.join(lost)}"
+                   if lost else ""))
 
     def to_json(self) -> dict[str, object]:
         return {"reference": self.reference, "tag": self.tag, "base_id": self.base_id,

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.imageref import ImageRef
-from gpurl_tasks.oci.auth import credentials_for
+from gpurl_tasks.oci.auth import Credentials, credentials_for
 from gpurl_tasks.oci.registry import RegistryClient
 
-__all__ = ["open_client"]
+__all__ = ["open_client", "registry_client"]
 
 
 def open_client(config: Config, ref: ImageRef, env: Mapping[str, str] | None = None
@@ -23,4 +23,14 @@ def open_client(config: Config, ref: ImageRef, env: Mapping[str, str] | None = N
     ours = ref.host == config.registry.host
     credentials = credentials_for(ref.host, registry_host=config.registry.host, env=env,
                                   user=config.registry.user if ours else "")
-    return RegistryClient(ref.host, credentials=credentials, insecure=config.registry.insecure)
+    return registry_client(config, ref.host, credentials)
+
+
+def registry_client(config: Config, host: str, credentials: Credentials | None = None
+                    ) -> RegistryClient:
+    """The one way gpurl makes a registry client: the config's scheme for the host and its
+    retry bounds (`registry.retries`, `registry.retry-max-wait`) on 5xx, 429 and failed
+    connections."""
+    return RegistryClient(host, credentials=credentials, insecure=config.registry.insecure,
+                          attempts=config.registry.retries + 1,
+                          max_wait=float(config.registry.retry_max_wait))

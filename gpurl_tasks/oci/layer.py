@@ -338,10 +338,20 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         document = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
-        raise LayerError(f"env-base's {what} {path} cannot be read: {exc}") from None
+        raise LayerError(f"{what} {path} cannot be read: {exc}") from None
     if not isinstance(document, dict):
-        raise LayerError(f"env-base's {what} {path} is not a JSON object")
+        raise LayerError(f"{what} {path} is not a JSON object")
     return document
+
+
+def manifest_blobs(manifest: dict[str, Any]) -> list[str]:
+    """The blobs an image manifest names: its config's digest, then each layer's in order."""
+    config, layers = manifest.get("config"), manifest.get("layers")
+    named = [config, *layers] if isinstance(layers, list) else None
+    if named is None or not all(isinstance(d, dict) and isinstance(d.get("digest"), str)
+                                and d["digest"].startswith("sha256:") for d in named):
+        raise LayerError("the manifest names no config and layers by sha256 digest")
+    return [str(d["digest"]) for d in named]
 
 
 def platform_of(config: dict[str, Any]) -> dict[str, str]:
@@ -351,7 +361,7 @@ def platform_of(config: dict[str, Any]) -> dict[str, str]:
 
 def _base_config(path: Path) -> tuple[dict[str, str], list[str]]:
     """(platform, Env) of env-base, from its image config."""
-    document = _read_json(path, "config")
+    document = _read_json(path, "env-base's config")
     inner = document.get("config")
     env = inner.get("Env") if isinstance(inner, dict) else None
     return (platform_of(document),
@@ -370,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           names TAG, the cache tag it is pushed under) as an OCI layout; prints its Blob
       root LAYOUT --base-manifest F --base-config F   the zero-layer image slices rebase from
       env --base-config F   env-base's environment, one VAR=value a line
+      blobs MANIFEST   the blobs an image manifest names (config, then layers), one a line
     An error is one line on stderr and exit 2."""
     parser = argparse.ArgumentParser(prog="gpurl-layer")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -396,6 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     keys.add_argument("--level", type=int, required=True)
     env = sub.add_parser("env")
     env.add_argument("--base-config", type=Path, required=True)
+    sub.add_parser("blobs").add_argument("manifest", type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "write":
@@ -408,8 +420,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.index, args.context, venv=args.venv, level=args.level))
         elif args.command == "env":
             said = "\n".join(_base_config(args.base_config)[1])
+        elif args.command == "blobs":
+            said = "\n".join(manifest_blobs(_read_json(args.manifest, "the manifest")))
         else:
-            kind = str(_read_json(args.base_manifest, "manifest").get("mediaType"))
+            kind = str(_read_json(args.base_manifest, "env-base's manifest").get("mediaType"))
             platform = _base_config(args.base_config)[0]
             found, created_by = None, ""
             if args.command == "image":

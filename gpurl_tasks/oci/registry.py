@@ -265,10 +265,11 @@ class RegistryClient:
 
     # --- writing (composition: oci/compose.py) -------------------------------------------
 
-    def has_blob(self, ref: ImageRef, digest: str) -> bool:
-        """`ref`'s repository holds the blob `digest`."""
+    def has_blob(self, ref: ImageRef, digest: str, *, push: bool = True) -> bool:
+        """`ref`'s repository holds the blob `digest` (a HEAD; `push` asks for the token a
+        writer holds, False for a reader such as verify-layers)."""
         try:
-            self._request("HEAD", ref, f"blobs/{digest}", push=True)
+            self._request("HEAD", ref, f"blobs/{digest}", push=push)
         except ManifestUnknown:
             return False
         return True

@@ -44,6 +44,7 @@ __all__ = [
     "apply_pin",
     "default_reference",
     "load_plan",
+    "missing_blobs",
     "pin_reference",
     "prepare_pin",
     "read_records",
@@ -83,17 +84,26 @@ def load_plan(config: Config) -> tuple[Plan | None, str | None]:
 
 def verify_image(config: Config, ref: ImageRef, client: RegistryClient, *,
                  plan_loader: PlanLoader = load_plan) -> tuple[PulledImage, Report]:
-    """Pull the image's manifest and config and apply the layer rules."""
+    """Pull the image's manifest and config, HEAD every blob it names, and apply the layer
+    rules."""
     image = client.pull(ref)
     plan, note = (None, None)
     if image.labels.get(LABEL_PLAN_FINGERPRINT):
         plan, note = plan_loader(config)
     records, records_note = read_records(config, image, client)
     report = check_layers(image, rules_for(config), plan, plan_note=note, records=records,
-                          records_note=records_note)
+                          records_note=records_note, missing=missing_blobs(image, client))
     findings, notes = attestation_findings(config, image, client)
     return image, dataclasses.replace(report, findings=(*report.findings, *findings),
                                       notes=(*report.notes, *notes))
+
+
+def missing_blobs(image: PulledImage, client: RegistryClient) -> frozenset[str]:
+    """The blobs the image's manifest names (its config and every layer) that the registry
+    does not hold: a manifest is accepted by some registries whatever it names, and a blob
+    can be deleted after the push. One HEAD per distinct blob."""
+    named = dict.fromkeys([image.config_digest, *(d.digest for d in image.layers)])
+    return frozenset(d for d in named if not client.has_blob(image.ref, d, push=False))
 
 
 def read_records(config: Config, image: PulledImage, client: RegistryClient,
@@ -144,6 +154,11 @@ def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bo
                 today: dt.date) -> PinChange:
     """Check the reference and rules, and compute the new launcher text (nothing written)."""
     check_immutable(image.ref, config.registry)
+    missing = [f.message for f in report.findings if f.code == "missing-blob"]
+    if missing:  # no --force: a node could never pull what the pin names
+        raise CheckFailed(f"refusing to pin {image.ref}: {'; '.join(missing)}",
+                          hint="rebuild the image (invoke build); --force does not pin an "
+                               "image whose blobs are missing")
     if not report.ok and not force:
         failing = "; ".join(f.message for f in report.findings if f.failing)
         raise CheckFailed(f"refusing to pin {image.ref}: it fails the layer rules: {failing}",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
@@ -104,7 +104,8 @@ class LayerRow:
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Finding:
     code: str  # hard-limit | cap | too-few-layers | too-many-layers | near-layer-limit |
-    # single-huge-layer | unexpected-content | final-sync-installed | not-the-recorded-blob
+    # single-huge-layer | unexpected-content | final-sync-installed | not-the-recorded-blob |
+    # missing-blob
     message: str
     failing: bool
     layer: int | None = None
@@ -183,10 +184,12 @@ def _predictions(image: PulledImage, instructions: list[str | None], plan: Plan 
 def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
                  plan_note: str | None = None,
                  records: Mapping[int, Record] | None = None,
-                 records_note: str | None = None) -> Report:
-    """Apply the rules to a pulled image; `plan` adds predicted sizes when it matches, and
+                 records_note: str | None = None,
+                 missing: Collection[str] = ()) -> Report:
+    """Apply the rules to a pulled image; `plan` adds predicted sizes when it matches,
     `records` (layer index -> the record its history names) the exact size of each slice
-    gpurl wrote."""
+    gpurl wrote, and `missing` names the blobs of the image (config or layers) the registry
+    answered a HEAD for with "not found"."""
     instructions, history_note = layer_instructions(image)
     predicted, prediction_note = _predictions(image, instructions, plan, plan_note)
     records = records or {}
@@ -243,6 +246,7 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
                         "it should find every slice's package in place and add only the local "
                         "packages; the slices missed or misstated something (regenerate them)"))
     findings += _record_findings(rows)
+    findings += _missing_findings(image, rows, missing)
     notes = tuple(n for n in (history_note, prediction_note, records_note, _records_note(rows))
                   if n)
     return Report(reference=str(image.ref), top_digest=image.top_digest,
@@ -259,6 +263,24 @@ def _record_findings(rows: tuple[LayerRow, ...]) -> list[Finding]:
                             f"{format_bytes(row.recorded.size)}): the slice was written twice "
                             "into different bytes; report it with both blobs")
             for row in rows if row.recorded is not None and not row.exact]
+
+
+def _missing_findings(image: PulledImage, rows: tuple[LayerRow, ...],
+                      missing: Collection[str]) -> list[Finding]:
+    """A blob the manifest names that the registry does not hold: no node can pull the image
+    (a registry that does not check what a manifest names accepted it)."""
+    host = image.ref.host
+    findings = []
+    if image.config_digest in missing:
+        findings.append(Finding(code="missing-blob", failing=True,
+                                message=f"the image config {image.config_digest[:19]} is not "
+                                        f"in {host}: no node can start the image; rebuild it"))
+    findings += [Finding(code="missing-blob", layer=row.index, failing=True,
+                         message=f"layer {row.index} ({format_bytes(row.size)}) is blob "
+                                 f"{row.digest[:19]}, which {host} does not hold: no node can "
+                                 "pull the image; rebuild it")
+                 for row in rows if row.digest in missing]
+    return findings
 
 
 def _records_note(rows: tuple[LayerRow, ...]) -> str | None:

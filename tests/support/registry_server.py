@@ -76,6 +76,14 @@ class RegistryServer:
         self.stop()
         raise RuntimeError("registry did not come up within 20s")
 
+    def remove_blob(self, digest: str) -> None:
+        """Delete a blob's bytes from the storage directory, as a registry's cleanup or a lost
+        disk does, leaving every manifest and tag that names it (the registry keeps no cache
+        of blob descriptors here, so its next HEAD answers 404)."""
+        hexdigest = digest.removeprefix("sha256:")
+        data = self.storage / "docker/registry/v2/blobs/sha256" / hexdigest[:2] / hexdigest / "data"
+        data.unlink()
+
     def stop(self) -> None:
         if self._proc is None:
             return
