@@ -402,6 +402,13 @@ def test_the_compiled_wheel_survives_a_lock_that_pins_its_name(tree: Path,
     has no `add`; the image must hold the compiled wheel (its asserts pass only with it), and
     no slice or sync may install the lock's copy or put it back."""
     make_wheel(index_dir(CACHE), "gpurl-demo-ext", "0.0.1", payload_bytes=100)
+    # the workspace's own pin is now a conflict `uv pip check` reports (the compiled 0.1.0
+    # replaces it): the gate refuses it until it is declared, as a user declares it
+    root = tree / "pyproject.toml"
+    allowed = 'pip-check-allow = ["The package `gpurl-demo-ext` requires `pyyaml<6`, but `6.*` is installed"'
+    assert allowed in root.read_text()
+    root.write_text(root.read_text().replace(allowed, allowed + (
+        ', "The package `gpurl-demo` requires `gpurl-demo-ext==0.0.1`, but `0.1.0` is installed"'), 1))
     relock(tree, ('dependencies = [', 'dependencies = [\n  "gpurl-demo-ext==0.0.1",'))
     dockerfile = (tree / "docker" / "Dockerfile.demo").read_text()
     assert "--no-install-package gpurl-demo-ext" in dockerfile
