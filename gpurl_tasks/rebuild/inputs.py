@@ -244,9 +244,14 @@ def rebuild_needed(config: Config, *, since: str | None = None,
                           config_known=unread is None)
     notes = [f"the config at {ref} could not be read ({unread}): the generated files decide"
              ] if unread else []
-    committed_old, _ = _config_at(repo, commit, config, {})
+    # what `invoke generate` rendered from: the committed files alone (no GPURL_* variables),
+    # the configs above themselves when the environment sets none (git and TOML read once)
+    plain = not any(name.startswith("GPURL_") for name in env)
+    committed_old = old_config if plain and unread is None else _config_at(repo, commit,
+                                                                         config, {})[0]
     notes += _stale_notes(f"at {ref}", old_docker, old_lock, committed_old)
-    notes += _stale_notes("in the working tree", new_docker, new_lock, _committed(config))
+    notes += _stale_notes("in the working tree", new_docker, new_lock,
+                          config if plain else _committed(config))
     return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
                          since_source=source, old=old_fp, new=new_fp, notes=tuple(notes))
 
