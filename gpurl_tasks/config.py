@@ -53,6 +53,7 @@ __all__ = [
     "load_config",
     "load_profile_names",
     "profile_from_env",
+    "sets_config",
     "unknown_variables",
 ]
 
@@ -590,6 +591,12 @@ def environment_value(dotted: str, env: Mapping[str, str] | None = None) -> str 
     that runs without a resolved config: redacting a failed task's output."""
     found = _from_env(os.environ if env is None else env).get(dotted)
     return found[0] if found else None
+
+
+def sets_config(env: Mapping[str, str]) -> bool:
+    """`env` holds a GPURL_<SECTION>_<KEY> variable, so a config read with it differs from the
+    committed one."""
+    return bool(_from_env(env))
 
 
 def environment_variable(dotted: str) -> str:

@@ -7,19 +7,28 @@ from __future__ import annotations
 
 from gpurl_tasks.attest.sbom import PythonPackage
 from gpurl_tasks.config import Config
-from gpurl_tasks.plan.lock import install_closure, load_lock
+from gpurl_tasks.plan.lock import Closure, install_closure, load_lock
 from gpurl_tasks.plan.profile import outside_lock
 from gpurl_tasks.plan.sizes import select_wheel
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import provided_names
 
-__all__ = ["expected_python", "post_installs"]
+__all__ = ["expected_python", "listed", "post_installs"]
+
+
+def listed(config: Config) -> tuple[tuple[PythonPackage, ...], tuple[str, ...]]:
+    """(expected_python, post_installs) from one walk of the lock's closure."""
+    closure = install_closure(load_lock(config.lock), config.target, config.python)
+    return _python(config, closure), outside_lock(config.build, closure)
 
 
 def expected_python(config: Config) -> tuple[PythonPackage, ...]:
     """Every lock package the variant's image installs from the lock (local ones included),
     with the artifact the target installs; the compiled wheels' packages left out."""
-    closure = install_closure(load_lock(config.lock), config.target, config.python)
+    return listed(config)[0]
+
+
+def _python(config: Config, closure: Closure) -> tuple[PythonPackage, ...]:
     provided = set(provided_names(config.build.wheel_globs))
     tags = target_tags(config.target)
     found = []
@@ -38,5 +47,4 @@ def expected_python(config: Config) -> tuple[PythonPackage, ...]:
 
 def post_installs(config: Config) -> tuple[str, ...]:
     """The installs the image makes outside the lock, as declared (harbor at its commit)."""
-    closure = install_closure(load_lock(config.lock), config.target, config.python)
-    return outside_lock(config.build, closure)
+    return listed(config)[1]

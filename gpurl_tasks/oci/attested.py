@@ -19,7 +19,7 @@ from gpurl_tasks import values
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest.check import check_attestations
-from gpurl_tasks.attest.collect import expected_python, post_installs
+from gpurl_tasks.attest.collect import listed
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.errors import GpurlError
@@ -54,9 +54,10 @@ def _canonical(document: object) -> bytes:
 
 def documents(config: Config, image: PulledImage, context: BuildContext) -> tuple[bytes, bytes]:
     """The SBOM and the provenance statement of `image`, as the bytes that are attached."""
+    python, declared = listed(config)
     sbom = cdx.cyclonedx(cdx.SbomInputs(
-        image=image.ref.name, tag=image.ref.tag or "", python=expected_python(config),
-        wheels=context.wheels, post_installs=post_installs(config), apt=context.apt,
+        image=image.ref.name, tag=image.ref.tag or "", python=python,
+        wheels=context.wheels, post_installs=declared, apt=context.apt,
         base_image=context.base_image))
     statement = slsa.statement(slsa.BuildFacts(
         image=image.ref.name, digest=image.top_digest, profile=config.profile,
@@ -106,11 +107,11 @@ def attestation_findings(config: Config, image: PulledImage, client: RegistryCli
     ours = (lock_label is not None and config.lock.is_file()
             and lock_label == hashlib.sha256(config.lock.read_bytes()).hexdigest())
     sbom = attached.sbom
+    python, declared = listed(config) if ours and sbom else ((), ())
     problems, notes = check_attestations(
         sbom=sbom, provenance=attached.provenance,
-        expected={(p.name, p.version) for p in expected_python(config)} if ours and sbom
-        else None,
-        post_installs=post_installs(config) if ours and sbom else (),
+        expected={(p.name, p.version) for p in python} if ours and sbom else None,
+        post_installs=declared,
         commit=tag_commit(config, image), required=required, where=where)
     return [Finding(code=p.code, message=p.message, failing=True) for p in problems], notes
 

@@ -27,6 +27,7 @@ from gpurl_tasks.config import (
     baked_values,
     config_fingerprint,
     load_config,
+    sets_config,
 )
 from gpurl_tasks.dockerfile.inputs import DockerfileInputs, parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH, label_value
@@ -246,7 +247,7 @@ def rebuild_needed(config: Config, *, since: str | None = None,
              ] if unread else []
     # what `invoke generate` rendered from: the committed files alone (no GPURL_* variables),
     # the configs above themselves when the environment sets none (git and TOML read once)
-    plain = not any(name.startswith("GPURL_") for name in env)
+    plain = not sets_config(env)
     committed_old = old_config if plain and unread is None else _config_at(repo, commit,
                                                                          config, {})[0]
     notes += _stale_notes(f"at {ref}", old_docker, old_lock, committed_old)
