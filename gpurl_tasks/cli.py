@@ -301,6 +301,8 @@ def clean_failures(interrupted: str = "interrupted", *, as_json: bool = False) -
               ExitCode.TERMINATED, as_json=as_json, prefix="")
     except (Exit, SystemExit):
         raise
+    except BrokenPipeError:  # invoke's own output (`invoke --list | head -1`), not ours
+        _pipe_closed()
     except Exception as exc:  # the one place a bug is caught: see ExitCode.INTERNAL
         if os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
             raise
@@ -357,11 +359,16 @@ def out(text: str) -> None:
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        # stdout may still hold bytes the interpreter would flush at exit (and fail again)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        raise Exit(code=int(ExitCode.PIPE_CLOSED)) from None
+        _pipe_closed()
+
+
+def _pipe_closed() -> NoReturn:
+    """End quietly on a closed stdout: ExitCode.PIPE_CLOSED, nothing more written."""
+    # stdout may still hold bytes the interpreter would flush at exit (and fail again)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    raise Exit(code=int(ExitCode.PIPE_CLOSED)) from None
 
 
 class Outcome(Protocol):

@@ -118,6 +118,19 @@ def test_a_pipe_closed_before_the_first_write_is_141() -> None:
     assert done.stderr == ""
 
 
+def test_invokes_own_output_into_a_closed_pipe_is_141() -> None:
+    """`invoke --list | head`: invoke prints the list itself, through the same handler."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([str(BIN / "invoke"), "--list"], cwd=REPO_ROOT, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == ExitCode.PIPE_CLOSED, done.stderr
+    assert done.stderr == ""
+
+
 # --- watch: bad input, no iris, SIGTERM ----------------------------------------------------
 
 
