@@ -20,6 +20,7 @@ from gpurl_tasks.errors import BuildError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.local import base_image, engine
 from tests.conftest import REPO_ROOT
+from tests.support.demo_tree import DEMO_ABI_LINE
 from tests.support.local_parts import need
 
 _WRITE_WHEEL = (
@@ -32,15 +33,12 @@ _WRITE_WHEEL = (
 )
 
 
-# the ABI key line the demo's wheel-builder writes for its pins (its MANIFEST's first line)
-_DEMO_KEY = ("# gpurl-abi fork=- flash-attn=- torch=- cuda=cu128 py=cp311 platform=linux_x86_64 "
-             "arch-list=8.0;9.0")
 
 
 def _dockerfile(base: str, tag: str) -> str:
     return (f"FROM {base} AS wheel-builder\n"
             f"RUN mkdir /wheels && cd /wheels && python3 -c \"{_WRITE_WHEEL}\" {tag} "
-            f"&& {{ echo '{_DEMO_KEY}'; sha256sum -- *.whl; }} > MANIFEST\n")
+            f"&& {{ echo '{DEMO_ABI_LINE}'; sha256sum -- *.whl; }} > MANIFEST\n")
 
 
 @pytest.fixture(scope="module")

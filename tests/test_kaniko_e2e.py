@@ -55,7 +55,7 @@ from gpurl_tasks.local.stage import stage_slice
 from gpurl_tasks.plan.model import Slice
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
-from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
+from tests.support.demo_tree import BUMPED, CACHE, DEMO_ABI_LINE, copy_tree, invoke, relock
 from tests.support.htpasswd import basic_auth_yaml
 from tests.support.local_parts import build_source_wheel, need
 from tests.support.rangeserver import serve_files
@@ -106,7 +106,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     wheel = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, tmp / "wheel")
     shutil.copy2(wheel, served / "wheels")
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    (served / "wheels" / "MANIFEST").write_text(f"{digest}  {wheel.name}\n")
+    (served / "wheels" / "MANIFEST").write_text(f"{DEMO_ABI_LINE}\n{digest}  {wheel.name}\n")
     with tarfile.open(builders.crane_archive) as archive:
         archive.extract("crane", tmp / "bin", filter="data")
     docker_config = tmp / "docker"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from packaging.utils import canonicalize_name
 from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
 from gpurl_tasks.local import download, pyindex
 from gpurl_tasks.plan.lock import parse_lock
+from tests.conftest import REPO_ROOT
 from tests.support.local_parts import free_port, need
 
 PIN = "iniconfig==2.0.0"  # a tiny pure-Python wheel on PyPI
@@ -261,3 +264,79 @@ wheels = [
 """
     assert download.lock_files(parse_lock(lock)) == {
         "torch==2.5.1+cu124": {"torch-2.5.1+cu124-cp311-cp311-linux_x86_64.whl"}}
+
+
+
+_HOLD = """
+import sys, time
+from pathlib import Path
+from gpurl_tasks.local.builder import serving_index
+url, directory, ready, release = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+with serving_index(url, directory, on_wait=lambda line: print(line, flush=True)):
+    ready.touch()
+    while not release.exists():
+        time.sleep(0.05)
+"""
+
+
+@contextlib.contextmanager
+def _two_builds(tmp_path: Path) -> Iterator[tuple[str, dict[str, subprocess.Popen[str]]]]:
+    """Two real processes each inside `serving_index` on one free port, the first serving
+    it and the second joined; each leaves its block when `<name>.release` appears."""
+    url = f"http://127.0.0.1:{free_port()}/simple"
+    (tmp_path / "files").mkdir()
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for name in ("first", "second"):
+            ready = tmp_path / f"{name}.ready"
+            procs[name] = process = subprocess.Popen(
+                [sys.executable, "-c", _HOLD, url, str(tmp_path / "files"), str(ready),
+                 str(tmp_path / f"{name}.release")], stdout=subprocess.PIPE, text=True,
+                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+            for _ in range(600):
+                if ready.exists() or process.poll() is not None:
+                    break
+                time.sleep(0.05)
+            assert ready.exists(), f"{name} never entered its block"
+        yield url, procs
+    finally:
+        for process in procs.values():
+            process.kill()
+            process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.integration
+def test_two_builds_share_the_index_and_it_outlives_the_one_that_started_it(tmp_path: Path) -> None:
+    """The first build's block ends first: it keeps serving, says why, until the second's
+    block ends; then the port is free."""
+    with _two_builds(tmp_path) as (url, procs):
+        (tmp_path / "first.release").touch()
+        first = procs["first"]
+        assert first.stdout is not None
+        assert "up for 1 other build(s) on this machine" in first.stdout.readline()
+        assert first.poll() is None and _answers(url)  # the second still has its index
+        (tmp_path / "second.release").touch()
+        assert procs["second"].wait(timeout=30) == 0
+        assert first.wait(timeout=30) == 0
+        assert not _answers(url)
+
+
+@pytest.mark.integration
+def test_a_killed_builds_lease_does_not_keep_the_index_up(tmp_path: Path) -> None:
+    """A joined build killed with SIGKILL leaves its lease file behind; the serving build
+    ends anyway, because a lease counts only while its process lives."""
+    with _two_builds(tmp_path) as (url, procs):
+        procs["second"].kill()
+        procs["second"].wait()
+        (tmp_path / "first.release").touch()
+        assert procs["first"].wait(timeout=30) == 0
+        assert not _answers(url)

@@ -71,7 +71,8 @@ def compose(config: Config, planned: Plan, *, git_sha: str, build_args: Mapping[
             on_line: Say | None) -> tuple[ComposedEnv, str]:
     """The environment composed at the registry from env-base and the slice layers gpurl
     writes (local/compose_env.py)."""
-    with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root))):
+    with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root)),
+                               on_wait=on_line):
         environment = compose_environment(
             config, planned, client=find_buildkit_client()[0],
             dockerfile=config.build.dockerfile, context=config.root, build_args=build_args,

@@ -148,19 +148,18 @@ def _index_answers(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def serving_index(index_url: str, directory: Path) -> Iterator[str | None]:
-    """Serve `directory` at the loopback `index_url` unless an index already answers there.
+def serving_index(index_url: str, directory: Path,
+                  on_wait: Callable[[str], None] | None = None) -> Iterator[str | None]:
+    """Serve `directory` at the loopback `index_url` unless an index already answers there,
+    shared with every other build on this machine (pyindex.shared).
 
     Yields the URL being served, or None when `index_url` is empty (the build uses PyPI).
     """
     if not index_url:
         yield None
         return
-    port = pyindex.port_of(index_url)
-    if _index_answers(index_url):
-        yield index_url
-        return
-    with pyindex.serve(directory, port=port):
+    with pyindex.shared(directory, port=pyindex.port_of(index_url),
+                        answers=lambda: _index_answers(index_url), on_wait=on_wait):
         yield index_url
 
 
@@ -243,7 +242,7 @@ def build_and_push(
         dockerfile=dockerfile, no_cache=no_cache)
     start = time.monotonic()
     existing = tags.existing_image(config, reference)
-    with serving_index(config.build.index_url, served_from):
+    with serving_index(config.build.index_url, served_from, on_wait=on_line):
         log, steps = run_build(argv, on_line, log_file)
     built = time.monotonic()
     if existing:
@@ -326,7 +325,7 @@ def build_wheels(
                              output=f"type=local,dest={tmp}/out")
         log_file = base / "logs" / f"wheels-{target}.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        with serving_index(config.build.index_url, index_dir(base)):
+        with serving_index(config.build.index_url, index_dir(base), on_wait=on_line):
             log, steps = run_build(argv, on_line, log_file)
         exported = Path(tmp) / "out"
         found = sorted(p for p in exported.iterdir() if p.is_file()

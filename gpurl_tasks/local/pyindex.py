@@ -13,11 +13,16 @@ The directory is filled on the host by `local/download.py`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import html
 import json
+import os
 import shutil
+import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -46,6 +51,7 @@ __all__ = [
     "render_project_json",
     "render_root",
     "serve",
+    "shared",
 ]
 
 
@@ -236,3 +242,72 @@ def serve(directory: Path, *, port: int = 0) -> Iterator[IndexServer]:
         thread.join(timeout=5)
 
 
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    with (directory / "lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _other_leases(directory: Path) -> list[Path]:
+    """The leases of live processes (a killed build's lease is removed here)."""
+    live = []
+    for lease in directory.glob("lease-*"):
+        pid = lease.name.split("-")[1]
+        if pid.isdigit() and _alive(int(pid)):
+            live.append(lease)
+        else:
+            lease.unlink(missing_ok=True)
+    return live
+
+
+@contextlib.contextmanager
+def shared(directory: Path, *, port: int, answers: Callable[[], bool],
+           on_wait: Callable[[str], None] | None = None, poll: float = 1.0) -> Iterator[None]:
+    """The index on `port` for as long as this block runs, shared by every build on the machine.
+
+    The first build serves it; a build that finds it answering uses it. Each holds a lease
+    (a file named by its pid, under a per-port lock), and the one serving keeps serving, after
+    its own block ends, until no live lease is left: two builds at once, or a test run beside
+    a user's build, no longer lose their index when the other ends first.
+    """
+    leases = Path(tempfile.gettempdir()) / f"gpurl-index-{port}"
+    leases.mkdir(exist_ok=True)
+    lease = leases / f"lease-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with contextlib.ExitStack() as serving:
+        with _locked(leases):
+            lease.touch()
+            serves_here = not answers()
+            if serves_here:
+                serving.enter_context(serve(directory, port=port))
+        try:
+            yield
+        finally:
+            lease.unlink(missing_ok=True)
+            said = False
+            while serves_here:
+                with _locked(leases):
+                    others = _other_leases(leases)
+                    if not others:
+                        serving.close()  # under the lock: no build joins a closing index
+                        break
+                if on_wait is not None and not said:
+                    on_wait(f"keeping the package index on 127.0.0.1:{port} up for "
+                            f"{len(others)} other build(s) on this machine")
+                    said = True
+                time.sleep(poll)

@@ -16,10 +16,14 @@ from gpurl_tasks.local.setup import index_dir
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
 
-__all__ = ["BUMPED", "CACHE", "copy_tree", "invoke", "relock"]
+__all__ = ["BUMPED", "CACHE", "DEMO_ABI_LINE", "copy_tree", "invoke", "relock"]
 
 CACHE = REPO_ROOT / ".cache" / "gpurl"
 BUMPED = "pycparser==3.11"  # the demo lock pins 3.12 (a tail package)
+# the ABI key line the demo's wheel-builder writes for its pins (its MANIFEST's first line),
+# written by hand here as the wheel dataset holds it, so a change to the key format fails
+DEMO_ABI_LINE = ("# gpurl-abi fork=- flash-attn=- torch=- cuda=cu128 py=cp311 "
+                 "platform=linux_x86_64 arch-list=8.0;9.0")
 
 
 def copy_tree(dest: Path) -> Path:
