@@ -10,7 +10,9 @@ from __future__ import annotations
 import cProfile
 import dataclasses
 import io
+import os
 import pstats
+import resource
 import statistics
 import subprocess
 import sys
@@ -135,42 +137,59 @@ def profile_plan(path: Path, *, extras: tuple[str, ...], overrides: Path | None,
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ProcessResult:
     """`invoke plan` as a whole process (interpreter start, imports, config, plan, output)
-    against a process that only starts Python and `tomllib.load`s the same file."""
+    against a process that only starts Python and `tomllib.load`s the same file: wall time,
+    and CPU time (user + system), which other work on a shared machine disturbs less."""
 
     label: str
     command: list[str]
     runs: int
     toml_seconds: float  # median wall time of the bare process
     plan_seconds: float  # median wall time of the `invoke plan` process
+    toml_cpu_seconds: float
+    plan_cpu_seconds: float
 
     @property
     def ratio(self) -> float:
         return self.plan_seconds / self.toml_seconds
 
+    @property
+    def cpu_ratio(self) -> float:
+        return self.plan_cpu_seconds / self.toml_cpu_seconds
+
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "ratio": self.ratio}
+        return {**dataclasses.asdict(self), "ratio": self.ratio, "cpu_ratio": self.cpu_ratio}
 
 
-def _wall(argv: list[str], cwd: Path) -> float:
+def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
-    return seconds
+    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def time_processes(label: str, lock: Path, plan_args: list[str], *, cwd: Path,
                    runs: int) -> ProcessResult:
-    """Median wall time of `runs` `python -m invoke plan ARGS` processes and `runs` bare
-    `python -c tomllib.load(LOCK)` processes, interleaved (the same interpreter)."""
+    """Medians of `runs` `python -m invoke plan ARGS` processes and `runs` bare
+    `python -c tomllib.load(LOCK)` processes, interleaved (the same interpreter), each after
+    one untimed run: a user's second `invoke plan` finds its bytecode cached, so the
+    processes may write it whatever PYTHONDONTWRITEBYTECODE says here."""
     bare = [sys.executable, "-c", "import sys, tomllib; tomllib.load(open(sys.argv[1], 'rb'))",
             str(lock)]
     plan = [sys.executable, "-m", "invoke", "plan", *plan_args]
-    toml_times, plan_times = [], []
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    _timed(bare, cwd, env)
+    _timed(plan, cwd, env)
+    toml, planned = [], []
     for _ in range(runs):
-        toml_times.append(_wall(bare, cwd))
-        plan_times.append(_wall(plan, cwd))
+        toml.append(_timed(bare, cwd, env))
+        planned.append(_timed(plan, cwd, env))
     return ProcessResult(label=label, command=["invoke", "plan", *plan_args], runs=runs,
-                         toml_seconds=statistics.median(toml_times),
-                         plan_seconds=statistics.median(plan_times))
+                         toml_seconds=statistics.median(t[0] for t in toml),
+                         plan_seconds=statistics.median(t[0] for t in planned),
+                         toml_cpu_seconds=statistics.median(t[1] for t in toml),
+                         plan_cpu_seconds=statistics.median(t[1] for t in planned))

@@ -196,23 +196,32 @@ def _check_fits(config: Config, plan: Plan, count: LayerCount) -> None:
         raise TooManyLayers.of(count, profile=config.profile, mode=plan.mode)
 
 
+def _fitted(config: Config, *, repack: bool, base_layers: int | None,
+            ) -> tuple[dict[str, Plan], dict[str, LayerCount]]:
+    """Every variant's fitted plan and its image's layer count (`fitted_plans`); a variant
+    whose second plan differs from its first only in the layout it records keeps the first's
+    count (the Dockerfile does not read the layout; rendering is the cost)."""
+    variants = {v.name: config.for_variant(v) for v in config.variants}
+    inputs = profile_inputs(config)  # closures and sizes once, for both plans
+    first = plan_profile(config, repack=repack, inputs=inputs)
+    first_counts = {name: _count(variants[name], first[name], base_layers) for name in variants}
+    budget = min(c.slice_budget() for c in first_counts.values())
+    plans = plan_profile(config, repack=repack, max_slices=budget, inputs=inputs)
+    counts = {name: first_counts[name]
+              if dataclasses.replace(plans[name], layout=first[name].layout) == first[name]
+              else _count(variants[name], plans[name], base_layers) for name in variants}
+    for name, count in counts.items():
+        _check_fits(config, plans[name], count)
+    return plans, counts
+
+
 def fitted_plans(config: Config, *, repack: bool = False,
                  base_layers: int | None = None) -> dict[str, Plan]:
     """Every variant's plan, fitted under the layer ceiling: planned once to learn what the
     images' other layers leave for slices, then planned with that slice budget (the fullest
     image's; `Layout.max_slices`), so the committed slices are kept while they fit and new
     packages go where the fitted layout puts them; TooManyLayers when even that does not fit."""
-    def counted(plans: dict[str, Plan]) -> dict[str, LayerCount]:
-        return {v.name: _count(config.for_variant(v), plans[v.name], base_layers)
-                for v in config.variants}
-
-    inputs = profile_inputs(config)  # closures and sizes once, for both plans
-    first = plan_profile(config, repack=repack, inputs=inputs)
-    budget = min(c.slice_budget() for c in counted(first).values())
-    plans = plan_profile(config, repack=repack, max_slices=budget, inputs=inputs)
-    for name, count in counted(plans).items():
-        _check_fits(config, plans[name], count)
-    return plans
+    return _fitted(config, repack=repack, base_layers=base_layers)[0]
 
 
 def fitted_plan(config: Config, *, repack: bool = False) -> Plan:
@@ -223,11 +232,9 @@ def fitted_plan(config: Config, *, repack: bool = False) -> Plan:
 def fitted_views(config: Config, *, repack: bool, only: str | None = None,
                  selection_given: bool = False, base_layers: int | None = None) -> PlanViews:
     """`invoke plan`: the fitted plans (`plan_views`) with each image's layer count."""
-    plans = fitted_plans(config, repack=repack, base_layers=base_layers)
+    plans, counts = _fitted(config, repack=repack, base_layers=base_layers)
     views = plan_views(plans, config, only=only, selection_given=selection_given)
-    variants = {v.name: v for v in config.variants}
-    return dataclasses.replace(views, counts=tuple(
-        _count(config.for_variant(variants[name]), plan, base_layers) for name, plan in views.plans))
+    return dataclasses.replace(views, counts=tuple(counts[name] for name, _ in views.plans))
 
 
 def slice_files(config: Config, plan: Plan) -> dict[Path, str]:

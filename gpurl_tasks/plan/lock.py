@@ -493,8 +493,14 @@ def install_closure(lock: Lock, target: TargetSpec, selection: PythonSelection) 
     check_conflicts(lock, root_name, selection)
     env = _environment(target, _conflict_names(root_name, selection.extras, groups))
 
+    verdicts: dict[str, bool] = {}  # a marker repeats on many edges; the environment is fixed
+
     def applies(dep: Dependency) -> bool:
-        return dep.marker is None or _compiled(dep.marker).evaluate(env, context="lock_file")
+        if dep.marker is None:
+            return True
+        if dep.marker not in verdicts:
+            verdicts[dep.marker] = _compiled(dep.marker).evaluate(env, context="lock_file")
+        return verdicts[dep.marker]
 
     seen: dict[tuple[Any, ...], set[str]] = {}
     chosen: dict[tuple[Any, ...], LockedPackage] = {}
