@@ -103,6 +103,20 @@ def _field(default: Any, *, bakes: Bakes, size: bool = False, url: bool = False,
     return dataclasses.field(default=default, metadata={"gpurl": key})
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Setting:
+    """One config value as read, before it is typed: where it came from (errors name the
+    place), and whether it is `text` to parse (an environment variable or a flag) or a TOML
+    value that must already have its type."""
+
+    value: Any
+    where: str
+    text: bool = False
+
+
+Settings = Mapping[str, Setting]  # dotted key -> its setting, as merged so far
+
+
 @dataclasses.dataclass(**_KW)
 class PythonSelection:
     """What `uv sync` selects: the extras and groups of the environment the slices install."""
@@ -412,8 +426,8 @@ class Config:
     workspace with other extras/groups, each with its own Dockerfile, tag prefix and launcher
     variable; one that declares none has one implicit variant. The config is resolved for one
     of them (`variant`, default: the first): `python`, `build`, `registry` and `launcher` are
-    its settings. `variants` holds them all, in file order; `for_variant` gives the config of
-    another.
+    read through it, so no copy is kept in step. `variants` holds them all, in file order;
+    `for_variant` gives the config of another.
     """
 
     root: Path
@@ -423,14 +437,26 @@ class Config:
     variant: Variant
     variants: tuple[Variant, ...]
     backend: Backend = "iris"
-    python: PythonSelection = PythonSelection()
     target: TargetSpec = TargetSpec()
     layers: LayerSettings = LayerSettings()
-    registry: RegistrySettings = RegistrySettings()
-    build: BuildSettings = BuildSettings()
     cluster: ClusterSettings = ClusterSettings()
     verify: VerifySettings = VerifySettings()
-    launcher: LauncherSettings = LauncherSettings()
+
+    @property
+    def python(self) -> PythonSelection:
+        return self.variant.python
+
+    @property
+    def build(self) -> BuildSettings:
+        return self.variant.build
+
+    @property
+    def registry(self) -> RegistrySettings:
+        return self.variant.registry
+
+    @property
+    def launcher(self) -> LauncherSettings:
+        return self.variant.launcher
 
     def variant_named(self, name: str) -> Variant:
         """The profile's variant `name` (the implicit one's name is DEFAULT_VARIANT)."""
@@ -442,9 +468,14 @@ class Config:
 
     def for_variant(self, variant: Variant) -> Config:
         """This config for another of its profile's variants (no file is read again)."""
-        return dataclasses.replace(self, variant=variant, python=variant.python,
-                                   build=variant.build, registry=variant.registry,
-                                   launcher=variant.launcher)
+        return dataclasses.replace(self, variant=variant)
+
+    def with_variant_settings(self, **sections: Any) -> Config:
+        """This config with its variant's `python`, `build`, `registry` or `launcher`
+        replaced (in `variants` too, so `for_variant` keeps the change)."""
+        changed = dataclasses.replace(self.variant, **sections)
+        return dataclasses.replace(self, variant=changed, variants=tuple(
+            changed if v.name == changed.name else v for v in self.variants))
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -458,6 +489,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "launcher": LauncherSettings,
 }
 _TOP_KEYS = ("workspace", "lock", "backend")
+_VARIANT_SECTIONS = ("python", "build", "registry", "launcher")  # each variant has its own
 # What a change of a top key bakes: the workspace and the lock are copied and installed; the
 # backend picks where the build runs, and both backends bake the same inputs.
 _TOP_BAKES: dict[str, Bakes] = {"workspace": "image", "lock": "image", "backend": "none"}
@@ -645,11 +677,10 @@ def _type_name(hint: Any) -> str:
                                               str), "a value")
 
 
-def _convert(dotted: str, hint: Any, value: Any, where: str, *, text: bool,
-             key: _Key | None = None) -> Any:
+def _convert(dotted: str, hint: Any, setting: Setting, key: _Key | None = None) -> Any:
     """One config value as its typed field, or a ConfigError naming the key path, where it
-    came from, the expected type and the value found. `text`: the value came from an
-    environment variable or a flag (a string to parse); TOML values must have the right type."""
+    came from, the expected type and the value found (`Setting.text`: a string to parse)."""
+    value, where, text = setting.value, setting.where, setting.text
 
     def bad(expected: str, detail: str = "") -> ConfigError:
         return ConfigError(f"{dotted} in {where} must be {expected}, not {shown(value)}{detail}")
@@ -749,66 +780,82 @@ def load_config(
     env = os.environ if env is None else env
     root = root.resolve()
     tool = _tool_table(root, pyproject_text)
+    name, profile_table = _chosen_profile(tool, profile or profile_from_env(env))
+    shared = _file_settings(tool, name, profile_table)
+    names, chosen = _variant_names(profile_table, name, variant)
+    late = _late_settings(env, overrides)
+    workspace, lock, backend = _top_settings({**shared, **late}, root)
+
+    def resolve(merged: Settings) -> dict[str, Any]:
+        return _sections(merged, root, workspace)
+
+    # the chosen variant first, so its errors come first; every other one resolved as fully
+    # (its errors are errors here too)
+    own = resolve({**shared, **late})  # what the profile itself sets: its first (or implicit) image
+    order = (chosen, *(n for n in names if n != chosen)) if names else ()
+    resolved = {n: _resolve_variant(profile_table, name, n, first=n == names[0], shared=shared,
+                                    late=late, own=own, resolve=resolve) for n in order}
+    variants = tuple(resolved[n] for n in names) or (_implicit_variant(name, own),)
+    return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
+                  variant=resolved[chosen] if names else variants[0], variants=variants,
+                  **{k: v for k, v in own.items() if k not in _VARIANT_SECTIONS})
+
+
+def _chosen_profile(tool: Mapping[str, Any], wanted: str | None) -> tuple[str, Mapping[str, Any]]:
+    """(the profile's name, its table): `wanted`, else [tool.gpurl]'s default-profile; a
+    misspelled key anywhere in [tool.gpurl] is named before the profile is chosen."""
     profiles = _table(tool.get("profiles", {}), "[tool.gpurl.profiles]")
-    _flatten(tool, "[tool.gpurl]")  # a misspelled key is named before the profile is chosen
+    _flatten(tool, "[tool.gpurl]")
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
         raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
-    name = values.profile_name(profile or profile_from_env(env) or default, "the profile name")
+    name = values.profile_name(wanted or default, "the profile name")
     if profiles and name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=1)
         raise ConfigError(
             f"unknown profile {name!r}",
             hint=f"did you mean {close[0]!r}?" if close else f"choose one of {sorted(profiles)}",
         )
+    return name, _table(profiles.get(name, {}), f"[tool.gpurl.profiles.{name}]")
 
-    # every value with where it came from: errors name the place, and strings from the
-    # environment or flags are parsed while TOML values must already have the right type
-    shared: dict[str, tuple[Any, str, bool]] = {}
-    for table, where in ((tool, "[tool.gpurl]"),
-                         (profiles.get(name, {}), f"[tool.gpurl.profiles.{name}]")):
-        shared.update({k: (v, where, False)
-                       for k, v in _flatten(_table(table, where), where).items()})
-    profile_table = profiles.get(name, {})
-    names, chosen = _variant_names(profile_table, name, variant)
-    late = {k: (v, f"${var}", True) for k, (v, var) in _from_env(env).items()}
+
+def _file_settings(tool: Mapping[str, Any], name: str, profile: Mapping[str, Any]) -> Settings:
+    """[tool.gpurl]'s keys, then the profile's over them, each with the table it came from."""
+    settings: dict[str, Setting] = {}
+    for table, where in ((tool, "[tool.gpurl]"), (profile, f"[tool.gpurl.profiles.{name}]")):
+        settings.update({k: Setting(v, where) for k, v in _flatten(table, where).items()})
+    return settings
+
+
+def _late_settings(env: Mapping[str, str], overrides: Mapping[str, Any] | None) -> Settings:
+    """What GPURL_* variables and task flags set (flags last), over every table's keys."""
+    late = {k: Setting(v, f"${var}", text=True) for k, (v, var) in _from_env(env).items()}
     for key, value in (overrides or {}).items():
         if value is None:
             continue
         if key not in _known_keys():
             raise _unknown(key, "the command line")
-        late[key] = (value, "the command line", not isinstance(value, bool | int | list | tuple))
-    merged = {**shared, **late}
-    top_hints = _hints(Config)
+        late[key] = Setting(value, "the command line",
+                            text=not isinstance(value, bool | int | list | tuple))
+    return late
+
+
+def _top_settings(merged: Settings, root: Path) -> tuple[Path, Path, Backend]:
+    """(workspace, lock, backend): the workspace is copied into the build context, so it
+    stays inside the repository."""
+    hints = _hints(Config)
 
     def top(key: str, default: Any) -> Any:
-        if key not in merged:
-            return default
-        value, where, text = merged[key]
-        return _convert(key, top_hints[key], value, where, text=text)
+        return _convert(key, hints[key], merged[key]) if key in merged else default
 
-    # the workspace is copied into the build context: it stays inside the repository
-    relative = values.inside_repository(top("workspace", Path(".")), root,
-                                        f"workspace in {merged.get('workspace', ('', 'defaults'))[1]}")
-    workspace = (root / relative).resolve()
+    def where(key: str) -> str:
+        return merged[key].where if key in merged else "defaults"
+
+    workspace = (root / values.inside_repository(top("workspace", Path(".")), root,
+                                                 f"workspace in {where('workspace')}")).resolve()
     lock_path = top("lock", Path("uv.lock"))
-    values.one_line(str(lock_path), f"lock in {merged.get('lock', ('', 'defaults'))[1]}")
-    lock = workspace / lock_path
-    backend = top("backend", "iris")
-
-    def resolve(merged: Mapping[str, tuple[Any, str, bool]]) -> dict[str, Any]:
-        return _sections(merged, root, workspace)
-
-    # the chosen variant first, so its errors come first; every other one resolved as fully
-    # (its errors are errors here too)
-    own = resolve(merged)  # what the profile itself sets: its first (or implicit) image
-    order = (chosen, *(n for n in names if n != chosen)) if names else ()
-    resolved = {n: _resolve_variant(profile_table, name, n, first=n == names[0], shared=shared,
-                                    late=late, own=own, resolve=resolve) for n in order}
-    variants = tuple(resolved[n] for n in names) or (_implicit_variant(name, own),)
-    config = Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
-                    variant=variants[0], variants=variants, **own)
-    return config.for_variant(resolved[chosen] if names else variants[0])
+    values.one_line(str(lock_path), f"lock in {where('lock')}")
+    return workspace, workspace / lock_path, top("backend", "iris")
 
 
 def _implicit_variant(profile: str, sections: Mapping[str, Any]) -> Variant:
@@ -819,8 +866,7 @@ def _implicit_variant(profile: str, sections: Mapping[str, Any]) -> Variant:
                    slices=build.slices / profile, shared_slices=build.slices / profile / SHARED)
 
 
-def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
-              workspace: Path) -> dict[str, Any]:
+def _sections(merged: Settings, root: Path, workspace: Path) -> dict[str, Any]:
     """Each section's settings from the merged values, every key read as its field declares."""
     sections: dict[str, Any] = {}
     for section, cls in _SECTIONS.items():
@@ -831,8 +877,8 @@ def _sections(merged: Mapping[str, tuple[Any, str, bool]], root: Path,
             key = _key_of(field)
             base = root if key.root_relative else workspace
             if dotted in merged:
-                value, where, text = merged[dotted]
-                value = _convert(dotted, hints[field.name], value, where, text=text, key=key)
+                where = merged[dotted].where
+                value = _convert(dotted, hints[field.name], merged[dotted], key)
                 if key.check is not None:  # issue 24: the value's grammar, at the edge
                     try:
                         key.check(value, dotted)
@@ -875,13 +921,12 @@ def _variant_names(profile: Mapping[str, Any], name: str,
     return names, chosen
 
 
-def _variant_values(table: Mapping[str, Any], where: str,
-                    shared: Mapping[str, tuple[Any, str, bool]]) -> dict[str, tuple[Any, str, bool]]:
+def _variant_values(table: Mapping[str, Any], where: str, shared: Settings) -> dict[str, Setting]:
     """A variant table's keys as the dotted keys they set (its `build` table's too; its
     import-asserts are added to the profile's), with where each came from."""
     keys = dict(_table(table, where))
     build = _table(keys.pop("build", {}), f"{where[:-1]}.build]")
-    found: dict[str, tuple[Any, str, bool]] = {}
+    found: dict[str, Setting] = {}
     for key in keys:
         if key not in _VARIANT_KEYS:
             close = difflib.get_close_matches(key, list(_VARIANT_KEYS), n=1)
@@ -893,15 +938,15 @@ def _variant_values(table: Mapping[str, Any], where: str,
     for key, value in build.items():
         if f"build.{key}" not in _known_keys():
             raise _unknown(f"build.{key}", build_where)
-        found[f"build.{key}"] = (value, build_where, False)
+        found[f"build.{key}"] = Setting(value, build_where)
     for key, value in keys.items():
         dotted = _VARIANT_KEYS[key]
         if key == "import-asserts":
-            base = shared.get(dotted, (list(BuildSettings().import_asserts), "", False))[0]
+            base = shared[dotted].value if dotted in shared else list(BuildSettings().import_asserts)
             if not isinstance(value, list) or not isinstance(base, list | tuple):
                 raise ConfigError(f"import-asserts in {where} must be a list of strings")
             value = [*base, *value]
-        found[dotted] = (value, where, False)
+        found[dotted] = Setting(value, where)
     return found
 
 
@@ -918,10 +963,8 @@ def _own_image(own: Mapping[str, Any], variant: str) -> dict[str, dict[str, Any]
 
 
 def _resolve_variant(profile: Mapping[str, Any], name: str, variant: str, *, first: bool,
-                     shared: Mapping[str, tuple[Any, str, bool]],
-                     late: Mapping[str, tuple[Any, str, bool]], own: Mapping[str, Any],
-                     resolve: Callable[[Mapping[str, tuple[Any, str, bool]]], dict[str, Any]]
-                     ) -> Variant:
+                     shared: Settings, late: Settings, own: Mapping[str, Any],
+                     resolve: Callable[[Settings], dict[str, Any]]) -> Variant:
     """Declared variant `variant` of profile `name`, every setting typed.
 
     Precedence: flags and GPURL_* variables, then the variant's table (and its build table),

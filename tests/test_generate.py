@@ -277,8 +277,8 @@ def test_generate_adds_a_missing_launcher_rule_and_check_refuses_it(tmp_path: Pa
     from gpurl_tasks.dockerfile.context import StaleContextError, ensure_launcher_ignored
 
     config = load_config(REPO_ROOT, profile="demo", env={})
-    moved = dataclasses.replace(config, root=tmp_path, launcher=dataclasses.replace(
-        config.launcher, path=tmp_path / "ws" / "launch.py"))
+    moved = dataclasses.replace(config.with_variant_settings(launcher=dataclasses.replace(
+        config.launcher, path=tmp_path / "ws" / "launch.py")), root=tmp_path)
     (tmp_path / ".dockerignore").write_text(".git")
     with pytest.raises(StaleContextError, match="would contain its own pin"):
         ensure_launcher_ignored(moved, check=True)

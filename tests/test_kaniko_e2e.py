@@ -103,7 +103,8 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     shutil.copy2(builders.crane_archive, served)
     demo = load_config(REPO_ROOT, profile="demo", env={})
     (spec,) = demo.build.wheel_specs
-    wheel = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, tmp / "wheel")
+    wheel = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, tmp / "wheel",
+                               arch_list=demo.build.cuda_arch_list)
     shutil.copy2(wheel, served / "wheels")
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     (served / "wheels" / "MANIFEST").write_text(f"{DEMO_ABI_LINE}\n{digest}  {wheel.name}\n")

@@ -96,7 +96,7 @@ def test_wheel_names_encode_the_abi_inputs(variant: str) -> None:
     flash, vllm = prebuilt_wheel_names(cfg)
     assert flash == f"flash_attn-{b.flash_attn_version}-{py}-{py}-{plat}.whl"
     assert vllm == f"vllm-{b.vllm_version}+g{b.vllm_fork_commit}.{b.cuda_tag}-{py}-{py}-{plat}.whl"
-    bumped = dataclasses.replace(cfg, build=dataclasses.replace(
+    bumped = cfg.with_variant_settings(build=dataclasses.replace(
         b, flash_attn_version="9.9.9", vllm_fork_commit="0123abcde", cuda_tag="cu130"))
     assert prebuilt_wheel_names(bumped) == (
         f"flash_attn-9.9.9-{py}-{py}-{plat}.whl",
@@ -168,7 +168,7 @@ def test_unsafe_value_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"registry\.user"):  # at the edge, when read
         config(**{"registry.user": 'x"; rm -rf / #'})
     good = config()
-    bad = dataclasses.replace(good, registry=dataclasses.replace(  # and again at the writer
+    bad = good.with_variant_settings(registry=dataclasses.replace(  # and again at the writer
         good.registry, user='x"; rm -rf / #'))
     with pytest.raises(BuildError, match=r"registry\.user"):
         render_script(bad)

@@ -53,7 +53,7 @@ def test_an_empty_wheelhouse_says_there_are_no_prebuilt_wheels_yet(tmp_path: Pat
     config = load_config(REPO_ROOT, profile="demo", env={})
     empty = tmp_path / "wheelhouse"
     empty.mkdir()
-    config = dataclasses.replace(config, build=dataclasses.replace(config.build, wheelhouse=empty))
+    config = config.with_variant_settings(build=dataclasses.replace(config.build, wheelhouse=empty))
     report = check_source(config, str(empty))
     assert wheelhouse_problem(config, report) == f"no prebuilt wheels in {empty} yet"
     import zipfile

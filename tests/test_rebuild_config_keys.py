@@ -206,6 +206,6 @@ def test_the_config_fingerprint_covers_exactly_the_baked_keys(tmp_path: Path) ->
     first = cfg.config_fingerprint(config)
     cpu = dataclasses.replace(config, cluster=dataclasses.replace(config.cluster, cpu=96))
     assert cfg.config_fingerprint(cpu) == first
-    fork = dataclasses.replace(config, build=dataclasses.replace(
+    fork = config.with_variant_settings(build=dataclasses.replace(
         config.build, vllm_fork_commit="1111111aa"))
     assert cfg.config_fingerprint(fork) != first

@@ -461,7 +461,7 @@ def test_bad_build_settings_are_rejected(gpu_config: Config, field: str, value: 
                                          message: str) -> None:
     build = dataclasses.replace(gpu_config.build, **{field: value})
     with pytest.raises(DockerfileError, match=message):
-        render_recipe(dataclasses.replace(gpu_config, build=build),
+        render_recipe(gpu_config.with_variant_settings(build=build),
                       make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
 
 
@@ -527,7 +527,7 @@ def test_credentials_in_urls_are_refused_without_echoing_them(gpu_config: Config
     value: object = ((f"harbor @ git+{url}@{'a' * 40}",) if field == "post_install" else url)
     build = dataclasses.replace(gpu_config.build, **{field: value})
     with pytest.raises(DockerfileError, match="carries credentials") as err:
-        render_recipe(dataclasses.replace(gpu_config, build=build),
+        render_recipe(gpu_config.with_variant_settings(build=build),
                       make_plan(gpu_config, [["a"]]), lock_sha256=LOCK_SHA)
     assert canary not in str(err.value) and canary not in repr(err.value)
     assert "example.invalid" in str(err.value)

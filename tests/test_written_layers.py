@@ -107,7 +107,7 @@ def test_a_record_whose_blob_is_gone_is_written_again_and_no_manifest_names_a_lo
     with running_registry(tmp_path / "registry") as server, \
             serving_index(base.build.index_url, index_dir(CACHE)):
         config = dataclasses.replace(
-            base, registry=dataclasses.replace(base.registry, host=server.host),
+            base.with_variant_settings(registry=dataclasses.replace(base.registry, host=server.host)),
             cluster=dataclasses.replace(base.cluster, cache_repo=f"{server.host}/gpurl/demo/cache"))
 
         def compose(n: int) -> Any:

@@ -63,15 +63,17 @@ def uv() -> str:
     return found
 
 
-def build_source_wheel(source: Path, python: str, dest: Path) -> Path:
+def build_source_wheel(source: Path, python: str, dest: Path, *, arch_list: str = "") -> Path:
     """The wheel a `./path` wheel spec's source builds into, by its real build backend (PEP
     517, as the wheel-builder stage's `pip wheel` runs it) on CPython `python` (the target's
-    version). A copy is built, so the checkout gets no build/ or .egg-info."""
+    version), given TORCH_CUDA_ARCH_LIST `arch_list` as the wheel-builder gives its compile.
+    A copy is built, so the checkout gets no build/ or .egg-info."""
     copy = dest / "src" / source.name
     shutil.copytree(source, copy)
     out = dest / "wheels"
     done = subprocess.run([uv(), "build", "--wheel", "--python", python, "--out-dir", str(out),
-                           str(copy)], capture_output=True, text=True, check=False, timeout=300)
+                           str(copy)], capture_output=True, text=True, check=False, timeout=300,
+                          env={**os.environ, "TORCH_CUDA_ARCH_LIST": arch_list})
     assert done.returncode == 0, done.stderr
     (wheel,) = out.glob("*.whl")
     return wheel
