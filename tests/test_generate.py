@@ -24,6 +24,7 @@ from gpurl_tasks.plan.lock import load_lock, lock_staleness
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice, sync_selection_flags
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
+from tests.support.demo_tree import copy_tree, invoke
 from tests.support.local_parts import build_source_wheel
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -262,31 +263,35 @@ def test_every_profiles_launcher_is_kept_out_of_the_build_context() -> None:
     """The image must not contain its own pin (issue 13): the committed .dockerignore lists
     each profile's launcher, so pin-then-rebuild gives the same digest."""
     from gpurl_tasks.config import load_committed_config
-    from gpurl_tasks.dockerfile.context import ensure_launcher_ignored
+    from gpurl_tasks.dockerfile.context import context_rules, read_dockerignore, updated_dockerignore
 
     rules = (REPO_ROOT / ".dockerignore").read_text().splitlines()
     for name in load_profile_names(REPO_ROOT):
         config = load_committed_config(REPO_ROOT, name)
         assert config.launcher.path.relative_to(REPO_ROOT).as_posix() in rules
-        assert ensure_launcher_ignored(config, check=True) is False
+        assert updated_dockerignore(read_dockerignore(REPO_ROOT), context_rules(config)) is None
 
 
+@pytest.mark.integration
 def test_generate_adds_a_missing_launcher_rule_and_check_refuses_it(tmp_path: Path) -> None:
-    import dataclasses
-
-    from gpurl_tasks.dockerfile.context import StaleContextError, ensure_launcher_ignored
-
-    config = load_config(REPO_ROOT, profile="demo", env={})
-    moved = dataclasses.replace(config.with_variant_settings(launcher=dataclasses.replace(
-        config.launcher, path=tmp_path / "ws" / "launch.py")), root=tmp_path)
-    (tmp_path / ".dockerignore").write_text(".git")
-    with pytest.raises(StaleContextError, match="would contain its own pin"):
-        ensure_launcher_ignored(moved, check=True)
-    assert ensure_launcher_ignored(moved, check=False) is True
-    text = (tmp_path / ".dockerignore").read_text()
-    assert text.startswith(".git\n# Kept out of the build context") and text.endswith("\nws/launch.py\n")
-    assert ensure_launcher_ignored(moved, check=False) is False  # idempotent
-    assert (tmp_path / ".dockerignore").read_text() == text
+    """In a committed copy whose .dockerignore lost the demo launcher's rule (and its final
+    newline): `invoke generate --check` refuses it, `invoke generate` puts it back without
+    touching the other lines, and a second run changes nothing."""
+    tree = copy_tree(tmp_path / "tree")
+    launcher = "examples/demo/cloud/iris/launch_rl_iris.py"
+    ignore = tree / ".dockerignore"
+    kept = [line for line in ignore.read_text().splitlines() if line != launcher]
+    ignore.write_text("\n".join(kept))  # no trailing newline: the append must not join lines
+    checked = invoke(tree, "generate", "--check", "--profile", "demo")
+    assert checked.returncode != 0 and "would contain its own pin" in checked.stderr, checked.stderr
+    assert ignore.read_text() == "\n".join(kept)  # --check writes nothing
+    written = invoke(tree, "generate", "--profile", "demo")
+    assert written.returncode == 0, written.stderr
+    text = ignore.read_text()
+    assert text.startswith("\n".join(kept) + "\n") and launcher in text.splitlines()
+    again = invoke(tree, "generate", "--profile", "demo")
+    assert again.returncode == 0, again.stderr
+    assert ignore.read_text() == text
 
 
 # The demo profile configured for the cluster in a copy's pyproject.toml: the iris backend, a

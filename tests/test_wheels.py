@@ -42,7 +42,7 @@ from gpurl_tasks.dockerfile.wheels import (
     wheel_specs,
 )
 from gpurl_tasks.exitcodes import ExitCode
-from gpurl_tasks.rebuild.wheelhouse import check_source, read_manifest, read_wheelhouse
+from gpurl_tasks.rebuild.wheelhouse import check_source, read_manifest_keyed, read_wheelhouse
 from tests.conftest import REPO_ROOT
 from tests.support.pyindex import make_wheel
 from tests.support.rebuild_fixtures import dockerfile
@@ -236,7 +236,7 @@ def test_malformed_manifest_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "MANIFEST"
     path.write_text("deadbeef\n")
     with pytest.raises(WheelCheckError, match=r"MANIFEST:1: expected '<sha256>  <filename>'"):
-        read_manifest(str(path))
+        read_manifest_keyed(str(path))
 
 
 @given(st.lists(st.tuples(st.text("0123456789abcdef", min_size=64, max_size=64),
@@ -276,12 +276,12 @@ def test_manifest_over_http(http_root: tuple[Path, str]) -> None:
     write_wheel(root, GOOD_VLLM.replace("g76259c63a", "gfeedface1"))
     write_wheel(root, GOOD_FA)
     sha256sum_manifest(root)
-    found = read_manifest(base + "/")
+    found = read_manifest_keyed(base + "/")[0]
     assert sorted(w.filename for w in found) == sorted(p.name for p in root.glob("*.whl"))
     lines = problems(check_wheels(PINS, found))
     assert len(lines) == 1 and "fork commit feedface1 is not 76259c63a" in lines[0]
     with pytest.raises(WheelCheckError, match="HTTP 404"):
-        read_manifest(base + "/nope/MANIFEST")
+        read_manifest_keyed(base + "/nope/MANIFEST")
 
 
 def test_check_source_reads_the_configured_dockerfile(tmp_path: Path) -> None:
@@ -308,14 +308,14 @@ def test_manifest_url_credentials_never_appear(http_root: tuple[Path, str]) -> N
     write_wheel(root, GOOD_FA)
     sha256sum_manifest(root)
     authed = base.replace("http://", f"http://user:{canary}@") + f"/MANIFEST?token={canary}"
-    found = read_manifest(authed)
+    found = read_manifest_keyed(authed)[0]
     assert check_wheels(PINS, found) == ()
     with pytest.raises(WheelCheckError) as info:
-        read_manifest(authed.replace("/MANIFEST", "/missing/MANIFEST"))
+        read_manifest_keyed(authed.replace("/MANIFEST", "/missing/MANIFEST"))
     assert canary not in str(info.value) and "HTTP 404" in str(info.value)
     closed = f"http://user:{canary}@127.0.0.1:9/MANIFEST"  # discard port: nothing listens
     with pytest.raises(WheelCheckError) as info:
-        read_manifest(closed)
+        read_manifest_keyed(closed)
     assert canary not in str(info.value)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import CheckFailed
-from gpurl_tasks.files import read_text, write_atomic
+from gpurl_tasks.files import read_text
 
-__all__ = ["DOCKERIGNORE_NOTE", "StaleContextError", "context_rules", "ensure_launcher_ignored",
+__all__ = ["DOCKERIGNORE_NOTE", "StaleContextError", "context_rules",
            "ignored_paths", "read_dockerignore", "source_id", "stale_context_error",
            "updated_dockerignore"]
 
@@ -68,20 +68,6 @@ def stale_context_error(root: Path, text: str, rules: tuple[str, ...]) -> StaleC
 def read_dockerignore(root: Path) -> str:
     path = root / ".dockerignore"
     return read_text(path, what="build context ignore file") if path.exists() else ""
-
-
-def ensure_launcher_ignored(config: Config, *, check: bool, links: tuple[str, ...] = ()) -> bool:
-    """The build context's .dockerignore lists the profile's launcher and path-source links
-    (added when missing); with `check`, a missing rule is an error."""
-    text = read_dockerignore(config.root)
-    rules = context_rules(config, links)
-    new = updated_dockerignore(text, rules)
-    if new is None:
-        return False
-    if check:
-        raise stale_context_error(config.root, text, rules)
-    write_atomic(config.root / ".dockerignore", new)
-    return True
 
 
 def ignored_paths(config: Config) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ from gpurl_tasks.errors import Unreachable, unreachable_hint
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, sha256_of
 
-__all__ = ["WheelReport", "check_source", "read_manifest", "read_manifest_keyed",
+__all__ = ["WheelReport", "check_source", "read_manifest_keyed",
            "read_wheelhouse", "redact_url"]
 
 
@@ -91,11 +91,6 @@ def redact_url(url: str) -> str:
     if parts.port:
         host += f":{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def read_manifest(location: str, *, timeout: float = 30.0) -> list[FoundWheel]:
-    """The wheels a MANIFEST lists, from a local file or an http(s) URL (names and sha256 only)."""
-    return read_manifest_keyed(location, timeout=timeout)[0]
 
 
 def read_manifest_keyed(location: str, *,
