@@ -1,7 +1,10 @@
 """gpurl: build, push, verify and pin a large GPU RL training image.
 
-The top level holds the shared basics (config, errors, proc, files, units, cli, git, redact,
-imageref, steps); the sub-packages follow the pipeline, and imports point one way:
+The top level holds the shared basics: the config (`config`, its reference `configdoc`, the
+value grammars `values`), errors and exit codes (`errors`, `exitcodes`), processes (`proc`),
+files (`files`), sizes (`units`), the layer limit (`layerlimit`), git (`git`), secrets kept out
+of output (`redact`), image references (`imageref`), step records (`steps`) and the command
+line (`cli`, `program`). The sub-packages follow the pipeline, and imports point one way:
 basics <- plan <- dockerfile <- oci <- rebuild <- cluster / local <- tasks.py
 (`tests/test_architecture.py` enforces it).
 """

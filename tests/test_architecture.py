@@ -285,3 +285,14 @@ def test_the_reader_check_finds_a_second_reader() -> None:
                      '"""Set GPURL_REGISTRY_USER to name the user."""\n')
     assert _second_readers({"oci.auth": tree}) == {"oci.auth": {"GPURL_REGISTRY_USER"}}
     assert _second_readers({"config": tree}) == {}
+
+
+@pytest.mark.parametrize("package", sorted({p.parent for p in PACKAGE.rglob("__init__.py")}),
+                         ids=lambda p: p.relative_to(PACKAGE.parent).as_posix())
+def test_each_package_docstring_names_every_module_it_holds(package: Path) -> None:
+    """A package's docstring is its map: each module in it is named there in backticks, so a
+    module added, moved or renamed without its line fails here."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    named = set(re.findall(r"`([a-z_]+)`", doc))
+    modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
+    assert not modules - named, f"{package.name}/__init__.py does not name {sorted(modules - named)}"
