@@ -246,8 +246,8 @@ class EachVariant:
         return "\n\n".join(f"== variant {name} ==\n{o.human()}" for name, o in self.outcomes)
 
     def to_json(self) -> Any:
-        if len(self.outcomes) == 1:
-            return self.outcomes[0][1].to_json()
+        """One shape whatever the number of variants (a script reads `variants.NAME`; a
+        profile without declared variants has the one named `default`)."""
         return {"variants": {name: o.to_json() for name, o in self.outcomes}}
 
 

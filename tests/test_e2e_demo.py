@@ -37,6 +37,7 @@ from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.local_parts import need
 from tests.support.pyindex import make_wheel
+from tests.support.tasks_runner import one_variant
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
@@ -215,7 +216,7 @@ def test_both_variants_built_verified_pinned_and_sharing_blobs(tree: Path,
         verified = invoke(tree, "verify-layers", "--profile", "demo", "--variant", variant,
                           "--json")
         assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
-        assert json.loads(verified.stdout)["ok"]
+        assert one_variant(verified.stdout)["ok"]
     standard, extra = built["standard"], built["extra"]
     assert standard["reference"] == first["reference"]  # the demo's own image, unchanged
     assert extra["reference"].rpartition(":")[2].startswith("demo-extra-")
@@ -352,7 +353,7 @@ def test_a_lowest_slice_change_pushes_only_that_slice(tree: Path, first: dict[st
 def _layers(tree: Path, reference: str) -> list[dict[str, Any]]:
     done = invoke(tree, "verify-layers", "--profile", "demo", "--ref", reference, "--json")
     assert done.returncode == 0, done.stderr
-    layers: list[dict[str, Any]] = json.loads(done.stdout)["layers"]
+    layers: list[dict[str, Any]] = one_variant(done.stdout)["layers"]
     return layers
 
 

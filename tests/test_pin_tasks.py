@@ -10,7 +10,7 @@ import pytest
 from gpurl_tasks.exitcodes import ExitCode
 from tests.support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, free_port
-from tests.support.tasks_runner import head_short_sha, run_task
+from tests.support.tasks_runner import head_short_sha, one_variant, run_task
 
 pytestmark = pytest.mark.integration
 
@@ -172,17 +172,16 @@ def test_launcher_problems_are_clear(registry: RegistryServer, repo_tmp: Path,
 
 
 def test_json_output(registry: RegistryServer, launcher: Path) -> None:
-    import json
 
     image = pushed(registry, "gpu-rl-fffffff", 8)
     env = env_for(registry.host, launcher)
-    first = json.loads(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
-                                "--json", env=env).stdout)
+    first = one_variant(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
+                                 "--json", env=env).stdout)
     assert first["value"] == f"{registry.host}/org/img@{image.manifest_digest}"
     assert first["changed"] and first["written"] and first["report"]["ok"]
     assert first["report"]["layer_count"] == 5
-    second = json.loads(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
-                                 "--json", "--dry-run", env=env).stdout)
+    second = one_variant(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
+                                  "--json", "--dry-run", env=env).stdout)
     assert (second["changed"], second["written"], second["diff"]) == (False, False, "")
 
 

@@ -9,7 +9,6 @@ cannot run here; rebuild-needed reads only the pin's provenance comment, never t
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 from gpurl_tasks.oci.pin import Provenance, provenance_comment, rewrite_assignment
 from tests.support.checkout import repo_copy
 from tests.support.git import git
+from tests.support.tasks_runner import one_variant
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -77,7 +77,7 @@ def test_readme_workflow_two_fork_bump_needs_wheels_before_and_after_generate(
     assert "from provenance comment in launch_rl_iris.py" in before.stdout
     assert "docker/Dockerfile.gpu-rl in the working tree is stale" in before.stdout
     assert "docker/Dockerfile.gpu-rl-megatron in the working tree is stale" in before.stdout
-    payload = json.loads(_invoke(root, "rebuild-needed", "--variant", "standard", "--json").stdout)
+    payload = one_variant(_invoke(root, "rebuild-needed", "--variant", "standard", "--json").stdout)
     assert payload["decision"] == "wheels+image" and payload["since"]["commit"] == built
     assert any("stale" in note for note in payload["stale"])
 
@@ -87,7 +87,7 @@ def test_readme_workflow_two_fork_bump_needs_wheels_before_and_after_generate(
     assert _invoke(root, "generate", "--check").returncode == 0
     after = _invoke(root, "rebuild-needed", "--variant", "standard", "--json")
     assert after.returncode == 11, after.stdout + after.stderr
-    payload = json.loads(after.stdout)
+    payload = one_variant(after.stdout)
     assert payload["since"]["commit"] == built
     assert payload["stale"] == []
     kinds = {r["kind"] for r in payload["reasons"]}

@@ -43,6 +43,7 @@ from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.local_parts import need
 from tests.support.pull_engine import pull_engine
 from tests.support.registry_server import running_registry
+from tests.support.tasks_runner import one_variant
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
@@ -180,7 +181,7 @@ def test_the_demo_builds_and_verifies_through_written_layers(tree: Path,
     done = invoke(tree, "verify-layers", "--profile", "demo", "--ref", built["reference"],
                   "--json")
     assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)["layers"]
+    rows = one_variant(done.stdout)["layers"]
     config = load_config(tree, profile="demo", env={})
     plan = plan_for_config(config)
     steps = [r["sync_step"] for r in rows if r["sync_step"] is not None]

@@ -112,7 +112,6 @@ class PlanViews:
         return "\n\n".join(f"== variant {name} ==\n{view.human()}" for name, view in views)
 
     def to_json(self) -> dict[str, Any]:
-        views = self._views()
-        if len(views) == 1:
-            return views[0][1].to_json()
-        return {"variants": {name: view.to_json() for name, view in views}}
+        """One shape whatever the number of variants (`variants.NAME`, `default` for a profile
+        that declares none)."""
+        return {"variants": {name: view.to_json() for name, view in self._views()}}

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from tests.conftest import REPO_ROOT
 
-__all__ = ["REPO_ROOT", "head_short_sha", "run_task"]
-
+__all__ = ["REPO_ROOT", "head_short_sha", "one_variant", "run_task"]
 
 
 def run_task(*args: str, env: Mapping[str, str] | None = None,
@@ -33,3 +34,11 @@ def head_short_sha() -> str:
     from gpurl_tasks.dockerfile.context import source_id
 
     return source_id(load_config(REPO_ROOT, env={}))
+
+
+def one_variant(stdout: str) -> Any:
+    """The result of a per-variant task's `--json` (`{"variants": {NAME: result}}`) that
+    answered for exactly one variant."""
+    document = json.loads(stdout)
+    assert list(document) == ["variants"] and len(document["variants"]) == 1, stdout[:500]
+    return next(iter(document["variants"].values()))
