@@ -1,7 +1,8 @@
-"""invoke tasks: each parses its flags, calls one gpurl function and prints its outcome.
+"""invoke tasks: each resolves its flags, calls one gpurl function and returns its outcome,
+which `cli.task` prints (`cli.finish`) under the one handler (`cli.clean_failures`).
 
 `invoke --list` lists them, `invoke TASK --help` shows a task's flags. Every task turns
-gpurl's errors into one line and an exit code of `exitcodes.ExitCode` (`cli.clean_failures`);
+gpurl's errors into one line and an exit code of `exitcodes.ExitCode`;
 `--json` prints exactly one JSON object on stdout (a failure's is {"error", "hint",
 "exit_code"}), progress goes to stderr. The only short flags are -p (--profile) and -j
 (--json).
@@ -15,7 +16,7 @@ from invoke.collection import Collection
 from invoke.context import Context
 
 from gpurl_tasks import cli, program
-from gpurl_tasks.cli import task
+from gpurl_tasks.cli import Outcome, task
 
 program.adopt()  # invoke's parse errors (an unknown flag or task, a bad value) follow the contract
 
@@ -41,18 +42,17 @@ _RULES = {
 def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
          cap: str | None = None, size_overrides: str | None = None, basis: str | None = None,
          json: bool = False, repack: bool = False, profile: str | None = None,
-         variant: str | None = None) -> None:
+         variant: str | None = None) -> Outcome | None:
     """Plan the layers: which packages each slice installs, each layer under the cap."""
     from gpurl_tasks.dockerfile.generate import fitted_views
 
-    with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, variant=variant, lock=cli.path_flag(lock),
-                                python__extras=extra or None, layers__cap=cap,
-                                layers__basis=basis,
-                                layers__size_overrides=cli.path_flag(size_overrides))
-        # another lock than the profile's own is planned afresh: the committed slices are not its
-        cli.finish(fitted_views(config, repack=repack or lock is not None, only=variant,
-                                selection_given=bool(extra)), as_json=json)
+    config = cli.config_for(profile, variant=variant, lock=cli.path_flag(lock),
+                            python__extras=extra or None, layers__cap=cap,
+                            layers__basis=basis,
+                            layers__size_overrides=cli.path_flag(size_overrides))
+    # another lock than the profile's own is planned afresh: the committed slices are not its
+    return fitted_views(config, repack=repack or lock is not None, only=variant,
+                        selection_given=bool(extra))
 
 
 @task(iterable=["extra"], help={
@@ -62,7 +62,7 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
     "profile": _PROFILE})
 def sizes(c: Context, probe: bool = False, lock: str | None = None,
           extra: list[str] | None = None, offline: bool = False, json: bool = False,
-          profile: str | None = None) -> None:
+          profile: str | None = None) -> Outcome | None:
     """List the wheels whose installed size (and maybe compressed size) nothing records.
 
     With --probe, fetch every one over HTTP and cache what worked in layers.size-cache; exit 2
@@ -70,17 +70,15 @@ def sizes(c: Context, probe: bool = False, lock: str | None = None,
     """
     from gpurl_tasks.plan.probe import survey_sizes
 
-    with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, lock=cli.path_flag(lock), python__extras=extra or None)
-        cli.finish(survey_sizes(config, probe=probe, dry_run=offline, progress=cli.say),
-                   as_json=json)
+    config = cli.config_for(profile, lock=cli.path_flag(lock), python__extras=extra or None)
+    return survey_sizes(config, probe=probe, dry_run=offline, progress=cli.say)
 
 
 @task(help={"check": "fail (exit 1) when a committed Dockerfile or slice file is stale",
             "repack": "pack the layers afresh instead of keeping the committed slices",
             "profile": "only this profile (default: every profile)", "json": _JSON})
 def generate(c: Context, check: bool = False, repack: bool = False, profile: str | None = None,
-             json: bool = False) -> None:
+             json: bool = False) -> Outcome | None:
     """Render every generated file from the committed config and plan.
 
     Each variant's Dockerfile, slice files and (cluster profiles) kaniko script,
@@ -91,11 +89,9 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
     from gpurl_tasks.configdoc import reference_files
     from gpurl_tasks.dockerfile.generate import generate_profiles
 
-    with cli.clean_failures(as_json=json):
-        cli.finish(generate_profiles(cli.REPO_ROOT, cli.text_flag("--profile", profile),
-                                     check=check, repack=repack,
-                                     extra=lambda c, p: {**script_files(c, p), **reference_files(c)}),
-                   as_json=json)
+    return generate_profiles(cli.REPO_ROOT, cli.text_flag("--profile", profile),
+                             check=check, repack=repack,
+                             extra=lambda c, p: {**script_files(c, p), **reference_files(c)})
 
 
 @task(help={
@@ -119,41 +115,41 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
           disk: str | None = None, timeout: int | None = None, variant: str | None = None,
           dry_run: bool = False, force: bool = False, json: bool = False,
           wheel_source: str | None = None, push_floating: bool = False, no_cache: bool = False,
-          verbose: bool = False, chain: bool = False) -> None:
+          verbose: bool = False, chain: bool = False) -> Outcome | None:
     """Build and push the image: an iris job running kaniko, or the local Docker engine."""
     from gpurl_tasks.cluster.jobs import run_build
     from gpurl_tasks.cluster.submit import BuildRequest
     from gpurl_tasks.config import WheelSource
     from gpurl_tasks.local.pipeline import build_task
 
-    with cli.clean_failures(as_json=json):
-        # --memory and --disk are validated as their GPURL_CLUSTER_* variables are
-        config = cli.config_for(profile, variant=variant, backend=backend, cluster__memory=memory,
-                                cluster__disk=disk)
-        source = cli.choice("--wheel-source", wheel_source, WheelSource)
-        if config.backend == "local":
-            cli.finish(build_task(config, dry_run=dry_run, wheel_source=source,
-                                  push_floating=push_floating, no_cache=no_cache, say=cli.say,
-                                  stream=verbose, force=force, chain=chain), as_json=json)
-            return
-        request = BuildRequest(cluster=cli.cluster_flag(cluster),
-                               cpu=cli.positive_flag("--cpu", cpu, float),
-                               timeout=cli.positive_flag("--timeout", timeout, int),
-                               force=force, local_only=tuple(
-                                   f for f, on in (("--wheel-source", source),
-                                                   ("--push-floating", push_floating),
-                                                   ("--no-cache", no_cache),
-                                                   ("--chain", chain)) if on))
-        cli.finish(run_build(config, request, dry_run=dry_run, say=cli.say), as_json=json)
+    # --memory and --disk are validated as their GPURL_CLUSTER_* variables are
+    config = cli.config_for(profile, variant=variant, backend=backend, cluster__memory=memory,
+                            cluster__disk=disk)
+    source = cli.choice("--wheel-source", wheel_source, WheelSource)
+    if config.backend == "local":
+        return build_task(config, dry_run=dry_run, wheel_source=source,
+                          push_floating=push_floating, no_cache=no_cache, say=cli.say,
+                          stream=verbose, force=force, chain=chain)
+    request = BuildRequest(cluster=cli.cluster_flag(cluster),
+                           cpu=cli.positive_flag("--cpu", cpu, float),
+                           timeout=cli.positive_flag("--timeout", timeout, int),
+                           force=force, local_only=tuple(
+                               f for f, on in (("--wheel-source", source),
+                                               ("--push-floating", push_floating),
+                                               ("--no-cache", no_cache),
+                                               ("--chain", chain)) if on))
+    return run_build(config, request, dry_run=dry_run, say=cli.say)
 
 
-@task(help={"job": "the job id `invoke build` printed, e.g. /alice/gpurl-kaniko-0123abc",
+@task(interrupted=lambda flags: f"interrupted: stopped watching {flags['job']}; the job was "
+                              "not touched",
+      help={"job": "the job id `invoke build` printed, e.g. /alice/gpurl-kaniko-0123abc",
             "interval": "seconds between state polls",
             "max_duration": "give up (exit 3) after this many seconds, also while iris hangs",
             "cluster": "iris cluster name (config key: cluster.name)", "profile": _PROFILE,
             "json": _JSON})
 def watch(c: Context, job: str, interval: int = 60, max_duration: int = 6 * 3600,
-          cluster: str | None = None, profile: str | None = None, json: bool = False) -> None:
+          cluster: str | None = None, profile: str | None = None, json: bool = False) -> Outcome | None:
     """Poll an iris job's state until terminal (exit 0 succeeded, 1 failed, 2 absent, 3 stuck).
 
     Exit 3 also when iris does not answer within --max-duration; 2 without iris; 130 on
@@ -161,19 +157,16 @@ def watch(c: Context, job: str, interval: int = 60, max_duration: int = 6 * 3600
     """
     from gpurl_tasks.cluster.jobs import run_watch
 
-    with cli.clean_failures(f"interrupted: stopped watching {job}; the job was not touched",
-                            as_json=json):
-        cli.finish(run_watch(cli.config_for(profile), cli.positional("watch", job), interval=interval,
-                             max_duration=max_duration, say=cli.say,
-                             cluster=cli.cluster_flag(cluster)),
-                   as_json=json)
+    return run_watch(cli.config_for(profile), cli.positional("watch", job), interval=interval,
+                     max_duration=max_duration, say=cli.say,
+                     cluster=cli.cluster_flag(cluster))
 
 
 @task(help={"job": "the id of the one job to stop; no other job is touched (no prefix match)",
             "cluster": "iris cluster name (config key: cluster.name)", "profile": _PROFILE,
             "dry_run": "print the command and run nothing", "json": _JSON})
 def kill(c: Context, job: str, cluster: str | None = None, profile: str | None = None,
-         dry_run: bool = False, json: bool = False) -> None:
+         dry_run: bool = False, json: bool = False) -> Outcome | None:
     """Stop exactly one iris job, no other job whose id shares its prefix.
 
     Exit 0 killed, 2 not running (ended or unknown), 1 refused (it would touch another job) or
@@ -181,10 +174,8 @@ def kill(c: Context, job: str, cluster: str | None = None, profile: str | None =
     """
     from gpurl_tasks.cluster.jobs import kill_job
 
-    with cli.clean_failures(as_json=json):
-        cli.finish(kill_job(cli.config_for(profile), cli.positional("kill", job), dry_run=dry_run,
-                            cluster=cli.cluster_flag(cluster)),
-                   as_json=json)
+    return kill_job(cli.config_for(profile), cli.positional("kill", job), dry_run=dry_run,
+                    cluster=cli.cluster_flag(cluster))
 
 
 @task(help={
@@ -194,7 +185,7 @@ def kill(c: Context, job: str, cluster: str | None = None, profile: str | None =
 def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
                   hard_limit: str | None = None, min_layers: str | None = None,
                   json_: bool = False, profile: str | None = None,
-                  variant: str | None = None) -> None:
+                  variant: str | None = None) -> Outcome | None:
     """Check a pushed image's layers through the registry API; exit 0 only if every rule holds.
 
     The image is --ref (`nox -s verify-layers -- REF` takes it bare). Rules: no layer at the
@@ -203,11 +194,10 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
     """
     from gpurl_tasks.oci.release import verify_reference
 
-    with cli.clean_failures(as_json=json_):
-        configs = cli.variant_configs(profile, variant, ref=ref, verify__cap=cap,
-                                      verify__hard_limit=hard_limit, verify__min_layers=min_layers)
-        cli.finish(cli.each_variant(configs, lambda config: verify_reference(
-            config, cli.text_flag("--ref", ref))), as_json=json_)
+    configs = cli.variant_configs(profile, variant, ref=ref, verify__cap=cap,
+                                  verify__hard_limit=hard_limit, verify__min_layers=min_layers)
+    return cli.each_variant(configs, lambda config: verify_reference(
+    config, cli.text_flag("--ref", ref)))
 
 
 @task(help={
@@ -220,7 +210,7 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
 def pin(c: Context, ref: str | None = None, launcher: str | None = None,
         variable: str | None = None, dry_run: bool = False, force: bool = False,
         cap: str | None = None, hard_limit: str | None = None, min_layers: str | None = None,
-        json_: bool = False, profile: str | None = None, variant: str | None = None) -> None:
+        json_: bool = False, profile: str | None = None, variant: str | None = None) -> Outcome | None:
     """Verify the image, then pin its linux/amd64 manifest digest into the launcher.
 
     Rewrites only the variable's value and the provenance comment above it, atomically; a
@@ -228,22 +218,21 @@ def pin(c: Context, ref: str | None = None, launcher: str | None = None,
     """
     from gpurl_tasks.oci.release import pin_task
 
-    with cli.clean_failures(as_json=json_):
-        configs = cli.variant_configs(profile, variant, ref=ref, strict=True,
-                                      single="--variable" if variable is not None else None,
-                                      verify__cap=cap, verify__hard_limit=hard_limit,
-                                      verify__min_layers=min_layers, launcher__variable=variable,
-                                      launcher__path=cli.path_flag(launcher))
-        cli.finish(cli.each_variant(configs, lambda config: pin_task(
-            config, cli.text_flag("--ref", ref), force=force, dry_run=dry_run,
-            today=dt.datetime.now(dt.UTC).date(), warn=cli.say)), as_json=json_)
+    configs = cli.variant_configs(profile, variant, ref=ref, strict=True,
+                                  single="--variable" if variable is not None else None,
+                                  verify__cap=cap, verify__hard_limit=hard_limit,
+                                  verify__min_layers=min_layers, launcher__variable=variable,
+                                  launcher__path=cli.path_flag(launcher))
+    return cli.each_variant(configs, lambda config: pin_task(
+    config, cli.text_flag("--ref", ref), force=force, dry_run=dry_run,
+    today=dt.datetime.now(dt.UTC).date(), warn=cli.say))
 
 
 @task(name="rebuild-needed", help={
     "since": "git ref to compare with (default: the pinned image's commit, else HEAD~1)",
     "json": _JSON, "profile": _PROFILE, "variant": _VARIANT})
 def rebuild_needed(c: Context, since: str | None = None, json: bool = False,
-                   profile: str | None = None, variant: str | None = None) -> None:
+                   profile: str | None = None, variant: str | None = None) -> Outcome | None:
     """Does the working tree need a new image? none (0), image (10) or wheels+image (11).
 
     Compares the baked inputs (Dockerfile ARGs, base images, apt sets, the sync chain, the
@@ -254,15 +243,14 @@ def rebuild_needed(c: Context, since: str | None = None, json: bool = False,
     """
     from gpurl_tasks.rebuild.inputs import rebuild_needed as decide
 
-    with cli.clean_failures(as_json=json):
-        cli.finish(cli.each_variant(cli.variant_configs(profile, variant), lambda config: decide(
-            config, since=cli.text_flag("--since", since))), as_json=json)
+    return cli.each_variant(cli.variant_configs(profile, variant), lambda config: decide(
+    config, since=cli.text_flag("--since", since)))
 
 
 @task(help={"profile": _PROFILE, "json": _JSON,
             "variant": "the variant whose build is checked (default: the profile's first)"})
 def doctor(c: Context, profile: str | None = None, variant: str | None = None,
-           json: bool = False) -> None:
+           json: bool = False) -> Outcome | None:
     """Check every prerequisite of the configured build, one line each; exit 0 only if all hold.
 
     KUBECONFIG naming the cluster, the pinned iris and its kubernetes client, the controller
@@ -275,11 +263,9 @@ def doctor(c: Context, profile: str | None = None, variant: str | None = None,
     from gpurl_tasks.cluster.doctor import run_doctor
     from gpurl_tasks.cluster.jobs import real_world
 
-    with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, variant=variant)
-        world = real_world(os.environ)
-        cli.finish(run_doctor(config, world.env, token=world.token, source=world.source),
-                   as_json=json)
+    config = cli.config_for(profile, variant=variant)
+    world = real_world(os.environ)
+    return run_doctor(config, world.env, token=world.token, source=world.source)
 
 
 @task(positional=["first", "second"], help={
@@ -288,7 +274,7 @@ def doctor(c: Context, profile: str | None = None, variant: str | None = None,
             "profile": _PROFILE + " (its registry, lock and target read the images)",
             "json": _JSON})
 def diff(c: Context, first: str, second: str | None = None, profile: str | None = None,
-         json: bool = False) -> None:
+         json: bool = False) -> Outcome | None:
     """What changed from one pushed image to another, and the bytes a node holding it pulls.
 
     `invoke diff REF1 REF2`: layers by digest, slice layers shared or new, the largest
@@ -298,44 +284,40 @@ def diff(c: Context, first: str, second: str | None = None, profile: str | None 
     """
     from gpurl_tasks.rebuild.diff import diff_task
 
-    with cli.clean_failures(as_json=json):
-        first, second = cli.positional("diff", first), cli.positional("diff", second)
-        if second is None or not second.strip():
-            raise cli.ConfigError("invoke diff needs the second image",
-                                  hint="invoke diff REF1 REF2")
-        cli.finish(diff_task(cli.config_for(profile), first, second), as_json=json)
+    first, second = cli.positional("diff", first), cli.positional("diff", second)
+    if second is None or not second.strip():
+        raise cli.ConfigError("invoke diff needs the second image",
+                              hint="invoke diff REF1 REF2")
+    return diff_task(cli.config_for(profile), first, second)
 
 
 @task(name="check-wheels", help={
     "source": "a wheelhouse directory, a MANIFEST file or its URL (default: build.wheelhouse)",
     "json": _JSON, "profile": _PROFILE, "variant": _ONE_VARIANT})
 def check_wheels(c: Context, source: str | None = None, json: bool = False,
-                 profile: str | None = None, variant: str | None = None) -> None:
+                 profile: str | None = None, variant: str | None = None) -> Outcome | None:
     """Check the prebuilt wheels against the Dockerfile's pins; exit 1 on a mismatch."""
     from gpurl_tasks.rebuild.wheelhouse import check_source
 
-    with cli.clean_failures(as_json=json):
-        cli.finish(check_source(cli.config_for(profile, variant=variant),
-                                cli.text_flag("--source", source)), as_json=json)
+    return check_source(cli.config_for(profile, variant=variant),
+                        cli.text_flag("--source", source))
 
 
 @task(name="setup-local", help={"profile": _PROFILE, "json": _JSON, "variant": _ONE_VARIANT,
                                 "dry_run": "say what each step would do, change nothing"})
 def setup_local(c: Context, profile: str | None = None, dry_run: bool = False,
-                json: bool = False, variant: str | None = None) -> None:
+                json: bool = False, variant: str | None = None) -> Outcome | None:
     """Make the local path ready: engine, BuildKit client, registry, base image, package index."""
     from gpurl_tasks.local.setup import setup_local as prepare
 
-    with cli.clean_failures(as_json=json):
-        cli.finish(prepare(cli.config_for(profile, variant=variant), dry_run=dry_run),
-                   as_json=json)
+    return prepare(cli.config_for(profile, variant=variant), dry_run=dry_run)
 
 
 @task(name="setup-kaniko", help={
     "profile": _PROFILE, "json": _JSON,
     "executor": "which executors to build: upstream, fork or both (comma-separated)"})
 def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstream,fork",
-                 json: bool = False) -> None:
+                 json: bool = False) -> Outcome | None:
     """Build kaniko and crane from source archives and push the executors to the registry.
 
     The archives are cluster.source-archives (names and sha256 pinned in
@@ -343,12 +325,11 @@ def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstre
     from gpurl_tasks.local.builders import setup_kaniko as prepare
     from gpurl_tasks.local.setup import cache_dir
 
-    with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile)
-        cli.finish(prepare(cache_dir(config.root) / "builders", config.cluster.source_archives,
-                           config.registry.host,
-                           executors=tuple(e.strip() for e in executor.split(",") if e.strip()),
-                           say=cli.say), as_json=json)
+    config = cli.config_for(profile)
+    return prepare(cache_dir(config.root) / "builders", config.cluster.source_archives,
+                   config.registry.host,
+                   executors=tuple(e.strip() for e in executor.split(",") if e.strip()),
+                   say=cli.say)
 
 
 @task(name="build-wheels", help={
@@ -358,15 +339,14 @@ def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstre
     "verbose": "stream the whole build log", "variant": _ONE_VARIANT})
 def build_wheels(c: Context, profile: str | None = None, target: str = "wheel-builder",
                  source: str = "wheels", dockerfile: str | None = None, json: bool = False,
-                 verbose: bool = False, variant: str | None = None) -> None:
+                 verbose: bool = False, variant: str | None = None) -> Outcome | None:
     """Build the wheel-builder stage into the wheelhouse, then check the wheels (exit 1)."""
     from gpurl_tasks.local.actions import build_wheels_task
 
-    with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, variant=variant,
-                                build__dockerfile=cli.path_flag(dockerfile))
-        cli.finish(build_wheels_task(config, target=target, source=source, say=cli.say,
-                                     stream=verbose), as_json=json)
+    config = cli.config_for(profile, variant=variant,
+                            build__dockerfile=cli.path_flag(dockerfile))
+    return build_wheels_task(config, target=target, source=source, say=cli.say,
+                             stream=verbose)
 
 
 @task(name="serve-index", help={"profile": _PROFILE,
@@ -377,21 +357,19 @@ def serve_index(c: Context, profile: str | None = None, directory: str = "",
     """Serve the loopback package index at build.index-url until Ctrl-C or SIGTERM."""
     from gpurl_tasks.local.setup import serve_index as serve
 
-    with cli.clean_failures(as_json=json):
-        serve(cli.config_for(profile), directory, say=cli.say)
+    serve(cli.config_for(profile), directory, say=cli.say)
 
 
 @task(name="fill-index", help={
     "profile": _PROFILE, "pins": "comma-separated exact pins, e.g. 'rich==13.9.4,attrs==25.3.0'",
     "deps": "also download their dependencies", "json": _JSON})
 def fill_index(c: Context, pins: str, profile: str | None = None, deps: bool = False,
-               json: bool = False) -> None:
+               json: bool = False) -> Outcome | None:
     """Download wheels for the profile's target platform into the loopback index."""
     from gpurl_tasks.local.setup import fill_index as fill
 
-    with cli.clean_failures(as_json=json):
-        cli.finish(fill(cli.config_for(profile), cli.positional("fill-index", pins), deps=deps,
-                        say=cli.say), as_json=json)
+    return fill(cli.config_for(profile), cli.positional("fill-index", pins), deps=deps,
+                say=cli.say)
 
 
 @task(help={"profile": "profile to run end to end (default: $GPURL_PROFILE, else demo)",
@@ -399,31 +377,29 @@ def fill_index(c: Context, pins: str, profile: str | None = None, deps: bool = F
             "wheel_source": "prebuilt-wheelhouse (compile once, reuse) or wheel-builder",
             "dry_run": "print every step's commands; start, build, push and write nothing"})
 def demo(c: Context, profile: str | None = None, wheel_source: str = "prebuilt-wheelhouse",
-         json: bool = False, dry_run: bool = False) -> None:
+         json: bool = False, dry_run: bool = False) -> Outcome | None:
     """The main job on this machine: setup-local, plan, generate, build, push, verify, pin."""
     from gpurl_tasks.config import WheelSource
     from gpurl_tasks.local.pipeline import demo_task
 
-    with cli.clean_failures(as_json=json):
-        source = cli.choice("--wheel-source", wheel_source, WheelSource) or wheel_source
-        cli.finish(demo_task(cli.config_for(profile or cli.profile_from_env() or "demo"),
-                             wheel_source=source, dry_run=dry_run,
-                             say=cli.say), as_json=json)
+    source = cli.choice("--wheel-source", wheel_source, WheelSource) or wheel_source
+    return demo_task(cli.config_for(profile or cli.profile_from_env() or "demo"),
+                     wheel_source=source, dry_run=dry_run,
+                     say=cli.say)
 
 
 @task(help={"ref": "the image: REPO:TAG or REPO@sha256:... (default: this commit's tag)",
             "document": "print the whole SBOM (CycloneDX JSON) instead of a summary",
             "json": _JSON, "profile": _PROFILE, "variant": _VARIANT})
 def sbom(c: Context, ref: str | None = None, document: bool = False, json: bool = False,
-         profile: str | None = None, variant: str | None = None) -> None:
+         profile: str | None = None, variant: str | None = None) -> Outcome | None:
     """The SBOM and provenance attached to a pushed image: a summary, or the SBOM itself."""
     from gpurl_tasks.oci.attested import sbom_task
     from gpurl_tasks.oci.release import resolve_reference
 
-    with cli.clean_failures(as_json=json):
-        config = cli.config_for(profile, variant=variant)
-        cli.finish(sbom_task(config, resolve_reference(config, cli.text_flag("--ref", ref)),
-                             document=document), as_json=json)
+    config = cli.config_for(profile, variant=variant)
+    return sbom_task(config, resolve_reference(config, cli.text_flag("--ref", ref)),
+                     document=document)
 
 
 ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, pin,

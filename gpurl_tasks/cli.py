@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
+import inspect
 import json
 import os
 import signal
@@ -142,9 +144,27 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
         return opts
 
 
-def task(**options: Any) -> Callable[[Callable[..., None]], Any]:
-    """invoke's `@task` with SHORT_FLAGS as the only short flags (never generated ones)."""
-    return invoke_tasks.task(klass=_Task, auto_shortflags=False, **options)
+def task(*, interrupted: Callable[[Mapping[str, Any]], str] | None = None,
+         **options: Any) -> Callable[[Callable[..., Outcome | None]], Any]:
+    """invoke's `@task` with SHORT_FLAGS as the only short flags (never generated ones), its
+    body run under `clean_failures` and the outcome it returns printed by `finish` (`--json`
+    read from the task's `json` or `json_` flag): a task's body only resolves and calls.
+    `interrupted`: the line Ctrl-C ends with, from the task's arguments."""
+    def decorate(body: Callable[..., Outcome | None]) -> Any:
+        signature = inspect.signature(body)
+
+        @functools.wraps(body)
+        def run(*args: Any, **kwargs: Any) -> None:
+            flags = signature.bind(*args, **kwargs).arguments
+            as_json = bool(flags.get("json", flags.get("json_", False)))
+            with clean_failures(interrupted(flags) if interrupted else "interrupted",
+                                as_json=as_json):
+                outcome = body(*args, **kwargs)
+                if outcome is not None:
+                    finish(outcome, as_json=as_json)
+
+        return invoke_tasks.task(klass=_Task, auto_shortflags=False, **options)(run)
+    return decorate
 
 
 _N = TypeVar("_N", int, float)
