@@ -40,6 +40,7 @@ class PlannedPackage:
     requirement: str = ""  # the slice line (see slices.py)
     index: str | None = None  # the index a registry package comes from
     hashed: bool = True
+    built: bool = False  # no wheel for the target: uv builds it (an sdist, a git source)
 
     @property
     def installed_estimate(self) -> int:

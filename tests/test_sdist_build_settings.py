@@ -1,0 +1,179 @@
+"""An sdist whose build needs a package from a lower slice is staged with the lock's build
+settings (`[tool.uv]` no-build-isolation-package / extra-build-dependencies), and fails,
+with uv's reason, without them.
+
+Real parts: real uv running the staging shell the local path's container runs
+(`local/stage.stage_script`, built on `oci/layered`'s install argv and build-environment
+script, which the kaniko script runs too), gpurl's loopback index (`local/pyindex.serve`,
+which serves sdists), a real sdist whose in-tree build backend imports a package that only a
+lower slice holds, and the repository's SkyRL workspace pyproject for the settings."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gpurl_tasks.errors import ConfigError, PlanError
+from gpurl_tasks.local.pyindex import serve
+from gpurl_tasks.local.stage import StageBuild, stage_script
+from gpurl_tasks.plan.buildenv import BuildSettings, parse_build_settings, slice_builds
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
+from tests.support.pyindex import make_wheel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A PEP 517 backend inside the sdist: building it imports `basepkg`, and the built module
+# records what basepkg said, so the test sees the build ran against the lower slice's copy.
+_BACKEND = '''
+import base64, hashlib, os, zipfile
+import basepkg.build_help
+
+def _hash(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    info = "needsbase-1.0.dist-info"
+    files = {"needsbase.py": ("BUILT_WITH = %r\\n" % basepkg.build_help.version()).encode(),
+             info + "/METADATA": b"Metadata-Version: 2.1\\nName: needsbase\\nVersion: 1.0\\n",
+             info + "/WHEEL": b"Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\n"
+                              b"Tag: py3-none-any\\n"}
+    record = "".join(f"{p},{_hash(d)},{len(d)}\\n" for p, d in files.items()) + info + "/RECORD,,\\n"
+    name = "needsbase-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as whl:
+        for path, data in files.items():
+            whl.writestr(path, data)
+        whl.writestr(info + "/RECORD", record)
+    return name
+'''
+
+
+def _sdist(directory: Path) -> Path:
+    files = {"backend.py": _BACKEND.encode(),
+             "PKG-INFO": b"Metadata-Version: 2.1\nName: needsbase\nVersion: 1.0\n",
+             "pyproject.toml": b"[build-system]\nrequires = []\nbuild-backend = 'backend'\n"
+                               b"backend-path = ['.']\n\n[project]\nname = 'needsbase'\n"
+                               b"version = '1.0'\n"}
+    path = directory / "needsbase-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"needsbase-1.0/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _pin(name: str, path: Path) -> str:
+    return f"{name}==1.0 --hash=sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> object:
+    if shutil.which("uv") is None:
+        pytest.skip("no uv on PATH")
+    files = tmp_path_factory.mktemp("files")
+    base = make_wheel(files, "basepkg", "1.0", extra_files={
+        "basepkg/build_help.py": b"def version():\n    return 'from-the-lower-slice'\n"})
+    sdist = _sdist(files)
+    with serve(files) as index:
+        yield index.url, base, sdist
+
+
+def _stage(tmp: Path, url: str, base: Path, sdist: Path, no_isolation: tuple[str, ...] | None,
+           ) -> subprocess.CompletedProcess[str]:
+    """Stage the sdist's slice above basepkg's: with the settings (`no_isolation`: the
+    packages built without isolation), or as a plain slice (None)."""
+    venv = tmp / "opt" / "venv"
+    subprocess.run(["uv", "venv", "--quiet", "--python", sys.executable, str(venv)], check=True,
+                   capture_output=True)
+    lower, upper = tmp / "00-base.txt", tmp / "01-needsbase.txt"
+    lower.write_text(f"--index-url {url}\n{_pin('basepkg', base)}\n")
+    upper.write_text(f"--index-url {url}\n{_pin('needsbase', sdist)}\n")
+    build = None if no_isolation is None else \
+        StageBuild(lower=((lower, str(lower)),), no_isolation=no_isolation)
+    script = stage_script(venv=str(venv), slice_file=str(upper), stage=str(tmp / "stage"),
+                          build=build, build_prefix=str(tmp / "build"))
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=300,
+                          env={"PATH": str(Path(str(shutil.which("uv"))).parent) + ":/usr/bin:/bin",
+                               "UV_CACHE_DIR": str(tmp / "uv-cache"), "HOME": str(tmp)})
+
+
+def _built(tmp: Path) -> str:
+    found = sorted((tmp / "stage").glob("lib/python*/site-packages/needsbase.py"))
+    assert len(found) == 1, sorted(p.name for p in (tmp / "stage").rglob("*"))
+    return found[0].read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("no_isolation", [("needsbase",), ()],
+                         ids=["no-build-isolation-package", "match-runtime"])
+def test_an_sdist_builds_against_the_slice_below_it(tmp_path: Path, served: tuple[str, Path, Path],
+                                                    no_isolation: tuple[str, ...]) -> None:
+    url, base, sdist = served
+    done = _stage(tmp_path, url, base, sdist, no_isolation)
+    assert done.returncode == 0, done.stderr
+    assert _built(tmp_path) == "BUILT_WITH = 'from-the-lower-slice'\n"
+    # the build environment never reaches the layer: the stage holds the slice alone
+    staged = {p.name for p in (tmp_path / "stage").glob("lib/python*/site-packages/*")}
+    assert staged == {"needsbase.py", "needsbase-1.0.dist-info"}, staged
+
+
+@pytest.mark.integration
+def test_without_the_settings_the_build_fails_naming_the_missing_package(
+        tmp_path: Path, served: tuple[str, Path, Path]) -> None:
+    url, base, sdist = served
+    done = _stage(tmp_path, url, base, sdist, None)
+    assert done.returncode != 0
+    assert "needsbase" in done.stderr and "basepkg" in done.stderr, done.stderr
+    assert not list((tmp_path / "stage").glob("lib/python*/site-packages/needsbase.py"))
+
+
+def test_the_skyrl_workspace_settings_are_read_from_its_pyproject() -> None:
+    text = (ROOT / "examples/skyrl/skyrl-train/pyproject.toml").read_text()
+    settings = parse_build_settings(text)
+    assert "transformer-engine-torch" in settings.no_isolation
+    assert settings.match_runtime["transformer-engine-torch"] == ("torch",)
+    assert settings.extra["transformer-engine-torch"] == ("torch", "build-tools", "ninja")
+    assert settings.builds_on_lower("flash-attn") and not settings.builds_on_lower("numpy")
+
+
+def test_a_lock_wide_no_build_isolation_is_refused_with_what_to_set() -> None:
+    with pytest.raises(ConfigError, match="no-build-isolation-package"):
+        parse_build_settings("[tool.uv]\nno-build-isolation = true\n")
+    with pytest.raises(ConfigError, match="not a requirement"):
+        parse_build_settings("[tool.uv.extra-build-dependencies]\nx = [{requirement = 3}]\n")
+
+
+def _plan(*slices: tuple[str, tuple[tuple[str, bool], ...]]) -> Plan:
+    layers = tuple(Layer(slice=Slice(position=i, label=label), packages=tuple(
+        PlannedPackage(name=n, version="1.0", compressed_bytes=1, installed_bytes=None, built=b)
+        for n, b in members)) for i, (label, members) in enumerate(slices))
+    return Plan(cap_bytes=10, basis="compressed", sync_flags=(), layers=layers, local=(),
+                lower_bound_layers=1)
+
+
+def test_only_a_slice_that_builds_a_named_package_is_staged_on_the_ones_below() -> None:
+    settings = BuildSettings(no_isolation=frozenset({"te-torch", "wheel-only"}),
+                             match_runtime={"te-torch": ("torch",)})
+    plan = _plan(("torch", (("torch", False),)), ("mid", (("wheel-only", False),)),
+                 ("te", (("te-torch", True), ("numpy", False))))
+    builds = slice_builds(plan, settings)
+    assert set(builds) == {"02-te"}  # wheel-only has a wheel: nothing is built
+    assert builds["02-te"].lower == ("00-torch", "01-mid")
+    assert builds["02-te"].no_isolation == ("te-torch",)
+
+
+def test_a_match_runtime_requirement_above_its_package_is_a_plan_error() -> None:
+    settings = BuildSettings(match_runtime={"te-torch": ("torch",)})
+    plan = _plan(("te", (("te-torch", True),)), ("torch", (("torch", False),)))
+    with pytest.raises(PlanError, match="builds against torch .* 01-torch, not below it"):
+        slice_builds(plan, settings)
