@@ -175,5 +175,5 @@ def test_only_a_slice_that_builds_a_named_package_is_staged_on_the_ones_below() 
 def test_a_match_runtime_requirement_above_its_package_is_a_plan_error() -> None:
     settings = BuildSettings(match_runtime={"te-torch": ("torch",)})
     plan = _plan(("te", (("te-torch", True),)), ("torch", (("torch", False),)))
-    with pytest.raises(PlanError, match="builds against torch .* 01-torch, not below it"):
+    with pytest.raises(PlanError, match=r"builds against torch .* 01-torch, not below it"):
         slice_builds(plan, settings)
