@@ -484,12 +484,22 @@ def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, ch
     def stale(path: Path, text: str) -> bool:
         return not path.exists() or path.read_bytes() != text.encode()
 
+    claimed: dict[Path, str] = {}
+
+    def first(path: Path, text: str) -> bool:
+        """A file several variants render alike (a shared slice, the envcheck copy) is
+        written and reported once, by the first."""
+        if path not in claimed:
+            claimed[path] = text
+            return True
+        return claimed[path] != text
+
     results: list[GenerateResult] = []
     changes: list[_Change] = []
     for r in rendered:
         path = r.config.build.dockerfile
-        slices = tuple(p for p, body in r.slices.items() if stale(p, body))
-        others = tuple(p for p, body in r.others.items() if stale(p, body))
+        slices = tuple(p for p, body in r.slices.items() if stale(p, body) and first(p, body))
+        others = tuple(p for p, body in r.others.items() if stale(p, body) and first(p, body))
         changed = stale(path, r.dockerfile)
         owner = (r.config.profile, r.config.variant.shown)
         changes += [_Change(path=p, text=r.slices[p], owner=owner) for p in slices]
