@@ -10,6 +10,7 @@ lower slice holds, and the repository's SkyRL workspace pyproject for the settin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import shutil
@@ -20,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from gpurl_tasks.dockerfile.recipe import slice_run
 from gpurl_tasks.errors import ConfigError, PlanError
 from gpurl_tasks.local.pyindex import serve
 from gpurl_tasks.local.stage import StageBuild, stage_script
-from gpurl_tasks.plan.buildenv import BuildSettings, parse_build_settings, slice_builds
+from gpurl_tasks.plan.buildenv import UvBuildSettings, parse_build_settings, slice_builds
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
 from tests.support.pyindex import make_wheel
 
@@ -162,18 +164,29 @@ def _plan(*slices: tuple[str, tuple[tuple[str, bool], ...]]) -> Plan:
 
 
 def test_only_a_slice_that_builds_a_named_package_is_staged_on_the_ones_below() -> None:
-    settings = BuildSettings(no_isolation=frozenset({"te-torch", "wheel-only"}),
+    settings = UvBuildSettings(no_isolation=frozenset({"te-torch", "wheel-only"}),
                              match_runtime={"te-torch": ("torch",)})
     plan = _plan(("torch", (("torch", False),)), ("mid", (("wheel-only", False),)),
                  ("te", (("te-torch", True), ("numpy", False))))
     builds = slice_builds(plan, settings)
-    assert set(builds) == {"02-te"}  # wheel-only has a wheel: nothing is built
-    assert builds["02-te"].lower == ("00-torch", "01-mid")
-    assert builds["02-te"].no_isolation == ("te-torch",)
+    assert [b.name for b in builds] == ["02-te"]  # wheel-only has a wheel: nothing is built
+    assert builds[0].lower == ("00-torch", "01-mid")
+    assert builds[0].no_isolation == ("te-torch",)
 
 
 def test_a_match_runtime_requirement_above_its_package_is_a_plan_error() -> None:
-    settings = BuildSettings(match_runtime={"te-torch": ("torch",)})
+    settings = UvBuildSettings(match_runtime={"te-torch": ("torch",)})
     plan = _plan(("te", (("te-torch", True),)), ("torch", (("torch", False),)))
     with pytest.raises(PlanError, match=r"builds against torch .* 01-torch, not below it"):
         slice_builds(plan, settings)
+
+
+def test_the_chain_installs_a_named_sdist_without_isolation_on_the_slices_below() -> None:
+    """env-source = chain installs each slice into the venv the lower ones are in: only the
+    isolation flag is needed, in the slice's own RUN."""
+    plan = _plan(("torch", (("torch", False),)), ("te", (("te-torch", True),)))
+    builds = slice_builds(plan, UvBuildSettings(no_isolation=frozenset({"te-torch"})))
+    plan = dataclasses.replace(plan, builds=builds)
+    te, torch = plan.layers[1], plan.layers[0]
+    assert "--no-build-isolation-package te-torch" in slice_run(te, plan.build_of(te)).render()
+    assert "isolation" not in slice_run(torch, plan.build_of(torch)).render()

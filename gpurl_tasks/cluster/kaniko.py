@@ -50,8 +50,7 @@ from gpurl_tasks.oci.layered import (
     written_history,
 )
 from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.plan.buildenv import SliceBuild, load_build_settings, slice_builds
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.model import Plan, SliceBuild
 from gpurl_tasks.values import SOURCE_ID_ERE, inside_repository, plain_name, profile_name, registry_host
 
 __all__ = [
@@ -631,10 +630,9 @@ def slice_index_path(config: Config) -> Path:
 def slice_index(config: Config, plan: Plan) -> str:
     """One `NN-label<TAB>slice file<TAB>history entry` line per slice, in plan order: what the
     script composes (the script is rendered from the config alone: a lock bump leaves it)."""
-    builds = slice_builds(plan, load_build_settings(config.workspace))
     return "".join(f"{step.name}\t{_relative(step.slice.path(config.variant), config.root, 'slices')}"
                    f"\t{written_history(step, config.build.venv)}"
-                   f"{_build_column(builds.get(step.name))}\n" for step in plan.layers)
+                   f"{_build_column(plan.build_of(step))}\n" for step in plan.layers)
 
 
 def _build_column(build: SliceBuild | None) -> str:

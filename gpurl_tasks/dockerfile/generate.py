@@ -49,7 +49,7 @@ from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
-from gpurl_tasks.plan.buildenv import build_note, load_build_settings, slice_builds
+from gpurl_tasks.plan.buildenv import build_note
 from gpurl_tasks.plan.lock import load_lock, lock_staleness
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs
@@ -241,14 +241,14 @@ def fitted_views(config: Config, *, repack: bool, only: str | None = None,
 def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
     """Every slice file the plan calls for, with its text; one staged on the slices below
     (the lock's build settings) records it and what it is built on (plan/buildenv.py)."""
-    builds = slice_builds(plan, load_build_settings(config.workspace))
     texts: list[str] = []
     files: dict[Path, str] = {}
     for layer in plan.layers:
         text = render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
                             for p in layer.packages)
-        if layer.name in builds:
-            text = text.replace(HEADER, HEADER + build_note(builds[layer.name], texts), 1)
+        build = plan.build_of(layer)
+        if build is not None:
+            text = text.replace(HEADER, HEADER + build_note(build, texts), 1)
         texts.append(text)
         files[layer.slice.path(config.variant)] = text
     return files

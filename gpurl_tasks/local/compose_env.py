@@ -50,7 +50,6 @@ from gpurl_tasks.oci.layered import (
 )
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.plan.buildenv import load_build_settings, slice_builds
 from gpurl_tasks.plan.model import Layer, Plan
 
 __all__ = ["compose_commands", "compose_environment"]
@@ -153,10 +152,10 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
 def stage_builds(config: Config, plan: Plan) -> dict[str, StageBuild]:
     """The slices staged on the slices below them (the lock's build settings), by NN-label."""
     layers = {layer.name: layer for layer in plan.layers}
-    return {name: StageBuild(lower=tuple((layers[n].slice.path(config.variant),
-                                          layers[n].slice.image_path) for n in build.lower),
-                             no_isolation=build.no_isolation)
-            for name, build in slice_builds(plan, load_build_settings(config.workspace)).items()}
+    return {build.name: StageBuild(lower=tuple((layers[n].slice.path(config.variant),
+                                                layers[n].slice.image_path) for n in build.lower),
+                                   no_isolation=build.no_isolation)
+            for build in plan.builds}
 
 
 def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: Path,

@@ -26,16 +26,16 @@ from packaging.utils import canonicalize_name
 
 from gpurl_tasks.errors import ConfigError, PlanError, shown
 from gpurl_tasks.files import read_text
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.model import Plan, SliceBuild
 
-__all__ = ["BUILD_NOTE", "BuildSettings", "SliceBuild", "build_note", "load_build_settings",
+__all__ = ["BUILD_NOTE", "UvBuildSettings", "build_note", "load_build_settings",
            "parse_build_settings", "slice_builds"]
 
 BUILD_NOTE = "# gpurl-build: on the slices below"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class BuildSettings:
+class UvBuildSettings:
     """`[tool.uv]`'s sdist build settings, names canonical."""
 
     no_isolation: frozenset[str] = frozenset()
@@ -45,14 +45,6 @@ class BuildSettings:
 
     def builds_on_lower(self, name: str) -> bool:
         return name in self.no_isolation or bool(self.match_runtime.get(name))
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class SliceBuild:
-    """How one slice is staged: on the slices below it, isolation off for `no_isolation`."""
-
-    lower: tuple[str, ...]  # the NN-label names of the slices below, in plan order
-    no_isolation: tuple[str, ...]
 
 
 def _names(value: Any, where: str) -> list[str]:
@@ -75,7 +67,7 @@ def _requirement(entry: Any, where: str) -> tuple[str, bool]:
         raise ConfigError(f"{where}: {shown(text)} is not a requirement") from None
 
 
-def parse_build_settings(text: str, *, where: str = "pyproject.toml") -> BuildSettings:
+def parse_build_settings(text: str, *, where: str = "pyproject.toml") -> UvBuildSettings:
     """The settings of a workspace pyproject's `[tool.uv]` (pure)."""
     try:
         uv = tomllib.loads(text).get("tool", {}).get("uv", {})
@@ -100,24 +92,24 @@ def parse_build_settings(text: str, *, where: str = "pyproject.toml") -> BuildSe
         name = str(canonicalize_name(package))
         extra[name] = tuple(n for n, _ in found)
         runtime[name] = tuple(n for n, matched in found if matched)
-    return BuildSettings(no_isolation=no_isolation, extra=extra, match_runtime=runtime)
+    return UvBuildSettings(no_isolation=no_isolation, extra=extra, match_runtime=runtime)
 
 
-def load_build_settings(workspace: Path) -> BuildSettings:
+def load_build_settings(workspace: Path) -> UvBuildSettings:
     """The workspace's settings (none when it has no pyproject.toml)."""
     path = workspace / "pyproject.toml"
     if not path.is_file():
-        return BuildSettings()
+        return UvBuildSettings()
     return parse_build_settings(read_text(path, what="pyproject.toml", error=ConfigError),
                                 where=str(path))
 
 
-def slice_builds(plan: Plan, settings: BuildSettings) -> dict[str, SliceBuild]:
+def slice_builds(plan: Plan, settings: UvBuildSettings) -> tuple[SliceBuild, ...]:
     """The slices that hold a package uv builds (no wheel for the target) and the settings
     name (by NN-label), each with what it is staged on; a match-runtime requirement must sit
     in a slice below its package's."""
     home = {p.name: i for i, layer in enumerate(plan.layers) for p in layer.packages}
-    out: dict[str, SliceBuild] = {}
+    out: list[SliceBuild] = []
     for i, layer in enumerate(plan.layers):
         named = [p.name for p in layer.packages if p.built and settings.builds_on_lower(p.name)]
         if not named:
@@ -129,10 +121,10 @@ def slice_builds(plan: Plan, settings: BuildSettings) -> dict[str, SliceBuild]:
                         f"{name} (slice {layer.name}) builds against {needed} at its runtime "
                         f"version, but {needed} is in slice {plan.layers[home[needed]].name}, "
                         "not below it", hint="run `invoke generate --repack`")
-        out[layer.name] = SliceBuild(
-            lower=tuple(lower.name for lower in plan.layers[:i]),
-            no_isolation=tuple(sorted(n for n in named if n in settings.no_isolation)))
-    return out
+        out.append(SliceBuild(
+            name=layer.name, lower=tuple(lower.name for lower in plan.layers[:i]),
+            no_isolation=tuple(sorted(n for n in named if n in settings.no_isolation))))
+    return tuple(out)
 
 
 def build_note(build: SliceBuild, lower_texts: Sequence[str]) -> str:
