@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from gpurl_tasks.cluster.kaniko import render_script
+from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.recipe import slice_run
 from gpurl_tasks.errors import ConfigError, PlanError
 from gpurl_tasks.local.pyindex import serve
@@ -190,3 +193,59 @@ def test_the_chain_installs_a_named_sdist_without_isolation_on_the_slices_below(
     te, torch = plan.layers[1], plan.layers[0]
     assert "--no-build-isolation-package te-torch" in slice_run(te, plan.build_of(te)).render()
     assert "isolation" not in slice_run(torch, plan.build_of(torch)).render()
+
+
+_STAND_IN_TOOL = '''import shutil, sys, os
+# Stand-in for the layer tool's `image` command (test_kaniko_e2e runs the real one): keeps
+# the staged tree for the test to read, and says a blob.
+shutil.copytree(sys.argv[2], os.environ["KEEP"])
+print("sha256:0 (stand-in)")
+'''
+
+
+def _write_slice_function(script: str) -> str:
+    start = script.index("write_slice() {")
+    return script[start:script.index("\n}\n", start) + 3]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("build", ["lower --no-build-isolation-package needsbase", ""],
+                         ids=["with-the-settings", "plain"])
+def test_the_cluster_script_stages_the_sdist_on_the_slice_below(
+        tmp_path: Path, served: tuple[str, Path, Path], build: str) -> None:
+    """The kaniko script's own `write_slice` (rendered for the skyrl profile, which composes),
+    run with real uv on the slice index's fourth column; the layer tool and crane are
+    stand-ins (the kaniko e2e test runs both for real)."""
+    url, base, sdist = served
+    script = render_script(load_config(ROOT, profile="skyrl", env={}))
+    venv = tmp_path / "opt" / "venv"
+    subprocess.run(["uv", "venv", "--quiet", "--python", sys.executable, str(venv)], check=True,
+                   capture_output=True)
+    (tmp_path / "00-base.txt").write_text(f"--index-url {url}\n{_pin('basepkg', base)}\n")
+    (tmp_path / "01-needsbase.txt").write_text(f"--index-url {url}\n{_pin('needsbase', sdist)}\n")
+    (tmp_path / "tool.py").write_text(_STAND_IN_TOOL)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "crane").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "work" / "crane").chmod(0o755)
+    (tmp_path / "slices").mkdir()
+    q = shlex.quote
+    run = "\n".join([
+        "set -euo pipefail", f"VENV={q(str(venv))}", f"CONTEXT={q(str(tmp_path))}",
+        f"SLICES={q(str(tmp_path / 'slices'))}", f"WORK={q(str(tmp_path / 'work'))}",
+        f"LAYER_TOOL={q(str(tmp_path / 'tool.py'))}", "LEVEL=6", "CACHE_REPO=cache",
+        "BASE_DOCS=()", _write_slice_function(script),
+        f"write_slice 01-needsbase 01-needsbase.txt created slice-x-0 '' {q(build)} 00-base.txt"])
+    done = subprocess.run(["bash", "-c", run], capture_output=True, text=True, timeout=300,
+                          env={"PATH": str(Path(str(shutil.which("uv"))).parent) + ":/usr/bin:/bin",
+                               "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "HOME": str(tmp_path),
+                               "KEEP": str(tmp_path / "kept")})
+    log = (tmp_path / "slices" / "01-needsbase.log").read_text()
+    if build:
+        assert done.returncode == 0 and "01-needsbase: written" in done.stdout, done.stdout + log
+        built = sorted((tmp_path / "kept").glob("lib/python*/site-packages/*"))
+        assert {p.name for p in built} == {"needsbase.py", "needsbase-1.0.dist-info"}, built
+        assert "from-the-lower-slice" in next(p for p in built if p.name == "needsbase.py").read_text()
+    else:
+        assert done.returncode == 1, done.stdout + log
+        assert "installing slice 01-needsbase (01-needsbase.txt) failed" in done.stdout
+        assert "basepkg" in log
