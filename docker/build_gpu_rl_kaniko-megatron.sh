@@ -253,8 +253,8 @@ write_slice() {
   : >"$log"
   if [ "${words[0]:-}" = lower ]; then
     build_args=("${words[@]:1}")
-    for lower_file in "${@:7}"; do below+=(-r "$CONTEXT/$lower_file"); done
-    if [ "${#below[@]}" -gt 0 ] && ! { uv pip install --no-deps --no-installer-metadata --prefix "$SLICES/$name/build" --python "$VENV"/bin/python "${below[@]}" >&2 && PYTHONPATH="$(echo "$SLICES/$name/build"/lib/python*/site-packages)" && export PYTHONPATH; } >>"$log" 2>&1; then
+    for lower_file in "${@:7}"; do below+=("$CONTEXT/$lower_file"); done
+    if [ "${#below[@]}" -gt 0 ] && ! { { built=0; for lower in "${below[@]}"; do uv pip install --no-deps --no-installer-metadata --prefix "$SLICES/$name/build" --python "$VENV"/bin/python -r "$lower" >&2 || { built=1; break; }; done; [ "$built" = 0 ]; } && PYTHONPATH="$(echo "$SLICES/$name/build"/lib/python*/site-packages)" && export PYTHONPATH; } >>"$log" 2>&1; then
       echo "installing the slices below slice $name failed: $(tail -n 5 "$log" | tr '\n' ' ')"
       return 1
     fi

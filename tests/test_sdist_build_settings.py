@@ -89,22 +89,45 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> object:
     base = make_wheel(files, "basepkg", "1.0", extra_files={
         "basepkg/build_help.py": b"def version():\n    return 'from-the-lower-slice'\n"})
     sdist = _sdist(files)
-    with serve(files) as index:
-        yield index.url, base, sdist
+    others = tmp_path_factory.mktemp("other-index")
+    other = make_wheel(others, "otherpkg", "1.0")
+    with serve(files) as index, serve(others) as second:
+        yield Served(url=index.url, base=base, sdist=sdist, other_url=second.url, other=other)
 
 
-def _stage(tmp: Path, url: str, base: Path, sdist: Path, no_isolation: tuple[str, ...] | None,
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """Two loopback indexes: basepkg and the sdist on one, otherpkg on the other (each lower
+    slice names its own index, as the torch slice and the PyPI ones do)."""
+
+    url: str
+    base: Path
+    sdist: Path
+    other_url: str
+    other: Path
+
+    def lower_slices(self, directory: Path) -> list[Path]:
+        other, base = directory / "00-other.txt", directory / "01-base.txt"
+        other.write_text(f"--index-url {self.other_url}\n{_pin('otherpkg', self.other)}\n")
+        base.write_text(f"--index-url {self.url}\n{_pin('basepkg', self.base)}\n")
+        return [other, base]
+
+    def upper_slice(self, directory: Path) -> Path:
+        path = directory / "02-needsbase.txt"
+        path.write_text(f"--index-url {self.url}\n{_pin('needsbase', self.sdist)}\n")
+        return path
+
+
+def _stage(tmp: Path, served: Served, no_isolation: tuple[str, ...] | None,
            ) -> subprocess.CompletedProcess[str]:
     """Stage the sdist's slice above basepkg's: with the settings (`no_isolation`: the
     packages built without isolation), or as a plain slice (None)."""
     venv = tmp / "opt" / "venv"
     subprocess.run(["uv", "venv", "--quiet", "--python", sys.executable, str(venv)], check=True,
                    capture_output=True)
-    lower, upper = tmp / "00-base.txt", tmp / "01-needsbase.txt"
-    lower.write_text(f"--index-url {url}\n{_pin('basepkg', base)}\n")
-    upper.write_text(f"--index-url {url}\n{_pin('needsbase', sdist)}\n")
+    lower, upper = served.lower_slices(tmp), served.upper_slice(tmp)
     build = None if no_isolation is None else \
-        StageBuild(lower=((lower, str(lower)),), no_isolation=no_isolation)
+        StageBuild(lower=tuple((p, str(p)) for p in lower), no_isolation=no_isolation)
     script = stage_script(venv=str(venv), slice_file=str(upper), stage=str(tmp / "stage"),
                           build=build, build_prefix=str(tmp / "build"))
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=300,
@@ -121,10 +144,9 @@ def _built(tmp: Path) -> str:
 @pytest.mark.integration
 @pytest.mark.parametrize("no_isolation", [("needsbase",), ()],
                          ids=["no-build-isolation-package", "match-runtime"])
-def test_an_sdist_builds_against_the_slice_below_it(tmp_path: Path, served: tuple[str, Path, Path],
+def test_an_sdist_builds_against_the_slice_below_it(tmp_path: Path, served: Served,
                                                     no_isolation: tuple[str, ...]) -> None:
-    url, base, sdist = served
-    done = _stage(tmp_path, url, base, sdist, no_isolation)
+    done = _stage(tmp_path, served, no_isolation)
     assert done.returncode == 0, done.stderr
     assert _built(tmp_path) == "BUILT_WITH = 'from-the-lower-slice'\n"
     # the build environment never reaches the layer: the stage holds the slice alone
@@ -134,9 +156,8 @@ def test_an_sdist_builds_against_the_slice_below_it(tmp_path: Path, served: tupl
 
 @pytest.mark.integration
 def test_without_the_settings_the_build_fails_naming_the_missing_package(
-        tmp_path: Path, served: tuple[str, Path, Path]) -> None:
-    url, base, sdist = served
-    done = _stage(tmp_path, url, base, sdist, None)
+        tmp_path: Path, served: Served) -> None:
+    done = _stage(tmp_path, served, None)
     assert done.returncode != 0
     assert "needsbase" in done.stderr and "basepkg" in done.stderr, done.stderr
     assert not list((tmp_path / "stage").glob("lib/python*/site-packages/needsbase.py"))
@@ -212,17 +233,16 @@ def _write_slice_function(script: str) -> str:
 @pytest.mark.parametrize("build", ["lower --no-build-isolation-package needsbase", ""],
                          ids=["with-the-settings", "plain"])
 def test_the_cluster_script_stages_the_sdist_on_the_slice_below(
-        tmp_path: Path, served: tuple[str, Path, Path], build: str) -> None:
+        tmp_path: Path, served: Served, build: str) -> None:
     """The kaniko script's own `write_slice` (rendered for the skyrl profile, which composes),
     run with real uv on the slice index's fourth column; the layer tool and crane are
     stand-ins (the kaniko e2e test runs both for real)."""
-    url, base, sdist = served
     script = render_script(load_config(ROOT, profile="skyrl", env={}))
     venv = tmp_path / "opt" / "venv"
     subprocess.run(["uv", "venv", "--quiet", "--python", sys.executable, str(venv)], check=True,
                    capture_output=True)
-    (tmp_path / "00-base.txt").write_text(f"--index-url {url}\n{_pin('basepkg', base)}\n")
-    (tmp_path / "01-needsbase.txt").write_text(f"--index-url {url}\n{_pin('needsbase', sdist)}\n")
+    lower = [p.name for p in served.lower_slices(tmp_path)]
+    served.upper_slice(tmp_path)
     (tmp_path / "tool.py").write_text(_STAND_IN_TOOL)
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "crane").write_text("#!/bin/sh\nexit 0\n")
@@ -234,18 +254,19 @@ def test_the_cluster_script_stages_the_sdist_on_the_slice_below(
         f"SLICES={q(str(tmp_path / 'slices'))}", f"WORK={q(str(tmp_path / 'work'))}",
         f"LAYER_TOOL={q(str(tmp_path / 'tool.py'))}", "LEVEL=6", "CACHE_REPO=cache",
         "BASE_DOCS=()", _write_slice_function(script),
-        f"write_slice 01-needsbase 01-needsbase.txt created slice-x-0 '' {q(build)} 00-base.txt"])
+        f"write_slice 02-needsbase 02-needsbase.txt created slice-x-0 '' {q(build)} "
+        + " ".join(lower)])
     done = subprocess.run(["bash", "-c", run], capture_output=True, text=True, timeout=300,
                           env={"PATH": str(Path(str(shutil.which("uv"))).parent) + ":/usr/bin:/bin",
                                "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "HOME": str(tmp_path),
                                "KEEP": str(tmp_path / "kept")})
-    log = (tmp_path / "slices" / "01-needsbase.log").read_text()
+    log = (tmp_path / "slices" / "02-needsbase.log").read_text()
     if build:
-        assert done.returncode == 0 and "01-needsbase: written" in done.stdout, done.stdout + log
+        assert done.returncode == 0 and "02-needsbase: written" in done.stdout, done.stdout + log
         built = sorted((tmp_path / "kept").glob("lib/python*/site-packages/*"))
         assert {p.name for p in built} == {"needsbase.py", "needsbase-1.0.dist-info"}, built
         assert "from-the-lower-slice" in next(p for p in built if p.name == "needsbase.py").read_text()
     else:
         assert done.returncode == 1, done.stdout + log
-        assert "installing slice 01-needsbase (01-needsbase.txt) failed" in done.stdout
+        assert "installing slice 02-needsbase (02-needsbase.txt) failed" in done.stdout
         assert "basepkg" in log

@@ -409,7 +409,7 @@ write_slice() {{
   : >"$log"
   if [ "${{words[0]:-}}" = lower ]; then
     build_args=("${{words[@]:1}}")
-    for lower_file in "${{@:7}}"; do below+=(-r "$CONTEXT/$lower_file"); done
+    for lower_file in "${{@:7}}"; do below+=("$CONTEXT/$lower_file"); done
     if [ "${{#below[@]}}" -gt 0 ] && ! {{ {build_env}; }} >>"$log" 2>&1; then
       echo "installing the slices below slice $name failed: $(tail -n 5 "$log" | tr '\n' ' ')"
       return 1
@@ -567,7 +567,7 @@ def _compose(config: Config) -> str:
     install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
                               slice_file='"$CONTEXT/$file"', build_args=['"${build_args[@]}"'])
     build_env = build_env_script(prefix='"$SLICES/$name/build"', venv='"$VENV"',
-                                 requirements='"${below[@]}"')
+                                 files='"${below[@]}"')
     compose_env = _COMPOSE_ENV.format(venv=shlex.quote(config.build.venv), install=" ".join(install),
                                       build_env=build_env,
                                       layer_level=config.layers.compression_level)

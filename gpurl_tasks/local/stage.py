@@ -75,8 +75,8 @@ def stage_script(*, venv: str, slice_file: str, stage: str, build: StageBuild | 
                               build_args=no_isolation_args(build.no_isolation) if build else ())
     steps = ["set -eu"]
     if build and build.lower:
-        steps.append(build_env_script(prefix=build_prefix, venv=venv, requirements=shlex.join(
-            [w for _, dest in build.lower for w in ("-r", dest)])))
+        steps.append(build_env_script(prefix=build_prefix, venv=venv,
+                                      files=shlex.join(dest for _, dest in build.lower)))
     return " && ".join([*steps, shlex.join(install) + " >&2"])
 
 

@@ -53,15 +53,17 @@ def no_isolation_args(names: Sequence[str]) -> list[str]:
     return [w for name in names for w in ("--no-build-isolation-package", name)]
 
 
-def build_env_script(*, prefix: str, venv: str, requirements: str) -> str:
-    """Shell that installs the slices below one slice (`requirements`: their `-r FILE` words)
-    into the scratch `prefix` and puts it on PYTHONPATH, so the slice's sdists build against
-    the packages the environment holds under it (plan/buildenv.py); `prefix` never reaches
-    the layer. A plain `uv pip install` (no --require-hashes: a git slice has no hash; the
-    hashes listed are still checked)."""
+def build_env_script(*, prefix: str, venv: str, files: str) -> str:
+    """Shell that installs the slices below one slice (`files`: their slice files, as shell
+    words) into the scratch `prefix` and puts it on PYTHONPATH, so the slice's sdists build
+    against the packages the environment holds under it (plan/buildenv.py); `prefix` never
+    reaches the layer. One install per file: each names its own index, and uv refuses two
+    `--index-url`s in one install. No --require-hashes (a git slice has no hash; the hashes
+    listed are still checked). Its status is non-zero when one install fails."""
     install = ["uv", "pip", "install", "--no-deps", "--no-installer-metadata",
                "--prefix", prefix, "--python", f"{venv}/bin/python"]
-    return (f'{" ".join(install)} {requirements} >&2 && '
+    return (f'{{ built=0; for lower in {files}; do {" ".join(install)} -r "$lower" >&2 '
+            '|| { built=1; break; }; done; [ "$built" = 0 ]; } && '
             f'PYTHONPATH="$(echo {prefix}/lib/python*/site-packages)" && export PYTHONPATH')
 
 
