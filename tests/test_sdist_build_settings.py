@@ -28,7 +28,12 @@ from gpurl_tasks.dockerfile.recipe import slice_run
 from gpurl_tasks.errors import ConfigError, PlanError
 from gpurl_tasks.local.pyindex import serve
 from gpurl_tasks.local.stage import StageBuild, stage_script
-from gpurl_tasks.plan.buildenv import UvBuildSettings, parse_build_settings, slice_builds
+from gpurl_tasks.plan.buildenv import (
+    UvBuildSettings,
+    load_build_settings,
+    parse_build_settings,
+    slice_builds,
+)
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
 from tests.support.pyindex import make_wheel
 
@@ -270,3 +275,22 @@ def test_the_cluster_script_stages_the_sdist_on_the_slice_below(
         assert done.returncode == 1, done.stdout + log
         assert "installing slice 02-needsbase (02-needsbase.txt) failed" in done.stdout
         assert "basepkg" in log
+
+
+@pytest.mark.parametrize("text", [
+    '[tool.uv]\nno-build-isolation-package = ["te; rm -rf /"]\n',
+    '[tool.uv]\nno-build-isolation-package = "te"\n',
+    '[tool.uv.extra-build-dependencies]\n"te torch" = ["torch"]\n',
+    '[tool.uv]\nextra-build-dependencies = ["torch"]\n',
+])
+def test_a_bad_setting_is_one_config_error_naming_it(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"pyproject.toml: \[tool.uv"):
+        parse_build_settings(text)
+
+
+def test_a_workspace_uv_toml_is_read_instead_of_its_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.uv]\nno-build-isolation-package = ["a"]\n')
+    assert load_build_settings(tmp_path).no_isolation == {"a"}
+    (tmp_path / "uv.toml").write_text('no-build-isolation-package = ["B_c"]\n')
+    assert load_build_settings(tmp_path).no_isolation == {"b-c"}
+    assert load_build_settings(tmp_path / "none") == UvBuildSettings()

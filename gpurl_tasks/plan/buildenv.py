@@ -1,15 +1,16 @@
 """The lock's build settings, and which slices must be staged with them.
 
-uv records how sdists are built in the workspace's `pyproject.toml` `[tool.uv]`, not in
-uv.lock (its `[manifest]` holds members, overrides and constraints only; checked with uv
-0.13.9): `no-build-isolation-package = [...]` builds the named packages in the environment
-they install into, and `extra-build-dependencies = { pkg = [...] }` adds build requirements,
-where `{ requirement = "torch", match-runtime = true }` means "the torch the environment
-holds". A slice is staged alone on env-base, so such a package would build with neither:
-its slice is staged on a build environment of every slice below it (their files installed
-into a scratch prefix on the interpreter's path, never into the layer), with isolation off
-for the packages the settings name. The slice file records this (`BUILD_NOTE`, with a hash
-of the slices below), so its cache tag changes when the torch it built against does.
+uv records how sdists are built in the workspace's `pyproject.toml` `[tool.uv]` (or a
+`uv.toml` beside it, which uv then reads instead), not in uv.lock: its `[manifest]` holds
+members, overrides and constraints only (checked with uv 0.13.9). `no-build-isolation-package
+= [...]` builds the named packages in the environment they install into, and
+`extra-build-dependencies = { pkg = [...] }` adds build requirements, where `{ requirement =
+"torch", match-runtime = true }` means "the torch the environment holds". A slice is staged
+alone on env-base, so such a package would build with neither: its slice is staged on a
+build environment of every slice below it (their files installed into a scratch prefix on
+the interpreter's path, never into the layer), with isolation off for the packages the
+settings name. The slice file records this (`BUILD_NOTE`, with a hash of the slices below),
+so its cache tag changes when the torch it built against does.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from gpurl_tasks import values
 from gpurl_tasks.errors import ConfigError, PlanError, shown
 from gpurl_tasks.files import read_text
 from gpurl_tasks.plan.model import Plan, SliceBuild
@@ -48,9 +50,9 @@ class UvBuildSettings:
 
 
 def _names(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list):
         raise ConfigError(f"{where} must be a list of package names, not {shown(value)}")
-    return [str(canonicalize_name(v)) for v in value]
+    return [str(canonicalize_name(values.package_name(v, where))) for v in value]
 
 
 def _requirement(entry: Any, where: str) -> tuple[str, bool]:
@@ -67,12 +69,15 @@ def _requirement(entry: Any, where: str) -> tuple[str, bool]:
         raise ConfigError(f"{where}: {shown(text)} is not a requirement") from None
 
 
-def parse_build_settings(text: str, *, where: str = "pyproject.toml") -> UvBuildSettings:
-    """The settings of a workspace pyproject's `[tool.uv]` (pure)."""
+def parse_build_settings(text: str, *, where: str = "pyproject.toml",
+                         uv_toml: bool = False) -> UvBuildSettings:
+    """The settings of a workspace pyproject's `[tool.uv]`, or of a `uv.toml` (its top
+    level) (pure)."""
     try:
-        uv = tomllib.loads(text).get("tool", {}).get("uv", {})
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where} is not valid TOML: {exc}") from None
+    uv = document if uv_toml else document.get("tool", {}).get("uv", {})
     if uv.get("no-build-isolation") is True:
         raise ConfigError(f"{where}: [tool.uv] no-build-isolation = true is not supported: "
                           "each slice is staged alone",
@@ -89,19 +94,21 @@ def parse_build_settings(text: str, *, where: str = "pyproject.toml") -> UvBuild
         if not isinstance(entries, list):
             raise ConfigError(f"{at} must be a list")
         found = [_requirement(e, at) for e in entries]
-        name = str(canonicalize_name(package))
+        name = str(canonicalize_name(values.package_name(package, at)))
         extra[name] = tuple(n for n, _ in found)
         runtime[name] = tuple(n for n, matched in found if matched)
     return UvBuildSettings(no_isolation=no_isolation, extra=extra, match_runtime=runtime)
 
 
 def load_build_settings(workspace: Path) -> UvBuildSettings:
-    """The workspace's settings (none when it has no pyproject.toml)."""
-    path = workspace / "pyproject.toml"
-    if not path.is_file():
-        return UvBuildSettings()
-    return parse_build_settings(read_text(path, what="pyproject.toml", error=ConfigError),
-                                where=str(path))
+    """The workspace's settings: its uv.toml's when it has one (uv then ignores
+    pyproject's `[tool.uv]`), else its pyproject.toml's (none without either)."""
+    for name, uv_toml in (("uv.toml", True), ("pyproject.toml", False)):
+        path = workspace / name
+        if path.is_file():
+            return parse_build_settings(read_text(path, what=name, error=ConfigError),
+                                        where=str(path), uv_toml=uv_toml)
+    return UvBuildSettings()
 
 
 def slice_builds(plan: Plan, settings: UvBuildSettings) -> tuple[SliceBuild, ...]:
