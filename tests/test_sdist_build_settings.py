@@ -204,7 +204,8 @@ def test_only_a_slice_that_builds_a_named_package_is_staged_on_the_ones_below() 
 
 
 def test_a_match_runtime_requirement_above_its_package_is_a_plan_error() -> None:
-    settings = UvBuildSettings(match_runtime={"te-torch": ("torch",)})
+    settings = parse_build_settings('[tool.uv.extra-build-dependencies]\n'
+                                    'te-torch = [{requirement = "torch", match-runtime = true}]\n')
     plan = _plan(("te", (("te-torch", True),)), ("torch", (("torch", False),)))
     with pytest.raises(PlanError, match=r"builds against torch .* 01-torch, not below it"):
         slice_builds(plan, settings)

@@ -46,7 +46,9 @@ class UvBuildSettings:
     match_runtime: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def builds_on_lower(self, name: str) -> bool:
-        return name in self.no_isolation or bool(self.match_runtime.get(name))
+        """uv would build it with more than its own build requirements: staged alone, the
+        staging install sees no pyproject, so the slices below provide them."""
+        return name in self.no_isolation or bool(self.extra.get(name))
 
 
 def _names(value: Any, where: str) -> list[str]:
