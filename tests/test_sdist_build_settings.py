@@ -29,12 +29,14 @@ from gpurl_tasks.errors import ConfigError, PlanError
 from gpurl_tasks.local.pyindex import serve
 from gpurl_tasks.local.stage import StageBuild, stage_script
 from gpurl_tasks.plan.buildenv import (
+    BUILD_NOTE,
     UvBuildSettings,
+    build_note,
     load_build_settings,
     parse_build_settings,
     slice_builds,
 )
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice, SliceBuild
 from tests.support.pyindex import make_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -295,3 +297,12 @@ def test_a_workspace_uv_toml_is_read_instead_of_its_pyproject(tmp_path: Path) ->
     (tmp_path / "uv.toml").write_text('no-build-isolation-package = ["B_c"]\n')
     assert load_build_settings(tmp_path).no_isolation == {"b-c"}
     assert load_build_settings(tmp_path / "none") == UvBuildSettings()
+
+
+def test_the_slice_file_note_changes_with_the_slices_below() -> None:
+    """The note is in the slice file, whose bytes are its cache tag's: a new torch below
+    means the sdist is built again."""
+    build = SliceBuild(name="02-te", lower=("00-torch", "01-mid"), no_isolation=("te-torch",))
+    old = build_note(build, ["torch==2.8.0\n", "mid==1\n"])
+    new = build_note(build, ["torch==2.9.1\n", "mid==1\n"])
+    assert old != new and old.startswith(BUILD_NOTE) and old.endswith("te-torch\n")
