@@ -244,9 +244,22 @@ SLICE_ROOT="$CACHE_REPO:gpurl-slice-root"
 crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_ROOT: $(said)"
 # One slice the cache lacks: staged, written and pushed (its own log and error files, so
 # slices can be written side by side).
+# A slice whose index line ends in `lower [uv flags]` (the lock's build settings) is staged
+# on the slices below it: their files ($7...) installed into its scratch build prefix.
 write_slice() {
   local name="$1" file="$2" created_by="$3" tag="$4" again="${5:-}" log="$SLICES/$1.log"
-  if ! uv pip install --no-deps --require-hashes --no-installer-metadata --prefix "$SLICES/$name/tree" --python "$VENV"/bin/python -r "$CONTEXT/$file" >"$log" 2>&1
+  local words=() build_args=() below=() lower_file
+  read -ra words <<<"${6:-}"
+  : >"$log"
+  if [ "${words[0]:-}" = lower ]; then
+    build_args=("${words[@]:1}")
+    for lower_file in "${@:7}"; do below+=("$CONTEXT/$lower_file"); done
+    if [ "${#below[@]}" -gt 0 ] && ! { { built=0; for lower in "${below[@]}"; do uv pip install --no-deps --no-installer-metadata --prefix "$SLICES/$name/build" --python "$VENV"/bin/python -r "$lower" >&2 || { built=1; break; }; done; [ "$built" = 0 ]; } && PYTHONPATH="$(echo "$SLICES/$name/build"/lib/python*/site-packages)" && export PYTHONPATH; } >>"$log" 2>&1; then
+      echo "installing the slices below slice $name failed: $(tail -n 5 "$log" | tr '\n' ' ')"
+      return 1
+    fi
+  fi
+  if ! uv pip install --no-deps --require-hashes --no-installer-metadata "${build_args[@]}" --prefix "$SLICES/$name/tree" --python "$VENV"/bin/python -r "$CONTEXT/$file" >>"$log" 2>&1
   then
     echo "installing slice $name ($file) failed: $(tail -n 5 "$log" | tr '\n' ' ')"
     return 1
@@ -279,8 +292,11 @@ REWRITTEN=0
 CACHED=0
 exec 3<"$SLICE_INDEX"
 exec 4<"$SLICES/tags"
-while IFS=$'\t' read -r name file created_by <&3; do
+LOWER=()
+while IFS=$'\t' read -r name file created_by build <&3; do
   [ -n "$name" ] || continue
+  below=("${LOWER[@]}")
+  LOWER+=("$file")
   read -r tagged tag <&4 && [ "$tagged" = "$name" ] || die "no cache tag for slice $name"
   if crane digest "$CACHE_REPO:$tag" >/dev/null; then
     # A record is trusted only when its blobs are there: a cleanup of the cache repository
@@ -300,7 +316,8 @@ while IFS=$'\t' read -r name file created_by <&3; do
     lost=""
   fi
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-  ( write_slice "$name" "$file" "$created_by" "$tag" "$lost" || touch "$SLICES/$name.failed" ) &
+  ( write_slice "$name" "$file" "$created_by" "$tag" "$lost" "$build" "${below[@]}" \
+    || touch "$SLICES/$name.failed" ) &
   WRITTEN=$((WRITTEN + 1))
 done
 exec 3<&- 4<&-

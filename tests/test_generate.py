@@ -407,3 +407,21 @@ def test_the_staleness_check_agrees_with_every_committed_lock() -> None:
         config = load_config(REPO_ROOT, profile=name, env={})
         assert lock_staleness((config.workspace / "pyproject.toml").read_text(),
                               load_lock(config.lock)) == [], name
+
+
+@pytest.mark.integration
+def test_a_file_every_variant_renders_alike_is_written_and_reported_once(tmp_path: Path) -> None:
+    """The envcheck copy and a shared slice belong to both skyrl variants: one line each."""
+    root = repo_copy(tmp_path / "repo")
+    envcheck = root / "docker" / "gpurl-envcheck.py"
+    shared = root / "docker" / "layers" / "skyrl" / "shared" / "01-torch.txt"
+    envcheck.unlink()
+    shared.write_text(shared.read_text() + "# edited\n")
+    done = _invoke(root, "--profile", "skyrl")
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if "gpurl-envcheck.py" in line] == \
+        ["docker/gpurl-envcheck.py: written"], done.stdout
+    assert sum("1 slice file(s) written" in line for line in done.stdout.splitlines()) == 1, \
+        done.stdout
+    assert envcheck.read_bytes() == (REPO_ROOT / "docker" / "gpurl-envcheck.py").read_bytes()
+    assert shared.read_bytes() == (REPO_ROOT / shared.relative_to(root)).read_bytes()

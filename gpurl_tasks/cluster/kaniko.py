@@ -43,9 +43,14 @@ from gpurl_tasks.dockerfile.wheels import (
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.oci import layer
-from gpurl_tasks.oci.layered import install_command, written_history
+from gpurl_tasks.oci.layered import (
+    build_env_script,
+    install_command,
+    no_isolation_args,
+    written_history,
+)
 from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.plan.model import Plan, SliceBuild
 from gpurl_tasks.values import SOURCE_ID_ERE, inside_repository, plain_name, profile_name, registry_host
 
 __all__ = [
@@ -395,9 +400,22 @@ SLICE_ROOT="$CACHE_REPO:gpurl-slice-root"
 crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_ROOT: $(said)"
 # One slice the cache lacks: staged, written and pushed (its own log and error files, so
 # slices can be written side by side).
+# A slice whose index line ends in `lower [uv flags]` (the lock's build settings) is staged
+# on the slices below it: their files ($7...) installed into its scratch build prefix.
 write_slice() {{
   local name="$1" file="$2" created_by="$3" tag="$4" again="${{5:-}}" log="$SLICES/$1.log"
-  if ! {install} >"$log" 2>&1
+  local words=() build_args=() below=() lower_file
+  read -ra words <<<"${{6:-}}"
+  : >"$log"
+  if [ "${{words[0]:-}}" = lower ]; then
+    build_args=("${{words[@]:1}}")
+    for lower_file in "${{@:7}}"; do below+=("$CONTEXT/$lower_file"); done
+    if [ "${{#below[@]}}" -gt 0 ] && ! {{ {build_env}; }} >>"$log" 2>&1; then
+      echo "installing the slices below slice $name failed: $(tail -n 5 "$log" | tr '\n' ' ')"
+      return 1
+    fi
+  fi
+  if ! {install} >>"$log" 2>&1
   then
     echo "installing slice $name ($file) failed: $(tail -n 5 "$log" | tr '\n' ' ')"
     return 1
@@ -430,8 +448,11 @@ REWRITTEN=0
 CACHED=0
 exec 3<"$SLICE_INDEX"
 exec 4<"$SLICES/tags"
-while IFS=$'\t' read -r name file created_by <&3; do
+LOWER=()
+while IFS=$'\t' read -r name file created_by build <&3; do
   [ -n "$name" ] || continue
+  below=("${{LOWER[@]}}")
+  LOWER+=("$file")
   read -r tagged tag <&4 && [ "$tagged" = "$name" ] || die "no cache tag for slice $name"
   if crane digest "$CACHE_REPO:$tag" >/dev/null; then
     # A record is trusted only when its blobs are there: a cleanup of the cache repository
@@ -451,7 +472,8 @@ while IFS=$'\t' read -r name file created_by <&3; do
     lost=""
   fi
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-  ( write_slice "$name" "$file" "$created_by" "$tag" "$lost" || touch "$SLICES/$name.failed" ) &
+  ( write_slice "$name" "$file" "$created_by" "$tag" "$lost" "$build" "${{below[@]}}" \
+    || touch "$SLICES/$name.failed" ) &
   WRITTEN=$((WRITTEN + 1))
 done
 exec 3<&- 4<&-
@@ -543,8 +565,11 @@ def _compose(config: Config) -> str:
         return ""
     index = slice_index_path(config)
     install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
-                              slice_file='"$CONTEXT/$file"')
+                              slice_file='"$CONTEXT/$file"', build_args=['"${build_args[@]}"'])
+    build_env = build_env_script(prefix='"$SLICES/$name/build"', venv='"$VENV"',
+                                 files='"${below[@]}"')
     compose_env = _COMPOSE_ENV.format(venv=shlex.quote(config.build.venv), install=" ".join(install),
+                                      build_env=build_env,
                                       layer_level=config.layers.compression_level)
     return _COMPOSE.format(
         slice_index=shlex.quote(_relative(index, config.root, "build.kaniko-script")),
@@ -606,7 +631,16 @@ def slice_index(config: Config, plan: Plan) -> str:
     """One `NN-label<TAB>slice file<TAB>history entry` line per slice, in plan order: what the
     script composes (the script is rendered from the config alone: a lock bump leaves it)."""
     return "".join(f"{step.name}\t{_relative(step.slice.path(config.variant), config.root, 'slices')}"
-                   f"\t{written_history(step, config.build.venv)}\n" for step in plan.layers)
+                   f"\t{written_history(step, config.build.venv)}"
+                   f"{_build_column(plan.build_of(step))}\n" for step in plan.layers)
+
+
+def _build_column(build: SliceBuild | None) -> str:
+    """The index's fourth column for a slice staged on the slices below: `lower` and uv's
+    flags for it (none for any other slice, whose line keeps three columns)."""
+    if build is None:
+        return ""
+    return "\t" + " ".join(["lower", *no_isolation_args(build.no_isolation)])
 
 
 def script_files(config: Config, plan: Plan) -> dict[Path, str]:

@@ -49,11 +49,12 @@ from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
+from gpurl_tasks.plan.buildenv import build_note
 from gpurl_tasks.plan.lock import load_lock, lock_staleness
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs
 from gpurl_tasks.plan.report import PlanViews
-from gpurl_tasks.plan.slices import SliceLine, render_slice
+from gpurl_tasks.plan.slices import HEADER, SliceLine, render_slice
 from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = [
@@ -238,11 +239,19 @@ def fitted_views(config: Config, *, repack: bool, only: str | None = None,
 
 
 def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
-    """Every slice file the plan calls for, with its text."""
-    return {layer.slice.path(config.variant):
-            render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
-                         for p in layer.packages)
-            for layer in plan.layers}
+    """Every slice file the plan calls for, with its text; one staged on the slices below
+    (the lock's build settings) records it and what it is built on (plan/buildenv.py)."""
+    texts: list[str] = []
+    files: dict[Path, str] = {}
+    for layer in plan.layers:
+        text = render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
+                            for p in layer.packages)
+        build = plan.build_of(layer)
+        if build is not None:
+            text = text.replace(HEADER, HEADER + build_note(build, texts), 1)
+        texts.append(text)
+        files[layer.slice.path(config.variant)] = text
+    return files
 
 
 _COMPILED_KEYS = {"vllm": "vllm-version", "flash-attn": "flash-attn-version"}
@@ -475,12 +484,22 @@ def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, ch
     def stale(path: Path, text: str) -> bool:
         return not path.exists() or path.read_bytes() != text.encode()
 
+    claimed: dict[Path, str] = {}
+
+    def first(path: Path, text: str) -> bool:
+        """A file several variants render alike (a shared slice, the envcheck copy) is
+        written and reported once, by the first."""
+        if path not in claimed:
+            claimed[path] = text
+            return True
+        return claimed[path] != text
+
     results: list[GenerateResult] = []
     changes: list[_Change] = []
     for r in rendered:
         path = r.config.build.dockerfile
-        slices = tuple(p for p, body in r.slices.items() if stale(p, body))
-        others = tuple(p for p, body in r.others.items() if stale(p, body))
+        slices = tuple(p for p, body in r.slices.items() if stale(p, body) and first(p, body))
+        others = tuple(p for p, body in r.others.items() if stale(p, body) and first(p, body))
         changed = stale(path, r.dockerfile)
         owner = (r.config.profile, r.config.variant.shown)
         changes += [_Change(path=p, text=r.slices[p], owner=owner) for p in slices]

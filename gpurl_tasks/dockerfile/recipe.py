@@ -58,7 +58,7 @@ from gpurl_tasks.dockerfile.wheels import (
     abi_key,
     pins_from_args,
 )
-from gpurl_tasks.plan.model import Layer, Plan, Slice
+from gpurl_tasks.plan.model import Layer, Plan, Slice, SliceBuild
 from gpurl_tasks.units import format_bytes
 from gpurl_tasks.values import ARG_REF, inside_repository
 
@@ -301,11 +301,13 @@ def _flag_groups(flags: Iterable[str]) -> list[tuple[str, ...]]:
     return groups
 
 
-def slice_run(layer: Layer) -> Run:
-    """Install one slice: exactly its pinned artifacts, nothing they depend on."""
+def slice_run(layer: Layer, build: SliceBuild | None = None) -> Run:
+    """Install one slice: exactly its pinned artifacts, nothing they depend on; the packages
+    the lock's build settings build without isolation build against the chain below."""
     groups: list[tuple[str, ...]] = [("--no-deps",)]
     if layer.hashed:
         groups.append(("--require-hashes",))
+    groups += [("--no-build-isolation-package", name) for name in (build.no_isolation if build else ())]
     if len(layer.indexes) > 1:  # each pin names its version and hashes; any listed index may serve it
         groups.append(("--index-strategy", "unsafe-best-match"))
     groups.append(("-r", layer.slice.image_path))
@@ -407,7 +409,7 @@ def _slice_steps(config: Config, plan: Plan, layer: Layer) -> list[Instruction]:
                 "compressed"),
         Copy(sources=(_rel(config, str(layer.slice.path(config.variant))),),
              dest=layer.slice.image_path),
-        slice_run(layer),
+        slice_run(layer, plan.build_of(layer)),
     ]
 
 

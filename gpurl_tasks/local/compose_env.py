@@ -29,7 +29,13 @@ from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import LineSink
-from gpurl_tasks.local.stage import StagedSlice, probe_base, stage_command, stage_slice
+from gpurl_tasks.local.stage import (
+    StageBuild,
+    StagedSlice,
+    probe_base,
+    stage_command,
+    stage_slice,
+)
 from gpurl_tasks.oci.compose import Composed, ComposedEnv, SliceOutcome, composed_tag
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import Descriptor, parse_manifest
@@ -133,12 +139,23 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
     base = f"{cache_repository(config)}:env-base-<image id>"
     commands = [builds.command(ENV_BASE_STAGE, iidfile=Path("<env-base.iid>")),
                 [client, "tag", "<image id>", base], builder.push_command(client, base)]
+    staging = stage_builds(config, plan)
     commands += [stage_command(client, image="<image id>", slice_file=layer.slice.path(config.variant),
                                dest=layer.slice.image_path, out_dir=Path("<out>"),
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
-                               level=config.layers.compression_level)
+                               level=config.layers.compression_level,
+                               build=staging.get(layer.name))
                  for layer in plan.layers]
     return tuple(tuple(argv) for argv in commands)
+
+
+def stage_builds(config: Config, plan: Plan) -> dict[str, StageBuild]:
+    """The slices staged on the slices below them (the lock's build settings), by NN-label."""
+    layers = {layer.name: layer for layer in plan.layers}
+    return {build.name: StageBuild(lower=tuple((layers[n].slice.path(config.variant),
+                                                layers[n].slice.image_path) for n in build.lower),
+                                   no_isolation=build.no_isolation)
+            for build in plan.builds}
 
 
 def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: Path,
@@ -147,6 +164,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
     """Write the missing slice layers, compose the environment at the registry, return it.
     The package index must be served for the duration (the caller's `serving_index`)."""
     start = time.monotonic()
+    staging = stage_builds(config, plan)
     builds = _Builds(client=client, dockerfile=dockerfile, context=context,
                      build_args=dict(build_args), log_dir=log_dir, on_line=on_line)
     cache = parse_reference(cache_repository(config), default_host=config.registry.host,
@@ -182,7 +200,8 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
             with concurrent.futures.ThreadPoolExecutor(max_workers=_WORKERS) as pool:
                 jobs = {pool.submit(stage_slice, client, image=base_id, slice_file=w.path,
                                     dest=w.layer.slice.image_path, out_dir=Path(tmp),
-                                    name=w.layer.name, venv=config.build.venv, level=level): w
+                                    name=w.layer.name, venv=config.build.venv, level=level,
+                                    build=staging.get(w.layer.name)): w
                         for w in missing}
                 for job in concurrent.futures.as_completed(jobs):
                     w = jobs[job]

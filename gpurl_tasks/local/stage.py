@@ -9,7 +9,8 @@ lays the slice's files out as they sit in the venv (`lib/python3.X/site-packages
 with `#!<build.venv>/bin/python` entry points, no INSTALLER, REQUESTED or direct_url.json);
 then `python3 -m gpurl_tasks.oci.layer write /stage ... --prefix <build.venv>` (gpurl_tasks
 mounted read-only; it leaves uv's `.lock` out) writes the blob into the mounted output
-directory.
+directory. A slice whose sdists build against the slices below (the lock's build settings,
+plan/buildenv.py) first installs those slices' files into a scratch prefix on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from pathlib import Path
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.oci.layer import Blob, Probe
-from gpurl_tasks.oci.layered import install_command
+from gpurl_tasks.oci.layered import build_env_script, install_command, no_isolation_args
 
-__all__ = ["StagedSlice", "probe_base", "stage_command", "stage_slice"]
+__all__ = ["StageBuild", "StagedSlice", "probe_base", "stage_command", "stage_script",
+           "stage_slice"]
 
 PACKAGE = Path(__file__).resolve().parent.parent  # gpurl_tasks, mounted read-only
 _MOUNT = "/gpurl"  # gpurl_tasks is at /gpurl/gpurl_tasks in the container
 _STAGE = "/stage"
 _OUT = "/gpurl-out"
+_BUILD = "/gpurl-build"  # the build environment of a slice staged on the slices below
 
 
 def probe_base(client: str, image: str, venv: str) -> Probe:
@@ -55,16 +58,41 @@ def _tool_run(client: str, image: str, *mounts: str) -> list[str]:
             "-e", "PYTHONDONTWRITEBYTECODE=1", image]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StageBuild:
+    """A slice staged on the slices below it (plan/buildenv.py): their files (host path,
+    where it is mounted) and the packages built without isolation."""
+
+    lower: tuple[tuple[Path, str], ...]
+    no_isolation: tuple[str, ...]
+
+
+def stage_script(*, venv: str, slice_file: str, stage: str, build: StageBuild | None = None,
+                 build_prefix: str = _BUILD) -> str:
+    """The shell that stages one slice into `stage`: the install, on the build environment
+    of the slices below when `build` says so (pure; the test runs it on the host)."""
+    install = install_command(prefix=stage, venv=venv, slice_file=slice_file,
+                              build_args=no_isolation_args(build.no_isolation) if build else ())
+    steps = ["set -eu"]
+    if build and build.lower:
+        steps.append(build_env_script(prefix=build_prefix, venv=venv,
+                                      files=shlex.join(dest for _, dest in build.lower)))
+    return " && ".join([*steps, shlex.join(install) + " >&2"])
+
+
 def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
-                  output: str, venv: str, level: int) -> list[str]:
+                  output: str, venv: str, level: int, build: StageBuild | None = None
+                  ) -> list[str]:
     """The `docker run` that stages one slice and writes its layer (pure, for tests)."""
-    install = install_command(prefix=_STAGE, venv=venv, slice_file=dest)
     write = ["python3", "-B", "-m", "gpurl_tasks.oci.layer", "write", _STAGE, f"{_OUT}/{output}",
              "--prefix", venv.strip("/"), "--level", str(level)]
     script = " && ".join([
-        "set -eu", shlex.join(install) + " >&2",
+        stage_script(venv=venv, slice_file=dest, stage=_STAGE, build=build),
         shlex.join(write), f"chown {os.getuid()}:{os.getgid()} {_OUT}/{output}"])
-    return [*_tool_run(client, image, "-v", f"{slice_file}:{dest}:ro", "-v", f"{out_dir}:{_OUT}"),
+    mounts = [w for path, at in (build.lower if build else ())
+              for w in ("-v", f"{path.resolve()}:{at}:ro")]
+    return [*_tool_run(client, image, "-v", f"{slice_file}:{dest}:ro", *mounts,
+                       "-v", f"{out_dir}:{_OUT}"),
             "sh", "-c", script]
 
 
@@ -79,17 +107,20 @@ class StagedSlice:
 
 
 def stage_slice(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
-                name: str, venv: str, level: int) -> StagedSlice:
+                name: str, venv: str, level: int, build: StageBuild | None = None
+                ) -> StagedSlice:
     """Stage one slice in a container of env-base and write its layer into `out_dir`."""
     start = time.monotonic()
     output = f"{name}.tar.gz"
     done = proc.run_quiet(stage_command(client, image=image, slice_file=slice_file.resolve(),
                                         dest=dest, out_dir=out_dir.resolve(), output=output,
-                                        venv=venv, level=level),
+                                        venv=venv, level=level, build=build),
                           check=False, timeout=3600)
     if done.returncode != 0:
         raise BuildError(f"staging slice {name} failed: {proc.tail(done.stderr, 6)}",
-                         hint="the package index must serve the slice's wheels")
+                         hint="the package index must serve the slice's wheels; an sdist that builds "
+                              "against another package needs it named in [tool.uv] "
+                              "no-build-isolation-package or extra-build-dependencies")
     try:
         said = json.loads(done.stdout.strip().splitlines()[-1])
         blob = Blob(digest=said["digest"], diff_id=said["diff_id"], size=int(said["size"]))

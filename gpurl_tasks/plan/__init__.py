@@ -3,7 +3,8 @@
 The lock model and install closure (`lock`), target tags and markers (`target`), wheel sizes
 (`sizes`, and the HTTP `probe` for sizes a lock lacks), the slice files' lines and committed
 layout (`slices`), what the lock's git history says changes often (`history`), what a
-compiled-wheel glob names (`wheelglobs`), the pure packer (`planner`) and its variants
+compiled-wheel glob names (`wheelglobs`), the workspace's sdist build settings and the
+slices staged with them (`buildenv`), the pure packer (`planner`) and its variants
 (`variants`, planned together), the edge that feeds them from a config (`profile`), and the
 plan as data (`model`, `report`). Imports only the shared basics.
 """

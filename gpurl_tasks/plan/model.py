@@ -20,7 +20,7 @@ from gpurl_tasks.config import LayerMode, Layout, PythonSelection, SizeBasis, Va
 from gpurl_tasks.plan.sizes import installed_estimate
 
 __all__ = ["LOCAL_INSTALL_FLAGS", "Layer", "Plan", "PlannedPackage", "ProvidedPackage", "Slice",
-           "sync_selection_flags"]
+           "SliceBuild", "sync_selection_flags"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
 # What keeps local sources out of the environment until the source is copied; the final sync,
@@ -40,6 +40,7 @@ class PlannedPackage:
     requirement: str = ""  # the slice line (see slices.py)
     index: str | None = None  # the index a registry package comes from
     hashed: bool = True
+    built: bool = False  # no wheel for the target: uv builds it (an sdist, a git source)
 
     @property
     def installed_estimate(self) -> int:
@@ -130,6 +131,16 @@ class Layer:
 
 
 @dataclasses.dataclass(**_KW)
+class SliceBuild:
+    """How one slice is staged when the lock's build settings name a package it builds
+    (plan/buildenv.py): on the slices below it, isolation off for `no_isolation`."""
+
+    name: str  # the slice's NN-label
+    lower: tuple[str, ...]  # the NN-label names of the slices below, in plan order
+    no_isolation: tuple[str, ...]
+
+
+@dataclasses.dataclass(**_KW)
 class ProvidedPackage:
     """A distribution the compiled wheels provide: never installed from the lock."""
 
@@ -182,6 +193,11 @@ class Plan:
     mode: LayerMode = Layout.mode
     # what the slices were packed by: the configured layout, or the one the slice budget chose
     layout: Layout = dataclasses.field(default_factory=Layout)
+    # the slices staged on the ones below them (the lock's build settings; plan/buildenv.py)
+    builds: tuple[SliceBuild, ...] = ()
+
+    def build_of(self, layer: Layer) -> SliceBuild | None:
+        return next((b for b in self.builds if b.name == layer.name), None)
 
     @property
     def shared(self) -> int:

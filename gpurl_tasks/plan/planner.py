@@ -475,7 +475,8 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
                               installed_bytes=s.installed_bytes,
                               requirement=slice_requirement(lines, s),
                               index=line.index if line else None,
-                              hashed=line.hashed if line else True)
+                              hashed=line.hashed if line else True,
+                              built=not (s.artifact or "").endswith(".whl"))
 
     labels = [label for label, _ in buckets]
     layers = tuple(

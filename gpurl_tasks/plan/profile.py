@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from gpurl_tasks.config import BuildSettings, Config, Variant
 from gpurl_tasks.errors import LockError
+from gpurl_tasks.plan.buildenv import load_build_settings, slice_builds
 from gpurl_tasks.plan.history import version_changes
 from gpurl_tasks.plan.lock import Closure, Lock, install_closure, load_lock, requirements_on
 from gpurl_tasks.plan.model import Plan, ProvidedPackage, sync_selection_flags
@@ -92,7 +93,9 @@ def profile_inputs(config: Config) -> tuple[VariantInput, ...]:
     (the lock parsed once). `config` is the one of any of the profile's variants."""
     parsed = load_lock(config.lock)
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
-    return tuple(_variant_input(config, parsed, v, sources) for v in config.variants)
+    settings = load_build_settings(config.workspace)
+    return tuple(dataclasses.replace(_variant_input(config, parsed, v, sources),
+                                     build_settings=settings) for v in config.variants)
 
 
 def plan_profile(config: Config, *, repack: bool = False, max_slices: int | None = None,
@@ -113,7 +116,9 @@ def plan_profile(config: Config, *, repack: bool = False, max_slices: int | None
         previous={} if repack else {v.name: read_assignment(v.slices) for v in config.variants},
         learn=learn, layout=layout)
     return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths,
-                                        outside_lock=v.outside_lock) for v in inputs}
+                                        outside_lock=v.outside_lock,
+                                        builds=slice_builds(plans[v.name], v.build_settings))
+            for v in inputs}
 
 
 def plan_for_config(config: Config, *, repack: bool = False) -> Plan:

@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from gpurl_tasks.config import DEFAULT_LAYOUT, Layout, SizeBasis
+from gpurl_tasks.plan.buildenv import UvBuildSettings
 from gpurl_tasks.plan.model import Plan, ProvidedPackage
 from gpurl_tasks.plan.planner import (
     GROUP,
@@ -63,6 +64,7 @@ class VariantInput:
     lines: Mapping[str, SliceLine] = dataclasses.field(default_factory=dict)
     local_paths: tuple[tuple[str, str], ...] = ()
     outside_lock: tuple[str, ...] = ()
+    build_settings: UvBuildSettings = dataclasses.field(default_factory=UvBuildSettings)
 
 
 def merge_assignments(shared: Assignment, own: Assignment) -> Assignment:
