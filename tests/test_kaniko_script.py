@@ -60,6 +60,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         f"--snapshot-mode={r.config.cluster.snapshot_mode}",
         "--cache=true",
         f"--cache-repo={image}/cache",
+        f"--push-retry={r.config.registry.retries}",
         "--destination", f"{image}:gpu-rl-{GITSHA}",
         "--digest-file", digest_file,
     ]
@@ -73,9 +74,12 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
 def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
     assert r.run(_env()).returncode == 0
     export, lookup = r.calls("crane")
-    assert shlex.split(export)[1:] == ["export", "--platform", "linux/amd64",
-                                       "registry.invalid/kaniko/executor@sha256:" + "ab" * 32, "-"]
-    assert shlex.split(lookup)[1:] == ["digest", f"{r.config.registry.image}:gpu-rl-{GITSHA}"]
+    # crane -v: the retry wrapper reads the registry's last status and Retry-After from its log
+    assert shlex.split(export)[1:] == ["-v", "export", "--platform", "linux/amd64",
+                                       "registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
+                                       f"{r.root}/kaniko/gpurl/executor.tar"]
+    assert shlex.split(lookup)[1:] == ["-v", "digest",
+                                       f"{r.config.registry.image}:gpu-rl-{GITSHA}"]
 
 
 def test_an_existing_immutable_tag_stops_before_the_build(r: Rig) -> None:
