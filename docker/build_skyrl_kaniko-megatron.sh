@@ -81,8 +81,12 @@ fi
 fetch() { curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }
 REGISTRY_RETRIES="${REGISTRY_RETRIES:-3}"
 REGISTRY_RETRY_MAX_WAIT="${REGISTRY_RETRY_MAX_WAIT:-30}"
-cat >"$WORK/registry-retry.sh" <<'RETRY'
-# shellcheck shell=bash
+[[ "$REGISTRY_RETRIES$REGISTRY_RETRY_MAX_WAIT" =~ ^[0-9]+$ ]] \
+  || die "REGISTRY_RETRIES and REGISTRY_RETRY_MAX_WAIT must be whole numbers"
+# The bounds are written into the file: the composing build sources it in a shell of its own.
+printf '# shellcheck shell=bash\nREGISTRY_RETRIES=%d\nREGISTRY_RETRY_MAX_WAIT=%d\n' \
+  "$REGISTRY_RETRIES" "$REGISTRY_RETRY_MAX_WAIT" >"$WORK/registry-retry.sh"
+cat >>"$WORK/registry-retry.sh" <<'RETRY'
 RETRIED='status code (429|5[0-9][0-9])\b|: (UNKNOWN|UNAVAILABLE|TOOMANYREQUESTS)\b|connection reset|connection refused|broken pipe|unexpected EOF|\bEOF\b|closed network connection|i/o timeout|TLS handshake timeout|server closed'
 # retry_wait ATTEMPT WHAT LOG: the call that failed (crane -v's stderr in LOG) is tried again
 # when the registry's answer is worth it and retries are left: one line says so, then the wait

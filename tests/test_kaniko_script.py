@@ -82,6 +82,16 @@ def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
                                        f"{r.config.registry.image}:gpu-rl-{GITSHA}"]
 
 
+@pytest.mark.parametrize("variable", ["REGISTRY_RETRIES", "REGISTRY_RETRY_MAX_WAIT"])
+def test_retry_bounds_that_are_no_numbers_are_refused_before_any_registry_call(
+        r: Rig, variable: str) -> None:
+    proc = r.run(_env(**{variable: "3; rm -rf /"}))
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "REGISTRY_RETRIES and REGISTRY_RETRY_MAX_WAIT must be whole numbers")
+    assert r.calls("crane") == [] and r.calls("executor") == []
+
+
 def test_an_existing_immutable_tag_stops_before_the_build(r: Rig) -> None:
     """The immutable tag is looked up with crane (after the auth file, before the wheels and
     the executor); an existing one is never moved without OVERWRITE_TAG=1 (stand-in crane)."""

@@ -438,7 +438,9 @@ def crane(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @dataclasses.dataclass
 class Job:
-    """A shell with the job's wrapper (as the script renders it) and crane's login."""
+    """The job's wrapper as the script renders it, and crane's login. The wrapper's part of
+    the script runs first; each command then runs in a shell of its own that sources the file
+    it wrote, as the composing build (a kaniko RUN in env-base) does."""
 
     crane: Path
     work: Path
@@ -446,7 +448,12 @@ class Job:
     wrapper: str
 
     def run(self, command: str) -> subprocess.CompletedProcess[str]:
-        script = f"set -euo pipefail\nWORK={self.work}\n{self.wrapper}\n{command}\n"
+        prelude = 'set -euo pipefail\ndie() { echo "error: $*" >&2; exit 1; }\n'
+        wrote = subprocess.run(["bash", "-c", f"{prelude}WORK={self.work}\n{self.wrapper}"],
+                               env=self.env, capture_output=True, text=True, timeout=60,
+                               check=False)
+        assert wrote.returncode == 0, wrote.stderr
+        script = f'{prelude}WORK={self.work}\n. "$WORK/registry-retry.sh"\n{command}\n'
         return subprocess.run(["bash", "-c", script], env=self.env, capture_output=True,
                               text=True, timeout=300, check=False)
 

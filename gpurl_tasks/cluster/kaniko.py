@@ -366,8 +366,12 @@ ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
 # env-base's filesystem, sources it too.
 _RETRY = r"""REGISTRY_RETRIES="${{REGISTRY_RETRIES:-{retries}}}"
 REGISTRY_RETRY_MAX_WAIT="${{REGISTRY_RETRY_MAX_WAIT:-{max_wait}}}"
-cat >"$WORK/registry-retry.sh" <<'RETRY'
-# shellcheck shell=bash
+[[ "$REGISTRY_RETRIES$REGISTRY_RETRY_MAX_WAIT" =~ ^[0-9]+$ ]] \
+  || die "REGISTRY_RETRIES and REGISTRY_RETRY_MAX_WAIT must be whole numbers"
+# The bounds are written into the file: the composing build sources it in a shell of its own.
+printf '# shellcheck shell=bash\nREGISTRY_RETRIES=%d\nREGISTRY_RETRY_MAX_WAIT=%d\n' \
+  "$REGISTRY_RETRIES" "$REGISTRY_RETRY_MAX_WAIT" >"$WORK/registry-retry.sh"
+cat >>"$WORK/registry-retry.sh" <<'RETRY'
 RETRIED={retried}
 # retry_wait ATTEMPT WHAT LOG: the call that failed (crane -v's stderr in LOG) is tried again
 # when the registry's answer is worth it and retries are left: one line says so, then the wait
