@@ -391,6 +391,69 @@ def test_a_run_stopped_at_a_step_leaves_complete_records_and_the_rerun_reuses_th
              f"{len(reused)}/{len(LABELS)} reused")
 
 
+# The composition in a process of its own, to be killed: the helpers above, over a base read
+# from a file (argv: registry host, work directory, env-base's documents).
+_CHILD = """
+import json, sys
+from pathlib import Path
+from gpurl_tasks.oci.layered import BaseImage
+from tests.test_registry_faults import LABELS, Local, _client
+docs = json.loads(Path(sys.argv[3]).read_text())
+local = Local(server=None, root=Path(sys.argv[2]),
+              base=BaseImage.from_documents(docs["manifest"], docs["config"]))
+with _client(sys.argv[1]) as client:
+    local.compose(client, sys.argv[1], LABELS)
+"""
+
+
+@pytest.mark.parametrize("step", ["a slice", "the composition"])
+def test_a_run_killed_at_a_step_leaves_complete_records_and_the_rerun_reuses_them(
+        step: str, local: Local, ca: LocalCA, tmp_path: Path) -> None:
+    """The composing process SIGKILLed as the proxy sees the step begin (the second slice
+    record's manifest PUT; the first blob mount into the image's repository): every tag the
+    registry holds is complete, the composed tag is absent, and the rerun reuses exactly the
+    slices whose records were written (all of them when it was killed composing)."""
+    docs = tmp_path / "env-base.json"
+    docs.write_text(json.dumps({"manifest": local.base.manifest.to_json(),
+                                "config": dict(local.base.config)}))
+    child_root = tmp_path / "child"
+    child_root.mkdir()
+    with FaultProxy(local.server.port, tls=ca) as proxy:
+        child = subprocess.Popen(
+            [str(REPO_ROOT / ".venv" / "bin" / "python"), "-c", _CHILD, proxy.host,
+             str(child_root), str(docs)], cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        def begun() -> bool:
+            if step == "a slice":
+                return len([e for e in proxy.log if e[1] == "PUT" and "/manifests/slice-"
+                            in e[2]]) >= 2
+            return any("mount=" in e[2] and e[2].startswith(f"/v2/{IMAGE_REPO}/")
+                       for e in proxy.log)
+
+        deadline = time.monotonic() + 120
+        while not begun() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        child.kill()
+        _, stderr = child.communicate(timeout=30)
+        assert child.returncode == -9, stderr.decode()[-2000:]
+        time.sleep(1.0)  # a request in flight when the process died still reaches the registry
+        held = _sound(local.server, ca)
+        assert held[IMAGE_REPO] == []
+        written = {t for t in held[CACHE_REPO] if t.startswith("slice-")}
+        if step == "the composition":
+            assert written == {_slice_tag(label) for label in LABELS}
+        with _client(proxy.host) as client:
+            outcomes, _, digest = local.compose(client, proxy.host, LABELS)
+    reused = {_slice_tag(o.name.split("-", 1)[1]) for o in outcomes if not o.built}
+    assert reused == written
+    _composed_complete(local, ca, digest, LABELS)
+    _sound(local.server, ca)
+    _outcome(f"killed (SIGKILL) at {step}", "local", "no composed tag; records complete", 0,
+             f"{len(reused)}/{len(LABELS)} reused")
+
+
 def test_two_compositions_at_once_on_one_cache_both_complete(local: Local, ca: LocalCA) -> None:
     """Two commits composed at once on one cache repository, through faults: they share two
     slices (the same key gives the same bytes, so the records' writes are idempotent) and each
@@ -576,7 +639,7 @@ def test_a_crane_call_that_keeps_failing_names_the_request_and_the_answer(
 def test_the_outcome_table_in_the_docs_is_what_these_cases_give() -> None:
     """docs/build.md's table has one row per case above, its case, path and outcome as this
     run's (run last; UPDATE_DOCS=1 writes this run's rows, numbers included)."""
-    expected = 12  # the cases above, one row each
+    expected = 14  # the cases above, one row each
     if len(OUTCOMES) != expected:
         pytest.skip(f"{len(OUTCOMES)} of the {expected} cases ran: the table needs them all")
     text = DOC.read_text()
