@@ -75,6 +75,15 @@ class Fault:
     content_type: str = "application/vnd.oci.image.manifest.v1+json"
 
 
+class _Server(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (crane killed, a retry racing ahead) is no error."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass
+
+
 class FaultProxy:
     def __init__(self, upstream_port: int, *, tls: LocalCA | None = None,
                  upstream_tls: bool | None = None, rates: Rates | None = None) -> None:
@@ -198,8 +207,7 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _handle
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         if tls is not None:
             serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             serving.load_cert_chain(str(tls.cert), str(tls.key))
