@@ -79,6 +79,57 @@ if ! command -v curl >/dev/null 2>&1; then
   apt-get -o Acquire::Retries=3 -o Acquire::http::Timeout=60 -o Acquire::https::Timeout=60 install -y -qq --no-install-recommends ca-certificates curl >/dev/null
 fi
 fetch() { curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }
+REGISTRY_RETRIES="${REGISTRY_RETRIES:-3}"
+REGISTRY_RETRY_MAX_WAIT="${REGISTRY_RETRY_MAX_WAIT:-30}"
+[[ "$REGISTRY_RETRIES$REGISTRY_RETRY_MAX_WAIT" =~ ^[0-9]+$ ]] \
+  || die "REGISTRY_RETRIES and REGISTRY_RETRY_MAX_WAIT must be whole numbers"
+# The bounds are written into the file: the composing build sources it in a shell of its own.
+printf '# shellcheck shell=bash\nREGISTRY_RETRIES=%d\nREGISTRY_RETRY_MAX_WAIT=%d\n' \
+  "$REGISTRY_RETRIES" "$REGISTRY_RETRY_MAX_WAIT" >"$WORK/registry-retry.sh"
+cat >>"$WORK/registry-retry.sh" <<'RETRY'
+RETRIED='status code (429|5[0-9][0-9])\b|: (UNKNOWN|UNAVAILABLE|TOOMANYREQUESTS)\b|connection reset|connection refused|broken pipe|unexpected EOF|\bEOF\b|closed network connection|i/o timeout|TLS handshake timeout|server closed'
+# retry_wait ATTEMPT WHAT LOG: the call that failed (crane -v's stderr in LOG) is tried again
+# when the registry's answer is worth it and retries are left: one line says so, then the wait
+# (Retry-After, else 500 ms doubled per retry, at most REGISTRY_RETRY_MAX_WAIT s).
+# LOG is cut to the call's own error (secrets redacted) either way.
+retry_wait() {
+  local attempt="$1" what="$2" log="$3" after answer ms cap
+  after="$(sed -n 's/^[Rr]etry-[Aa]fter: *\([0-9][0-9]*\).*/\1/p' "$log" | tail -n 1)"
+  answer="$(grep -E '^Error: ' "$log" || tail -n 1 "$log")"
+  sed -E 's/(Bearer|Basic) [^ "]+/\1 <redacted>/g; s/_state=[^&" ]+/_state=REDACTED/g' \
+    <<<"$answer" >"$log"
+  answer="$(tr '\n' ' ' <"$log")"
+  grep -qE "$RETRIED" <<<"$answer" || return 1
+  [ "$attempt" -le "$REGISTRY_RETRIES" ] || {
+    echo "after $attempt attempts" >>"$log"
+    return 1
+  }
+  cap=$((REGISTRY_RETRY_MAX_WAIT * 1000))
+  if [ -n "$after" ]; then
+    ms=$((after * 1000))
+  else
+    ms=$((500 << (attempt - 1)))
+    ms=$((ms + ms * (RANDOM % 25) / 100))
+  fi
+  [ "$ms" -le "$cap" ] || ms="$cap"
+  echo "    retry $attempt/$REGISTRY_RETRIES in $((ms / 1000)).$((ms % 1000 / 100))s" \
+    "(${after:+Retry-After $after s, }$what): $answer" >&2
+  sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
+}
+# retried LOG WHAT PROGRAM ARGS...: crane PROGRAM, its stdout passed on, tried again by
+# retry_wait's rules; on a final failure LOG holds the registry's answer.
+retried() {
+  local log="$1" what="$2" program="$3" attempt=1
+  shift 3
+  while :; do
+    "$program" -v "$@" 2>"$log" && return 0
+    retry_wait "$attempt" "$what" "$log" || return 1
+    attempt=$((attempt + 1))
+  done
+}
+RETRY
+# shellcheck source=/dev/null
+. "$WORK/registry-retry.sh"
 
 # kaniko's filesystem reset after its first run puts the built stage's /etc/ssl in place of
 # this job's: a CA the job trusts there (a private registry, a proxy) is gone for every later
@@ -114,7 +165,11 @@ echo "$CRANE_SHA256  $WORK/crane.tgz" | sha256sum -c --quiet - \
 tar -xzf "$WORK/crane.tgz" -C "$WORK" crane
 
 echo "==> kaniko executor $EXECUTOR_IMAGE over ${ROOT:-/}"
-"$WORK/crane" export --platform linux/amd64 "$EXECUTOR_IMAGE" - | tar -x -C "${ROOT:-/}"
+retried "$WORK/crane.err" "export of $EXECUTOR_IMAGE" "$WORK/crane" export \
+    --platform linux/amd64 "$EXECUTOR_IMAGE" "$WORK/executor.tar" \
+  || die "cannot export $EXECUTOR_IMAGE: $(tr '\n' ' ' <"$WORK/crane.err")"
+tar -xf "$WORK/executor.tar" -C "${ROOT:-/}"
+rm -f "$WORK/executor.tar"
 [ -x "$KANIKO_DIR/executor" ] || die "the exported image has no $KANIKO_DIR/executor"
 # The executor is static and `crane export` carries no ENV: give it what it looks up.
 export USER="${USER:-root}" HOME="${HOME:-/root}"
@@ -142,7 +197,8 @@ echo "==> registry auth for $DOCKER_USER_ID@$REGISTRY_HOST written to $DOCKER_CO
 # An immutable tag is never moved: look it up before spending hours on the build.
 DESTINATION="$IMAGE:$TAG_PREFIX-$GITSHA"
 echo "==> immutable tag $DESTINATION"
-if EXISTING="$("$WORK/crane" digest "$DESTINATION" 2>"$WORK/crane.err")"; then
+if EXISTING="$(retried "$WORK/crane.err" "lookup of $DESTINATION" "$WORK/crane" digest \
+    "$DESTINATION")"; then
   if [ "${OVERWRITE_TAG:-0}" != 1 ]; then
     die "$DESTINATION already exists as $EXISTING; an immutable tag is never moved" \
       "(pin that digest, or rebuild with invoke build --force to overwrite it knowingly)"
@@ -189,6 +245,7 @@ COMMON=(
   --snapshot-mode=full
   --cache=true
   "--cache-repo=$CACHE_REPO"
+  "--push-retry=$REGISTRY_RETRIES"
 )
 ARGS=("${COMMON[@]}" --destination "$DESTINATION" --digest-file "$WORK/digest")
 if [ "$PUSH_FLOATING" = 1 ]; then
@@ -206,14 +263,20 @@ set -euo pipefail
 die() { echo "compose-env: error: $*" >&2; exit 1; }
 # The job's CA bundle (this build runs in env-base's filesystem, whose /etc/ssl is its own).
 export DOCKER_CONFIG SSL_CERT_FILE="$JOB_CA"
-crane() { "$WORK/crane" "$@" 2>"$WORK/crane.err"; }
+# shellcheck source=/dev/null  # the job script's retry wrapper (`retried`)
+. "$WORK/registry-retry.sh"
+crane() { retried "$WORK/crane.err" "crane $1 ${2:-}" "$WORK/crane" "$@"; }
 said() { tr '\n' ' ' <"$WORK/crane.err"; }
 # Whether the registry holds blob $1 (REPO@sha256:...). crane has no HEAD of a blob: the first
 # byte of its GET shows the blob is there (the rest is never read), a 404 that it is not.
 blob_there() {
-  local got
-  got="$("$WORK/crane" blob "$1" 2>"$WORK/crane.err" | head -c 1 | wc -c)" || true
-  [ "$got" = 1 ] && return 0
+  local got attempt=1
+  while :; do
+    got="$("$WORK/crane" -v blob "$1" 2>"$WORK/crane.err" | head -c 1 | wc -c)" || true
+    [ "$got" = 1 ] && return 0
+    retry_wait "$attempt" "read of blob $1" "$WORK/crane.err" || break
+    attempt=$((attempt + 1))
+  done
   grep -qE 'BLOB_UNKNOWN|MANIFEST_BLOB_UNKNOWN|404' "$WORK/crane.err" && return 1
   die "cannot read blob $1: $(said)"
 }
@@ -277,8 +340,9 @@ write_slice() {
   local pushes=("$CACHE_REPO:$tag")
   if [ -n "$again" ]; then pushes=("$CACHE_REPO:$tag-rewrite-$(date -u +%Y%m%d%H%M%S)" "${pushes[@]}"); fi
   for to in "${pushes[@]}"; do
-    if ! "$WORK/crane" push "$SLICES/$name/image" "$to" >/dev/null 2>>"$log"; then
-      echo "cannot push slice $name: $(tail -n 2 "$log" | tr '\n' ' ')"
+    if ! retried "$SLICES/$name.crane" "push of slice $name" "$WORK/crane" push \
+        "$SLICES/$name/image" "$to" >/dev/null; then
+      echo "cannot push slice $name to $to: $(tr '\n' ' ' <"$SLICES/$name.crane")"
       return 1
     fi
   done
@@ -366,6 +430,10 @@ echo "==> the slices written on env-base and composed (an unpushed kaniko build)
   --no-push --cache=false --snapshot-mode=full
 read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
 ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
+# kaniko checks push access with one upload POST it never retries (a single 5xx there failed
+# the final build); here it would come after env-base and the composition anyway, so the final
+# push itself, retried (--push-retry), is the check.
+ARGS+=(--skip-push-permission-check)
 
 echo "==> kaniko build of $DESTINATION"
 cd "$CONTEXT"

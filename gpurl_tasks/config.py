@@ -192,9 +192,9 @@ class RegistrySettings:
     # None: HTTPS, except that a loopback host that does not speak TLS gets plain HTTP (as
     # dockerd and crane do); True: plain HTTP; False: HTTPS only (oci/scheme.py)
     insecure: bool | None = _field(None, bakes="none")
-    # gpurl's registry client retries a request the registry answered 5xx or 429, or whose
-    # connection failed, this many times with backoff; a wait (Retry-After included) is at
-    # most retry-max-wait seconds
+    # a registry request answered 5xx or 429, or whose connection failed, is retried this many
+    # times with backoff (oci/retry.py: gpurl's client, the cluster job's crane wrapper, and
+    # kaniko's --push-retry); a wait (Retry-After included) is at most retry-max-wait seconds
     retries: int = _field(3, check=values.between(0, 20, "a number of retries"), bakes="none")
     retry_max_wait: int = _field(30, check=values.between(0, 600, "seconds"), bakes="none")
 

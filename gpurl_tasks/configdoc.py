@@ -46,8 +46,9 @@ PURPOSE: dict[str, str] = {
     "registry.user": "the user the build pushes as (the token comes from the environment)",
     "registry.tag-prefix": "the immutable tag is PREFIX-<git sha>",
     "registry.floating-tag": "the tag that moves to the latest build (pushed on request)",
-    "registry.retries": ("how often gpurl's registry client retries a request answered 5xx or 429, "
-                         "or whose connection failed"),
+    "registry.retries": ("how often a registry request answered 5xx or 429, or whose connection "
+                         "failed, is retried: by gpurl's client, and in the cluster job by its "
+                         "crane wrapper and kaniko's `--push-retry`"),
     "registry.retry-max-wait": "the longest wait in seconds before a retry, a Retry-After included",
     "registry.insecure": ("plain HTTP (true), HTTPS only (false), or unset: HTTPS, plain HTTP for a loopback "
                           "host without TLS"),

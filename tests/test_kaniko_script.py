@@ -60,6 +60,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         f"--snapshot-mode={r.config.cluster.snapshot_mode}",
         "--cache=true",
         f"--cache-repo={image}/cache",
+        f"--push-retry={r.config.registry.retries}",
         "--destination", f"{image}:gpu-rl-{GITSHA}",
         "--digest-file", digest_file,
     ]
@@ -73,9 +74,22 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
 def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
     assert r.run(_env()).returncode == 0
     export, lookup = r.calls("crane")
-    assert shlex.split(export)[1:] == ["export", "--platform", "linux/amd64",
-                                       "registry.invalid/kaniko/executor@sha256:" + "ab" * 32, "-"]
-    assert shlex.split(lookup)[1:] == ["digest", f"{r.config.registry.image}:gpu-rl-{GITSHA}"]
+    # crane -v: the retry wrapper reads the registry's last status and Retry-After from its log
+    assert shlex.split(export)[1:] == ["-v", "export", "--platform", "linux/amd64",
+                                       "registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
+                                       f"{r.root}/kaniko/gpurl/executor.tar"]
+    assert shlex.split(lookup)[1:] == ["-v", "digest",
+                                       f"{r.config.registry.image}:gpu-rl-{GITSHA}"]
+
+
+@pytest.mark.parametrize("variable", ["REGISTRY_RETRIES", "REGISTRY_RETRY_MAX_WAIT"])
+def test_retry_bounds_that_are_no_numbers_are_refused_before_any_registry_call(
+        r: Rig, variable: str) -> None:
+    proc = r.run(_env(**{variable: "3; rm -rf /"}))
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "REGISTRY_RETRIES and REGISTRY_RETRY_MAX_WAIT must be whole numbers")
+    assert r.calls("crane") == [] and r.calls("executor") == []
 
 
 def test_an_existing_immutable_tag_stops_before_the_build(r: Rig) -> None:

@@ -42,7 +42,7 @@ from gpurl_tasks.dockerfile.wheels import (
 )
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text, write_atomic
-from gpurl_tasks.oci import layer
+from gpurl_tasks.oci import layer, retry
 from gpurl_tasks.oci.layered import (
     build_env_script,
     install_command,
@@ -219,7 +219,7 @@ if ! command -v curl >/dev/null 2>&1; then
   apt-get {apt_options} install -y -qq --no-install-recommends ca-certificates curl >/dev/null
 fi
 fetch() {{ curl -fsSL --retry 3 --connect-timeout 30 -o "$2" "$1"; }}
-
+{retry}
 # kaniko's filesystem reset after its first run puts the built stage's /etc/ssl in place of
 # this job's: a CA the job trusts there (a private registry, a proxy) is gone for every later
 # run (`x509: certificate signed by unknown authority`). The job's trust, its system bundle
@@ -254,7 +254,11 @@ echo "$CRANE_SHA256  $WORK/crane.tgz" | sha256sum -c --quiet - \
 tar -xzf "$WORK/crane.tgz" -C "$WORK" crane
 
 echo "==> kaniko executor $EXECUTOR_IMAGE over ${{ROOT:-/}}"
-"$WORK/crane" export --platform linux/amd64 "$EXECUTOR_IMAGE" - | tar -x -C "${{ROOT:-/}}"
+retried "$WORK/crane.err" "export of $EXECUTOR_IMAGE" "$WORK/crane" export \
+    --platform linux/amd64 "$EXECUTOR_IMAGE" "$WORK/executor.tar" \
+  || die "cannot export $EXECUTOR_IMAGE: $(tr '\n' ' ' <"$WORK/crane.err")"
+tar -xf "$WORK/executor.tar" -C "${{ROOT:-/}}"
+rm -f "$WORK/executor.tar"
 [ -x "$KANIKO_DIR/executor" ] || die "the exported image has no $KANIKO_DIR/executor"
 # The executor is static and `crane export` carries no ENV: give it what it looks up.
 export USER="${{USER:-root}}" HOME="${{HOME:-/root}}"
@@ -282,7 +286,8 @@ echo "==> registry auth for $DOCKER_USER_ID@$REGISTRY_HOST written to $DOCKER_CO
 # An immutable tag is never moved: look it up before spending hours on the build.
 DESTINATION="$IMAGE:$TAG_PREFIX-$GITSHA"
 echo "==> immutable tag $DESTINATION"
-if EXISTING="$("$WORK/crane" digest "$DESTINATION" 2>"$WORK/crane.err")"; then
+if EXISTING="$(retried "$WORK/crane.err" "lookup of $DESTINATION" "$WORK/crane" digest \
+    "$DESTINATION")"; then
   if [ "${{OVERWRITE_TAG:-0}}" != 1 ]; then
     die "$DESTINATION already exists as $EXISTING; an immutable tag is never moved" \
       "(pin that digest, or rebuild with invoke build --force to overwrite it knowingly)"
@@ -306,6 +311,7 @@ COMMON=(
   --snapshot-mode={snapshot_mode}
   --cache=true
   "--cache-repo=$CACHE_REPO"
+  "--push-retry=$REGISTRY_RETRIES"
 )
 ARGS=("${{COMMON[@]}}" --destination "$DESTINATION" --digest-file "$WORK/digest")
 if [ "$PUSH_FLOATING" = 1 ]; then
@@ -353,6 +359,71 @@ echo "==> the slices written on env-base and composed (an unpushed kaniko build)
   --no-push --cache=false --snapshot-mode={snapshot_mode}
 read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
 ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
+# kaniko checks push access with one upload POST it never retries (a single 5xx there failed
+# the final build); here it would come after env-base and the composition anyway, so the final
+# push itself, retried (--push-retry), is the check.
+ARGS+=(--skip-push-permission-check)
+"""
+
+# Every crane call that talks to the registry goes through `retried`, with oci/retry.py's rules
+# (which gpurl's own client follows) and config's bounds. crane (go-containerregistry v0.20.3)
+# retries by itself only a little: a 5xx (408, 500, 502-504) or a reset, 3 tries in ~4 s
+# (0.1 s, 0.3 s between reads; 1 s, 3 s between a blob's or manifest's upload attempts), a 429
+# only on a write, and it never reads Retry-After. So the whole call is tried again, at most
+# REGISTRY_RETRIES times, when its answer (crane's `Error:` line) is worth it; crane runs with
+# -v so the registry's Retry-After is in its log. Written to a file: the composing build, in
+# env-base's filesystem, sources it too.
+_RETRY = r"""REGISTRY_RETRIES="${{REGISTRY_RETRIES:-{retries}}}"
+REGISTRY_RETRY_MAX_WAIT="${{REGISTRY_RETRY_MAX_WAIT:-{max_wait}}}"
+[[ "$REGISTRY_RETRIES$REGISTRY_RETRY_MAX_WAIT" =~ ^[0-9]+$ ]] \
+  || die "REGISTRY_RETRIES and REGISTRY_RETRY_MAX_WAIT must be whole numbers"
+# The bounds are written into the file: the composing build sources it in a shell of its own.
+printf '# shellcheck shell=bash\nREGISTRY_RETRIES=%d\nREGISTRY_RETRY_MAX_WAIT=%d\n' \
+  "$REGISTRY_RETRIES" "$REGISTRY_RETRY_MAX_WAIT" >"$WORK/registry-retry.sh"
+cat >>"$WORK/registry-retry.sh" <<'RETRY'
+RETRIED={retried}
+# retry_wait ATTEMPT WHAT LOG: the call that failed (crane -v's stderr in LOG) is tried again
+# when the registry's answer is worth it and retries are left: one line says so, then the wait
+# (Retry-After, else {backoff_ms} ms doubled per retry, at most REGISTRY_RETRY_MAX_WAIT s).
+# LOG is cut to the call's own error (secrets redacted) either way.
+retry_wait() {{
+  local attempt="$1" what="$2" log="$3" after answer ms cap
+  after="$(sed -n 's/^[Rr]etry-[Aa]fter: *\([0-9][0-9]*\).*/\1/p' "$log" | tail -n 1)"
+  answer="$(grep -E '^Error: ' "$log" || tail -n 1 "$log")"
+  sed -E 's/(Bearer|Basic) [^ "]+/\1 <redacted>/g; s/_state=[^&" ]+/_state=REDACTED/g' \
+    <<<"$answer" >"$log"
+  answer="$(tr '\n' ' ' <"$log")"
+  grep -qE "$RETRIED" <<<"$answer" || return 1
+  [ "$attempt" -le "$REGISTRY_RETRIES" ] || {{
+    echo "after $attempt attempts" >>"$log"
+    return 1
+  }}
+  cap=$((REGISTRY_RETRY_MAX_WAIT * 1000))
+  if [ -n "$after" ]; then
+    ms=$((after * 1000))
+  else
+    ms=$(({backoff_ms} << (attempt - 1)))
+    ms=$((ms + ms * (RANDOM % 25) / 100))
+  fi
+  [ "$ms" -le "$cap" ] || ms="$cap"
+  echo "    retry $attempt/$REGISTRY_RETRIES in $((ms / 1000)).$((ms % 1000 / 100))s" \
+    "(${{after:+Retry-After $after s, }}$what): $answer" >&2
+  sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
+}}
+# retried LOG WHAT PROGRAM ARGS...: crane PROGRAM, its stdout passed on, tried again by
+# retry_wait's rules; on a final failure LOG holds the registry's answer.
+retried() {{
+  local log="$1" what="$2" program="$3" attempt=1
+  shift 3
+  while :; do
+    "$program" -v "$@" 2>"$log" && return 0
+    retry_wait "$attempt" "$what" "$log" || return 1
+    attempt=$((attempt + 1))
+  done
+}}
+RETRY
+# shellcheck source=/dev/null
+. "$WORK/registry-retry.sh"
 """
 
 # Run by the compose build above, inside env-base (its PATH, uv settings and index apply).
@@ -362,14 +433,20 @@ _COMPOSE_ENV = r"""set -euo pipefail
 die() {{ echo "compose-env: error: $*" >&2; exit 1; }}
 # The job's CA bundle (this build runs in env-base's filesystem, whose /etc/ssl is its own).
 export DOCKER_CONFIG SSL_CERT_FILE="$JOB_CA"
-crane() {{ "$WORK/crane" "$@" 2>"$WORK/crane.err"; }}
+# shellcheck source=/dev/null  # the job script's retry wrapper (`retried`)
+. "$WORK/registry-retry.sh"
+crane() {{ retried "$WORK/crane.err" "crane $1 ${{2:-}}" "$WORK/crane" "$@"; }}
 said() {{ tr '\n' ' ' <"$WORK/crane.err"; }}
 # Whether the registry holds blob $1 (REPO@sha256:...). crane has no HEAD of a blob: the first
 # byte of its GET shows the blob is there (the rest is never read), a 404 that it is not.
 blob_there() {{
-  local got
-  got="$("$WORK/crane" blob "$1" 2>"$WORK/crane.err" | head -c 1 | wc -c)" || true
-  [ "$got" = 1 ] && return 0
+  local got attempt=1
+  while :; do
+    got="$("$WORK/crane" -v blob "$1" 2>"$WORK/crane.err" | head -c 1 | wc -c)" || true
+    [ "$got" = 1 ] && return 0
+    retry_wait "$attempt" "read of blob $1" "$WORK/crane.err" || break
+    attempt=$((attempt + 1))
+  done
   grep -qE 'BLOB_UNKNOWN|MANIFEST_BLOB_UNKNOWN|404' "$WORK/crane.err" && return 1
   die "cannot read blob $1: $(said)"
 }}
@@ -433,8 +510,9 @@ write_slice() {{
   local pushes=("$CACHE_REPO:$tag")
   if [ -n "$again" ]; then pushes=("$CACHE_REPO:$tag-rewrite-$(date -u +%Y%m%d%H%M%S)" "${{pushes[@]}}"); fi
   for to in "${{pushes[@]}}"; do
-    if ! "$WORK/crane" push "$SLICES/$name/image" "$to" >/dev/null 2>>"$log"; then
-      echo "cannot push slice $name: $(tail -n 2 "$log" | tr '\n' ' ')"
+    if ! retried "$SLICES/$name.crane" "push of slice $name" "$WORK/crane" push \
+        "$SLICES/$name/image" "$to" >/dev/null; then
+      echo "cannot push slice $name to $to: $(tr '\n' ' ' <"$SLICES/$name.crane")"
       return 1
     fi
   done
@@ -539,6 +617,14 @@ fi
 """
 
 
+def _retry(config: Config) -> str:
+    """The crane wrapper with the config's bounds and oci/retry.py's rules."""
+    return _RETRY.format(retries=config.registry.retries,
+                         max_wait=config.registry.retry_max_wait,
+                         retried=shlex.quote(retry.RETRIED_ANSWERS),
+                         backoff_ms=int(retry.BACKOFF * 1000))
+
+
 def _fetch(config: Config) -> str:
     """The prebuilt fetch, with the ABI key the MANIFEST must record (checked right after
     the MANIFEST is fetched: a wrong wheelhouse fails in seconds, before any executor run)."""
@@ -585,6 +671,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     wheels = prebuilt_wheel_names(config)
     return _TEMPLATE.format(
         compose=_compose(config),
+        retry=_retry(config),
         apt_options=" ".join(w for pair in apt_options(config) for w in pair),
         image_workspace=q(WORKDIR),
         profile=profile_name(config.profile, "profile", error=BuildError),

@@ -18,7 +18,7 @@ import dataclasses
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpurl_tasks import proc
@@ -52,7 +52,7 @@ from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Layer, Plan
 
-__all__ = ["compose_commands", "compose_environment"]
+__all__ = ["Wanted", "compose_at_registry", "compose_commands", "compose_environment"]
 
 _WORKERS = max(1, min(4, (os.cpu_count() or 1)))  # slices are independent: stage in parallel
 
@@ -123,7 +123,9 @@ def _check_blobs(registry: RegistryClient, target: ImageRef, composed: Composed,
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Wanted:
+class Wanted:
+    """One slice of the plan: its layer, its file here and its cache tag."""
+
     layer: Layer
     path: Path  # the slice file on this machine
     ref: ImageRef  # its cache tag
@@ -181,7 +183,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
         builder.push_image(client, str(base_ref))
         probe = probe_base(client, base_id, config.build.venv)
         compressor_id = compressor(level, probe.zlib)
-        with open_client(config, cache) as registry:
+        with open_client(config, cache, on_retry=on_line) as registry:
             base = _env_base(registry, base_ref)
             wanted = []
             for layer in plan.layers:
@@ -190,47 +192,65 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                 tag = slice_key(label=layer.label, slice_text=text,
                                 python=probe.python, venv=config.build.venv, uv=probe.uv,
                                 compressor=compressor_id)
-                wanted.append(_Wanted(layer=layer, path=path,
-                                      ref=dataclasses.replace(cache, tag=tag, digest=None)))
-            records = {w.layer.name: _cached(registry, w.ref, w.layer.name) for w in wanted}
-            found = {name: record for name, (record, _) in records.items()}
-            lost = {name for name, (_, gone) in records.items() if gone}
-            missing = [w for w in wanted if found[w.layer.name] is None]
-            staged: dict[str, StagedSlice] = {}
-            with concurrent.futures.ThreadPoolExecutor(max_workers=_WORKERS) as pool:
-                jobs = {pool.submit(stage_slice, client, image=base_id, slice_file=w.path,
-                                    dest=w.layer.slice.image_path, out_dir=Path(tmp),
-                                    name=w.layer.name, venv=config.build.venv, level=level,
-                                    build=staging.get(w.layer.name)): w
-                        for w in missing}
-                for job in concurrent.futures.as_completed(jobs):
-                    w = jobs[job]
-                    done = job.result()
-                    staged[w.layer.name] = done
-                    found[w.layer.name] = _record(registry, w, done, base, config.build.venv)
-                    done.path.unlink()
-                    _write_log(log_dir, w.layer.name, done)
-            slices = [found[w.layer.name] for w in wanted]
-            composed = compose_written(base, [s for s in slices if s is not None])
-            for blob in composed.manifest.layers:
-                registry.mount_blob(target, blob.digest, cache.repository)
-            registry.push_blob(target, composed.config)
-            _check_blobs(registry, target, composed,
-                         {s.layer.digest: f"slice {s.name}" for s in slices if s is not None})
-            tag = composed_tag([composed.manifest.config_digest])
-            digest = registry.put_manifest(target, tag, composed.manifest_bytes,
-                                           composed.manifest.media_type)
+                wanted.append(Wanted(layer=layer, path=path,
+                                     ref=dataclasses.replace(cache, tag=tag, digest=None)))
+
+            def stage(w: Wanted) -> StagedSlice:
+                return stage_slice(client, image=base_id, slice_file=w.path,
+                                   dest=w.layer.slice.image_path, out_dir=Path(tmp),
+                                   name=w.layer.name, venv=config.build.venv, level=level,
+                                   build=staging.get(w.layer.name))
+
+            outcomes, tag, digest = compose_at_registry(
+                registry, cache=cache, target=target, base=base, wanted=wanted, stage=stage,
+                venv=config.build.venv, log_dir=log_dir)
+    return ComposedEnv(reference=f"{target.name}@{digest}", tag=tag, base_id=base_id,
+                       slices=outcomes, seconds=time.monotonic() - start)
+
+
+def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: ImageRef,
+                        base: BaseImage, wanted: Sequence[Wanted],
+                        stage: Callable[[Wanted], StagedSlice], venv: str, log_dir: Path
+                        ) -> tuple[tuple[SliceOutcome, ...], str, str]:
+    """The registry half of a composition: reuse each slice whose record (and its blob) is
+    there, `stage` and record the others in parallel, compose them onto `base` in `target`'s
+    repository once every blob is there -> (each slice's outcome, the tag, its digest). A run
+    stopped at any step leaves only complete records (a record's manifest is written after
+    its blobs), which the next run reuses."""
+    records = {w.layer.name: _cached(registry, w.ref, w.layer.name) for w in wanted}
+    found = {name: record for name, (record, _) in records.items()}
+    lost = {name for name, (_, gone) in records.items() if gone}
+    missing = [w for w in wanted if found[w.layer.name] is None]
+    staged: dict[str, StagedSlice] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=_WORKERS) as pool:
+        jobs = {pool.submit(stage, w): w for w in missing}
+        for job in concurrent.futures.as_completed(jobs):
+            w = jobs[job]
+            done = job.result()
+            staged[w.layer.name] = done
+            found[w.layer.name] = _record(registry, w, done, base, venv)
+            done.path.unlink()
+            _write_log(log_dir, w.layer.name, done)
+    slices = [found[w.layer.name] for w in wanted]
+    composed = compose_written(base, [s for s in slices if s is not None])
+    for blob in composed.manifest.layers:
+        registry.mount_blob(target, blob.digest, cache.repository)
+    registry.push_blob(target, composed.config)
+    _check_blobs(registry, target, composed,
+                 {s.layer.digest: f"slice {s.name}" for s in slices if s is not None})
+    tag = composed_tag([composed.manifest.config_digest])
+    digest = registry.put_manifest(target, tag, composed.manifest_bytes,
+                                   composed.manifest.media_type)
     outcomes = tuple(
         SliceOutcome(name=w.layer.name, reference=str(w.ref), built=w.layer.name in staged,
                      blob=s.layer.digest, size=s.layer.size,
                      seconds=staged[w.layer.name].seconds if w.layer.name in staged else 0.0,
                      rewritten=w.layer.name in lost)
         for w, s in zip(wanted, slices, strict=True) if s is not None)
-    return ComposedEnv(reference=f"{target.name}@{digest}", tag=tag, base_id=base_id,
-                       slices=outcomes, seconds=time.monotonic() - start)
+    return outcomes, tag, digest
 
 
-def _record(registry: RegistryClient, wanted: _Wanted, done: StagedSlice,
+def _record(registry: RegistryClient, wanted: Wanted, done: StagedSlice,
             base: BaseImage, venv: str) -> WrittenSlice:
     """Push a written slice's blob and its one-layer image under its cache tag."""
     assert wanted.ref.tag is not None

@@ -1,9 +1,10 @@
 """OCI distribution client: tag -> digest, manifest/index, layer sizes, image config, auth.
 
 Only what verify-layers and pin need, spoken over httpx: every request has a timeout, is
-retried a bounded number of times on connection errors, 429 (honouring Retry-After) and 5xx,
-and every manifest or config body is checked against the sha256 it was fetched by, so a
-truncated or tampered response is an error and never a silently wrong answer.
+retried a bounded number of times on connection errors, 429 (honouring Retry-After) and 5xx
+(oci/retry.py's rules, which the cluster job's crane calls follow too), a blob upload
+restarted from a new session, and every manifest or config body is checked against the sha256
+it was fetched by, so a truncated or tampered response is an error and never a silently wrong answer.
 
 Auth follows the registry's challenge: anonymous first; on 401 the `WWW-Authenticate` header
 says Basic (send the credentials) or Bearer (fetch a token from the realm, as ghcr.io does).
@@ -18,11 +19,9 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import email.utils
 import hashlib
 import json
 import os
-import random
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -45,6 +44,7 @@ from gpurl_tasks.oci.image import (
     parse_index,
     parse_manifest,
 )
+from gpurl_tasks.oci.retry import RetryRules, retryable_status
 from gpurl_tasks.oci.scheme import (
     HTTP,
     HTTPS,
@@ -66,6 +66,14 @@ class RegistryUnreachable(RegistryError, Unreachable):
     """The registry's host did not answer from this machine (every attempt failed)."""
 
 
+class _Again(Exception):
+    """A request failed in a way worth retrying, for a caller that starts over itself."""
+
+    def __init__(self, answer: str, retry_after: str | None) -> None:
+        super().__init__(answer)
+        self.answer, self.retry_after = answer, retry_after
+
+
 class ManifestUnknown(RegistryError):
     """The registry has no manifest under that tag or digest (HTTP 404)."""
 
@@ -85,16 +93,16 @@ class RegistryClient:
         max_wait: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         transport: httpx.BaseTransport | None = None,
+        on_retry: Callable[[str], None] | None = None,
     ) -> None:
         self.host = host
         schemes = candidate_schemes(host, insecure)
         self._scheme = schemes[0]
         self._decided = len(schemes) == 1  # else HTTPS until a request shows it is not TLS
         self._credentials = credentials
-        self._attempts = max(1, attempts)
-        self._backoff = backoff
-        self._max_wait = max_wait
+        self._rules = RetryRules(attempts=max(1, attempts), max_wait=max_wait, backoff=backoff)
         self._sleep = sleep
+        self._on_retry = on_retry  # one line per retry (what failed, the wait)
         self._tokens: dict[str, str] = {}
         self._use_basic = False
         self._http = httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=True,
@@ -295,15 +303,28 @@ class RegistryClient:
                 data if isinstance(data, bytes) else data.read_bytes()).hexdigest()
         if self.has_blob(ref, digest):
             return digest
-        started = self._request("POST", ref, "blobs/uploads/", push=True)
-        location = started.headers.get("Location", "")
-        if not location:
-            raise RegistryError(f"{self.host} started an upload to {ref.repository} without "
-                                "a Location")
-        url = httpx.URL(self.base_url).join(location).copy_merge_params({"digest": digest})
-        self._request("PUT", ref, "", push=True, url=url, content=data,
-                      headers={"Content-Type": "application/octet-stream"})
-        return digest
+        attempt = 0
+        while True:  # a failed PUT ends its upload session: each attempt starts a new one
+            attempt += 1
+            started = self._request("POST", ref, "blobs/uploads/", push=True)
+            location = started.headers.get("Location", "")
+            if not location:
+                raise RegistryError(f"{self.host} started an upload to {ref.repository} "
+                                    "without a Location")
+            url = httpx.URL(self.base_url).join(location).copy_merge_params({"digest": digest})
+            try:
+                self._request("PUT", ref, "", push=True, url=url, content=data, once=True,
+                              headers={"Content-Type": "application/octet-stream"})
+                return digest
+            except _Again as again:
+                if not self._rules.again(attempt):
+                    raise RegistryError(
+                        f"the upload of blob {digest[:19]} to {ref.repository} failed "
+                        f"{attempt} times; the last PUT {url.path} answered {again.answer}",
+                        hint="the registry is overloaded or failing; try again later "
+                             "(registry.retries, registry.retry-max-wait bound the retries)"
+                    ) from None
+                self._retry(attempt, "PUT", url, again.answer, again.retry_after)
 
     def put_manifest(self, ref: ImageRef, tag: str, body: bytes, media_type: str) -> str:
         """Store an image manifest under `tag` in `ref`'s repository; returns its digest,
@@ -322,9 +343,11 @@ class RegistryClient:
     def _request(self, method: str, ref: ImageRef, path: str,
                  headers: Mapping[str, str] | None = None, *, push: bool = False,
                  params: Mapping[str, str] | None = None, url: httpx.URL | None = None,
-                 content: bytes | Path | None = None, root: bool = False) -> httpx.Response:
+                 content: bytes | Path | None = None, root: bool = False,
+                 once: bool = False) -> httpx.Response:
         """One API call with auth, retries and error mapping: `path` under the repository's
-        /v2/NAME/, or `url` as given, or (`root`) the API root /v2/ itself."""
+        /v2/NAME/, or `url` as given, or (`root`) the API root /v2/ itself. `once`: a
+        failure worth retrying raises _Again instead, for the caller to start over."""
         scope = _scope(ref, push=push)
         authenticated = False
         attempt = 0
@@ -347,13 +370,15 @@ class RegistryClient:
                 failure = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
                 if failure is not None and failure.kind == "certificate":
                     raise untrusted_certificate(self.host, failure, os.environ) from None
-                if attempt >= self._attempts:
+                if once:
+                    raise _Again(_fault(exc), None) from None
+                if not self._rules.again(attempt):
                     raise RegistryUnreachable(
                         f"cannot reach the registry at {self._shown()} for {ref} from this "
                         f"machine after {attempt} attempts ({_fault(exc)})", host=self.host,
                         hint=unreachable_hint(self.host) + " (its host: registry.host or the "
                         "image reference; plain HTTP: registry.insecure)") from None
-                self._sleep(self._delay(attempt, None))
+                self._retry(attempt, method, target, _fault(exc), None)
                 continue
             except httpx.HTTPError as exc:  # a redirect loop, a body that is not what it says
                 raise RegistryError(f"the registry at {self.base_url} sent an unusable answer "
@@ -364,12 +389,18 @@ class RegistryClient:
                 attempt -= 1
                 self._authenticate(ref, response, scope)
                 continue
-            if status == 429 or status >= 500:
-                if attempt >= self._attempts:
+            if retryable_status(status):
+                if once:
+                    raise _Again(f"{status}{_error_codes(response)}",
+                                 response.headers.get("Retry-After"))
+                if not self._rules.again(attempt):
                     raise RegistryError(
-                        f"the registry answered {status} for {ref} after {attempt} attempts",
-                        hint="the registry is overloaded or failing; try again later")
-                self._sleep(self._delay(attempt, response.headers.get("Retry-After")))
+                        f"the registry answered {status}{_error_codes(response)} to "
+                        f"{_request_line(method, target)} for {ref} after {attempt} attempts",
+                        hint="the registry is overloaded or failing; try again later "
+                             "(registry.retries, registry.retry-max-wait bound the retries)")
+                self._retry(attempt, method, target, f"{status}{_error_codes(response)}",
+                            response.headers.get("Retry-After"))
                 continue
             if status in (401, 403, 404):
                 raise self._refusal(ref, response)
@@ -472,13 +503,15 @@ class RegistryClient:
                              hint="check that the build pushed this tag, and registry.host / "
                                   "registry.repository in the config")
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            seconds = _retry_after_seconds(retry_after)
-            if seconds is not None:
-                return min(max(seconds, 0.0), self._max_wait)
-        delay: float = self._backoff * 2.0 ** (attempt - 1) * (1 + random.random() / 4)
-        return min(delay, self._max_wait)
+    def _retry(self, attempt: int, method: str, target: httpx.URL, answer: str,
+               retry_after: str | None) -> None:
+        """Wait before the next attempt, saying so in one line when asked to."""
+        wait = self._rules.delay(attempt, retry_after)
+        if self._on_retry is not None:
+            self._on_retry(f"retry {attempt}/{self._rules.attempts - 1} in {wait:.1f}s: "
+                           f"{_request_line(method, target)} answered {answer}"
+                           + (f" (Retry-After {retry_after})" if retry_after else ""))
+        self._sleep(wait)
 
 
 def _scope(ref: ImageRef, *, push: bool) -> str:
@@ -553,13 +586,8 @@ def _error_codes(response: httpx.Response) -> str:
     return f" ({', '.join(codes)})" if codes else ""
 
 
-def _retry_after_seconds(value: str) -> float | None:
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return float(when.timestamp() - time.time())
+def _request_line(method: str, target: httpx.URL) -> str:
+    """A request as a log names it: method and path, the query (an upload's session state)
+    and the host left out, so no credential a registry put in a URL is shown."""
+    return f"{method} {target.path}"
 

@@ -65,8 +65,10 @@ done
 
 # The stand-in crane: `crane export IMAGE -` writes a tar of kaniko's tree to stdout,
 # including the image's own /kaniko/.docker/config.json that the overlay would clobber;
-# `crane digest REF` answers as the registry would (absent tag: MANIFEST_UNKNOWN).
-CRANE = _logged("crane") + r"""if [ "$1" = digest ]; then
+# `crane digest REF` answers as the registry would (absent tag: MANIFEST_UNKNOWN); the
+# script's retry wrapper runs crane with -v, which the stand-in ignores.
+CRANE = _logged("crane") + r"""if [ "$1" = -v ]; then shift; fi
+if [ "$1" = digest ]; then
   # the registry lookup: STANDIN_EXISTING_DIGEST says the tag exists, STANDIN_CRANE_ERROR fails
   if [ -n "${STANDIN_CRANE_ERROR:-}" ]; then echo "$STANDIN_CRANE_ERROR" >&2; exit 1; fi
   if [ -n "${STANDIN_EXISTING_DIGEST:-}" ]; then echo "$STANDIN_EXISTING_DIGEST"; exit 0; fi
@@ -74,7 +76,8 @@ CRANE = _logged("crane") + r"""if [ "$1" = digest ]; then
   exit 1
 fi
 [ "$1" = export ] || exit 64
-cat "${STANDIN_KANIKO_TAR:-@KANIKO_TAR@}"
+if [ "${*: -1}" = - ]; then cat "${STANDIN_KANIKO_TAR:-@KANIKO_TAR@}"
+else cp "${STANDIN_KANIKO_TAR:-@KANIKO_TAR@}" "${*: -1}"; fi
 """
 
 
