@@ -237,6 +237,13 @@ def _write_slice_function(script: str) -> str:
     return script[start:script.index("\n}\n", start) + 3]
 
 
+def _retry_wrapper(script: str) -> str:
+    """The script's lines that write its crane wrapper (`retried`) to $WORK, then source it,
+    as the composing build does before `write_slice` runs."""
+    start = script.index('REGISTRY_RETRIES="${REGISTRY_RETRIES:-')
+    return script[start:script.index("\nRETRY\n", start) + 7] + '. "$WORK/registry-retry.sh"\n'
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("build", ["lower --no-build-isolation-package needsbase", ""],
                          ids=["with-the-settings", "plain"])
@@ -258,10 +265,11 @@ def test_the_cluster_script_stages_the_sdist_on_the_slice_below(
     (tmp_path / "slices").mkdir()
     q = shlex.quote
     run = "\n".join([
-        "set -euo pipefail", f"VENV={q(str(venv))}", f"CONTEXT={q(str(tmp_path))}",
+        "set -euo pipefail", 'die() { echo "error: $*" >&2; exit 1; }',
+        f"VENV={q(str(venv))}", f"CONTEXT={q(str(tmp_path))}",
         f"SLICES={q(str(tmp_path / 'slices'))}", f"WORK={q(str(tmp_path / 'work'))}",
         f"LAYER_TOOL={q(str(tmp_path / 'tool.py'))}", "LEVEL=6", "CACHE_REPO=cache",
-        "BASE_DOCS=()", _write_slice_function(script),
+        "BASE_DOCS=()", _retry_wrapper(script), _write_slice_function(script),
         f"write_slice 02-needsbase 02-needsbase.txt created slice-x-0 '' {q(build)} "
         + " ".join(lower)])
     done = subprocess.run(["bash", "-c", run], capture_output=True, text=True, timeout=300,
