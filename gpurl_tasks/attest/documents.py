@@ -24,6 +24,7 @@ __all__ = [
     "ANNOTATIONS",
     "EMPTY_BLOB",
     "EMPTY_CONFIG",
+    "EMPTY_MEDIA_TYPE",
     "OCI_INDEX",
     "OCI_MANIFEST",
     "Build",

@@ -17,6 +17,7 @@ from typing import Any
 from gpurl_tasks.attest.documents import (
     EMPTY_BLOB,
     EMPTY_CONFIG,
+    EMPTY_MEDIA_TYPE,
     artifact_manifest,
     fallback_index,
     fallback_tag,
@@ -67,7 +68,7 @@ def _entries(index: Mapping[str, Any], via: str, where: str) -> list[Referrer]:
     found = []
     for i, raw in enumerate(index.get("manifests", []) or []):
         descriptor = Descriptor.from_json(raw, f"{where}: manifests[{i}]")
-        kind = raw.get("artifactType")
+        kind = raw.get("artifactType") or ""
         notes = raw.get("annotations") or {}
         if isinstance(kind, str) and isinstance(notes, Mapping):
             found.append(Referrer(digest=descriptor.digest, size=descriptor.size,
@@ -88,8 +89,19 @@ def find(client: RegistryClient, ref: ImageRef, subject_digest: str,
             _, _, index = client.manifest(ref, via)
         except ManifestUnknown:
             return []
-    found = _entries(index, via, f"referrers of {ref}@{subject_digest[:19]}")
+    found = [_typed(client, ref, r)
+             for r in _entries(index, via, f"referrers of {ref}@{subject_digest[:19]}")]
     return [r for r in found if artifact_type is None or r.artifact_type == artifact_type]
+
+
+def _typed(client: RegistryClient, ref: ImageRef, entry: Referrer) -> Referrer:
+    """An entry listed under its config's media type (go-containerregistry's referrers API and
+    the tag crane writes do so), by the manifest's own artifactType, as the spec lists it."""
+    if entry.artifact_type not in ("", EMPTY_MEDIA_TYPE):
+        return entry
+    _, _, manifest = client.manifest(ref, entry.digest)
+    kind = manifest.get("artifactType")
+    return dataclasses.replace(entry, artifact_type=kind) if isinstance(kind, str) else entry
 
 
 def fetch(client: RegistryClient, ref: ImageRef, referrer: Referrer) -> dict[str, Any]:
