@@ -33,8 +33,8 @@ __all__ = [
     "canonical",
     "documents",
     "fallback_index",
-    "index_entry",
     "fallback_tag",
+    "index_entry",
 ]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
