@@ -114,7 +114,8 @@ def _fallback(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpurl-attest", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="gpurl-attest", description="the pushed image's SBOM and provenance as OCI artifact layouts")
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("documents", help="write the SBOM and provenance artifact layouts")
     for flag in ("--skeleton", "--image-manifest", "--image-config", "--dpkg-status",

@@ -13,8 +13,11 @@ executor builds env-base alone; an unpushed second build FROM it runs gpurl's la
 in env-base's own filesystem, so each slice is the same blob the local path writes; crane
 pushes each as a one-layer image and rebases them onto env-base; the final build runs FROM
 that image. The slice list is the generated `<script>.slices` index, so a lock bump changes
-the index, never the script. Rendering reads nothing but the config and the `./path` wheel
-sources' pyproject.toml (their versions name the wheels) and is byte-reproducible.
+the index, never the script. After the final push the job attaches the image's SBOM and
+provenance (docker/gpurl-attest.py, gpurl's attest modules' own text, on the skeleton
+`<script>.attest.json` of what is known before the build; the digest, the image's dpkg status,
+the executor's digest and the run only the job knows). Rendering reads nothing but the config
+and the `./path` wheel sources' pyproject.toml (their versions name the wheels) and is byte-reproducible.
 
 Every value from the config is a `shlex.quote`d word (or, spliced into `"${VAR:-value}"`, a
 plain name); paths are checked to stay inside the repository, symlinks resolved; the registry
@@ -752,8 +755,8 @@ def slice_index(config: Config, plan: Plan) -> str:
 
 def script_files(config: Config, plan: Plan) -> dict[Path, str]:
     """What `invoke generate` writes for a variant built on the cluster (nothing for one built
-    with the local backend): the script and, when it composes, the slice index and the layer
-    tool it runs."""
+    with the local backend): the script, its attestation skeleton and tool and, when it
+    composes, the slice index and the layer tool it runs."""
     if config.backend != "iris":
         return {}
     files = {config.build.kaniko_script: render_script(config),
