@@ -267,6 +267,14 @@ def test_the_job_attaches_the_sbom_and_provenance_that_verify_layers_requires(
     assert statement["subject"][0]["digest"]["sha256"] == built.reference.split("@sha256:")[1]
     print(f"{executor}: SBOM {len(sbom['components'])} components ({len(apt)} apt); provenance "
           f"builder {run['builder']['id']}")
+    by_kind: dict[str, dict[str, Any]] = {}
+    for component in sbom["components"]:  # the first component of each kind, for the record
+        kind = next((p["value"] for p in component.get("properties", [])
+                     if p["name"] == "gpurl:source"), "?")
+        by_kind.setdefault(kind, component)
+    print(json.dumps({**{k: v for k, v in sbom.items() if k != "components"},
+                      "components (first of each kind)": list(by_kind.values())}, indent=1))
+    print(json.dumps(statement, indent=1))
 
 
 def _slice_runs(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
