@@ -48,7 +48,6 @@ from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import layer_count
 from gpurl_tasks.dockerfile.recipe import WORKDIR
-from gpurl_tasks.dockerfile.wheels import ABI_KEY_PREFIX, abi_key, pins_from_args
 from gpurl_tasks.git import ls_bundle_files
 from gpurl_tasks.local.builder import build_command, serving_index
 from gpurl_tasks.local.builders import Builders, job_image, run_job, setup_kaniko
