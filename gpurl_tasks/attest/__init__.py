@@ -9,6 +9,6 @@ attached at the registry by oci/referrers.py (the referrers API, or the `sha256-
 schema where a registry lacks it, as ghcr.io does).
 
 `sbom`, `provenance`, `documents` and `check` are pure; `sbom`, `provenance`, `documents`
-and `tool` import the stdlib and each other only (the job has no gpurl). The package imports
+and `tool` import the stdlib and each other only (the job has no gpurl). Imports
 the basics and `plan`; `oci` reads it.
 """
