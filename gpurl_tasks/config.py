@@ -363,10 +363,10 @@ class VerifySettings:
     min_layers: int = _field(20, bakes="none")
     # every layer's target; None: layers.cap (a small demo cap is for sync layers)
     cap: int | None = _field(None, size=True, bakes="none")
-    # the attached SBOM and provenance: "required" (pin refuses an image without them),
-    # "if-present" (checked when attached: images built before gpurl attached them, and the
-    # cluster job's, which does not attach them yet), "off"
-    attestations: Attestations = _field("if-present", bakes="none")
+    # the attached SBOM and provenance: "required" (pin refuses an image without them; both
+    # build paths attach them), "if-present" (checked when attached: for images built before
+    # gpurl attached them), "off"
+    attestations: Attestations = _field("required", bakes="none")
 
 
 @dataclasses.dataclass(**_KW)

@@ -111,7 +111,8 @@ PURPOSE: dict[str, str] = {
     "verify.min-layers": "a pushed image needs at least this many layers",
     "verify.cap": "every layer's target (unset: layers.cap)",
     "verify.attestations": ("the image's attached SBOM and provenance: required (pin refuses an "
-                            "image without them), if-present (checked when attached), or off"),
+                            "image without them), if-present (checked when attached: images "
+                            "built before gpurl attached them), or off"),
     "launcher.python-variable": "the launcher's variable naming the environment's python (in build.venv)",
     "launcher.path": "the launcher file the pin is written into, relative to the workspace",
     "launcher.variable": "the variable holding the pinned image",

@@ -21,6 +21,7 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "oci.verify",
         "oci.pin", "rebuild.fingerprint", "cluster.watch", "imageref", "units", "errors", "steps",
         "layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
+        "attest.documents",
         "config", "values"]
 
 
@@ -67,8 +68,22 @@ def test_imports_point_one_way(module: str) -> None:
 # Runs alone, stdlib only, in env-base's python3 (the cluster job's copy has no gpurl_tasks
 # to import proc from): its probe of the venv and uv starts processes itself.
 # scripts gpurl writes into the repository to run on their own (the cluster job's layer writer,
-# the image's package-set and `uv pip check` checks): they start processes and print
-STANDALONE = {"oci.layer", "dockerfile.envcheck"}
+# the image's package-set and `uv pip check` checks, the job's SBOM and provenance writer):
+# they start processes and print
+STANDALONE = {"oci.layer", "dockerfile.envcheck", "attest.tool"}
+# What docker/gpurl-attest.py carries to the cluster job, which has no gpurl installed.
+SHIPPED = {"attest.sbom", "attest.provenance", "attest.documents", "attest.tool"}
+
+
+def test_the_modules_the_job_runs_import_only_the_stdlib_and_each_other() -> None:
+    import sys
+
+    for module in sorted(SHIPPED):
+        ours = {t.removeprefix("gpurl_tasks.") for t in _imports(MODULES[module])
+                if t.startswith("gpurl_tasks")}
+        assert ours <= SHIPPED | {"attest"}, (module, ours - SHIPPED)
+        others = {t.split(".")[0] for t in _imports(MODULES[module])} - {"gpurl_tasks"}
+        assert others <= set(sys.stdlib_module_names) | {"__future__"}, (module, others)
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -3,8 +3,9 @@ checked by verify-layers.
 
 The registry is Debian's distribution registry 2.8 on loopback, which has no OCI referrers API
 (as ghcr.io has none): the `sha256-<digest>` tag fallback is what is written and read. No
-registry that serves the referrers API installs here from this machine's package sources, so
-the API path is exercised only through its contract (`referrers()` answers None on a 404).
+registry that serves the referrers API installs from this machine's package sources (Debian's
+is distribution 2.8.2; the API came with v3); tests/test_job_attest.py runs
+go-containerregistry's registry, built from the crane source archive with the API on.
 The image is pushed by the tests' own pusher, labelled as a gpurl build of the demo profile at
 this checkout's lock; the SBOM is validated against CycloneDX's own 1.6 schema.
 """

@@ -88,7 +88,8 @@ def test_build_argv_parses_to_the_intended_parameters(build_argv: tuple[str, ...
     assert params["timeout"] == 18000
     assert params["job_name"].startswith("gpurl-kaniko-")
     env = dict(params["env_vars"])
-    assert set(env) == {"DOCKER_USER_ID", "DOCKER_TOKEN", "BUILD_B64", "GITSHA"}
+    assert set(env) == {"DOCKER_USER_ID", "DOCKER_TOKEN", "BUILD_B64", "GITSHA", "GIT_COMMIT",
+                        "JOB_NAME"}
     assert env["DOCKER_TOKEN"] == CANARY
     assert env["DOCKER_USER_ID"] == config.registry.user
     assert params["job_name"] == f"gpurl-kaniko-{env['GITSHA']}"

@@ -39,7 +39,7 @@ from gpurl_tasks.proc import run
 from tests.support.checkout import repo_copy
 from tests.support.git import git
 from tests.support.iris_cluster import LocalIris, local_iris
-from tests.support.kaniko_harness import Rig, rig
+from tests.support.kaniko_harness import STANDIN_DIGEST, Rig, rig
 from tests.support.local_parts import free_port
 from tests.support.registry_server import RegistryServer, require_registry, running_registry
 
@@ -168,7 +168,7 @@ def test_build_runs_the_real_script_and_watch_follows_it_to_succeeded(
     sha = job_id.rsplit("-", 1)[1]
     image = f"{registry.host}/open-thoughts/openthoughts-agent"
     log = stored_log(cluster, job_id, tmp_path)
-    assert f"pushed {image}:gpu-rl-{sha}@sha256:{'0' * 63}7" in log
+    assert f"pushed {image}:gpu-rl-{sha}@{STANDIN_DIGEST}" in log
     (call,) = r.calls("executor")
     assert f"--destination {image}:gpu-rl-{sha}" in call
     assert "--build-arg GITSHA=" + sha in call

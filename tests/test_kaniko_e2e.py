@@ -41,6 +41,8 @@ from typing import Any
 import httpx
 import pytest
 
+from gpurl_tasks.attest.collect import listed
+from gpurl_tasks.attest.sbom import python_components, requirement_name
 from gpurl_tasks.cluster.bundle import bundle_files
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
@@ -197,6 +199,7 @@ def _build(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
     verify-layers."""
     config = load_config(tree, profile="demo", env={})
     env = {"GITSHA": gitsha, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": USER,
+           "GIT_COMMIT": full_commit(gitsha), "JOB_NAME": f"gpurl-kaniko-{gitsha}",
            **({"SSL_CERT_FILE": "/ca/bundle.pem"} if cert_file else {})}
     bundle = tree.parent / f"bundle-{gitsha}"
     shutil.rmtree(bundle, ignore_errors=True)
@@ -218,6 +221,64 @@ def _build(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
     assert verified.returncode == 0, verified.stdout + verified.stderr
     return Built(reference=reference, output=output,
                  layers=json.loads(verified.stdout)["layers"], bundle=bundle)
+
+
+def full_commit(gitsha: str) -> str:
+    """The full commit `invoke build` passes beside the tag's short one (these trees' tags
+    name made-up commits: the short one, padded)."""
+    return gitsha + "0" * (40 - len(gitsha))
+
+
+def test_the_job_attaches_the_sbom_and_provenance_that_verify_layers_requires(
+        parts: Parts, cluster: tuple[str, Path, Built]) -> None:
+    """After its push the job writes both documents with gpurl's attest modules (the bundle's
+    docker/gpurl-attest.py) and attaches them to the pushed digest: verify-layers, with them
+    required, finds both under the referrers tag (the registry has no referrers API); the
+    SBOM's Python packages are exactly the lock's closure plus the declared installs, its apt
+    packages dpkg's in the image; the provenance names the tag's commit and the executor by
+    digest; the token is in neither."""
+    executor, tree, built = cluster
+    assert re.search(r"^attested \S+: SBOM and provenance, listed by the tag \S+:sha256-",
+                     built.output, flags=re.M), built.output[-3000:]
+    env = {**_env(parts), "GPURL_VERIFY_ATTESTATIONS": "required"}
+    verified = invoke(tree, "verify-layers", "--profile", "demo", "--ref", built.reference,
+                      "--json", env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    notes = json.loads(verified.stdout)["notes"]
+    gitsha = built.reference.split(":demo-")[1].split("@")[0]
+    assert any("packages equal the lock's closure" in n for n in notes), notes
+    assert any(f"built from {full_commit(gitsha)}" in n for n in notes), notes
+    shown = invoke(tree, "sbom", "--profile", "demo", "--ref", built.reference, "--document",
+                   "--json", env=_env(parts))
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert CANARY not in shown.stdout
+    found = json.loads(shown.stdout)
+    sbom, statement = found["sbom"], found["provenance"]
+    config = load_config(tree, profile="demo", env={})
+    expected, declared = listed(config)
+    components = python_components(sbom)
+    assert set().union(*(v for k, v in components.items()
+                         if k not in ("compiled-wheel", "post-install"))) == {
+        (p.name, p.version) for p in expected}
+    assert {n for n, _ in components.get("post-install", set())} == {
+        requirement_name(x) for x in declared}
+    assert {n for n, _ in components["compiled-wheel"]} == {"gpurl_demo_ext"}
+    apt = [c for c in sbom["components"] if c.get("purl", "").startswith("pkg:deb/")]
+    assert len(apt) > 50 and any(c["name"] == "libc6" for c in apt), len(apt)
+    run = statement["predicate"]["runDetails"]
+    assert run["builder"]["id"] == parts.builders.executors[executor]
+    assert run["metadata"]["invocationId"] == f"iris:gpurl-kaniko-{gitsha}"
+    assert statement["subject"][0]["digest"]["sha256"] == built.reference.split("@sha256:")[1]
+    print(f"{executor}: SBOM {len(sbom['components'])} components ({len(apt)} apt); provenance "
+          f"builder {run['builder']['id']}")
+    by_kind: dict[str, dict[str, Any]] = {}
+    for component in sbom["components"]:  # the first component of each kind, for the record
+        kind = next((p["value"] for p in component.get("properties", [])
+                     if p["name"] == "gpurl:source"), "?")
+        by_kind.setdefault(kind, component)
+    print(json.dumps({**{k: v for k, v in sbom.items() if k != "components"},
+                      "components (first of each kind)": list(by_kind.values())}, indent=1))
+    print(json.dumps(statement, indent=1))
 
 
 def _slice_runs(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from gpurl_tasks.attest import provenance as slsa
+from gpurl_tasks.attest import sbom as cdx
+from gpurl_tasks.attest.collect import listed
+from gpurl_tasks.attest.sbom import python_components, requirement_name
 from gpurl_tasks.config import load_config
 from tests.conftest import REPO_ROOT
-from tests.support.kaniko_harness import AS_CLUSTER, Rig, rig
+from tests.support.kaniko_harness import AS_CLUSTER, STANDIN_DIGEST, Rig, rig
 from tests.support.local_parts import build_source_wheel, need
 
 pytestmark = pytest.mark.integration
@@ -65,7 +69,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--digest-file", digest_file,
     ]
     assert "--single-snapshot" not in argv
-    assert f"pushed {image}:gpu-rl-{GITSHA}@sha256:{'0' * 63}7" in proc.stdout
+    assert f"pushed {image}:gpu-rl-{GITSHA}@{STANDIN_DIGEST}" in proc.stdout
     for name in r.wheels:  # fetched into the context's wheelhouse before the executor ran
         assert (r.root / "kaniko" / "context" / "docker" / "wheelhouse" / name).is_file()
         assert not (r.root / "app" / "docker" / "wheelhouse" / name).exists()  # not the bundle
@@ -73,13 +77,14 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
 
 def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
     assert r.run(_env()).returncode == 0
-    export, lookup = r.calls("crane")
+    export, lookup, *after_push = r.calls("crane")
     # crane -v: the retry wrapper reads the registry's last status and Retry-After from its log
     assert shlex.split(export)[1:] == ["-v", "export", "--platform", "linux/amd64",
                                        "registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
                                        f"{r.root}/kaniko/gpurl/executor.tar"]
     assert shlex.split(lookup)[1:] == ["-v", "digest",
                                        f"{r.config.registry.image}:gpu-rl-{GITSHA}"]
+    assert [shlex.split(c)[1] for c in after_push][:3] == ["manifest", "config", "digest"]
 
 
 @pytest.mark.parametrize("variable", ["REGISTRY_RETRIES", "REGISTRY_RETRY_MAX_WAIT"])
@@ -90,6 +95,46 @@ def test_retry_bounds_that_are_no_numbers_are_refused_before_any_registry_call(
     assert proc.stderr.strip().splitlines()[-1].endswith(
         "REGISTRY_RETRIES and REGISTRY_RETRY_MAX_WAIT must be whole numbers")
     assert r.calls("crane") == [] and r.calls("executor") == []
+
+
+def test_the_pushed_image_gets_its_sbom_and_provenance_from_the_one_writer(r: Rig) -> None:
+    """After the push the script writes both documents with the bundle's attest tool (the
+    attest modules' own text) from the skeleton `invoke generate` wrote, the digest as their
+    subject, and pushes each as an artifact by its digest; the token reaches neither."""
+    proc = r.run(_env())
+    assert proc.returncode == 0, proc.stderr
+    attest = r.root / "kaniko" / "gpurl" / "attest"
+    pushes = [shlex.split(c)[2:] for c in r.calls("crane") if shlex.split(c)[1] == "push"]
+    image = r.config.registry.image
+    assert [(Path(d).name, ref.split("@")[0]) for d, ref in pushes] == [
+        ("sbom", image), ("provenance", image)]
+    found = {}
+    for directory, ref in pushes:
+        index = json.loads((Path(directory) / "index.json").read_text())
+        digest = index["manifests"][0]["digest"]
+        assert ref == f"{image}@{digest}"  # pushed by the digest of the manifest it holds
+        blobs = Path(directory) / "blobs" / "sha256"
+        artifact = json.loads((blobs / digest.split(":")[1]).read_text())
+        assert artifact["subject"]["digest"] == STANDIN_DIGEST
+        layer = artifact["layers"][0]
+        found[artifact["artifactType"]] = (blobs / layer["digest"].split(":")[1]).read_text()
+        assert CANARY not in found[artifact["artifactType"]]
+    sbom = json.loads(found[cdx.MEDIA_TYPE])
+    statement = json.loads(found[slsa.MEDIA_TYPE])
+    expected, declared = listed(r.config)
+    assert python_components(sbom).get("registry") == {
+        (p.name, p.version) for p in expected if p.source == "registry"}
+    assert {n for n, _ in python_components(sbom)["post-install"]} == {
+        requirement_name(x) for x in declared}
+    wheels = {c["name"] for c in sbom["components"]
+              if {"name": "gpurl:source", "value": "compiled-wheel"} in c["properties"]}
+    assert len(wheels) == len(r.wheels) > 0
+    assert slsa.commit_of(statement) == GITSHA
+    run = statement["predicate"]["runDetails"]
+    assert run["builder"]["id"] == r.pins.executor_image
+    assert run["metadata"]["invocationId"] == f"iris:gpurl-kaniko-{GITSHA}"
+    assert "SBOM and provenance, listed by the registry's referrers API" in proc.stdout
+    assert attest.is_dir()
 
 
 def test_an_existing_immutable_tag_stops_before_the_build(r: Rig) -> None:

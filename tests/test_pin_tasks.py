@@ -46,11 +46,34 @@ def env_for(server_host: str, launcher: Path) -> dict[str, str]:
     return {"GPURL_REGISTRY_HOST": server_host, "GPURL_REGISTRY_REPOSITORY": "org/img",
             "GPURL_LAUNCHER_PATH": str(launcher), "GPURL_LAYERS_CAP": "1MB",
             "GPURL_VERIFY_HARD_LIMIT": "2MB", "GPURL_VERIFY_MIN_LAYERS": "5",
+            # the tests' pusher attaches no SBOM or provenance (as an image built before gpurl
+            # attached them); test_pin_refuses_an_image_without_them_by_default drops this
+            "GPURL_VERIFY_ATTESTATIONS": "if-present",
             "HOME": str(launcher.parent)}
 
 
 def pushed(registry: RegistryServer, tag: str, seed: int) -> PushedImage:
     return push_image(registry.url, "org/img", five_layers(seed), tag=tag)
+
+
+def test_pin_refuses_an_image_without_them_by_default(registry: RegistryServer,
+                                                     launcher: Path) -> None:
+    """verify.attestations defaults to required: an image with no SBOM and provenance attached
+    is not pinned, the launcher untouched, and the message names the setting; `if-present`
+    (for an image built before gpurl attached them) pins it."""
+    pushed(registry, "gpu-rl-abcabca", 9)
+    env = {k: v for k, v in env_for(registry.host, launcher).items()
+           if k != "GPURL_VERIFY_ATTESTATIONS"}
+    before = launcher.read_text()
+    refused = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-abcabca", env=env)
+    assert refused.returncode != 0
+    said = refused.stdout + refused.stderr
+    assert "no SBOM is attached" in said and "verify.attestations = required" in said, said
+    assert "Traceback" not in said
+    assert launcher.read_text() == before
+    lenient = run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-abcabca",
+                       env={**env, "GPURL_VERIFY_ATTESTATIONS": "if-present"})
+    assert lenient.returncode == 0, lenient.stderr
 
 
 def test_pin_writes_the_digest_and_a_second_pin_is_a_no_op(registry: RegistryServer,

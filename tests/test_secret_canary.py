@@ -87,7 +87,9 @@ def test_the_token_never_reaches_a_foreign_registry(tmp_path: Path, repo_tmp: Pa
         launcher.write_text('IMAGE = "old"\n')
         env = {variable: CANARY, "GPURL_REGISTRY_USER": "gpurl-bot", "DOCKER_CONFIG": str(docker),
                "GPURL_REGISTRY_HOST": "ghcr.io", "GPURL_VERIFY_MIN_LAYERS": "1",
-               "GPURL_LAUNCHER_PATH": str(launcher), "GPURL_LAUNCHER_VARIABLE": "IMAGE"}
+               "GPURL_LAUNCHER_PATH": str(launcher), "GPURL_LAUNCHER_VARIABLE": "IMAGE",
+               # looked up (the referrers too reach the foreign registry), none attached
+               "GPURL_VERIFY_ATTESTATIONS": "if-present"}
         done = run_task(task, "--ref", f"{foreign.host}/org/img:gpu-rl-abcdef1", env=env)
         assert tokens.requests, "the foreign registry asked for a token"
         for header in tokens.authorizations:

@@ -24,7 +24,10 @@ CANARY = "canary-verify-91f3a7"
 def env_for(server: RegistryServer, tmp: Path | None = None) -> dict[str, str]:
     env = {"GPURL_REGISTRY_HOST": server.host, "GPURL_REGISTRY_REPOSITORY": "org/img",
            "GPURL_LAYERS_CAP": "1MB", "GPURL_VERIFY_HARD_LIMIT": "2MB",
-           "GPURL_VERIFY_MIN_LAYERS": "5"}
+           "GPURL_VERIFY_MIN_LAYERS": "5",
+           # the tests' pusher attaches no SBOM or provenance (as an image built before gpurl
+           # attached them): checked when attached (tests/test_attestations.py requires them)
+           "GPURL_VERIFY_ATTESTATIONS": "if-present"}
     if tmp is not None:
         env["HOME"] = str(tmp)  # no docker config.json: anonymous
     return env
@@ -162,7 +165,8 @@ def test_a_reference_picks_the_profile_whose_registry_it_names(registry: Registr
     """`nox -s verify-layers -- REGISTRY/gpurl/demo:demo-SHA` applied the gpu-rl rules (20
     layers) to the demo image (issue 13): the demo profile's repository picks its rules."""
     push_image(registry.url, "gpurl/demo", six_layers()[:4], tag="demo-2222222")
-    env = {"GPURL_REGISTRY_HOST": registry.host, "HOME": str(tmp_path)}
+    env = {"GPURL_REGISTRY_HOST": registry.host, "HOME": str(tmp_path),
+           "GPURL_VERIFY_ATTESTATIONS": "if-present"}
     done = run_task("verify-layers", "--ref", f"{registry.host}/gpurl/demo:demo-2222222", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rules of profile 'demo'" in done.stderr

@@ -2,9 +2,13 @@
 from the lock, the compiled wheels' MANIFEST, the declared post-installs and the apt set read in
 the image), its build provenance (`provenance`, an in-toto statement with a SLSA v1 predicate),
 what they list for a variant (`collect`: the lock's closure and the declared installs, read the
-same way when written and when checked) and verify-layers' rules for them (`check`). They are
+same way when written and when checked), the one writer of both documents and their OCI
+artifacts on either build path (`documents`), the cluster job's runner of it (`tool`, shipped
+as docker/gpurl-attest.py) and verify-layers' rules for them (`check`). They are
 attached at the registry by oci/referrers.py (the referrers API, or the `sha256-<digest>` tag
 schema where a registry lacks it, as ghcr.io does).
 
-`sbom`, `provenance` and `check` are pure. Imports the basics and `plan`; `oci` reads it.
+`sbom`, `provenance`, `documents` and `check` are pure; `sbom`, `provenance`, `documents`
+and `tool` import the stdlib and each other only (the job has no gpurl). Imports
+the basics and `plan`; `oci` reads it.
 """

@@ -30,6 +30,7 @@ __all__ = [
     "PythonPackage",
     "SbomInputs",
     "apt_packages_from_dpkg",
+    "apt_packages_from_status",
     "cyclonedx",
     "python_components",
     "requirement_name",
@@ -84,6 +85,20 @@ def apt_packages_from_dpkg(text: str) -> tuple[AptPackage, ...]:
         parts = line.strip().split("\t")
         if len(parts) == 3 and all(parts):
             found.add(AptPackage(name=parts[0], version=parts[1], architecture=parts[2]))
+    return tuple(sorted(found, key=lambda p: (p.name, p.architecture)))
+
+
+def apt_packages_from_status(text: str) -> tuple[AptPackage, ...]:
+    """dpkg's status file (var/lib/dpkg/status) read as `apt_packages_from_dpkg` reads
+    `dpkg-query -W`: every package whose status is not `not-installed`, sorted."""
+    found = set()
+    for paragraph in text.split("\n\n"):
+        fields = dict(line.split(":", 1) for line in paragraph.splitlines()
+                      if ":" in line and not line.startswith((" ", "\t")))
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        name, version, arch = (fields.get(k, "") for k in ("Package", "Version", "Architecture"))
+        if name and version and arch and not fields.get("Status", "").endswith("not-installed"):
+            found.add(AptPackage(name=name, version=version, architecture=arch))
     return tuple(sorted(found, key=lambda p: (p.name, p.architecture)))
 
 

@@ -192,6 +192,8 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     if config.variant.name != config.variants[0].name:
         # each variant has its own script (its Dockerfile, tags and compiled wheels)
         job_name = f"gpurl-kaniko-{config.variant.name}-{gitsha}"
+    # what the image's provenance names: the full commit and the iris job
+    env += [("GIT_COMMIT", tree.commit), ("JOB_NAME", job_name)]
     spec = JobSpec(
         cluster=ClusterTarget.resolve(name=cluster.name, controller_url=cluster.controller_url,
                                       flag=request.cluster),

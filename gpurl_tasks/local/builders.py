@@ -121,8 +121,11 @@ def go_toolchain(cache: Path, requirement: str) -> Path:
     return go
 
 
-def build_binary(source: Source, cache: Path, go: Path) -> Path:
-    """`go build` of the source's package, offline; cached by the archive's sha256."""
+def build_binary(source: Source, cache: Path, go: Path,
+                 files: Mapping[str, str] | None = None) -> Path:
+    """`go build` of the source's package, offline; cached by the archive's sha256. `files`
+    ({path in the source tree: text}) are written into the unpacked tree first: a main
+    package of gpurl's own over the archive's libraries (the tests' referrers registry)."""
     out = cache / "bin" / source.sha256[:16] / Path(source.package).name
     if out.exists():
         return out
@@ -132,6 +135,9 @@ def build_binary(source: Source, cache: Path, go: Path) -> Path:
         with tarfile.open(source.archive) as tar:
             tar.extractall(tmp, filter="data")
         (top,) = Path(tmp).iterdir()
+        for name, text in (files or {}).items():
+            (top / name).parent.mkdir(parents=True, exist_ok=True)
+            (top / name).write_text(text)
         env = {**os.environ, "GOFLAGS": "-mod=vendor", "GOPROXY": "off", "GOTOOLCHAIN": "local",
                "CGO_ENABLED": "0", "GOPATH": str(cache / "gopath"),
                "GOCACHE": str(cache / "gocache"), "PATH": f"{go.parent}:{os.environ['PATH']}"}

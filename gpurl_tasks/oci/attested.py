@@ -20,6 +20,8 @@ from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest.check import check_attestations
 from gpurl_tasks.attest.collect import listed
+from gpurl_tasks.attest.documents import Build, Skeleton
+from gpurl_tasks.attest.documents import documents as attest_documents
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.errors import GpurlError
@@ -32,7 +34,7 @@ from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.verify import Finding
 
 __all__ = ["Attestations", "BuildContext", "attach_attestations", "attestation_findings",
-           "documents", "read_attestations", "sbom_task", "tag_commit"]
+           "documents", "read_attestations", "sbom_task", "skeleton", "tag_commit"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,25 +50,22 @@ class BuildContext:
     repository_url: str = ""
 
 
-def _canonical(document: object) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+def skeleton(config: Config) -> Skeleton:
+    """What the documents of the variant's image say that is known before its build (the
+    cluster job reads it from the bundle: `invoke generate` writes it beside the script)."""
+    python, declared = listed(config)
+    return Skeleton(profile=config.profile, variant=config.variant.name, python=python,
+                    post_installs=declared, base_image=config.build.base_image,
+                    lock_label=LABEL_LOCK_HASH, config_label=LABEL_CONFIG_HASH)
 
 
 def documents(config: Config, image: PulledImage, context: BuildContext) -> tuple[bytes, bytes]:
     """The SBOM and the provenance statement of `image`, as the bytes that are attached."""
-    python, declared = listed(config)
-    sbom = cdx.cyclonedx(cdx.SbomInputs(
-        image=image.ref.name, tag=image.ref.tag or "", python=python,
-        wheels=context.wheels, post_installs=declared, apt=context.apt,
-        base_image=context.base_image))
-    statement = slsa.statement(slsa.BuildFacts(
-        image=image.ref.name, digest=image.top_digest, profile=config.profile,
-        variant=config.variant.name, commit=context.commit,
-        repository_url=context.repository_url,
-        lock_sha256=image.labels.get(LABEL_LOCK_HASH, ""),
-        config_fingerprint=image.labels.get(LABEL_CONFIG_HASH, ""),
-        base_image=context.base_image, builder=context.builder, invocation=context.invocation))
-    return _canonical(sbom), _canonical(statement)
+    return attest_documents(skeleton(config), Build(
+        image=image.ref.name, tag=image.ref.tag or "", digest=image.top_digest,
+        labels=image.labels, apt=context.apt, wheels=context.wheels,
+        base_image=context.base_image, builder=context.builder, invocation=context.invocation,
+        commit=context.commit, repository_url=context.repository_url))
 
 
 def attach_attestations(config: Config, image: PulledImage, client: RegistryClient,
@@ -74,10 +73,8 @@ def attach_attestations(config: Config, image: PulledImage, client: RegistryClie
     """Attach the image's SBOM and provenance to it (its top manifest is their subject)."""
     subject = client.descriptor(image.ref, image.top_digest)
     sbom, statement = documents(config, image, context)
-    return (attach(client, image.ref, subject, cdx.MEDIA_TYPE, sbom,
-                   {"org.opencontainers.image.description": "SBOM (CycloneDX 1.6)"}),
-            attach(client, image.ref, subject, slsa.MEDIA_TYPE, statement,
-                   {"org.opencontainers.image.description": "provenance (SLSA v1)"}))
+    return (attach(client, image.ref, subject, cdx.MEDIA_TYPE, sbom),
+            attach(client, image.ref, subject, slsa.MEDIA_TYPE, statement))
 
 
 def tag_commit(config: Config, image: PulledImage) -> str | None:

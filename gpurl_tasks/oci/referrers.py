@@ -11,22 +11,24 @@ asks the API first, then the tag. Pushing is idempotent: the same document is th
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from gpurl_tasks.attest.documents import (
+    EMPTY_BLOB,
+    EMPTY_CONFIG,
+    EMPTY_MEDIA_TYPE,
+    artifact_manifest,
+    fallback_index,
+    fallback_tag,
+    index_entry,
+)
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.oci.image import OCI_INDEX, OCI_MANIFEST, Descriptor, parse_manifest
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 
-__all__ = ["EMPTY_CONFIG", "Referrer", "attach", "fallback_tag", "fetch", "find"]
-
-EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
-EMPTY_BLOB = b"{}"
-EMPTY_CONFIG = Descriptor(media_type=EMPTY_MEDIA_TYPE,
-                          digest="sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest(), size=2)
+__all__ = ["Referrer", "attach", "fallback_tag", "fetch", "find"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,63 +42,33 @@ class Referrer:
     via: str  # "referrers API" or the fallback tag it was listed under
 
 
-def fallback_tag(subject_digest: str) -> str:
-    """The referrers tag schema: `sha256-<hex>` (a tag cannot hold ':')."""
-    algorithm, _, hexdigest = subject_digest.partition(":")
-    return f"{algorithm}-{hexdigest}"
-
-
-def _canonical(document: Mapping[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
-
-
 def attach(client: RegistryClient, ref: ImageRef, subject: Descriptor, artifact_type: str,
-           document: bytes, annotations: Mapping[str, str] | None = None) -> Referrer:
+           document: bytes) -> Referrer:
     """Push `document` as an artifact whose subject is `subject` (in `ref`'s repository), and
     list it under the fallback tag when the registry has no referrers API."""
-    client.push_blob(ref, EMPTY_BLOB, EMPTY_CONFIG.digest)
-    layer = client.push_blob(ref, document)
-    manifest: dict[str, Any] = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
-        "config": EMPTY_CONFIG.to_json(),
-        "layers": [{"mediaType": artifact_type, "digest": layer, "size": len(document)}],
-        "subject": subject.to_json()}
-    if annotations:
-        manifest["annotations"] = dict(sorted(annotations.items()))
-    body = _canonical(manifest)
-    digest = "sha256:" + hashlib.sha256(body).hexdigest()
-    client.put_manifest(ref, digest, body, OCI_MANIFEST)
-    entry = Referrer(digest=digest, size=len(body), artifact_type=artifact_type,
-                     annotations=dict(annotations or {}), via="referrers API")
+    client.push_blob(ref, EMPTY_BLOB, str(EMPTY_CONFIG["digest"]))
+    client.push_blob(ref, document)
+    body = artifact_manifest(subject.to_json(), artifact_type, document)
+    entry = index_entry(body)
+    client.put_manifest(ref, entry["digest"], body, OCI_MANIFEST)
+    found = Referrer(digest=entry["digest"], size=len(body), artifact_type=artifact_type,
+                     annotations=dict(entry.get("annotations", {})), via="referrers API")
     if client.referrers(ref, subject.digest) is None:
-        entry = dataclasses.replace(entry, via=fallback_tag(subject.digest))
-        _list_in_fallback(client, ref, subject.digest, entry)
-    return entry
-
-
-def _list_in_fallback(client: RegistryClient, ref: ImageRef, subject: str,
-                      entry: Referrer) -> None:
-    tag = fallback_tag(subject)
-    try:
-        _, _, index = client.manifest(ref, tag)
-    except ManifestUnknown:
-        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
-    listed = [m for m in index.get("manifests", []) if isinstance(m, Mapping)
-              and m.get("digest") != entry.digest]
-    listed.append({"mediaType": OCI_MANIFEST, "digest": entry.digest, "size": entry.size,
-                   "artifactType": entry.artifact_type,
-                   **({"annotations": dict(entry.annotations)} if entry.annotations else {})})
-    updated = {"schemaVersion": 2, "mediaType": OCI_INDEX,
-               "manifests": sorted(listed, key=lambda m: (str(m.get("artifactType")),
-                                                          str(m.get("digest"))))}
-    client.put_manifest(ref, tag, _canonical(updated), OCI_INDEX)
+        tag = fallback_tag(subject.digest)
+        try:
+            _, _, index = client.manifest(ref, tag)
+        except ManifestUnknown:
+            index = None
+        client.put_manifest(ref, tag, fallback_index(index, [entry]), OCI_INDEX)
+        found = dataclasses.replace(found, via=tag)
+    return found
 
 
 def _entries(index: Mapping[str, Any], via: str, where: str) -> list[Referrer]:
     found = []
     for i, raw in enumerate(index.get("manifests", []) or []):
         descriptor = Descriptor.from_json(raw, f"{where}: manifests[{i}]")
-        kind = raw.get("artifactType")
+        kind = raw.get("artifactType") or ""
         notes = raw.get("annotations") or {}
         if isinstance(kind, str) and isinstance(notes, Mapping):
             found.append(Referrer(digest=descriptor.digest, size=descriptor.size,
@@ -117,8 +89,19 @@ def find(client: RegistryClient, ref: ImageRef, subject_digest: str,
             _, _, index = client.manifest(ref, via)
         except ManifestUnknown:
             return []
-    found = _entries(index, via, f"referrers of {ref}@{subject_digest[:19]}")
+    found = [_typed(client, ref, r)
+             for r in _entries(index, via, f"referrers of {ref}@{subject_digest[:19]}")]
     return [r for r in found if artifact_type is None or r.artifact_type == artifact_type]
+
+
+def _typed(client: RegistryClient, ref: ImageRef, entry: Referrer) -> Referrer:
+    """An entry listed under its config's media type (go-containerregistry's referrers API and
+    the tag crane writes do so), by the manifest's own artifactType, as the spec lists it."""
+    if entry.artifact_type not in ("", EMPTY_MEDIA_TYPE):
+        return entry
+    _, _, manifest = client.manifest(ref, entry.digest)
+    kind = manifest.get("artifactType")
+    return dataclasses.replace(entry, artifact_type=kind) if isinstance(kind, str) else entry
 
 
 def fetch(client: RegistryClient, ref: ImageRef, referrer: Referrer) -> dict[str, Any]:

@@ -31,7 +31,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpurl_tasks.cluster.kaniko import ROOT_ENV, ToolPins, prebuilt_wheel_names, render_script
+from gpurl_tasks.cluster.kaniko import (
+    ATTEST_TOOL,
+    ROOT_ENV,
+    ToolPins,
+    attest_tool_text,
+    prebuilt_wheel_names,
+    render_script,
+    skeleton_path,
+    skeleton_text,
+)
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.wheels import ABI_KEY_PREFIX, abi_key, pins_from_args
 from tests.conftest import REPO_ROOT
@@ -58,7 +67,7 @@ printf 'token-in-env=%s\n' "${DOCKER_TOKEN:+yes}" >>"$log"
 printf 'iris-job-env=%s\n' "${IRIS_JOB_ENV:+yes}" >>"$log"
 @TAIL@
 while [ $# -gt 0 ]; do
-  if [ "$1" = --digest-file ]; then printf 'sha256:%064d' 7 >"$2"; fi
+  if [ "$1" = --digest-file ]; then printf '%s' @DIGEST@ >"$2"; fi
   shift
 done
 """
@@ -75,10 +84,27 @@ if [ "$1" = digest ]; then
   echo "Error: GET https://registry.invalid/v2/x/manifests/t: MANIFEST_UNKNOWN: manifest unknown" >&2
   exit 1
 fi
-[ "$1" = export ] || exit 64
-if [ "${*: -1}" = - ]; then cat "${STANDIN_KANIKO_TAR:-@KANIKO_TAR@}"
-else cp "${STANDIN_KANIKO_TAR:-@KANIKO_TAR@}" "${*: -1}"; fi
+case "$1" in
+  # after the push: the pushed manifest and config, the attestation artifacts, the referrers
+  # tag (unknown: as a registry with the referrers API, where crane writes none)
+  manifest)
+    case "$2" in
+      *:sha256-*) echo "Error: GET $2: MANIFEST_UNKNOWN: manifest unknown" >&2; exit 1 ;;
+      *) printf '%s' '@MANIFEST@' ;;
+    esac ;;
+  config) printf '%s' '{"config":{"Labels":{}}}' ;;
+  push) [ -f "$2/index.json" ] || exit 65 ;;
+  export)
+    if [ "${*: -1}" = - ]; then cat "${STANDIN_KANIKO_TAR:-@KANIKO_TAR@}"
+    else cp "${STANDIN_KANIKO_TAR:-@KANIKO_TAR@}" "${*: -1}"; fi ;;
+  *) exit 64 ;;
+esac
 """
+# What the stand-in executor "pushed": the manifest the stand-in crane serves, by its digest.
+STANDIN_MANIFEST = ('{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",'
+                    '"config":{"mediaType":"application/vnd.oci.image.config.v1+json",'
+                    '"digest":"sha256:' + "0" * 64 + '","size":2},"layers":[]}')
+STANDIN_DIGEST = "sha256:" + hashlib.sha256(STANDIN_MANIFEST.encode()).hexdigest()
 
 
 def _tar(entries: dict[str, tuple[bytes, int]], gz: bool) -> bytes:
@@ -130,7 +156,8 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
     root = tmp / "root"
     (root / "app" / "docker" / "wheelhouse").mkdir(parents=True)
     baked = {"@LOG@": str(tmp / "standin.log"), "@AUTH_SEEN@": str(tmp / "auth-seen.json"),
-             "@KANIKO_TAR@": str(tmp / "kaniko.tar"), "@TAIL@": executor_tail}
+             "@KANIKO_TAR@": str(tmp / "kaniko.tar"), "@TAIL@": executor_tail,
+             "@MANIFEST@": STANDIN_MANIFEST, "@DIGEST@": STANDIN_DIGEST}
 
     def bake(template: str) -> bytes:
         for key, value in baked.items():
@@ -163,6 +190,11 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
                         crane_sha256=crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
                         executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
                         wheel_base_url=url + "/wheels")
+        # the bundle's attestation inputs, as `invoke generate` writes them
+        bundle = root / "app"
+        (bundle / ATTEST_TOOL).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / ATTEST_TOOL).write_text(attest_tool_text())
+        (bundle / skeleton_path(config).relative_to(config.root)).write_text(skeleton_text(config))
         script = tmp / "build.sh"
         script.write_text(render_script(config, pins))
         yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,
