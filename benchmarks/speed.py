@@ -58,6 +58,8 @@ class SpeedResult:
 
 
 def _clear_caches() -> None:
+    lock_module.parse_lock.cache_clear()  # a process parses each lock once, then reuses it
+    lock_module._NAMES.clear()
     lock_module._compiled.cache_clear()
     target_tags.cache_clear()
 

@@ -51,6 +51,10 @@ def _imports(tree: ast.Module) -> list[str]:
                 names += [f"gpurl_tasks.{a.name}" for a in node.names]
             else:
                 names.append(node.module)
+                # `from gpurl_tasks.attest import collect` imports the module attest.collect
+                package = PACKAGE.parent.joinpath(*node.module.split("."))
+                names += [f"{node.module}.{a.name}" for a in node.names
+                          if (package / f"{a.name}.py").is_file()]
     return names
 
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -340,3 +341,20 @@ def test_a_killed_builds_lease_does_not_keep_the_index_up(tmp_path: Path) -> Non
         (tmp_path / "first.release").touch()
         assert procs["first"].wait(timeout=30) == 0
         assert not _answers(url)
+
+
+def test_an_index_that_cannot_start_leaves_no_lease(tmp_path: Path) -> None:
+    """serve() failing (here: no such directory) removes this build's lease, so a later build
+    of the same process never waits for itself."""
+    from gpurl_tasks.local.builder import serving_index
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/simple"
+    with pytest.raises(BuildError, match="does not exist"), serving_index(url, tmp_path / "none"):
+        pass
+    leases = Path(tempfile.gettempdir()) / f"gpurl-index-{port}"
+    assert not list(leases.glob(f"lease-{os.getpid()}-*"))
+    (tmp_path / "files").mkdir()
+    with serving_index(url, tmp_path / "files"):
+        assert _answers(url)
+    assert not _answers(url)  # it ended at once: no leftover lease of its own kept it up

@@ -348,7 +348,7 @@ if EXISTING="$(retried "$WORK/crane.err" "lookup of $DESTINATION" "$WORK/crane" 
       "(pin that digest, or rebuild with invoke build --force to overwrite it knowingly)"
   fi
   echo "    overwriting $EXISTING (OVERWRITE_TAG=1)"
-elif grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
+elif grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|status code 404' "$WORK/crane.err"; then
   echo "    not pushed yet"
 else
   die "cannot check whether $DESTINATION exists: $(tr '\n' ' ' <"$WORK/crane.err")"
@@ -503,7 +503,7 @@ blob_there() {{
     retry_wait "$attempt" "read of blob $1" "$WORK/crane.err" || break
     attempt=$((attempt + 1))
   done
-  grep -qE 'BLOB_UNKNOWN|MANIFEST_BLOB_UNKNOWN|404' "$WORK/crane.err" && return 1
+  grep -qE 'BLOB_UNKNOWN|MANIFEST_BLOB_UNKNOWN|status code 404' "$WORK/crane.err" && return 1
   die "cannot read blob $1: $(said)"
 }}
 # The first blob image $1 names that its repository ($2) does not hold; nothing when all are.
@@ -600,7 +600,7 @@ while IFS=$'\t' read -r name file created_by build <&3; do
     echo "    $name: its record $tag names blob $lost, which the registry no longer holds:" \
       "written again"
     REWRITTEN=$((REWRITTEN + 1))
-  elif ! grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|404' "$WORK/crane.err"; then
+  elif ! grep -qE 'MANIFEST_UNKNOWN|NAME_UNKNOWN|status code 404' "$WORK/crane.err"; then
     die "cannot look up $CACHE_REPO:$tag: $(said)"
   else
     lost=""
@@ -657,7 +657,8 @@ for candidate in python3 {venv}/bin/python3; do
   if command -v "$candidate" >/dev/null 2>&1; then PY="$candidate"; break; fi
 done
 [ -n "$PY" ] || die "the built image has no python3 to write its SBOM and provenance with"
-attest_crane() {{ "$WORK/crane" "$@" 2>"$WORK/attest.err"; }}
+# every registry call through the job's retry wrapper (its rules, its redaction)
+attest_crane() {{ retried "$WORK/attest.err" "crane $1 of the attestations" "$WORK/crane" "$@"; }}
 attest_said() {{ local said; said="$(<"$WORK/attest.err")"; echo "${{said//$'\n'/ }}"; }}
 attest_crane manifest "$IMAGE@$DIGEST" >"$WORK/image.manifest" \
   || die "cannot read the pushed manifest: $(attest_said)"
@@ -699,7 +700,7 @@ if attest_crane manifest "$FALLBACK" >"$WORK/fallback.index"; then
   attest_crane push "$ATTEST/fallback" "$FALLBACK" >/dev/null \
     || die "cannot write $FALLBACK: $(attest_said)"
   VIA="the tag $FALLBACK"
-elif [[ "$(<"$WORK/attest.err")" =~ MANIFEST_UNKNOWN|NAME_UNKNOWN|404 ]]; then
+elif [[ "$(<"$WORK/attest.err")" =~ MANIFEST_UNKNOWN|NAME_UNKNOWN|status\ code\ 404 ]]; then
   VIA="the registry's referrers API"
 else
   die "cannot read $FALLBACK: $(attest_said)"

@@ -68,11 +68,11 @@ def generate_files(config: Config, planned: Plan) -> tuple[None, str]:
 
 
 def compose(config: Config, planned: Plan, *, git_sha: str, build_args: Mapping[str, str],
-            on_line: Say | None) -> tuple[ComposedEnv, str]:
+            on_line: Say | None, say: Say | None = None) -> tuple[ComposedEnv, str]:
     """The environment composed at the registry from env-base and the slice layers gpurl
     writes (local/compose_env.py)."""
     with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root)),
-                               on_wait=on_line):
+                               on_wait=say or on_line):
         environment = compose_environment(
             config, planned, client=find_buildkit_client()[0],
             dockerfile=config.build.dockerfile, context=config.root, build_args=build_args,
@@ -83,7 +83,8 @@ def compose(config: Config, planned: Plan, *, git_sha: str, build_args: Mapping[
 
 def build_and_push(config: Config, *, git_sha: str, build_args: Mapping[str, str],
                    environment: ComposedEnv | None, push_floating: bool, no_cache: bool,
-                   on_line: Say | None, force: bool) -> tuple[BuildResult, str]:
+                   on_line: Say | None, force: bool, say: Say | None = None,
+                   ) -> tuple[BuildResult, str]:
     """The image built from the generated Dockerfile and pushed (`environment`: its
     ENV_SOURCE; None builds the env-chain stage)."""
     args = dict(build_args)
@@ -93,7 +94,7 @@ def build_and_push(config: Config, *, git_sha: str, build_args: Mapping[str, str
     log_file.parent.mkdir(parents=True, exist_ok=True)
     built = builder.build_and_push(config, git_sha=git_sha, build_args=args,
                                    push_floating=push_floating, no_cache=no_cache,
-                                   on_line=on_line, force=force, log_file=log_file)
+                                   on_line=on_line, force=force, log_file=log_file, say=say)
     built = dataclasses.replace(built, environment=environment)
     return built, build_summary(built)
 

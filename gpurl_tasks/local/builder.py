@@ -226,6 +226,7 @@ def build_and_push(
     log_file: Path | None = None,
     no_cache: bool = False,
     force: bool = False,
+    say: LineSink | None = None,
 ) -> BuildResult:
     """Build `dockerfile` (default `build.dockerfile`) with BuildKit, push, return the digest.
 
@@ -242,9 +243,9 @@ def build_and_push(
         dockerfile=dockerfile, no_cache=no_cache)
     start = time.monotonic()
     existing = tags.existing_image(config, reference)
-    with serving_index(config.build.index_url, served_from, on_wait=on_line):
+    with serving_index(config.build.index_url, served_from, on_wait=say or on_line):
         log, steps = run_build(argv, on_line, log_file)
-    built = time.monotonic()
+        built = time.monotonic()  # before any wait for other builds sharing the index
     if existing:
         image_id = proc.run_quiet([client, "image", "inspect", "--format", "{{.Id}}",
                                    reference]).stdout.strip()

@@ -72,7 +72,7 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
 
         def compose() -> tuple[ComposedEnv, str]:
             environment, line = actions.compose(config, planned, git_sha=git_sha,
-                                                build_args=args, on_line=on_line)
+                                                build_args=args, on_line=on_line, say=say)
             composed.append(environment)
             return environment, line
 
@@ -90,7 +90,8 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
     def build_and_push() -> tuple[BuildResult, str]:
         result, line = actions.build_and_push(
             config, git_sha=git_sha, build_args=args, environment=composed[0] if composed else None,
-            push_floating=push_floating, no_cache=no_cache, on_line=on_line, force=force)
+            push_floating=push_floating, no_cache=no_cache, on_line=on_line, force=force,
+            say=say)
         built.append(result)
         return result, line
 

@@ -256,12 +256,14 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
-    with (directory / "lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """The per-port lock (read-only is enough for flock, so another user's file serves)."""
+    fd = os.open(directory / "lock", os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def _other_leases(directory: Path) -> list[Path]:
@@ -272,42 +274,48 @@ def _other_leases(directory: Path) -> list[Path]:
         if pid.isdigit() and _alive(int(pid)):
             live.append(lease)
         else:
-            lease.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another user's, in the sticky directory
+                lease.unlink(missing_ok=True)
     return live
 
 
 @contextlib.contextmanager
 def shared(directory: Path, *, port: int, answers: Callable[[], bool],
-           on_wait: Callable[[str], None] | None = None, poll: float = 1.0) -> Iterator[None]:
+           on_wait: Callable[[str], None] | None = None, poll: float = 1.0,
+           max_wait: float = 2 * 3600) -> Iterator[None]:
     """The index on `port` for as long as this block runs, shared by every build on the machine.
 
     The first build serves it; a build that finds it answering uses it. Each holds a lease
     (a file named by its pid, under a per-port lock), and the one serving keeps serving, after
-    its own block ends, until no live lease is left: two builds at once, or a test run beside
+    its own block ends, until no live lease is left (at most `max_wait` seconds, saying so on
+    `on_wait`; the tasks pass their progress line): two builds at once, or a test run beside
     a user's build, no longer lose their index when the other ends first.
     """
     leases = Path(tempfile.gettempdir()) / f"gpurl-index-{port}"
-    leases.mkdir(exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        leases.mkdir()
+        leases.chmod(0o1777)  # every user's builds share it, as /tmp
     lease = leases / f"lease-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     with contextlib.ExitStack() as serving:
-        with _locked(leases):
-            lease.touch()
-            serves_here = not answers()
-            if serves_here:
-                serving.enter_context(serve(directory, port=port))
+        serves_here = False
         try:
+            with _locked(leases):
+                lease.touch()
+                serves_here = not answers()
+                if serves_here:
+                    serving.enter_context(serve(directory, port=port))
             yield
         finally:
             lease.unlink(missing_ok=True)
-            said = False
+            waited, deadline = False, time.monotonic() + max_wait
             while serves_here:
                 with _locked(leases):
                     others = _other_leases(leases)
-                    if not others:
+                    if not others or time.monotonic() > deadline:
                         serving.close()  # under the lock: no build joins a closing index
                         break
-                if on_wait is not None and not said:
+                if not waited and on_wait is not None:
                     on_wait(f"keeping the package index on 127.0.0.1:{port} up for "
-                            f"{len(others)} other build(s) on this machine")
-                    said = True
+                        f"{len(others)} other build(s) on this machine")
+                    waited = True
                 time.sleep(poll)
