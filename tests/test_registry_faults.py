@@ -39,6 +39,7 @@ from gpurl_tasks.cluster.kaniko import _retry
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import BuildError, RegistryError
 from gpurl_tasks.imageref import parse_reference
+from gpurl_tasks.local.builders import setup_kaniko
 from gpurl_tasks.local.compose_env import Wanted, compose_at_registry
 from gpurl_tasks.local.stage import StagedSlice
 from gpurl_tasks.oci.auth import Credentials
@@ -490,9 +491,15 @@ def test_two_compositions_at_once_on_one_cache_both_complete(local: Local, ca: L
 
 @pytest.fixture(scope="module")
 def crane(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real crane, from the release archive `invoke setup-kaniko` builds (its source archive)."""
+    """Real crane, from the release archive `invoke setup-kaniko` builds from its source
+    archive: built here (crane alone, cached for the kaniko e2e) where the archives are."""
     archives = sorted(CRANE_ARCHIVE.glob("*.tar.gz")) if CRANE_ARCHIVE.is_dir() else []
-    need(archives, f"no crane release archive under {CRANE_ARCHIVE} (invoke setup-kaniko)")
+    sources = load_config(REPO_ROOT, profile="demo", env={}).cluster.source_archives
+    if not archives and sources.is_dir():
+        archives = [setup_kaniko(CRANE_ARCHIVE.parent, sources, "127.0.0.1:5005",
+                                 executors=()).crane_archive]
+    need(archives, f"no crane release archive under {CRANE_ARCHIVE} and no source archives at "
+         f"{sources} to build it from (invoke setup-kaniko)")
     out = tmp_path_factory.mktemp("crane")
     with tarfile.open(archives[0]) as archive:
         archive.extract("crane", out, filter="data")
