@@ -269,7 +269,8 @@ def test_the_retries_on_a_failing_registry_are_the_configs(retries: int, tmp_pat
         server.shutdown()
         server.server_close()
     assert done.returncode != 0
-    assert f"answered 503 for {host}/org/img:gpu-rl-5035035 after {retries + 1} attempts" \
+    assert (f"answered 503 to HEAD /v2/org/img/manifests/gpu-rl-5035035 for "
+            f"{host}/org/img:gpu-rl-5035035 after {retries + 1} attempts") \
         in done.stderr, done.stderr
     assert len(_Overloaded.seen) == retries + 1, _Overloaded.seen
     assert "Traceback" not in done.stderr and seconds < 30
