@@ -88,7 +88,7 @@ REGISTRY_RETRY_MAX_WAIT="${REGISTRY_RETRY_MAX_WAIT:-30}"
 printf '# shellcheck shell=bash\nREGISTRY_RETRIES=%d\nREGISTRY_RETRY_MAX_WAIT=%d\n' \
   "$REGISTRY_RETRIES" "$REGISTRY_RETRY_MAX_WAIT" >"$WORK/registry-retry.sh"
 cat >>"$WORK/registry-retry.sh" <<'RETRY'
-RETRIED='status code (429|5[0-9][0-9])\b|: (UNKNOWN|UNAVAILABLE|TOOMANYREQUESTS)\b|connection reset|connection refused|broken pipe|unexpected EOF|\bEOF\b|closed network connection|i/o timeout|TLS handshake timeout|server closed'
+RETRIED='status code (429|5[0-9][0-9])\b|(^|[^A-Z_])(UNKNOWN|UNAVAILABLE|TOOMANYREQUESTS)\b|connection reset|connection refused|broken pipe|unexpected EOF|\bEOF\b|closed network connection|i/o timeout|TLS handshake timeout|server closed'
 # retry_wait ATTEMPT WHAT LOG: the call that failed (crane -v's stderr in LOG) is tried again
 # when the registry's answer is worth it and retries are left: one line says so, then the wait
 # (Retry-After, else 500 ms doubled per retry, at most REGISTRY_RETRY_MAX_WAIT s).

@@ -48,6 +48,7 @@ from gpurl_tasks.oci.connect import registry_client
 from gpurl_tasks.oci.layer import canonical_json, slice_image, write_layer, write_layout
 from gpurl_tasks.oci.layered import BaseImage
 from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.oci.retry import RETRIED_ANSWERS
 from gpurl_tasks.plan.model import Layer, Slice
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy, Rates
@@ -657,3 +658,28 @@ def test_the_outcome_table_in_the_docs_is_what_these_cases_give() -> None:
     assert [row[:3] for row in _doc_rows(text)] == \
         [(row["case"], row["path"], row["outcome"]) for row in OUTCOMES]
 
+
+
+_ANSWERS = [  # (crane's error line, worth sending again)
+    ("Error: PUT https://r/v2/x/blobs/uploads/1?_state=REDACTED: UNKNOWN: unknown error", True),
+    ("2026/12/02 06:17:02 pushing r/x/cache:compose-1: PATCH https://r/v2/x/blobs/uploads/8"
+     "?_state=REDACTED UNKNOWN:  ", True),  # a rebase's last line
+    ("Error: HEAD https://r/v2/x/blobs/sha256:48: unexpected status code 429 Too Many Requests",
+     True),
+    ("Error: GET https://r/v2/x/manifests/t: unexpected status code 503 Service Unavailable", True),
+    ("Error: GET https://r/v2/x/manifests/t: MANIFEST_UNKNOWN: manifest unknown", False),
+    ("Error: GET https://r/v2/x/blobs/sha256:1: BLOB_UNKNOWN: blob unknown to registry", False),
+    ("Error: GET https://r/v2/x/manifests/t: NAME_UNKNOWN: repository name not known", False),
+    ("Error: GET https://r/v2/x/manifests/t: unexpected status code 404 Not Found", False),
+    ("Error: GET https://r/v2/x/manifests/t: DENIED: requested access to the resource is denied",
+     False),
+]
+
+
+@pytest.mark.parametrize(("line", "retried"), _ANSWERS)
+def test_the_job_retries_exactly_the_answers_worth_sending_again(line: str, retried: bool) -> None:
+    """The wrapper's pattern through the real `grep -E` it runs in the job: a registry's
+    transient code is retried wherever crane puts it; a final *_UNKNOWN, a 404 or a denial
+    never is."""
+    done = subprocess.run(["grep", "-qE", RETRIED_ANSWERS], input=line, text=True, check=False)
+    assert (done.returncode == 0) is retried, line

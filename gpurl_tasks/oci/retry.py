@@ -19,11 +19,13 @@ __all__ = ["BACKOFF", "RETRIED_ANSWERS", "RetryRules", "retry_after_seconds", "r
 
 BACKOFF = 0.5  # seconds before the first retry; doubled for each one after it
 # What a failed request's answer says when it is worth sending again, as crane words it
-# ("METHOD URL: CODE: message", or "unexpected status code N ..."): a 429 or 5xx status, the
-# registry's code for one (UNKNOWN, UNAVAILABLE, TOOMANYREQUESTS; not MANIFEST_UNKNOWN and
-# the like, which are final), a connection reset, refused or cut short. An extended regular
+# ("METHOD URL: CODE: message", "pushing REF: METHOD URL CODE:" from a rebase, or "unexpected
+# status code N ..."): a 429 or 5xx status, the registry's code for one (UNKNOWN, UNAVAILABLE,
+# TOOMANYREQUESTS; not MANIFEST_UNKNOWN and the like, which are final), a connection reset,
+# refused or cut short. An extended regular
 # expression (the job's wrapper greps crane's error line with it).
-RETRIED_ANSWERS = (r"status code (429|5[0-9][0-9])\b|: (UNKNOWN|UNAVAILABLE|TOOMANYREQUESTS)\b"
+RETRIED_ANSWERS = (r"status code (429|5[0-9][0-9])\b"
+                   r"|(^|[^A-Z_])(UNKNOWN|UNAVAILABLE|TOOMANYREQUESTS)\b"
                    r"|connection reset|connection refused|broken pipe|unexpected EOF|\bEOF\b"
                    r"|closed network connection|i/o timeout|TLS handshake timeout"
                    r"|server closed")
