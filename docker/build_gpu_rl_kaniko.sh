@@ -247,6 +247,10 @@ COMMON=(
   --cache=true
   "--cache-repo=$CACHE_REPO"
   "--push-retry=$REGISTRY_RETRIES"
+  # kaniko checks push access with one upload POST it never retries (a single 5xx there failed
+  # a build); the push itself, retried, is the check (doctor checks the token's push scope
+  # before the job is submitted)
+  --skip-push-permission-check
 )
 ARGS=("${COMMON[@]}" --destination "$DESTINATION" --digest-file "$WORK/digest")
 if [ "$PUSH_FLOATING" = 1 ]; then
@@ -431,10 +435,6 @@ echo "==> the slices written on env-base and composed (an unpushed kaniko build)
   --no-push --cache=false --snapshot-mode=full
 read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
 ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
-# kaniko checks push access with one upload POST it never retries (a single 5xx there failed
-# the final build); here it would come after env-base and the composition anyway, so the final
-# push itself, retried (--push-retry), is the check.
-ARGS+=(--skip-push-permission-check)
 
 echo "==> kaniko build of $DESTINATION"
 cd "$CONTEXT"

@@ -367,6 +367,10 @@ COMMON=(
   --cache=true
   "--cache-repo=$CACHE_REPO"
   "--push-retry=$REGISTRY_RETRIES"
+  # kaniko checks push access with one upload POST it never retries (a single 5xx there failed
+  # a build); the push itself, retried, is the check (doctor checks the token's push scope
+  # before the job is submitted)
+  --skip-push-permission-check
 )
 ARGS=("${{COMMON[@]}}" --destination "$DESTINATION" --digest-file "$WORK/digest")
 if [ "$PUSH_FLOATING" = 1 ]; then
@@ -415,10 +419,6 @@ echo "==> the slices written on env-base and composed (an unpushed kaniko build)
   --no-push --cache=false --snapshot-mode={snapshot_mode}
 read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
 ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
-# kaniko checks push access with one upload POST it never retries (a single 5xx there failed
-# the final build); here it would come after env-base and the composition anyway, so the final
-# push itself, retried (--push-retry), is the check.
-ARGS+=(--skip-push-permission-check)
 """
 
 # Every crane call that talks to the registry goes through `retried`, with oci/retry.py's rules
