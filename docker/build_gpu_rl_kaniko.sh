@@ -234,6 +234,9 @@ if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   done
 fi
 
+# Every executor run retries its registry reads and pushes within the job's bound.
+KANIKO_RETRIES=("--push-retry=$REGISTRY_RETRIES" "--image-download-retry=$REGISTRY_RETRIES"
+  "--image-fs-extract-retry=$REGISTRY_RETRIES")
 # Every executor run shares the context, the build args and the layer cache.
 COMMON=(
   --context "dir://$CONTEXT"
@@ -246,7 +249,7 @@ COMMON=(
   --snapshot-mode=full
   --cache=true
   "--cache-repo=$CACHE_REPO"
-  "--push-retry=$REGISTRY_RETRIES"
+  "${KANIKO_RETRIES[@]}"
   # kaniko checks push access with one upload POST it never retries (a single 5xx there failed
   # a build); the push itself, retried, is the check (doctor checks the token's push scope
   # before the job is submitted)
@@ -432,7 +435,7 @@ printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
   "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"
 echo "==> the slices written on env-base and composed (an unpushed kaniko build)"
 "$KANIKO_DIR/executor" --context "dir://$CONTEXT" --dockerfile "$WORK/compose-env.Dockerfile" \
-  --no-push --cache=false --snapshot-mode=full
+  --no-push --cache=false --snapshot-mode=full "${KANIKO_RETRIES[@]}"
 read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
 ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
 

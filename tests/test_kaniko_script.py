@@ -65,6 +65,8 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--cache=true",
         f"--cache-repo={image}/cache",
         f"--push-retry={r.config.registry.retries}",
+        f"--image-download-retry={r.config.registry.retries}",
+        f"--image-fs-extract-retry={r.config.registry.retries}",
         "--skip-push-permission-check",  # one unretried POST; the retried push is the check
         "--destination", f"{image}:gpu-rl-{GITSHA}",
         "--digest-file", digest_file,
