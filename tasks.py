@@ -51,8 +51,8 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
                             layers__basis=basis,
                             layers__size_overrides=cli.path_flag(size_overrides))
     # another lock than the profile's own is planned afresh: the committed slices are not its
-    return fitted_views(config, repack=repack or lock is not None, only=variant,
-                        selection_given=bool(extra))
+    return cli.EachVariant(fitted_views(config, repack=repack or lock is not None, only=variant,
+                                        selection_given=bool(extra)).views())
 
 
 @task(iterable=["extra"], help={

@@ -99,19 +99,9 @@ class PlanViews:
 
     plans: tuple[tuple[str, Plan], ...]
     counts: tuple[LayerCount, ...] = ()
-    exit_code: int = 0
 
-    def _views(self) -> list[tuple[str, PlanView]]:
+    def views(self) -> tuple[tuple[str, PlanView], ...]:
+        """Each variant's outcome by its name (the task prints them as every per-variant task
+        does: `cli.EachVariant`)."""
         counts = dict(zip((name for name, _ in self.plans), self.counts, strict=False))
-        return [(name, PlanView(plan, counts.get(name))) for name, plan in self.plans]
-
-    def human(self) -> str:
-        views = self._views()
-        if len(views) == 1:
-            return views[0][1].human()
-        return "\n\n".join(f"== variant {name} ==\n{view.human()}" for name, view in views)
-
-    def to_json(self) -> dict[str, Any]:
-        """One shape whatever the number of variants (`variants.NAME`, `default` for a profile
-        that declares none)."""
-        return {"variants": {name: view.to_json() for name, view in self._views()}}
+        return tuple((name, PlanView(plan, counts.get(name))) for name, plan in self.plans)
