@@ -52,7 +52,6 @@ from gpurl_tasks.config import LayerSettings
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.files import sha256_of, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
-from gpurl_tasks.oci.compose import Composed
 from gpurl_tasks.oci.image import (
     DOCKER_MANIFEST,
     OCI_MANIFEST,
@@ -60,14 +59,10 @@ from gpurl_tasks.oci.image import (
     PulledImage,
     parse_diff_ids,
 )
-from gpurl_tasks.oci.layer import (
-    MEDIA_TYPES,
-    WRITER_VERSION,
-    GzipSink,
-    platform_of,
-)
-from gpurl_tasks.oci.layered import image_of
 from gpurl_tasks.units import format_bytes
+from gpurl_tasks.writer.blob import GzipSink
+from gpurl_tasks.writer.composition import Composition, image_of
+from gpurl_tasks.writer.records import MEDIA_TYPES, platform_of, slice_of
 
 __all__ = ["OUT", "ZSTD_LAYER", "BenchError", "Format", "chain_id", "formats", "image_documents",
            "main", "measure", "probe_layers", "render", "summarize", "written_layers"]
@@ -121,7 +116,7 @@ def formats(zstd_levels: Sequence[int], gzip_level: int) -> tuple[Format, ...]:
 
 
 def image_documents(config: Mapping[str, Any], layers: Sequence[Descriptor], *,
-                    manifest_type: str = OCI_MANIFEST) -> Composed:
+                    manifest_type: str = OCI_MANIFEST) -> Composition:
     """The image of `layers` (one per diff_id of `config`, in order) under `manifest_type`,
     with `config` as it is, typed as that manifest's config: a layer's diff_id names its tar,
     so every compression of the same tars shares one config."""
@@ -130,7 +125,7 @@ def image_documents(config: Mapping[str, Any], layers: Sequence[Descriptor], *,
     diff_ids = parse_diff_ids(config, "image config")
     if len(diff_ids) != len(layers):
         raise BenchError(f"the config names {len(diff_ids)} layers, the image has {len(layers)}")
-    return image_of(layers, config, media_type=manifest_type,
+    return image_of([d.to_json() for d in layers], config, media_type=manifest_type,
                     config_type=MEDIA_TYPES[manifest_type][0])
 
 
@@ -158,7 +153,7 @@ def written_layers(created_by: Sequence[str], layers: int) -> list[bool]:
     that made a layer (`created_by`, in order); all False when they do not line up."""
     if len(created_by) != layers:
         return [False] * layers
-    return [text.startswith(f"gpurl {WRITER_VERSION}:") for text in created_by]
+    return [bool((entry := slice_of(text)) and entry.written) for text in created_by]
 
 
 def summarize(layers: Sequence[Mapping[str, Any]], pulls: Sequence[Mapping[str, Any]],
@@ -315,12 +310,11 @@ def _fetch(http: Any, base_url: str, ref: ImageRef, layer: Descriptor, dest: Pat
         raise BenchError(f"{ref}: blob {layer.digest[:19]} arrived with another digest")
 
 
-def _push_image(client: Any, ref: ImageRef, composed: Composed) -> str | None:
+def _push_image(client: Any, ref: ImageRef, composed: Composition) -> str | None:
     """Push the config and manifest (the layers are there); None, or the registry's refusal."""
     try:
         client.push_blob(ref, composed.config)
-        client.put_manifest(ref, ref.reference, composed.manifest_bytes,
-                            composed.manifest.media_type)
+        client.put_manifest(ref, ref.reference, composed.manifest, composed.media_type)
     except GpurlError as exc:
         return exc.message
     return None

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.real_scale import BUMP, apply_bump, registry_layers
+from gpurl_tasks.writer.records import slice_of
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILE = "heavy"
@@ -52,8 +53,8 @@ PLAIN = "127.0.0.1:5005"
 BASE = "gpurl/bookworm-python:3.11"
 JOB_IMAGE = "gpurl/kaniko-job:bookworm"
 _STAMP = re.compile(r"INFO\S*\[(\d+)\] (.*)")
-_SLICE_RUN = re.compile(r"RUN uv pip install .* -r /tmp/gpurl-layers/(\S+)\.txt")
-_COMPOSED = re.compile(r"==> environment \S+ \((\d+) slice\(s\) written, (\d+) cached\)")
+_COMPOSED = re.compile(r"==> environment \S+ \((\d+) slice\(s\) written, \d+ of them as their "
+                       r"record's blob was gone; (\d+) cached\)")
 
 __all__ = ["load_data", "main", "measure", "render_section", "slice_timings", "splice_section"]
 
@@ -66,8 +67,8 @@ def slice_timings(log: str) -> list[dict[str, Any]]:
     ends = ("Pushing layer", "COPY ", "RUN ", "Storing", "Pushing image", "No files changed")
     rows: list[dict[str, Any]] = []
     for i, (start, text) in enumerate(events):
-        found = _SLICE_RUN.search(text)
-        if not found or not text.startswith("RUN "):
+        found = slice_of(text) if text.startswith("RUN ") else None
+        if found is None:
             continue
         end = next((j for j in range(i + 1, len(events)) if events[j][1].startswith(ends)), None)
         if end is None:
@@ -75,7 +76,7 @@ def slice_timings(log: str) -> list[dict[str, Any]]:
         snaps = [t for t, x in events[i + 1:end] if x.startswith("Taking snapshot of full")]
         if not snaps:
             continue
-        rows.append({"slice": found.group(1), "install_s": snaps[-1] - start,
+        rows.append({"slice": found.stem, "install_s": snaps[-1] - start,
                      "snapshot_s": events[end][0] - snaps[-1]})
     return rows
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpurl_tasks.plan.model import Slice
 from gpurl_tasks.units import format_bytes
+from gpurl_tasks.writer.records import slice_of
 
 if TYPE_CHECKING:
     from gpurl_tasks.config import Config
@@ -164,7 +165,7 @@ def _installed_sizes(client: str, reference: str) -> list[int]:
     sizes = []
     for line in reversed(out.splitlines()):
         size, _, created = line.partition("\t")
-        if "uv pip install" in created and f"{Slice.IMAGE_DIR}/" in created:
+        if slice_of(created) is not None:
             sizes.append(int(size))
     return sizes
 

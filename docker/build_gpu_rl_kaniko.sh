@@ -310,9 +310,6 @@ mkdir -p "$SLICES"
 # Each slice's cache tag: what its blob's bytes depend on here, besides its file.
 python3 -B "$LAYER_TOOL" keys --index "$SLICE_INDEX" --context "$CONTEXT" --venv "$VENV" \
   --level "$LEVEL" >"$SLICES/tags" || die "cannot compute the slices' cache tags"
-python3 -B "$LAYER_TOOL" root "$SLICES/root" "${BASE_DOCS[@]}" >/dev/null
-SLICE_ROOT="$CACHE_REPO:gpurl-slice-root"
-crane push "$SLICES/root" "$SLICE_ROOT" >/dev/null || die "cannot push $SLICE_ROOT: $(said)"
 # One slice the cache lacks: staged, written and pushed (its own log and error files, so
 # slices can be written side by side).
 # A slice whose index line ends in `lower [uv flags]` (the lock's build settings) is staged
@@ -365,7 +362,7 @@ CACHED=0
 exec 3<"$SLICE_INDEX"
 exec 4<"$SLICES/tags"
 LOWER=()
-while IFS=$'\t' read -r name file created_by build <&3; do
+while IFS=$'\t' read -r name _label file created_by build <&3; do
   [ -n "$name" ] || continue
   below=("${LOWER[@]}")
   LOWER+=("$file")
@@ -400,15 +397,24 @@ for failed in "$SLICES"/*.failed; do
     die "slice ${failed%.failed} could not be written (its reason is above)"
   fi
 done
-# Each slice onto env-base, in plan order (one small manifest push each, no layer moves).
-CURRENT="$ENV_BASE"
+# The environment image, composed as the local path composes it (writer/composition.py, run
+# by the layer tool): env-base's layers, then each slice's record layer in plan order, under
+# env-base's config extended to match. Only its config and manifest are written: crane finds
+# every layer in the cache repository already (env-base pushed, each record checked or
+# written above) and moves none; a layer the registry lacks fails the push before its
+# manifest is written (the layout holds no layer to upload).
+RECORDS=()
 while read -r name tag; do
-  CURRENT="$(crane rebase "$CACHE_REPO:$tag" --old_base "$SLICE_ROOT" --new_base "$CURRENT" \
-    -t "$CACHE_REPO:compose-$GITSHA")" || die "cannot compose slice $name: $(said)"
+  for doc in manifest config; do
+    crane "$doc" "$CACHE_REPO:$tag" >"$SLICES/$name.record.$doc" \
+      || die "cannot read the record of slice $name ($tag): $(said)"
+  done
+  RECORDS+=(--record "$name" "$SLICES/$name.record.manifest" "$SLICES/$name.record.config")
 done <"$SLICES/tags"
-# The composed layers under env-base's own config (its ENV, WORKDIR and history).
-ENV_IMAGE="$(crane rebase "$ENV_BASE" --old_base "$ENV_BASE" --new_base "$CURRENT" \
-  -t "$CACHE_REPO:env-$GITSHA")" || die "cannot compose the environment: $(said)"
+ENV_TAG="$(python3 -B "$LAYER_TOOL" compose "$SLICES/env" "${BASE_DOCS[@]}" \
+  "${RECORDS[@]}")" || die "cannot compose the environment (the layer tool's reason is above)"
+ENV_IMAGE="$(crane push "$SLICES/env" "$CACHE_REPO:$ENV_TAG")" \
+  || die "cannot push the composed environment $CACHE_REPO:$ENV_TAG: $(said)"
 # No image is built on a manifest that names a blob the registry lacks (a registry that does
 # not check would take it, and no node could pull the result).
 lost="$(lost_blob "$ENV_IMAGE" "$CACHE_REPO")"

@@ -31,8 +31,9 @@ from benchmarks.compression import (
 from gpurl_tasks.config import LayerSettings
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.image import DOCKER_MANIFEST, OCI_MANIFEST, Descriptor, parse_manifest
-from gpurl_tasks.oci.layer import MEDIA_TYPES, WRITER_VERSION, Blob, write_layer
 from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.writer.blob import Blob, write_layer
+from gpurl_tasks.writer.records import MEDIA_TYPES, SLICE_DIR, written_history
 from tests.support.local_parts import need
 from tests.support.registry_server import RegistryServer
 
@@ -61,7 +62,7 @@ def _written(tmp: Path, seed: str) -> tuple[Blob, Path, bytes]:
 def _config(diff_ids: list[str]) -> dict[str, Any]:
     return {"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/opt/venv/bin"]},
             "rootfs": {"type": "layers", "diff_ids": diff_ids},
-            "history": [{"created_by": f"gpurl {WRITER_VERSION}: uv pip install -r {d[:12]}"}
+            "history": [{"created_by": written_history(f"{SLICE_DIR}/{d[7:19]}.txt", "/opt/venv")}
                         for d in diff_ids]}
 
 
@@ -89,21 +90,21 @@ def test_each_format_is_an_oci_image_of_the_same_tars(tmp_path: Path) -> None:
         layer = Descriptor(media_type=fmt.media_type, digest=digest, size=out.stat().st_size)
         images[fmt.name] = image_documents(config, [layer])
     for composed in images.values():
-        document = json.loads(composed.manifest_bytes)
+        document = json.loads(composed.manifest)
         assert document["mediaType"] == OCI_MANIFEST
         assert document["config"]["mediaType"] == MEDIA_TYPES[OCI_MANIFEST][0]
         assert json.loads(composed.config)["rootfs"]["diff_ids"] == [diff_id]
-    types = {name: parse_manifest(json.loads(c.manifest_bytes), name).layers[0].media_type
+    types = {name: parse_manifest(json.loads(c.manifest), name).layers[0].media_type
              for name, c in images.items()}
     assert types == {f"gzip-{LEVEL}": MEDIA_TYPES[OCI_MANIFEST][1], "zstd-3": ZSTD_LAYER}
-    assert len({c.manifest.config_digest for c in images.values()}) == 1  # one config
-    assert len({c.manifest_bytes for c in images.values()}) == 2
+    assert len({c.config_digest for c in images.values()}) == 1  # one config
+    assert len({c.manifest for c in images.values()}) == 2
 
 
 def test_a_docker_manifest_gets_dockers_config_type_and_a_short_config_is_refused() -> None:
     layer = Descriptor(media_type=ZSTD_LAYER, digest="sha256:" + "a" * 64, size=3)
     composed = image_documents(_config([layer.digest]), [layer], manifest_type=DOCKER_MANIFEST)
-    document = json.loads(composed.manifest_bytes)
+    document = json.loads(composed.manifest)
     assert document["mediaType"] == DOCKER_MANIFEST
     assert document["config"]["mediaType"] == MEDIA_TYPES[DOCKER_MANIFEST][0]
     assert document["layers"] == [layer.to_json()]  # the layer's type is kept as given
@@ -158,7 +159,7 @@ def test_the_summary_is_totals_medians_and_ratios_to_the_first_format() -> None:
 
 
 def test_written_layers_follow_the_history_that_made_layers() -> None:
-    ours = f"gpurl {WRITER_VERSION}: uv pip install -r x"
+    ours = written_history(f"{SLICE_DIR}/x.txt", "/opt/venv")
     assert written_layers(["RUN apt-get", ours, "gpurl gpurl-layer-0: old"], 3) == \
         [False, True, False]
     assert written_layers([ours], 2) == [False, False]  # not lined up: nothing claimed
@@ -195,7 +196,7 @@ def test_the_default_image_is_the_largest_environment_gpurl_wrote_into(
             config["history"] = [{"created_by": "RUN uv pip install"} for _ in layers]
         composed = image_documents(config, layers, manifest_type=DOCKER_MANIFEST)
         client.push_blob(ref, composed.config)
-        client.put_manifest(ref, ref.reference, composed.manifest_bytes, DOCKER_MANIFEST)
+        client.put_manifest(ref, ref.reference, composed.manifest, DOCKER_MANIFEST)
 
     host = registry.host
     with RegistryClient(host) as client:
@@ -231,7 +232,7 @@ def test_a_whole_run_on_a_tiny_image(registry: RegistryServer, tmp_path: Path,
         for blob, path, _ in pieces:
             client.push_blob(ref, path, blob.digest)
         client.push_blob(ref, source.config)
-        client.put_manifest(ref, "env-tiny", source.manifest_bytes, DOCKER_MANIFEST)
+        client.put_manifest(ref, "env-tiny", source.manifest, DOCKER_MANIFEST)
     out = tmp_path / "out" / "compression.json"
     assert compression.main(["--image", reference, "--levels", "3", "--repeat", "1",
                              "--out", str(out)]) == 0

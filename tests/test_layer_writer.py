@@ -1,4 +1,5 @@
-"""The deterministic layer writer (oci/layer.py): same tree, same bytes; a well-formed tar."""
+"""The deterministic layer writer (writer/blob.py, writer/records.py and the tool): same tree,
+same bytes; a well-formed tar."""
 
 from __future__ import annotations
 
@@ -18,16 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpurl_tasks.oci.layer import (
-    MTIME,
-    LayerError,
-    compressor,
-    layer_names,
-    record_of,
-    recorded_history,
-    slice_key,
-    write_layer,
-)
+from gpurl_tasks.writer.blob import MTIME, LayerError, compressor, write_layer
+from gpurl_tasks.writer.records import record_of, recorded_history, slice_key
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = slice_key(label="x", slice_text=b"x==1\n", python="3.11.2", venv="/opt/venv",
@@ -120,8 +113,9 @@ def _check_tar(tar: bytes, tree: Path, files: dict[tuple[str, ...], tuple[bytes,
             handle = archive.extractfile(member)
             assert handle is not None and handle.read() == content
         assert names[:2] == ["opt", "opt/venv"]
-        assert set(names[2:]) == {"opt/venv/" + n.rstrip("/")
-                                  for n in layer_names(tree, "")}
+        on_disk = {Path(top, entry).relative_to(tree).as_posix()
+                   for top, dirs, found in os.walk(tree) for entry in (*dirs, *found)}
+        assert set(names[2:]) == {"opt/venv/" + n for n in on_disk}
 
 
 def test_a_long_name_gets_a_pax_header_and_still_matches(tmp_path: Path) -> None:
@@ -147,7 +141,7 @@ def test_the_module_runs_as_a_script_and_prints_its_blob(tmp_path: Path) -> None
     (tmp_path / "tree" / "bin").mkdir(parents=True)
     (tmp_path / "tree" / "bin" / "tool").write_text("#!/opt/venv/bin/python\n")
     done = subprocess.run(
-        [sys.executable, "-S", "-m", "gpurl_tasks.oci.layer", "write", str(tmp_path / "tree"),
+        [sys.executable, "-S", "-m", "gpurl_tasks.writer.tool", "write", str(tmp_path / "tree"),
          str(tmp_path / "out.tgz"), "--prefix", "opt/venv", "--level", "6"],
         capture_output=True, text=True, check=True, cwd=ROOT)
     said = json.loads(done.stdout)
@@ -155,7 +149,7 @@ def test_the_module_runs_as_a_script_and_prints_its_blob(tmp_path: Path) -> None
     assert said["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
     assert said["size"] == len(data)
     bad = subprocess.run(
-        [sys.executable, "-S", "-m", "gpurl_tasks.oci.layer", "write", str(tmp_path / "missing"),
+        [sys.executable, "-S", "-m", "gpurl_tasks.writer.tool", "write", str(tmp_path / "missing"),
          str(tmp_path / "x.tgz"), "--prefix", "opt/venv", "--level", "6"],
         capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not bad.stdout
@@ -167,9 +161,8 @@ def test_the_generated_tool_runs_alone_and_records_a_slice_as_the_local_path_doe
     bundle, with no gpurl on its path: it must be this module's own text, run with the stdlib
     alone, and record a slice as the same one-layer image the local path pushes."""
     from gpurl_tasks.cluster.kaniko import LAYER_TOOL, layer_tool_text
-    from gpurl_tasks.oci.image import Descriptor
-    from gpurl_tasks.oci.layer import recorded_history
-    from gpurl_tasks.oci.layered import WrittenSlice, slice_image
+    from gpurl_tasks.writer.blob import Blob
+    from gpurl_tasks.writer.records import slice_image
 
     tool = ROOT / LAYER_TOOL
     assert tool.read_text() == layer_tool_text()
@@ -191,12 +184,8 @@ def test_the_generated_tool_runs_alone_and_records_a_slice_as_the_local_path_doe
     index = json.loads((tmp_path / "out" / "index.json").read_text())
     manifest = (tmp_path / "out" / "blobs" / "sha256" /
                 index["manifests"][0]["digest"].removeprefix("sha256:")).read_bytes()
-    written = WrittenSlice(name="00-x", diff_id=blob["diff_id"],
-                           created_by=recorded_history("the install", TAG),
-                           layer=Descriptor(media_type="application/vnd.docker.image.rootfs.diff"
-                                            ".tar.gzip", digest=blob["digest"], size=blob["size"]))
-    local, _ = slice_image(written, media_type=media, platform={"architecture": "amd64",
-                                                                 "os": "linux"})
+    local, _ = slice_image(Blob(**blob), created_by=recorded_history("the install", TAG),
+                           media_type=media, platform={"architecture": "amd64", "os": "linux"})
     assert manifest == local
     assert (tmp_path / "out" / "blobs" / "sha256" / blob["digest"].removeprefix("sha256:")
             ).stat().st_size == blob["size"]
@@ -222,7 +211,9 @@ def test_the_installers_lock_at_the_prefix_root_is_left_out(tmp_path: Path) -> N
     (tmp_path / "lib" / "pkg").mkdir(parents=True)
     (tmp_path / ".lock").write_bytes(b"")
     (tmp_path / "lib" / "pkg" / ".lock").write_bytes(b"data")
-    names = layer_names(tmp_path, "opt/venv")
+    write_layer(tmp_path, tmp_path.parent / f"{tmp_path.name}.tar.gz", prefix="opt/venv", level=1)
+    with tarfile.open(tmp_path.parent / f"{tmp_path.name}.tar.gz") as tar:
+        names = tar.getnames()
     assert "opt/venv/.lock" not in names
     assert "opt/venv/lib/pkg/.lock" in names
 
@@ -255,7 +246,7 @@ def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path)
     import shutil
     import zlib
 
-    from gpurl_tasks.oci.layer import probe
+    from gpurl_tasks.writer.probe import probe
 
     need_uv = shutil.which("uv")
     if need_uv is None:
@@ -272,7 +263,8 @@ def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path)
     for name, text in files.items():
         (tmp_path / "layers" / f"{name}.txt").write_bytes(text)
     index = tmp_path / "x.slices"
-    index.write_text("".join(f"{n}\tlayers/{n}.txt\tgpurl: install {n}\n" for n in files))
+    index.write_text("".join(f"{n}\t{n.split('-', 1)[1]}\tlayers/{n}.txt\tgpurl: install {n}\t\n"
+                             for n in files))
     done = subprocess.run([*tool, "keys", "--index", str(index), "--context", str(tmp_path),
                            "--venv", venv, "--level", "6"], capture_output=True, text=True,
                           check=True)
@@ -284,7 +276,7 @@ def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path)
     missing = subprocess.run([*tool, "probe", "--venv", str(tmp_path / "none")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and not missing.stdout
-    index.write_bytes(b"\xff\xfe\tlayers/00-torch.txt\n")  # not UTF-8: one line, no traceback
+    index.write_bytes(b"\xff\xfe\ttorch\tlayers/00-torch.txt\tx\t\n")  # not UTF-8: one line, no traceback
     bad = subprocess.run([*tool, "keys", "--index", str(index), "--context", str(tmp_path),
                           "--venv", venv, "--level", "6"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not UTF-8" in bad.stderr

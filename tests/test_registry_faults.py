@@ -40,16 +40,16 @@ from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import BuildError, RegistryError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local.builders import setup_kaniko
-from gpurl_tasks.local.compose_env import Wanted, compose_at_registry
+from gpurl_tasks.local.compose_env import BaseDocuments, Wanted, compose_at_registry
+from gpurl_tasks.local.composed import SliceOutcome
 from gpurl_tasks.local.stage import StagedSlice
 from gpurl_tasks.oci.auth import Credentials
-from gpurl_tasks.oci.compose import SliceOutcome
 from gpurl_tasks.oci.connect import registry_client
-from gpurl_tasks.oci.layer import canonical_json, slice_image, write_layer, write_layout
-from gpurl_tasks.oci.layered import BaseImage
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.retry import RETRIED_ANSWERS
 from gpurl_tasks.plan.model import Layer, Slice
+from gpurl_tasks.writer.blob import write_layer
+from gpurl_tasks.writer.records import canonical_json, slice_image, write_layout
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy, Rates
 from tests.support.htpasswd import basic_auth_yaml
@@ -184,7 +184,7 @@ class Local:
 
     server: RegistryServer
     root: Path
-    base: BaseImage
+    base: BaseDocuments
     staged: list[str] = dataclasses.field(default_factory=list)
 
     def wanted(self, host: str, labels: Sequence[str]) -> list[Wanted]:
@@ -217,7 +217,7 @@ def _key(label: str) -> str:
     return hashlib.sha256(label.encode()).hexdigest()[:32]
 
 
-def _push_env_base(client: RegistryClient, server: RegistryServer, root: Path) -> BaseImage:
+def _push_env_base(client: RegistryClient, server: RegistryServer, root: Path) -> BaseDocuments:
     """env-base: one layer and a config, pushed straight to the registry (no faults)."""
     ref = parse_reference(f"{server.host}/{CACHE_REPO}:env-base", bare=False)
     tree = root / "env-base"
@@ -237,7 +237,7 @@ def _push_env_base(client: RegistryClient, server: RegistryServer, root: Path) -
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
                     "digest": blob.digest, "size": blob.size}]})
     client.put_manifest(ref, "env-base", manifest, OCI)
-    return BaseImage.from_documents(json.loads(manifest), json.loads(config))
+    return BaseDocuments(manifest=json.loads(manifest), config=json.loads(config))
 
 
 @pytest.fixture
@@ -259,7 +259,7 @@ def _composed_complete(local: Local, ca: LocalCA, digest: str, labels: Sequence[
         records = [_manifest(http, CACHE_REPO, f"slice-{label}-{_key(label)}") for label in labels]
     assert all(records)
     assert [d["digest"] for d in manifest["layers"]] == [
-        local.base.manifest.layers[0].digest,
+        local.base.manifest["layers"][0]["digest"],
         *(r["layers"][0]["digest"] for r in records if r is not None)]
 
 
@@ -398,11 +398,11 @@ def test_a_run_stopped_at_a_step_leaves_complete_records_and_the_rerun_reuses_th
 _CHILD = """
 import json, sys
 from pathlib import Path
-from gpurl_tasks.oci.layered import BaseImage
+from gpurl_tasks.local.compose_env import BaseDocuments
 from tests.test_registry_faults import LABELS, Local, _client
 docs = json.loads(Path(sys.argv[3]).read_text())
 local = Local(server=None, root=Path(sys.argv[2]),
-              base=BaseImage.from_documents(docs["manifest"], docs["config"]))
+              base=BaseDocuments(manifest=docs["manifest"], config=docs["config"]))
 with _client(sys.argv[1]) as client:
     local.compose(client, sys.argv[1], LABELS)
 """
@@ -416,7 +416,7 @@ def test_a_run_killed_at_a_step_leaves_complete_records_and_the_rerun_reuses_the
     registry holds is complete, the composed tag is absent, and the rerun reuses exactly the
     slices whose records were written (all of them when it was killed composing)."""
     docs = tmp_path / "env-base.json"
-    docs.write_text(json.dumps({"manifest": local.base.manifest.to_json(),
+    docs.write_text(json.dumps({"manifest": dict(local.base.manifest),
                                 "config": dict(local.base.config)}))
     child_root = tmp_path / "child"
     child_root.mkdir()

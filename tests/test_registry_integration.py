@@ -22,12 +22,13 @@ from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import Credentials
-from gpurl_tasks.oci.image import Descriptor, parse_diff_ids, parse_manifest
-from gpurl_tasks.oci.layer import compressor, platform_of, recorded_history, slice_key
-from gpurl_tasks.oci.layered import BaseImage, WrittenSlice, compose_written, slice_image, written_slice
+from gpurl_tasks.oci.image import parse_diff_ids, parse_manifest
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.release import read_records
 from gpurl_tasks.oci.verify import Rules, check_layers
+from gpurl_tasks.writer.blob import Blob, compressor
+from gpurl_tasks.writer.composition import compose, record_of_image
+from gpurl_tasks.writer.records import platform_of, recorded_history, slice_image, slice_key
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import (
@@ -317,45 +318,43 @@ def test_composes_written_slices_by_mounting_their_blobs(registry: RegistryServe
     with FaultProxy(registry.port) as proxy, quick_client(proxy.host) as client:
         base_ref = ref_of(proxy, "org/wcache:env-base-test")
         _, _, manifest = client.manifest(base_ref)
-        base = BaseImage.from_documents(manifest, client.blob_json(base_ref, pushed.config_digest))
+        base_config = client.blob_json(base_ref, pushed.config_digest)
         written = []
         for n, name in enumerate(("torch", "tail")):
             layer = random_layer(80_000, name, seed=30 + n)
             data = b"".join(layer.iter_chunks())
             ref = ref_of(proxy, f"org/wcache:slice-{name}")
             client.push_blob(ref, data)
-            record = WrittenSlice(
-                name=name, diff_id="sha256:" + hashlib.sha256(gzip.decompress(data)).hexdigest(),
-                created_by=f"uv pip install -r /tmp/gpurl-layers/{name}.txt",
-                layer=Descriptor(media_type=base.layer_type, digest=layer.digest,
-                                 size=layer.size))
-            image, config = slice_image(record, media_type=base.manifest.media_type,
-                                        platform=platform_of(dict(base.config)))
+            blob = Blob(digest=layer.digest, size=layer.size,
+                        diff_id="sha256:" + hashlib.sha256(gzip.decompress(data)).hexdigest())
+            image, config = slice_image(blob, media_type=DOCKER_MANIFEST,
+                                        created_by=f"uv pip install -r /tmp/gpurl-layers/{name}.txt",
+                                        platform=platform_of(dict(base_config)))
             client.push_blob(ref, config)
-            client.put_manifest(ref, f"slice-{name}", image, base.manifest.media_type)
+            client.put_manifest(ref, f"slice-{name}", image, DOCKER_MANIFEST)
             _, _, read = client.manifest(ref)
-            written.append(written_slice(name, read, client.blob_json(
+            written.append(record_of_image(name, read, client.blob_json(
                 ref, parse_manifest(read, name).config_digest)))
-        composed = compose_written(base, written)
+        composed = compose(manifest, base_config, written)
         target = ref_of(proxy, "org/wenv:unused")
-        assert not client.has_blob(target, written[0].layer.digest)
+        assert not client.has_blob(target, str(written[0].layer["digest"]))
         proxy.log.clear()
-        for blob in composed.manifest.layers:
-            client.mount_blob(target, blob.digest, "org/wcache")
+        for digest in composed.layers:
+            client.mount_blob(target, digest, "org/wcache")
         client.push_blob(target, composed.config)
-        digest = client.put_manifest(target, "env-test", composed.manifest_bytes,
-                                     composed.manifest.media_type)
+        digest = client.put_manifest(target, "env-test", composed.manifest, composed.media_type)
         started = [path for _, method, path, _ in proxy.log
                    if method == "POST" and path.startswith("/v2/org/wenv/blobs/uploads/")]
         pulled = client.pull(ref_of(proxy, "org/wenv:env-test"))
         config = client.blob_json(target, pulled.config_digest)
     mounts = [path for path in started if "mount=" in path]
-    assert len(mounts) == len(composed.manifest.layers)  # each layer mounted, from the cache
+    assert len(mounts) == len(composed.layers)  # each layer mounted, from the cache
     assert len(started) - len(mounts) == 1  # one upload: the config
     assert pulled.manifest_digest == digest
     assert [d.digest for d in pulled.layers] == [
-        *(d.digest for d in base.manifest.layers), *(w.layer.digest for w in written)]
-    assert parse_diff_ids(config, "composed") == (*base.diff_ids, *(w.diff_id for w in written))
+        *(d["digest"] for d in manifest["layers"]), *(w.layer["digest"] for w in written)]
+    assert parse_diff_ids(config, "composed") == (
+        *base_config["rootfs"]["diff_ids"], *(w.diff_id for w in written))
     made = [h.created_by for h in pulled.history if not h.empty_layer]
     assert made == [*(s.created_by for s in base_layers), *(w.created_by for w in written)]
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.oci.layer import write_layer
-from gpurl_tasks.oci.layered import install_command
+from gpurl_tasks.writer.blob import write_layer
+from gpurl_tasks.writer.staging import install_command
 from tests.support.pyindex import make_wheel, serve_index
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.oci.image import Descriptor, HistoryEntry, PulledImage
-from gpurl_tasks.oci.layer import compressor, recorded_history, slice_key
 from gpurl_tasks.oci.verify import (
     UNEXPECTED_CAUSES,
     Record,
@@ -22,6 +21,8 @@ from gpurl_tasks.oci.verify import (
     report_json,
 )
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
+from gpurl_tasks.writer.blob import compressor
+from gpurl_tasks.writer.records import recorded_history, slice_key
 
 GB = 10**9
 RULES = Rules(cap=4 * GB, hard_limit=8 * GB, min_layers=20)

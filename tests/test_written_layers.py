@@ -33,11 +33,12 @@ from gpurl_tasks.local.builder import serving_index
 from gpurl_tasks.local.compose_env import _check_blobs, compose_environment
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
-from gpurl_tasks.oci.compose import Composed
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.verify import FINAL_SYNC_MARKERS
 from gpurl_tasks.plan.profile import plan_for_config
+from gpurl_tasks.writer.composition import Composition
+from gpurl_tasks.writer.records import canonical_json
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.local_parts import need
@@ -134,7 +135,10 @@ def test_a_record_whose_blob_is_gone_is_written_again_and_no_manifest_names_a_lo
             # the guard before the manifest is written: the same composition, one blob lost
             server.remove_blob(lost.blob)
             with pytest.raises(BuildError, match=f"slice {lost.name}"):
-                _check_blobs(registry, ref, Composed(manifest=manifest, config=b""),
+                composed = Composition(manifest=canonical_json(body), config=canonical_json(
+                    registry.blob_json(ref, manifest.config_digest)))
+                assert composed.config_digest == manifest.config_digest
+                _check_blobs(registry, ref, composed,
                              {s.blob: f"slice {s.name}" for s in second.slices})
     print(f"record of {lost.name} lost its blob: rewritten in the second composition "
           f"({second.seconds:.1f}s, {len(second.slices) - 1} slices reused)")

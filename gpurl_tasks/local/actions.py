@@ -17,10 +17,10 @@ from gpurl_tasks.errors import BuildError
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import BuildResult, WheelsResult
 from gpurl_tasks.local.compose_env import compose_environment
+from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
 from gpurl_tasks.oci import release
-from gpurl_tasks.oci.compose import ComposedEnv
 from gpurl_tasks.oci.verify import Report, render_table
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.report import render_plan

@@ -28,10 +28,10 @@ from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local import pyindex
 from gpurl_tasks.local.build_log import BuildStep, parse_plain_progress, stages_run, vertex_output
+from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir
 from gpurl_tasks.oci import tags
-from gpurl_tasks.oci.compose import ComposedEnv
 from gpurl_tasks.oci.connect import registry_client
 from gpurl_tasks.values import SOURCE_ID_PATTERN
 

@@ -1,6 +1,7 @@
 """The composed environment, locally: env-base built with BuildKit, each slice's layer written
-by gpurl itself (local/stage.py, oci/layer.py), the image composed at the loopback registry by
-manifest (oci/layered.py), then handed to the final build as ENV_SOURCE.
+by gpurl itself (local/stage.py, writer/blob.py), the image composed at the loopback registry
+by manifest (writer/composition.py, which the cluster job runs too), then handed to the final
+build as ENV_SOURCE.
 
 1. build `env-base` and push it to the cache repository (`env-base-<image id>`);
 2. per slice, its cache tag (`slice-<label>-<hash of what its blob depends on>`); only a
@@ -15,20 +16,23 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE
-from gpurl_tasks.errors import BuildError
+from gpurl_tasks.errors import BuildError, RegistryError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import LineSink
+from gpurl_tasks.local.composed import ComposedEnv, SliceOutcome
 from gpurl_tasks.local.stage import (
     StageBuild,
     StagedSlice,
@@ -36,21 +40,21 @@ from gpurl_tasks.local.stage import (
     stage_command,
     stage_slice,
 )
-from gpurl_tasks.oci.compose import Composed, ComposedEnv, SliceOutcome, composed_tag
 from gpurl_tasks.oci.connect import open_client
-from gpurl_tasks.oci.image import Descriptor, parse_manifest
-from gpurl_tasks.oci.layer import compressor, platform_of, recorded_history, slice_key
-from gpurl_tasks.oci.layered import (
-    BaseImage,
-    WrittenSlice,
-    compose_written,
-    slice_image,
-    written_history,
-    written_slice,
-)
+from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Layer, Plan
+from gpurl_tasks.writer.blob import LayerError, compressor
+from gpurl_tasks.writer.composition import Composition, Record, compose, record_of_image
+from gpurl_tasks.writer.records import (
+    MEDIA_TYPES,
+    platform_of,
+    recorded_history,
+    slice_image,
+    slice_key,
+    written_history,
+)
 
 __all__ = ["Wanted", "compose_at_registry", "compose_commands", "compose_environment"]
 
@@ -81,13 +85,33 @@ class _Builds:
         builder.run_build(argv, self.on_line, self.log_dir / f"{target}.log")
 
 
-def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseImage:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseDocuments:
+    """env-base as the registry holds it: its manifest and config documents."""
+
+    manifest: Mapping[str, Any]
+    config: Mapping[str, Any]
+
+    @property
+    def media_type(self) -> str:
+        return str(self.manifest.get("mediaType"))
+
+
+def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseDocuments:
     _, _, manifest = registry.manifest(ref)
     digest = parse_manifest(manifest, "manifest of env-base").config_digest
-    return BaseImage.from_documents(manifest, registry.blob_json(ref, digest))
+    base = BaseDocuments(manifest=manifest, config=registry.blob_json(ref, digest))
+    if base.media_type not in MEDIA_TYPES:
+        raise RegistryError(f"env-base's manifest is {base.media_type}, not a Docker or OCI "
+                            "image manifest")
+    return base
 
 
-def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[WrittenSlice | None, bool]:
+def _composition_error(exc: LayerError) -> RegistryError:
+    return RegistryError(str(exc))
+
+
+def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[Record | None, bool]:
     """The slice its record holds, trusted only when the record's layer blob is there (a
     cleanup of the cache repository, or the registry, can keep a tag and lose its blob):
     (the slice, False); (None, True) for a record whose blob is gone, which is written again;
@@ -97,24 +121,25 @@ def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[Written
     _, _, manifest = registry.manifest(ref)
     digest = parse_manifest(manifest, f"manifest of cached slice {name}").config_digest
     try:
-        written = written_slice(name, manifest, registry.blob_json(ref, digest))
+        record = record_of_image(name, manifest, registry.blob_json(ref, digest))
     except ManifestUnknown:  # its config is gone
         return None, True
-    if not registry.has_blob(ref, written.layer.digest):
+    except LayerError as exc:
+        raise _composition_error(exc) from None
+    if not registry.has_blob(ref, str(record.layer["digest"])):
         return None, True
-    return written, False
+    return record, False
 
 
-def _check_blobs(registry: RegistryClient, target: ImageRef, composed: Composed,
+def _check_blobs(registry: RegistryClient, target: ImageRef, composed: Composition,
                  names: Mapping[str, str]) -> None:
     """Every blob the composed manifest names is in `target`'s repository, before the
     manifest is written: a registry that does not check would take a manifest no node can
     pull. `names` says which slice a layer digest is."""
-    manifest = composed.manifest
-    missing = [names.get(d.digest, f"layer {i} ({d.digest[:19]})")
-               for i, d in enumerate(manifest.layers) if not registry.has_blob(target, d.digest)]
-    if not registry.has_blob(target, manifest.config_digest):
-        missing.append(f"the config ({manifest.config_digest[:19]})")
+    missing = [names.get(d, f"layer {i} ({d[:19]})")
+               for i, d in enumerate(composed.layers) if not registry.has_blob(target, d)]
+    if not registry.has_blob(target, composed.config_digest):
+        missing.append(f"the config ({composed.config_digest[:19]})")
     if missing:
         raise BuildError(f"the composed environment names blobs {target.host}/"
                          f"{target.repository} does not hold: {', '.join(missing)}; its "
@@ -209,7 +234,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
 
 
 def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: ImageRef,
-                        base: BaseImage, wanted: Sequence[Wanted],
+                        base: BaseDocuments, wanted: Sequence[Wanted],
                         stage: Callable[[Wanted], StagedSlice], venv: str, log_dir: Path
                         ) -> tuple[tuple[SliceOutcome, ...], str, str]:
     """The registry half of a composition: reuse each slice whose record (and its blob) is
@@ -232,39 +257,37 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
             done.path.unlink()
             _write_log(log_dir, w.layer.name, done)
     slices = [found[w.layer.name] for w in wanted]
-    composed = compose_written(base, [s for s in slices if s is not None])
-    for blob in composed.manifest.layers:
-        registry.mount_blob(target, blob.digest, cache.repository)
+    try:
+        composed = compose(base.manifest, base.config, [s for s in slices if s is not None])
+    except LayerError as exc:
+        raise _composition_error(exc) from None
+    for blob in composed.layers:
+        registry.mount_blob(target, blob, cache.repository)
     registry.push_blob(target, composed.config)
     _check_blobs(registry, target, composed,
-                 {s.layer.digest: f"slice {s.name}" for s in slices if s is not None})
-    tag = composed_tag([composed.manifest.config_digest])
-    digest = registry.put_manifest(target, tag, composed.manifest_bytes,
-                                   composed.manifest.media_type)
+                 {str(s.layer["digest"]): f"slice {s.name}" for s in slices if s is not None})
+    digest = registry.put_manifest(target, composed.tag, composed.manifest, composed.media_type)
     outcomes = tuple(
         SliceOutcome(name=w.layer.name, reference=str(w.ref), built=w.layer.name in staged,
-                     blob=s.layer.digest, size=s.layer.size,
+                     blob=str(s.layer["digest"]), size=int(s.layer["size"]),
                      seconds=staged[w.layer.name].seconds if w.layer.name in staged else 0.0,
                      rewritten=w.layer.name in lost)
         for w, s in zip(wanted, slices, strict=True) if s is not None)
-    return outcomes, tag, digest
+    return outcomes, composed.tag, digest
 
 
 def _record(registry: RegistryClient, wanted: Wanted, done: StagedSlice,
-            base: BaseImage, venv: str) -> WrittenSlice:
+            base: BaseDocuments, venv: str) -> Record:
     """Push a written slice's blob and its one-layer image under its cache tag."""
     assert wanted.ref.tag is not None
-    written = WrittenSlice(
-        name=wanted.layer.name, diff_id=done.blob.diff_id,
-        created_by=recorded_history(written_history(wanted.layer, venv), wanted.ref.tag),
-        layer=Descriptor(media_type=base.layer_type, digest=done.blob.digest,
-                         size=done.blob.size))
     registry.push_blob(wanted.ref, done.path, done.blob.digest)
-    manifest, config = slice_image(written, media_type=base.manifest.media_type,
+    created_by = recorded_history(written_history(wanted.layer.slice.image_path, venv),
+                                  wanted.ref.tag)
+    manifest, config = slice_image(done.blob, created_by=created_by, media_type=base.media_type,
                                    platform=platform_of(dict(base.config)))
     registry.push_blob(wanted.ref, config)
-    registry.put_manifest(wanted.ref, wanted.ref.tag, manifest, base.manifest.media_type)
-    return written
+    registry.put_manifest(wanted.ref, wanted.ref.tag, manifest, base.media_type)
+    return record_of_image(wanted.layer.name, json.loads(manifest), json.loads(config))
 
 
 def _write_log(log_dir: Path, name: str, done: StagedSlice) -> None:

@@ -21,8 +21,8 @@ from gpurl_tasks.local import actions, builder
 from gpurl_tasks.local.attest import apt_command, attest_build
 from gpurl_tasks.local.builder import BuildResult
 from gpurl_tasks.local.compose_env import compose_commands
+from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import find_buildkit_client
-from gpurl_tasks.oci.compose import ComposedEnv
 from gpurl_tasks.oci.verify import Report, report_json
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.rebuild.wheelhouse import check_source

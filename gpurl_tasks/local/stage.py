@@ -7,7 +7,7 @@ In the container (`--network host`, for the loopback package index env-base name
       --prefix /stage --python <build.venv>/bin/python -r /tmp/gpurl-layers/<slice file>
 lays the slice's files out as they sit in the venv (`lib/python3.X/site-packages/`, `bin/`
 with `#!<build.venv>/bin/python` entry points, no INSTALLER, REQUESTED or direct_url.json);
-then `python3 -m gpurl_tasks.oci.layer write /stage ... --prefix <build.venv>` (gpurl_tasks
+then `python3 -m gpurl_tasks.writer.tool write /stage ... --prefix <build.venv>` (gpurl_tasks
 mounted read-only; it leaves uv's `.lock` out) writes the blob into the mounted output
 directory. A slice whose sdists build against the slices below (the lock's build settings,
 plan/buildenv.py) first installs those slices' files into a scratch prefix on PYTHONPATH.
@@ -24,8 +24,9 @@ from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.oci.layer import Blob, Probe
-from gpurl_tasks.oci.layered import build_env_script, install_command, no_isolation_args
+from gpurl_tasks.writer.blob import Blob
+from gpurl_tasks.writer.records import Probe
+from gpurl_tasks.writer.staging import build_env_script, install_command, no_isolation_args
 
 __all__ = ["StageBuild", "StagedSlice", "probe_base", "stage_command", "stage_script",
            "stage_slice"]
@@ -40,7 +41,7 @@ _BUILD = "/gpurl-build"  # the build environment of a slice staged on the slices
 def probe_base(client: str, image: str, venv: str) -> Probe:
     """Ask env-base what a slice's bytes depend on (one container running the layer tool's
     probe, the cluster job's own)."""
-    argv = [*_tool_run(client, image), "python3", "-B", "-m", "gpurl_tasks.oci.layer", "probe",
+    argv = [*_tool_run(client, image), "python3", "-B", "-m", "gpurl_tasks.writer.tool", "probe",
             "--venv", venv]
     done = proc.run_quiet(argv, check=False, timeout=120)
     try:
@@ -84,7 +85,7 @@ def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_d
                   output: str, venv: str, level: int, build: StageBuild | None = None
                   ) -> list[str]:
     """The `docker run` that stages one slice and writes its layer (pure, for tests)."""
-    write = ["python3", "-B", "-m", "gpurl_tasks.oci.layer", "write", _STAGE, f"{_OUT}/{output}",
+    write = ["python3", "-B", "-m", "gpurl_tasks.writer.tool", "write", _STAGE, f"{_OUT}/{output}",
              "--prefix", venv.strip("/"), "--level", str(level)]
     script = " && ".join([
         stage_script(venv=venv, slice_file=dest, stage=_STAGE, build=build),

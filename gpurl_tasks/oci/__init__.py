@@ -1,9 +1,7 @@
 """The registry side: image types parsed from registry documents (`image`), the HTTP client
 (`registry`), when it and the cluster job retry a request (`retry`), the scheme it speaks to a
 host (`scheme`), its credentials (`auth`) and the client for a reference's host (`connect`),
-what an immutable tag already holds (`tags`), the slice layer writer that runs in env-base
-(`layer`, stdlib only), the environment composed from the
-written slices (`layered`) and its records (`compose`), the layer rules (`verify`), artifacts
+what an immutable tag already holds (`tags`), the layer rules (`verify`), artifacts
 attached to an image (`referrers`) and its SBOM and provenance there (`attested`), the launcher
 edit (`pin`) and the verify-then-pin flow (`release`).
 

@@ -25,7 +25,6 @@ from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.attested import attestation_findings
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage, parse_manifest
-from gpurl_tasks.oci.layer import record_of
 from gpurl_tasks.oci.pin import (
     Provenance,
     check_immutable,
@@ -38,6 +37,7 @@ from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.oci.verify import Record, Report, Rules, check_layers, layer_instructions, report_json
 from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.writer.records import record_of
 
 __all__ = [
     "PinChange",

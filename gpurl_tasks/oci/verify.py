@@ -28,8 +28,9 @@ from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.exitcodes import ExitCode
 from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT
 from gpurl_tasks.oci.image import Descriptor, PulledImage
-from gpurl_tasks.plan.model import Plan, Slice
+from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.units import format_bytes
+from gpurl_tasks.writer.records import slice_of
 
 __all__ = [
     "UNEXPECTED_CAUSES",
@@ -44,7 +45,6 @@ __all__ = [
     "report_json",
 ]
 
-SLICE_MARKER = f"{Slice.IMAGE_DIR}/"  # every planned slice's install reads its file from there
 FINAL_SYNC_MARKERS = ("uv sync", "--inexact")  # the one sync after the slices
 FINAL_SYNC_SLACK = 64_000  # local packages only; more means the slices missed something
 HUGE_SHARE = 0.5  # one layer holding at least this share of the image is the one-layer symptom
@@ -164,8 +164,7 @@ def layer_instructions(image: PulledImage) -> tuple[list[str | None], str | None
 def _predictions(image: PulledImage, instructions: list[str | None], plan: Plan | None,
                  plan_note: str | None) -> tuple[dict[int, tuple[int, int | None]], str | None]:
     """layer index -> (sync step, predicted bytes or None), and a note when none apply."""
-    sync = [i for i, text in enumerate(instructions)
-            if text and "uv pip install" in text and SLICE_MARKER in text]
+    sync = [i for i, text in enumerate(instructions) if slice_of(text) is not None]
     steps: dict[int, tuple[int, int | None]] = {i: (n, None) for n, i in enumerate(sync)}
     label = image.labels.get(LABEL_PLAN_FINGERPRINT)
     if not label:

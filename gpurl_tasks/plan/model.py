@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from gpurl_tasks.config import LayerMode, Layout, PythonSelection, SizeBasis, Variant
 from gpurl_tasks.plan.sizes import installed_estimate
+from gpurl_tasks.writer.records import SLICE_DIR
 
 __all__ = ["LOCAL_INSTALL_FLAGS", "Layer", "Plan", "PlannedPackage", "ProvidedPackage", "Slice",
            "SliceBuild", "sync_selection_flags"]
@@ -60,7 +61,7 @@ class Slice:
 
     # where each slice file is copied inside the image: the Dockerfile installs from there,
     # and verify and rebuild recognise a planned layer by it
-    IMAGE_DIR: ClassVar[str] = "/tmp/gpurl-layers"
+    IMAGE_DIR: ClassVar[str] = SLICE_DIR
     # the spelling of `name` (a committed file's stem): the position, then the label
     STEM: ClassVar[re.Pattern[str]] = re.compile(r"(\d{2,3})-([a-z0-9][a-z0-9._-]*)")
 

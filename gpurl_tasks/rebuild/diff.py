@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,14 +28,13 @@ from gpurl_tasks.oci.attested import read_attestations
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.verify import layer_instructions
-from gpurl_tasks.plan.model import Slice
 from gpurl_tasks.rebuild.inputs import closure_entries
 from gpurl_tasks.units import format_bytes
+from gpurl_tasks.writer.records import slice_of
 
 __all__ = ["ImageDiff", "LayerChange", "PackageChange", "diff_images", "diff_task",
            "package_changes", "sbom_packages", "slice_layers"]
 
-_SLICE = re.compile(re.escape(Slice.IMAGE_DIR) + r"/([^\s'\"]+)\.txt")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,9 +68,9 @@ def slice_layers(image: PulledImage) -> dict[str, str]:
     instructions, _ = layer_instructions(image)
     found = {}
     for layer, text in zip(image.layers, instructions, strict=True):
-        match = _SLICE.search(text or "") if text and "uv pip install" in text else None
-        if match:
-            found[match.group(1)] = layer.digest
+        entry = slice_of(text)
+        if entry is not None:
+            found[entry.stem] = layer.digest
     return found
 
 

@@ -1,40 +1,11 @@
-"""The composed environment image's records (pure): the manifest and config to write, the tag
-it is written under, and what a run reports of it.
-
-The composition itself is oci/layered.py's `compose_written` (env-base's layers and each
-written slice layer, by blob digest); this module holds what it returns (`Composed`), the tag
-(`composed_tag`) and what a local build reports of it (`SliceOutcome`, `ComposedEnv`).
-"""
+"""What a local build reports of its composed environment: each slice's outcome and the image
+(the composition itself is writer/composition.py's, shared with the cluster job)."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections.abc import Sequence
 
-from gpurl_tasks.oci.image import Manifest
-from gpurl_tasks.oci.layer import canonical_json
-
-__all__ = ["Composed", "ComposedEnv", "SliceOutcome", "composed_tag"]
-
-
-def composed_tag(slice_digests: Sequence[str]) -> str:
-    """The tag of the composed environment: a hash of the digests that make it, in order
-    (local/compose_env.py passes the composed config's, which names every layer)."""
-    return "env-" + hashlib.sha256("\n".join(slice_digests).encode()).hexdigest()[:32]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Composed:
-    """The environment image to write: its manifest and config documents."""
-
-    manifest: Manifest
-    config: bytes  # the config blob, serialised once (its digest is in the manifest)
-
-    @property
-    def manifest_bytes(self) -> bytes:
-        return canonical_json(self.manifest.to_json())
-
+__all__ = ["ComposedEnv", "SliceOutcome"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,16 @@
+"""writer: the slice writer, its records and the composition (stdlib only).
+
+What the cluster job runs in env-base's python3 as docker/gpurl-layer.py (these modules' own
+text) and the local path imports, so both write the same bytes and compose the same image:
+
+- `blob`: one deterministic layer blob from a staging tree;
+- `records`: a slice's cache key, its history entry (made and read back), its one-layer
+  record image, the slice index;
+- `probe`: what a slice's bytes depend on in the image the writer runs in;
+- `composition`: the environment image from env-base and the slice records;
+- `staging`: the staging install of one slice;
+- `tool`: the command line the job runs.
+
+Imports only the stdlib and itself (the job's copy has nothing else); every layer above may
+import it.
+"""
