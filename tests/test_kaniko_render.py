@@ -1,5 +1,6 @@
-"""Rendering the kaniko script: byte-reproducible, stale detection, atomic writes, and
-shellcheck-clean for every config variant (real shellcheck)."""
+"""Rendering the kaniko script: byte-reproducible, written and checked by `invoke generate`'s
+own path, its templates filled exactly, and shellcheck-clean (real shellcheck) for every config
+variant and as the template files themselves."""
 
 from __future__ import annotations
 
@@ -9,22 +10,27 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.kaniko import (
+    ROOT_ENV,
     cache_repo,
-    check_script,
     prebuilt_wheel_names,
     render_script,
-    write_script,
+    render_template,
+    script_files,
 )
 from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.dockerfile.generate import StaleFileError, generate_profiles
 from gpurl_tasks.errors import BuildError, ConfigError
 from tests.conftest import REPO_ROOT
+from tests.support.checkout import repo_copy
 from tests.support.kaniko_harness import AS_CLUSTER
 from tests.support.local_parts import build_source_wheel
 
@@ -50,7 +56,25 @@ def demo_wheel_names(demo: Config, tmp_path: Path) -> list[str]:
 
 
 def test_committed_script_is_up_to_date() -> None:
-    check_script(config())
+    assert render_script(config()) == (REPO_ROOT / "docker" / "build_gpu_rl_kaniko.sh").read_text()
+
+
+def test_the_script_reads_the_root_the_tests_set() -> None:
+    """job.sh spells ROOT_ENV itself (a placeholder cannot stand inside `${...:-}`)."""
+    assert f'\nROOT="${{{ROOT_ENV}:-}}"\n' in render_script(config())
+
+
+def test_a_template_and_its_values_must_name_the_same_placeholders() -> None:
+    assert render_template("fetch.sh", {"ABI_KEY": "k", "ABI_PREFIX": "p "}).startswith("ABI_KEY=k\n")
+    with pytest.raises(BuildError, match=r"script/fetch\.sh .* without a value: \['ABI_PREFIX'\]"):
+        render_template("fetch.sh", {"ABI_KEY": "k"})
+    with pytest.raises(BuildError, match=r"values without a placeholder: \['EXTRA'\]"):
+        render_template("fetch.sh", {"ABI_KEY": "k", "ABI_PREFIX": "p ", "EXTRA": "x"})
+
+
+def test_a_value_is_not_searched_for_placeholders() -> None:
+    text = render_template("fetch.sh", {"ABI_KEY": "@ABI_PREFIX@", "ABI_PREFIX": "p "})
+    assert text.startswith("ABI_KEY=@ABI_PREFIX@\n")
 
 
 @pytest.mark.parametrize("seed", ["0", "4242"])
@@ -174,25 +198,63 @@ def test_unsafe_value_is_refused() -> None:
         render_script(bad)
 
 
-def test_check_reports_a_stale_script(tmp_path: Path) -> None:
-    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    cfg = load_config(tmp_path, env={})
-    with pytest.raises(BuildError, match="does not exist"):
-        check_script(cfg)
-    path = write_script(cfg)
-    check_script(cfg)
-    assert path.stat().st_mode & stat.S_IXUSR
-    path.write_text(path.read_text().replace("--cache=true", "--cache=false"))
-    with pytest.raises(BuildError, match="is stale"):
-        check_script(cfg)
+@pytest.mark.integration
+def test_generate_writes_the_script_executable_and_check_finds_it_stale(tmp_path: Path) -> None:
+    """`invoke generate`'s path (doctor's check too): a missing or edited script fails the
+    check; generate writes it executable, byte for byte the committed one, no temp file left."""
+    root = repo_copy(tmp_path / "repo")
+    script = root / "docker" / "build_gpu_rl_kaniko.sh"
+    listed = sorted(os.listdir(script.parent))
+    script.unlink()
+    with pytest.raises(StaleFileError, match=r"build_gpu_rl_kaniko\.sh"):
+        generate_profiles(root, "gpu-rl", check=True, extra=script_files)
+    generate_profiles(root, "gpu-rl", check=False, extra=script_files)
+    assert script.read_bytes() == (REPO_ROOT / "docker" / "build_gpu_rl_kaniko.sh").read_bytes()
+    assert script.stat().st_mode & stat.S_IXUSR
+    assert sorted(os.listdir(script.parent)) == listed
+    script.write_text(script.read_text().replace("--cache=true", "--cache=false"))
+    with pytest.raises(StaleFileError, match=r"build_gpu_rl_kaniko\.sh"):
+        generate_profiles(root, "gpu-rl", check=True, extra=script_files)
 
 
-def test_write_leaves_no_temp_files(tmp_path: Path) -> None:
-    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    cfg = load_config(tmp_path, env={})
-    write_script(cfg)
-    write_script(cfg)
-    assert sorted(os.listdir(tmp_path / "docker")) == ["build_gpu_rl_kaniko.sh"]
+def _shellcheck() -> str:
+    """The shellcheck binary (the lint and test groups install it; CI must have it)."""
+    found = shutil.which("shellcheck") or shutil.which(
+        "shellcheck", path=str(Path(sys.executable).parent))
+    if found is None:
+        if os.environ.get("CI"):
+            raise AssertionError("shellcheck is missing (install the lint group)")
+        pytest.skip("shellcheck not installed (the lint and test groups install it)")
+    return found
+
+
+TEMPLATES = sorted((Path(kaniko.__file__).parent / "script").glob("*.sh"))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("template", TEMPLATES, ids=[t.name for t in TEMPLATES])
+def test_every_template_is_shellcheck_clean_as_it_stands(template: Path) -> None:
+    """Each template file, placeholders and all, as the lint checks it (script/.shellcheckrc
+    leaves to the rendered script the two checks that need all of it)."""
+    proc = subprocess.run([_shellcheck(), template.name], cwd=template.parent,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_template_is_rendered() -> None:
+    """No template file is left over: each one is read while the variants render."""
+    read: set[str] = set()
+    real = render_template
+
+    def spy(name: str, values: Mapping[str, str | int]) -> str:
+        read.add(name)
+        return real(name, values)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kaniko, "render_template", spy)
+        for cfg in (config(), cluster_config("heavy")):  # compiled wheels, and none
+            render_script(cfg)
+    assert read == {t.name for t in TEMPLATES}
 
 
 _NAME = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
@@ -204,12 +266,7 @@ _NAME = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
        source=st.sampled_from(["prebuilt-wheelhouse", "wheel-builder"]))
 def test_every_variant_is_shellcheck_clean(user: str, prefix: str, host: str,
                                            source: str) -> None:
-    shellcheck = shutil.which("shellcheck") or shutil.which(
-        "shellcheck", path=str(Path(sys.executable).parent))
-    if shellcheck is None:
-        if os.environ.get("CI"):
-            raise AssertionError("shellcheck is missing (install the lint group)")
-        pytest.skip("shellcheck not installed")
+    shellcheck = _shellcheck()
     settings = {"registry.user": user, "registry.tag-prefix": prefix, "registry.host": host,
                 "build.wheel-source": source}
     for text in (render_script(config(**settings)),  # gpu-rl: the pinned pair

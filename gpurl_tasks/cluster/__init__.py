@@ -1,8 +1,8 @@
 """The cluster path: the iris CLI adapter (`iris`) and the release it is checked against
-(`iris_release`), the generated kaniko script (`kaniko`), the
-workspace bundle (`bundle`), every build prerequisite checked alone (`doctor`), the guard rails
-and job composition (`submit`, which runs doctor's checks first), the state watcher (`watch`)
-and the tasks' functions that wire them to the real world (`jobs`).
+(`iris_release`), the generated kaniko script (`kaniko`, rendered from the bash templates in
+script/), the workspace bundle (`bundle`), every build prerequisite checked alone (`doctor`),
+the guard rails and job composition (`submit`, which runs doctor's checks first), the state
+watcher (`watch`) and the tasks' functions that wire them to the real world (`jobs`).
 
 Imports the basics, `plan`, `dockerfile`, `oci` and `rebuild` (doctor reads the prebuilt
 wheels' MANIFEST); never `local`.

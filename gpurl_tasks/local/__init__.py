@@ -2,9 +2,9 @@
 image (`base_image`), the loopback package index (`pyindex`, filled by `download`) and registry
 (`registry_server`), `setup`, kaniko and crane built from source for the cluster path's tests
 (`builders`), each slice staged and written in a container (`stage`) and the environment
-composed from them (`compose_env`, which reports in `composed`), the BuildKit build and push (`builder`, `build_log`), the
-SBOM and provenance attached after it (`attest`), and the main job: its steps (`actions`) in
-order (`pipeline`).
+composed from them (`compose_env`, which reports in `composed`), the BuildKit build and push
+(`builder`, `build_log`), the SBOM and provenance attached after it (`attest`), and the main
+job: its steps (`actions`) in order (`pipeline`).
 
 All edges (processes, sockets, files). Imports everything below it; never `cluster`.
 """

@@ -1,0 +1,2 @@
+# shellcheck shell=bash
+WHEEL_ARGS=()

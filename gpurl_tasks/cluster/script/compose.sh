@@ -1,0 +1,26 @@
+# shellcheck shell=bash
+SLICE_INDEX="$CONTEXT"/@SLICE_INDEX@
+LAYER_TOOL="$CONTEXT"/@LAYER_TOOL@
+[ -f "$SLICE_INDEX" ] || die "the slice index $SLICE_INDEX is missing (run invoke generate)"
+[ -f "$LAYER_TOOL" ] || die "the layer tool $LAYER_TOOL is missing (run invoke generate)"
+cat >"$WORK/compose-env.sh" <<'COMPOSE_ENV'
+@COMPOSE_ENV@
+COMPOSE_ENV
+echo "==> kaniko build of env-base (what every slice is installed on)"
+cd "$CONTEXT"
+"$KANIKO_DIR/executor" "${COMMON[@]}" --target env-base \
+  --destination "$CACHE_REPO:env-base-$GITSHA" --digest-file "$WORK/env-base.digest"
+[ -s "$WORK/env-base.digest" ] || die "the executor wrote no digest for env-base"
+read -r ENV_BASE_DIGEST <"$WORK/env-base.digest" || true
+{
+  printf '%s=%q\n' CACHE_REPO "$CACHE_REPO" ENV_BASE "$CACHE_REPO@$ENV_BASE_DIGEST" \
+    GITSHA "$GITSHA" WORK "$WORK" CONTEXT "$CONTEXT" SLICE_INDEX "$SLICE_INDEX" \
+    LAYER_TOOL "$LAYER_TOOL" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CA "$JOB_CA"
+} >"$WORK/compose-env.vars"
+printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
+  "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"
+echo "==> the slices written on env-base and composed (an unpushed kaniko build)"
+"$KANIKO_DIR/executor" --context "dir://$CONTEXT" --dockerfile "$WORK/compose-env.Dockerfile" \
+  --no-push --cache=false --snapshot-mode=@SNAPSHOT_MODE@ "${KANIKO_RETRIES[@]}"
+read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
+ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
