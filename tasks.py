@@ -2,7 +2,7 @@
 which `cli.task` prints (`cli.finish`) under the one handler (`cli.clean_failures`).
 
 `invoke --list` lists them, `invoke TASK --help` shows a task's flags. Every task turns
-gpurl's errors into one line and an exit code of `exitcodes.ExitCode`;
+gpurl's errors into one line and an exit code of `errors.ExitCode`;
 `--json` prints exactly one JSON object on stdout (a failure's is {"error", "hint",
 "exit_code"}), progress goes to stderr. The only short flags are -p (--profile) and -j
 (--json).
@@ -192,7 +192,7 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
     hard limit, none above the cap, at least min-layers layers; each uv sync layer is shown
     next to its predicted size when the image's plan fingerprint matches the current plan.
     """
-    from gpurl_tasks.oci.release import verify_reference
+    from gpurl_tasks.release.flow import verify_reference
 
     configs = cli.variant_configs(profile, variant, ref=ref, verify__cap=cap,
                                   verify__hard_limit=hard_limit, verify__min_layers=min_layers)
@@ -216,7 +216,7 @@ def pin(c: Context, ref: str | None = None, launcher: str | None = None,
     Rewrites only the variable's value and the provenance comment above it, atomically; a
     second pin of the same digest changes nothing. Floating tags are refused.
     """
-    from gpurl_tasks.oci.release import pin_task
+    from gpurl_tasks.release.flow import pin_task
 
     configs = cli.variant_configs(profile, variant, ref=ref, strict=True,
                                   single="--variable" if variable is not None else None,
@@ -282,7 +282,7 @@ def diff(c: Context, first: str, second: str | None = None, profile: str | None 
     recorded commits, when this clone has them); an image gpurl did not build is compared by
     layers and bytes only.
     """
-    from gpurl_tasks.rebuild.diff import diff_task
+    from gpurl_tasks.release.diff import diff_task
 
     first, second = cli.positional("diff", first), cli.positional("diff", second)
     if second is None or not second.strip():
@@ -322,7 +322,7 @@ def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstre
 
     The archives are cluster.source-archives (names and sha256 pinned in
     gpurl_tasks/local/builder-sources.toml); the registry is registry.host (loopback)."""
-    from gpurl_tasks.local.builders import setup_kaniko as prepare
+    from gpurl_tasks.local.from_source import setup_kaniko as prepare
     from gpurl_tasks.local.setup import cache_dir
 
     config = cli.config_for(profile)
@@ -394,8 +394,8 @@ def demo(c: Context, profile: str | None = None, wheel_source: str = "prebuilt-w
 def sbom(c: Context, ref: str | None = None, document: bool = False, json: bool = False,
          profile: str | None = None, variant: str | None = None) -> Outcome | None:
     """The SBOM and provenance attached to a pushed image: a summary, or the SBOM itself."""
-    from gpurl_tasks.oci.attested import sbom_task
-    from gpurl_tasks.oci.release import resolve_reference
+    from gpurl_tasks.release.attested import sbom_task
+    from gpurl_tasks.release.flow import resolve_reference
 
     config = cli.config_for(profile, variant=variant)
     return sbom_task(config, resolve_reference(config, cli.text_flag("--ref", ref)),

@@ -59,7 +59,7 @@ from gpurl_tasks.oci.image import (
     PulledImage,
     parse_diff_ids,
 )
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 from gpurl_tasks.writer.blob import GzipSink
 from gpurl_tasks.writer.composition import Composition, image_of
 from gpurl_tasks.writer.records import MEDIA_TYPES, platform_of, slice_of

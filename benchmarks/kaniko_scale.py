@@ -1,7 +1,7 @@
 """Real kaniko at heavy scale: the `heavy` profile (~4 GB of wheels, 36 slices) built as the
 cluster builds it (`nox -s bench-kaniko`, never in CI).
 
-The generated kaniko script runs unmodified in a job container (gpurl_tasks.local.builders
+The generated kaniko script runs unmodified in a job container (gpurl_tasks.local.from_source
 .run_job), with the executors and crane `setup-kaniko` builds from their source archives,
 against the plain loopback registry. In one run, each build into a repository of its own
 (so its cache starts empty unless it is a warm rebuild):
@@ -172,7 +172,7 @@ def _bump(tree: Path, say: Callable[[str], None]) -> None:
 def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) -> dict[str, Any]:
     from gpurl_tasks.config import load_config
     from gpurl_tasks.local.builder import serving_index
-    from gpurl_tasks.local.builders import run_job
+    from gpurl_tasks.local.from_source import run_job
     from gpurl_tasks.local.setup import index_dir
 
     config = load_config(tree, profile=PROFILE, env={})
@@ -220,7 +220,7 @@ def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset
             ) -> dict[str, Any]:
     os.environ.setdefault("GPURL_CACHE_DIR", str(REPO_ROOT / ".cache" / "gpurl-heavy"))
     from gpurl_tasks.config import load_config
-    from gpurl_tasks.local.builders import job_image, setup_kaniko
+    from gpurl_tasks.local.from_source import job_image, setup_kaniko
     from gpurl_tasks.local.setup import setup_local
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -274,7 +274,7 @@ def render_section(data: dict[str, Any] | None) -> str:
              "(`nox -s bench-kaniko`; the heavy profile, ~4 GB of wheels).", "",
              "| build | seconds | layers | image | new blobs | new bytes | slice RUNs |",
              "|---|---:|---:|---:|---:|---:|---|"]
-    from gpurl_tasks.units import format_bytes
+    from gpurl_tasks.values import format_bytes
 
     failed = [b for b in data["builds"] if "failed" in b]
     for b in data["builds"]:

@@ -22,7 +22,7 @@ from gpurl_tasks.config import DEFAULT_LAYOUT, Layout
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.variants import VariantInput, plan_images
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 
 __all__ = [
     "HEAVY_THRESHOLD",

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpurl_tasks.plan.model import Slice
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 from gpurl_tasks.writer.records import slice_of
 
 if TYPE_CHECKING:
@@ -284,10 +284,10 @@ def measure(say: Callable[[str], None] = print) -> dict[str, Any]:
     from gpurl_tasks.dockerfile.generate import generate
     from gpurl_tasks.local.engine import find_buildkit_client
     from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
-    from gpurl_tasks.oci import release
-    from gpurl_tasks.oci.verify import render_table
     from gpurl_tasks.plan.profile import plan_for_config
     from gpurl_tasks.plan.report import render_plan
+    from gpurl_tasks.release import flow as release
+    from gpurl_tasks.release.verify import render_table
 
     config = load_config(REPO_ROOT, profile=PROFILE)
     times: dict[str, float] = {}

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from benchmarks.rebuild_cost import BEFORE, FLOOR, ON_CHAIN, REPACKED, STACKED, THIS_DESIGN
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 
 __all__ = ["render_markdown"]
 

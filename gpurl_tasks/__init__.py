@@ -1,11 +1,11 @@
 """gpurl: build, push, verify and pin a large GPU RL training image.
 
 The top level holds the shared basics: the config (`config`, its reference `configdoc`, the
-value grammars `values`), errors and exit codes (`errors`, `exitcodes`), processes (`proc`),
-files (`files`), sizes (`units`), the layer limit (`layerlimit`), git (`git`), secrets kept out
-of output (`redact`), image references (`imageref`), step records (`steps`) and the command
-line (`cli`, `program`). The sub-packages follow the pipeline, and imports point one way:
-basics <- plan <- dockerfile <- oci <- rebuild <- cluster / local <- tasks.py
+value grammars and byte sizes `values`), errors and exit codes (`errors`), processes (`proc`),
+files (`files`), git (`git`), secrets kept out of output (`redact`), image references
+(`imageref`), step records (`steps`) and the command line (`cli`, `program`). The sub-packages
+follow the pipeline, and imports point one way: basics and `writer` <- plan <- dockerfile <-
+attest <- oci <- rebuild <- release <- cluster / local <- tasks.py
 (`tests/test_architecture.py` enforces it).
 """
 

@@ -33,8 +33,7 @@ from gpurl_tasks.config import (
     profile_from_env,
     unknown_variables,
 )
-from gpurl_tasks.errors import ConfigError, GpurlError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ConfigError, ExitCode, GpurlError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.redact import known_secrets, redact
 

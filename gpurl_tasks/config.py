@@ -24,7 +24,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from gpurl_tasks import values
 from gpurl_tasks.errors import ConfigError, shown
 from gpurl_tasks.files import read_text
-from gpurl_tasks.units import parse_size
+from gpurl_tasks.values import parse_size
 
 __all__ = [
     "DEFAULT_LAYOUT",
@@ -233,7 +233,7 @@ class BuildSettings:
     slices: Path = _field(Path("docker/layers"), root_relative=True, inside=True, bakes="none")
     base_image: str = _field("nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
                              check=values.image_reference, bakes="wheels")
-    # the base image's own layers, counted against the layer limit (layerlimit.py) with the
+    # the base image's own layers, counted against the layer limit (plan/layerlimit.py) with the
     # Dockerfile's: the CUDA devel base has about 20; a local single-layer base, 1
     base_image_layers: int = _field(20, bakes="image")
     # what the wheel-builder compiles against; must match the lock's torch

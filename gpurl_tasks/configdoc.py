@@ -15,7 +15,7 @@ from typing import Any
 
 from gpurl_tasks import config as cfg
 from gpurl_tasks.errors import ConfigError
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 
 __all__ = ["PAGE", "PURPOSE", "reference_files", "render"]
 

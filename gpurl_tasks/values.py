@@ -9,6 +9,11 @@ value may be, quoting guarantees that even an allowed value stays one word.
 Every check is pure, returns the value unchanged, and raises `error` (ConfigError by default;
 the lock reader passes LockError) with `key` in the message: `build.apt-packages[2]`,
 `package[12].version`.
+
+Byte sizes too (`parse_size`, `format_bytes`): "4GB" / "500MB" / "3.5GiB". Layer caps are
+decimal (GB = 10**9) because registries and the team's rules of thumb are; `binary_gb=True`
+reads "512GB" as 512 GiB, which is how iris (humanfriendly) reads memory. And the launcher's
+pin comment marker (`PIN_MARKER`), written by the pin and read back by rebuild-needed.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from gpurl_tasks.imageref import ImageRef, InvalidReference, parse_reference
 __all__ = [
     "ARG_REF",
     "HASH_LENGTHS",
+    "PIN_MARKER",
     "SOURCE_ID_ERE",
     "SOURCE_ID_PATTERN",
     "VARIABLE",
@@ -39,6 +45,7 @@ __all__ = [
     "cuda_arch_list",
     "each",
     "expand_variables",
+    "format_bytes",
     "git_url",
     "gzip_level",
     "hash_digest",
@@ -50,6 +57,7 @@ __all__ = [
     "one_line",
     "optional",
     "package_name",
+    "parse_size",
     "plain_name",
     "post_install",
     "post_install_entry",
@@ -470,3 +478,45 @@ def each(check: Check) -> Check:
         return value
 
     return run
+
+
+# --- byte sizes ------------------------------------------------------------------------------
+
+_DECIMAL = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6,
+            "G": 10**9, "GB": 10**9, "T": 10**12, "TB": 10**12}
+_BINARY = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str | int, *, binary_gb: bool = False) -> int:
+    """Parse a size into bytes; raise ValueError quoting the input when it is not one."""
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size {text!r} must not be negative")
+        return text
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise ValueError(f"size {text!r} is not a number with an optional unit like 4GB or 500MB")
+    number, unit = float(match.group(1)), match.group(2).upper()
+    if unit in _BINARY:
+        factor = _BINARY[unit]
+    elif unit in _DECIMAL:
+        factor = _DECIMAL[unit]
+        if binary_gb and unit:
+            factor = {10**3: 2**10, 10**6: 2**20, 10**9: 2**30, 10**12: 2**40}.get(factor, factor)
+    else:
+        raise ValueError(f"size {text!r} has an unknown unit {match.group(2)!r}")
+    return int(number * factor)
+
+
+def format_bytes(size: int | None) -> str:
+    """Decimal units with two decimals, matching how caps are written ("3.46 GB")."""
+    if size is None:
+        return "?"
+    for unit, factor in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if abs(size) >= factor:
+            return f"{size / factor:.2f} {unit}"
+    return f"{size} B"
+
+
+PIN_MARKER = "# gpurl pin:"  # the launcher's pin comment starts so (release/pin.py writes it)

@@ -25,11 +25,11 @@ from gpurl_tasks.attest.collect import expected_python, post_installs
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.oci.attested import BuildContext, attach_attestations, documents
 from gpurl_tasks.oci.image import OCI_INDEX
 from gpurl_tasks.oci.referrers import fallback_tag, fetch, find
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.release import verify_image
+from gpurl_tasks.release.attested import BuildContext, attach_attestations, documents
+from gpurl_tasks.release.flow import verify_image
 from tests.conftest import REPO_ROOT
 from tests.support.pusher import push_image, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer
@@ -202,7 +202,7 @@ def test_invoke_sbom_sums_up_what_is_attached(registry: RegistryServer, tmp_path
 def test_diff_reads_the_packages_from_both_sboms(registry: RegistryServer) -> None:
     """Two images whose SBOMs differ in one apt package: `diff` names it (the locks alone
     could not: the apt set is read in the image)."""
-    from gpurl_tasks.rebuild.diff import diff_task
+    from gpurl_tasks.release.diff import diff_task
 
     config = _config(registry)
     refs = [_push(registry, config, f"demo-0c0c0c0c0c0{i}", 10 + i) for i in range(2)]

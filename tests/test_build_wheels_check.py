@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.config import load_config
-from gpurl_tasks.errors import BuildError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import BuildError, ExitCode
 from gpurl_tasks.local import base_image, engine
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import DEMO_ABI_LINE

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode
 from tests.support.tasks_runner import REPO_ROOT, run_task
 
 BIN = Path(sys.executable).parent

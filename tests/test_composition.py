@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.image import PulledImage, parse_config, parse_manifest
-from gpurl_tasks.oci.verify import layer_instructions
+from gpurl_tasks.release.verify import layer_instructions
 from gpurl_tasks.writer.blob import Blob, LayerError
 from gpurl_tasks.writer.composition import Record, compose, composed_tag, record_of_image
 from gpurl_tasks.writer.records import slice_image, slice_key, slice_of

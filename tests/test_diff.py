@@ -17,7 +17,7 @@ import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.provenance import LABEL_GIT_SHA, LABEL_LOCK_HASH
-from gpurl_tasks.rebuild.diff import PackageChange, diff_task
+from gpurl_tasks.release.diff import PackageChange, diff_task
 from tests.conftest import REPO_ROOT
 from tests.support.git import git
 from tests.support.pusher import LayerSpec, push_image, random_layer

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.exitcodes import ExitCode
-from gpurl_tasks.units import parse_size
+from gpurl_tasks.errors import ExitCode
+from gpurl_tasks.values import parse_size
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy, skyrl_at
 from tests.support.doc_samples import ELIDED, Sample, fits, normalize, samples

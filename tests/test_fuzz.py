@@ -28,7 +28,7 @@ from invoke.exceptions import Exit
 
 from gpurl_tasks import cli
 from gpurl_tasks.config import _known_keys, load_config
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import PushedImage, push_image, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, require_registry, running_registry
@@ -102,7 +102,7 @@ def served(tmp_path_factory: pytest.TempPathFactory
 
 
 def _verify(proxy: FaultProxy, *faults: Fault) -> int:
-    from gpurl_tasks.oci.release import verify_reference
+    from gpurl_tasks.release.flow import verify_reference
 
     proxy.faults.clear()
     for fault in faults:
@@ -205,7 +205,7 @@ def test_fuzz_image_config(served: tuple[RegistryServer, FaultProxy, PushedImage
 @pytest.mark.integration
 def test_fuzz_launcher(served: tuple[RegistryServer, FaultProxy, PushedImage],
                        repo_tmp: Path) -> None:
-    from gpurl_tasks.oci.release import pin_task
+    from gpurl_tasks.release.flow import pin_task
 
     server, _, _ = served
     launcher = repo_tmp / "launch.py"

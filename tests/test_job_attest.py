@@ -27,11 +27,11 @@ from gpurl_tasks.cluster.kaniko import attest_tool_text, skeleton_text
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.local.builders import build_binary, crane_release, go_toolchain, load_sources
-from gpurl_tasks.oci.attested import BuildContext, attach_attestations, read_attestations
+from gpurl_tasks.local.from_source import build_binary, crane_release, go_toolchain, load_sources
 from gpurl_tasks.oci.referrers import fallback_tag, find
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
-from gpurl_tasks.oci.release import verify_image
+from gpurl_tasks.release.attested import BuildContext, attach_attestations, read_attestations
+from gpurl_tasks.release.flow import verify_image
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import CACHE
 from tests.support.local_parts import need

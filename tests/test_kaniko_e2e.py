@@ -50,8 +50,8 @@ from gpurl_tasks.dockerfile.generate import layer_count
 from gpurl_tasks.dockerfile.recipe import WORKDIR
 from gpurl_tasks.git import ls_bundle_files
 from gpurl_tasks.local.builder import build_command, serving_index
-from gpurl_tasks.local.builders import Builders, job_image, run_job, setup_kaniko
 from gpurl_tasks.local.engine import find_buildkit_client
+from gpurl_tasks.local.from_source import Builders, job_image, run_job, setup_kaniko
 from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.local.stage import stage_slice
 from gpurl_tasks.plan.model import Slice

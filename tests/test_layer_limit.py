@@ -19,7 +19,7 @@ from gpurl_tasks.dockerfile.generate import generate_profiles, layer_count
 from gpurl_tasks.dockerfile.layers import Builder, composes, count_layers
 from gpurl_tasks.dockerfile.model import render
 from gpurl_tasks.dockerfile.recipe import render_recipe
-from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT, TooManyLayers
+from gpurl_tasks.plan.layerlimit import CEILING, HARD_LIMIT, TooManyLayers
 from gpurl_tasks.plan.model import sync_selection_flags
 from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.plan.sizes import PackageSize

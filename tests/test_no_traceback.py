@@ -20,7 +20,7 @@ from invoke.exceptions import Exit
 from gpurl_tasks import cli
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.generate import generate_profiles
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode
 from tests.support.faults import Fault, FaultProxy
 from tests.support.pusher import PushedImage, push_image, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, running_registry

@@ -19,7 +19,7 @@ from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
 from gpurl_tasks.files import write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
-from gpurl_tasks.oci.pin import (
+from gpurl_tasks.release.pin import (
     PIN_MARKER,
     Provenance,
     check_immutable,
@@ -121,7 +121,7 @@ def test_a_short_value_stays_on_its_line() -> None:
 
 def test_the_pinned_demo_launcher_passes_the_projects_ruff(tmp_path: Path) -> None:
     """Real ruff with the repository's own config, on the real demo launcher after a pin."""
-    from gpurl_tasks.oci.release import line_length_for
+    from gpurl_tasks.release.flow import line_length_for
 
     ruff = Path(sys.executable).with_name("ruff")
     if not ruff.exists():

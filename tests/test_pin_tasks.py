@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode
 from tests.support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, free_port
 from tests.support.tasks_runner import head_short_sha, one_variant, run_task

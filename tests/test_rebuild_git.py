@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from gpurl_tasks.config import Config, PythonSelection, TargetSpec, load_config
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.git import GitError
-from gpurl_tasks.oci.pin import Provenance, provenance_comment, rewrite_assignment
 from gpurl_tasks.rebuild.inputs import closure_entries, provenance_commit, rebuild_needed
+from gpurl_tasks.release.pin import Provenance, provenance_comment, rewrite_assignment
 from tests.support.rebuild_fixtures import APT, dockerfile
 
 ENV: dict[str, str] = {}

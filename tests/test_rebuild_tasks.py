@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.cli import EachVariant
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode
 
 # The last commit before gpu-rl had variants: docker/Dockerfile.gpu-rl-megatron is absent there.
 BEFORE_VARIANTS = "db8f7d0f86a9f016b4fe3270081d16c8940b5c25"

@@ -1,7 +1,7 @@
 """The README's workflow 2, run literally on a scratch copy of this checkout: a fork pin edited
 in pyproject.toml needs the compiled wheels rebuilt, before and after `invoke generate`.
 
-The pin the comparison starts from is written by gpurl's own launcher writer (oci/pin.py, as
+The pin the comparison starts from is written by gpurl's own launcher writer (release/pin.py, as
 `invoke pin` writes it) with a stand-in digest: the image itself would live on GHCR, which
 cannot run here; rebuild-needed reads only the pin's provenance comment, never the registry.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.oci.pin import Provenance, provenance_comment, rewrite_assignment
+from gpurl_tasks.release.pin import Provenance, provenance_comment, rewrite_assignment
 from tests.support.checkout import repo_copy
 from tests.support.git import git
 from tests.support.tasks_runner import one_variant

@@ -39,9 +39,9 @@ from gpurl_tasks.cluster.kaniko import _retry
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import BuildError, RegistryError
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.local.builders import setup_kaniko
 from gpurl_tasks.local.compose_env import BaseDocuments, Wanted, compose_at_registry
 from gpurl_tasks.local.composed import SliceOutcome
+from gpurl_tasks.local.from_source import setup_kaniko
 from gpurl_tasks.local.stage import StagedSlice
 from gpurl_tasks.oci.auth import Credentials
 from gpurl_tasks.oci.connect import registry_client

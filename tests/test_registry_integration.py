@@ -24,8 +24,8 @@ from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.auth import Credentials
 from gpurl_tasks.oci.image import parse_diff_ids, parse_manifest
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.release import read_records
-from gpurl_tasks.oci.verify import Rules, check_layers
+from gpurl_tasks.release.flow import read_records
+from gpurl_tasks.release.verify import Rules, check_layers
 from gpurl_tasks.writer.blob import Blob, compressor
 from gpurl_tasks.writer.composition import compose, record_of_image
 from gpurl_tasks.writer.records import platform_of, recorded_history, slice_image, slice_key

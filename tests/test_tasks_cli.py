@@ -82,7 +82,7 @@ def test_every_task_fails_under_json_as_one_object_with_its_exit_code(name: str,
     without editing this test): a failure (here a profile no config has) prints exactly one
     JSON object {"error", "hint", "exit_code"} on stdout, exits with that code, which is
     ExitCode.ERROR, and still says the error on stderr."""
-    from gpurl_tasks.exitcodes import ExitCode
+    from gpurl_tasks.errors import ExitCode
     from tests.support.tasks_runner import run_task
 
     given = [f"{p}-value" for p in _positionals(task)]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.oci.image import Descriptor, HistoryEntry, PulledImage
-from gpurl_tasks.oci.verify import (
+from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
+from gpurl_tasks.release.verify import (
     UNEXPECTED_CAUSES,
     Record,
     Rules,
@@ -20,7 +21,6 @@ from gpurl_tasks.oci.verify import (
     render_table,
     report_json,
 )
-from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice
 from gpurl_tasks.writer.blob import compressor
 from gpurl_tasks.writer.records import recorded_history, slice_key
 

@@ -31,8 +31,7 @@ from gpurl_tasks.cluster.watch import (
     watch,
 )
 from gpurl_tasks.config import load_config
-from gpurl_tasks.errors import IrisError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode, IrisError
 from gpurl_tasks.proc import CommandFailed, Completed
 from tests.conftest import REPO_ROOT
 

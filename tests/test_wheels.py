@@ -41,7 +41,7 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
     wheel_specs,
 )
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode
 from gpurl_tasks.rebuild.wheelhouse import check_source, read_manifest_keyed, read_wheelhouse
 from tests.conftest import REPO_ROOT
 from tests.support.pyindex import make_wheel

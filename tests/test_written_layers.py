@@ -35,8 +35,8 @@ from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
-from gpurl_tasks.oci.verify import FINAL_SYNC_MARKERS
 from gpurl_tasks.plan.profile import plan_for_config
+from gpurl_tasks.release.verify import FINAL_SYNC_MARKERS
 from gpurl_tasks.writer.composition import Composition
 from gpurl_tasks.writer.records import canonical_json
 from tests.conftest import REPO_ROOT

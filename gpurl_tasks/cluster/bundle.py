@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 
 __all__ = ["MAX_BUNDLE_BYTES", "Bundle", "bundle_files", "check_bundle", "measure_bundle"]
 

@@ -27,15 +27,14 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import check_committed
 from gpurl_tasks.dockerfile.wheels import check_abi_key, pins_from_args
-from gpurl_tasks.errors import BuildError, GpurlError, Unreachable, unreachable_hint
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import BuildError, ExitCode, GpurlError, Unreachable, unreachable_hint
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.tags import cache_repository, existing_digest
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
 from gpurl_tasks.rebuild.wheelhouse import read_manifest_keyed, redact_url
 from gpurl_tasks.redact import TOKEN_ENVS, Secret, TokenSource, looks_like_docker_hub, redact
-from gpurl_tasks.units import parse_size
+from gpurl_tasks.values import parse_size
 
 __all__ = [
     "MIN_MEMORY",

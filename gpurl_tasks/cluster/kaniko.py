@@ -57,9 +57,9 @@ from gpurl_tasks.dockerfile.wheels import (
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text
 from gpurl_tasks.oci import retry
-from gpurl_tasks.oci.attested import skeleton
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan, SliceBuild
+from gpurl_tasks.release.attested import skeleton
 from gpurl_tasks.values import SOURCE_ID_ERE, inside_repository, plain_name, profile_name, registry_host
 from gpurl_tasks.writer import blob as writer_blob
 from gpurl_tasks.writer import composition as writer_composition

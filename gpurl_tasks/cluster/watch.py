@@ -19,8 +19,7 @@ from gpurl_tasks.cluster.iris import (
     Observation,
     TransientIrisError,
 )
-from gpurl_tasks.errors import IrisError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode, IrisError
 
 __all__ = [
     "WatchResult",

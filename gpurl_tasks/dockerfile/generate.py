@@ -45,11 +45,10 @@ from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
 from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH, label_value
 from gpurl_tasks.dockerfile.recipe import ENVCHECK_SOURCE, WORKDIR, render_recipe
 from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
-from gpurl_tasks.errors import CheckFailed, GpurlError, LockError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
-from gpurl_tasks.layerlimit import LayerCount, TooManyLayers
 from gpurl_tasks.plan.buildenv import build_note
+from gpurl_tasks.plan.layerlimit import LayerCount, TooManyLayers
 from gpurl_tasks.plan.lock import load_lock, lock_staleness
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs

@@ -36,7 +36,7 @@ from gpurl_tasks.dockerfile.model import (
     Workdir,
 )
 from gpurl_tasks.dockerfile.recipe import ENV_CHAIN
-from gpurl_tasks.layerlimit import LayerCount
+from gpurl_tasks.plan.layerlimit import LayerCount
 from gpurl_tasks.plan.model import Slice
 
 __all__ = ["LAYER_MAKERS", "Builder", "builder_of", "composes", "count_layers", "lineage",

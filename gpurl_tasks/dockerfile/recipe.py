@@ -59,8 +59,7 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
 )
 from gpurl_tasks.plan.model import Layer, Plan, Slice, SliceBuild
-from gpurl_tasks.units import format_bytes
-from gpurl_tasks.values import ARG_REF, inside_repository
+from gpurl_tasks.values import ARG_REF, format_bytes, inside_repository
 
 __all__ = [
     "ASSERTS_RECORD",

@@ -1,7 +1,7 @@
 """The local path on this machine: the Docker engine and BuildKit client (`engine`), the base
 image (`base_image`), the loopback package index (`pyindex`, filled by `download`) and registry
 (`registry_server`), `setup`, kaniko and crane built from source for the cluster path's tests
-(`builders`), each slice staged and written in a container (`stage`) and the environment
+(`from_source`), each slice staged and written in a container (`stage`) and the environment
 composed from them (`compose_env`, which reports in `composed`), the BuildKit build and push
 (`builder`, `build_log`), the SBOM and provenance attached after it (`attest`), and the main
 job: its steps (`actions`) in order (`pipeline`).

@@ -20,11 +20,11 @@ from gpurl_tasks.local.compose_env import compose_environment
 from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
-from gpurl_tasks.oci import release
-from gpurl_tasks.oci.verify import Report, render_table
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.report import render_plan
 from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
+from gpurl_tasks.release import flow as release
+from gpurl_tasks.release.verify import Report, render_table
 from gpurl_tasks.steps import timed
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The local build's SBOM and provenance: what only the engine knows (dpkg's packages in the
 built image, the base image's id, the BuildKit client's version), then attached to the pushed
-image at the registry (oci/attested.py)."""
+image at the registry (release/attested.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.wheels import configured_globs, pins_from_args
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local.builder import BuildResult
-from gpurl_tasks.oci.attested import BuildContext, attach_attestations
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.rebuild.wheelhouse import read_wheelhouse
+from gpurl_tasks.release.attested import BuildContext, attach_attestations
 
 __all__ = ["DPKG_FORMAT", "apt_command", "attest_build"]
 

@@ -16,16 +16,16 @@ from typing import Any
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode
 from gpurl_tasks.local import actions, builder
 from gpurl_tasks.local.attest import apt_command, attest_build
 from gpurl_tasks.local.builder import BuildResult
 from gpurl_tasks.local.compose_env import compose_commands
 from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import find_buildkit_client
-from gpurl_tasks.oci.verify import Report, report_json
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.rebuild.wheelhouse import check_source
+from gpurl_tasks.release.verify import Report, report_json
 from gpurl_tasks.steps import Argv, DryRun, Step, StepRecord, Steps, dry_run_of
 
 __all__ = [

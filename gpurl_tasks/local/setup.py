@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpurl_tasks.config import Config
-from gpurl_tasks.errors import BuildError, ConfigError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import BuildError, ConfigError, ExitCode
 from gpurl_tasks.files import read_text
 from gpurl_tasks.local import base_image, download, engine, pyindex, registry_server
 from gpurl_tasks.plan.lock import Lock, load_lock

@@ -6,5 +6,6 @@ layout (`slices`), what the lock's git history says changes often (`history`), w
 compiled-wheel glob names (`wheelglobs`), the workspace's sdist build settings and the
 slices staged with them (`buildenv`), the pure packer (`planner`) and its variants
 (`variants`, planned together), the edge that feeds them from a config (`profile`), and the
-plan as data (`model`, `report`). Imports only the shared basics.
+plan as data (`model`, `report`), and how many layers an image may have (`layerlimit`).
+Imports only the shared basics and `writer`.
 """

@@ -49,7 +49,7 @@ from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, Slice
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.slices import Assignment, SliceLine, split_unhashed
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 
 __all__ = [
     "GROUP",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT, LayerCount
+from gpurl_tasks.plan.layerlimit import CEILING, HARD_LIMIT, LayerCount
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 
 __all__ = ["PlanView", "PlanViews", "bar", "render_count", "render_plan", "render_steps"]
 

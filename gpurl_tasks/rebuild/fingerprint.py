@@ -29,7 +29,7 @@ from typing import Any
 
 from gpurl_tasks.dockerfile.inputs import DockerfileInputs, StageInputs
 from gpurl_tasks.dockerfile.wheels import WheelPins, expected_filenames
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode
 
 __all__ = [
     "DECISIONS",

@@ -34,8 +34,8 @@ from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
 from gpurl_tasks.files import read_text
-from gpurl_tasks.oci.pin import PIN_MARKER
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
+from gpurl_tasks.values import PIN_MARKER
 
 __all__ = [
     "ClosureFn",

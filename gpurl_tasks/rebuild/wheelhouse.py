@@ -30,8 +30,7 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
     wheel_specs,
 )
-from gpurl_tasks.errors import Unreachable, unreachable_hint
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode, Unreachable, unreachable_hint
 from gpurl_tasks.files import read_text, sha256_of
 
 __all__ = ["WheelReport", "check_source", "read_manifest_keyed",

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from gpurl_tasks.config import load_config
-from gpurl_tasks.local.builders import build_binary, go_toolchain, load_sources
+from gpurl_tasks.local.from_source import build_binary, go_toolchain, load_sources
 from tests.conftest import REPO_ROOT
 from tests.support.local_parts import free_port, need
 

@@ -12,7 +12,7 @@ Predicted sizes: layers map to Dockerfile instructions through the config's `his
 plan-fingerprint label matches; the final `uv sync --inexact` layer is flagged above a few kB.
 
 Recorded sizes: a slice layer gpurl wrote names, in its history entry, the cache tag its record
-is kept under (oci/layer.record_of). The caller reads those records (oci/release.py); a layer
+is kept under (oci/layer.record_of). The caller reads those records (release/flow.py); a layer
 whose blob is the recorded one has its size known exactly, and one that is not is flagged (the
 writer is meant to give one blob per slice on every builder).
 """
@@ -25,11 +25,11 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.exitcodes import ExitCode
-from gpurl_tasks.layerlimit import CEILING, HARD_LIMIT
+from gpurl_tasks.errors import ExitCode
 from gpurl_tasks.oci.image import Descriptor, PulledImage
+from gpurl_tasks.plan.layerlimit import CEILING, HARD_LIMIT
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import format_bytes
 from gpurl_tasks.writer.records import slice_of
 
 __all__ = [

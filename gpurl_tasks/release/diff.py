@@ -21,15 +21,14 @@ from typing import Any
 from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import LABEL_GIT_SHA, LABEL_LOCK_HASH
-from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode, GpurlError
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.oci.attested import read_attestations
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
-from gpurl_tasks.oci.verify import layer_instructions
 from gpurl_tasks.rebuild.inputs import closure_entries
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.release.attested import read_attestations
+from gpurl_tasks.release.verify import layer_instructions
+from gpurl_tasks.values import format_bytes
 from gpurl_tasks.writer.records import slice_of
 
 __all__ = ["ImageDiff", "LayerChange", "PackageChange", "diff_images", "diff_task",

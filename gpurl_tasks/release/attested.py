@@ -24,14 +24,13 @@ from gpurl_tasks.attest.documents import Build, Skeleton
 from gpurl_tasks.attest.documents import documents as attest_documents
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
-from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import ExitCode, GpurlError
 from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.referrers import Referrer, attach, fetch, find
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.verify import Finding
+from gpurl_tasks.release.verify import Finding
 
 __all__ = ["Attestations", "BuildContext", "attach_attestations", "attestation_findings",
            "documents", "read_attestations", "sbom_task", "skeleton", "tag_commit"]

@@ -24,8 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gpurl_tasks import proc
-from gpurl_tasks.errors import BuildError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import BuildError, ExitCode
 from gpurl_tasks.files import sha256_of, write_atomic
 from gpurl_tasks.steps import StepRecord, timed
 

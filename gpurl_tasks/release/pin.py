@@ -29,10 +29,9 @@ import sys
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
 from gpurl_tasks.imageref import ImageRef
-from gpurl_tasks.units import format_bytes
+from gpurl_tasks.values import PIN_MARKER, format_bytes
 
 __all__ = [
-    "PIN_MARKER",
     "Provenance",
     "check_immutable",
     "pinned_value",
@@ -41,7 +40,6 @@ __all__ = [
     "unified_diff",
 ]
 
-PIN_MARKER = "# gpurl pin:"
 _LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 

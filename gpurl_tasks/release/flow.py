@@ -18,14 +18,16 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import check_launcher, fitted_plan
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
-from gpurl_tasks.errors import CheckFailed, GpurlError, PinError, RegistryError
-from gpurl_tasks.exitcodes import ExitCode
+from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError, PinError, RegistryError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
-from gpurl_tasks.oci.attested import attestation_findings
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage, parse_manifest
-from gpurl_tasks.oci.pin import (
+from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
+from gpurl_tasks.oci.tags import cache_repository
+from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.release.attested import attestation_findings
+from gpurl_tasks.release.pin import (
     Provenance,
     check_immutable,
     pinned_value,
@@ -33,10 +35,7 @@ from gpurl_tasks.oci.pin import (
     rewrite_assignment,
     unified_diff,
 )
-from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
-from gpurl_tasks.oci.tags import cache_repository
-from gpurl_tasks.oci.verify import Record, Report, Rules, check_layers, layer_instructions, report_json
-from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.release.verify import Record, Report, Rules, check_layers, layer_instructions, report_json
 from gpurl_tasks.writer.records import record_of
 
 __all__ = [
