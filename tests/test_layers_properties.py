@@ -15,7 +15,7 @@ from gpurl_tasks.config import Layout, PythonSelection, TargetSpec
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.lock import install_closure, parse_lock
 from gpurl_tasks.plan.model import Layer, Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import assignment_of, group_label, group_of
+from gpurl_tasks.plan.planner import GROUP, assemble, assignment_of, group_label, group_of, packer_for
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
 from gpurl_tasks.plan.slices import Assignment, SliceLine, render_slice
 from gpurl_tasks.plan.target import target_tags
@@ -69,6 +69,25 @@ def test_slices_partition_the_closure_under_the_cap(layout: Layout, text: str,
     assert all(layer.compressed_bytes <= cap for layer in plan.layers)
     assert len(plan.layers) >= plan.lower_bound_layers or not sizes
     assert len({layer.name for layer in plan.layers}) == len(plan.layers)
+
+
+@LAYOUTS
+@settings(max_examples=60, deadline=None)
+@given(lock_texts(), selections, st.integers(1000, 5000))
+def test_one_image_is_its_packers_packing_of_the_whole_closure(layout: Layout, text: str,
+                                                              selection: PythonSelection,
+                                                              cap: int) -> None:
+    """One image is the variants path with nothing shared: no shared slices, and its whole
+    closure packed by its mode's packer as a profile's (`group-NN`, every group; stacked: its
+    tail's budget a share of the whole closure), not split into a common and an own part."""
+    plan, sizes = _plan(text, selection, cap, layout)
+    buckets = packer_for(layout).pack(sorted(sizes, key=lambda s: s.name), cap, "compressed", layout,
+                                      {}, stem=GROUP, groups=layout.tail_groups,
+                                      tail_base=sum(s.compressed_bytes for s in sizes), taken=set())
+    assert plan.shared == 0
+    assert plan == assemble(buckets, sizes, kept=False, cap=cap, basis="compressed",
+                            sync_flags=plan.sync_flags, local=(), provided=(), changes={}, history=0,
+                            lines={}, layout=layout)
 
 
 @LAYOUTS

@@ -1,6 +1,9 @@
 """The layer planner: split one image's install closure into slices no larger than the cap,
 and keep the committed assignment when re-planning. Its entry point is
-`variants.plan_images`, which plans every image of a profile (one image is packed here alone).
+`variants.plan_images`, which plans every image of a profile (one image: the case N = 1).
+
+What the layer mode decides is one `Packer` per mode (`IndependentPacker`, `StackedPacker`),
+chosen once by `packer_for`; the rest of planning is the same for both modes.
 
 **Independent layers** (`Layout.mode == "independent"`, the config's default and what every
 profile uses): each slice is its own layer wherever it sits (each slice image is built alone on
@@ -15,8 +18,8 @@ costs only the slices holding a changed package.
   groups until the packing fits.
 - **Re-planning** (committed slices present): every package still in the closure keeps its
   slice (a version bump edits one line); removed ones drop; a new package goes to its own
-  slice or its group (`_home`); only a slice the change pushes over the cap is split. The
-  planner never packs afresh by itself.
+  slice or its group (`IndependentPacker.home`); only a slice the change pushes over the cap
+  is split. The planner never packs afresh by itself.
 
 **Stacked layers** (`mode == "stacked"`, kept for comparison: benchmarks/rebuild_cost.py):
 each layer sits on the ones below, as Docker's and kaniko's cache keys chain the parent, so a
@@ -43,8 +46,9 @@ import hashlib
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
-from gpurl_tasks.config import DEFAULT_LAYOUT, Layout, SizeBasis
+from gpurl_tasks.config import DEFAULT_LAYOUT, LayerMode, Layout, SizeBasis
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, Slice
 from gpurl_tasks.plan.sizes import PackageSize
@@ -55,22 +59,25 @@ __all__ = [
     "GROUP",
     "MAX_GROUPS",
     "OWN_GROUP",
+    "PACKERS",
     "TAIL",
     "TAIL_SHARE",
     "Bucket",
-    "Choice",
+    "IndependentPacker",
     "Learn",
+    "Packer",
+    "StackedPacker",
     "assemble",
     "assignment_of",
-    "check_layout",
     "check_sizes",
-    "choose_buckets",
     "fit_layout",
     "fresh_buckets",
     "group_label",
     "group_of",
     "hashed_in",
     "independent_buckets",
+    "keep",
+    "packer_for",
     "repush_cost",
     "slice_requirement",
     "tail_names",
@@ -84,6 +91,9 @@ OWN_GROUP = "own"  # ... of a variant's own smaller packages (its shared ones ar
 MAX_GROUPS = 99  # a group's label has two digits; Docker allows 127 layers in all
 
 Bucket = tuple[str, list[PackageSize]]  # (label, members)
+Learn = Callable[[], tuple[Mapping[str, int], int]]
+Home = Callable[[PackageSize, set[str]], str]  # a new package's slice label, given the taken ones
+Pack = Callable[[Layout], Sequence[Sequence[Bucket]]]  # every image's buckets packed by a layout
 
 
 def weight(size: PackageSize, basis: SizeBasis) -> int:
@@ -236,16 +246,6 @@ def group_label(index: int, stem: str = GROUP) -> str:
     return f"{stem}-{index:02d}"
 
 
-def _home(layout: Layout, basis: SizeBasis, stem: str) -> Callable[[PackageSize, set[str]], str]:
-    """Where a package new to the committed slices goes with independent layers: a slice of its
-    own when it is at least `own-layer`, else its group by the hash of its name."""
-    def home(size: PackageSize, taken: set[str]) -> str:
-        if weight(size, basis) >= layout.own_layer:
-            return _label([size], basis, taken)
-        return group_label(group_of(size.name, layout.tail_groups), stem)
-    return home
-
-
 def _group_indexes(names: Sequence[str], groups: int, changes: Mapping[str, int]) -> dict[str, int]:
     """Each smaller package's group. With history, the packages that changed version and the
     ones that never did hash into separate halves of the groups: a bump of a churning package
@@ -295,8 +295,7 @@ def repush_cost(images: Sequence[Sequence[Bucket]], basis: SizeBasis) -> int:
     return sum(len(bucket) * _load(bucket, basis) for image in images for _, bucket in image)
 
 
-def fit_layout(pack: Callable[[Layout], Sequence[Sequence[Bucket]]], layout: Layout,
-               weights: Sequence[int], basis: SizeBasis) -> Layout:
+def fit_layout(pack: Pack, layout: Layout, weights: Sequence[int], basis: SizeBasis) -> Layout:
     """The independent layout whose packing (`pack`: every image's buckets) has at most
     `layout.max_slices` slices in each image, changed as little as the budget asks: for each
     group count from `tail-groups` down, the smallest own-layer threshold (at least the
@@ -304,7 +303,7 @@ def fit_layout(pack: Callable[[Layout], Sequence[Sequence[Bucket]]], layout: Lay
     (`repush_cost`). The layout itself when it fits or has no budget; when nothing fits, the
     layout as configured (the generator then refuses the image, naming the keys)."""
     budget = layout.max_slices
-    if budget is None or layout.mode != "independent":
+    if budget is None:
         return layout
 
     def packed(candidate: Layout) -> Sequence[Sequence[Bucket]] | None:
@@ -338,52 +337,6 @@ def fit_layout(pack: Callable[[Layout], Sequence[Sequence[Bucket]]], layout: Lay
     return best[1] if best else layout
 
 
-def _rebuilds_everything(buckets: Sequence[Bucket], previous: Assignment | None,
-                        lines: Mapping[str, SliceLine]) -> bool:
-    """True when the lowest slice changes: every layer above it is rebuilt anyway, so packing
-    afresh (a better layout for the new closure) costs no extra bytes."""
-    if not previous or not previous.lines or not buckets:
-        return False
-    label, bucket = buckets[0]
-    now = frozenset(slice_requirement(lines, s) for s in bucket)
-    return label != previous.labels[0] or now != previous.lines.get(label)
-
-
-def _reason(label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
-            changes: Mapping[str, int], history: int, basis: SizeBasis) -> str:
-    origin = "kept from the committed slices; " if kept else ""
-    if label == TAIL or last:
-        largest = max((weight(s, basis) for s in bucket), default=0)
-        return (f"{origin}last: the light tail ({len(bucket)} packages up to "
-                f"{format_bytes(largest)} each) where new packages land, so a small bump "
-                "rebuilds only this layer")
-    if kept:
-        return (f"{origin}its packages stay put so a version bump edits one line of one slice "
-                "(`invoke generate --repack` packs afresh)")
-    if not history:
-        return f"{origin}heavy packages, ordered by size (no lock history to learn from)"
-    moved = sorted(((changes.get(s.name, 0), s.name) for s in bucket), reverse=True)
-    if not moved or moved[0][0] == 0:
-        return f"{origin}stable: no package changed version in {history} lock versions"
-    busiest = ", ".join(f"{name} {n}x" for n, name in moved[:3] if n)
-    return f"{origin}changes: {busiest} in {history} lock versions, so it sits above the stable ones"
-
-
-def _independent_reason(label: str, bucket: Sequence[PackageSize], *, kept: bool,
-                        layout: Layout, basis: SizeBasis, history: int) -> str:
-    origin = "kept from the committed slices; " if kept else ""
-    names = {s.name for s in bucket}
-    if len(bucket) == 1 and weight(bucket[0], basis) >= layout.own_layer:
-        return (f"{origin}its own layer ({format_bytes(weight(bucket[0], basis))}, at least "
-                f"own-layer {format_bytes(layout.own_layer)}): a bump of it re-pushes this slice alone")
-    if re.fullmatch(rf"({GROUP}|{OWN_GROUP})-\d\d(-git)?", label):
-        how = "the hash of the name" + (f", and whether it changed in {history} lock versions"
-                                        if history and not kept else "")
-        return (f"{origin}a stable group of {len(names)} package(s) under own-layer (by {how}): "
-                "a bump re-pushes only the groups holding a changed package")
-    return f"{origin}an independent layer: a bump re-pushes it only when one of its packages changes"
-
-
 def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> None:
     """A positive cap, each package once, none above the cap."""
     if cap <= 0:
@@ -403,63 +356,156 @@ def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> Non
                         hint="raise the cap (--cap) or split the package out of the image")
 
 
-def check_layout(layout: Layout, cap: int) -> None:
-    """Independent layers need at least one group and at most MAX_GROUPS (an own-layer
-    threshold above the cap is no error: then every package goes into the groups)."""
-    if layout.mode != "independent":
-        return
-    if not 1 <= layout.tail_groups <= MAX_GROUPS:
-        raise PlanError(f"layers.tail-groups must be between 1 and {MAX_GROUPS}, not "
-                        f"{layout.tail_groups}", hint="32 groups measure well (docs/plan.md)")
+class Packer(Protocol):
+    """What the layer mode decides, and nothing else: how a closure is packed afresh, where a
+    package new to the committed slices goes, when those slices are kept, and why a slice sits
+    where it does. `packer_for` chooses one by `Layout.mode`."""
+
+    own_required: bool  # each image needs slices of its own beside the shared ones
+
+    def check(self, layout: Layout) -> None:
+        """Refuse a layout this mode cannot pack by."""
+
+    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int], basis: SizeBasis) -> Layout:
+        """The layout to pack by under `layout.max_slices`."""
+
+    def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:
+        """The packages of an image that stay out of the slices its profile's images share."""
+
+    def pack(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, layout: Layout,
+             changes: Mapping[str, int], *, stem: str, groups: int, tail_base: int,
+             taken: set[str]) -> list[Bucket]:
+        """A fresh packing: the smaller packages in `groups` groups `<stem>-NN` (independent),
+        or a tail whose budget is a share of `tail_base` (stacked; 0: no tail). `taken`: the
+        labels already used (it grows)."""
+
+    def home(self, layout: Layout, basis: SizeBasis, stem: str) -> Home | None:
+        """Where a package new to the committed slices goes (None: the last slice)."""
+
+    def keeps(self, buckets: Sequence[Bucket], previous: Assignment, lines: Mapping[str, SliceLine]) -> bool:
+        """Whether the committed slices, re-planned into `buckets`, beat a fresh packing."""
+
+    def reason(self, label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
+               changes: Mapping[str, int], history: int, layout: Layout, basis: SizeBasis) -> str:
+        """Why the slice sits where it does (the plan's text)."""
 
 
-Learn = Callable[[], tuple[Mapping[str, int], int]]
+class IndependentPacker:
+    """Independent layers: each slice costs only itself, so packages go by size and a hash of
+    the name alone, the committed slices are always kept, and the slice budget is fitted."""
+
+    own_required = False  # every package of a variant may be shared
+
+    def check(self, layout: Layout) -> None:
+        """At least one group and at most MAX_GROUPS (an own-layer threshold above the cap is
+        no error: then every package goes into the groups)."""
+        if not 1 <= layout.tail_groups <= MAX_GROUPS:
+            raise PlanError(f"layers.tail-groups must be between 1 and {MAX_GROUPS}, not "
+                            f"{layout.tail_groups}", hint="32 groups measure well (docs/plan.md)")
+
+    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int], basis: SizeBasis) -> Layout:
+        return fit_layout(pack, layout, weights, basis)
+
+    def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:
+        return set()
+
+    def pack(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, layout: Layout,
+             changes: Mapping[str, int], *, stem: str, groups: int, tail_base: int,
+             taken: set[str]) -> list[Bucket]:
+        return independent_buckets(sizes, cap, basis, layout, changes, stem=stem, groups=groups, taken=taken)
+
+    def home(self, layout: Layout, basis: SizeBasis, stem: str) -> Home:
+        """A slice of its own when at least `own-layer`, else its group by the hash of its name."""
+        def home(size: PackageSize, taken: set[str]) -> str:
+            if weight(size, basis) >= layout.own_layer:
+                return _label([size], basis, taken)
+            return group_label(group_of(size.name, layout.tail_groups), stem)
+        return home
+
+    def keeps(self, buckets: Sequence[Bucket], previous: Assignment, lines: Mapping[str, SliceLine]) -> bool:
+        return True  # never packs afresh by itself: a bump costs only the slices it touches
+
+    def reason(self, label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
+               changes: Mapping[str, int], history: int, layout: Layout, basis: SizeBasis) -> str:
+        origin = "kept from the committed slices; " if kept else ""
+        if len(bucket) == 1 and weight(bucket[0], basis) >= layout.own_layer:
+            return (f"{origin}its own layer ({format_bytes(weight(bucket[0], basis))}, at least "
+                    f"own-layer {format_bytes(layout.own_layer)}): a bump of it re-pushes this slice alone")
+        if re.fullmatch(rf"({GROUP}|{OWN_GROUP})-\d\d(-git)?", label):
+            how = "the hash of the name" + (f", and whether it changed in {history} lock versions"
+                                            if history and not kept else "")
+            return (f"{origin}a stable group of {len({s.name for s in bucket})} package(s) under "
+                    f"own-layer (by {how}): a bump re-pushes only the groups holding a changed package")
+        return f"{origin}an independent layer: a bump re-pushes it only when one of its packages changes"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Choice:
-    """The buckets chosen, whether the committed assignment was kept, and the history a fresh
-    packing learned from (empty when kept: re-planning never looks at history)."""
+class StackedPacker:
+    """Stacked layers: a changed layer rebuilds every layer above it, so the order decides what
+    a bump costs, each image keeps a light tail of its own, and the layout is never refitted."""
 
-    buckets: list[Bucket]
-    kept: bool
-    changes: Mapping[str, int]
-    history: int
-    layout: Layout = DEFAULT_LAYOUT  # the layout packed by (fitted to its slice budget)
+    own_required = True  # each image's light tail is its own
+
+    def check(self, layout: Layout) -> None:
+        return None
+
+    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int], basis: SizeBasis) -> Layout:
+        return layout
+
+    def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:
+        return tail_names(sizes, cap, basis)
+
+    def pack(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, layout: Layout,
+             changes: Mapping[str, int], *, stem: str, groups: int, tail_base: int,
+             taken: set[str]) -> list[Bucket]:
+        return fresh_buckets(sizes, cap, basis, changes, tail_base=tail_base, taken=taken)
+
+    def home(self, layout: Layout, basis: SizeBasis, stem: str) -> None:
+        return None
+
+    def keeps(self, buckets: Sequence[Bucket], previous: Assignment, lines: Mapping[str, SliceLine]) -> bool:
+        """Not when the lowest slice changes: every layer above it is rebuilt anyway, so packing
+        afresh (a better layout for the new closure) costs no extra bytes."""
+        if not previous or not previous.lines or not buckets:
+            return True
+        label, bucket = buckets[0]
+        now = frozenset(slice_requirement(lines, s) for s in bucket)
+        return label == previous.labels[0] and now == previous.lines.get(label)
+
+    def reason(self, label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
+               changes: Mapping[str, int], history: int, layout: Layout, basis: SizeBasis) -> str:
+        origin = "kept from the committed slices; " if kept else ""
+        if label == TAIL or last:
+            largest = max((weight(s, basis) for s in bucket), default=0)
+            return (f"{origin}last: the light tail ({len(bucket)} packages up to "
+                    f"{format_bytes(largest)} each) where new packages land, so a small bump "
+                    "rebuilds only this layer")
+        if kept:
+            return (f"{origin}its packages stay put so a version bump edits one line of one slice "
+                    "(`invoke generate --repack` packs afresh)")
+        if not history:
+            return f"{origin}heavy packages, ordered by size (no lock history to learn from)"
+        moved = sorted(((changes.get(s.name, 0), s.name) for s in bucket), reverse=True)
+        if not moved or moved[0][0] == 0:
+            return f"{origin}stable: no package changed version in {history} lock versions"
+        busiest = ", ".join(f"{name} {n}x" for n, name in moved[:3] if n)
+        return f"{origin}changes: {busiest} in {history} lock versions, so it sits above the stable ones"
 
 
-def choose_buckets(sizes: Sequence[PackageSize], *, cap: int, basis: SizeBasis,
-                   previous: Assignment | None, lines: Mapping[str, SliceLine],
-                   learn: Learn | None, layout: Layout = DEFAULT_LAYOUT, stem: str = GROUP,
-                   groups: int | None = None) -> Choice:
-    """The committed assignment kept, or a fresh packing when there is none (`learn` gives the
-    history it orders or groups by). Stacked layers also pack afresh when the change rebuilds
-    every layer anyway; independent layers never do (each slice costs only itself). `stem`
-    and `groups`: the groups new smaller packages join with independent layers."""
-    ordered = sorted(sizes, key=lambda s: s.name)
-    independent = layout.mode == "independent"
-    weights = [weight(s, basis) for s in ordered]
+PACKERS: Mapping[LayerMode, Packer] = {"independent": IndependentPacker(), "stacked": StackedPacker()}
 
-    def fitted(changes: Mapping[str, int]) -> Layout:
-        return fit_layout(lambda trial: [split_unhashed(independent_buckets(
-            ordered, cap, basis, trial, changes, stem=stem, groups=groups), hashed_in(lines))[0]],
-            layout, weights, basis)
 
-    if previous:
-        homes = fitted({}) if independent else layout
-        home = _home(dataclasses.replace(homes, tail_groups=groups or homes.tail_groups), basis,
-                     stem) if independent else None
-        buckets = _replan(ordered, previous, cap, basis, home)
-        within = layout.max_slices is None or len(buckets) <= layout.max_slices
-        if buckets and within and (independent or not _rebuilds_everything(buckets, previous, lines)):
-            return Choice(buckets=buckets, kept=True, changes={}, history=0, layout=homes)
-    changes, history = learn() if learn is not None else ({}, 0)
-    if not independent:
-        return Choice(buckets=fresh_buckets(ordered, cap, basis, changes), kept=False,
-                      changes=changes, history=history, layout=layout)
-    chosen = fitted(changes)
-    fresh = independent_buckets(ordered, cap, basis, chosen, changes, stem=stem, groups=groups)
-    return Choice(buckets=fresh, kept=False, changes=changes, history=history, layout=chosen)
+def packer_for(layout: Layout) -> Packer:
+    """The packer of the layout's mode: the one place planning looks at `Layout.mode`."""
+    return PACKERS[layout.mode]
+
+
+def keep(packer: Packer, sizes: Sequence[PackageSize], previous: Assignment, *, cap: int,
+         basis: SizeBasis, layout: Layout, lines: Mapping[str, SliceLine], stem: str) -> list[Bucket] | None:
+    """The committed slices re-planned over `sizes` (a new package goes where `packer.home`
+    says, by `layout`'s groups labelled `stem`), or None when the packer would pack afresh."""
+    home = packer.home(layout, basis, stem)
+    buckets = _replan(sorted(sizes, key=lambda s: s.name), previous, cap, basis, home)
+    return buckets if buckets and packer.keeps(buckets, previous, lines) else None
 
 
 def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: bool,
@@ -478,16 +524,14 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
                               hashed=line.hashed if line else True,
                               built=not (s.artifact or "").endswith(".whl"))
 
+    reason = packer_for(layout).reason
     labels = [label for label, _ in buckets]
     layers = tuple(
         Layer(slice=Slice(position=i, label=label, shared=i < shared,
                           unique=labels.count(label) == 1),
               reason=("shared by every variant; " if i < shared else "")
-              + (_independent_reason(label, bucket, kept=kept, layout=layout, basis=basis,
-                                     history=history)
-                 if layout.mode == "independent" else
-                 _reason(label, bucket, last=i == len(buckets) - 1, kept=kept,
-                         changes=changes, history=history, basis=basis)),
+              + reason(label, bucket, last=i == len(buckets) - 1, kept=kept, changes=changes,
+                       history=history, layout=layout, basis=basis),
               packages=tuple(planned(s) for s in sorted(bucket, key=lambda s: s.name)))
         for i, (label, bucket) in enumerate(buckets)
     )

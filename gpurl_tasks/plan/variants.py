@@ -19,6 +19,9 @@ variant's committed slices joins its own slices, so the shared ones stay identic
 Re-planning keeps the committed slices (shared and each variant's) while every variant agrees
 on the shared ones; when they disagree (a shared package left one variant's closure), or a
 variant is new, the whole profile is packed afresh.
+
+One image is the same path with nothing shared: its whole closure is its own, grouped as the
+profile's (`group-NN`, every group), and its committed slices are kept as they are.
 """
 
 from __future__ import annotations
@@ -34,22 +37,21 @@ from gpurl_tasks.plan.planner import (
     OWN_GROUP,
     Bucket,
     Learn,
+    Packer,
     assemble,
-    check_layout,
     check_sizes,
-    choose_buckets,
-    fit_layout,
-    fresh_buckets,
     hashed_in,
-    independent_buckets,
+    keep,
+    packer_for,
     slice_requirement,
-    tail_names,
     weight,
 )
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.slices import Assignment, SliceLine, split_unhashed
 
 __all__ = ["VariantInput", "merge_assignments", "own_groups", "plan_images"]
+
+NOTHING = Assignment(labels=(), member={})  # one image shares no slices
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,62 +80,76 @@ def _line(variant: VariantInput, size: PackageSize) -> str:
     return slice_requirement(variant.lines, size)
 
 
-def own_groups(layout: Layout) -> int:
-    """How many groups a variant's own smaller packages form with independent layers."""
-    return max(1, layout.tail_groups // 4)
+def own_groups(layout: Layout, images: int) -> tuple[str, int]:
+    """The label stem and count of an image's own groups of smaller packages (independent
+    layers): among several images `own-NN`, a quarter of `tail-groups` (fewer packages); one
+    image's own packages are its whole closure, grouped as the profile's (`group-NN`)."""
+    return (OWN_GROUP, max(1, layout.tail_groups // 4)) if images > 1 else (GROUP, layout.tail_groups)
 
 
-def _common(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
-            layout: Layout) -> list[PackageSize]:
-    """Packages every variant installs with the same slice line (stacked layers: none in any
-    variant's tail)."""
+def _common(packer: Packer, variants: Sequence[VariantInput], cap: int,
+            basis: SizeBasis) -> list[PackageSize]:
+    """Packages every variant installs with the same slice line, none of them `unshared` in any
+    variant (stacked: in its tail); one image shares nothing."""
+    if len(variants) < 2:
+        return []
     first, *rest = variants
-    tails = set().union(*(tail_names(v.sizes, cap, basis) for v in variants)) \
-        if layout.mode == "stacked" else set()
+    kept_out = set().union(*(packer.unshared(v.sizes, cap, basis) for v in variants))
     lines = [{s.name: _line(v, s) for s in v.sizes} for v in rest]
-    return [s for s in first.sizes if s.name not in tails
+    return [s for s in first.sizes if s.name not in kept_out
             and all(other.get(s.name) == _line(first, s) for other in lines)]
 
 
-def _fresh(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
+def _fresh(packer: Packer, variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
            changes: Mapping[str, int], layout: Layout) -> tuple[list[Bucket], dict[str, list[Bucket]]]:
     """Shared buckets over the common packages (stacked: no tail), then each variant's own."""
-    common = sorted(_common(variants, cap, basis, layout), key=lambda s: s.name)
+    common = sorted(_common(packer, variants, cap, basis), key=lambda s: s.name)
     taken: set[str] = set()
-    independent = layout.mode == "independent"
-    shared = independent_buckets(common, cap, basis, layout, changes, stem=GROUP, taken=taken) \
-        if independent else fresh_buckets(common, cap, basis, changes, tail_base=0, taken=taken)
+    shared = packer.pack(common, cap, basis, layout, changes, stem=GROUP,
+                         groups=layout.tail_groups, tail_base=0, taken=taken)
     names = {s.name for s in common}
+    stem, groups = own_groups(layout, len(variants))
     own: dict[str, list[Bucket]] = {}
     for variant in variants:
         rest = sorted((s for s in variant.sizes if s.name not in names), key=lambda s: s.name)
-        total = sum(weight(s, basis) for s in variant.sizes)
-        own[variant.name] = independent_buckets(
-            rest, cap, basis, layout, changes, stem=OWN_GROUP, groups=own_groups(layout),
-            taken=set(taken)) if independent else \
-            fresh_buckets(rest, cap, basis, changes, tail_base=total, taken=set(taken))
+        total = sum(weight(s, basis) for s in variant.sizes)  # its tail's share is of all of it
+        own[variant.name] = packer.pack(rest, cap, basis, layout, changes, stem=stem, groups=groups,
+                                        tail_base=total, taken=set(taken))
     return shared, own
 
 
-def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
-          shared: Assignment, cap: int, basis: SizeBasis,
+def _committed(packer: Packer, variants: Sequence[VariantInput], shared: Assignment | None,
+               previous: Mapping[str, Assignment]) -> tuple[Assignment, dict[str, Assignment]] | None:
+    """The committed slices to re-plan: the shared ones (one image: none) and each variant's
+    own, or None when there are none to keep: several images without shared slices, a variant
+    without slices, or one without slices of its own where the packer needs them."""
+    if len(variants) > 1 and not shared:
+        return None
+    low = shared if shared and len(variants) > 1 else NOTHING
+    own: dict[str, Assignment] = {}
+    for variant in variants:
+        mine = previous.get(variant.name)
+        if mine is None or (not mine and (packer.own_required or not low)):
+            return None
+        own[variant.name] = mine
+    return low, own
+
+
+def _kept(packer: Packer, variants: Sequence[VariantInput], shared: Assignment,
+          own: Mapping[str, Assignment], cap: int, basis: SizeBasis,
           layout: Layout) -> dict[str, list[Bucket]] | None:
     """Each variant's buckets from the committed slices, or None when they cannot be kept:
-    a variant without slices (with independent layers a variant may have none of its own:
-    every package it installs is shared), a fresh packing forced, or the shared slices no
-    longer agree."""
+    the packer packs afresh, or the shared slices no longer agree. A package new to a
+    variant joins its own slices (`own_groups`), so the shared ones stay identical."""
+    stem, groups = own_groups(layout, len(variants))
     chosen: dict[str, list[Bucket]] = {}
     for variant in variants:
-        own = previous.get(variant.name)
-        if own is None or (not own and layout.mode == "stacked"):  # stacked: each has a tail
+        buckets = keep(packer, variant.sizes, merge_assignments(shared, own[variant.name]),
+                       cap=cap, basis=basis, layout=dataclasses.replace(layout, tail_groups=groups),
+                       lines=variant.lines, stem=stem)
+        if buckets is None:
             return None
-        choice = choose_buckets(variant.sizes, cap=cap, basis=basis,
-                                previous=merge_assignments(shared, own), lines=variant.lines,
-                                learn=None, layout=layout, stem=OWN_GROUP,
-                                groups=own_groups(layout))
-        if not choice.kept:
-            return None
-        chosen[variant.name] = choice.buckets
+        chosen[variant.name] = buckets
     width = len(shared.labels)
     lows = [[(label, sorted(_line(v, s) for s in bucket)) for label, bucket in chosen[v.name][:width]]
             for v in variants]
@@ -142,24 +158,11 @@ def _kept(variants: Sequence[VariantInput], previous: Mapping[str, Assignment],
     return chosen
 
 
-def _images(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
+def _images(packer: Packer, variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
             changes: Mapping[str, int], layout: Layout) -> list[list[Bucket]]:
     """Each variant's buckets of a fresh packing: the shared ones, then its own."""
-    low, own = _fresh(variants, cap, basis, changes, layout)
+    low, own = _fresh(packer, variants, cap, basis, changes, layout)
     return [split_unhashed([*low, *own[v.name]], hashed_in(v.lines))[0] for v in variants]
-
-
-def _alone(image: VariantInput, *, cap: int, basis: SizeBasis, previous: Assignment | None,
-           learn: Learn | None, layout: Layout) -> Plan:
-    """One image's plan: its committed slices kept, or a fresh packing (`choose_buckets`)."""
-    check_sizes(image.sizes, cap, basis)
-    check_layout(layout, cap)
-    choice = choose_buckets(image.sizes, cap=cap, basis=basis, previous=previous or None,
-                            lines=image.lines, learn=learn, layout=layout)
-    return assemble(choice.buckets, image.sizes, kept=choice.kept, cap=cap, basis=basis,
-                    sync_flags=image.sync_flags, local=image.local, provided=image.provided,
-                    changes=choice.changes, history=choice.history, lines=image.lines,
-                    layout=choice.layout)
 
 
 def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
@@ -172,39 +175,37 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
     `previous` holds each image's committed slices and `shared` the ones its images share;
     `learn` gives (changes per package, lock versions read) when a fresh packing needs them
     (read lazily: re-planning never looks at history). Several images share their lowest
-    `plan.shared` layers; one image has nothing to share and is packed alone. With
+    `plan.shared` layers; one image is the case with nothing shared. With
     `layout.max_slices`, independent layers are fitted to it (`fit_layout`) over every
     image; committed slices over it are packed afresh."""
-    if len(variants) == 1:
-        (one,) = variants
-        return {one.name: _alone(one, cap=cap, basis=basis, previous=(previous or {}).get(one.name),
-                                 learn=learn, layout=layout)}
+    packer = packer_for(layout)
     for variant in variants:
         check_sizes(variant.sizes, cap, basis)
-    check_layout(layout, cap)
+    packer.check(layout)
     weights = [weight(s, basis) for v in variants for s in v.sizes]
 
     def fitted(changes: Mapping[str, int]) -> Layout:
-        return fit_layout(lambda trial: _images(variants, cap, basis, changes, trial),
+        return packer.fit(lambda trial: _images(packer, variants, cap, basis, changes, trial),
                           layout, weights, basis)
 
-    homes = fitted({}) if shared else layout
-    kept = _kept(variants, previous or {}, shared, cap, basis,
-                 dataclasses.replace(homes, max_slices=None)) if shared else None
+    committed = _committed(packer, variants, shared, previous or {})
+    homes = fitted({}) if committed else layout
+    kept = _kept(packer, variants, *committed, cap, basis,
+                 dataclasses.replace(homes, max_slices=None)) if committed else None
     if kept is not None and layout.max_slices is not None \
             and any(len(b) > layout.max_slices for b in kept.values()):
         kept = None
     changes: Mapping[str, int] = {}
     history = 0
-    if kept is not None:
-        width = len(shared.labels) if shared else 0
+    if kept is not None and committed:
+        width = len(committed[0].labels)
         chosen = kept
         used = homes
     else:
         if learn is not None:
             changes, history = learn()
         used = fitted(changes)
-        low, own = _fresh(variants, cap, basis, changes, used)
+        low, own = _fresh(packer, variants, cap, basis, changes, used)
         width = len(low)
         chosen = {name: [*low, *buckets] for name, buckets in own.items()}
     return {v.name: assemble(chosen[v.name], v.sizes, kept=kept is not None, cap=cap, basis=basis,
