@@ -33,6 +33,8 @@ import re
 import shutil
 import subprocess
 import tarfile
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +194,27 @@ def _contents(root: Path) -> dict[str, str]:
             for p in root.rglob("*") if p.is_file() or p.is_symlink()}
 
 
+def _job_env(gitsha: str, cert_file: bool) -> dict[str, str]:
+    return {"GITSHA": gitsha, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": USER,
+            "GIT_COMMIT": full_commit(gitsha), "JOB_NAME": f"gpurl-kaniko-{gitsha}",
+            **({"SSL_CERT_FILE": "/ca/bundle.pem"} if cert_file else {})}
+
+
+def _run(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
+         cert_file: bool = True, name: str | None = None) -> tuple[int, str, dict[str, str], Path]:
+    """The committed script in a job container, the bundle mounted at /app as iris mounts it:
+    (exit code, output, the bundle's files as the job got them, the bundle)."""
+    config = load_config(tree, profile="demo", env={})
+    bundle = tree.parent / f"bundle-{gitsha}"
+    shutil.rmtree(bundle, ignore_errors=True)
+    files = _bundle(tree, bundle)
+    with serving_index(config.build.index_url, index_dir(CACHE)):
+        code, output = run_job(bundle, "docker/build_demo_kaniko.sh", _job_env(gitsha, cert_file),
+                               image=image, mounts={parts.ca_dir: "/ca"} if cert_file else {},
+                               timeout=1800, name=name)
+    return code, output, files, bundle
+
+
 def _build(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
            cert_file: bool = True) -> Built:
     """Run the committed script in a job container (the bundle mounted at /app; the test CA
@@ -199,15 +222,7 @@ def _build(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
     own /etc/ssl alone), check that the build left the bundle exactly as the job got it, then
     verify-layers."""
     config = load_config(tree, profile="demo", env={})
-    env = {"GITSHA": gitsha, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": USER,
-           "GIT_COMMIT": full_commit(gitsha), "JOB_NAME": f"gpurl-kaniko-{gitsha}",
-           **({"SSL_CERT_FILE": "/ca/bundle.pem"} if cert_file else {})}
-    bundle = tree.parent / f"bundle-{gitsha}"
-    shutil.rmtree(bundle, ignore_errors=True)
-    files = _bundle(tree, bundle)
-    with serving_index(config.build.index_url, index_dir(CACHE)):
-        code, output = run_job(bundle, "docker/build_demo_kaniko.sh", env, image=image,
-                               mounts={parts.ca_dir: "/ca"} if cert_file else {}, timeout=1800)
+    code, output, files, bundle = _run(tree, parts, gitsha, image=image, cert_file=cert_file)
     # the composing build's own lines, when it ran, else the end of the job's output
     assert code == 0, output.rsplit("Running: [/bin/bash", 1)[-1][-6000:]
     assert _contents(bundle) == files, "the build changed the job's bundle"
@@ -222,6 +237,57 @@ def _build(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
     assert verified.returncode == 0, verified.stdout + verified.stderr
     return Built(reference=reference, output=output,
                  layers=one_variant(verified.stdout)["layers"], bundle=bundle)
+
+
+def _killed(tree: Path, parts: Parts, gitsha: str, at: str) -> str:
+    """The job stopped as a node stops it (`docker kill`: SIGKILL, no cleanup) as soon as its
+    log matches `at`; its output. Fails when the job ends before `at` is seen."""
+    name = f"gpurl-killed-{gitsha}"
+    seen = threading.Event()
+
+    def watch() -> None:
+        pattern = re.compile(at, flags=re.M)
+        while not seen.is_set():
+            logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
+            if pattern.search(logs.stdout + logs.stderr):
+                subprocess.run(["docker", "kill", name], capture_output=True)
+                seen.set()
+                return
+            if "pushed " in logs.stdout or time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
+
+    deadline = time.monotonic() + 1500
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    code, output, _, _ = _run(tree, parts, gitsha, name=name)
+    seen.set()
+    watcher.join(timeout=30)
+    assert code != 0 and re.search(at, output, flags=re.M), (at, code, output[-3000:])
+    return output
+
+
+def _held(parts: Parts, *repositories: str) -> dict[str, list[str]]:
+    """{repository: its tags}, asserting that every manifest under every tag names only blobs
+    the registry holds: what a stopped job left is complete or absent, never half there."""
+    accept = ("application/vnd.docker.distribution.manifest.v2+json, "
+              "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json")
+    held = {}
+    with httpx.Client(base_url=parts.registry.url, verify=parts.ca.context(),
+                      auth=(USER, CANARY), timeout=30) as http:
+        for repo in repositories:
+            answer = http.get(f"/v2/{repo}/tags/list")
+            held[repo] = [] if answer.status_code == 404 else sorted(answer.json().get("tags") or [])
+            for tag in held[repo]:
+                manifest = http.get(f"/v2/{repo}/manifests/{tag}", headers={"Accept": accept})
+                assert manifest.status_code == 200, f"{repo}:{tag} is listed and unreadable"
+                body = manifest.json()
+                named = [*([body["config"]] if "config" in body else []),
+                         *body.get("layers", [])]
+                lost = [d["digest"] for d in named
+                        if http.head(f"/v2/{repo}/blobs/{d['digest']}").status_code != 200]
+                assert not lost, f"{repo}:{tag} names blobs the registry lacks: {lost}"
+    return held
 
 
 def full_commit(gitsha: str) -> str:
@@ -574,3 +640,92 @@ def test_the_job_completes_through_registry_faults_and_its_rerun_reuses_every_sl
     print(f"upstream through faults: cold {cold_faults}, {len(retries)} wrapper retries; "
           f"rerun {warm_faults}, {len(_slice_runs(warm.layers))} slices reused")
 
+
+_COMPOSED = re.compile(r"==> environment \S+ \((\d+) slice\(s\) written, (\d+) of them as their "
+                       r"record's blob was gone; (\d+) cached\)")
+
+
+def test_a_job_killed_at_each_step_leaves_the_registry_sound_and_the_rerun_finishes(
+        parts: Parts, tmp_path: Path) -> None:
+    """One commit's job killed as a node kills it (SIGKILL) in the env-base build, after its
+    first slice is written, then in the final build; then run to the end. After each kill the
+    registry holds no immutable tag, and every manifest it holds (env-base, records) names
+    only blobs it has; each rerun reuses every slice a run before it recorded in full, and the
+    last one pushes a complete image (`_build` verify-layers HEADs every blob). Upstream only:
+    four runs of one executor are the cost."""
+    tree = copy_tree(tmp_path / "tree")
+    image_repo = "gpurl/demo-kills"
+    _as_cluster_profile(tree, parts, "upstream", repository=image_repo)
+    cache_repo = f"{image_repo}/cache"
+    config = load_config(tree, profile="demo", env={})
+    assert config.registry.image.endswith(image_repo)
+    gitsha = "d1e0a1"
+    slices = len(list((tree / "docker" / "layers" / "demo" / "shared").glob("*.txt")))
+    immutable = f"demo-{gitsha}"
+
+    def records(held: dict[str, list[str]]) -> int:
+        return sum(tag.startswith("slice-") for tag in held.get(cache_repo, []))
+
+    _killed(tree, parts, gitsha, r"==> kaniko build of env-base[\s\S]*RUN ")
+    after_base = _held(parts, image_repo, cache_repo)
+    assert immutable not in after_base[image_repo] and records(after_base) == 0, after_base
+    out = _killed(tree, parts, gitsha, r"^    \S+: written ")
+    after_slice = _held(parts, image_repo, cache_repo)
+    assert immutable not in after_slice[image_repo], after_slice
+    assert 1 <= records(after_slice) <= slices, (after_slice, out[-2000:])
+    out = _killed(tree, parts, gitsha, r"==> kaniko build of \S+:demo-[\s\S]*RUN ")
+    composed = _COMPOSED.search(out)
+    assert composed, out[-3000:]
+    written, _, cached = (int(n) for n in composed.groups())
+    assert cached == records(after_slice) and written == slices - cached, (composed.groups(),)
+    after_final = _held(parts, image_repo, cache_repo)
+    assert immutable not in after_final[image_repo] and records(after_final) == slices
+    done = _build(tree, parts, gitsha)
+    assert "0 slice(s) written" in done.output, done.output[-2000:]
+    assert immutable in _held(parts, image_repo, cache_repo)[image_repo]
+    print(f"killed in env-base (0 records), after a slice ({records(after_slice)} of {slices} "
+          f"recorded), in the final build ({cached} reused, {written} written); the last run "
+          f"reused all {slices} and pushed {done.reference}")
+
+
+def test_two_jobs_of_two_commits_at_once_on_one_cache_each_push_their_own_image(
+        parts: Parts, tmp_path: Path) -> None:
+    """Two commits (the demo and a small lock bump of it) built at the same time on one cache
+    repository: both jobs finish, each image is complete and verified for its own commit, the
+    slices they share are one blob each, and the bumped slice differs. The records' writes are
+    idempotent (the same key, the same bytes), so neither job's write can spoil the other's."""
+    repo = "gpurl/demo-two"
+    one, two = copy_tree(tmp_path / "one"), copy_tree(tmp_path / "two")
+    for tree in (one, two):
+        _as_cluster_profile(tree, parts, "upstream", repository=repo)
+    done = invoke(two, "fill-index", "--profile", "demo", "--pins", BUMPED)
+    assert done.returncode == 0, done.stderr
+    relock(two, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
+           upgrade=BUMPED.split("==")[0])
+    changed = {n for n, text in _slice_files(two).items() if _slice_files(one).get(n) != text}
+    assert changed
+    results: dict[str, Built | BaseException] = {}
+
+    def build(key: str, tree: Path, gitsha: str) -> None:
+        try:
+            results[key] = _build(tree, parts, gitsha)
+        except BaseException as exc:  # reported below, in the test's own thread
+            results[key] = exc
+
+    jobs = [threading.Thread(target=build, args=("one", one, "7a0a1")),
+            threading.Thread(target=build, args=("two", two, "7b0a1"))]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join()
+    failed = {k: v for k, v in results.items() if isinstance(v, BaseException)}
+    assert not failed, failed
+    first, second = results["one"], results["two"]
+    assert isinstance(first, Built) and isinstance(second, Built)
+    assert ":demo-7a0a1@" in first.reference and ":demo-7b0a1@" in second.reference
+    old, new = _by_slice(_slice_runs(first.layers)), _by_slice(_slice_runs(second.layers))
+    differ = {name for name in new if old.get(name) != new[name]}
+    assert differ and differ == {n.split("-", 1)[1] for n in changed}, (differ, changed)
+    _held(parts, repo, f"{repo}/cache")
+    print(f"two jobs at once on one cache: both pushed; {len(new) - len(differ)} slices shared "
+          f"as one blob each, {sorted(differ)} their own")

@@ -241,17 +241,17 @@ def job_image(base: str, name: str, *, client: str = "docker") -> str:
 
 def run_job(bundle: Path, script: str, env: Mapping[str, str], *, image: str,
             mounts: Mapping[Path, str] | None = None, timeout: float = 3600,
-            client: str = "docker") -> tuple[int, str]:
+            client: str = "docker", name: str | None = None) -> tuple[int, str]:
     """Run the generated kaniko script as the iris job runs it: in a container of `image`,
     the workspace bundle mounted read-write at /app, the script run from there. iris's
     Kubernetes runtime gives a task its workdir as an emptyDir volume mounted at /app, which
     an init container fills with the bundle: a mount point, which kaniko keeps out of its
     snapshots and its filesystem reset. `bundle` is that volume's directory (the job may
     write into it: pass a copy). `env` names the variables handed to the job (their values
-    come from this process's environment merged with `env`, never from the command line).
-    (exit code, output)."""
+    come from this process's environment merged with `env`, never from the command line);
+    `name` names the container (so a test can stop it as a node would). (exit code, output)."""
     volumes = [f"{bundle}:/app", *(f"{src}:{dst}:ro" for src, dst in (mounts or {}).items())]
-    argv = [client, "run", "--rm", "--network", "host",
+    argv = [client, "run", "--rm", "--network", "host", *(["--name", name] if name else []),
             *(a for v in volumes for a in ("-v", v)), *(a for k in env for a in ("-e", k)),
             image, "bash", "-c", f"cd /app && exec bash {script}"]
     done = proc.run(argv, env={**os.environ, **env}, timeout=timeout, check=False, echo=None)
