@@ -4,7 +4,7 @@ bench-compression`, never in CI).
 A composed environment image from the loopback registry (`--image`, by default its largest
 `env-*` tag) is taken apart layer by layer: each blob is fetched, decompressed to the layer's
 tar (checked against the config's diff_id) and compressed again from that same tar in each
-format: gzip by gpurl's own writer (oci/layer.py's zlib stream at `layers.compression-level`,
+format: gzip by gpurl's own writer (writer/blob.py's zlib stream at `layers.compression-level`,
 so the slices gpurl wrote come out byte for byte), zstd by the zstd CLI at each `--levels`.
 Each format becomes one image with OCI media types (Docker's schema2 has no zstd layer type)
 and the source's config (the same tars, so the same diff_ids in every format), pushed to a

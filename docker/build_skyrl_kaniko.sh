@@ -288,15 +288,20 @@ blob_there() {
   grep -qE 'BLOB_UNKNOWN|MANIFEST_BLOB_UNKNOWN|status code 404' "$WORK/crane.err" && return 1
   die "cannot read blob $1: $(said)"
 }
-# The first blob image $1 names that its repository ($2) does not hold; nothing when all are.
-lost_blob() {
+# The first blob the manifest in file $1 names that repository $2 does not hold (its layers
+# alone with $3 = layers: a config still to be pushed is not asked for); nothing when all are.
+lost_blob_in() {
   local digest
-  crane manifest "$1" >"$WORK/lost.manifest" || die "cannot read $1: $(said)"
-  python3 -B "$LAYER_TOOL" blobs "$WORK/lost.manifest" >"$WORK/lost.blobs" \
-    || die "cannot read the blobs of $1"
+  python3 -B "$LAYER_TOOL" blobs "$1" >"$WORK/lost.blobs" || die "cannot read the blobs of $1"
+  [ "${3:-}" != layers ] || sed -i 1d "$WORK/lost.blobs"
   while read -r digest; do
     blob_there "$2@$digest" || { echo "$digest"; return 0; }
   done <"$WORK/lost.blobs"
+}
+# The first blob image $1 names that its repository ($2) does not hold; nothing when all are.
+lost_blob() {
+  crane manifest "$1" >"$WORK/lost.manifest" || die "cannot read $1: $(said)"
+  lost_blob_in "$WORK/lost.manifest" "$2"
 }
 VENV=/opt/venv
 LEVEL=6
@@ -399,10 +404,12 @@ for failed in "$SLICES"/*.failed; do
 done
 # The environment image, composed as the local path composes it (writer/composition.py, run
 # by the layer tool): env-base's layers, then each slice's record layer in plan order, under
-# env-base's config extended to match. Only its config and manifest are written: crane finds
-# every layer in the cache repository already (env-base pushed, each record checked or
-# written above) and moves none; a layer the registry lacks fails the push before its
-# manifest is written (the layout holds no layer to upload).
+# env-base's config extended to match. Only its config and manifest are written, and pushed
+# once every layer they name is in the cache repository (env-base pushed, each record checked
+# or written above): crane finds each layer there and moves none, and no manifest is ever put
+# under a tag while a blob it names is missing (a registry that does not check would take
+# it, crane skips every layer when the tag already names the manifest, and no node could
+# pull the result).
 RECORDS=()
 while read -r name tag; do
   for doc in manifest config; do
@@ -411,16 +418,15 @@ while read -r name tag; do
   done
   RECORDS+=(--record "$name" "$SLICES/$name.record.manifest" "$SLICES/$name.record.config")
 done <"$SLICES/tags"
-ENV_TAG="$(python3 -B "$LAYER_TOOL" compose "$SLICES/env" "${BASE_DOCS[@]}" \
-  "${RECORDS[@]}")" || die "cannot compose the environment (the layer tool's reason is above)"
+read -r ENV_TAG ENV_MANIFEST < <(python3 -B "$LAYER_TOOL" compose "$SLICES/env" \
+  "${BASE_DOCS[@]}" "${RECORDS[@]}") || true
+[ -n "${ENV_MANIFEST:-}" ] || die "cannot compose the environment (the layer tool's reason is above)"
+lost="$(lost_blob_in "$SLICES/env/blobs/sha256/${ENV_MANIFEST#sha256:}" "$CACHE_REPO" layers)"
+[ -z "$lost" ] || die "the composed environment names blob $lost, which $CACHE_REPO does not" \
+  "hold: its manifest is not written (run the job again: a slice whose blob is gone is" \
+  "written anew)"
 ENV_IMAGE="$(crane push "$SLICES/env" "$CACHE_REPO:$ENV_TAG")" \
   || die "cannot push the composed environment $CACHE_REPO:$ENV_TAG: $(said)"
-# No image is built on a manifest that names a blob the registry lacks (a registry that does
-# not check would take it, and no node could pull the result).
-lost="$(lost_blob "$ENV_IMAGE" "$CACHE_REPO")"
-[ -z "$lost" ] || die "the composed environment $ENV_IMAGE names blob $lost, which the" \
-  "registry does not hold: not building on it (run the job again: a slice whose blob is gone" \
-  "is written anew)"
 rm -rf "$SLICES"
 echo "$ENV_IMAGE" >"$WORK/env-image"
 echo "==> environment $ENV_IMAGE ($WRITTEN slice(s) written, $REWRITTEN of them as their" \

@@ -154,7 +154,7 @@ class LayerSettings:
     own_layer: int = _field(20 * 10**6, size=True, bakes="image")
     # independent: the smaller packages go into this many stable groups
     tail_groups: int = _field(32, bakes="image")
-    # The gzip level of the slice layers gpurl writes itself (oci/layer.py, zlib): part of
+    # The gzip level of the slice layers gpurl writes itself (writer/blob.py, zlib): part of
     # each slice's cache key and digest, so every builder must use the same one.
     compression_level: int = _field(6, check=values.gzip_level, bakes="image")
 

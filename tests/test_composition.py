@@ -94,10 +94,13 @@ def test_the_tag_names_the_config_and_nothing_else() -> None:
     assert one.tag == compose(base_manifest, base_config, [_written("torch"), _written("lxml")]).tag
 
 
-def test_a_slice_of_another_layer_type_is_refused() -> None:
+def test_a_slice_of_the_other_gzip_family_is_listed_as_env_bases_and_no_other_is_taken() -> None:
     oci = "application/vnd.oci.image.layer.v1.tar+gzip"
-    with pytest.raises(LayerError, match=r"slice torch is a .* layer"):
-        compose(*_base(), [_written("torch", oci)])
+    composed = compose(*_base(), [_written("torch", oci), _written("lxml")])
+    assert {d["mediaType"] for d in json.loads(composed.manifest)["layers"]} == {LAYER}
+    assert composed.layers[-2:] == (_d("torch"), _d("lxml"))
+    with pytest.raises(LayerError, match=r"slice torch is a .*zstd layer, not a gzip tar"):
+        compose(*_base(), [_written("torch", "application/vnd.oci.image.layer.v1.tar+zstd")])
     with pytest.raises(LayerError, match="no slice layers"):
         compose(*_base(), [])
 
@@ -154,7 +157,7 @@ def test_the_layer_tool_composes_what_the_local_path_composes(tmp_path: Path) ->
          "--base-config", str(tmp_path / "base.config"), *args],
         capture_output=True, text=True, check=True)
     expected = compose(base_manifest, base_config, slices)
-    assert done.stdout.strip() == expected.tag
+    assert done.stdout.split() == [expected.tag, expected.digest]
     index = json.loads((tmp_path / "env" / "index.json").read_text())
     assert index["manifests"][0]["digest"] == expected.digest
     blobs = tmp_path / "env" / "blobs" / "sha256"
@@ -170,6 +173,7 @@ def test_the_layer_tool_composes_what_the_local_path_composes(tmp_path: Path) ->
 
 
 _KEY = {"label": "group-04", "slice_text": b"six==1.17.0 --hash=sha256:00\n",
+        "created_by": "gpurl: uv pip install -r /tmp/gpurl-layers/group-04.txt",
         "python": "3.11.2", "venv": "/opt/venv", "uv": "uv 0.13.9",
         "compressor": "gpurl-layer-1 zlib 1.2.13 level 6"}
 

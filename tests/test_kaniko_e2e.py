@@ -35,6 +35,7 @@ import subprocess
 import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ from tests.support.htpasswd import basic_auth_yaml
 from tests.support.local_parts import build_source_wheel, need
 from tests.support.rangeserver import serve_files
 from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.registry_state import sound
 from tests.support.tasks_runner import one_variant
 from tests.support.tls import LocalCA, make_ca
 
@@ -241,53 +243,40 @@ def _build(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
 
 def _killed(tree: Path, parts: Parts, gitsha: str, at: str) -> str:
     """The job stopped as a node stops it (`docker kill`: SIGKILL, no cleanup) as soon as its
-    log matches `at`; its output. Fails when the job ends before `at` is seen."""
-    name = f"gpurl-killed-{gitsha}"
-    seen = threading.Event()
+    log (stdout and stderr as they came) matches `at`; its output. Fails unless the kill
+    ended it."""
+    name = f"gpurl-killed-{gitsha}-{uuid.uuid4().hex[:8]}"
+    pattern = re.compile(at, flags=re.M)
+    killed, done = threading.Event(), threading.Event()
 
     def watch() -> None:
-        pattern = re.compile(at, flags=re.M)
-        while not seen.is_set():
-            logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
-            if pattern.search(logs.stdout + logs.stderr):
-                subprocess.run(["docker", "kill", name], capture_output=True)
-                seen.set()
-                return
-            if "pushed " in logs.stdout or time.monotonic() > deadline:
+        deadline = time.monotonic() + 1500
+        while not done.is_set() and time.monotonic() < deadline:
+            logs = subprocess.run(["docker", "logs", name], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True).stdout
+            if pattern.search(logs):
+                if subprocess.run(["docker", "kill", name], capture_output=True).returncode == 0:
+                    killed.set()
                 return
             time.sleep(0.5)
 
-    deadline = time.monotonic() + 1500
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    code, output, _, _ = _run(tree, parts, gitsha, name=name)
-    seen.set()
-    watcher.join(timeout=30)
-    assert code != 0 and re.search(at, output, flags=re.M), (at, code, output[-3000:])
+    try:
+        code, output, _, _ = _run(tree, parts, gitsha, name=name)
+    finally:
+        done.set()
+        watcher.join(timeout=60)
+    assert killed.is_set() and code == 137, (at, code, output[-3000:])
     return output
 
 
 def _held(parts: Parts, *repositories: str) -> dict[str, list[str]]:
-    """{repository: its tags}, asserting that every manifest under every tag names only blobs
-    the registry holds: what a stopped job left is complete or absent, never half there."""
-    accept = ("application/vnd.docker.distribution.manifest.v2+json, "
-              "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json")
-    held = {}
+    """{repository: its tags}, once they hold still, every manifest naming only blobs the
+    registry holds: what a stopped job left is complete or absent, never half there."""
     with httpx.Client(base_url=parts.registry.url, verify=parts.ca.context(),
                       auth=(USER, CANARY), timeout=30) as http:
-        for repo in repositories:
-            answer = http.get(f"/v2/{repo}/tags/list")
-            held[repo] = [] if answer.status_code == 404 else sorted(answer.json().get("tags") or [])
-            for tag in held[repo]:
-                manifest = http.get(f"/v2/{repo}/manifests/{tag}", headers={"Accept": accept})
-                assert manifest.status_code == 200, f"{repo}:{tag} is listed and unreadable"
-                body = manifest.json()
-                named = [*([body["config"]] if "config" in body else []),
-                         *body.get("layers", [])]
-                lost = [d["digest"] for d in named
-                        if http.head(f"/v2/{repo}/blobs/{d['digest']}").status_code != 200]
-                assert not lost, f"{repo}:{tag} names blobs the registry lacks: {lost}"
-    return held
+        return sound(http, repositories, settle=2.0)
 
 
 def full_commit(gitsha: str) -> str:
@@ -659,7 +648,7 @@ def test_a_job_killed_at_each_step_leaves_the_registry_sound_and_the_rerun_finis
     cache_repo = f"{image_repo}/cache"
     config = load_config(tree, profile="demo", env={})
     assert config.registry.image.endswith(image_repo)
-    gitsha = "d1e0a1"
+    gitsha = "d1e00a1"
     slices = len(list((tree / "docker" / "layers" / "demo" / "shared").glob("*.txt")))
     immutable = f"demo-{gitsha}"
 
@@ -706,23 +695,30 @@ def test_two_jobs_of_two_commits_at_once_on_one_cache_each_push_their_own_image(
     assert changed
     results: dict[str, Built | BaseException] = {}
 
+    spans: dict[str, tuple[float, float]] = {}
+
     def build(key: str, tree: Path, gitsha: str) -> None:
+        start = time.monotonic()
         try:
             results[key] = _build(tree, parts, gitsha)
         except BaseException as exc:  # reported below, in the test's own thread
             results[key] = exc
+        spans[key] = (start, time.monotonic())
 
-    jobs = [threading.Thread(target=build, args=("one", one, "7a0a1")),
-            threading.Thread(target=build, args=("two", two, "7b0a1"))]
+    jobs = [threading.Thread(target=build, args=("one", one, "7a000a1")),
+            threading.Thread(target=build, args=("two", two, "7b000a1"))]
     for job in jobs:
         job.start()
     for job in jobs:
         job.join()
     failed = {k: v for k, v in results.items() if isinstance(v, BaseException)}
     assert not failed, failed
+    (a0, a1), (b0, b1) = spans["one"], spans["two"]
+    overlap = min(a1, b1) - max(a0, b0)
+    assert overlap > 0.5 * min(a1 - a0, b1 - b0), spans  # the jobs ran at once, not in turn
     first, second = results["one"], results["two"]
     assert isinstance(first, Built) and isinstance(second, Built)
-    assert ":demo-7a0a1@" in first.reference and ":demo-7b0a1@" in second.reference
+    assert ":demo-7a000a1@" in first.reference and ":demo-7b000a1@" in second.reference
     old, new = _by_slice(_slice_runs(first.layers)), _by_slice(_slice_runs(second.layers))
     differ = {name for name in new if old.get(name) != new[name]}
     assert differ and differ == {n.split("-", 1)[1] for n in changed}, (differ, changed)

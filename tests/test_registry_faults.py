@@ -5,7 +5,7 @@ front of the real TLS + htpasswd loopback registry, and the real clients talking
   composition, the blob check before the manifest) with gpurl's RegistryClient. Staging is the
   one stand-in: a slice's tree is a few files of seeded random bytes instead of what uv
   installs in a container of env-base (that needs the Docker engine and takes minutes); the
-  layer is written by the real writer (oci/layer.py), as the staging container does.
+  layer is written by the real writer (writer/blob.py), as the staging container does.
 - The cluster job: real crane (built from go-containerregistry v0.20.3's source archive)
   through the generated script's retry wrapper (cluster/kaniko.py renders it), as the job
   runs every registry call.
@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -55,6 +54,9 @@ from tests.support.faults import Fault, FaultProxy, Rates
 from tests.support.htpasswd import basic_auth_yaml
 from tests.support.local_parts import need
 from tests.support.registry_server import RegistryServer, running_registry
+from tests.support.registry_state import manifest as _manifest
+from tests.support.registry_state import missing_blobs as _missing_blobs
+from tests.support.registry_state import sound
 from tests.support.tls import LocalCA, make_ca
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -133,34 +135,11 @@ def _http(server: RegistryServer, ca: LocalCA) -> httpx.Client:
                         timeout=30)
 
 
-def _tags(http: httpx.Client, repo: str) -> list[str]:
-    answer = http.get(f"/v2/{repo}/tags/list")
-    return [] if answer.status_code == 404 else sorted(answer.json().get("tags") or [])
-
-
-def _manifest(http: httpx.Client, repo: str, tag: str) -> dict[str, Any] | None:
-    answer = http.get(f"/v2/{repo}/manifests/{tag}", headers={"Accept": OCI})
-    return None if answer.status_code == 404 else dict(answer.json())
-
-
-def _missing_blobs(http: httpx.Client, repo: str, manifest: dict[str, Any]) -> list[str]:
-    named = [manifest["config"], *manifest["layers"]]
-    return [d["digest"] for d in named
-            if http.head(f"/v2/{repo}/blobs/{d['digest']}").status_code != 200]
-
-
-def _sound(server: RegistryServer, ca: LocalCA) -> dict[str, list[str]]:
-    """{repo: its tags}, asserting that every manifest under every tag names only blobs the
-    registry holds (a registry's cleanup aside, nothing this path wrote is half there)."""
-    held = {}
+def _sound(server: RegistryServer, ca: LocalCA, settle: float = 0.0) -> dict[str, list[str]]:
+    """{repo: its tags}, every manifest under every tag naming only blobs the registry holds
+    (a registry's cleanup aside, nothing this path wrote is half there)."""
     with _http(server, ca) as http:
-        for repo in (CACHE_REPO, IMAGE_REPO):
-            held[repo] = _tags(http, repo)
-            for tag in held[repo]:
-                manifest = _manifest(http, repo, tag)
-                assert manifest is not None, f"{repo}:{tag} is listed and unreadable"
-                assert not _missing_blobs(http, repo, manifest), f"{repo}:{tag} names lost blobs"
-    return held
+        return sound(http, (CACHE_REPO, IMAGE_REPO), settle=settle)
 
 
 # --- the local path's registry half --------------------------------------------------------
@@ -440,8 +419,7 @@ def test_a_run_killed_at_a_step_leaves_complete_records_and_the_rerun_reuses_the
         child.kill()
         _, stderr = child.communicate(timeout=30)
         assert child.returncode == -9, stderr.decode()[-2000:]
-        time.sleep(1.0)  # a request in flight when the process died still reaches the registry
-        held = _sound(local.server, ca)
+        held = _sound(local.server, ca, settle=1.0)  # a request in flight still lands
         assert held[IMAGE_REPO] == []
         written = {t for t in held[CACHE_REPO] if t.startswith("slice-")}
         if step == "the composition":

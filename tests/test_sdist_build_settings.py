@@ -3,7 +3,7 @@ settings (`[tool.uv]` no-build-isolation-package / extra-build-dependencies), an
 with uv's reason, without them.
 
 Real parts: real uv running the staging shell the local path's container runs
-(`local/stage.stage_script`, built on `oci/layered`'s install argv and build-environment
+(`local/stage.stage_script`, built on `writer/staging`'s install argv and build-environment
 script, which the kaniko script runs too), gpurl's loopback index (`local/pyindex.serve`,
 which serves sdists), a real sdist whose in-tree build backend imports a package that only a
 lower slice holds, and the repository's SkyRL workspace pyproject for the settings."""
@@ -250,7 +250,7 @@ def _retry_wrapper(script: str) -> str:
 def test_the_cluster_script_stages_the_sdist_on_the_slice_below(
         tmp_path: Path, served: Served, build: str) -> None:
     """The kaniko script's own `write_slice` (rendered for the skyrl profile, which composes),
-    run with real uv on the slice index's fourth column; the layer tool and crane are
+    run with real uv on the slice index's build column; the layer tool and crane are
     stand-ins (the kaniko e2e test runs both for real)."""
     script = render_script(load_config(ROOT, profile="skyrl", env={}))
     venv = tmp_path / "opt" / "venv"

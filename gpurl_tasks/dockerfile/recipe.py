@@ -416,7 +416,7 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
     """`env-base` (the runtime's apt set and an empty venv), the `env-chain` of every slice,
     and `env` FROM ${ENV_SOURCE}: the chain, or the image composed at the registry from
     env-base and the slice layers gpurl writes on it (the default on both paths; see
-    oci/layered.py)."""
+    writer/composition.py)."""
     b = config.build
     base: list[Instruction] = [
         Comment(text="The InfiniBand verbs userspace is always installed: without it NCCL "

@@ -215,6 +215,8 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                 path = layer.slice.path(config.variant)
                 text = read_text(path, what="slice file", error=BuildError).encode()
                 tag = slice_key(label=layer.label, slice_text=text,
+                                created_by=written_history(layer.slice.image_path,
+                                                           config.build.venv),
                                 python=probe.python, venv=config.build.venv, uv=probe.uv,
                                 compressor=compressor_id)
                 wanted.append(Wanted(layer=layer, path=path,
@@ -256,23 +258,26 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
             found[w.layer.name] = _record(registry, w, done, base, venv)
             done.path.unlink()
             _write_log(log_dir, w.layer.name, done)
-    slices = [found[w.layer.name] for w in wanted]
+    slices = [record for w in wanted if (record := found[w.layer.name]) is not None]
+    if len(slices) != len(wanted):
+        raise BuildError(f"{len(wanted) - len(slices)} slice(s) have no record after writing: "
+                         "the environment is not composed without them")
     try:
-        composed = compose(base.manifest, base.config, [s for s in slices if s is not None])
+        composed = compose(base.manifest, base.config, slices)
     except LayerError as exc:
         raise _composition_error(exc) from None
     for blob in composed.layers:
         registry.mount_blob(target, blob, cache.repository)
     registry.push_blob(target, composed.config)
     _check_blobs(registry, target, composed,
-                 {str(s.layer["digest"]): f"slice {s.name}" for s in slices if s is not None})
+                 {str(s.layer["digest"]): f"slice {s.name}" for s in slices})
     digest = registry.put_manifest(target, composed.tag, composed.manifest, composed.media_type)
     outcomes = tuple(
         SliceOutcome(name=w.layer.name, reference=str(w.ref), built=w.layer.name in staged,
                      blob=str(s.layer["digest"]), size=int(s.layer["size"]),
                      seconds=staged[w.layer.name].seconds if w.layer.name in staged else 0.0,
                      rewritten=w.layer.name in lost)
-        for w, s in zip(wanted, slices, strict=True) if s is not None)
+        for w, s in zip(wanted, slices, strict=True))
     return outcomes, composed.tag, digest
 
 

@@ -26,7 +26,7 @@ class ComposedEnv:
     """The composed environment image, and how it came about."""
 
     reference: str  # host/repository@sha256:...: the final build's ENV_SOURCE
-    tag: str  # env-<hash of the slice images>
+    tag: str  # env-<hash of its config's digest>
     base_id: str  # env-base's image id
     slices: tuple[SliceOutcome, ...]
     seconds: float

@@ -271,7 +271,7 @@ class RegistryClient:
             return None  # something answered that is not a referrers index
         return _json_document(response.content, f"referrers of {ref}@{digest[:19]}")
 
-    # --- writing (composition: oci/compose.py) -------------------------------------------
+    # --- writing (composition: writer/composition.py) -------------------------------------------
 
     def has_blob(self, ref: ImageRef, digest: str, *, push: bool = True) -> bool:
         """`ref`'s repository holds the blob `digest` (a HEAD; `push` asks for the token a

@@ -19,7 +19,7 @@ __all__ = ["BACKOFF", "RETRIED_ANSWERS", "RetryRules", "retry_after_seconds", "r
 
 BACKOFF = 0.5  # seconds before the first retry; doubled for each one after it
 # What a failed request's answer says when it is worth sending again, as crane words it
-# ("METHOD URL: CODE: message", "pushing REF: METHOD URL CODE:" from a rebase, or "unexpected
+# ("METHOD URL: CODE: message", "pushing REF: METHOD URL CODE:" from a push, or "unexpected
 # status code N ..."): a 429 or 5xx status, the registry's code for one (UNKNOWN, UNAVAILABLE,
 # TOOMANYREQUESTS; not MANIFEST_UNKNOWN and the like, which are final), a connection reset,
 # refused or cut short. An extended regular

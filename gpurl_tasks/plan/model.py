@@ -57,7 +57,7 @@ class Slice:
     """One slice's identity, the one place each of its names is spelled: its label (the
     layer's anchor, stable across plans), its position, its committed file in the repository,
     where that file sits in the image and the stage that installs it alone (a slice's cache
-    tag is oci/layer.py's `slice_key`, which hashes what its written layer depends on)."""
+    tag is writer/records.py's `slice_key`, which hashes what its written layer depends on)."""
 
     # where each slice file is copied inside the image: the Dockerfile installs from there,
     # and verify and rebuild recognise a planned layer by it

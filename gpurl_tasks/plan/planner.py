@@ -7,7 +7,7 @@ chosen once by `packer_for`; the rest of planning is the same for both modes.
 
 **Independent layers** (`Layout.mode == "independent"`, the config's default and what every
 profile uses): each slice is its own layer wherever it sits (each slice image is built alone on
-env-base, and the local build composes the environment from them: oci/compose.py), so a bump
+env-base, and the local build composes the environment from them: writer/composition.py), so a bump
 costs only the slices holding a changed package.
 
 - **Fresh packing** (no committed slices, or `generate --repack`; `independent_buckets`): a

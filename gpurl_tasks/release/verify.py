@@ -12,7 +12,7 @@ Predicted sizes: layers map to Dockerfile instructions through the config's `his
 plan-fingerprint label matches; the final `uv sync --inexact` layer is flagged above a few kB.
 
 Recorded sizes: a slice layer gpurl wrote names, in its history entry, the cache tag its record
-is kept under (oci/layer.record_of). The caller reads those records (release/flow.py); a layer
+is kept under (writer/records.record_of). The caller reads those records (release/flow.py); a layer
 whose blob is the recorded one has its size known exactly, and one that is not is flagged (the
 writer is meant to give one blob per slice on every builder).
 """

@@ -30,7 +30,6 @@ WRITER_VERSION = "gpurl-layer-2"  # bump whenever the bytes written for one tree
 MTIME = 1  # one second past the epoch: 0 reads as "unset" to some tools
 _MEM_LEVEL = 8  # zlib's default, pinned
 _GZIP_OS = 255  # "unknown", as Python's gzip and Go's compress/gzip write it
-_CHUNK = 1 << 20
 
 
 class LayerError(ValueError):

@@ -124,17 +124,21 @@ def compose(base_manifest: Mapping[str, Any], base_config: Mapping[str, Any],
     layers, diff_ids = _layers(base_manifest, base_config, "env-base")
     if not records:
         raise LayerError("no slice layers to compose")
+    gzip_types = {layer for _, layer in MEDIA_TYPES.values()}
     for record in records:
-        if record.layer["mediaType"] != layer_type:
+        if record.layer["mediaType"] not in gzip_types:
             raise LayerError(f"slice {record.name} is a {record.layer['mediaType']} layer, "
-                             f"env-base's are {layer_type}; {_CACHE_HINT}")
+                             f"not a gzip tar like env-base's; {_CACHE_HINT}")
+    # A Docker and an OCI gzip layer are the same bytes: each record's layer is listed under
+    # env-base's type, so both paths share one cache whichever manifest family built env-base.
+    slices = [{**r.layer, "mediaType": layer_type} for r in records]
     config: dict[str, Any] = copy.deepcopy(dict(base_config))
     config["rootfs"] = {"type": "layers", "diff_ids": [*diff_ids, *(r.diff_id for r in records)]}
     history = base_config.get("history")
     base_history = [dict(e) for e in history if isinstance(e, Mapping)] \
         if isinstance(history, list) else []
     config["history"] = [*base_history, *({"created_by": r.created_by} for r in records)]
-    return image_of([*layers, *(r.layer for r in records)], config, media_type=str(media_type),
+    return image_of([*layers, *slices], config, media_type=str(media_type),
                     config_type=config_type)
 
 

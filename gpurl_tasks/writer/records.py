@@ -18,11 +18,12 @@ from typing import Any
 
 from gpurl_tasks.writer.blob import WRITER_VERSION, Blob, LayerError, compressor
 
-__all__ = ["MEDIA_TYPES", "SLICE_DIR", "IndexLine", "Probe", "SliceEntry", "base_config",
+__all__ = ["MEDIA_TYPES", "SLICE_DIR", "IndexLine", "Probe", "SliceEntry", "base_platform",
            "canonical_json", "manifest_blobs", "platform_of", "read_document",
            "read_index", "record_of", "recorded_history", "slice_image", "slice_key",
            "slice_keys", "slice_of", "write_layout", "written_history"]
 
+_WRITTEN = f"gpurl {WRITER_VERSION.rstrip('0123456789')}"  # every writer version's entry
 SLICE_DIR = "/tmp/gpurl-layers"  # where every slice file sits in an image (plan's Slice.IMAGE_DIR)
 _SLICE_FILE = re.compile(re.escape(SLICE_DIR) + r"/([^\s'\"]+)\.txt")
 
@@ -36,14 +37,15 @@ MEDIA_TYPES = {"application/vnd.docker.distribution.manifest.v2+json":
                      "application/vnd.oci.image.layer.v1.tar+gzip")}
 
 
-def slice_key(*, label: str, slice_text: bytes, python: str, venv: str, uv: str,
-              compressor: str) -> str:
-    """The cache tag of one written slice: a hash of all its blob's bytes depend on (the
-    slice file's bytes, env-base's Python version and venv path, the uv version, the writer
-    with its zlib and level) and nothing that depends on its position or on env-base's id."""
+def slice_key(*, label: str, slice_text: bytes, created_by: str, python: str, venv: str,
+              uv: str, compressor: str) -> str:
+    """The cache tag of one written slice: a hash of all its record depends on (the slice
+    file's bytes, the history entry naming its path in the image, env-base's Python version
+    and venv path, the uv version, the writer with its zlib and level) and nothing that
+    depends on its position or on env-base's id."""
     key = json.dumps({"version": _KEY_VERSION, "slice": hashlib.sha256(slice_text).hexdigest(),
-                      "python": python, "venv": venv, "uv": uv, "compressor": compressor},
-                     sort_keys=True)
+                      "created_by": created_by, "python": python, "venv": venv, "uv": uv,
+                      "compressor": compressor}, sort_keys=True)
     return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
@@ -88,6 +90,7 @@ def slice_keys(index: Path, context: Path, *, venv: str, level: int,
         raise LayerError(f"slice index {index} is not UTF-8 ({exc.reason} at byte "
                          f"{exc.start})") from None
     return [(line.name, slice_key(label=line.label, slice_text=(context / line.file).read_bytes(),
+                                  created_by=line.created_by,
                                   python=found.python, venv=venv, uv=found.uv,
                                   compressor=compressor(level, found.zlib)))
             for line in lines]
@@ -163,13 +166,9 @@ def platform_of(config: dict[str, Any]) -> dict[str, str]:
     return {k: str(config[k]) for k in ("architecture", "os", "variant") if k in config}
 
 
-def base_config(path: Path) -> tuple[dict[str, str], list[str]]:
-    """(platform, Env) of env-base, from its image config."""
-    document = read_document(path, "env-base's config")
-    inner = document.get("config")
-    env = inner.get("Env") if isinstance(inner, dict) else None
-    return (platform_of(document),
-            [str(e) for e in env] if isinstance(env, list) else [])
+def base_platform(path: Path) -> dict[str, str]:
+    """env-base's platform, from its image config file."""
+    return platform_of(read_document(path, "env-base's config"))
 
 
 def written_history(image_path: str, venv: str) -> str:
@@ -184,7 +183,7 @@ class SliceEntry:
     """What a layer's history entry says of the slice it installs."""
 
     stem: str  # the slice file's name in SLICE_DIR, without `.txt`
-    written: bool  # gpurl's writer (this version) wrote the layer, no RUN built it
+    written: bool  # gpurl's writer (any version) wrote the layer, no RUN built it
     record: str | None  # the cache tag its record is kept under, when the entry names one
 
 
@@ -196,7 +195,7 @@ def slice_of(created_by: str | None) -> SliceEntry | None:
     found = _SLICE_FILE.search(created_by)
     if found is None:
         return None
-    return SliceEntry(stem=found.group(1), written=created_by.startswith(f"gpurl {WRITER_VERSION}:"),
+    return SliceEntry(stem=found.group(1), written=created_by.startswith(_WRITTEN),
                       record=record_of(created_by))
 
 

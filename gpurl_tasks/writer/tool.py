@@ -14,7 +14,7 @@ from gpurl_tasks.writer.blob import LayerError, compressor, write_layer
 from gpurl_tasks.writer.composition import compose, record_of_image
 from gpurl_tasks.writer.probe import probe
 from gpurl_tasks.writer.records import (
-    base_config,
+    base_platform,
     manifest_blobs,
     read_document,
     recorded_history,
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     image.add_argument("--record", required=True)
     composed = sub.add_parser("compose", help=(
         "the environment image as an OCI layout of its manifest and config (its layers are "
-        "the registry's already); prints its tag"))
+        "the registry's already); prints its tag and the manifest's digest"))
     composed.add_argument("output", type=Path)
     composed.add_argument("--record", nargs=3, action="append", default=[],
                           metavar=("NAME", "MANIFEST", "CONFIG"),
@@ -59,8 +59,6 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("--index", type=Path, required=True)
     keys.add_argument("--context", type=Path, required=True)
     keys.add_argument("--level", type=int, required=True)
-    env = sub.add_parser("env", help="env-base's environment, one VAR=value a line")
-    env.add_argument("--base-config", type=Path, required=True)
     sub.add_parser("blobs", help="the blobs a manifest names (config, then layers)") \
         .add_argument("manifest", type=Path)
     return parser
@@ -76,8 +74,6 @@ def _run(args: argparse.Namespace) -> str:
         return "\n".join(f"{name} {tag}" for name, tag in slice_keys(
             args.index, args.context, venv=args.venv, level=args.level,
             found=probe(args.venv)))
-    if args.command == "env":
-        return "\n".join(base_config(args.base_config)[1])
     if args.command == "blobs":
         return "\n".join(manifest_blobs(read_document(args.manifest, "the manifest")))
     manifest = read_document(args.base_manifest, "env-base's manifest")
@@ -88,12 +84,12 @@ def _run(args: argparse.Namespace) -> str:
                    for name, m, c in args.record]
         composition = compose(manifest, config, records)
         write_layout(args.output, composition.manifest, composition.config)
-        return composition.tag
+        return f"{composition.tag} {composition.digest}"
     args.output.mkdir(parents=True, exist_ok=True)
     written = args.output / "layer.tar.gz"
     blob = write_layer(args.source, written, prefix=args.prefix, level=args.level)
     record, record_config = slice_image(
-        blob, media_type=str(manifest.get("mediaType")), platform=base_config(args.base_config)[0],
+        blob, media_type=str(manifest.get("mediaType")), platform=base_platform(args.base_config),
         created_by=recorded_history(args.created_by, args.record))
     write_layout(args.output, record, record_config, (blob, written))
     return json.dumps(blob.to_json())
