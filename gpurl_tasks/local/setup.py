@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpurl_tasks import values
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.exitcodes import ExitCode
@@ -263,7 +264,7 @@ def fill_index(config: Config, pins: str, *, deps: bool, say: Callable[[str], No
     where = index_dir(cache_dir(config.root))
     target = download.DownloadTarget.for_target(
         python=config.target.python, glibc=config.target.glibc, arch=config.target.arch)
-    wanted = [p.strip() for p in pins.split(",") if p.strip()]
+    wanted = list(values.comma_list(pins))
     if not wanted:
         raise ConfigError("--pins names no package", hint="e.g. --pins 'rich==13.9.4,attrs==25.3.0'")
     with timed(f"fill-index ({len(wanted)} pins)", say):
