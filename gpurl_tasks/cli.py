@@ -66,7 +66,6 @@ __all__ = [
     "positional",
     "positive_flag",
     "profile_for_reference",
-    "profile_from_env",
     "rule_flags",
     "say",
     "task",
