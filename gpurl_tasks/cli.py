@@ -1,7 +1,11 @@
 """Helpers of the tasks in tasks.py: config from flags, clean failures, output.
 
 This is the edge where errors become one line and an exit code, and where JSON and
-human output are printed; the modules below never print or exit.
+human output are printed; the modules below never print or exit. Every task turns gpurl's
+errors into one line and an exit code of `exitcodes.ExitCode`; `--json` prints exactly one
+JSON object on stdout (a failure's is {"error", "hint", "exit_code"}), progress goes to
+stderr. The only short flags are -p (--profile) and -j (--json), and --profile, --json and
+--cluster have one help line for every task (SHARED_HELP) unless a task's own says otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NoReturn, Protocol, TypeVar, get_args
+from typing import Any, NoReturn, Protocol, TypeVar, get_args, overload
 
 from invoke import tasks as invoke_tasks
 from invoke.exceptions import Exit, ParseError
@@ -39,7 +43,12 @@ from gpurl_tasks.redact import known_secrets, redact
 
 __all__ = [
     "DEBUG_ENV",
+    "JSON_HELP",
+    "ONE_VARIANT_HELP",
+    "PROFILE_HELP",
     "REPO_ROOT",
+    "RULES_HELP",
+    "VARIANT_HELP",
     "ConfigError",
     "EachVariant",
     "FlagError",
@@ -51,11 +60,12 @@ __all__ = [
     "each_variant",
     "emit_json",
     "finish",
+    "given_flags",
     "path_flag",
     "positional",
     "positive_flag",
     "profile_for_reference",
-    "profile_from_env",
+    "rule_flags",
     "say",
     "task",
     "text_flag",
@@ -68,6 +78,24 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # flag's first free letter, so `-p` meant --probe in one task and --profile in another).
 SHORT_FLAGS = {"profile": "p", "json": "j"}
 HELP_FLAGS = ("-h", "--help")
+
+# The help of the flags several tasks share. PROFILE_HELP, JSON_HELP and CLUSTER_HELP are what
+# `task` shows for --profile, --json and --cluster unless the task's own help says otherwise.
+PROFILE_HELP = ("config profile from [tool.gpurl.profiles] (default: default-profile, "
+                "or $GPURL_PROFILE)")
+JSON_HELP = ("print exactly one JSON object on stdout instead of the human output (an error's: "
+             "error, hint, exit_code)")
+CLUSTER_HELP = "iris cluster name (config key: cluster.name)"
+SHARED_HELP = {"profile": PROFILE_HELP, "json": JSON_HELP, "cluster": CLUSTER_HELP}
+VARIANT_HELP = ("a variant of the profile ([tool.gpurl.profiles.NAME.variants]; default: every "
+                "variant)")
+ONE_VARIANT_HELP = "the variant whose image this is for (default: the profile's first)"
+# verify-layers' and pin's layer rules (`rule_flags` turns them into config overrides)
+RULES_HELP = {
+    "cap": "target cap per layer, e.g. 4GB (default: verify.cap, else layers.cap)",
+    "hard_limit": "no layer may reach this size, e.g. 8GB (default: verify.hard-limit)",
+    "min_layers": "the image needs at least this many layers (default: verify.min-layers)",
+}
 
 
 class FlagError(ParseError):
@@ -143,26 +171,30 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
         return opts
 
 
-def task(*, interrupted: Callable[[Mapping[str, Any]], str] | None = None,
+def task(*, interrupted: str = "interrupted",
          **options: Any) -> Callable[[Callable[..., Outcome | None]], Any]:
     """invoke's `@task` with SHORT_FLAGS as the only short flags (never generated ones), its
     body run under `clean_failures` and the outcome it returns printed by `finish` (`--json`
     read from the task's `json` or `json_` flag): a task's body only resolves and calls.
-    `interrupted`: the line Ctrl-C ends with, from the task's arguments."""
+    A shared flag the task's help leaves out gets SHARED_HELP's line.
+    `interrupted`: the line Ctrl-C ends with, `{flag}` replaced by the task's argument."""
     def decorate(body: Callable[..., Outcome | None]) -> Any:
         signature = inspect.signature(body)
+        names = {name.rstrip("_") for name in signature.parameters}
+        helps = {**{k: v for k, v in SHARED_HELP.items() if k in names},
+                 **options.get("help", {})}
 
         @functools.wraps(body)
         def run(*args: Any, **kwargs: Any) -> None:
             flags = signature.bind(*args, **kwargs).arguments
             as_json = bool(flags.get("json", flags.get("json_", False)))
-            with clean_failures(interrupted(flags) if interrupted else "interrupted",
-                                as_json=as_json):
+            with clean_failures(interrupted.format_map(flags), as_json=as_json):
                 outcome = body(*args, **kwargs)
                 if outcome is not None:
                     finish(outcome, as_json=as_json)
 
-        return invoke_tasks.task(klass=_Task, auto_shortflags=False, **options)(run)
+        return invoke_tasks.task(klass=_Task, auto_shortflags=False,
+                                 **{**options, "help": helps})(run)
     return decorate
 
 
@@ -171,12 +203,15 @@ _Text = TypeVar("_Text", str, str | None)
 
 
 def config_for(profile: str | None = None, *, variant: str | None = None,
-               committed: bool = False, **overrides: Any) -> Config:
+               committed: bool = False, default: str | None = None, **overrides: Any) -> Config:
     """Resolve the config for a task; flag names map to dotted keys ("layers__size_cache").
 
     `committed`: pyproject only (see `load_committed_config`); the profile may still come from
-    $GPURL_PROFILE.
+    $GPURL_PROFILE. `default`: the task's own profile when neither --profile nor
+    $GPURL_PROFILE names one (else the config's default-profile).
     """
+    if default is not None:
+        profile = profile or profile_from_env() or default
     variant = text_flag("--variant", variant)
     warn_unknown_variables(os.environ)
     if committed:
@@ -433,6 +468,17 @@ def text_flag(flag: str, value: str | None) -> str | None:
     return value
 
 
+def rule_flags(cap: str | None, hard_limit: str | None, min_layers: str | None) -> dict[str, Any]:
+    """The layer rules' flags (RULES_HELP) as `config_for` overrides of verify.*."""
+    return {"verify__cap": cap, "verify__hard_limit": hard_limit, "verify__min_layers": min_layers}
+
+
+def given_flags(**flags: object) -> tuple[str, ...]:
+    """The flags (`--no-cache`, from no_cache=True) that were given: set, not at their
+    default; for a task to refuse the ones another backend takes."""
+    return tuple(f"--{name.replace('_', '-')}" for name, value in flags.items() if value)
+
+
 def cluster_flag(value: str | None) -> str | None:
     """--cluster NAME, checked as cluster.name is (None: the configured cluster)."""
     return None if value is None else values.plain_name(value, "--cluster")
@@ -464,12 +510,23 @@ def choice(flag: str, value: str | None, choices: Any) -> str | None:
                       hint=f"did you mean {close[0]!r}?" if close else None)
 
 
-def positional(task: str, value: _Text) -> _Text:
+@overload
+def positional(task: str, value: str | None, *, needs: str, usage: str = "") -> str: ...
+
+
+@overload
+def positional(task: str, value: _Text) -> _Text: ...
+
+
+def positional(task: str, value: str | None, *, needs: str | None = None, usage: str = "") -> str | None:
     """A task's required positional argument. invoke hands `TASK --help` to it as its value, so
-    `--help` there shows the task's help (as `invoke --help TASK` does) instead of running."""
+    `--help` there shows the task's help (as `invoke --help TASK` does) instead of running.
+    `needs`: what a missing (None or blank) one is, for the one-line error (hint: `usage`)."""
     if value in HELP_FLAGS:
         shown = proc.run([sys.executable, "-m", "invoke", "--help", task], cwd=REPO_ROOT,
                          echo=None)
         out(shown.stdout.rstrip("\n"))
         raise Exit(code=0)
+    if needs and (value is None or not value.strip()):
+        raise ConfigError(f"invoke {task} needs {needs}", hint=usage or None)
     return value

@@ -726,7 +726,7 @@ def _convert(dotted: str, hint: Any, setting: Setting, key: _Key | None = None) 
         return number
     if base == tuple[str, ...]:
         if text and isinstance(value, str):
-            return tuple(v.strip() for v in value.split(",") if v.strip())
+            return values.comma_list(value)
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise bad("a list of strings")

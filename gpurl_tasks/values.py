@@ -41,6 +41,7 @@ __all__ = [
     "Check",
     "PostInstall",
     "apt_package",
+    "comma_list",
     "commit",
     "cuda_arch_list",
     "each",
@@ -433,6 +434,11 @@ def expand_variables(text: str, known: Mapping[str, str]) -> str:
     """`text` with each VARIABLE that `known` names replaced by its value; any other stays as
     written (a default after `:-` is not applied: an unknown ARG shows as itself)."""
     return VARIABLE.sub(lambda m: known.get(variable_name(m), m.group(0)), text)
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """The items of a comma-separated value, each stripped, empty ones dropped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
 def source_id(commit: str, diff: str | None = None) -> str:

@@ -21,7 +21,7 @@ import pytest
 
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
-from gpurl_tasks.attest.collect import expected_python, post_installs
+from gpurl_tasks.attest.collect import listed
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.imageref import parse_reference
@@ -83,9 +83,10 @@ def test_the_sbom_is_valid_cyclonedx_and_lists_the_lock_exactly(registry: Regist
     found = cdx.python_components(doc)
     locked = set().union(*(v for k, v in found.items()
                            if k not in ("compiled-wheel", "post-install")))
-    assert locked == {(p.name, p.version) for p in expected_python(config)}
+    expected, declared = listed(config)
+    assert locked == {(p.name, p.version) for p in expected}
     assert {n for n, _ in found.get("post-install", set())} == {
-        cdx.requirement_name(line) for line in post_installs(config)}
+        cdx.requirement_name(line) for line in declared}
     assert {c["name"] for c in doc["components"] if "pkg:deb/" in c.get("purl", "")} == {
         "ca-certificates", "libc6", "python3.11"}
     hashed = [c for c in doc["components"] if c.get("purl", "").startswith("pkg:pypi/pyyaml@")]

@@ -108,7 +108,7 @@ def test_the_pushed_image_carries_its_sbom_and_provenance(tree: Path,
     API: through the fallback tag); verify-layers read them back and found them exact."""
     from gpurl_tasks.attest import provenance as slsa
     from gpurl_tasks.attest import sbom as cdx
-    from gpurl_tasks.attest.collect import expected_python
+    from gpurl_tasks.attest.collect import listed
     from gpurl_tasks.oci.referrers import fetch, find
 
     config = load_config(tree, profile="demo", env={})
@@ -123,7 +123,7 @@ def test_the_pushed_image_carries_its_sbom_and_provenance(tree: Path,
     assert {"ca-certificates", "dpkg", "python3.11"} <= apt  # as dpkg lists them in the image
     locked = set().union(*(v for k, v in cdx.python_components(sbom).items()
                            if k not in ("compiled-wheel", "post-install")))
-    assert locked == {(p.name, p.version) for p in expected_python(config)}
+    assert locked == {(p.name, p.version) for p in listed(config)[0]}
     head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
                           text=True, check=True).stdout.strip()
     assert slsa.commit_of(statement) == head

@@ -82,7 +82,7 @@ def test_demo_rl_runs_install_layer_by_layer(tmp_path: Path) -> None:
         return done
 
     cache = setup.cache_dir(REPO_ROOT)
-    setup.ensure_index(config, cache=cache)
+    setup.package_index(config, cache)
     download.download(["six==1.17.0"], setup.index_dir(cache),  # the stand-in wheel below
                      target=download.DownloadTarget(python_version=config.target.python))
     with serving_index(config.build.index_url, setup.index_dir(cache)):

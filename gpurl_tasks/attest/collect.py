@@ -13,19 +13,16 @@ from gpurl_tasks.plan.sizes import select_wheel
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import provided_names
 
-__all__ = ["expected_python", "listed", "post_installs"]
+__all__ = ["listed"]
 
 
 def listed(config: Config) -> tuple[tuple[PythonPackage, ...], tuple[str, ...]]:
-    """(expected_python, post_installs) from one walk of the lock's closure."""
+    """What the variant's image holds, from one walk of the lock's closure: every package it
+    installs from the lock (local ones included, the compiled wheels' left out) with the
+    artifact the target installs, and the installs outside the lock as declared (harbor at
+    its commit)."""
     closure = install_closure(load_lock(config.lock), config.target, config.python)
     return _python(config, closure), outside_lock(config.build, closure)
-
-
-def expected_python(config: Config) -> tuple[PythonPackage, ...]:
-    """Every lock package the variant's image installs from the lock (local ones included),
-    with the artifact the target installs; the compiled wheels' packages left out."""
-    return listed(config)[0]
 
 
 def _python(config: Config, closure: Closure) -> tuple[PythonPackage, ...]:
@@ -43,8 +40,3 @@ def _python(config: Config, closure: Closure) -> tuple[PythonPackage, ...]:
             artifact_url=artifact.url or "" if artifact is not None else "",
             sha256=digest.removeprefix("sha256:") if digest.startswith("sha256:") else ""))
     return tuple(found)
-
-
-def post_installs(config: Config) -> tuple[str, ...]:
-    """The installs the image makes outside the lock, as declared (harbor at its commit)."""
-    return listed(config)[1]

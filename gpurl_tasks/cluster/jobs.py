@@ -1,5 +1,5 @@
 """The cluster tasks' one functions: wire the real adapters (environment, git, token, iris)
-into submit, watch and kill, and return outcomes for the task to print.
+into doctor, submit, watch and kill, and return outcomes for the task to print.
 
 Progress goes through the `say` callback the task passes; nothing here prints.
 """
@@ -16,6 +16,7 @@ from typing import Any
 from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
+from gpurl_tasks.cluster.doctor import DoctorReport, run_doctor
 from gpurl_tasks.cluster.iris import (
     ABSENT,
     ACTIVE_STATES,
@@ -54,6 +55,7 @@ __all__ = [
     "Submission",
     "WatchOutcome",
     "cluster_target",
+    "doctor_task",
     "iris_program",
     "kill_job",
     "real_world",
@@ -92,6 +94,12 @@ def real_world(env: Mapping[str, str]) -> BuildEnv:
         return measure_bundle(root, git.ls_bundle_files)
 
     return BuildEnv(env=env, token=token, bundle=bundle)
+
+
+def doctor_task(config: Config) -> DoctorReport:
+    """`invoke doctor`: every prerequisite of `config`'s build, checked in the real world."""
+    world = real_world(os.environ)
+    return run_doctor(config, world.env, token=world.token, source=world.source)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -230,9 +230,12 @@ def fitted_plan(config: Config, *, repack: bool = False) -> Plan:
 
 
 def fitted_views(config: Config, *, repack: bool, only: str | None = None,
-                 selection_given: bool = False, base_layers: int | None = None) -> PlanViews:
-    """`invoke plan`: the fitted plans (`plan_views`) with each image's layer count."""
-    plans, counts = _fitted(config, repack=repack, base_layers=base_layers)
+                 selection_given: bool = False, lock_given: bool = False,
+                 base_layers: int | None = None) -> PlanViews:
+    """`invoke plan`: the fitted plans (`plan_views`) with each image's layer count. Another
+    lock than the profile's own (`lock_given`) is planned afresh: the committed slices are
+    not its."""
+    plans, counts = _fitted(config, repack=repack or lock_given, base_layers=base_layers)
     views = plan_views(plans, config, only=only, selection_given=selection_given)
     return dataclasses.replace(views, counts=tuple(counts[name] for name, _ in views.plans))
 

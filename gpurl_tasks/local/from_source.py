@@ -23,9 +23,11 @@ import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from gpurl_tasks import proc
+from gpurl_tasks import proc, values
+from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ExitCode
 from gpurl_tasks.files import sha256_of, write_atomic
+from gpurl_tasks.local.setup import cache_dir
 from gpurl_tasks.steps import StepRecord, timed
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "load_sources",
     "run_job",
     "setup_kaniko",
+    "setup_kaniko_task",
 ]
 
 _SOURCES = Path(__file__).with_name("builder-sources.toml")
@@ -226,6 +229,13 @@ def setup_kaniko(cache: Path, source_dir: Path, registry: str, *,
         record.status, record.detail = "ready", f"{archive} (sha256 {sha[:12]}…)"
     steps.append(record)
     return Builders(executors=refs, crane_archive=archive, crane_sha256=sha, steps=tuple(steps))
+
+
+def setup_kaniko_task(config: Config, executors: str, *, say: Callable[[str], None]) -> Builders:
+    """`invoke setup-kaniko`: `setup_kaniko` for the config's source archives and registry,
+    cached with the local path's state; `executors` as the flag has it (comma-separated)."""
+    return setup_kaniko(cache_dir(config.root) / "builders", config.cluster.source_archives,
+                        config.registry.host, executors=values.comma_list(executors), say=say)
 
 
 def job_image(base: str, name: str, *, client: str = "docker") -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpurl_tasks import values
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError, ExitCode
 from gpurl_tasks.files import read_text
@@ -31,9 +32,9 @@ __all__ = [
     "LocalSetup",
     "build_requirements",
     "cache_dir",
-    "ensure_index",
     "image_tool_pins",
     "index_dir",
+    "package_index",
     "setup_local",
 ]
 
@@ -157,7 +158,9 @@ def image_tool_pins() -> tuple[str, ...]:
     return (f"uv=={importlib.metadata.version('uv')}", IMAGE_PIP, IMAGE_SETUPTOOLS)
 
 
-def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
+def package_index(config: Config, cache: Path, *, dry_run: bool = False) -> tuple[str, str]:
+    """setup-local's package-index step alone (status, detail): the wheels and build
+    requirements `build.index-url` must serve, downloaded into the cache's index directory."""
     if not config.build.index_url:
         return "found", "build.index-url is empty: builds install from the public index"
     pyindex.port_of(config.build.index_url)  # validate before downloading anything
@@ -186,13 +189,6 @@ def _index(config: Config, cache: Path, dry_run: bool) -> tuple[str, str]:
     _check_lock_files(lock, directory)
     return "downloaded", (f"{len(missing)}/{len(pins)} pins and {len(loose)}/{len(specs)} build "
                           f"requirements into {directory}")
-
-
-def ensure_index(config: Config, *, cache: Path | None = None, dry_run: bool = False,
-                 ) -> StepRecord:
-    """Only the package-index step of setup-local: the wheels `build.index-url` must serve."""
-    where = cache or cache_dir(config.root)
-    return _timed("package index", lambda: _index(config, where, dry_run))
 
 
 def build_requirements(config: Config) -> list[str]:
@@ -238,7 +234,7 @@ def setup_local(config: Config, *, cache: Path | None = None, dry_run: bool = Fa
         _timed("registry", lambda: _registry(config, cache, dry_run), out),
     ]
     steps.append(_timed("base image", lambda: _base(config, client[0], cache, dry_run), out))
-    steps.append(_timed("package index", lambda: _index(config, cache, dry_run), out))
+    steps.append(_timed("package index", lambda: package_index(config, cache, dry_run=dry_run), out))
     return LocalSetup(steps=tuple(steps), client=client[0], cache=cache)
 
 
@@ -262,7 +258,7 @@ def fill_index(config: Config, pins: str, *, deps: bool, say: Callable[[str], No
     where = index_dir(cache_dir(config.root))
     target = download.DownloadTarget.for_target(
         python=config.target.python, glibc=config.target.glibc, arch=config.target.arch)
-    wanted = [p.strip() for p in pins.split(",") if p.strip()]
+    wanted = list(values.comma_list(pins))
     if not wanted:
         raise ConfigError("--pins names no package", hint="e.g. --pins 'rich==13.9.4,attrs==25.3.0'")
     with timed(f"fill-index ({len(wanted)} pins)", say):

@@ -2,7 +2,8 @@
 
 Both build paths ask before pushing (the local one after building, when it can compare
 images; the cluster one before submitting, and the kaniko script again with crane before it
-builds). Overwriting is possible only knowingly (`--force`).
+builds). Overwriting is possible only knowingly (`--force`). Without --ref, verify-layers, pin
+and sbom work on this tree's immutable tag (`resolve_reference`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.imageref import parse_reference
+from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
 
-__all__ = ["TagMoveRefused", "cache_repository", "existing_digest", "existing_image", "refuse_to_move"]
+__all__ = ["TagMoveRefused", "cache_repository", "existing_digest", "existing_image", "refuse_to_move",
+           "resolve_reference"]
 
 
 class TagMoveRefused(BuildError):
@@ -25,6 +28,13 @@ def cache_repository(config: Config) -> str:
     """`host/repository` of the layer cache (kaniko's cache, the slice images): shared across
     builds, never delete it."""
     return config.cluster.cache_repo or f"{config.registry.image}/cache"
+
+
+def resolve_reference(config: Config, text: str | None) -> ImageRef:
+    """The image a task works on: as given, or the working tree's immutable tag
+    (`REGISTRY/REPO:PREFIX-<source id>`, the tag a build of it pushes)."""
+    text = text or config.registry.immutable_reference(source_id(config))
+    return parse_reference(text, default_host=config.registry.host)
 
 
 def existing_digest(config: Config, reference: str, env: Mapping[str, str] | None = None

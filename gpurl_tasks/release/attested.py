@@ -30,6 +30,7 @@ from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.referrers import Referrer, attach, fetch, find
 from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.oci.tags import resolve_reference
 from gpurl_tasks.release.verify import Finding
 
 __all__ = ["Attestations", "BuildContext", "attach_attestations", "attestation_findings",
@@ -169,8 +170,10 @@ def read_attestations(client: RegistryClient, ref: ImageRef, digest: str) -> Att
                         via=next((r.via for r in found.values()), "not attached"))
 
 
-def sbom_task(config: Config, ref: ImageRef, *, document: bool) -> Attestations:
-    """`invoke sbom REF`: what is attached to the image, summed up (or the SBOM itself)."""
+def sbom_task(config: Config, text: str | None, *, document: bool) -> Attestations:
+    """`invoke sbom REF`: what is attached to the image (default: this commit's tag), summed
+    up (or the SBOM itself)."""
+    ref = resolve_reference(config, text)
     with open_client(config, ref) as client:
         found = read_attestations(client, ref, client.resolve(ref))
     return dataclasses.replace(found, document=document)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import check_launcher, fitted_plan
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError, PinError, RegistryError
@@ -24,7 +23,7 @@ from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage, parse_manifest
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
-from gpurl_tasks.oci.tags import cache_repository
+from gpurl_tasks.oci.tags import cache_repository, resolve_reference
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.release.attested import attestation_findings
 from gpurl_tasks.release.pin import (
@@ -41,30 +40,17 @@ from gpurl_tasks.writer.records import record_of
 __all__ = [
     "PinChange",
     "apply_pin",
-    "default_reference",
     "load_plan",
     "missing_blobs",
     "pin_reference",
     "prepare_pin",
     "read_records",
-    "resolve_reference",
     "rules_for",
     "verify_image",
     "verify_reference",
 ]
 
 PlanLoader = Callable[[Config], tuple[Plan | None, str | None]]
-
-
-def default_reference(config: Config, short_sha: str) -> str:
-    """`REGISTRY/REPO:PREFIX-<sha>`, the immutable tag a build of that commit pushes."""
-    return config.registry.immutable_reference(short_sha)
-
-
-def resolve_reference(config: Config, text: str | None) -> ImageRef:
-    """The reference a task works on: as given, or the working tree's immutable tag."""
-    text = text or default_reference(config, source_id(config))
-    return parse_reference(text, default_host=config.registry.host)
 
 
 def rules_for(config: Config) -> Rules:
@@ -258,10 +244,12 @@ class PinOutcome:
                 "diff": self.change.diff, "report": report_json(self.report)}
 
 
-def pin_task(config: Config, text: str | None, *, force: bool, dry_run: bool, today: dt.date,
-             warn: Callable[[str], None]) -> PinOutcome:
-    """Verify `text` (default: this commit's tag), then write the pin unless `dry_run`."""
-    report, change = pin_reference(config, text, force=force, today=today)
+def pin_task(config: Config, text: str | None, *, force: bool, dry_run: bool,
+             warn: Callable[[str], None], today: dt.date | None = None) -> PinOutcome:
+    """Verify `text` (default: this commit's tag), then write the pin unless `dry_run`; the
+    provenance comment is dated `today` (default: today in UTC)."""
+    report, change = pin_reference(config, text, force=force,
+                                   today=today or dt.datetime.now(dt.UTC).date())
     if not report.ok:
         warn(f"warning: pinning {report.reference} despite failing rules (--force)")
     written = False if dry_run else apply_pin(change)

@@ -1,7 +1,8 @@
 """writer: the slice writer, its records and the composition (stdlib only).
 
 What the cluster job runs in env-base's python3 as docker/gpurl-layer.py (these modules' own
-text, all but `staging`, which the job's script holds as shell) and the local path imports, so both write the same bytes and compose the same image:
+text, all but `staging`, which the job's script holds as shell) and the local path imports,
+so both write the same bytes and compose the same image:
 
 - `blob`: one deterministic layer blob from a staging tree;
 - `records`: a slice's cache key, its history entry (made and read back), its one-layer
