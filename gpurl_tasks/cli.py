@@ -13,11 +13,13 @@ import functools
 import gc
 import inspect
 import json
+import math
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar, get_args
 
@@ -53,6 +55,7 @@ __all__ = [
     "each_variant",
     "emit_json",
     "finish",
+    "json_text",
     "path_flag",
     "positional",
     "positive_flag",
@@ -384,7 +387,49 @@ def say(message: str = "") -> None:
 
 def emit_json(obj: Any) -> None:
     """Exactly one JSON object on stdout."""
-    out(json.dumps(obj, indent=2, sort_keys=False))
+    out(json_text(obj))
+
+
+class _Unusual(Exception):
+    """A value `_indented` leaves to json.dumps (a subclass, a non-string key, NaN)."""
+
+
+def json_text(obj: Any) -> str:
+    """`json.dumps(obj, indent=2)`, the same text: built by joins of the C string encoder's
+    output, as an indent makes json.dumps run its pure-Python encoder (the plan of a large
+    lock prints a megabyte). Anything unusual is json.dumps's own (its text or its error)."""
+    try:
+        return _indented(obj, "\n")
+    except (_Unusual, RecursionError):
+        return json.dumps(obj, indent=2)
+
+
+def _indented(value: Any, pad: str) -> str:
+    kind = type(value)
+    if kind is str:
+        return _json_string(value)
+    if kind is dict:
+        if not value:
+            return "{}"
+        inner = pad + "  "
+        items = []
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Unusual
+            items.append(f"{inner}{_json_string(key)}: {_indented(item, inner)}")
+        return "{" + ",".join(items) + pad + "}"
+    if kind is list or kind is tuple:
+        if not value:
+            return "[]"
+        inner = pad + "  "
+        return "[" + ",".join([inner + _indented(item, inner) for item in value]) + pad + "]"
+    if value is None or kind is bool:
+        return "null" if value is None else "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    raise _Unusual
 
 
 def out(text: str) -> None:
