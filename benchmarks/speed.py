@@ -25,6 +25,8 @@ from typing import Any
 from benchmarks.common import TARGET
 from gpurl_tasks.config import PythonSelection
 from gpurl_tasks.plan import lock as lock_module
+from gpurl_tasks.plan import sizes as sizes_module
+from gpurl_tasks.plan import slices as slices_module
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.model import Plan, sync_selection_flags
 from gpurl_tasks.plan.profile import local_install_flags
@@ -60,7 +62,10 @@ class SpeedResult:
 def _clear_caches() -> None:
     lock_module.parse_lock.cache_clear()  # a process parses each lock once, then reuses it
     lock_module._NAMES.clear()
+    lock_module._SOURCES.clear()
     lock_module._compiled.cache_clear()
+    slices_module._one_requirement.cache_clear()
+    sizes_module._RANKS.clear()  # the tag ranks and each wheel filename's best rank
     target_tags.cache_clear()
 
 

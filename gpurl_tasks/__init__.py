@@ -9,6 +9,14 @@ attest <- oci <- rebuild <- release <- cluster / local <- tasks.py
 (`tests/test_architecture.py` enforces it).
 """
 
+import sys
+
 __all__ = ["__version__"]
+
+# invoke turns bytecode writing off for its whole process before it imports tasks.py (so no
+# tasks.pyc lands in a project); gpurl and its dependencies are installed modules like any
+# other: they get the interpreter's own setting back (`-B` and PYTHONDONTWRITEBYTECODE still
+# rule), or every `invoke TASK` compiles them from source again (a third of a small plan).
+sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
 
 __version__ = "0.1.0"

@@ -14,13 +14,16 @@ import contextlib
 import dataclasses
 import difflib
 import functools
+import gc
 import inspect
 import json
+import math
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar, get_args, overload
 
@@ -61,6 +64,7 @@ __all__ = [
     "emit_json",
     "finish",
     "given_flags",
+    "json_text",
     "path_flag",
     "positional",
     "positive_flag",
@@ -171,6 +175,20 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
         return opts
 
 
+@contextlib.contextmanager
+def _rare_full_collections() -> Iterator[None]:
+    """A task's data (config, the parsed lock, its plans) lives until the task ends, and a
+    full pass of the cycle collector walks all of it to find nothing: a plan of a large lock
+    spent more in two such passes than in packing. The young generations still collect
+    short-lived cycles; the full pass runs 10x rarer while the task runs."""
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, old * 10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(young, middle, old)
+
+
 def task(*, interrupted: str = "interrupted",
          **options: Any) -> Callable[[Callable[..., Outcome | None]], Any]:
     """invoke's `@task` with SHORT_FLAGS as the only short flags (never generated ones), its
@@ -188,7 +206,8 @@ def task(*, interrupted: str = "interrupted",
         def run(*args: Any, **kwargs: Any) -> None:
             flags = signature.bind(*args, **kwargs).arguments
             as_json = bool(flags.get("json", flags.get("json_", False)))
-            with clean_failures(interrupted.format_map(flags), as_json=as_json):
+            with clean_failures(interrupted.format_map(flags), as_json=as_json), \
+                    _rare_full_collections():
                 outcome = body(*args, **kwargs)
                 if outcome is not None:
                     finish(outcome, as_json=as_json)
@@ -403,7 +422,49 @@ def say(message: str = "") -> None:
 
 def emit_json(obj: Any) -> None:
     """Exactly one JSON object on stdout."""
-    out(json.dumps(obj, indent=2, sort_keys=False))
+    out(json_text(obj))
+
+
+class _Unusual(Exception):
+    """A value `_indented` leaves to json.dumps (a subclass, a non-string key, NaN)."""
+
+
+def json_text(obj: Any) -> str:
+    """`json.dumps(obj, indent=2)`, the same text: built by joins of the C string encoder's
+    output, as an indent makes json.dumps run its pure-Python encoder (the plan of a large
+    lock prints a megabyte). Anything unusual is json.dumps's own (its text or its error)."""
+    try:
+        return _indented(obj, "\n")
+    except (_Unusual, RecursionError):
+        return json.dumps(obj, indent=2)
+
+
+def _indented(value: Any, pad: str) -> str:
+    kind = type(value)
+    if kind is str:
+        return _json_string(value)
+    if kind is dict:
+        if not value:
+            return "{}"
+        inner = pad + "  "
+        items = []
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Unusual
+            items.append(f"{inner}{_json_string(key)}: {_indented(item, inner)}")
+        return "{" + ",".join(items) + pad + "}"
+    if kind is list or kind is tuple:
+        if not value:
+            return "[]"
+        inner = pad + "  "
+        return "[" + ",".join([inner + _indented(item, inner) for item in value]) + pad + "]"
+    if value is None or kind is bool:
+        return "null" if value is None else "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    raise _Unusual
 
 
 def out(text: str) -> None:

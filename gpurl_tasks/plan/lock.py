@@ -14,11 +14,13 @@ set semantics: an extra is "equal" when it is among the activated ones.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import gc
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -103,14 +105,18 @@ class LockedPackage:
     sdist: Artifact | None
     resolution_markers: tuple[str, ...] = ()
     requires_dist: tuple[Requirement, ...] = ()
+    # (name, version, sorted source): the package's identity, computed once (the closure
+    # walk looks it up on every edge)
+    key: tuple[str, str | None, tuple[tuple[str, str], ...]] = dataclasses.field(
+        init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key",
+                           (self.name, self.version, tuple(sorted(self.source.items()))))
 
     @property
     def is_local(self) -> bool:
         return self.source_kind in LOCAL_SOURCE_KINDS
-
-    @property
-    def key(self) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
-        return (self.name, self.version, tuple(sorted(self.source.items())))
 
 
 @dataclasses.dataclass(**_KW)
@@ -197,8 +203,17 @@ _SOURCE_CHECKS: dict[str, values.Check] = {
 }
 
 
+_SOURCES: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}  # checked tables (they repeat)
+
+
 def _source(raw: Mapping[Any, Any], where: str, source: str) -> dict[str, str]:
     """A `source = { kind = value, subdirectory = ... }` table, every value checked."""
+    if not raw:
+        return {}
+    items = tuple(raw.items())
+    hit = _SOURCES.get(items) if all(isinstance(v, str) for _, v in items) else None
+    if hit is not None:
+        return dict(hit)
     checked: dict[str, str] = {}
     for key, value in raw.items():
         check = _SOURCE_CHECKS.get(str(key), values.one_line)
@@ -207,7 +222,8 @@ def _source(raw: Mapping[Any, Any], where: str, source: str) -> dict[str, str]:
     if git is not None and not re.fullmatch(r"[0-9a-f]{7,40}", urlsplit(git).fragment):
         raise LockError(f"{source}: {where}.git must end in #<commit id>, not {shown(git)}",
                         hint="uv records a git source pinned to its commit; re-lock")
-    return checked
+    _SOURCES[items] = checked  # every value is a checked string: the items hash
+    return dict(checked)
 
 
 def _artifact(raw: Any, where: str, source: str) -> Artifact:
@@ -236,20 +252,24 @@ def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
         _expect(entry, dict, here, source)
         if "name" not in entry:
             raise LockError(f"{source}: {here} has no 'name'")
-        marker = _marker(entry.get("marker"), f"{here}.marker", source)
-        extras = _expect(entry.get("extra", []), list, f"{here}.extra", source)
+        # edges are most of a lock: the fields an edge leaves out cost nothing
+        marker = entry.get("marker")
+        if marker is not None:
+            marker = _marker(marker, f"{here}.marker", source)
+        extras = _expect(entry["extra"], list, f"{here}.extra", source) if "extra" in entry else ()
         version = entry.get("version")
         if version is not None:
             _check(values.version, version, f"{here}.version", source)
+        name = _name(entry["name"], f"{here}.name", source)
+        pinned = entry.get("source")
         deps.append(Dependency(
-            name=_name(entry["name"], f"{here}.name", source),
+            name=name,
             extras=tuple(sorted(_name(e, f"{here}.extra[{j}]", source)
-                                for j, e in enumerate(extras))),
+                                for j, e in enumerate(extras))) if extras else (),
             marker=marker,
             version=version,
-            source=tuple(sorted(_source(_expect(entry.get("source") or {}, dict,
-                                                f"{here}.source", source),
-                                        f"{here}.source", source).items())),
+            source=tuple(sorted(_source(_expect(pinned, dict, f"{here}.source", source),
+                                        f"{here}.source", source).items())) if pinned else (),
         ))
     return tuple(deps)
 
@@ -340,6 +360,25 @@ def parse_lock(text: str, *, source: str = "uv.lock") -> Lock:
 
     Memoized: a task reads the same lock for several variants and steps (plan, generate,
     rebuild-needed), and parsing is most of a plan's time; the Lock is immutable."""
+    with _no_cycle_collection():
+        return _parse_lock(text, source)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cycle collector paused: parsing builds hundreds of thousands of containers (the
+    TOML tree, then the typed values), none of them in a cycle, and the collector's passes
+    over them while they pile up cost a plan as much as the typed values themselves."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse_lock(text: str, source: str) -> Lock:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -461,11 +500,13 @@ def _roots(lock: Lock) -> tuple[LockedPackage, ...]:
 
 
 def _resolve(lock: Lock, dep: Dependency, parent: LockedPackage) -> LockedPackage:
-    candidates = lock.by_name(dep.name)
+    candidates = lock._by_name.get(dep.name, ())  # an edge's name is normalised when parsed
+    if len(candidates) == 1 and dep.version in (None, candidates[0].version):
+        return candidates[0]
     if dep.version is not None:
         candidates = tuple(p for p in candidates if p.version == dep.version)
     if dep.source and len(candidates) > 1:
-        candidates = tuple(p for p in candidates if tuple(sorted(p.source.items())) == dep.source)
+        candidates = tuple(p for p in candidates if p.key[2] == dep.source)
     if len(candidates) != 1:
         found = "no package" if not candidates else f"{len(candidates)} packages"
         raise LockError(f"{lock.source}: {parent.name} depends on {dep.name} "

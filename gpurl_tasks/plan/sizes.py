@@ -70,11 +70,13 @@ class SizeSources:
     overrides_path: Path | None = None
 
 
-_RANKS: dict[int, tuple[Sequence[Tag], dict[Tag, int]]] = {}
+_RANKS: dict[int, tuple[Sequence[Tag], dict[Tag, int], dict[str, int | None]]] = {}
 
 
-def _ranks(supported: Sequence[Tag]) -> dict[Tag, int]:
-    """Tag -> priority, built once per tag sequence (target_tags returns one cached tuple).
+def _ranks(supported: Sequence[Tag]) -> tuple[dict[Tag, int], dict[str, int | None]]:
+    """Tag -> priority, built once per tag sequence (target_tags returns one cached tuple),
+    and a memo of wheel filename -> its best tag's priority (None: no tag the target
+    supports, or not a wheel's name): every variant of a profile selects among the same wheels.
 
     Keyed by identity: hashing or comparing a 771-tag tuple per package cost more than the
     lookups themselves (the planner benchmark's profile).
@@ -83,23 +85,29 @@ def _ranks(supported: Sequence[Tag]) -> dict[Tag, int]:
     if hit is None or hit[0] is not supported:
         if len(_RANKS) > 32:
             _RANKS.clear()
-        hit = (supported, {tag: i for i, tag in enumerate(supported)})
+        hit = (supported, {tag: i for i, tag in enumerate(supported)}, {})
         _RANKS[id(supported)] = hit
-    return hit[1]
+    return hit[1], hit[2]
+
+
+def _best_rank(filename: str, rank: Mapping[Tag, int]) -> int | None:
+    try:
+        _, _, _, wheel_tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    return min((rank[t] for t in wheel_tags if t in rank), default=None)
 
 
 def select_wheel(package: LockedPackage, supported: Sequence[Tag]) -> Artifact | None:
     """The wheel an installer picks: the one whose best tag ranks highest for the target."""
-    rank = _ranks(supported)
+    rank, best_of = _ranks(supported)
     best: tuple[int, str, Artifact] | None = None
     for wheel in package.wheels:
-        try:
-            _, _, _, wheel_tags = parse_wheel_filename(wheel.filename)
-        except InvalidWheelFilename:
-            continue
-        ranks = [rank[t] for t in wheel_tags if t in rank]
-        if ranks and (best is None or (min(ranks), wheel.filename) < best[:2]):
-            best = (min(ranks), wheel.filename, wheel)
+        if wheel.filename not in best_of:
+            best_of[wheel.filename] = _best_rank(wheel.filename, rank)
+        found = best_of[wheel.filename]
+        if found is not None and (best is None or (found, wheel.filename) < best[:2]):
+            best = (found, wheel.filename, wheel)
     return best[2] if best else None
 
 

@@ -21,6 +21,7 @@ The committed slice files are also the previous plan (as uv.lock is for `uv lock
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -74,15 +75,24 @@ def _git_requirement(name: str, url: str) -> str:
     return line
 
 
-def _checked(pkg: LockedPackage, requirement: str, hashes: list[str]) -> str:
-    """`requirement` and its hashes as one line, once more checked to be one requirement (no
-    whitespace but ` @ `, no option): the lock reader validated every part."""
+@functools.lru_cache(maxsize=16384)
+def _one_requirement(requirement: str) -> str | None:
+    """The normalised name of `requirement` when it is one requirement (it parses, has no
+    marker, no whitespace but ` @ `), else None. Memoized: every variant of a profile writes
+    the same lines, and parsing one is most of what a slice line costs."""
     try:
         parsed = Requirement(requirement)
     except InvalidRequirement:
-        parsed = None
-    if parsed is None or canonicalize_name(parsed.name) != pkg.name or parsed.marker \
-            or any(c.isspace() for c in requirement.replace(" @ ", "@", 1)):
+        return None
+    if parsed.marker or any(map(str.isspace, requirement.replace(" @ ", "@", 1))):
+        return None
+    return canonicalize_name(parsed.name)
+
+
+def _checked(pkg: LockedPackage, requirement: str, hashes: list[str]) -> str:
+    """`requirement` and its hashes as one line, once more checked to be one requirement (no
+    whitespace but ` @ `, no option): the lock reader validated every part."""
+    if _one_requirement(requirement) != pkg.name:
         raise PlanError(f"{pkg.name}: the lock's entry gives the slice line {shown(requirement)}, "
                         "which is not one pinned requirement", hint="check the lock; re-lock")
     return " ".join([requirement, *hashes])
