@@ -107,10 +107,6 @@ def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseDocuments:
     return base
 
 
-def _composition_error(exc: LayerError) -> RegistryError:
-    return RegistryError(str(exc))
-
-
 def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[Record | None, bool]:
     """The slice its record holds, trusted only when the record's layer blob is there (a
     cleanup of the cache repository, or the registry, can keep a tag and lose its blob):
@@ -125,7 +121,7 @@ def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[Record 
     except ManifestUnknown:  # its config is gone
         return None, True
     except LayerError as exc:
-        raise _composition_error(exc) from None
+        raise RegistryError(str(exc)) from None
     if not registry.has_blob(ref, str(record.layer["digest"])):
         return None, True
     return record, False
@@ -265,7 +261,7 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
     try:
         composed = compose(base.manifest, base.config, slices)
     except LayerError as exc:
-        raise _composition_error(exc) from None
+        raise RegistryError(str(exc)) from None
     for blob in composed.layers:
         registry.mount_blob(target, blob, cache.repository)
     registry.push_blob(target, composed.config)

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpurl_tasks.writer.blob import WRITER_VERSION, Blob, LayerError, compressor
 
-__all__ = ["MEDIA_TYPES", "SLICE_DIR", "IndexLine", "Probe", "SliceEntry", "base_platform",
+__all__ = ["MEDIA_TYPES", "SLICE_DIR", "IndexLine", "Probe", "SliceEntry",
            "canonical_json", "manifest_blobs", "platform_of", "read_document",
            "read_index", "record_of", "recorded_history", "slice_image", "slice_key",
            "slice_keys", "slice_of", "write_layout", "written_history"]
@@ -164,11 +164,6 @@ def manifest_blobs(manifest: dict[str, Any]) -> list[str]:
 def platform_of(config: dict[str, Any]) -> dict[str, str]:
     """The platform fields of an image config, which a slice's one-layer image repeats."""
     return {k: str(config[k]) for k in ("architecture", "os", "variant") if k in config}
-
-
-def base_platform(path: Path) -> dict[str, str]:
-    """env-base's platform, from its image config file."""
-    return platform_of(read_document(path, "env-base's config"))
 
 
 def written_history(image_path: str, venv: str) -> str:

@@ -14,8 +14,8 @@ from gpurl_tasks.writer.blob import LayerError, compressor, write_layer
 from gpurl_tasks.writer.composition import compose, record_of_image
 from gpurl_tasks.writer.probe import probe
 from gpurl_tasks.writer.records import (
-    base_platform,
     manifest_blobs,
+    platform_of,
     read_document,
     recorded_history,
     slice_image,
@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> str:
     written = args.output / "layer.tar.gz"
     blob = write_layer(args.source, written, prefix=args.prefix, level=args.level)
     record, record_config = slice_image(
-        blob, media_type=str(manifest.get("mediaType")), platform=base_platform(args.base_config),
+        blob, media_type=str(manifest.get("mediaType")), platform=platform_of(config),
         created_by=recorded_history(args.created_by, args.record))
     write_layout(args.output, record, record_config, (blob, written))
     return json.dumps(blob.to_json())
