@@ -70,6 +70,18 @@ SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
 EnvSource = Literal["composed", "chain"]  # how the cluster build makes the environment
 # What verify-layers asks of an image's attached SBOM and provenance (attest/check.py)
 Attestations = Literal["required", "if-present", "off"]
+Arch = Literal["x86_64", "aarch64"]  # the image platforms gpurl builds (H100 nodes, GB200 nodes)
+# Each arch's OCI platform name (an image config's `architecture`, `--platform linux/...`)
+OCI_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}
+# crane v0.20.3's release archive per arch and its sha256 (the release's checksums.txt): the
+# default of cluster.crane-url / crane-sha256 for a variant of that target.arch
+_CRANE_RELEASE = "https://github.com/google/go-containerregistry/releases/download/v0.20.3/"
+CRANE_ARCHIVES: dict[str, tuple[str, str]] = {
+    "x86_64": (f"{_CRANE_RELEASE}go-containerregistry_Linux_x86_64.tar.gz",
+               "36c67a932f489b3f2724b64af90b599a8ef2aa7b004872597373c0ad694dc059"),
+    "aarch64": (f"{_CRANE_RELEASE}go-containerregistry_Linux_arm64.tar.gz",
+                "d2235f7779cd39c6e40f43701d2512c997409f629fb53e621ede0d57d3f995e2"),
+}
 # What a change of a key asks of the pinned image (rebuild-needed): the compiled wheels and the
 # image rebuilt ("wheels"), the image rebuilt ("image"), or nothing ("none": the key does not
 # reach what the image holds, e.g. the job's resources, the verify rules, where files live).
@@ -132,8 +144,14 @@ class TargetSpec:
 
     python: str = _field("3.12", check=values.version, bakes="wheels")
     os: str = _field("linux", bakes="wheels")
-    arch: str = _field("x86_64", bakes="wheels")
+    arch: Arch = _field("x86_64", bakes="wheels")
     glibc: str = _field("2.35", bakes="image")  # Ubuntu 22.04, the CUDA base image
+
+    @property
+    def platform(self) -> str:
+        """The OCI platform (`linux/amd64`, `linux/arm64`): kaniko's and crane's `--platform`,
+        an image index entry's."""
+        return f"{self.os}/{OCI_ARCH[self.arch]}"
 
 
 @dataclasses.dataclass(**_KW)
@@ -332,11 +350,10 @@ class ClusterSettings:
                                   bakes="image")
     # crane (go-containerregistry's release archive with `crane` at its top) and its sha256:
     # the script overlays the executor with it. Refresh both together from the release's
-    # checksums.txt.
-    crane_url: str = _field("https://github.com/google/go-containerregistry/releases/download/"
-                            "v0.20.3/go-containerregistry_Linux_x86_64.tar.gz", url=True, bakes="none")
-    crane_sha256: str = _field("36c67a932f489b3f2724b64af90b599a8ef2aa7b004872597373c0ad694dc059",
-                               check=values.sha256_hex, bakes="none")
+    # checksums.txt. Empty (both): crane v0.20.3's archive for the variant's target.arch
+    # (CRANE_ARCHIVES); set both or neither.
+    crane_url: str = _field("", url=True, bakes="none")
+    crane_sha256: str = _field("", check=values.optional(values.sha256_hex), bakes="none")
     # The gzip level kaniko writes layers at. go-containerregistry's default is BestSpeed (1):
     # the demo's slices came out 9-22% over the plan; at 9 its MB-sized slices were within
     # 2% (the planner predicts a layer as the sum of its wheels, deflated at about that level).
@@ -396,8 +413,20 @@ class Variant:
     build: BuildSettings
     registry: RegistrySettings
     launcher: LauncherSettings
+    target: TargetSpec
+    cluster: ClusterSettings
     slices: Path  # its own committed slice files (build.slices/PROFILE[/VARIANT])
-    shared_slices: Path  # the slices every variant of the profile shares (build.slices/PROFILE/shared)
+    # the slices the profile's variants of its platform share: build.slices/PROFILE/shared for
+    # the first variant's platform, build.slices/PROFILE/shared-ARCH for another (their bytes differ)
+    shared_slices: Path
+
+    @property
+    def crane_archive(self) -> tuple[str, str]:
+        """(url, sha256) of the crane archive its job fetches: the configured one, else the
+        pinned release archive of its target.arch."""
+        cluster = self.cluster
+        return ((cluster.crane_url, cluster.crane_sha256) if cluster.crane_url
+                else CRANE_ARCHIVES[self.target.arch])
 
     @property
     def shown(self) -> str:
@@ -423,10 +452,11 @@ class Config:
     """The whole resolved config, for one of the profile's variants; paths are absolute.
 
     A profile may declare variants ([tool.gpurl.profiles.NAME.variants.VARIANT]): images of one
-    workspace with other extras/groups, each with its own Dockerfile, tag prefix and launcher
-    variable; one that declares none has one implicit variant. The config is resolved for one
-    of them (`variant`, default: the first): `python`, `build`, `registry` and `launcher` are
-    read through it, so no copy is kept in step. `variants` holds them all, in file order;
+    workspace with other extras/groups or another platform, each with its own Dockerfile, tag
+    prefix and launcher variable; one that declares none has one implicit variant. The config
+    is resolved for one of them (`variant`, default: the first): `python`, `build`,
+    `registry`, `launcher`, `target` and `cluster` are read through it, so no copy is kept in
+    step. `variants` holds them all, in file order;
     `for_variant` gives the config of another.
     """
 
@@ -437,10 +467,16 @@ class Config:
     variant: Variant
     variants: tuple[Variant, ...]
     backend: Backend = "iris"
-    target: TargetSpec = TargetSpec()
     layers: LayerSettings = LayerSettings()
-    cluster: ClusterSettings = ClusterSettings()
     verify: VerifySettings = VerifySettings()
+
+    @property
+    def target(self) -> TargetSpec:
+        return self.variant.target
+
+    @property
+    def cluster(self) -> ClusterSettings:
+        return self.variant.cluster
 
     @property
     def python(self) -> PythonSelection:
@@ -471,8 +507,8 @@ class Config:
         return dataclasses.replace(self, variant=variant)
 
     def with_variant_settings(self, **sections: Any) -> Config:
-        """This config with its variant's `python`, `build`, `registry` or `launcher`
-        replaced (in `variants` too, so `for_variant` keeps the change)."""
+        """This config with its variant's `python`, `build`, `registry`, `launcher`, `target`
+        or `cluster` replaced (in `variants` too, so `for_variant` keeps the change)."""
         changed = dataclasses.replace(self.variant, **sections)
         return dataclasses.replace(self, variant=changed, variants=tuple(
             changed if v.name == changed.name else v for v in self.variants))
@@ -489,7 +525,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "launcher": LauncherSettings,
 }
 _TOP_KEYS = ("workspace", "lock", "backend")
-_VARIANT_SECTIONS = ("python", "build", "registry", "launcher")  # each variant has its own
+_VARIANT_SECTIONS = ("python", "build", "registry", "launcher", "target", "cluster")  # each its own
+_VARIANT_TABLES = ("build", "target", "cluster")  # a variant's sub-tables, each its section's keys
 # What a change of a top key bakes: the workspace and the lock are copied and installed; the
 # backend picks where the build runs, and both backends bake the same inputs.
 _TOP_BAKES: dict[str, Bakes] = {"workspace": "image", "lock": "image", "backend": "none"}
@@ -795,10 +832,32 @@ def load_config(
     order = (chosen, *(n for n in names if n != chosen)) if names else ()
     resolved = {n: _resolve_variant(profile_table, name, n, first=n == names[0], shared=shared,
                                     late=late, own=own, resolve=resolve) for n in order}
-    variants = tuple(resolved[n] for n in names) or (_implicit_variant(name, own),)
+    variants = _platform_shares(tuple(resolved[n] for n in names)
+                                or (_implicit_variant(name, own),), name)
     return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
-                  variant=resolved[chosen] if names else variants[0], variants=variants,
+                  variant=next(v for v in variants if v.name == chosen) if names else variants[0],
+                  variants=variants,
                   **{k: v for k, v in own.items() if k not in _VARIANT_SECTIONS})
+
+
+def _platform_shares(variants: tuple[Variant, ...], profile: str) -> tuple[Variant, ...]:
+    """The variants with their shared slices per platform: variants of another target than
+    the first share only among themselves (build.slices/PROFILE/shared-ARCH), since their
+    bytes differ. Two other platforms of one arch (another python, say) would be one directory."""
+    first = variants[0].target
+    seen: dict[str, TargetSpec] = {}
+    out = []
+    for variant in variants:
+        if variant.target == first:
+            out.append(variant)
+            continue
+        directory = f"{SHARED}-{variant.target.arch}"
+        if seen.setdefault(directory, variant.target) != variant.target:
+            raise ConfigError(f"profile {profile!r} has two {variant.target.arch} targets that "
+                              f"differ (variant {variant.name!r})",
+                              hint="give every variant of one arch the same target table")
+        out.append(dataclasses.replace(variant, shared_slices=variant.shared_slices.with_name(directory)))
+    return tuple(out)
 
 
 def _chosen_profile(tool: Mapping[str, Any], wanted: str | None) -> tuple[str, Mapping[str, Any]]:
@@ -861,9 +920,11 @@ def _top_settings(merged: Settings, root: Path) -> tuple[Path, Path, Backend]:
 def _implicit_variant(profile: str, sections: Mapping[str, Any]) -> Variant:
     """The one variant of a profile that declares none: the profile's own settings."""
     build = sections["build"]
-    return Variant(name=DEFAULT_VARIANT, declared=False, python=sections["python"], build=build,
-                   registry=sections["registry"], launcher=sections["launcher"],
-                   slices=build.slices / profile, shared_slices=build.slices / profile / SHARED)
+    return _checked(Variant(
+        name=DEFAULT_VARIANT, declared=False, python=sections["python"], build=build,
+        registry=sections["registry"], launcher=sections["launcher"], target=sections["target"],
+        cluster=sections["cluster"], slices=build.slices / profile,
+        shared_slices=build.slices / profile / SHARED), f"[tool.gpurl.profiles.{profile}]")
 
 
 def _sections(merged: Settings, root: Path, workspace: Path) -> dict[str, Any]:
@@ -903,9 +964,11 @@ def _variant_names(profile: Mapping[str, Any], name: str,
     table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
     names = tuple(values.profile_name(n, f"a variant name in [tool.gpurl.profiles.{name}.variants]")
                   for n in table)
-    if SHARED in names:
-        raise ConfigError(f"a variant of profile {name!r} is named {SHARED!r}",
-                          hint=f"{SHARED!r} is the directory of the slices every variant shares")
+    for taken in names:
+        if taken == SHARED or taken.startswith(f"{SHARED}-"):
+            raise ConfigError(f"a variant of profile {name!r} is named {taken!r}",
+                              hint=f"{SHARED!r} and {SHARED}-ARCH are the directories of the "
+                                   "slices a platform's variants share")
     if not names:
         if wanted:
             values.one_line(wanted, "--variant")
@@ -925,20 +988,24 @@ def _variant_values(table: Mapping[str, Any], where: str, shared: Settings) -> d
     """A variant table's keys as the dotted keys they set (its `build` table's too; its
     import-asserts are added to the profile's), with where each came from."""
     keys = dict(_table(table, where))
-    build = _table(keys.pop("build", {}), f"{where[:-1]}.build]")
+    tables = {section: _table(keys.pop(section, {}), f"{where[:-1]}.{section}]")
+              for section in _VARIANT_TABLES}
     found: dict[str, Setting] = {}
     for key in keys:
         if key not in _VARIANT_KEYS:
             close = difflib.get_close_matches(key, list(_VARIANT_KEYS), n=1)
             raise ConfigError(f"unknown variant key {key!r} in {where}",
                               hint=f"did you mean {close[0]!r}?" if close else
-                              f"a variant sets {', '.join(_VARIANT_KEYS)} and a build table")
-    # the variant's own build pins (compiled-wheel versions, fork commit, torch, wheelhouse...)
-    build_where = f"{where[:-1]}.build]"
-    for key, value in build.items():
-        if f"build.{key}" not in _known_keys():
-            raise _unknown(f"build.{key}", build_where)
-        found[f"build.{key}"] = Setting(value, build_where)
+                              f"a variant sets {', '.join(_VARIANT_KEYS)} and "
+                              f"{', '.join(_VARIANT_TABLES)} tables")
+    # the variant's own build pins (compiled-wheel versions, fork commit, torch, base image,
+    # CUDA arch list...), its platform (target.arch...) and its cluster (name, crane archive)
+    for section, sub in tables.items():
+        sub_where = f"{where[:-1]}.{section}]"
+        for key, value in sub.items():
+            if f"{section}.{key}" not in _known_keys():
+                raise _unknown(f"{section}.{key}", sub_where)
+            found[f"{section}.{key}"] = Setting(value, sub_where)
     for key, value in keys.items():
         dotted = _VARIANT_KEYS[key]
         if key == "import-asserts":
@@ -986,9 +1053,30 @@ def _resolve_variant(profile: Mapping[str, Any], name: str, variant: str, *, fir
                      if f"{section}.{_key(f)}" not in keys and f"{section}.{_key(f)}" not in late}
             sections[section] = dataclasses.replace(sections[section], **unset)
     build = sections["build"]
-    return Variant(name=variant, declared=True, python=sections["python"], build=build,
-                   registry=sections["registry"], launcher=sections["launcher"],
-                   slices=build.slices / name / variant, shared_slices=build.slices / name / SHARED)
+    return _checked(Variant(
+        name=variant, declared=True, python=sections["python"], build=build,
+        registry=sections["registry"], launcher=sections["launcher"], target=sections["target"],
+        cluster=sections["cluster"], slices=build.slices / name / variant,
+        shared_slices=build.slices / name / SHARED), where)
+
+
+def _checked(variant: Variant, where: str) -> Variant:
+    """`variant`, once its crane archive is known to match its platform: both of
+    cluster.crane-url and crane-sha256 or neither, and no other arch's archive (an x86_64 crane
+    cannot run in a GB200 job)."""
+    cluster, arch = variant.cluster, variant.target.arch
+    if bool(cluster.crane_url) != bool(cluster.crane_sha256):
+        raise ConfigError(f"cluster.crane-url and cluster.crane-sha256 go together (in {where})",
+                          hint="set both (the archive and its sha256 from the release's "
+                               "checksums.txt), or neither for the pinned archive of target.arch")
+    others = {OCI_ARCH[a] for a in OCI_ARCH if a != arch} | {a for a in OCI_ARCH if a != arch}
+    name = cluster.crane_url.rsplit("/", 1)[-1]
+    if any(other in name for other in others):
+        raise ConfigError(f"cluster.crane-url {name!r} is not an archive for {arch}, and target.arch "
+                          f"is {arch} (in {where})",
+                          hint=f"point it at go-containerregistry's Linux_{OCI_ARCH[arch]} "
+                               f"archive, or leave crane-url and crane-sha256 unset")
+    return variant
 
 
 def load_committed_config(root: Path, profile: str | None, variant: str | None = None) -> Config:

@@ -30,7 +30,7 @@ PURPOSE: dict[str, str] = {
     "python.no-dev": "leave out the dev group (`--no-dev`)",
     "target.python": "the image's Python version (the lock's markers and wheel tags are read for it)",
     "target.os": "the image's operating system",
-    "target.arch": "the image's CPU architecture",
+    "target.arch": "the image's CPU architecture (x86_64: H100 nodes; aarch64: GB200 nodes)",
     "target.glibc": "the image's glibc (manylinux tags); 2.35 is Ubuntu 22.04, the CUDA base",
     "layers.cap": "the largest slice layer the planner makes",
     "layers.basis": "the size the cap applies to",
@@ -98,8 +98,9 @@ PURPOSE: dict[str, str] = {
     "cluster.task-image": "the image the job runs in (the executor is overlaid on it)",
     "cluster.cache-repo": "kaniko's layer cache repository (empty: REGISTRY_IMAGE/cache)",
     "cluster.kaniko-executor": "the kaniko executor image, pinned by digest",
-    "cluster.crane-url": "the go-containerregistry release archive the script takes crane from",
-    "cluster.crane-sha256": "its sha256",
+    "cluster.crane-url": ("the go-containerregistry release archive the script takes crane from "
+                          "(empty: v0.20.3's for target.arch)"),
+    "cluster.crane-sha256": "its sha256 (set with crane-url, or neither)",
     "cluster.compression-level": ("the gzip level kaniko writes layers at (9 keeps slices within 2% of "
                                   "the plan)"),
     "cluster.snapshot-mode": "how kaniko finds a RUN's changes: full hashes contents, redo compares metadata",
@@ -174,8 +175,9 @@ def _where(dotted: str) -> str:
     variant = [k for k, target in cfg._VARIANT_KEYS.items() if target == dotted]
     if variant:
         places.append(f"variant (`{variant[0]}`)")
-    if dotted.startswith("build."):
-        places.append("variant build table")
+    section = dotted.split(".", 1)[0]
+    if section in cfg._VARIANT_TABLES:
+        places.append(f"variant {section} table")
     return ", ".join(places)
 
 
@@ -199,7 +201,8 @@ def render() -> str:
         "`[tool.gpurl.profiles.NAME.SECTION]` table (profile); the top keys directly in",
         "`[tool.gpurl]` or `[tool.gpurl.profiles.NAME]`. A variant",
         "(`[tool.gpurl.profiles.NAME.variants.VARIANT]`) sets the keys named in its column under",
-        "their variant name, and any `build` key in its `build` table. The variable",
+        "their variant name, and any `build`, `target` or `cluster` key in its table of that",
+        "name (a GB200 variant: `target.arch = \"aarch64\"`, its cluster and base image). The variable",
         "overrides the file; a task flag overrides the variable. Unknown keys are an error.",
         "Its change needs: what `invoke rebuild-needed` answers when the key alone changed",
         "(`wheels+image`: the compiled wheels and the image; `image`; `none`: not baked).",

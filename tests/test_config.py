@@ -291,3 +291,63 @@ def test_a_path_shaped_variant_name_is_one_line(tmp_path: Path, name: str) -> No
     assert "\n" not in err.value.message
     with pytest.raises(ConfigError, match="a variant name of profile 'gpu-rl'"):
         load_config(REPO_ROOT, profile="gpu-rl", env={}, variant=name)
+
+
+PLATFORMS = VARIANTS + """
+[tool.gpurl.profiles.a.variants.gb200]
+launcher-variable = "TWO_IMAGE"
+[tool.gpurl.profiles.a.variants.gb200.target]
+arch = "aarch64"
+[tool.gpurl.profiles.a.variants.gb200.cluster]
+name = "cw-us-east-08a"
+[tool.gpurl.profiles.a.variants.gb200.build]
+cuda-arch-list = "10.0"
+"""
+
+
+def test_a_variant_has_its_own_platform_cluster_and_crane(root: Path) -> None:
+    """A GB200 variant sets target.arch, its cluster and build pins in its own tables; the
+    other variants keep the profile's. Variants of another platform share their own slices
+    (shared-ARCH), and each job fetches the crane archive of its own arch."""
+    (root / "pyproject.toml").write_text(PLATFORMS)
+    one, two, gb200 = load_config(root, env={}).variants
+    assert (one.target.arch, two.target.arch, gb200.target.arch) == ("x86_64", "x86_64", "aarch64")
+    assert (one.target.platform, gb200.target.platform) == ("linux/amd64", "linux/arm64")
+    assert (one.cluster.name, gb200.cluster.name) == ("cw-us-east-02a", "cw-us-east-08a")
+    assert (one.build.cuda_arch_list, gb200.build.cuda_arch_list) == ("", "10.0")
+    assert one.shared_slices == two.shared_slices and one.shared_slices.name == "shared"
+    assert gb200.shared_slices == one.shared_slices.with_name("shared-aarch64")
+    assert one.crane_archive[0].endswith("_Linux_x86_64.tar.gz")
+    assert gb200.crane_archive[0].endswith("_Linux_arm64.tar.gz")
+    assert gb200.crane_archive[1] != one.crane_archive[1]
+    chosen = load_config(root, env={}, variant="gb200")
+    assert (chosen.target.arch, chosen.cluster.name) == ("aarch64", "cw-us-east-08a")
+    with pytest.raises(ConfigError, match=r"unknown config key 'target\.archh'"):
+        (root / "pyproject.toml").write_text(PLATFORMS.replace('arch = "aarch64"', 'archh = "x"'))
+        load_config(root, env={})
+
+
+@pytest.mark.parametrize(("cluster", "wanted"), [
+    ('crane-url = "https://example.test/go-containerregistry_Linux_x86_64.tar.gz"\n'
+     f'crane-sha256 = "{"a" * 64}"', r"is not an archive for aarch64"),
+    ('crane-url = "https://example.test/crane_Linux_arm64.tar.gz"',
+     r"crane-url and cluster\.crane-sha256 go together"),
+    ('name = "x"\n[tool.gpurl.profiles.a.variants.gb200.target]\narch = "arm"',
+     r"target\.arch.*one of"),
+])
+def test_a_variants_crane_and_arch_are_checked(root: Path, cluster: str, wanted: str) -> None:
+    """An aarch64 job given an x86_64 crane, a crane URL without its sha256, or an arch gpurl
+    does not build: one line naming the key, where the config is read."""
+    text = PLATFORMS.replace('name = "cw-us-east-08a"', cluster)
+    if 'arch = "arm"' in cluster:
+        text = text.replace('[tool.gpurl.profiles.a.variants.gb200.target]\narch = "aarch64"\n', "")
+    (root / "pyproject.toml").write_text(text)
+    with pytest.raises(ConfigError, match=wanted) as err:
+        load_config(root, env={})
+    assert "\n" not in err.value.message
+
+
+def test_a_variant_named_like_a_platforms_shared_slices_is_refused(root: Path) -> None:
+    (root / "pyproject.toml").write_text(VARIANTS.replace("variants.one]", 'variants."shared-aarch64"]'))
+    with pytest.raises(ConfigError, match="is named 'shared-aarch64'"):
+        load_config(root, env={})

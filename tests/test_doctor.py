@@ -13,6 +13,7 @@ are also tested from recorded output of the pinned release (which lacks kubernet
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -331,6 +332,7 @@ def _healthy(repo: Path, tmp_path: Path, open_registry: RegistryServer,
             "GPURL_CLUSTER_KANIKO_EXECUTOR":
                 f"{open_registry.host}/kaniko/executor@{executor.manifest_digest}",
             "GPURL_CLUSTER_CRANE_URL": f"{files}/crane.tar.gz",
+            "GPURL_CLUSTER_CRANE_SHA256": hashlib.sha256(b"crane").hexdigest(),
             **_iris_standin(tmp_path)}
 
 
@@ -413,9 +415,10 @@ def test_a_host_this_machine_cannot_reach_is_said_so_not_misread(repo: Path) -> 
         "GPURL_BUILD_WHEEL_BASE_URL": f"http://{unreachable}/wheels",
         "GPURL_CLUSTER_KANIKO_EXECUTOR": f"{unreachable}/kaniko/executor@sha256:" + "a" * 64,
         "GPURL_CLUSTER_CRANE_URL": f"http://{unreachable}/crane.tar.gz",
+        "GPURL_CLUSTER_CRANE_SHA256": "b" * 64,
         "GPURL_REGISTRY_INSECURE": "1"})
     checks = (doctor.prebuilt_wheels(config), doctor.executor_pin(config, {}),
-              doctor.crane_url(config.cluster.crane_url))
+              doctor.crane_url(config.variant.crane_archive[0]))
     for check in checks:
         assert check.failed, check
         assert "from this machine" in check.detail and "127.0.0.1" in check.detail, check

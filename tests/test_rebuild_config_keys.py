@@ -82,6 +82,8 @@ OTHER: dict[str, Any] = {
 MOVED_PATHS = {"workspace": "rl2", "lock": "moved.lock"}
 # Keys whose value follows another's: moving the workspace moves what is relative to it.
 FOLLOWS = {"workspace": {"lock", "launcher.path"}}
+# Keys set only together (config refuses one without the other): the edit writes both.
+TOGETHER = {"cluster.crane-url": "cluster.crane-sha256", "cluster.crane-sha256": "cluster.crane-url"}
 # Keys with a single valid value: nothing to edit.
 ONE_VALUE = {"target.os": "images are linux only (config refuses any other)"}
 
@@ -132,6 +134,8 @@ def _current(repo: Repo, dotted: str) -> Any:
 def _edit(repo: Repo, dotted: str, value: Any) -> None:
     """Set `dotted` in the profile's table of pyproject.toml (the fixture's only profile)."""
     line = f"{dotted.rsplit('.', 1)[-1]} = {json.dumps(value)}\n"
+    if dotted in TOGETHER:
+        line += f"{TOGETHER[dotted].rsplit('.', 1)[-1]} = {json.dumps(OTHER[TOGETHER[dotted]])}\n"
     text = GPURL_PYPROJECT
     if "." not in dotted:
         if dotted == "workspace":
@@ -175,7 +179,8 @@ def test_a_key_edited_alone_is_answered_by_its_class(tmp_path: Path, dotted: str
     expected = ANSWER[cfg.declared_bakes()[dotted]]
     assert report.verdict == expected, report.human()
     named = {r.detail.split(" ", 1)[0] for r in report.decision.reasons if r.kind == "config"}
-    assert named == {dotted} | FOLLOWS.get(dotted, set()), report.human()
+    together = {TOGETHER[dotted]} if dotted in TOGETHER else set()
+    assert named == {dotted} | FOLLOWS.get(dotted, set()) | together, report.human()
 
 
 # The runbook's section 9: what a rebuild is required for, and what it is not.
@@ -204,7 +209,7 @@ def test_the_config_fingerprint_covers_exactly_the_baked_keys(tmp_path: Path) ->
     repo = Repo(tmp_path / "repo")
     config = repo.config()
     first = cfg.config_fingerprint(config)
-    cpu = dataclasses.replace(config, cluster=dataclasses.replace(config.cluster, cpu=96))
+    cpu = config.with_variant_settings(cluster=dataclasses.replace(config.cluster, cpu=96))
     assert cfg.config_fingerprint(cpu) == first
     fork = config.with_variant_settings(build=dataclasses.replace(
         config.build, vllm_fork_commit="1111111aa"))

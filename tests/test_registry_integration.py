@@ -375,7 +375,7 @@ def test_verify_reads_each_written_slices_record(registry: RegistryServer) -> No
     push_image(registry.url, "org/rimg/cache", [random_layer(20_000, "other", seed=99)],
                tag=tags[1])  # the same slice written into other bytes; tags[2] never recorded
     config = load_config(REPO_ROOT, profile="demo", env={})
-    config = dataclasses.replace(config, cluster=dataclasses.replace(
+    config = config.with_variant_settings(cluster=dataclasses.replace(
         config.cluster, cache_repo=f"{registry.host}/org/rimg/cache"))
     rules = Rules(cap=10**9, hard_limit=2 * 10**9, min_layers=1)
     with quick_client(registry.host) as client:

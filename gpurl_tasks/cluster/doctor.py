@@ -556,7 +556,7 @@ def run_doctor(config: Config, env: Mapping[str, str], *,
     checks += [prebuilt_wheels(config) if cluster else _skip("prebuilt-wheels", not_cluster),
                generated_files(config), immutable_tag(config, env, source)]
     if cluster:
-        checks += [executor_pin(config, env), crane_url(config.cluster.crane_url)]
+        checks += [executor_pin(config, env), crane_url(config.variant.crane_archive[0])]
     secrets = (found.token,) if found else ()
     return DoctorReport(profile=config.profile, variant=config.variant.shown,
                         checks=_redacted(checks, secrets))

@@ -46,7 +46,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from gpurl_tasks.config import BuildSettings, TargetSpec
+from gpurl_tasks.config import Arch, BuildSettings, TargetSpec
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.plan.model import ProvidedPackage
 from gpurl_tasks.plan.target import target_tags
@@ -99,7 +99,7 @@ class WheelPins:
     torch_version: str
     cuda_tag: str  # "cu128"
     python: str  # "3.12"
-    arch: str  # "x86_64"
+    arch: Arch  # "x86_64", "aarch64"
     glibc: str  # "2.28": the newest manylinux the target accepts
     cuda_arch_list: str = ""  # TORCH_CUDA_ARCH_LIST of the compile, "8.0;9.0"; "" unset
 

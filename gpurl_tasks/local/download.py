@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from gpurl_tasks import proc
-from gpurl_tasks.config import TargetSpec
+from gpurl_tasks.config import Arch, TargetSpec
 from gpurl_tasks.errors import BuildError, ConfigError
 from gpurl_tasks.local.pyindex import project_of, release_of
 from gpurl_tasks.plan.lock import Lock
@@ -48,7 +48,7 @@ class DownloadTarget:
     implementation: str = "cp"
 
     @classmethod
-    def for_target(cls, *, python: str, glibc: str, arch: str) -> DownloadTarget:
+    def for_target(cls, *, python: str, glibc: str, arch: Arch) -> DownloadTarget:
         """Every manylinux tag a glibc `glibc` machine of `arch` accepts (pip does not expand
         `manylinux_2_X` platforms itself), newest first."""
         spec = TargetSpec(python=python, os="linux", arch=arch, glibc=glibc)

@@ -196,6 +196,16 @@ class Plan:
     layout: Layout = dataclasses.field(default_factory=Layout)
     # the slices staged on the ones below them (the lock's build settings; plan/buildenv.py)
     builds: tuple[SliceBuild, ...] = ()
+    # the image's OCI platform (target.os/arch), and the profile's other platforms: their
+    # variants share no slice with this one, since a slice's files are its platform's wheels
+    platform: str = "linux/amd64"
+    apart_from: tuple[str, ...] = ()
+
+    @property
+    def native_slices(self) -> tuple[str, ...]:
+        """Slices uv builds a package of (an sdist, a git source: no wheel for the target):
+        they are written on a builder of the image's own platform, never staged from another."""
+        return tuple(layer.name for layer in self.layers if any(p.built for p in layer.packages))
 
     def build_of(self, layer: Layer) -> SliceBuild | None:
         return next((b for b in self.builds if b.name == layer.name), None)
@@ -240,6 +250,9 @@ class Plan:
             "provided": [p.to_json() for p in self.provided],
             "history_versions": self.history,
             "shared_layers": self.shared,
+            "platform": self.platform,
+            "shares_no_slice_with": list(self.apart_from),
+            "native_slices": list(self.native_slices),
             "mode": self.mode,
             "packed_by": {"own_layer": self.layout.own_layer,
                           "tail_groups": self.layout.tail_groups,
@@ -271,5 +284,7 @@ class Plan:
             "local": list(self.local),
             "mode": self.mode,
         }
+        if self.platform != "linux/amd64":  # another platform's slices hold other files
+            canonical["platform"] = self.platform
         blob = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()

@@ -32,6 +32,7 @@ __all__ = [
     "plan_for_config",
     "plan_profile",
     "plan_views",
+    "platform_groups",
     "profile_inputs",
 ]
 
@@ -46,20 +47,20 @@ def local_install_flags(lock: Lock, closure: Closure) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def _variant_input(config: Config, parsed: Lock, variant: Variant,
+def _variant_input(parsed: Lock, variant: Variant,
                    sources: SizeSources) -> VariantInput:
     """One variant's closure, sizes, slice lines and flags."""
-    selection, build = variant.python, variant.build
-    closure = install_closure(parsed, config.target, selection)
+    selection, build, target = variant.python, variant.build, variant.target
+    closure = install_closure(parsed, target, selection)
     wanted = set(provided_names(build.wheel_globs))
     provided = tuple(
         ProvidedPackage(name=p.name, version=p.version or "",
-                        requirements=requirements_on(parsed, closure, config.target,
+                        requirements=requirements_on(parsed, closure, target,
                                                      selection, p.name))
         for p in closure.packages if p.name in wanted)
     installed = [p for p in closure.packages if p.name not in wanted]
     return VariantInput(
-        name=variant.name, sizes=tuple(package_sizes(installed, target_tags(config.target), sources)),
+        name=variant.name, sizes=tuple(package_sizes(installed, target_tags(target), sources)),
         sync_flags=sync_selection_flags(selection, local_flags=local_install_flags(parsed, closure)),
         local=tuple(p.name for p in closure.local), provided=provided,
         lines={p.name: slice_line(p) for p in installed},
@@ -94,7 +95,7 @@ def profile_inputs(config: Config) -> tuple[VariantInput, ...]:
     parsed = load_lock(config.lock)
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
     settings = load_build_settings(config.workspace)
-    return tuple(dataclasses.replace(_variant_input(config, parsed, v, sources),
+    return tuple(dataclasses.replace(_variant_input(parsed, v, sources),
                                      build_settings=settings) for v in config.variants)
 
 
@@ -110,15 +111,31 @@ def plan_profile(config: Config, *, repack: bool = False, max_slices: int | None
         return version_changes(config.lock)
 
     inputs = profile_inputs(config) if inputs is None else inputs
-    plans = plan_images(
-        inputs, cap=config.layers.cap, basis=config.layers.basis,
-        shared=None if repack else read_assignment(config.variant.shared_slices) or None,
-        previous={} if repack else {v.name: read_assignment(v.slices) for v in config.variants},
-        learn=learn, layout=layout)
-    return {v.name: dataclasses.replace(plans[v.name], local_paths=v.local_paths,
-                                        outside_lock=v.outside_lock,
-                                        builds=slice_builds(plans[v.name], v.build_settings))
-            for v in inputs}
+    plans: dict[str, Plan] = {}
+    for group in platform_groups(config.variants):  # another platform's bytes differ: no sharing
+        names = {v.name for v in group}
+        plans.update(plan_images(
+            [v for v in inputs if v.name in names], cap=config.layers.cap,
+            basis=config.layers.basis,
+            shared=None if repack else read_assignment(group[0].shared_slices) or None,
+            previous={} if repack else {v.name: read_assignment(v.slices) for v in group},
+            learn=learn, layout=layout))
+    platform = {v.name: v.target.platform for v in config.variants}
+    every = sorted(set(platform.values()))
+    return {v.name: dataclasses.replace(
+        plans[v.name], local_paths=v.local_paths, outside_lock=v.outside_lock,
+        builds=slice_builds(plans[v.name], v.build_settings), platform=platform[v.name],
+        apart_from=tuple(p for p in every if p != platform[v.name])) for v in inputs}
+
+
+def platform_groups(variants: Sequence[Variant]) -> list[tuple[Variant, ...]]:
+    """The profile's variants by platform (target), in file order: each group is planned
+    together and shares its lowest slices; two groups share none, since a slice's files are
+    another platform's wheels."""
+    groups: dict[object, list[Variant]] = {}
+    for variant in variants:
+        groups.setdefault(variant.target, []).append(variant)
+    return [tuple(group) for group in groups.values()]
 
 
 def plan_for_config(config: Config, *, repack: bool = False) -> Plan:

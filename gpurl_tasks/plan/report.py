@@ -45,6 +45,11 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
         *([f"shared with every variant: the lowest {plan.shared} slice layer(s) "
            f"({format_bytes(sum(la.compressed_bytes for la in plan.layers[:plan.shared]))})"]
           if plan.shared else []),
+        *([f"platform {plan.platform}: shares no slice with the profile's "
+           f"{', '.join(plan.apart_from)} image(s) (its slices are its platform's wheels)"]
+          if plan.apart_from else []),
+        *([f"written on a {plan.platform} builder only (uv builds a package): "
+           f"{', '.join(plan.native_slices)}"] if plan.apart_from and plan.native_slices else []),
         *([f"the layer limit's budget: {plan.layout.max_slices} slices; planned with own-layer "
            f"{format_bytes(plan.layout.own_layer)}, {plan.layout.tail_groups} group(s)"]
           if plan.mode == "independent" and plan.layout.max_slices is not None else []),
