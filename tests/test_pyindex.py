@@ -130,6 +130,52 @@ def test_missing_pins_match_name_and_version_normalized(tmp_path: Path) -> None:
         == ["foo-bar==2"]
 
 
+def test_wheel_machines_read_linux_platform_tags() -> None:
+    assert download.wheel_machines(
+        "pyyaml-6.0.4-cp311-cp311-manylinux2014_aarch64.manylinux_2_17_aarch64.whl") \
+        == {"aarch64"}
+    assert download.wheel_machines("a-1-cp311-cp311-manylinux1_x86_64.linux_x86_64.whl") \
+        == {"x86_64"}
+    assert download.wheel_machines("a-1-py3-none-any.whl") == frozenset()
+    assert download.wheel_machines("a-1-cp311-cp311-musllinux_1_2_aarch64.whl") == frozenset()
+    assert download.wheel_machines("a-1-cp311-cp311-macosx_11_0_arm64.whl") == frozenset()
+    assert download.wheel_machines("a-1.tar.gz") == frozenset()
+
+
+def test_missing_platform_pins_are_checked_per_machine(tmp_path: Path) -> None:
+    lock = """
+version = 1
+[[package]]
+name = "a"
+version = "1.0"
+source = { registry = "http://127.0.0.1:5008/simple" }
+wheels = [
+    { url = "http://127.0.0.1:5008/files/a-1.0-cp311-cp311-manylinux_2_17_x86_64.whl" },
+    { url = "http://127.0.0.1:5008/files/a-1.0-cp311-cp311-manylinux_2_17_aarch64.whl" },
+    { url = "http://127.0.0.1:5008/files/a-1.0-cp312-cp312-manylinux_2_17_aarch64.whl" },
+]
+[[package]]
+name = "b"
+version = "2.0"
+source = { registry = "http://127.0.0.1:5008/simple" }
+wheels = [{ url = "http://127.0.0.1:5008/files/b-2.0-py3-none-any.whl" }]
+[[package]]
+name = "c"
+version = "3.0"
+source = { directory = "c" }
+"""
+    parsed = parse_lock(lock)
+    assert download.missing_platform_pins(parsed, tmp_path / "none") \
+        == {"aarch64": ["a==1.0"], "x86_64": ["a==1.0"]}
+    (tmp_path / "a-1.0-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"")
+    (tmp_path / "b-2.0-py3-none-any.whl").write_bytes(b"")
+    # the x86_64 wheel satisfies `missing_pins` (name and version) but serves no aarch64 sync
+    assert download.missing_pins(["a==1.0"], tmp_path) == []
+    assert download.missing_platform_pins(parsed, tmp_path) == {"aarch64": ["a==1.0"]}
+    (tmp_path / "a-1.0-cp311-cp311-manylinux_2_17_aarch64.whl").write_bytes(b"")
+    assert download.missing_platform_pins(parsed, tmp_path) == {}
+
+
 def test_download_target_lists_every_older_manylinux_tag() -> None:
     target = download.DownloadTarget.for_target(python="3.11", glibc="2.36", arch="x86_64")
     assert target.platforms[0] == "manylinux_2_36_x86_64"

@@ -1,6 +1,8 @@
 """Filling the local package index's directory: `pip download` of exact pins for the image's
 target platform (pip is the ordinary client that can download wheels for another platform),
-and what a lock or a workspace's build needs that the directory does not hold yet.
+and what a lock or a workspace's build needs that the directory does not hold yet. A lock
+resolved for several linux machines (uv's `environments`, e.g. x86_64 and aarch64) needs each
+machine's wheels served: `missing_platform_pins` says which are absent, per machine.
 
 The lock is read by `plan/lock.py` (the one reader); a file in the directory is named by
 `pyindex.release_of`, as the index serves it.
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from gpurl_tasks import proc
@@ -33,9 +35,11 @@ __all__ = [
     "download",
     "lock_files",
     "missing_pins",
+    "missing_platform_pins",
     "pins_from_lock",
     "unmatched_lock_files",
     "unsatisfied",
+    "wheel_machines",
 ]
 
 
@@ -133,6 +137,43 @@ def unmatched_lock_files(lock: Lock, directory: Path) -> list[str]:
     present = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
     return sorted(pin for pin, names in lock_files(lock).items()
                   if names and not names & present)
+
+
+# manylinux_2_17_aarch64, manylinux2014_aarch64, manylinux1_x86_64, linux_aarch64 -> the machine
+_LINUX_PLATFORM = re.compile(r"(?:manylinux_\d+_\d+|manylinux\d+|linux)_(\w+)")
+
+
+def wheel_machines(filename: str) -> frozenset[str]:
+    """The linux machines (`platform_machine`) a wheel file is built for; empty for a pure
+    wheel, another OS's, or a name that is not a wheel's."""
+    try:
+        _, _, _, wheel_tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return frozenset()
+    return frozenset(m.group(1) for t in wheel_tags
+                     if (m := _LINUX_PLATFORM.fullmatch(t.platform)))
+
+
+def missing_platform_pins(lock: Lock, directory: Path) -> dict[str, list[str]]:
+    """machine -> the lock's registry pins that record linux wheels for that machine of which
+    `directory` holds none: what `pip download` must still fetch for that platform.
+
+    Checked per machine, not per name and version: an x86_64 wheel does not serve an aarch64
+    sync. The lock's `environments` bound the machines (every gpurl lock sets them).
+    """
+    present = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
+    missing: dict[str, set[str]] = {}
+    for pkg in lock.packages:
+        if pkg.source_kind != "registry":
+            continue
+        by_machine: dict[str, set[str]] = {}
+        for wheel in pkg.wheels:
+            for machine in wheel_machines(wheel.filename):
+                by_machine.setdefault(machine, set()).add(wheel.filename)
+        for machine, names in by_machine.items():
+            if not names & present:
+                missing.setdefault(machine, set()).add(f"{pkg.name}=={pkg.version}")
+    return {machine: sorted(pins) for machine, pins in sorted(missing.items())}
 
 
 def _present(directory: Path) -> set[tuple[str, Version]]:

@@ -2,8 +2,9 @@
 
 Steps, in order: a Docker engine answers; a client that runs BuildKit builds; a registry on
 127.0.0.1 at the port of `registry.host`; the base image `build.base-image`; the wheels the
-loopback index (`build.index-url`) serves: uv, pip and every pin of the workspace lock. Each step
-returns what it found or did; `dry_run` reports what it would do and changes nothing.
+loopback index (`build.index-url`) serves: uv, pip and every pin of the workspace lock, for each
+linux machine the lock holds wheels for. Each step returns what it found or did; `dry_run`
+reports what it would do and changes nothing.
 """
 
 from __future__ import annotations
@@ -171,18 +172,30 @@ def package_index(config: Config, cache: Path, *, dry_run: bool = False) -> tupl
     specs = build_requirements(config)
     missing = download.missing_pins(pins, directory)
     loose = download.unsatisfied(specs, directory)
+    platforms = download.missing_platform_pins(lock, directory) if lock else {}
     wanted = f"{len(pins)} pins and {len(specs)} build requirements"
-    if not missing and not loose:
+    if not missing and not loose and not platforms:
         _check_lock_files(lock, directory)
         return "found", f"{wanted} present in {directory}"
     if dry_run:
+        more = {m: [p for p in ps if m != config.target.arch or p not in missing]
+                for m, ps in platforms.items()}  # the target's own are counted in `missing`
+        other = "".join(f", {len(p)} pins' {m} wheels" for m, p in more.items() if p)
         return "would", (f"would download {len(missing)} of {len(pins)} pins and "
-                         f"{len(loose)} of {len(specs)} build requirements into {directory}")
+                         f"{len(loose)} of {len(specs)} build requirements{other} into {directory}")
     target = download.DownloadTarget.for_target(python=config.target.python,
                                                glibc=config.target.glibc, arch=config.target.arch)
     download.download(missing, directory, target=target)
     download.download(loose, directory, target=target, exact=False, with_deps=True)
+    # a lock resolved for several machines (x86_64 and aarch64): each one's wheels, too
+    for machine, machine_pins in (download.missing_platform_pins(lock, directory)
+                                  if lock else {}).items():
+        download.download(machine_pins, directory, target=download.DownloadTarget.for_target(
+            python=config.target.python, glibc=config.target.glibc, arch=machine))
     still = download.missing_pins(pins, directory) + download.unsatisfied(specs, directory)
+    still += [f"{pin} ({machine})" for machine, machine_pins in
+              (download.missing_platform_pins(lock, directory) if lock else {}).items()
+              for pin in machine_pins]
     if still:
         raise BuildError(f"pip download left {len(still)} requirements missing, e.g. {still[0]}",
                          hint="check target.python / target.glibc against the lock")
