@@ -378,7 +378,7 @@ def test_the_script_builds_pushes_and_the_pushed_slices_match_the_plan(
     # empty ARG, ENV and LABEL layers), which the mirror here does not carry
     config = load_config(tree, profile="demo", env={})
     if executor == "fork":
-        config = dataclasses.replace(config, cluster=dataclasses.replace(
+        config = config.with_variant_settings(cluster=dataclasses.replace(
             config.cluster, kaniko_executor="ghcr.io/osscontainertools/kaniko:v1.28.3"))
     assert len(built.layers) == layer_count(config, plan_for_config(config)).total, executor
     print(f"{executor}: {len(built.layers)} layers; MB-slice errors "

@@ -58,7 +58,7 @@ def client() -> str:
 def _fresh_cache(config: Config) -> Config:
     """The config with a cache repository nobody has written to."""
     repo = f"{config.registry.host}/gpurl/demo/cache-{uuid.uuid4().hex[:12]}"
-    return dataclasses.replace(config, cluster=dataclasses.replace(config.cluster,
+    return config.with_variant_settings(cluster=dataclasses.replace(config.cluster,
                                                                    cache_repo=repo))
 
 
@@ -108,8 +108,8 @@ def test_a_record_whose_blob_is_gone_is_written_again_and_no_manifest_names_a_lo
     plan = fitted_plan(base)
     with running_registry(tmp_path / "registry") as server, \
             serving_index(base.build.index_url, index_dir(CACHE)):
-        config = dataclasses.replace(
-            base.with_variant_settings(registry=dataclasses.replace(base.registry, host=server.host)),
+        config = base.with_variant_settings(
+            registry=dataclasses.replace(base.registry, host=server.host),
             cluster=dataclasses.replace(base.cluster, cache_repo=f"{server.host}/gpurl/demo/cache"))
 
         def compose(n: int) -> Any:

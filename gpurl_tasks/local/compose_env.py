@@ -214,7 +214,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                                 created_by=written_history(layer.slice.image_path,
                                                            config.build.venv),
                                 python=probe.python, venv=config.build.venv, uv=probe.uv,
-                                compressor=compressor_id)
+                                compressor=compressor_id, platform=config.target.platform)
                 wanted.append(Wanted(layer=layer, path=path,
                                      ref=dataclasses.replace(cache, tag=tag, digest=None)))
 

@@ -267,15 +267,19 @@ class IndexFilled:
 
 
 def fill_index(config: Config, pins: str, *, deps: bool, say: Callable[[str], None]) -> IndexFilled:
-    """Download `pins` (comma-separated exact pins) for the target into the loopback index."""
+    """Download `pins` (comma-separated exact pins) into the loopback index, for the target of
+    every variant of the profile (an x86_64 and an aarch64 variant: both machines' wheels)."""
     where = index_dir(cache_dir(config.root))
-    target = download.DownloadTarget.for_target(
-        python=config.target.python, glibc=config.target.glibc, arch=config.target.arch)
+    targets = list(dict.fromkeys(download.DownloadTarget.for_target(
+        python=v.target.python, glibc=v.target.glibc, arch=v.target.arch) for v in config.variants))
     wanted = list(values.comma_list(pins))
     if not wanted:
         raise ConfigError("--pins names no package", hint="e.g. --pins 'rich==13.9.4,attrs==25.3.0'")
-    with timed(f"fill-index ({len(wanted)} pins)", say):
-        files = download.download(wanted, where, target=target, with_deps=deps)
+    files: list[Path] = []
+    with timed(f"fill-index ({len(wanted)} pins, {len(targets)} platform(s))", say):
+        for target in targets:
+            files += [f for f in download.download(wanted, where, target=target, with_deps=deps)
+                      if f not in files]
     return IndexFilled(files=tuple(files), directory=where)
 
 

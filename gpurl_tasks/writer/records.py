@@ -37,15 +37,25 @@ MEDIA_TYPES = {"application/vnd.docker.distribution.manifest.v2+json":
                      "application/vnd.oci.image.layer.v1.tar+gzip")}
 
 
+AMD64 = "linux/amd64"  # the platform of every slice key made before gpurl built another
+
+
 def slice_key(*, label: str, slice_text: bytes, created_by: str, python: str, venv: str,
-              uv: str, compressor: str) -> str:
+              uv: str, compressor: str, platform: str) -> str:
     """The cache tag of one written slice: a hash of all its record depends on (the slice
     file's bytes, the history entry naming its path in the image, env-base's Python version
-    and venv path, the uv version, the writer with its zlib and level) and nothing that
-    depends on its position or on env-base's id."""
-    key = json.dumps({"version": _KEY_VERSION, "slice": hashlib.sha256(slice_text).hexdigest(),
-                      "created_by": created_by, "python": python, "venv": venv, "uv": uv,
-                      "compressor": compressor}, sort_keys=True)
+    and venv path, the uv version, the writer with its zlib and level, the platform whose
+    wheels it holds) and nothing that depends on its position or on env-base's id.
+
+    A slice file lists every platform's wheel hashes, so an amd64 and an arm64 slice can share
+    all else: the platform keeps their tags apart. linux/amd64 (every slice before gpurl built
+    another platform) is left out of the hash, so those tags, and the caches under them, stay."""
+    fields = {"version": _KEY_VERSION, "slice": hashlib.sha256(slice_text).hexdigest(),
+              "created_by": created_by, "python": python, "venv": venv, "uv": uv,
+              "compressor": compressor}
+    if platform != AMD64:
+        fields["platform"] = platform
+    key = json.dumps(fields, sort_keys=True)
     return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
@@ -80,10 +90,11 @@ class Probe:
         return dataclasses.asdict(self)
 
 
-def slice_keys(index: Path, context: Path, *, venv: str, level: int,
-               found: Probe) -> list[tuple[str, str]]:
+def slice_keys(index: Path, context: Path, *, venv: str, level: int, found: Probe,
+               platform: str) -> list[tuple[str, str]]:
     """(NN-label, cache tag) for each line of a slice index (`read_index`), the file read
-    relative to `context`, with one probe of the image (writer/probe.py)."""
+    relative to `context`, with one probe of the image (writer/probe.py), for the slices of
+    `platform` (the image's, e.g. linux/arm64)."""
     try:
         lines = read_index(index.read_text(encoding="utf-8"), str(index))
     except UnicodeDecodeError as exc:
@@ -92,7 +103,7 @@ def slice_keys(index: Path, context: Path, *, venv: str, level: int,
     return [(line.name, slice_key(label=line.label, slice_text=(context / line.file).read_bytes(),
                                   created_by=line.created_by,
                                   python=found.python, venv=venv, uv=found.uv,
-                                  compressor=compressor(level, found.zlib)))
+                                  compressor=compressor(level, found.zlib), platform=platform))
             for line in lines]
 
 

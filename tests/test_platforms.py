@@ -1,0 +1,75 @@
+"""One config, two platforms: the multiarch profile (examples/multiarch, locked for linux x86_64
+and aarch64) planned for an amd64 and an arm64 variant from the same uv.lock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from gpurl_tasks.config import load_config
+from gpurl_tasks.plan.lock import load_lock
+from gpurl_tasks.plan.profile import plan_profile, platform_groups
+from gpurl_tasks.plan.sizes import select_wheel
+from gpurl_tasks.plan.target import target_tags
+from tests.conftest import REPO_ROOT
+
+
+def test_each_platform_is_planned_from_its_own_wheels() -> None:
+    """The gb200 plan's sizes are the lock's aarch64 wheels', the h100 plan's the x86_64 ones':
+    each package's planned size is the size the lock records for the wheel a machine of that
+    platform installs (read here from the lock, wheel by wheel)."""
+    config = load_config(REPO_ROOT, profile="multiarch", env={})
+    plans = plan_profile(config)
+    lock = {p.name: p for p in load_lock(config.lock).packages}
+    for variant in config.variants:
+        tags = target_tags(variant.target)
+        planned = {p.name: p.compressed_bytes for p in plans[variant.name].closure}
+        assert planned, variant.name
+        for name, size in planned.items():
+            wheel = select_wheel(lock[name], tags)
+            assert wheel is not None and variant.target.arch in wheel.filename
+            assert size == wheel.size, (variant.name, name)
+    h100, gb200 = (plans[v] for v in ("h100", "gb200"))
+    assert h100.total_compressed_bytes != gb200.total_compressed_bytes
+
+
+def test_platforms_share_no_slice_and_the_plan_says_so() -> None:
+    """A slice file lists every platform's hashes, so only planning apart keeps an arm64 image
+    off amd64 slices: each platform is its own group, with its own shared directory, and each
+    plan names the platforms it shares nothing with (text and JSON)."""
+    config = load_config(REPO_ROOT, profile="multiarch", env={})
+    groups = platform_groups(config.variants)
+    assert [[v.name for v in g] for g in groups] == [["h100"], ["gb200"]]
+    h100, gb200 = config.variants
+    assert h100.shared_slices != gb200.shared_slices
+    assert gb200.shared_slices.name == "shared-aarch64"
+    plans = plan_profile(config)
+    assert (plans["h100"].platform, plans["gb200"].platform) == ("linux/amd64", "linux/arm64")
+    assert plans["gb200"].apart_from == ("linux/amd64",) and plans["gb200"].shared == 0
+    assert plans["h100"].fingerprint != plans["gb200"].fingerprint
+    done = subprocess.run([sys.executable, "-m", "invoke", "plan", "--profile", "multiarch",
+                           "--variant", "gb200", "--json"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True)
+    body = json.loads(done.stdout)["variants"]["gb200"]
+    assert body["platform"] == "linux/arm64" and body["shares_no_slice_with"] == ["linux/amd64"]
+    assert body["native_slices"] == []
+    text = subprocess.run([sys.executable, "-m", "invoke", "plan", "--profile", "multiarch"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    assert "platform linux/arm64: shares no slice with the profile's linux/amd64" in text
+
+
+def test_variants_of_one_platform_still_share() -> None:
+    """Two x86_64 variants and one aarch64 variant of the same selection: the x86_64 pair share
+    their slices (the same blobs), the aarch64 one shares none with them."""
+    text = (REPO_ROOT / "pyproject.toml").read_text()
+    text = text.replace("[tool.gpurl.profiles.multiarch.variants.gb200]\n",
+                        "[tool.gpurl.profiles.multiarch.variants.h100b]\n"
+                        'launcher-variable = "DEFAULT_RL_AMD64_DOCKER_IMAGE"\n\n'
+                        "[tool.gpurl.profiles.multiarch.variants.gb200]\n")
+    config = load_config(REPO_ROOT, profile="multiarch", env={}, pyproject_text=text)
+    plans = plan_profile(config, repack=True)
+    assert plans["h100"].shared == plans["h100b"].shared == len(plans["h100"].layers) > 0
+    assert plans["gb200"].shared == 0
+    h100 = {p.name for p in plans["h100"].closure}
+    assert h100 == {p.name for p in plans["gb200"].closure}
