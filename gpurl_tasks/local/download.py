@@ -17,6 +17,7 @@ import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -154,12 +155,13 @@ def wheel_machines(filename: str) -> frozenset[str]:
                      if (m := _LINUX_PLATFORM.fullmatch(t.platform)))
 
 
-def missing_platform_pins(lock: Lock, directory: Path) -> dict[str, list[str]]:
+def missing_platform_pins(lock: Lock, directory: Path) -> dict[Arch, list[str]]:
     """machine -> the lock's registry pins that record linux wheels for that machine of which
     `directory` holds none: what `pip download` must still fetch for that platform.
 
     Checked per machine, not per name and version: an x86_64 wheel does not serve an aarch64
-    sync. The lock's `environments` bound the machines (every gpurl lock sets them).
+    sync. Only the machines gpurl builds images for (target.arch's values) are counted; the
+    lock's `environments` bound the rest (every gpurl lock sets them).
     """
     present = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
     missing: dict[str, set[str]] = {}
@@ -173,7 +175,7 @@ def missing_platform_pins(lock: Lock, directory: Path) -> dict[str, list[str]]:
         for machine, names in by_machine.items():
             if not names & present:
                 missing.setdefault(machine, set()).add(f"{pkg.name}=={pkg.version}")
-    return {machine: sorted(pins) for machine, pins in sorted(missing.items())}
+    return {machine: sorted(missing[machine]) for machine in get_args(Arch) if machine in missing}
 
 
 def _present(directory: Path) -> set[tuple[str, Version]]:
