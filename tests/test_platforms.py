@@ -4,8 +4,12 @@ and aarch64) planned for an amd64 and an arm64 variant from the same uv.lock."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from gpurl_tasks.config import load_config
 from gpurl_tasks.plan.lock import load_lock
@@ -13,6 +17,7 @@ from gpurl_tasks.plan.profile import plan_profile, platform_groups
 from gpurl_tasks.plan.sizes import select_wheel
 from gpurl_tasks.plan.target import target_tags
 from tests.conftest import REPO_ROOT
+from tests.support.checkout import repo_copy
 
 
 def test_each_platform_is_planned_from_its_own_wheels() -> None:
@@ -73,3 +78,61 @@ def test_variants_of_one_platform_still_share() -> None:
     assert plans["gb200"].shared == 0
     h100 = {p.name for p in plans["h100"].closure}
     assert h100 == {p.name for p in plans["gb200"].closure}
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+@pytest.mark.integration
+def test_rebuild_needed_answers_per_platform(tmp_path: Path) -> None:
+    """A GB200-only pin edit (its CUDA arch list) asks for the arm64 image's wheels and image,
+    and nothing of the amd64 one, in a copy of this repository with that edit committed."""
+    root = repo_copy(tmp_path / "repo")
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "fixture")
+    pyproject = root / "pyproject.toml"
+    text = pyproject.read_text()
+    assert text.count('cuda-arch-list = "10.0"') == 1
+    pyproject.write_text(text.replace('cuda-arch-list = "10.0"', 'cuda-arch-list = "10.0;10.3"'))
+    _git(root, "commit", "-qam", "gb200: another arch list")
+    done = subprocess.run([sys.executable, "-m", "invoke", "rebuild-needed", "--profile",
+                           "multiarch", "--since", "HEAD~1", "--json"], cwd=root,
+                          capture_output=True, text=True)
+    body = json.loads(done.stdout)["variants"]
+    assert (body["h100"]["decision"], body["gb200"]["decision"]) == ("none", "wheels+image")
+    assert any("build.cuda-arch-list" in r["detail"] for r in body["gb200"]["reasons"])
+    assert done.returncode == 11, done.stderr
+
+
+def test_a_package_without_a_wheel_for_the_platform_is_left_to_its_native_build(
+        tmp_path: Path) -> None:
+    """pyyaml with only an x86_64 wheel and an sdist: the amd64 image installs the wheel, the
+    arm64 one must build the sdist, so its slice is written on an arm64 builder only, never
+    staged from this x86_64 machine; the plan names it (text and JSON), and only for gb200."""
+    root = repo_copy(tmp_path / "repo")
+    lock = root / "examples" / "multiarch" / "uv.lock"
+    text = lock.read_text()
+    aarch64 = next(line for line in text.splitlines()
+                   if "pyyaml-6.0.4-" in line and "aarch64" in line)
+    sdist = ('sdist = { url = "http://127.0.0.1:5008/files/pyyaml-6.0.4.tar.gz", '
+             'hash = "sha256:' + "0" * 64 + '", size = 130000 }')
+    lock.write_text(text.replace(aarch64 + "\n", "").replace(
+        'name = "pyyaml"\nversion = "6.0.4"\nsource = { registry = "http://127.0.0.1:5008/simple" }\n',
+        'name = "pyyaml"\nversion = "6.0.4"\nsource = { registry = "http://127.0.0.1:5008/simple" }\n'
+        + sdist + "\n"))
+    overrides = root / "sizes" / "overrides.json"
+    sizes = json.loads(overrides.read_text())
+    overrides.write_text(json.dumps({**sizes, "pyyaml==6.0.4": 820_000}))  # what a user adds
+    plans = plan_profile(load_config(root, profile="multiarch", env={}))
+    assert plans["h100"].native_slices == ()
+    (native,) = plans["gb200"].native_slices
+    layer = next(la for la in plans["gb200"].layers if la.name == native)
+    assert [p.name for p in layer.packages] == ["pyyaml"]
+    shown = subprocess.run([sys.executable, "-m", "invoke", "plan", "--profile", "multiarch",
+                            "--variant", "gb200"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout
+    assert f"written on a linux/arm64 builder only (uv builds a package): {native}" in shown
