@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.config import load_config
+from gpurl_tasks.errors import LockError
 from gpurl_tasks.plan.lock import load_lock
 from gpurl_tasks.plan.profile import plan_profile, platform_groups
 from gpurl_tasks.plan.sizes import select_wheel
@@ -136,3 +137,13 @@ def test_a_package_without_a_wheel_for_the_platform_is_left_to_its_native_build(
                             "--variant", "gb200"], cwd=root, capture_output=True, text=True,
                            check=True).stdout
     assert f"written on a linux/arm64 builder only (uv builds a package): {native}" in shown
+
+
+def test_a_lock_resolved_for_another_platform_says_how_to_relock() -> None:
+    """The team's rl/ lock is resolved for x86_64 only: planning it for aarch64 says so in one
+    line with the re-lock step, instead of listing every package whose wheel is missing."""
+    config = load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={"target.arch": "aarch64"})
+    with pytest.raises(LockError, match=r"uv\.lock is resolved for .*x86_64.* only, not linux/arm64") as err:
+        plan_profile(config)
+    assert "platform_machine == 'aarch64'" in (err.value.hint or "")
+    assert "\n" not in err.value.message

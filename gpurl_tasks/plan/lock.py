@@ -141,6 +141,8 @@ class Lock:
     members: tuple[str, ...]  # workspace members listed in [manifest]
     source: str  # where the text came from, for messages
     conflicts: tuple[tuple[ConflictItem, ...], ...] = ()  # uv's `conflicts`: sets never selected together
+    # uv's `supported-markers` ([tool.uv] environments): the platforms the lock was resolved for
+    supported_markers: tuple[str, ...] = ()
     _by_name: dict[str, tuple[LockedPackage, ...]] = dataclasses.field(
         init=False, repr=False, compare=False)
 
@@ -399,7 +401,11 @@ def _parse_lock(text: str, source: str) -> Lock:
                                                   "manifest.members", source)))
     return Lock(version=1, revision=revision, requires_python=data.get("requires-python"),
                 packages=packages, members=members, source=source,
-                conflicts=_conflicts(data.get("conflicts", []), source))
+                conflicts=_conflicts(data.get("conflicts", []), source),
+                supported_markers=tuple(
+                    m for i, raw in enumerate(_expect(data.get("supported-markers", []), list,
+                                                      "supported-markers", source))
+                    if (m := _marker(raw, f"supported-markers[{i}]", source))))
 
 
 def _conflicts(raw: Any, source: str) -> tuple[tuple[ConflictItem, ...], ...]:
@@ -482,6 +488,19 @@ def _environment(target: TargetSpec, extras: Iterable[str]) -> dict[str, Any]:
     return env
 
 
+def check_supported(lock: Lock, env: Mapping[str, Any], target: TargetSpec) -> None:
+    """A lock resolved for other platforms only ([tool.uv] environments) holds no wheels for
+    this target: one line saying so, and how to re-lock, before any size is looked for."""
+    if lock.supported_markers and not any(
+            _compiled(m).evaluate(dict(env), context="lock_file") for m in lock.supported_markers):
+        wanted = f"sys_platform == 'linux' and platform_machine == '{target.arch}'"
+        raise LockError(f"{lock.source} is resolved for {' or '.join(lock.supported_markers)} "
+                        f"only, not {target.platform}",
+                        hint=f'add "{wanted}" to [tool.uv] environments (and '
+                             "required-environments) in the workspace's pyproject.toml, then "
+                             "`uv lock`")
+
+
 def _conflict_names(root: str, extras: Iterable[str], groups: Iterable[str]) -> frozenset[str]:
     """uv's encoded names for activated root extras and groups (`extra-<len>-<pkg>-<name>`)."""
     names: set[str] = {canonicalize_name(e) for e in extras} | {canonicalize_name(g) for g in groups}
@@ -533,6 +552,7 @@ def install_closure(lock: Lock, target: TargetSpec, selection: PythonSelection) 
                             hint=f"known groups: {', '.join(known) or 'none'}")
     check_conflicts(lock, root_name, selection)
     env = _environment(target, _conflict_names(root_name, selection.extras, groups))
+    check_supported(lock, env, target)
 
     verdicts: dict[str, bool] = {}  # a marker repeats on many edges; the environment is fixed
 
