@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,20 @@ def test_a_lock_resolved_for_another_platform_says_how_to_relock() -> None:
         plan_profile(config)
     assert "platform_machine == 'aarch64'" in (err.value.hint or "")
     assert "\n" not in err.value.message
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the check is of an x86_64 machine")
+def test_the_local_engine_refuses_another_platforms_image() -> None:
+    """This x86_64 machine cannot build the gb200 image (no emulation): `invoke build
+    --backend local` refuses it, its dry run too, in one line naming its cluster; the h100
+    variant of the same profile dry-runs."""
+    def build(variant: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "invoke", "build", "--profile", "multiarch",
+                               "--variant", variant, "--backend", "local", "--dry-run"],
+                              cwd=REPO_ROOT, capture_output=True, text=True)
+    refused = build("gb200")
+    assert refused.returncode == 2 and not refused.stdout
+    first = refused.stderr.splitlines()[0]
+    assert "linux/arm64 image and this machine is x86_64" in first
+    assert "cw-us-east-08a" in refused.stderr
+    assert build("h100").returncode == 0

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import platform
 from collections.abc import Callable
 from typing import Any
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan
-from gpurl_tasks.errors import ExitCode
+from gpurl_tasks.errors import BuildError, ExitCode
 from gpurl_tasks.local import actions, builder
 from gpurl_tasks.local.attest import apt_command, attest_build
 from gpurl_tasks.local.builder import BuildResult
@@ -151,7 +152,9 @@ def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_
                no_cache: bool, say: Say, stream: bool, force: bool = False,
                chain: bool = False) -> LocalBuild | DryRun:
     """setup-local, then build and push (or with `dry_run`, the commands those steps run); a
-    stale Dockerfile or slice set is refused first, the dry run's too."""
+    stale Dockerfile or slice set is refused first, the dry run's too, and so is a variant of
+    another platform than this machine's."""
+    check_native(config, platform.machine())
     check_committed(config)
     steps = build_steps(config, git_sha=source_id(config), wheel_source=wheel_source,
                         push_floating=push_floating, no_cache=no_cache,
@@ -159,6 +162,18 @@ def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_
     if dry_run:
         return dry_run_of(steps)
     return LocalBuild(result=_run(steps, Steps(say))[-1], profile=config.profile)
+
+
+def check_native(config: Config, machine: str) -> None:
+    """The local engine builds for its own machine only: an image of another platform would
+    need emulation, which gpurl does not use (an aarch64 variant's RUN steps on an x86_64 engine
+    would install x86_64 wheels, or not run at all)."""
+    if config.target.arch != machine:
+        raise BuildError(
+            f"variant {config.variant.name!r} is a {config.target.platform} image and this machine "
+            f"is {machine}: the local engine cannot build it (no emulation)",
+            hint=f"build it on its cluster ({config.cluster.name}, backend iris); its slices can "
+                 "still be written here (`invoke write-slices`)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
