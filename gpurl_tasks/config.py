@@ -456,8 +456,7 @@ class Config:
     prefix and launcher variable; one that declares none has one implicit variant. The config
     is resolved for one of them (`variant`, default: the first): `python`, `build`,
     `registry`, `launcher`, `target` and `cluster` are read through it, so no copy is kept in
-    step. `variants` holds them all, in file order;
-    `for_variant` gives the config of another.
+    step. `variants` holds them all, in file order; `for_variant` gives the config of another.
     """
 
     root: Path
