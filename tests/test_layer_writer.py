@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import random
 import subprocess
 import sys
@@ -254,7 +255,8 @@ def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path)
                                      text=True, check=True).stdout)
     uv = subprocess.run([need_uv, "--version"], capture_output=True, text=True,
                         check=True).stdout.strip()
-    assert said == {"python": sys.version.split()[0], "zlib": zlib.ZLIB_RUNTIME_VERSION, "uv": uv}
+    assert said == {"python": sys.version.split()[0], "zlib": zlib.ZLIB_RUNTIME_VERSION, "uv": uv,
+                    "machine": platform.machine()}
     (tmp_path / "layers").mkdir()
     files = {"00-torch": b"torch==2.9.1 --hash=sha256:aa\n", "01-pkg-a": b"a==1\n"}
     for name, text in files.items():
