@@ -248,6 +248,26 @@ def setup_local(c: Context, profile: str | None = None, dry_run: bool = False,
     return prepare(cli.config_for(profile, variant=variant), dry_run=dry_run)
 
 
+@task(name="write-slices", help={
+    "variant": ONE_VARIANT_HELP,
+    "output": "directory the layer blobs go to (default: .cache/gpurl/slices/PROFILE/VARIANT)",
+    "dry_run": "print the staging image's build and each slice's staging container, run nothing"})
+def write_slices(c: Context, profile: str | None = None, variant: str | None = None,
+                 output: str | None = None, dry_run: bool = False,
+                 json: bool = False) -> Outcome | None:
+    """Write a variant's slice layers here and check them, for another platform too.
+
+    An aarch64 variant's slices are staged on this x86_64 machine with uv's --python-platform
+    (no emulation); every ELF file must be of the target's machine and every entry point must
+    name build.venv's python. A slice uv must build from an sdist is left to a native build."""
+    from pathlib import Path
+
+    from gpurl_tasks.local.write_slices import write_slices as write
+    given = cli.path_flag(output)
+    return write(cli.config_for(profile, variant=variant),
+                 output=Path(given) if given else None, dry_run=dry_run, say=cli.say)
+
+
 @task(name="setup-kaniko",
       help={"executor": "which executors to build: upstream, fork or both (comma-separated)"})
 def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstream,fork",
@@ -316,4 +336,5 @@ def sbom(c: Context, ref: str | None = None, document: bool = False, json: bool 
 
 
 ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, pin, rebuild_needed, doctor, diff,
-                check_wheels, setup_local, setup_kaniko, build_wheels, serve_index, fill_index, demo, sbom)
+                check_wheels, setup_local, setup_kaniko, build_wheels, serve_index, fill_index, demo, sbom,
+                write_slices)

@@ -314,7 +314,7 @@ rm -rf "$SLICES"
 mkdir -p "$SLICES"
 # Each slice's cache tag: what its blob's bytes depend on here, besides its file.
 python3 -B "$LAYER_TOOL" keys --index "$SLICE_INDEX" --context "$CONTEXT" --venv "$VENV" \
-  --level "$LEVEL" --platform linux/amd64 >"$SLICES/tags" || die "cannot compute the slices' cache tags"
+  --level "$LEVEL" >"$SLICES/tags" || die "cannot compute the slices' cache tags"
 # One slice the cache lacks: staged, written and pushed (its own log and error files, so
 # slices can be written side by side).
 # A slice whose index line ends in `lower [uv flags]` (the lock's build settings) is staged

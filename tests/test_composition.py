@@ -175,7 +175,7 @@ def test_the_layer_tool_composes_what_the_local_path_composes(tmp_path: Path) ->
 _KEY = {"label": "group-04", "slice_text": b"six==1.17.0 --hash=sha256:00\n",
         "created_by": "gpurl: uv pip install -r /tmp/gpurl-layers/group-04.txt",
         "python": "3.11.2", "venv": "/opt/venv", "uv": "uv 0.13.9",
-        "compressor": "gpurl-layer-1 zlib 1.2.13 level 6", "platform": "linux/amd64"}
+        "compressor": "gpurl-layer-1 zlib 1.2.13 level 6", "arch": "x86_64"}
 
 
 def test_an_arm64_slice_has_its_own_key_and_amd64_keys_stay() -> None:
@@ -185,7 +185,7 @@ def test_an_arm64_slice_has_its_own_key_and_amd64_keys_stay() -> None:
     team's builds hold is orphaned."""
     amd64 = slice_key(**_KEY)  # type: ignore[arg-type]
     assert amd64 == "slice-group-04-dd22f7ad6e627222d2992f295a6e273b"
-    assert slice_key(**{**_KEY, "platform": "linux/arm64"}) != amd64  # type: ignore[arg-type]
+    assert slice_key(**{**_KEY, "arch": "aarch64"}) != amd64  # type: ignore[arg-type]
 
 
 @given(field=st.sampled_from(sorted(_KEY)), other=st.text(min_size=1, max_size=20))

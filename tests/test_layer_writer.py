@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import random
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from gpurl_tasks.writer.records import record_of, recorded_history, slice_key
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = slice_key(label="x", slice_text=b"x==1\n", created_by="x", python="3.11.2", venv="/opt/venv",
-                uv="uv 0.9.0", compressor=compressor(6), platform="linux/amd64")
+                uv="uv 0.9.0", compressor=compressor(6), arch="x86_64")
 
 _NAME = st.text(alphabet="abcXY-_.0é", min_size=1, max_size=8).filter(
     lambda s: s not in (".", ".."))
@@ -223,7 +224,7 @@ def test_a_history_entry_gives_back_the_record_it_names(created_by: str, label: 
     """Whatever the entry says before it, the record's tag is read back as written; and an
     entry that names none (or only something shaped like a tag) reads as None."""
     tag = slice_key(label=label, slice_text=slice_text, created_by="x", python="3.11.2", venv="/opt/venv",
-                    uv="uv 0.9.0", compressor=compressor(6), platform="linux/amd64")
+                    uv="uv 0.9.0", compressor=compressor(6), arch="x86_64")
     assert record_of(recorded_history(created_by, tag)) == tag
     assert record_of(created_by) is None or "  # record slice-" in created_by
     assert record_of(f"{created_by} {tag}") is None
@@ -254,7 +255,8 @@ def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path)
                                      text=True, check=True).stdout)
     uv = subprocess.run([need_uv, "--version"], capture_output=True, text=True,
                         check=True).stdout.strip()
-    assert said == {"python": sys.version.split()[0], "zlib": zlib.ZLIB_RUNTIME_VERSION, "uv": uv}
+    assert said == {"python": sys.version.split()[0], "zlib": zlib.ZLIB_RUNTIME_VERSION, "uv": uv,
+                    "machine": platform.machine()}
     (tmp_path / "layers").mkdir()
     files = {"00-torch": b"torch==2.9.1 --hash=sha256:aa\n", "01-pkg-a": b"a==1\n"}
     for name, text in files.items():
@@ -263,20 +265,19 @@ def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path)
     index.write_text("".join(f"{n}\t{n.split('-', 1)[1]}\tlayers/{n}.txt\tgpurl: install {n}\t\n"
                              for n in files))
     done = subprocess.run([*tool, "keys", "--index", str(index), "--context", str(tmp_path),
-                           "--venv", venv, "--level", "6", "--platform", "linux/arm64"],
-                          capture_output=True, text=True, check=True)
+                           "--venv", venv, "--level", "6"], capture_output=True, text=True,
+                          check=True)
     found = probe(venv)
     assert done.stdout.splitlines() == [
         f"{n} " + slice_key(label=n.split("-", 1)[1], slice_text=text, created_by=f"gpurl: install {n}",
                             python=found.python,
                             venv=venv, uv=found.uv, compressor=compressor(6, found.zlib),
-                            platform="linux/arm64")
+                            arch=found.machine)
         for n, text in files.items()]
     missing = subprocess.run([*tool, "probe", "--venv", str(tmp_path / "none")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and not missing.stdout
     index.write_bytes(b"\xff\xfe\ttorch\tlayers/00-torch.txt\tx\t\n")  # not UTF-8: one line, no traceback
     bad = subprocess.run([*tool, "keys", "--index", str(index), "--context", str(tmp_path),
-                          "--venv", venv, "--level", "6", "--platform", "linux/amd64"],
-                         capture_output=True, text=True)
+                          "--venv", venv, "--level", "6"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not UTF-8" in bad.stderr

@@ -365,7 +365,7 @@ def test_verify_reads_each_written_slices_record(registry: RegistryServer) -> No
     holding another blob is flagged, a missing one is said; and a record the registry holds
     in another form (an index) leaves the image checked, with the reason in a note."""
     tags = [slice_key(label=f"s{i}", slice_text=b"%d" % i, created_by="x", python="3.11.2", venv="/opt/venv",
-                      uv="uv 0.9.0", compressor=compressor(6), platform="linux/amd64")
+                      uv="uv 0.9.0", compressor=compressor(6), arch="x86_64")
             for i in range(3)]
     slices = [random_layer(20_000, recorded_history(
         f"gpurl: uv pip install -r /tmp/gpurl-layers/s{i}.txt", tags[i]), seed=60 + i)

@@ -260,7 +260,7 @@ def _written(sizes: list[int]) -> tuple[PulledImage, dict[int, Record]]:
     """An image whose layers 1.. are written slices naming their records, and those records
     as the cache holds them (each the layer's own blob)."""
     tags = [slice_key(label=f"pkg{i}", slice_text=b"%d" % i, created_by="x", python="3.11.2",
-                      venv="/opt/venv", uv="uv 0.9.0", compressor=compressor(6), platform="linux/amd64")
+                      venv="/opt/venv", uv="uv 0.9.0", compressor=compressor(6), arch="x86_64")
             for i in range(len(sizes))]
     texts = ["RUN apt-get install python3"] + [
         recorded_history(f"gpurl: uv pip install -r {Slice.IMAGE_DIR}/{i:02d}-pkg{i}.txt",

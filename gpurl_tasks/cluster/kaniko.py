@@ -321,8 +321,7 @@ def _compose(config: Config) -> str:
                                  files='"${below[@]}"')
     compose_env = _fragment("compose-env.sh", {
         "VENV": shlex.quote(config.build.venv), "INSTALL": " ".join(install),
-        "BUILD_ENV": build_env, "LAYER_LEVEL": config.layers.compression_level,
-        "SLICE_PLATFORM": shlex.quote(config.target.platform)})
+        "BUILD_ENV": build_env, "LAYER_LEVEL": config.layers.compression_level})
     compose = _fragment("compose.sh", {
         "SLICE_INDEX": shlex.quote(_relative(slice_index_path(config), config.root,
                                              "build.kaniko-script")),

@@ -55,8 +55,10 @@ from gpurl_tasks.writer.records import (
     slice_key,
     written_history,
 )
+from gpurl_tasks.writer.staging import cross_platform
 
-__all__ = ["Wanted", "compose_at_registry", "compose_commands", "compose_environment"]
+__all__ = ["Wanted", "compose_at_registry", "compose_commands", "compose_environment",
+           "staging_platform"]
 
 _WORKERS = max(1, min(4, (os.cpu_count() or 1)))  # slices are independent: stage in parallel
 
@@ -181,6 +183,18 @@ def stage_builds(config: Config, plan: Plan) -> dict[str, StageBuild]:
             for build in plan.builds}
 
 
+def staging_platform(config: Config, machine: str) -> str | None:
+    """uv's --python-platform for staging this variant's slices on `machine` (the staging
+    image's, from its probe), None when it is the target's own (writer/staging.py)."""
+    try:
+        return cross_platform(arch=config.target.arch, glibc=config.target.glibc,
+                              machine=machine)
+    except ValueError as exc:
+        raise BuildError(f"{config.variant.name}'s slices cannot be staged on {machine}: {exc}",
+                         hint="set target.glibc to one uv names, or write them on an "
+                              f"{config.target.arch} builder") from None
+
+
 def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: Path,
                         context: Path, build_args: Mapping[str, str], log_dir: Path,
                         on_line: LineSink | None = None) -> ComposedEnv:
@@ -204,6 +218,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
         builder.push_image(client, str(base_ref))
         probe = probe_base(client, base_id, config.build.venv)
         compressor_id = compressor(level, probe.zlib)
+        platform = staging_platform(config, probe.machine)
         with open_client(config, cache, on_retry=on_line) as registry:
             base = _env_base(registry, base_ref)
             wanted = []
@@ -214,7 +229,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                                 created_by=written_history(layer.slice.image_path,
                                                            config.build.venv),
                                 python=probe.python, venv=config.build.venv, uv=probe.uv,
-                                compressor=compressor_id, platform=config.target.platform)
+                                compressor=compressor_id, arch=config.target.arch)
                 wanted.append(Wanted(layer=layer, path=path,
                                      ref=dataclasses.replace(cache, tag=tag, digest=None)))
 
@@ -222,7 +237,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                 return stage_slice(client, image=base_id, slice_file=w.path,
                                    dest=w.layer.slice.image_path, out_dir=Path(tmp),
                                    name=w.layer.name, venv=config.build.venv, level=level,
-                                   build=staging.get(w.layer.name))
+                                   build=staging.get(w.layer.name), platform=platform)
 
             outcomes, tag, digest = compose_at_registry(
                 registry, cache=cache, target=target, base=base, wanted=wanted, stage=stage,

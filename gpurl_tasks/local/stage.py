@@ -46,7 +46,8 @@ def probe_base(client: str, image: str, venv: str) -> Probe:
     done = proc.run_quiet(argv, check=False, timeout=120)
     try:
         said = json.loads(done.stdout.strip().splitlines()[-1])
-        return Probe(python=str(said["python"]), zlib=str(said["zlib"]), uv=str(said["uv"]))
+        return Probe(python=str(said["python"]), zlib=str(said["zlib"]), uv=str(said["uv"]),
+                     machine=str(said["machine"]))
     except (ValueError, KeyError, IndexError):
         raise BuildError(f"env-base ({image[:19]}) did not say what its slices depend on: "
                          f"{proc.tail(done.stderr or done.stdout, 3)}") from None
@@ -69,11 +70,13 @@ class StageBuild:
 
 
 def stage_script(*, venv: str, slice_file: str, stage: str, build: StageBuild | None = None,
-                 build_prefix: str = _BUILD) -> str:
+                 build_prefix: str = _BUILD, platform: str | None = None) -> str:
     """The shell that stages one slice into `stage`: the install, on the build environment
-    of the slices below when `build` says so (pure; the test runs it on the host)."""
+    of the slices below when `build` says so, for uv's `platform` when it is another
+    machine's (pure; the test runs it on the host)."""
     install = install_command(prefix=stage, venv=venv, slice_file=slice_file,
-                              build_args=no_isolation_args(build.no_isolation) if build else ())
+                              build_args=no_isolation_args(build.no_isolation) if build else (),
+                              platform=platform)
     steps = ["set -eu"]
     if build and build.lower:
         steps.append(build_env_script(prefix=build_prefix, venv=venv,
@@ -82,13 +85,13 @@ def stage_script(*, venv: str, slice_file: str, stage: str, build: StageBuild | 
 
 
 def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
-                  output: str, venv: str, level: int, build: StageBuild | None = None
-                  ) -> list[str]:
+                  output: str, venv: str, level: int, build: StageBuild | None = None,
+                  platform: str | None = None) -> list[str]:
     """The `docker run` that stages one slice and writes its layer (pure, for tests)."""
     write = ["python3", "-B", "-m", "gpurl_tasks.writer.tool", "write", _STAGE, f"{_OUT}/{output}",
              "--prefix", venv.strip("/"), "--level", str(level)]
     script = " && ".join([
-        stage_script(venv=venv, slice_file=dest, stage=_STAGE, build=build),
+        stage_script(venv=venv, slice_file=dest, stage=_STAGE, build=build, platform=platform),
         shlex.join(write), f"chown {os.getuid()}:{os.getgid()} {_OUT}/{output}"])
     mounts = [w for path, at in (build.lower if build else ())
               for w in ("-v", f"{path.resolve()}:{at}:ro")]
@@ -108,14 +111,16 @@ class StagedSlice:
 
 
 def stage_slice(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
-                name: str, venv: str, level: int, build: StageBuild | None = None
-                ) -> StagedSlice:
-    """Stage one slice in a container of env-base and write its layer into `out_dir`."""
+                name: str, venv: str, level: int, build: StageBuild | None = None,
+                platform: str | None = None) -> StagedSlice:
+    """Stage one slice in a container of env-base and write its layer into `out_dir`
+    (`platform`: uv's --python-platform, for a slice of another machine)."""
     start = time.monotonic()
     output = f"{name}.tar.gz"
     done = proc.run_quiet(stage_command(client, image=image, slice_file=slice_file.resolve(),
                                         dest=dest, out_dir=out_dir.resolve(), output=output,
-                                        venv=venv, level=level, build=build),
+                                        venv=venv, level=level, build=build,
+                                        platform=platform),
                           check=False, timeout=3600)
     if done.returncode != 0:
         raise BuildError(f"staging slice {name} failed: {proc.tail(done.stderr, 6)}",

@@ -1,7 +1,8 @@
 """writer: the slice writer, its records and the composition (stdlib only).
 
 What the cluster job runs in env-base's python3 as docker/gpurl-layer.py (these modules' own
-text, all but `staging`, which the job's script holds as shell) and the local path imports,
+text, all but `staging`, which the job's script holds as shell, and `check`) and the local
+path imports,
 so both write the same bytes and compose the same image:
 
 - `blob`: one deterministic layer blob from a staging tree;
@@ -9,7 +10,8 @@ so both write the same bytes and compose the same image:
   record image, the slice index;
 - `probe`: what a slice's bytes depend on in the image the writer runs in;
 - `composition`: the environment image from env-base and the slice records;
-- `staging`: the staging install of one slice;
+- `staging`: the staging install of one slice (for another machine's wheels, too);
+- `check`: what a written layer must hold (its ELF objects' machine, its entry points' Python);
 - `tool`: the command line the job runs.
 
 Imports only the stdlib and itself (the job's copy has nothing else); every layer above may

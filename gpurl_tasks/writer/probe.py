@@ -3,6 +3,7 @@ starts the venv's python and uv itself: the cluster job's copy has no gpurl to r
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import zlib
 
@@ -27,4 +28,5 @@ def probe(venv: str) -> Probe:
     for both the local path's staging containers and the cluster job."""
     python = _said([f"{venv.rstrip('/')}/bin/python", "-c",
                     "import sys; print(sys.version.split()[0])"])
-    return Probe(python=python, zlib=zlib.ZLIB_RUNTIME_VERSION, uv=_said(["uv", "--version"]))
+    return Probe(python=python, zlib=zlib.ZLIB_RUNTIME_VERSION, uv=_said(["uv", "--version"]),
+                 machine=platform.machine())

@@ -21,7 +21,7 @@ from gpurl_tasks.writer.blob import WRITER_VERSION, Blob, LayerError, compressor
 __all__ = ["MEDIA_TYPES", "SLICE_DIR", "IndexLine", "Probe", "SliceEntry",
            "canonical_json", "manifest_blobs", "platform_of", "read_document",
            "read_index", "record_of", "recorded_history", "slice_image", "slice_key",
-           "slice_keys", "slice_of", "write_layout", "written_history"]
+           "slice_keys", "slice_of", "uv_on", "write_layout", "written_history"]
 
 _WRITTEN = f"gpurl {WRITER_VERSION.rstrip('0123456789')}"  # every writer version's entry
 SLICE_DIR = "/tmp/gpurl-layers"  # where every slice file sits in an image (plan's Slice.IMAGE_DIR)
@@ -37,26 +37,34 @@ MEDIA_TYPES = {"application/vnd.docker.distribution.manifest.v2+json":
                      "application/vnd.oci.image.layer.v1.tar+gzip")}
 
 
-AMD64 = "linux/amd64"  # the platform of every slice key made before gpurl built another
-
-
 def slice_key(*, label: str, slice_text: bytes, created_by: str, python: str, venv: str,
-              uv: str, compressor: str, platform: str) -> str:
+              uv: str, compressor: str, arch: str) -> str:
     """The cache tag of one written slice: a hash of all its record depends on (the slice
     file's bytes, the history entry naming its path in the image, env-base's Python version
-    and venv path, the uv version, the writer with its zlib and level, the platform whose
-    wheels it holds) and nothing that depends on its position or on env-base's id.
+    and venv path, the uv version, the writer with its zlib and level, the machine whose
+    wheels it holds) and nothing that depends on its position or on env-base's id, nor on
+    the machine that staged it.
 
-    A slice file lists every platform's wheel hashes, so an amd64 and an arm64 slice can share
-    all else: the platform keeps their tags apart. linux/amd64 (every slice before gpurl built
-    another platform) is left out of the hash, so those tags, and the caches under them, stay."""
+    `arch` is the image's target.arch: a slice file lists every platform's hashes, so two
+    variants of one profile on two machines have the same slice text and cache repository,
+    and only `arch` tells their slices apart. An x86_64 key holds no arch, so every slice
+    cached before aarch64 images keeps its tag. `uv --version` names the machine uv was
+    built for; the key holds it as uv says it on `arch` (`uv_on`), so a slice staged on
+    another machine has the key of one staged natively."""
     fields = {"version": _KEY_VERSION, "slice": hashlib.sha256(slice_text).hexdigest(),
-              "created_by": created_by, "python": python, "venv": venv, "uv": uv,
+              "created_by": created_by, "python": python, "venv": venv, "uv": uv_on(uv, arch),
               "compressor": compressor}
-    if platform != AMD64:
-        fields["platform"] = platform
-    key = json.dumps(fields, sort_keys=True)
+    key = json.dumps(fields if arch == "x86_64" else {**fields, "arch": arch}, sort_keys=True)
     return f"slice-{label[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+_UV_TRIPLE = re.compile(r"\((x86_64|aarch64)(-unknown-linux-(?:gnu|musl))\)")
+
+
+def uv_on(said: str, arch: str) -> str:
+    """What `uv --version` (`said`, e.g. `uv 0.13.9 (x86_64-unknown-linux-gnu)`) says on an
+    `arch` machine: the same uv release names its build's machine in parentheses."""
+    return _UV_TRIPLE.sub(lambda m: f"({arch}{m.group(2)})", said)
 
 
 _RECORD_MARK = "  # record "
@@ -85,16 +93,17 @@ class Probe:
     python: str  # the venv's interpreter version, e.g. 3.11.2
     zlib: str  # the zlib this python3 (the writer's) compresses with
     uv: str  # what `uv --version` says
+    machine: str  # platform.machine(): the wheels a native staging install takes (x86_64, aarch64)
 
     def to_json(self) -> dict[str, str]:
         return dataclasses.asdict(self)
 
 
-def slice_keys(index: Path, context: Path, *, venv: str, level: int, found: Probe,
-               platform: str) -> list[tuple[str, str]]:
+def slice_keys(index: Path, context: Path, *, venv: str, level: int,
+               found: Probe) -> list[tuple[str, str]]:
     """(NN-label, cache tag) for each line of a slice index (`read_index`), the file read
-    relative to `context`, with one probe of the image (writer/probe.py), for the slices of
-    `platform` (the image's, e.g. linux/arm64)."""
+    relative to `context`, with one probe of the image (writer/probe.py): the cluster job
+    stages natively, so the slices' arch is the machine the probe ran on."""
     try:
         lines = read_index(index.read_text(encoding="utf-8"), str(index))
     except UnicodeDecodeError as exc:
@@ -103,7 +112,8 @@ def slice_keys(index: Path, context: Path, *, venv: str, level: int, found: Prob
     return [(line.name, slice_key(label=line.label, slice_text=(context / line.file).read_bytes(),
                                   created_by=line.created_by,
                                   python=found.python, venv=venv, uv=found.uv,
-                                  compressor=compressor(level, found.zlib), platform=platform))
+                                  compressor=compressor(level, found.zlib),
+                                  arch=found.machine))
             for line in lines]
 
 

@@ -6,16 +6,42 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["build_env_script", "install_command", "no_isolation_args"]
+__all__ = ["CROSS_GLIBC", "build_env_script", "cross_platform", "install_command",
+           "no_isolation_args", "python_platform"]
+
+# The manylinux glibc versions uv 0.13's --python-platform names for x86_64 and aarch64
+# (`uv pip install --help`): 2.17 and 2.28, then every one from 2.31 to 2.40.
+CROSS_GLIBC = ("2.17", "2.28", *(f"2.{n}" for n in range(31, 41)))
+
+
+def python_platform(arch: str, glibc: str) -> str:
+    """uv's `--python-platform` for a Linux target: `ARCH-manylinux_2_NN`, the wheels an
+    interpreter of `arch` on glibc `glibc` would take (ValueError when uv names none)."""
+    if arch not in ("x86_64", "aarch64") or glibc not in CROSS_GLIBC:
+        raise ValueError(f"uv stages no {arch} glibc {glibc} target (--python-platform knows "
+                         f"x86_64 and aarch64 on glibc {', '.join(CROSS_GLIBC)})")
+    return f"{arch}-manylinux_{glibc.replace('.', '_')}"
+
+
+def cross_platform(*, arch: str, glibc: str, machine: str) -> str | None:
+    """uv's --python-platform for staging a target.arch `arch` slice on `machine` (what the
+    staging image's probe says), None when they are one machine: a native staging install
+    takes the tags uv reads from the interpreter, as it always has, so an x86_64 slice staged
+    on x86_64 is written exactly as before."""
+    return None if arch == machine else python_platform(arch, glibc)
 
 
 def install_command(*, prefix: str, venv: str, slice_file: str,
-                    build_args: Sequence[str] = ()) -> list[str]:
+                    build_args: Sequence[str] = (), platform: str | None = None) -> list[str]:
     """The staging install of one slice: its files laid out as they sit in `venv`, under
     `prefix` (the local path's staging container and the cluster job's script run it);
-    `build_args` are the slice's `no_isolation_args`."""
+    `build_args` are the slice's `no_isolation_args`. `platform` (`python_platform`) stages
+    the wheels of another machine than the one running uv; the interpreter named still gives
+    the layout and the shebangs, so the files are those a native install lays out."""
+    cross = ["--python-platform", platform] if platform else []
     return ["uv", "pip", "install", "--no-deps", "--require-hashes", "--no-installer-metadata",
-            *build_args, "--prefix", prefix, "--python", f"{venv}/bin/python", "-r", slice_file]
+            *build_args, *cross, "--prefix", prefix, "--python", f"{venv}/bin/python",
+            "-r", slice_file]
 
 
 def no_isolation_args(names: Sequence[str]) -> list[str]:

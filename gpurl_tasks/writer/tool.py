@@ -59,8 +59,6 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("--index", type=Path, required=True)
     keys.add_argument("--context", type=Path, required=True)
     keys.add_argument("--level", type=int, required=True)
-    keys.add_argument("--platform", required=True,
-                      help="the image's platform, e.g. linux/arm64 (the slices hold its wheels)")
     sub.add_parser("blobs", help="the blobs a manifest names (config, then layers)") \
         .add_argument("manifest", type=Path)
     return parser
@@ -75,7 +73,7 @@ def _run(args: argparse.Namespace) -> str:
     if args.command == "keys":
         return "\n".join(f"{name} {tag}" for name, tag in slice_keys(
             args.index, args.context, venv=args.venv, level=args.level,
-            found=probe(args.venv), platform=args.platform))
+            found=probe(args.venv)))
     if args.command == "blobs":
         return "\n".join(manifest_blobs(read_document(args.manifest, "the manifest")))
     manifest = read_document(args.base_manifest, "env-base's manifest")
