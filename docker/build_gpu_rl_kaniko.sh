@@ -11,6 +11,16 @@ set -euo pipefail
 
 die() { echo "${0##*/}: error: $*" >&2; exit 1; }
 
+# The image is built for the node the job runs on (kaniko, crane and uv run natively on it):
+# a job of one platform on a node of another is refused before anything runs.
+TARGET_ARCH=x86_64
+TARGET_PLATFORM=linux/amd64
+CLUSTER_NAME=cw-us-east-02a
+NODE_ARCH="$(uname -m)"
+[ "$NODE_ARCH" = "$TARGET_ARCH" ] \
+  || die "this job builds the $TARGET_PLATFORM ($TARGET_ARCH) image but runs on a $NODE_ARCH" \
+    "node: submit it to cluster $CLUSTER_NAME (invoke build runs each variant on its own)"
+
 : "${GITSHA:?GITSHA is required: the image is pushed as the immutable tag PREFIX-GITSHA}"
 [[ "$GITSHA" =~ ^[0-9a-f]{7,40}(-dirty-[0-9a-f]{12})?$ ]] \
   || die "GITSHA must be a lowercase hex commit id (optionally -dirty-<12 hex>), got '$GITSHA'"
@@ -167,7 +177,7 @@ tar -xzf "$WORK/crane.tgz" -C "$WORK" crane
 
 echo "==> kaniko executor $EXECUTOR_IMAGE over ${ROOT:-/}"
 retried "$WORK/crane.err" "export of $EXECUTOR_IMAGE" "$WORK/crane" export \
-    --platform linux/amd64 "$EXECUTOR_IMAGE" "$WORK/executor.tar" \
+    --platform "$TARGET_PLATFORM" "$EXECUTOR_IMAGE" "$WORK/executor.tar" \
   || die "cannot export $EXECUTOR_IMAGE: $(tr '\n' ' ' <"$WORK/crane.err")"
 tar -xf "$WORK/executor.tar" -C "${ROOT:-/}"
 rm -f "$WORK/executor.tar"
@@ -212,6 +222,7 @@ else
 fi
 
 ABI_KEY='fork=76259c63a flash-attn=2.8.3 torch=2.11.0 cuda=cu128 py=cp312 platform=linux_x86_64 arch-list=8.0;9.0'
+WHEEL_PLATFORM=linux_x86_64
 if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   echo "==> prebuilt wheels from $WHEEL_BASE_URL"
   mkdir -p "$WHEELHOUSE"
@@ -219,6 +230,16 @@ if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   fetch "$WHEEL_BASE_URL/MANIFEST" "$WHEELHOUSE/MANIFEST" \
     || die "MANIFEST is missing at $WHEEL_BASE_URL/MANIFEST ($NO_COMPILE)"
   found_key="$(sed -n 's/^# gpurl-abi //p' "$WHEELHOUSE/MANIFEST")"
+  # the key's platform word first: wheels of another platform are said to be that, plainly
+  read -ra found_words <<<"$found_key"
+  for word in "${found_words[@]}"; do
+    case "$word" in
+      platform=*) [ "${word#platform=}" = "$WHEEL_PLATFORM" ] \
+        || die "the MANIFEST at $WHEEL_BASE_URL is for platform ${word#platform=}, not this" \
+          "job's $WHEEL_PLATFORM: point build.wheel-base-url at the $WHEEL_PLATFORM wheels" \
+          "($NO_COMPILE)" ;;
+    esac
+  done
   [ "$found_key" = "$ABI_KEY" ] \
     || die "the MANIFEST at $WHEEL_BASE_URL records another ABI key: expected '$ABI_KEY'," \
       "found '${found_key:-none}' (rebuild the wheels for these pins; $NO_COMPILE)"
@@ -244,6 +265,8 @@ COMMON=(
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
   --build-arg "GITSHA=$GITSHA"
   --skip-unused-stages
+  # the variant's platform, which every base image is pulled for: stated, not the node's
+  "--custom-platform=$TARGET_PLATFORM"
   --compressed-caching=false
   --compression-level=9
   --snapshot-mode=full
@@ -447,7 +470,8 @@ printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
   "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"
 echo "==> the slices written on env-base and composed (an unpushed kaniko build)"
 "$KANIKO_DIR/executor" --context "dir://$CONTEXT" --dockerfile "$WORK/compose-env.Dockerfile" \
-  --no-push --cache=false --snapshot-mode=full "${KANIKO_RETRIES[@]}"
+  "--custom-platform=$TARGET_PLATFORM" --no-push --cache=false --snapshot-mode=full \
+  "${KANIKO_RETRIES[@]}"
 read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
 ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
 

@@ -11,6 +11,16 @@ set -euo pipefail
 
 die() { echo "${0##*/}: error: $*" >&2; exit 1; }
 
+# The image is built for the node the job runs on (kaniko, crane and uv run natively on it):
+# a job of one platform on a node of another is refused before anything runs.
+TARGET_ARCH=aarch64
+TARGET_PLATFORM=linux/arm64
+CLUSTER_NAME=cw-us-east-08a
+NODE_ARCH="$(uname -m)"
+[ "$NODE_ARCH" = "$TARGET_ARCH" ] \
+  || die "this job builds the $TARGET_PLATFORM ($TARGET_ARCH) image but runs on a $NODE_ARCH" \
+    "node: submit it to cluster $CLUSTER_NAME (invoke build runs each variant on its own)"
+
 : "${GITSHA:?GITSHA is required: the image is pushed as the immutable tag PREFIX-GITSHA}"
 [[ "$GITSHA" =~ ^[0-9a-f]{7,40}(-dirty-[0-9a-f]{12})?$ ]] \
   || die "GITSHA must be a lowercase hex commit id (optionally -dirty-<12 hex>), got '$GITSHA'"
@@ -167,7 +177,7 @@ tar -xzf "$WORK/crane.tgz" -C "$WORK" crane
 
 echo "==> kaniko executor $EXECUTOR_IMAGE over ${ROOT:-/}"
 retried "$WORK/crane.err" "export of $EXECUTOR_IMAGE" "$WORK/crane" export \
-    --platform linux/amd64 "$EXECUTOR_IMAGE" "$WORK/executor.tar" \
+    --platform "$TARGET_PLATFORM" "$EXECUTOR_IMAGE" "$WORK/executor.tar" \
   || die "cannot export $EXECUTOR_IMAGE: $(tr '\n' ' ' <"$WORK/crane.err")"
 tar -xf "$WORK/executor.tar" -C "${ROOT:-/}"
 rm -f "$WORK/executor.tar"
@@ -227,6 +237,8 @@ COMMON=(
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
   --build-arg "GITSHA=$GITSHA"
   --skip-unused-stages
+  # the variant's platform, which every base image is pulled for: stated, not the node's
+  "--custom-platform=$TARGET_PLATFORM"
   --compressed-caching=false
   --compression-level=9
   --snapshot-mode=full
@@ -430,7 +442,8 @@ printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
   "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"
 echo "==> the slices written on env-base and composed (an unpushed kaniko build)"
 "$KANIKO_DIR/executor" --context "dir://$CONTEXT" --dockerfile "$WORK/compose-env.Dockerfile" \
-  --no-push --cache=false --snapshot-mode=full "${KANIKO_RETRIES[@]}"
+  "--custom-platform=$TARGET_PLATFORM" --no-push --cache=false --snapshot-mode=full \
+  "${KANIKO_RETRIES[@]}"
 read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
 ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
 

@@ -4,6 +4,7 @@ the bundle and the generated script are real, in a throwaway repository."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -322,6 +323,24 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
     assert not any("ENV_SOURCE" in arg for arg in build)  # the Dockerfile's default: env-chain
     floating_tag = f"{config.registry.image}:{config.registry.floating_tag}"
     assert floating_tag in build and floating == ["docker", "push", floating_tag]
+
+
+def test_the_gb200_dry_run_runs_on_its_own_cluster_with_its_aarch64_script() -> None:
+    """`invoke build -p multiarch --variant gb200 --dry-run` (and --json): the iris job goes
+    to the variant's cluster, and the script it ships is the committed aarch64 one."""
+    argv = [sys.executable, "-m", "invoke", "build", "-p", "multiarch", "--variant", "gb200",
+            "--dry-run"]
+    shown = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("iris --cluster=cw-us-east-08a job run "), shown.stdout
+    done = subprocess.run([*argv, "--json"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    (command,) = json.loads(done.stdout)["commands"]
+    assert command[:4] == ["iris", "--cluster=cw-us-east-08a", "job", "run"]
+    script = base64.b64decode(command[command.index("BUILD_B64") + 1]).decode()
+    assert script == (REPO_ROOT / "docker" / "build_multiarch_kaniko-gb200.sh").read_text()
+    assert "TARGET_PLATFORM=linux/arm64\n" in script
 
 
 def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:

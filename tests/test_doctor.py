@@ -31,7 +31,7 @@ from gpurl_tasks.redact import Secret, TokenSource, find_registry_token
 from tests.conftest import REPO_ROOT
 from tests.support.git import git
 from tests.support.htpasswd import basic_auth_yaml
-from tests.support.pusher import push_image, random_layer
+from tests.support.pusher import push_image, push_index, random_layer
 from tests.support.rangeserver import serve_files
 from tests.support.registry_server import RegistryServer, running_registry
 from tests.support.tasks_runner import run_task
@@ -424,6 +424,42 @@ def test_a_host_this_machine_cannot_reach_is_said_so_not_misread(repo: Path) -> 
         assert "from this machine" in check.detail and "127.0.0.1" in check.detail, check
         assert check.fix is not None and "check that this machine can reach 127.0.0.1" in check.fix
         assert "publish" not in check.fix
+
+
+def test_the_executor_pin_must_hold_the_variants_platform(open_registry: RegistryServer) -> None:
+    """The pin is read back from a real registry: an image index holding linux/arm64 (as
+    linux/arm64/v8, the way upstream kaniko's index lists it) passes an aarch64 variant; an
+    amd64-only index and a single amd64 image, which pass the x86_64 variant, fail it naming
+    the platform the job exports and what the pin holds."""
+    amd64, arm64 = (push_image(open_registry.url, "kaniko/executor",
+                               [random_layer(200, f"COPY executor-{arch} /kaniko/", seed=seed)],
+                               tag=None, architecture=arch)
+                    for arch, seed in (("amd64", 11), ("arm64", 12)))
+    both = push_index(open_registry.url, "kaniko/executor",
+                      {"linux/amd64": amd64, "linux/arm64/v8": arm64}, tag="both")
+    amd64_only = push_index(open_registry.url, "kaniko/executor", {"linux/amd64": amd64},
+                            tag="amd64")
+    pins = {"index of both": both, "amd64 index": amd64_only,
+            "amd64 image": amd64.manifest_digest}
+
+    def check(pin: str, arch: str) -> doctor.Check:
+        return doctor.executor_pin(_config(open_registry.host, GPURL_TARGET_ARCH=arch, **{
+            "GPURL_CLUSTER_KANIKO_EXECUTOR": f"{open_registry.host}/kaniko/executor@{pins[pin]}"}),
+            {})
+
+    for pin in pins:
+        x86 = check(pin, "x86_64")
+        assert x86.status == "ok" and x86.detail.endswith("holds linux/amd64"), x86
+    arm = check("index of both", "aarch64")
+    assert arm.status == "ok" and arm.detail.endswith("holds linux/arm64"), arm
+    for pin, held in (("amd64 index", "linux/amd64"), ("amd64 image", "linux/amd64")):
+        refused = check(pin, "aarch64")
+        assert refused.failed, refused
+        assert refused.detail == (
+            f"{open_registry.host}/kaniko/executor@{pins[pin]} has no linux/arm64 image (it holds "
+            f"{held}): the job of profile 'gpu-rl' (variant 'standard') exports the executor for "
+            "linux/arm64")
+        assert refused.fix is not None and "image index that holds linux/arm64" in refused.fix
 
 
 def test_invoke_doctor_json_is_one_object_without_the_secret(

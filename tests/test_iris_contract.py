@@ -115,6 +115,35 @@ def test_the_megatron_variant_argv_names_its_dockerfile_and_tags(tmp_path: Path)
     assert prepared.image_tag.endswith(f":gpu-rl-megatron-{prepared.gitsha}")
 
 
+def test_the_gb200_variant_argv_runs_on_its_cluster_with_its_aarch64_script(
+        tmp_path: Path) -> None:
+    """The multiarch profile's aarch64 variant: the real parser reads its own cluster and the
+    committed gb200 script (linux/arm64 throughout). The pinned `job run` has no platform,
+    arch, constraint or node-selector option, so nothing else asks for an arm64 node: the
+    cluster name does, and the script's `uname -m` check refuses any other node."""
+    kube = tmp_path / "kubeconfig"
+    kube.write_text("apiVersion: v1\n")
+    env = {"KUBECONFIG": str(kube), "GPURL_REGISTRY_TOKEN": CANARY, "PATH": os.environ["PATH"]}
+    config = load_config(REPO_ROOT, profile="multiarch", env={}, variant="gb200")
+    prepared = prepare_build(config, BuildRequest(), jobs.real_world(env))
+    params = parse_job_run(prepared.argv("iris", reveal=True)[1:])
+    assert params["top"]["cluster_name"] == "cw-us-east-08a" == config.cluster.name
+    assert params["job_name"] == f"gpurl-kaniko-gb200-{prepared.gitsha}"
+    script = base64.b64decode(dict(params["env_vars"])["BUILD_B64"]).decode()
+    assert script == (REPO_ROOT / "docker" / "build_multiarch_kaniko-gb200.sh").read_text()
+    assert "TARGET_ARCH=aarch64\nTARGET_PLATFORM=linux/arm64\nCLUSTER_NAME=cw-us-east-08a\n" \
+        in script
+    options = {opt for p in jobs_run_params() for opt in p}
+    assert not options & {"--platform", "--arch", "--constraint", "--node-selector"}, options
+
+
+def jobs_run_params() -> list[list[str]]:
+    """Every option name the pinned `iris job run` accepts."""
+    job = iris_group.commands["job"]
+    run = job.commands["run"]  # type: ignore[attr-defined]
+    return [list(p.opts) for p in run.params]
+
+
 def test_a_misspelled_option_parses_but_is_passed_through(build_argv: tuple[str, ...]) -> None:
     """Why parameters are checked: `--memroy` is not an error, it becomes part of the command
     and memory silently stays at the 1GB default."""

@@ -158,3 +158,21 @@ def test_cluster_target_precedence() -> None:
     assert ClusterTarget.resolve(name="cw", controller_url=url, flag=None).args == (
         f"--controller-url={url}",)
     assert ClusterTarget.resolve(name="cw", controller_url="", flag=None).args == ("--cluster=cw",)
+
+
+def test_each_variant_runs_on_its_own_cluster() -> None:
+    """cluster.name is the variant's: the multiarch profile's gb200 job goes to the GB200
+    cluster, its h100 job to the profile's; a --cluster flag still wins for either. (The
+    pinned iris has no platform or node-selector flag for `job run`: the cluster is the
+    only placement there is, and the script checks the node's `uname -m` itself.)"""
+    from gpurl_tasks.cluster.jobs import cluster_target
+    from gpurl_tasks.config import load_config
+    from tests.conftest import REPO_ROOT
+
+    def target(variant: str, flag: str | None = None) -> tuple[str, ...]:
+        config = load_config(REPO_ROOT, profile="multiarch", variant=variant, env={})
+        return cluster_target(config, flag).args
+
+    assert target("gb200") == ("--cluster=cw-us-east-08a",)
+    assert target("h100") == ("--cluster=cw-us-east-02a",)
+    assert target("gb200", "elsewhere") == ("--cluster=elsewhere",)

@@ -65,16 +65,18 @@ def test_the_script_reads_the_root_the_tests_set() -> None:
 
 
 def test_a_template_and_its_values_must_name_the_same_placeholders() -> None:
-    assert render_template("fetch.sh", {"ABI_KEY": "k", "ABI_PREFIX": "p "}).startswith("ABI_KEY=k\n")
+    values = {"ABI_KEY": "k", "ABI_PREFIX": "p ", "WHEEL_PLATFORM": "linux_x86_64"}
+    assert render_template("fetch.sh", values).startswith("ABI_KEY=k\n")
     with pytest.raises(BuildError, match=r"script/fetch\.sh .* without a value: \['ABI_PREFIX'\]"):
-        render_template("fetch.sh", {"ABI_KEY": "k"})
+        render_template("fetch.sh", {"ABI_KEY": "k", "WHEEL_PLATFORM": "linux_x86_64"})
     with pytest.raises(BuildError, match=r"values without a placeholder: \['EXTRA'\]"):
-        render_template("fetch.sh", {"ABI_KEY": "k", "ABI_PREFIX": "p ", "EXTRA": "x"})
+        render_template("fetch.sh", {**values, "EXTRA": "x"})
 
 
 def test_a_value_is_not_searched_for_placeholders() -> None:
-    text = render_template("fetch.sh", {"ABI_KEY": "@ABI_PREFIX@", "ABI_PREFIX": "p "})
-    assert text.startswith("ABI_KEY=@ABI_PREFIX@\n")
+    text = render_template("fetch.sh", {"ABI_KEY": "@ABI_PREFIX@", "ABI_PREFIX": "p ",
+                                        "WHEEL_PLATFORM": "@ABI_KEY@"})
+    assert text.startswith("ABI_KEY=@ABI_PREFIX@\nWHEEL_PLATFORM=@ABI_KEY@\n")
 
 
 @pytest.mark.parametrize("seed", ["0", "4242"])
@@ -100,9 +102,29 @@ def test_rendering_is_byte_reproducible_across_processes(seed: str, tmp_path: Pa
     ("build.wheel-base-url", "https://w.example/base/", "WHEEL_BASE_URL=https://w.example/base\n"),
     ("build.flash-attn-version", "2.9.0", "flash_attn-2.9.0-cp312-cp312-linux_x86_64.whl"),
     ("build.vllm-fork-commit", "deadbeef1", "+gdeadbeef1.cu128"),
+    # the node check, the executor's export, every executor run and the MANIFEST's platform
+    ("target.arch", "aarch64", "TARGET_ARCH=aarch64\nTARGET_PLATFORM=linux/arm64\n"),
+    ("target.arch", "aarch64", "WHEEL_PLATFORM=linux_aarch64\n"),
+    ("cluster.name", "cw-elsewhere", "CLUSTER_NAME=cw-elsewhere\n"),
 ])
 def test_config_values_reach_the_script(key: str, value: str, expect: str) -> None:
     assert expect in render_script(config(**{key: value}))
+
+
+def test_each_script_is_for_its_variants_platform_and_cluster() -> None:
+    """The multiarch profile's two committed scripts: every platform word and the cluster are
+    the variant's own (h100 x86_64 on the profile's cluster, gb200 aarch64 on cw-us-east-08a);
+    the export, the executor runs and the node check read them from those lines."""
+    for variant, arch, oci, cluster in (("h100", "x86_64", "linux/amd64", "cw-us-east-02a"),
+                                        ("gb200", "aarch64", "linux/arm64", "cw-us-east-08a")):
+        cfg = load_config(REPO_ROOT, profile="multiarch", variant=variant, env={})
+        script = render_script(cfg)
+        assert script == cfg.build.kaniko_script.read_text()
+        assert f"TARGET_ARCH={arch}\nTARGET_PLATFORM={oci}\nCLUSTER_NAME={cluster}\n" in script
+        assert '--platform "$TARGET_PLATFORM" "$EXECUTOR_IMAGE"' in script
+        assert script.count('"--custom-platform=$TARGET_PLATFORM"') == 2  # env-base/final, compose
+        assert '[ "$NODE_ARCH" = "$TARGET_ARCH" ]' in script
+        assert script.index("NODE_ARCH=") < script.index("GITSHA:?")  # before anything else
 
 
 def test_default_cache_repo_hangs_off_the_image() -> None:
@@ -271,7 +293,8 @@ def test_every_variant_is_shellcheck_clean(user: str, prefix: str, host: str,
                 "build.wheel-source": source}
     for text in (render_script(config(**settings)),  # gpu-rl: the pinned pair
                  render_script(cluster_config("demo", **settings)),  # its own compiled wheel
-                 render_script(cluster_config("heavy", **settings))):  # no compiled wheels
+                 render_script(cluster_config("heavy", **settings)),  # no compiled wheels
+                 render_script(config(**settings, **{"target.arch": "aarch64"}))):  # aarch64
         proc = subprocess.run([shellcheck, "-s", "bash", "-"], input=text, capture_output=True,
                               text=True, check=False)
         assert proc.returncode == 0, proc.stdout

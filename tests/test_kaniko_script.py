@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
+import platform
 import shlex
 import shutil
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--build-arg", "WHEEL_SOURCE=prebuilt-wheelhouse",
         "--build-arg", f"GITSHA={GITSHA}",
         "--skip-unused-stages",
+        "--custom-platform=linux/amd64",  # the variant's target.platform, not the node's
         "--compressed-caching=false",
         f"--compression-level={r.config.cluster.compression_level}",
         f"--snapshot-mode={r.config.cluster.snapshot_mode}",
@@ -348,3 +351,91 @@ def test_a_profile_without_compiled_wheels_skips_the_fetch(tmp_path: Path) -> No
     assert "no prebuilt wheels to fetch" in proc.stdout
     assert "WHEEL_SOURCE=prebuilt-wheelhouse" in _executor_argv(heavy)
     assert (heavy.root / "kaniko" / "context" / "docker" / "wheelhouse-heavy").is_dir()
+
+
+# --- the variant's platform: the node it runs on, the executor's and the wheels' platform ----
+
+
+def _rig_ready() -> None:
+    need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
+
+
+def test_a_script_on_a_node_of_another_platform_stops_in_one_line_naming_its_cluster(
+        tmp_path: Path) -> None:
+    """The multiarch variant of the other platform than this machine's (gb200, aarch64, here)
+    on this node: one line naming the platform, the node's and the variant's cluster, before
+    crane is fetched or anything else runs."""
+    _rig_ready()
+    machine = platform.machine()
+    need(machine in ("x86_64", "aarch64"), f"a node of a platform gpurl builds, not {machine}")
+    other, arch, oci, cluster = (("gb200", "aarch64", "linux/arm64", "cw-us-east-08a")
+                                 if machine == "x86_64" else
+                                 ("h100", "x86_64", "linux/amd64", "cw-us-east-02a"))
+    with rig(tmp_path, profile="multiarch", variant=other, wheels=[]) as away:
+        assert (away.config.target.arch, away.config.cluster.name) == (arch, cluster)
+        proc = away.run(_env())
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"build.sh: error: this job builds the {oci} ({arch}) image but runs on a {machine} node: "
+        f"submit it to cluster {cluster} (invoke build runs each variant on its own)"]
+    assert away.calls("crane") == [] and away.calls("executor") == []
+    assert not (away.root / "kaniko").exists()  # nothing written, not even the work dir
+
+
+def test_the_aarch64_script_on_an_aarch64_node_exports_and_builds_for_linux_arm64(
+        tmp_path: Path) -> None:
+    """The gb200 variant's real script where its platform check passes (a stand-in `uname`
+    says aarch64, as a GB200 node does): the executor is exported for linux/arm64 and every
+    executor run builds for it; the same script on this x86 node was refused above."""
+    _rig_ready()
+    with rig(tmp_path, profile="multiarch", variant="gb200", wheels=[]) as gb200:
+        proc = gb200.run({**_env(), **gb200.on_node("aarch64")})
+        assert proc.returncode == 0, proc.stderr
+        export = shlex.split(gb200.calls("crane")[0])[1:]
+        assert export[:4] == ["-v", "export", "--platform", "linux/arm64"]
+        assert "--custom-platform=linux/arm64" in _executor_argv(gb200)
+        script = gb200.script.read_text()
+    assert "TARGET_ARCH=aarch64\n" in script and "CLUSTER_NAME=cw-us-east-08a\n" in script
+    for x86 in ("amd64", "x86_64"):  # no amd64 assumption is left in the aarch64 script
+        assert x86 not in script
+
+
+def _aarch64_rig(tmp_path: Path) -> AbstractContextManager[Rig]:
+    """gpu-rl (a profile with compiled wheels) as an aarch64 variant: its MANIFEST's key names
+    linux_aarch64 (the rig writes the key of the config's pins, as a wheel-builder does)."""
+    _rig_ready()
+    return rig(tmp_path, overrides={"target.arch": "aarch64"})
+
+
+def test_an_aarch64_script_expects_the_linux_aarch64_manifest(tmp_path: Path) -> None:
+    with _aarch64_rig(tmp_path) as arm:
+        manifest = (arm.served / "wheels" / "MANIFEST").read_text()
+        assert " platform=linux_aarch64 " in manifest.splitlines()[0]
+        assert all(name.endswith("_aarch64.whl") for name in arm.wheels), arm.wheels
+        assert "WHEEL_PLATFORM=linux_aarch64\n" in arm.script.read_text()
+        proc = arm.run({**_env(), **arm.on_node("aarch64")})
+        assert proc.returncode == 0, proc.stderr
+        for name in arm.wheels:
+            assert f"    ok {name}" in proc.stdout
+
+
+def test_a_manifest_of_the_other_platform_is_named_as_such(tmp_path: Path) -> None:
+    """An x86_64 wheelhouse behind an aarch64 job's wheel-base-url: the script stops right
+    after the MANIFEST, saying plainly that it is for linux_x86_64 and the job wants
+    linux_aarch64 (not only "another ABI key"), before any wheel is fetched."""
+    with _aarch64_rig(tmp_path) as arm:
+        manifest = arm.served / "wheels" / "MANIFEST"
+        manifest.write_text(manifest.read_text().replace(" platform=linux_aarch64 ",
+                                                         " platform=linux_x86_64 ", 1))
+        proc = arm.run({**_env(), **arm.on_node("aarch64")})
+        assert proc.returncode == 1
+        assert proc.stderr.splitlines()[-1] == (
+            f"build.sh: error: the MANIFEST at {arm.base_url}/wheels is for platform "
+            "linux_x86_64, not this job's linux_aarch64: point build.wheel-base-url at the "
+            "linux_aarch64 wheels (not compiling instead; set WHEEL_SOURCE=wheel-builder to "
+            "compile)")
+        assert "another ABI key" not in proc.stderr
+        assert not any((arm.root / "kaniko" / "context" / "docker" / "wheelhouse" / n).exists()
+                       for n in arm.wheels)
+        assert arm.calls("executor") == []

@@ -5,8 +5,9 @@ skipped with why), so `invoke doctor` runs them all and `invoke build` runs the 
 refuses on (`require`) before it composes the job: one implementation of each check. The
 runbook's ops preamble is the list: KUBECONFIG naming the cluster, the cw-capable iris, the
 ghcr token and its push scope, the prebuilt wheels, current generated files, a free immutable
-tag, and resolvable executor and crane pins. Network checks ask with HEAD (or the token
-endpoint) and download nothing large; no check prints a secret.
+tag, an executor pin holding the variant's platform and a resolvable crane pin. Network checks
+ask with HEAD (or the token endpoint) or read a manifest, and download nothing large; no check
+prints a secret.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import check_committed
 from gpurl_tasks.dockerfile.wheels import check_abi_key, pins_from_args
 from gpurl_tasks.errors import BuildError, ExitCode, GpurlError, Unreachable, unreachable_hint
-from gpurl_tasks.imageref import parse_reference
+from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
+from gpurl_tasks.oci.image import INDEX_TYPES, parse_index, parse_manifest
+from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 from gpurl_tasks.oci.tags import cache_repository, existing_digest
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
 from gpurl_tasks.rebuild.wheelhouse import read_manifest_keyed, redact_url
@@ -444,19 +447,43 @@ def prebuilt_wheels(config: Config) -> Check:
                                   f"{', '.join(names)}")
 
 
+def _platforms_of(client: RegistryClient, ref: ImageRef) -> tuple[str, ...] | None:
+    """The platforms `ref` holds: its index's entries, or a single image's config `os/arch`
+    (None: the registry has no such manifest)."""
+    try:
+        digest, media_type, document = client.manifest(ref)
+    except ManifestUnknown:
+        return None
+    where = f"manifest {digest} of {ref}"
+    if media_type in INDEX_TYPES:
+        return tuple(e.platform or "?" for e in parse_index(document, where))
+    config = client.blob_json(ref, parse_manifest(document, where).config_digest)
+    return ("/".join(str(config.get(k) or "?") for k in ("os", "architecture")),)
+
+
 def executor_pin(config: Config, env: Mapping[str, str]) -> Check:
-    """cluster.kaniko-executor is a digest reference its registry holds (one HEAD)."""
+    """cluster.kaniko-executor is a digest reference its registry holds, with an image for the
+    variant's platform: the job's `crane export --platform` takes that one (crane exports a
+    single image whatever its platform), so an amd64-only pin fails an aarch64 job late."""
+    platform = config.target.platform
     try:
         image = kaniko.pinned_executor(config.cluster.kaniko_executor)
         ref = parse_reference(image, default_host="docker.io")
         with open_client(config, ref, env) as client:
-            held = client.has_manifest(ref)
+            held = _platforms_of(client, ref)
     except GpurlError as exc:
         return _from_error("executor-pin", exc)
-    if not held:
+    if held is None:
         return _problem("executor-pin", f"{image} is not in its registry",
                         "pin a digest that exists: `crane digest IMAGE:TAG`")
-    return _ok("executor-pin", f"{image} resolves in its registry")
+    # an index entry `linux/arm64/v8` is a linux/arm64 image (as crane's --platform matches)
+    if not any(p == platform or p.startswith(platform + "/") for p in held):
+        return _problem("executor-pin", f"{image} has no {platform} image (it holds "
+                        f"{', '.join(held) or 'nothing'}): the job of profile {config.profile!r}"
+                        f"{config.variant.note} exports the executor for {platform}",
+                        f"pin the digest of an image index that holds {platform}: "
+                        "`crane digest IMAGE:TAG` of a multi-platform tag")
+    return _ok("executor-pin", f"{image} resolves in its registry and holds {platform}")
 
 
 def crane_url(url: str) -> Check:

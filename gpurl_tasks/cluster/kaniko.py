@@ -1,17 +1,19 @@
 """The in-cluster build script (docker/build_gpu_rl_kaniko.sh), generated from the config.
 
 The iris job runs ubuntu:22.04 (kaniko's image is distroless, no bash), so the script:
-fetches crane at a pinned version and checks its sha256; `crane export`s the kaniko
-executor (pinned by digest) over `/`; writes the registry auth file *after* that overlay
-(kaniko's image ships its own /kaniko and would clobber it) with tracing off until the
-token is consumed; fetches the profile's prebuilt compiled wheels (by exact name, none for a
-profile without any) + MANIFEST and verifies them, never falling back to a compile; then runs
-the executor with per-instruction layers and `--skip-unused-stages`. With
-`cluster.env-source = "composed"` (the default) the environment is written, not built: the
-executor builds env-base alone; an unpushed second build FROM it runs gpurl's layer tool
-(docker/gpurl-layer.py, the writer package's own text) on each slice the cache repository
-lacks, in env-base's own filesystem, so each slice is the same blob the local path writes;
-crane pushes each as a one-layer record image; the same tool composes the environment image
+refuses a node whose `uname -m` is not the variant's target.arch (naming the variant's
+cluster); fetches crane (the variant's arch) at a pinned version and checks its sha256;
+`crane export`s the kaniko executor (pinned by digest, for the variant's platform) over
+`/`; writes the registry auth file *after* that overlay (kaniko's image ships its own /kaniko
+and would clobber it) with tracing off until the token is consumed; fetches the profile's
+prebuilt compiled wheels (by exact name, none for a profile without any) + MANIFEST and
+verifies them (the MANIFEST's platform first), never falling back to a compile; then runs
+the executor with per-instruction layers, `--skip-unused-stages` and the variant's
+`--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment
+is written, not built: the executor builds env-base alone; an unpushed second build FROM it
+runs gpurl's layer tool (docker/gpurl-layer.py, the writer package's own text) on each slice
+the cache repository lacks, in env-base's own filesystem, so each slice is the same blob the
+local path writes; crane pushes each as a one-layer record image; the same tool composes the environment image
 from env-base and the records (writer/composition.py, the local path's composition), which
 crane pushes without moving a layer; the final build runs FROM
 that image. The slice list is the generated `<script>.slices` index, so a lock bump changes
@@ -261,12 +263,15 @@ def _retry(config: Config) -> str:
 def _fetch(config: Config, wheels: tuple[str, ...]) -> str:
     """The prebuilt fetch (fetch.sh), with the ABI key the MANIFEST must record (checked right
     after the MANIFEST is fetched: a wrong wheelhouse fails in seconds, before any executor
-    run); for a profile without compiled wheels (no-fetch.sh) the prebuilt wheelhouse stays
-    empty and nothing is fetched."""
+    run), its platform word checked first so wheels of the other platform are named as such;
+    for a profile without compiled wheels (no-fetch.sh) the prebuilt wheelhouse stays empty
+    and nothing is fetched."""
     if not wheels:
         return _fragment("no-fetch.sh", {})
-    key = abi_key(pins_from_args({}, config.build, config.target))
-    return _fragment("fetch.sh", {"ABI_KEY": shlex.quote(key), "ABI_PREFIX": ABI_KEY_PREFIX})
+    pins = pins_from_args({}, config.build, config.target)
+    return _fragment("fetch.sh", {"ABI_KEY": shlex.quote(abi_key(pins)),
+                                  "WHEEL_PLATFORM": shlex.quote(pins.platform),
+                                  "ABI_PREFIX": ABI_KEY_PREFIX})
 
 
 def _attest(config: Config, wheels: tuple[str, ...]) -> str:
@@ -344,6 +349,9 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         "APT_OPTIONS": " ".join(w for pair in apt_options(config) for w in pair),
         "IMAGE_WORKSPACE": q(WORKDIR),
         "PROFILE": profile_name(config.profile, "profile", error=BuildError),
+        "TARGET_ARCH": q(config.target.arch),
+        "TARGET_PLATFORM": q(config.target.platform),
+        "CLUSTER_NAME": q(config.cluster.name),
         "VARIANT": config.variant.note,
         "SOURCE_ID": SOURCE_ID_ERE,
         "WHEELHOUSE": q(_relative(config.build.wheelhouse, config.root, "build.wheelhouse")),

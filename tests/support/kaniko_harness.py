@@ -9,8 +9,12 @@ The stand-ins find their log files through STANDIN_* variables, defaulting to th
 own paths (baked in), so they also work inside an iris job whose environment the test
 does not set. `executor_tail` appends shell lines to the stand-in executor (sleep, fail, ...).
 
-The script is rendered for the default profile, or for `profile` with config `overrides`
-(another profile configured for the cluster); `wheels` serves real wheel files instead of
+The node the job runs on is this machine, unless `Rig.on_node(arch)` puts a stand-in `uname`
+first on PATH that reports another machine (an aarch64 script's platform check passes there,
+as on a GB200 node; this machine has no aarch64 emulation to run one for real).
+
+The script is rendered for the default profile, or for `profile` (and `variant`) with config
+`overrides` (another profile configured for the cluster); `wheels` serves real wheel files instead of
 stand-in bytes named after the script's own list. It renders the chain script
 (`cluster.env-source = "chain"`) unless told otherwise: the stand-in executor builds no
 env-base for the composed script to write slices on (tests/test_kaniko_e2e.py runs that one
@@ -140,6 +144,16 @@ class Rig:
         return subprocess.run(argv, env={**base, **env}, capture_output=True, text=True,
                               timeout=120, check=False)
 
+    def on_node(self, arch: str) -> dict[str, str]:
+        """The environment of a run on a node whose `uname -m` is `arch`: a stand-in `uname`
+        first on PATH (it answers `-m` only: the script asks nothing else)."""
+        bin_dir = self.tmp / f"node-{arch}"
+        bin_dir.mkdir(exist_ok=True)
+        uname = bin_dir / "uname"
+        uname.write_text(f'#!/bin/sh\n[ "$1" = -m ] && echo {arch} && exit 0\nexit 64\n')
+        uname.chmod(0o755)
+        return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
     def calls(self, program: str) -> list[str]:
         if not self.log.exists():
             return []
@@ -148,7 +162,8 @@ class Rig:
 
 @contextmanager
 def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
-        profile: str | None = None, overrides: Mapping[str, Any] | None = None,
+        profile: str | None = None, variant: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
         wheels: Sequence[Path] | None = None) -> Iterator[Rig]:
     """Serve wheels + MANIFEST + a crane tarball and render the script against them."""
     served = tmp / "served"
@@ -171,7 +186,7 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
         "kaniko/.docker/config.json": (b"{}\n", 0o644),
     }, gz=False))
     with serve_files(served) as url:
-        config = load_config(REPO_ROOT, profile=profile, env={},
+        config = load_config(REPO_ROOT, profile=profile, variant=variant, env={},
                              overrides={"cluster.env-source": "chain", **(overrides or {}),
                                         "build.wheel-base-url": url + "/wheels"})
         names = prebuilt_wheel_names(config)

@@ -21,6 +21,7 @@ printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \
   "$WORK/compose-env.sh" >"$WORK/compose-env.Dockerfile"
 echo "==> the slices written on env-base and composed (an unpushed kaniko build)"
 "$KANIKO_DIR/executor" --context "dir://$CONTEXT" --dockerfile "$WORK/compose-env.Dockerfile" \
-  --no-push --cache=false --snapshot-mode=@SNAPSHOT_MODE@ "${KANIKO_RETRIES[@]}"
+  "--custom-platform=$TARGET_PLATFORM" --no-push --cache=false --snapshot-mode=@SNAPSHOT_MODE@ \
+  "${KANIKO_RETRIES[@]}"
 read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
 ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")

@@ -11,6 +11,16 @@ set -euo pipefail
 
 die() { echo "${0##*/}: error: $*" >&2; exit 1; }
 
+# The image is built for the node the job runs on (kaniko, crane and uv run natively on it):
+# a job of one platform on a node of another is refused before anything runs.
+TARGET_ARCH=@TARGET_ARCH@
+TARGET_PLATFORM=@TARGET_PLATFORM@
+CLUSTER_NAME=@CLUSTER_NAME@
+NODE_ARCH="$(uname -m)"
+[ "$NODE_ARCH" = "$TARGET_ARCH" ] \
+  || die "this job builds the $TARGET_PLATFORM ($TARGET_ARCH) image but runs on a $NODE_ARCH" \
+    "node: submit it to cluster $CLUSTER_NAME (invoke build runs each variant on its own)"
+
 : "${GITSHA:?GITSHA is required: the image is pushed as the immutable tag PREFIX-GITSHA}"
 [[ "$GITSHA" =~ ^@SOURCE_ID@$ ]] \
   || die "GITSHA must be a lowercase hex commit id (optionally -dirty-<12 hex>), got '$GITSHA'"
@@ -117,7 +127,7 @@ tar -xzf "$WORK/crane.tgz" -C "$WORK" crane
 
 echo "==> kaniko executor $EXECUTOR_IMAGE over ${ROOT:-/}"
 retried "$WORK/crane.err" "export of $EXECUTOR_IMAGE" "$WORK/crane" export \
-    --platform linux/amd64 "$EXECUTOR_IMAGE" "$WORK/executor.tar" \
+    --platform "$TARGET_PLATFORM" "$EXECUTOR_IMAGE" "$WORK/executor.tar" \
   || die "cannot export $EXECUTOR_IMAGE: $(tr '\n' ' ' <"$WORK/crane.err")"
 tar -xf "$WORK/executor.tar" -C "${ROOT:-/}"
 rm -f "$WORK/executor.tar"
@@ -173,6 +183,8 @@ COMMON=(
   --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"
   --build-arg "GITSHA=$GITSHA"
   --skip-unused-stages
+  # the variant's platform, which every base image is pulled for: stated, not the node's
+  "--custom-platform=$TARGET_PLATFORM"
   --compressed-caching=false
   --compression-level=@COMPRESSION_LEVEL@
   --snapshot-mode=@SNAPSHOT_MODE@
