@@ -403,9 +403,12 @@ def test_the_aarch64_script_on_an_aarch64_node_exports_and_builds_for_linux_arm6
 
 def _aarch64_rig(tmp_path: Path) -> AbstractContextManager[Rig]:
     """gpu-rl (a profile with compiled wheels) as an aarch64 variant: its MANIFEST's key names
-    linux_aarch64 (the rig writes the key of the config's pins, as a wheel-builder does)."""
+    linux_aarch64 (the rig writes the key of the config's pins, as a wheel-builder does). Its
+    workspace is the multiarch fixture's, whose lock resolves for aarch64 (rl/uv.lock resolves
+    for x86_64 only, and an aarch64 image of it is refused where the lock is read)."""
     _rig_ready()
-    return rig(tmp_path, overrides={"target.arch": "aarch64"})
+    return rig(tmp_path, overrides={"target.arch": "aarch64", "workspace": "examples/multiarch",
+                                    "target.python": "3.11", "python.extras": []})
 
 
 def test_an_aarch64_script_expects_the_linux_aarch64_manifest(tmp_path: Path) -> None:
