@@ -362,3 +362,28 @@ def test_verify_of_an_index_reports_the_failing_platform(tmp_path: Path) -> None
         assert platforms["linux/amd64"]["ok"] and platforms["linux/amd64"]["variant"] == "h100"
         assert not platforms["linux/arm64"]["ok"] and platforms["linux/arm64"]["variant"] == "gb200"
         assert [f["code"] for f in platforms["linux/arm64"]["findings"]] == ["missing-blob"]
+
+
+@pytest.mark.integration
+def test_the_index_tag_is_immutable_unless_forced(tmp_path: Path, launcher: Path) -> None:
+    """The index tag at this commit already holds an index of other images: pin refuses to
+    move it (nodes may have pulled it) and writes nothing; --force composes and moves it."""
+    with running_registry(tmp_path / "r") as server:
+        sha = _source()
+        amd, arm = _push_pair(server, sha, 81)
+        stale = push_image(server.url, REPO, _layers(83), tag=None, architecture="arm64")
+        push_index(server.url, REPO, {"linux/amd64": amd, "linux/arm64": stale},
+                   tag=f"multiarch-{sha}-index")
+        env = _env(server, launcher)
+        refused = run_task("pin", "-p", "multiarch", env=env)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert "not the verified images" in refused.stderr and "--force" in refused.stderr
+        assert launcher.read_text() == LAUNCHER.read_text()
+        forced = run_task("pin", "-p", "multiarch", "--force", "--json", env=env)
+        assert forced.returncode == 0, forced.stderr
+        index = json.loads(forced.stdout)["variants"]["h100+gb200"]["index"]
+        assert index["state"] == "composed"
+        digest, _, document = _read_index(server, f"multiarch-{sha}-index")
+        assert digest == index["digest"]
+        assert [m["digest"] for m in document["manifests"]] == [amd.manifest_digest,
+                                                                arm.manifest_digest]
