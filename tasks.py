@@ -147,13 +147,14 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
                   variant: str | None = None) -> Outcome | None:
     """Check a pushed image's layers through the registry API; exit 0 only if every rule holds.
 
-    The image is --ref (`nox -s verify-layers -- REF` takes it bare). Rules: no layer at the
+    The image is --ref (`nox -s verify-layers -- REF` takes it bare); an image index is checked
+    platform by platform, each under its platform's variant's rules. Rules: no layer at the
     hard limit, none above the cap, at least min-layers layers; each uv sync layer is shown
     next to its predicted size when the image's plan fingerprint matches the current plan."""
-    from gpurl_tasks.release.flow import verify_reference
+    from gpurl_tasks.release.flow import verify_task
     configs = cli.variant_configs(profile, variant, ref=ref,
                                   **cli.rule_flags(cap, hard_limit, min_layers))
-    return cli.each_variant(configs, lambda config: verify_reference(
+    return cli.each_variant(configs, lambda config: verify_task(
         config, cli.text_flag("--ref", ref)))
 
 
@@ -163,22 +164,26 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
     "variable": "variable holding the image (config key: launcher.variable)",
     "dry_run": "print the unified diff and write nothing",
     "force": "pin even when the image fails the layer rules", **RULES_HELP,
-    "variant": VARIANT_HELP + "; each goes to its own launcher variable"})
+    "variant": VARIANT_HELP + "; each goes to its own launcher variable (variants of several "
+               "platforms sharing one: their image index; one of those alone: its platform-variable)"})
 def pin(c: Context, ref: str | None = None, launcher: str | None = None,
         variable: str | None = None, dry_run: bool = False, force: bool = False,
         cap: str | None = None, hard_limit: str | None = None, min_layers: str | None = None,
         json_: bool = False, profile: str | None = None, variant: str | None = None) -> Outcome | None:
-    """Verify the image, then pin its linux/amd64 manifest digest into the launcher.
+    """Verify the image, then pin its manifest digest (of an index: its target's platform's)
+    into the launcher; variants of different platforms sharing a launcher variable get the
+    digest of their image index, composed at the registry, and each its own in its
+    platform-variable.
 
     Rewrites only the variable's value and the provenance comment above it, atomically; a
     second pin of the same digest changes nothing. Floating tags are refused."""
-    from gpurl_tasks.release.flow import pin_task
+    from gpurl_tasks.release.flow import pin_each
     configs = cli.variant_configs(profile, variant, ref=ref, strict=True,
                                   single="--variable" if variable is not None else None,
                                   **cli.rule_flags(cap, hard_limit, min_layers),
                                   launcher__variable=variable, launcher__path=cli.path_flag(launcher))
-    return cli.each_variant(configs, lambda config: pin_task(
-        config, cli.text_flag("--ref", ref), force=force, dry_run=dry_run, warn=cli.say))
+    return cli.EachVariant(pin_each(configs, cli.text_flag("--ref", ref), force=force,
+                                    dry_run=dry_run, warn=cli.say))
 
 
 @task(name="rebuild-needed", help={

@@ -392,6 +392,10 @@ class LauncherSettings:
 
     path: Path = _field(Path("cloud/iris/launch_rl_iris.py"), inside=True, bakes="none")
     variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier, bakes="none")
+    # this variant's own image (its platform's manifest digest), beside `variable`: where
+    # variants of several platforms share `variable` (their image index), a launcher that names
+    # the platform itself reads this one; unset: no per-platform pin
+    platform_variable: str = _field("", check=values.optional(values.identifier), bakes="none")
     # the launcher's variable holding the environment's python (or its directory): where the
     # launcher assigns it, generate and pin refuse a path outside build.venv
     python_variable: str = _field("RL_PYTHON", check=values.identifier, bakes="none")
@@ -533,7 +537,8 @@ SHARED = "shared"  # the slice directory of a profile's variants' common layers
 # What a variant may set, as the dotted key it replaces (import-asserts are added to the profile's).
 _VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
                  "tag-prefix": "registry.tag-prefix", "floating-tag": "registry.floating-tag",
-                 "launcher-variable": "launcher.variable", "dockerfile": "build.dockerfile",
+                 "launcher-variable": "launcher.variable",
+                 "platform-variable": "launcher.platform-variable", "dockerfile": "build.dockerfile",
                  "import-asserts": "build.import-asserts"}
 def _key(name: str) -> str:
     return name.replace("_", "-")
@@ -833,6 +838,8 @@ def load_config(
                                     late=late, own=own, resolve=resolve) for n in order}
     variants = _platform_shares(tuple(resolved[n] for n in names)
                                 or (_implicit_variant(name, own),), name)
+    if not {"launcher.variable", "launcher.platform-variable"} & set(late):
+        _one_image_per_variable(variants, name)  # (a flag or variable names one for the run)
     return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
                   variant=next(v for v in variants if v.name == chosen) if names else variants[0],
                   variants=variants,
@@ -857,6 +864,27 @@ def _platform_shares(variants: tuple[Variant, ...], profile: str) -> tuple[Varia
                               hint="give every variant of one arch the same target table")
         out.append(dataclasses.replace(variant, shared_slices=variant.shared_slices.with_name(directory)))
     return tuple(out)
+
+
+def _one_image_per_variable(variants: tuple[Variant, ...], profile: str) -> None:
+    """Variants of different platforms may share a launcher variable (it pins their image
+    index, release/index.py); two of one platform may not: one variable holds one image per
+    platform, and a platform variable one image."""
+    seen: dict[tuple[str, str], str] = {}
+    for variant in variants:
+        launcher, platform = variant.launcher, variant.target.platform
+        for key in ((launcher.variable, platform), (launcher.platform_variable, "")):
+            if key[0] and seen.setdefault(key, variant.name) != variant.name:
+                raise ConfigError(
+                    f"variants {seen[key]!r} and {variant.name!r} of profile {profile!r} both pin "
+                    f"a {platform} image into {key[0]}", hint="give each its own variable (only "
+                    "variants of different platforms share one: their image index)")
+    for variant in variants:
+        own = variant.launcher.platform_variable
+        if own and any(own == v.launcher.variable for v in variants):
+            raise ConfigError(f"platform-variable {own} of variant {variant.name!r} is also a "
+                              f"launcher-variable of profile {profile!r}",
+                              hint="name a variable of its own, e.g. DEFAULT_RL_ARM64_DOCKER_IMAGE")
 
 
 def _chosen_profile(tool: Mapping[str, Any], wanted: str | None) -> tuple[str, Mapping[str, Any]]:

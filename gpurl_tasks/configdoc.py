@@ -116,7 +116,10 @@ PURPOSE: dict[str, str] = {
                             "built before gpurl attached them), or off"),
     "launcher.python-variable": "the launcher's variable naming the environment's python (in build.venv)",
     "launcher.path": "the launcher file the pin is written into, relative to the workspace",
-    "launcher.variable": "the variable holding the pinned image",
+    "launcher.variable": ("the variable holding the pinned image (variants of different "
+                          "platforms naming one: the digest of their image index)"),
+    "launcher.platform-variable": ("the variable holding this variant's own platform image "
+                                   "(its manifest digest), beside an index's shared variable"),
 }
 
 

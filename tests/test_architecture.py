@@ -19,7 +19,7 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "plan.wheelglobs", "plan.model", "plan.report", "dockerfile.checks",
         "dockerfile.model", "dockerfile.recipe", "dockerfile.lint", "dockerfile.inputs",
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "release.verify",
-        "release.pin", "rebuild.fingerprint", "cluster.watch", "imageref", "errors", "steps",
+        "release.pin", "release.index", "rebuild.fingerprint", "cluster.watch", "imageref", "errors", "steps",
         "plan.layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
         "attest.documents",
         "config", "values"]

@@ -83,7 +83,8 @@ def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
 _VARIANT_KEY_SETTINGS = {"extras": "python.extras", "groups": "python.groups",
                          "tag-prefix": "registry.tag-prefix",
                          "floating-tag": "registry.floating-tag",
-                         "launcher-variable": "launcher.variable"}
+                         "launcher-variable": "launcher.variable",
+                         "platform-variable": "launcher.platform-variable"}
 
 
 def _as_read(value: Any) -> Any:
@@ -115,7 +116,8 @@ def test_the_repository_config_loads_for_every_profile(profile: str, variant: st
                 expected.update({f"{section}.{k}": _as_read(v) for k, v in keys.items()})
     if variant:
         keys = dict(table["variants"][variant])
-        expected.update({f"build.{k}": _as_read(v) for k, v in keys.pop("build", {}).items()})
+        for sub in ("build", "target", "cluster"):  # the variant's own tables
+            expected.update({f"{sub}.{k}": _as_read(v) for k, v in keys.pop(sub, {}).items()})
         if variant != variants[0]:  # another image: its own tags unless it names them
             for key in ("tag-prefix", "floating-tag"):
                 keys.setdefault(key, f"{expected[f'registry.{key}']}-{variant}")

@@ -77,6 +77,7 @@ OTHER: dict[str, Any] = {
     "cluster.crane-url": "https://mirror.example.test/go-containerregistry_Linux_x86_64.tar.gz",
     "cluster.crane-sha256": "d" * 64,
     "launcher.variable": "OTHER_RL_DOCKER_IMAGE",
+    "launcher.platform-variable": "OTHER_RL_AMD64_DOCKER_IMAGE",
 }
 # Paths: another place (a workspace or lock moves with its files, committed in the same edit).
 MOVED_PATHS = {"workspace": "rl2", "lock": "moved.lock"}

@@ -9,6 +9,7 @@ naming the document and the field, never accepted or turned into a traceback.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,12 +25,15 @@ __all__ = [
     "Descriptor",
     "HistoryEntry",
     "ImageConfig",
+    "ImageIndex",
     "Manifest",
     "PulledImage",
     "parse_config",
     "parse_diff_ids",
     "parse_index",
     "parse_manifest",
+    "platform_name",
+    "same_platform",
 ]
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -74,13 +78,58 @@ class Descriptor:
         plat = obj.get("platform")
         platform = None
         if isinstance(plat, Mapping):
-            platform = "/".join(str(p) for p in (plat.get("os"), plat.get("architecture"),
-                                                 plat.get("variant")) if p)
+            platform = platform_name(plat.get("os"), plat.get("architecture"), plat.get("variant"))
         return Descriptor(media_type=media_type, digest=digest, size=size, platform=platform)
 
     def to_json(self) -> dict[str, Any]:
         """The descriptor as a manifest lists a layer or config (no platform)."""
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+
+    def to_index_json(self) -> dict[str, Any]:
+        """The descriptor as an index lists a manifest: with its platform object."""
+        if not self.platform or self.platform.count("/") not in (1, 2):
+            raise RegistryError(f"index entry {self.digest[:19]} has platform "
+                                f"{shown(self.platform)}, not os/architecture[/variant]")
+        os_, arch, *variant = self.platform.split("/")
+        platform = {"os": os_, "architecture": arch, **({"variant": variant[0]} if variant else {})}
+        return {**self.to_json(), "platform": platform}
+
+
+def platform_name(os_: object, architecture: object, variant: object = None) -> str:
+    """"os/architecture[/variant]" (linux/arm64, linux/arm/v7): the one spelling of a
+    platform, from an index entry's or an image config's fields."""
+    return "/".join(str(p) for p in (os_, architecture, variant) if p)
+
+
+def same_platform(a: str, b: str) -> bool:
+    """`a` and `b` name one os/architecture (a variant such as arm64's v8 may be stated or not)."""
+    return bool(a) and a.split("/")[:2] == b.split("/")[:2]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ImageIndex:
+    """An image index (OCI) or manifest list (Docker): one manifest per platform, in order.
+
+    `to_bytes` is the one serialisation gpurl writes: sorted keys, no whitespace, entries in
+    the order given, so the same members give byte-identical JSON and so the same digest (a
+    second compose finds the index it put, and never moves its tag)."""
+
+    manifests: tuple[Descriptor, ...]
+    media_type: str = OCI_INDEX
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any], where: str, media_type: str = OCI_INDEX) -> ImageIndex:
+        return ImageIndex(manifests=parse_index(doc, where),
+                          media_type=media_type if media_type in INDEX_TYPES else OCI_INDEX)
+
+    def to_bytes(self) -> bytes:
+        document = {"schemaVersion": 2, "mediaType": self.media_type,
+                    "manifests": [m.to_index_json() for m in self.manifests]}
+        return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        return tuple(m.platform or "?" for m in self.manifests)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,6 +163,7 @@ class ImageConfig:
 
     labels: Mapping[str, str]
     history: tuple[HistoryEntry, ...]
+    platform: str = ""  # its `os`/`architecture`[/`variant`]: what the image runs on
 
 
 def parse_manifest(doc: Mapping[str, Any], where: str) -> Manifest:
@@ -161,7 +211,11 @@ def parse_config(doc: Mapping[str, Any], where: str) -> ImageConfig:
             raise RegistryError(f"{where}: history[{i}] has created_by {shown(created_by)} and "
                                 f"empty_layer {shown(empty)}; expected a string and a boolean")
         history.append(HistoryEntry(created_by=created_by, empty_layer=empty))
-    return ImageConfig(labels={str(k): v for k, v in labels.items()}, history=tuple(history))
+    fields = [doc.get(k) for k in ("os", "architecture", "variant")]
+    if not all(f is None or isinstance(f, str) for f in fields):
+        raise RegistryError(f"{where}: os/architecture/variant are {shown(fields)}, not strings")
+    return ImageConfig(labels={str(k): v for k, v in labels.items()}, history=tuple(history),
+                       platform=platform_name(*fields))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,12 +225,15 @@ class PulledImage:
     ref: ImageRef
     top_digest: str  # what the tag resolves to: an index or a manifest
     top_media_type: str
-    manifest_digest: str  # the linux/amd64 image manifest
+    manifest_digest: str  # the image manifest (of an index: the platform pulled)
     layers: tuple[Descriptor, ...]
     config_digest: str
     labels: Mapping[str, str]
     history: tuple[HistoryEntry, ...]
     platforms: tuple[str, ...] = ()  # platforms listed by the index, empty for a single image
+    platform: str = ""  # the image's own, from its config's os/architecture
+    manifest_media_type: str = ""  # the image manifest's media type and size in bytes: what an
+    manifest_size: int = 0  # index entry naming it records
 
     @property
     def is_index(self) -> bool:

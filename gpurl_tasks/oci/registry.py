@@ -39,10 +39,11 @@ from gpurl_tasks.oci.image import (
     OCI_INDEX,
     OCI_MANIFEST,
     Descriptor,
+    ImageIndex,
     PulledImage,
     parse_config,
-    parse_index,
     parse_manifest,
+    same_platform,
 )
 from gpurl_tasks.oci.retry import RetryRules, retryable_status
 from gpurl_tasks.oci.scheme import (
@@ -189,31 +190,71 @@ class RegistryClient:
     def pull(self, ref: ImageRef, *, platform: str = "linux/amd64") -> PulledImage:
         """Resolve `ref`, follow an index to `platform`, read layers, labels and history."""
         top_digest = self.resolve(ref)
-        digest, media_type, document = self.manifest(ref, top_digest)
-        platforms: tuple[str, ...] = ()
-        manifest_digest, manifest = digest, document
-        if media_type in INDEX_TYPES:
-            entries = list(parse_index(document, f"index {digest} of {ref}"))
-            platforms = tuple(e.platform or "?" for e in entries)
-            chosen = _choose_platform(entries, platform)
-            if chosen is None:
-                raise RegistryError(
-                    f"{ref} has no {platform} image; its index lists "
-                    f"{', '.join(platforms) or 'nothing'}",
-                    hint="the cluster runs linux/amd64: build for that platform")
-            manifest_digest, sub_type, manifest = self.manifest(ref, chosen.digest)
-            if sub_type not in IMAGE_TYPES:
-                raise RegistryError(f"{ref}: the {platform} entry is not an image manifest")
-        parsed = parse_manifest(manifest, f"manifest {manifest_digest} of {ref}")
-        layers, config_digest = parsed.layers, parsed.config_digest
-        config = parse_config(self.blob_json(ref, config_digest),
-                              f"config {config_digest} of {ref}")
-        labels, history = config.labels, config.history
-        return PulledImage(ref=ref,
-                           top_digest=top_digest, top_media_type=media_type,
-                           manifest_digest=manifest_digest, layers=layers,
-                           config_digest=config_digest, labels=labels, history=history,
-                           platforms=platforms)
+        digest, media_type, document, size = self._fetch_manifest(ref, top_digest)
+        if media_type not in INDEX_TYPES:
+            return self._image(ref, top_digest, media_type, (), digest, media_type, document, size)
+        index = ImageIndex.from_json(document, f"index {digest} of {ref}", media_type)
+        chosen = _choose_platform(list(index.manifests), platform)
+        if chosen is None:
+            raise RegistryError(
+                f"{ref} has no {platform} image; its index lists "
+                f"{', '.join(index.platforms) or 'nothing'}",
+                hint=f"build the {platform} image, or pull another platform's variant")
+        return self._entry(ref, top_digest, media_type, index, chosen)
+
+    def pull_each(self, ref: ImageRef) -> tuple[PulledImage, ...]:
+        """Every platform's image under `ref`: one for an image manifest, one per platform an
+        index lists (in its order; entries of no platform, as buildx's attestation manifests
+        `unknown/unknown`, left out)."""
+        top_digest = self.resolve(ref)
+        digest, media_type, document, size = self._fetch_manifest(ref, top_digest)
+        if media_type not in INDEX_TYPES:
+            return (self._image(ref, top_digest, media_type, (), digest, media_type, document,
+                                size),)
+        index = ImageIndex.from_json(document, f"index {digest} of {ref}", media_type)
+        entries = [e for e in index.manifests if e.platform and "unknown" not in e.platform]
+        if not entries:
+            raise RegistryError(f"the index {digest[:19]} of {ref} lists no platform's image")
+        return tuple(self._entry(ref, top_digest, media_type, index, e) for e in entries)
+
+    def read_index(self, ref: ImageRef) -> tuple[str, ImageIndex]:
+        """(digest, index) of the image index `ref` names, digest-checked; an image manifest
+        there is an error naming it."""
+        digest, media_type, document = self.manifest(ref)
+        if media_type not in INDEX_TYPES:
+            raise RegistryError(f"{ref} is an image manifest ({digest[:19]}), not an image index")
+        return digest, ImageIndex.from_json(document, f"index {digest} of {ref}", media_type)
+
+    def put_index(self, ref: ImageRef, tag: str, index: ImageIndex) -> str:
+        """Store `index` under `tag` in `ref`'s repository (its members must be there: a
+        registry refuses an index naming a manifest it lacks); returns its digest."""
+        return self.put_manifest(ref, tag, index.to_bytes(), index.media_type)
+
+    def _entry(self, ref: ImageRef, top_digest: str, top_type: str, index: ImageIndex,
+               entry: Descriptor) -> PulledImage:
+        """The image an index entry names."""
+        digest, media_type, document, size = self._fetch_manifest(ref, entry.digest)
+        if media_type not in IMAGE_TYPES:
+            raise RegistryError(f"{ref}: the {entry.platform} entry {entry.digest[:19]} is "
+                                f"{media_type or 'untyped'}, not an image manifest")
+        image = self._image(ref, top_digest, top_type, index.platforms, digest, media_type,
+                            document, size)
+        if entry.platform and image.platform and not same_platform(image.platform, entry.platform):
+            raise RegistryError(f"{ref}: the index lists {digest[:19]} as {entry.platform}, and "
+                                f"its config says {image.platform}")
+        return image
+
+    def _image(self, ref: ImageRef, top_digest: str, top_type: str, platforms: tuple[str, ...],
+               digest: str, media_type: str, manifest: dict[str, Any], size: int) -> PulledImage:
+        """An image manifest with its config read."""
+        parsed = parse_manifest(manifest, f"manifest {digest} of {ref}")
+        config = parse_config(self.blob_json(ref, parsed.config_digest),
+                              f"config {parsed.config_digest} of {ref}")
+        return PulledImage(ref=ref, top_digest=top_digest, top_media_type=top_type,
+                           manifest_digest=digest, layers=parsed.layers,
+                           config_digest=parsed.config_digest, labels=config.labels,
+                           history=config.history, platforms=platforms, platform=config.platform,
+                           manifest_media_type=media_type, manifest_size=size)
 
     def has_manifest(self, ref: ImageRef) -> bool:
         """The registry holds `ref` (a tag or a digest): one HEAD request, no body."""

@@ -8,6 +8,7 @@ and sbom work on this tree's immutable tag (`resolve_reference`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from gpurl_tasks.config import Config
@@ -15,9 +16,13 @@ from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
+from gpurl_tasks.values import SOURCE_ID_PATTERN
 
-__all__ = ["TagMoveRefused", "cache_repository", "existing_digest", "existing_image", "refuse_to_move",
+__all__ = ["INDEX_SUFFIX", "TagMoveRefused", "cache_repository", "existing_digest",
+           "existing_image", "index_reference", "is_index_tag", "refuse_to_move",
            "resolve_reference"]
+
+INDEX_SUFFIX = "index"
 
 
 class TagMoveRefused(BuildError):
@@ -35,6 +40,23 @@ def resolve_reference(config: Config, text: str | None) -> ImageRef:
     (`REGISTRY/REPO:PREFIX-<source id>`, the tag a build of it pushes)."""
     text = text or config.registry.immutable_reference(source_id(config))
     return parse_reference(text, default_host=config.registry.host)
+
+
+def index_reference(config: Config, source: str | None = None) -> str:
+    """`REGISTRY/REPO:PREFIX-<source id>-index`: the immutable tag of the image index of the
+    variants sharing `config`'s launcher variable (release/index.py), PREFIX the first of
+    them's tag prefix. No variant's tag is spelled so (none ends in `-index`), and the source
+    id sits where a variant's tag has it, so a pin's comment names its commit the same way."""
+    first = next(v for v in config.variants if v.launcher.variable == config.launcher.variable)
+    return f"{first.registry.image}:{first.registry.tag_prefix}-{source or source_id(config)}" \
+           f"-{INDEX_SUFFIX}"
+
+
+def is_index_tag(config: Config, tag: str) -> bool:
+    """`tag` is spelled like an index_reference's tag of `config`'s group."""
+    first = next(v for v in config.variants if v.launcher.variable == config.launcher.variable)
+    return re.fullmatch(rf"{re.escape(first.registry.tag_prefix)}-{SOURCE_ID_PATTERN}-"
+                        rf"{INDEX_SUFFIX}", tag) is not None
 
 
 def existing_digest(config: Config, reference: str, env: Mapping[str, str] | None = None

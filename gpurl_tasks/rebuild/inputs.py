@@ -104,7 +104,11 @@ def default_since(config: Config, repo: Path) -> tuple[str, str]:
         text = read_text(config.launcher.path, what="launcher file")
     except GpurlError:
         text = ""  # no readable launcher: no pinned provenance to start from
-    sha = provenance_commit(text, config.launcher.variable, config.registry.tag_prefix)
+    # the variant's own pin first: a variable shared by several platforms pins their index,
+    # whose comment names the first variant's tag (release/index.py)
+    variables = [v for v in (config.launcher.platform_variable, config.launcher.variable) if v]
+    sha = next((found for v in variables if (found := provenance_commit(
+        text, v, config.registry.tag_prefix)) is not None), None)
     if sha is not None:
         try:
             git.resolve_commit(repo, sha)
@@ -127,6 +131,9 @@ class RebuildReport:
     # committed generated files that are stale against their own commit's config or lock, and
     # a config that could not be read at --since: said, while the decision stands
     notes: tuple[str, ...] = ()
+    platform: str = ""  # the variant's target.platform: what the image it decides on runs on
+    # said in the human line only where the profile's variants are of several platforms
+    several_platforms: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -139,7 +146,8 @@ class RebuildReport:
 
     def human(self) -> str:
         lines = [f"rebuild: {self.decision.decision}  (since {self.since_ref} = "
-                 f"{self.since_commit[:12]}, from {self.since_source})"]
+                 f"{self.since_commit[:12]}, from {self.since_source})"
+                 + (f"; the {self.platform} image" if self.several_platforms else "")]
         lines += [f"  - {r.kind}: {r.detail}" for r in self.decision.reasons]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
@@ -149,6 +157,7 @@ class RebuildReport:
             **self.decision.to_json(),
             "since": {"ref": self.since_ref, "commit": self.since_commit,
                       "source": self.since_source},
+            "platform": self.platform,
             "fingerprint": {"since": self.old.digest, "now": self.new.digest},
             "expected_wheels": dict(self.new.wheels),
             "stale": list(self.notes),
@@ -254,7 +263,9 @@ def rebuild_needed(config: Config, *, since: str | None = None,
     notes += _stale_notes("in the working tree", new_docker, new_lock,
                           config if plain else _committed(config))
     return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
-                         since_source=source, old=old_fp, new=new_fp, notes=tuple(notes))
+                         since_source=source, old=old_fp, new=new_fp, notes=tuple(notes),
+                         platform=config.target.platform, several_platforms=len(
+                             {v.target.platform for v in config.variants}) > 1)
 
 
 def _committed(config: Config) -> Config | None:

@@ -8,7 +8,8 @@ the locks the images were built from: the org.gpurl.git-sha label names the comm
 lock at that commit (read from the local git repository, checked against the
 org.gpurl.lock-sha256 label) gives each image's install closure. Where the metadata is missing
 (an image gpurl did not build, a commit this clone lacks) the diff says so and shows layers
-and bytes only; it never invents a package list.
+and bytes only; it never invents a package list. Of an image index (the multiarch profile's
+one pin, release/index.py), each platform's images are compared, matched by platform.
 """
 
 from __future__ import annotations
@@ -21,17 +22,18 @@ from typing import Any
 from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import LABEL_GIT_SHA, LABEL_LOCK_HASH
-from gpurl_tasks.errors import ExitCode, GpurlError
+from gpurl_tasks.errors import ExitCode, GpurlError, RegistryError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.connect import open_client
-from gpurl_tasks.oci.image import PulledImage
+from gpurl_tasks.oci.image import PulledImage, same_platform
 from gpurl_tasks.rebuild.inputs import closure_entries
 from gpurl_tasks.release.attested import read_attestations
+from gpurl_tasks.release.index import platform_config
 from gpurl_tasks.release.verify import layer_instructions
 from gpurl_tasks.values import format_bytes
 from gpurl_tasks.writer.records import slice_of
 
-__all__ = ["ImageDiff", "LayerChange", "PackageChange", "diff_images", "diff_task",
+__all__ = ["ImageDiff", "LayerChange", "PackageChange", "PlatformDiffs", "diff_images", "diff_task",
            "package_changes", "sbom_packages", "slice_layers"]
 
 
@@ -235,25 +237,83 @@ def sbom_packages(sbom: Mapping[str, Any]) -> dict[str, tuple[str | None, str | 
     return out
 
 
-def diff_task(config: Config, first: str, second: str,
-              env: Mapping[str, str] | None = None) -> ImageDiff:
-    """`invoke diff`'s one function: pull both images, compare them, and their packages: from
-    their SBOMs when both have one (apt packages included), else from their locks."""
-    images, sboms = [], []
-    for text in (first, second):
-        ref = parse_reference(text, default_host=config.registry.host)
-        with open_client(config, ref, env) as client:
-            image = client.pull(ref)
-            images.append(image)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlatformDiffs:
+    """REF1 -> REF2 where either is an image index: each platform's images compared (matched by
+    platform), and what has no counterpart on the other side."""
+
+    first: str
+    second: str
+    diffs: tuple[tuple[str, ImageDiff], ...]
+    notes: tuple[str, ...]
+    exit_code: int = ExitCode.OK
+
+    def human(self) -> str:
+        lines = [f"{self.first} -> {self.second}: {len(self.diffs)} platform(s) compared"]
+        lines += [f"note: {note}" for note in self.notes]
+        for platform, diff in self.diffs:
+            lines += ["", f"== {platform} ==", diff.human()]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first": self.first, "second": self.second,
+                "platforms": {platform: diff.to_json() for platform, diff in self.diffs},
+                "notes": list(self.notes)}
+
+
+_Pulled = tuple[PulledImage, Mapping[str, Any] | None]  # an image and its SBOM, if attached
+
+
+def _pull_each(config: Config, text: str, env: Mapping[str, str] | None) -> list[_Pulled]:
+    """Every platform's image `text` names (one unless it is an index), each with its SBOM."""
+    ref = parse_reference(text, default_host=config.registry.host)
+    out: list[_Pulled] = []
+    with open_client(config, ref, env) as client:
+        for image in client.pull_each(ref):
+            subject = image.manifest_digest if image.is_index else image.top_digest
             try:
-                sboms.append(read_attestations(client, ref, image.top_digest).sbom)
+                sbom = read_attestations(client, ref, subject).sbom
             except GpurlError:
-                sboms.append(None)  # unreadable: the locks decide, as for an image without one
-    before, after = images
-    if sboms[0] is not None and sboms[1] is not None:
+                sbom = None  # unreadable: the locks decide, as for an image without one
+            out.append((image, sbom))
+    return out
+
+
+def _diff_pair(config: Config, before: _Pulled, after: _Pulled) -> ImageDiff:
+    """Compare two images and their packages: from their SBOMs when both have one (apt
+    packages included), else from their locks (`config`: the platform's variant)."""
+    if before[1] is not None and after[1] is not None:
         packages: tuple[PackageChange, ...] | None = package_changes(
-            sbom_packages(sboms[0]), sbom_packages(sboms[1]))
+            sbom_packages(before[1]), sbom_packages(after[1]))
         notes: tuple[str, ...] = ("packages from the images' SBOMs",)
     else:
-        packages, notes = _packages(config, before, after)
-    return diff_images(before, after, packages, notes)
+        packages, notes = _packages(config, before[0], after[0])
+    return diff_images(before[0], after[0], packages, notes)
+
+
+def diff_task(config: Config, first: str, second: str,
+              env: Mapping[str, str] | None = None) -> ImageDiff | PlatformDiffs:
+    """`invoke diff`'s one function: pull both images and compare them; where either is an
+    image index, each platform's images are compared (matched by platform, the lock read for
+    that platform's variant)."""
+    before, after = _pull_each(config, first, env), _pull_each(config, second, env)
+    if len(before) == len(after) == 1 and not before[0][0].is_index \
+            and not after[0][0].is_index:
+        return _diff_pair(config, before[0], after[0])
+    diffs, notes = [], []
+    for pulled in after:
+        platform = pulled[0].platform or "?"
+        match = next((b for b in before if same_platform(b[0].platform, platform)), None)
+        if match is None:
+            notes.append(f"{first} has no {platform} image: a {platform} node pulls all of "
+                         f"{second}'s ({format_bytes(sum(d.size for d in pulled[0].layers))})")
+            continue
+        diffs.append((platform, _diff_pair(platform_config(config, platform) or config, match,
+                                           pulled)))
+    notes += [f"{second} has no {b[0].platform or '?'} image (only {first} has one)"
+              for b in before if not any(same_platform(b[0].platform, a[0].platform)
+                                         for a in after)]
+    if not diffs:
+        raise RegistryError(f"{first} and {second} have no platform in common",
+                            hint="compare images of one platform: " + "; ".join(notes))
+    return PlatformDiffs(first=first, second=second, diffs=tuple(diffs), notes=tuple(notes))

@@ -6,14 +6,18 @@ value's source span and a provenance comment directly above the statement change
 is atomic (temp file in the same directory, fsync, rename), so a kill leaves the old file or
 the new one, never half of each. A second pin of the same digest changes nothing.
 
-Which digest is pinned: the linux/amd64 *image manifest* digest, not the index digest. The
-cluster's nodes are linux/amd64 and containerd, given an index, picks that same manifest; but
-with `imagePullPolicy: IfNotPresent` the node keeps whatever it pulled under the reference it
-was given, so the reference should name exactly the bytes verify-layers measured. An index can
-gain or carry other entries (other platforms, build attestations) that were never verified;
-the manifest digest names one layer list, the one checked. It is also what the runbook pins
-(`crane manifest --platform linux/amd64 ... | sha256`). Kaniko pushes a single manifest, in
-which case the tag's digest and the manifest digest are the same.
+Which digest is pinned: for a variant whose launcher variable is its own, its *image
+manifest* digest (of an index given by --ref: the entry of its target's platform), not the
+index digest. With `imagePullPolicy: IfNotPresent` the node keeps whatever it pulled under the
+reference it was given, so the reference should name exactly the bytes verify-layers measured;
+an index gpurl did not compose can carry entries (other platforms, build attestations) that
+were never verified. It is also what the runbook pins (`crane manifest --platform linux/amd64
+... | sha256`). Kaniko pushes a single manifest, whose tag's digest is the manifest digest.
+
+Variants of different platforms naming one variable (H100's amd64 and GB200's arm64 image)
+pin the digest of the image index gpurl composed of exactly their verified manifests
+(release/index.py): containerd picks the node's platform, and every byte it can pull was
+checked. Each variant's own manifest digest may go to its `launcher.platform-variable`.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class Provenance:
     largest_bytes: int
     total_bytes: int
     date: dt.date
+    platform: str = "linux/amd64"
 
 
 def check_immutable(ref: ImageRef, registry: RegistrySettings) -> None:
@@ -79,7 +84,7 @@ def pinned_value(ref: ImageRef, manifest_digest: str) -> str:
 
 def provenance_comment(info: Provenance) -> str:
     tag = info.tag or "pinned by digest"
-    return (f"{PIN_MARKER} {tag}, linux/amd64, {info.layer_count} layers, largest "
+    return (f"{PIN_MARKER} {tag}, {info.platform}, {info.layer_count} layers, largest "
             f"{format_bytes(info.largest_bytes)}, total {format_bytes(info.total_bytes)}, "
             f"{info.date.isoformat()}")
 
@@ -140,7 +145,7 @@ def _comment_lines(comment: str, indent: str, line_length: int) -> list[str]:
     lines: list[str] = []
     current = f"{PIN_MARKER} {first}"
     for part in rest:
-        if len(indent) + len(current) + len(part) + 2 > line_length:
+        if len(indent) + len(current) + len(part) + 3 > line_length:  # ", " and a trailing ","
             lines.append(current + ",")
             current = f"{PIN_MARKER} {part}"
         else:

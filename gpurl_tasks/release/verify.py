@@ -121,6 +121,7 @@ class Report:
     rows: tuple[LayerRow, ...]
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]
+    platform: str = ""  # the image's, from its config ("" when the config names none)
 
     @property
     def ok(self) -> bool:
@@ -250,7 +251,7 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
                   if n)
     return Report(reference=str(image.ref), top_digest=image.top_digest,
                   manifest_digest=image.manifest_digest, is_index=image.is_index, rules=rules,
-                  rows=rows, findings=tuple(findings), notes=notes)
+                  rows=rows, findings=tuple(findings), notes=notes, platform=image.platform)
 
 
 def _record_findings(rows: tuple[LayerRow, ...]) -> list[Finding]:
@@ -341,7 +342,8 @@ def render_table(report: Report) -> str:
     lines = [f"image    {report.reference}"]
     if report.is_index:
         lines.append(f"index    {report.top_digest}")
-    lines.append(f"manifest {report.manifest_digest} (linux/amd64)")
+    lines.append(f"manifest {report.manifest_digest}"
+                 + (f" ({report.platform})" if report.platform else ""))
     lines.append(f"rules    cap {format_bytes(rules.cap)} · hard limit "
                  f"{format_bytes(rules.hard_limit)} · at least {rules.min_layers} layers · "
                  f"at most {HARD_LIMIT} layers (warn from {CEILING})")
@@ -382,6 +384,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "top_digest": report.top_digest,
         "manifest_digest": report.manifest_digest,
         "is_index": report.is_index,
+        "platform": report.platform,
         "ok": report.ok,
         "rules": dataclasses.asdict(report.rules),
         "total_bytes": report.total,
