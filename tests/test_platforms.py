@@ -72,7 +72,7 @@ def test_variants_of_one_platform_still_share() -> None:
     text = (REPO_ROOT / "pyproject.toml").read_text()
     text = text.replace("[tool.gpurl.profiles.multiarch.variants.gb200]\n",
                         "[tool.gpurl.profiles.multiarch.variants.h100b]\n"
-                        'launcher-variable = "DEFAULT_RL_AMD64_DOCKER_IMAGE"\n\n'
+                        'launcher-variable = "DEFAULT_RL_H100B_DOCKER_IMAGE"\n\n'
                         "[tool.gpurl.profiles.multiarch.variants.gb200]\n")
     config = load_config(REPO_ROOT, profile="multiarch", env={}, pyproject_text=text)
     plans = plan_profile(config, repack=True)
