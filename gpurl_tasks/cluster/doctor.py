@@ -31,7 +31,13 @@ from gpurl_tasks.dockerfile.wheels import check_abi_key, pins_from_args
 from gpurl_tasks.errors import BuildError, ExitCode, GpurlError, Unreachable, unreachable_hint
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
-from gpurl_tasks.oci.image import INDEX_TYPES, parse_index, parse_manifest
+from gpurl_tasks.oci.image import (
+    INDEX_TYPES,
+    parse_index,
+    parse_manifest,
+    platform_name,
+    same_platform,
+)
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 from gpurl_tasks.oci.tags import cache_repository, existing_digest
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
@@ -458,7 +464,7 @@ def _platforms_of(client: RegistryClient, ref: ImageRef) -> tuple[str, ...] | No
     if media_type in INDEX_TYPES:
         return tuple(e.platform or "?" for e in parse_index(document, where))
     config = client.blob_json(ref, parse_manifest(document, where).config_digest)
-    return ("/".join(str(config.get(k) or "?") for k in ("os", "architecture")),)
+    return (platform_name(config.get("os"), config.get("architecture")) or "?",)
 
 
 def executor_pin(config: Config, env: Mapping[str, str]) -> Check:
@@ -477,7 +483,7 @@ def executor_pin(config: Config, env: Mapping[str, str]) -> Check:
         return _problem("executor-pin", f"{image} is not in its registry",
                         "pin a digest that exists: `crane digest IMAGE:TAG`")
     # an index entry `linux/arm64/v8` is a linux/arm64 image (as crane's --platform matches)
-    if not any(p == platform or p.startswith(platform + "/") for p in held):
+    if not any(same_platform(p, platform) for p in held):
         return _problem("executor-pin", f"{image} has no {platform} image (it holds "
                         f"{', '.join(held) or 'nothing'}): the job of profile {config.profile!r}"
                         f"{config.variant.note} exports the executor for {platform}",

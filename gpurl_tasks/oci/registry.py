@@ -582,8 +582,8 @@ def _choose_platform(entries: list[Descriptor], platform: str) -> Descriptor | N
     exact = [e for e in entries if e.platform == platform]
     if exact:
         return exact[0]
-    prefixed = [e for e in entries if (e.platform or "").startswith(platform + "/")]
-    return prefixed[0] if prefixed else None
+    stated = [e for e in entries if same_platform(e.platform or "", platform)]  # its /v8 too
+    return stated[0] if stated else None
 
 
 def _json_document(body: bytes, what: str) -> dict[str, Any]:
