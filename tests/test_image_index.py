@@ -11,7 +11,6 @@ holds does not matter to the index; its config's platform does, and is checked.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import shutil
@@ -30,6 +29,7 @@ from gpurl_tasks.oci.image import OCI_INDEX, Descriptor, ImageIndex, PulledImage
 from gpurl_tasks.rebuild.inputs import provenance_commit
 from gpurl_tasks.release.index import Member, check_listed, compose_index
 from tests.conftest import REPO_ROOT
+from tests.support.launchers import assigned
 from tests.support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer, running_registry
 from tests.support.tasks_runner import run_task
@@ -141,13 +141,6 @@ def launcher(repo_tmp: Path) -> Path:
     return path
 
 
-def _assigned(text: str) -> dict[str, str]:
-    """The launcher's `NAME = "..."` values (a long one may be wrapped in parentheses)."""
-    return {node.targets[0].id: node.value.value for node in ast.parse(text).body
-            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Constant)}
-
-
 def _read_index(server: RegistryServer, reference: str) -> tuple[str, str, dict]:  # type: ignore[type-arg]
     """The index through the registry API itself (not gpurl's client): digest, type, JSON."""
     answer = httpx.get(f"{server.url}/v2/{REPO}/manifests/{reference}",
@@ -184,7 +177,7 @@ def test_pin_composes_the_index_verifies_both_platforms_and_pins_it(
 
     text = launcher.read_text()
     name = f"{registry.host}/{REPO}"
-    assert _assigned(text) == {"DEFAULT_RL_DOCKER_IMAGE": f"{name}@{digest}",
+    assert assigned(text) == {"DEFAULT_RL_DOCKER_IMAGE": f"{name}@{digest}",
                                "DEFAULT_RL_AMD64_DOCKER_IMAGE": f"{name}@{amd.manifest_digest}",
                                "DEFAULT_RL_ARM64_DOCKER_IMAGE": f"{name}@{arm.manifest_digest}",
                                "RL_PYTHON": "/opt/multiarch/envs/rl/bin/python"}
@@ -249,7 +242,7 @@ def test_a_missing_platform_refuses_the_shared_pin_and_the_other_pins_alone(
 
         alone = run_task("pin", "-p", "multiarch", "--variant", "h100", env=env)
         assert alone.returncode == 0, alone.stderr
-        pins = _assigned(launcher.read_text())
+        pins = assigned(launcher.read_text())
         assert pins["DEFAULT_RL_AMD64_DOCKER_IMAGE"] == f"{server.host}/{REPO}@{amd.manifest_digest}"
         assert pins["DEFAULT_RL_DOCKER_IMAGE"] == "127.0.0.1:5005/gpurl/multiarch:multiarch"
 
@@ -294,7 +287,7 @@ def test_an_index_listing_an_unverified_platform_is_not_pinned(tmp_path: Path,
         assert done.returncode == 0, done.stderr
         outcome = json.loads(done.stdout)["variants"]["h100+gb200"]
         assert outcome["index"]["state"] == "found"
-        assert _assigned(launcher.read_text())["DEFAULT_RL_ARM64_DOCKER_IMAGE"] == \
+        assert assigned(launcher.read_text())["DEFAULT_RL_ARM64_DOCKER_IMAGE"] == \
             f"{server.host}/{REPO}@{arm.manifest_digest}"
 
 

@@ -238,3 +238,9 @@ class PulledImage:
     @property
     def is_index(self) -> bool:
         return self.top_media_type in INDEX_TYPES
+
+    @property
+    def subject(self) -> str:
+        """The digest its SBOM and provenance are attached to: its own image manifest (gpurl
+        attaches them to the manifest it pushed, which an index composed later lists)."""
+        return self.manifest_digest if self.is_index else self.top_digest

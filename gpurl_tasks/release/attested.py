@@ -62,7 +62,7 @@ def skeleton(config: Config) -> Skeleton:
 def documents(config: Config, image: PulledImage, context: BuildContext) -> tuple[bytes, bytes]:
     """The SBOM and the provenance statement of `image`, as the bytes that are attached."""
     return attest_documents(skeleton(config), Build(
-        image=image.ref.name, tag=image.ref.tag or "", digest=image.top_digest,
+        image=image.ref.name, tag=image.ref.tag or "", digest=image.subject,
         labels=image.labels, apt=context.apt, wheels=context.wheels,
         base_image=context.base_image, builder=context.builder, invocation=context.invocation,
         commit=context.commit, repository_url=context.repository_url))
@@ -71,7 +71,7 @@ def documents(config: Config, image: PulledImage, context: BuildContext) -> tupl
 def attach_attestations(config: Config, image: PulledImage, client: RegistryClient,
                         context: BuildContext) -> Sequence[Referrer]:
     """Attach the image's SBOM and provenance to it (its top manifest is their subject)."""
-    subject = client.descriptor(image.ref, image.top_digest)
+    subject = client.descriptor(image.ref, image.subject)
     sbom, statement = documents(config, image, context)
     return (attach(client, image.ref, subject, cdx.MEDIA_TYPE, sbom),
             attach(client, image.ref, subject, slsa.MEDIA_TYPE, statement))
@@ -94,7 +94,7 @@ def attestation_findings(config: Config, image: PulledImage, client: RegistryCli
         return [], []
     required = mode == "required"
     try:
-        attached = read_attestations(client, image.ref, image.top_digest)
+        attached = read_attestations(client, image.ref, image.subject)
     except GpurlError as exc:
         message = f"the image's attestations cannot be read ({exc.message})"
         return ([Finding(code="attestations-unreadable", message=message, failing=True)]

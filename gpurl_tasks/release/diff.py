@@ -270,9 +270,8 @@ def _pull_each(config: Config, text: str, env: Mapping[str, str] | None) -> list
     out: list[_Pulled] = []
     with open_client(config, ref, env) as client:
         for image in client.pull_each(ref):
-            subject = image.manifest_digest if image.is_index else image.top_digest
             try:
-                sbom = read_attestations(client, ref, subject).sbom
+                sbom = read_attestations(client, ref, image.subject).sbom
             except GpurlError:
                 sbom = None  # unreadable: the locks decide, as for an image without one
             out.append((image, sbom))
