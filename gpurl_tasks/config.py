@@ -145,7 +145,7 @@ class TargetSpec:
     python: str = _field("3.12", check=values.version, bakes="wheels")
     os: str = _field("linux", bakes="wheels")
     arch: Arch = _field("x86_64", bakes="wheels")
-    glibc: str = _field("2.35", bakes="image")  # Ubuntu 22.04, the CUDA base image
+    glibc: str = _field("2.35", check=values.glibc, bakes="image")  # Ubuntu 22.04, the CUDA base
 
     @property
     def platform(self) -> str:

@@ -137,6 +137,14 @@ def package_name(value: object, key: str, *, error: type[GpurlError] = ConfigErr
     return text
 
 
+def glibc(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A glibc version `2.N` (what manylinux tags and uv's --python-platform are made of)."""
+    text = _string(value, key, error, "a glibc version")
+    if not re.fullmatch(r"2\.[0-9]{1,3}", text):
+        raise _bad(error, key, value, "a glibc version such as 2.35 (Ubuntu 22.04) or 2.36")
+    return text
+
+
 def version(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
     """A PEP 440 version, exactly as written (no surrounding whitespace, no options)."""
     text = _string(value, key, error, "a version")

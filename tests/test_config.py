@@ -353,3 +353,11 @@ def test_a_variant_named_like_a_platforms_shared_slices_is_refused(root: Path) -
     (root / "pyproject.toml").write_text(VARIANTS.replace("variants.one]", 'variants."shared-aarch64"]'))
     with pytest.raises(ConfigError, match="is named 'shared-aarch64'"):
         load_config(root, env={})
+
+
+@pytest.mark.parametrize("glibc", ["x", "2", "3.1", "2.35.1", " 2.35"])
+def test_a_glibc_that_names_no_manylinux_tag_is_refused(root: Path, glibc: str) -> None:
+    """target.glibc makes the manylinux tags the planner sizes wheels by and uv's
+    --python-platform: a value of another form is one line where the config is read."""
+    with pytest.raises(ConfigError, match=r"target\.glibc must be a glibc version such as 2\.35"):
+        load_config(root, env={"GPURL_TARGET_GLIBC": glibc})
