@@ -171,3 +171,11 @@ def test_one_pin_for_both_clusters_from_one_config(registry: RegistryServer, rep
             blob = tmp_path / f"pulled-{s.name}.tar.gz"
             blob.write_bytes(http.get(f"{registry.url}/v2/{REPO}/blobs/{s.blob.digest}").content)
             assert check_layer(blob, arch="aarch64", venv=VENV) == s.check
+
+    # `invoke sbom` of the one pin: each platform's own SBOM and provenance
+    for variant, digest in (("h100", amd64), ("gb200", arm64)):
+        said = run_task("sbom", "-p", "multiarch", "--variant", variant, "--ref",
+                        f"{name}@{index['digest']}", "--json", env=env)
+        assert said.returncode == 0, said.stderr
+        found = json.loads(said.stdout)
+        assert found["digest"] == digest and found["sbom"] and found["provenance"], found

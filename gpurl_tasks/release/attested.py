@@ -172,8 +172,9 @@ def read_attestations(client: RegistryClient, ref: ImageRef, digest: str) -> Att
 
 def sbom_task(config: Config, text: str | None, *, document: bool) -> Attestations:
     """`invoke sbom REF`: what is attached to the image (default: this commit's tag), summed
-    up (or the SBOM itself)."""
+    up (or the SBOM itself); of an image index, its variant's platform's image's."""
     ref = resolve_reference(config, text)
     with open_client(config, ref) as client:
-        found = read_attestations(client, ref, client.resolve(ref))
+        image = client.pull(ref, platform=config.target.platform)
+        found = read_attestations(client, ref, image.subject)
     return dataclasses.replace(found, document=document)
