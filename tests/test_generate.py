@@ -212,10 +212,13 @@ def _hadolint() -> str:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("profile", ["gpu-rl", "demo"])
-def test_hadolint_is_clean_on_rendered_recipes(profile: str, tmp_path: Path) -> None:
-    """The real hadolint with the repository's .hadolint.yaml passes on each profile's file."""
-    config = load_config(REPO_ROOT, profile=profile, env={})
+@pytest.mark.parametrize(("profile", "variant"), [("gpu-rl", None), ("demo", None),
+                                                  ("multiarch", "h100"), ("multiarch", "gb200")])
+def test_hadolint_is_clean_on_rendered_recipes(profile: str, variant: str | None,
+                                               tmp_path: Path) -> None:
+    """The real hadolint with the repository's .hadolint.yaml passes on each profile's file
+    (the multiarch profile's amd64 and arm64 variants both)."""
+    config = load_config(REPO_ROOT, profile=profile, variant=variant, env={})
     target = tmp_path / f"Dockerfile.{profile}"
     target.write_text(render_dockerfile(config, hand_plan(config)))
     done = subprocess.run([_hadolint(), "--config", str(REPO_ROOT / ".hadolint.yaml"),
