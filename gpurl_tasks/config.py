@@ -17,7 +17,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
@@ -27,10 +27,13 @@ from gpurl_tasks.files import read_text
 from gpurl_tasks.values import parse_size
 
 __all__ = [
+    "CRANE_ARCHIVES",
     "DEFAULT_LAYOUT",
     "DEFAULT_VARIANT",
+    "OCI_ARCH",
     "OTHER_VARIABLES",
     "SHARED",
+    "Arch",
     "Bakes",
     "BuildSettings",
     "ClusterSettings",
@@ -52,6 +55,7 @@ __all__ = [
     "load_committed_config",
     "load_config",
     "load_profile_names",
+    "platform_groups",
     "profile_from_env",
     "sets_config",
     "unknown_variables",
@@ -846,24 +850,31 @@ def load_config(
                   **{k: v for k, v in own.items() if k not in _VARIANT_SECTIONS})
 
 
+def platform_groups(variants: Sequence[Variant]) -> list[tuple[Variant, ...]]:
+    """The variants by platform (target), in file order: each group is planned together and
+    shares its lowest slices; two groups share none, since a slice's files are another
+    platform's wheels."""
+    groups: dict[TargetSpec, list[Variant]] = {}
+    for variant in variants:
+        groups.setdefault(variant.target, []).append(variant)
+    return [tuple(group) for group in groups.values()]
+
+
 def _platform_shares(variants: tuple[Variant, ...], profile: str) -> tuple[Variant, ...]:
     """The variants with their shared slices per platform: variants of another target than
     the first share only among themselves (build.slices/PROFILE/shared-ARCH), since their
     bytes differ. Two other platforms of one arch (another python, say) would be one directory."""
-    first = variants[0].target
-    seen: dict[str, TargetSpec] = {}
-    out = []
-    for variant in variants:
-        if variant.target == first:
-            out.append(variant)
-            continue
-        directory = f"{SHARED}-{variant.target.arch}"
-        if seen.setdefault(directory, variant.target) != variant.target:
-            raise ConfigError(f"profile {profile!r} has two {variant.target.arch} targets that "
-                              f"differ (variant {variant.name!r})",
+    _, *others = platform_groups(variants)  # the first platform keeps build.slices/PROFILE/shared
+    moved: dict[str, Variant] = {}
+    for group in others:
+        directory = f"{SHARED}-{group[0].target.arch}"
+        if any(directory == f"{SHARED}-{o[0].target.arch}" for o in others if o is not group):
+            raise ConfigError(f"profile {profile!r} has two {group[0].target.arch} targets that "
+                              f"differ (variant {group[0].name!r})",
                               hint="give every variant of one arch the same target table")
-        out.append(dataclasses.replace(variant, shared_slices=variant.shared_slices.with_name(directory)))
-    return tuple(out)
+        moved.update({v.name: dataclasses.replace(
+            v, shared_slices=v.shared_slices.with_name(directory)) for v in group})
+    return tuple(moved.get(v.name, v) for v in variants)
 
 
 def _one_image_per_variable(variants: tuple[Variant, ...], profile: str) -> None:
@@ -1101,8 +1112,9 @@ def _checked(variant: Variant, where: str) -> Variant:
     if any(other in name for other in others):
         raise ConfigError(f"cluster.crane-url {name!r} is not an archive for {arch}, and target.arch "
                           f"is {arch} (in {where})",
-                          hint=f"point it at go-containerregistry's Linux_{OCI_ARCH[arch]} "
-                               f"archive, or leave crane-url and crane-sha256 unset")
+                          hint=f"point it at go-containerregistry's "
+                               f"{CRANE_ARCHIVES[arch][0].rsplit('/', 1)[-1]} (of its release), "
+                               "or leave crane-url and crane-sha256 unset")
     return variant
 
 

@@ -79,10 +79,12 @@ def _trimmed_lock(names: set[str], dest: Path) -> Path:
 
 @pytest.mark.integration
 def test_setup_fills_the_index_with_every_machines_wheels(tmp_path: Path) -> None:
-    """The real `pip download` for each machine the lock holds wheels for, with the hashes the
-    lock records; the x86_64 wheel alone does not count as the aarch64 one."""
-    config = load_config(REPO_ROOT, profile="demo", env={},
-                         overrides={"workspace": "examples/multiarch"})
+    """The real `pip download` for each machine the profile's variants build (h100 and gb200),
+    with the hashes the lock records; the x86_64 wheel alone does not count as the aarch64
+    one. A profile of x86_64 variants only fetches no aarch64 wheel from the same lock."""
+    x86_only = load_config(REPO_ROOT, profile="demo", env={},
+                           overrides={"workspace": "examples/multiarch"})
+    config = load_config(REPO_ROOT, profile="multiarch", env={})
     config = dataclasses.replace(
         config, lock=_trimmed_lock({"charset-normalizer", "markupsafe"}, tmp_path / "uv.lock"))
     cache = tmp_path / "cache"
@@ -113,3 +115,7 @@ def test_setup_fills_the_index_with_every_machines_wheels(tmp_path: Path) -> Non
                 points = next(n for n in archive.namelist() if n.endswith("entry_points.txt"))
                 assert "normalizer = " in archive.read(points).decode()
     assert setup.package_index(config, cache)[0] == "found"
+    for name in [n for n in fetched if "aarch64" in n]:
+        (directory / name).unlink()
+    x86_only = dataclasses.replace(x86_only, lock=config.lock)
+    assert setup.package_index(x86_only, cache)[0] == "found"  # its own machine's are there

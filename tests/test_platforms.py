@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.config import load_config
+from gpurl_tasks.config import load_config, platform_groups
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.plan.lock import load_lock
-from gpurl_tasks.plan.profile import plan_profile, platform_groups
+from gpurl_tasks.plan.profile import plan_profile
 from gpurl_tasks.plan.sizes import select_wheel
 from gpurl_tasks.plan.target import target_tags
 from tests.conftest import REPO_ROOT

@@ -478,3 +478,19 @@ def test_a_change_to_the_sources_the_wheel_builder_copies_needs_wheels(tmp_path:
     source = next(p for p in sorted((root / "examples/demo/src").rglob("*.py")))
     source.write_text(source.read_text() + "\n# an edit\n")
     assert rebuild_needed(config, since="HEAD", env=ENV).verdict == "none"
+
+
+def test_each_pin_reads_its_own_comment_when_pins_sit_together() -> None:
+    """The index pin and each platform's pin are lines apart and pinned at other commits:
+    each variable's commit is its own comment's, never a neighbour's."""
+    text = ("# gpurl pin: multiarch-aaaaaaa-index, image index, linux/amd64 5 layers\n"
+            'DEFAULT_RL_DOCKER_IMAGE = "r/x@sha256:00"\n'
+            "# gpurl pin: multiarch-bbbbbbb, linux/amd64, 5 layers\n"
+            'DEFAULT_RL_AMD64_DOCKER_IMAGE = "r/x@sha256:01"\n'
+            "# gpurl pin: multiarch-gb200-ccccccc, linux/arm64, 5 layers\n"
+            'DEFAULT_RL_ARM64_DOCKER_IMAGE = "r/x@sha256:02"\n')
+    assert provenance_commit(text, "DEFAULT_RL_DOCKER_IMAGE", "multiarch") == "aaaaaaa"
+    assert provenance_commit(text, "DEFAULT_RL_AMD64_DOCKER_IMAGE", "multiarch") == "bbbbbbb"
+    assert provenance_commit(text, "DEFAULT_RL_ARM64_DOCKER_IMAGE", "multiarch-gb200") == "ccccccc"
+    assert provenance_commit(text, "DEFAULT_RL_DOCKER_IMAGE", "multiarch-gb200") is None
+    assert provenance_commit(text, "DEFAULT_RL_AMD64_DOCKER_IMAGE", "multiarch-gb200") is None

@@ -95,6 +95,15 @@ def test_an_entry_point_must_name_the_venvs_python(tmp_path: Path, script: bytes
             check_layer(layer, arch="aarch64", venv=VENV)
 
 
+def test_an_undeclared_script_in_uvs_long_path_form_is_checked_too(tmp_path: Path) -> None:
+    """A wheel's own `scripts` (no entry point declares them) in uv's `#!/bin/sh` trampoline
+    naming the staging machine's interpreter: refused, as a `#!python` line would be."""
+    tool = b"#!/bin/sh\n'''exec' /usr/bin/python3 \"$0\" \"$@\"\n"
+    layer = _layer(tmp_path, {**_GOOD, "opt/multiarch/envs/rl/bin/tool": tool})
+    with pytest.raises(LayerError, match=r"/opt/multiarch/envs/rl/bin/tool starts '#!/bin/sh'"):
+        check_layer(layer, arch="aarch64", venv=VENV)
+
+
 def test_a_declared_entry_point_without_its_script_fails(tmp_path: Path) -> None:
     files = {k: v for k, v in _GOOD.items() if not k.endswith("/bin/pkg")}
     with pytest.raises(LayerError, match="entry point 'pkg' has no script"):

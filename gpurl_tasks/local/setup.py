@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpurl_tasks import values
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import Arch, Config
 from gpurl_tasks.errors import BuildError, ConfigError, ExitCode
 from gpurl_tasks.files import read_text
 from gpurl_tasks.local import base_image, download, engine, pyindex, registry_server
@@ -172,7 +172,15 @@ def package_index(config: Config, cache: Path, *, dry_run: bool = False) -> tupl
     specs = build_requirements(config)
     missing = download.missing_pins(pins, directory)
     loose = download.unsatisfied(specs, directory)
-    platforms = download.missing_platform_pins(lock, directory) if lock else {}
+    # a profile with variants of several machines (x86_64 and aarch64): each one's wheels too,
+    # for that variant's own target; only the machines the profile builds images for
+    targets = {v.target.arch: v.target for v in reversed(config.variants)}
+
+    def other_machines() -> dict[Arch, list[str]]:
+        found = download.missing_platform_pins(lock, directory) if lock else {}
+        return {m: p for m, p in found.items() if m in targets}
+
+    platforms = other_machines()
     wanted = f"{len(pins)} pins and {len(specs)} build requirements"
     if not missing and not loose and not platforms:
         _check_lock_files(lock, directory)
@@ -187,14 +195,12 @@ def package_index(config: Config, cache: Path, *, dry_run: bool = False) -> tupl
                                                glibc=config.target.glibc, arch=config.target.arch)
     download.download(missing, directory, target=target)
     download.download(loose, directory, target=target, exact=False, with_deps=True)
-    # a lock resolved for several machines (x86_64 and aarch64): each one's wheels, too
-    for machine, machine_pins in (download.missing_platform_pins(lock, directory)
-                                  if lock else {}).items():
+    for machine, machine_pins in other_machines().items():
+        own = targets[machine]
         download.download(machine_pins, directory, target=download.DownloadTarget.for_target(
-            python=config.target.python, glibc=config.target.glibc, arch=machine))
+            python=own.python, glibc=own.glibc, arch=own.arch))
     still = download.missing_pins(pins, directory) + download.unsatisfied(specs, directory)
-    still += [f"{pin} ({machine})" for machine, machine_pins in
-              (download.missing_platform_pins(lock, directory) if lock else {}).items()
+    still += [f"{pin} ({machine})" for machine, machine_pins in other_machines().items()
               for pin in machine_pins]
     if still:
         raise BuildError(f"pip download left {len(still)} requirements missing, e.g. {still[0]}",

@@ -133,16 +133,24 @@ def _default_output(config: Config) -> Path:
     return cache_dir(config.root) / "slices" / config.profile / config.variant.name
 
 
+def _wanted(config: Config, plan: Plan, machine: str) -> list[Layer]:
+    """The slices written here: all of them, but a native slice of another machine's image."""
+    native = native_only(plan) if config.target.arch != machine else ()
+    return [layer for layer in plan.layers if layer.name not in native]
+
+
 def _dry_run(config: Config, plan: Plan, staging: Variant, out: Path, machine: str) -> DryRun:
-    native = set(native_only(plan))
+    """The real run's commands: the same slices, each staged as the real run stages it."""
     cross = staging_platform(config, machine)  # what the staging image's probe will say
+    builds = stage_builds(config, plan)
     commands = [_env_base_build("docker", config, staging, Path("<env-base.iid>"))]
     commands += [stage_command("docker", image="<env-base id>",
                                slice_file=layer.slice.path(config.variant),
                                dest=layer.slice.image_path, out_dir=out,
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
-                               level=config.layers.compression_level, platform=cross)
-                 for layer in plan.layers if layer.name not in native]
+                               level=config.layers.compression_level, platform=cross,
+                               build=builds.get(layer.name))
+                 for layer in _wanted(config, plan, machine)]
     return DryRun(tuple(tuple(argv) for argv in commands))
 
 
@@ -161,8 +169,7 @@ def write_slices(config: Config, *, output: Path | None, dry_run: bool, say: Say
     native = native_only(plan)
     if native and config.target.arch != machine:
         say(f"left to a native {config.target.arch} build: {', '.join(native)}")
-    wanted = [layer for layer in plan.layers
-              if not (config.target.arch != machine and layer.name in native)]
+    wanted = _wanted(config, plan, machine)
     out.mkdir(parents=True, exist_ok=True)
     client = find_buildkit_client()[0]
     logs = log_dir(config) / f"write-slices-{config.profile}-{config.variant.name}"

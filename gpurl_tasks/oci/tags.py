@@ -69,12 +69,13 @@ def existing_digest(config: Config, reference: str, env: Mapping[str, str] | Non
 
 def existing_image(config: Config, reference: str, env: Mapping[str, str] | None = None
                    ) -> tuple[str, str] | None:
-    """(manifest digest, config digest) of the linux/amd64 image under the tag, or None."""
+    """(manifest digest, config digest) of the variant's platform's image under the tag, or
+    None."""
     ref = parse_reference(reference, default_host=config.registry.host)
     with open_client(config, ref, env) as client:
         if client.lookup(ref) is None:
             return None
-        image = client.pull(ref)
+        image = client.pull(ref, platform=config.target.platform)
     return image.manifest_digest, image.config_digest
 
 

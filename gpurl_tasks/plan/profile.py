@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from gpurl_tasks.config import BuildSettings, Config, Variant
+from gpurl_tasks.config import BuildSettings, Config, Variant, platform_groups
 from gpurl_tasks.errors import LockError
 from gpurl_tasks.plan.buildenv import load_build_settings, slice_builds
 from gpurl_tasks.plan.history import version_changes
@@ -32,7 +32,6 @@ __all__ = [
     "plan_for_config",
     "plan_profile",
     "plan_views",
-    "platform_groups",
     "profile_inputs",
 ]
 
@@ -126,16 +125,6 @@ def plan_profile(config: Config, *, repack: bool = False, max_slices: int | None
         plans[v.name], local_paths=v.local_paths, outside_lock=v.outside_lock,
         builds=slice_builds(plans[v.name], v.build_settings), platform=platform[v.name],
         apart_from=tuple(p for p in every if p != platform[v.name])) for v in inputs}
-
-
-def platform_groups(variants: Sequence[Variant]) -> list[tuple[Variant, ...]]:
-    """The profile's variants by platform (target), in file order: each group is planned
-    together and shares its lowest slices; two groups share none, since a slice's files are
-    another platform's wheels."""
-    groups: dict[object, list[Variant]] = {}
-    for variant in variants:
-        groups.setdefault(variant.target, []).append(variant)
-    return [tuple(group) for group in groups.values()]
 
 
 def plan_for_config(config: Config, *, repack: bool = False) -> Plan:

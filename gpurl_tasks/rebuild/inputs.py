@@ -48,7 +48,6 @@ __all__ = [
 
 ClosureFn = Callable[[str, TargetSpec, PythonSelection], Iterable[ClosureEntry]]
 _PROVENANCE = re.compile(r"gpurl-git-sha:\s*(\S+)")
-_NEAR = 6  # lines either side of the assignment searched for the provenance comment
 
 
 def closure_entries(lock_text: str, target: TargetSpec,
@@ -75,7 +74,9 @@ def closure_entries(lock_text: str, target: TargetSpec,
 
 
 def provenance_commit(launcher_text: str, variable: str, tag_prefix: str) -> str | None:
-    """The commit the pinned image was built from, from the comments near `variable`.
+    """The commit the pinned image was built from, from the comment block right above
+    `variable`'s assignment (and that line itself): pins sit close together (an index and
+    each platform's), so no other variable's comment may be read for it.
 
     Either an explicit `gpurl-git-sha: <sha>` or the immutable `<tag_prefix>-<sha>` tag that
     `invoke pin` writes in its `# gpurl pin:` comment. Either holds a source id
@@ -87,7 +88,10 @@ def provenance_commit(launcher_text: str, variable: str, tag_prefix: str) -> str
     tag = re.compile(rf"{re.escape(PIN_MARKER)}\s*{re.escape(tag_prefix)}-(\S+)")
     for i, line in enumerate(lines):
         if assign.match(line):
-            near = lines[max(0, i - _NEAR): i + _NEAR + 1]
+            start = i
+            while start > 0 and lines[start - 1].lstrip().startswith("#"):
+                start -= 1
+            near = lines[start: i + 1]
             for pattern in (_PROVENANCE, tag):
                 for text in near:
                     match = pattern.search(text.strip())

@@ -298,7 +298,8 @@ def diff_task(config: Config, first: str, second: str,
     before, after = _pull_each(config, first, env), _pull_each(config, second, env)
     if len(before) == len(after) == 1 and not before[0][0].is_index \
             and not after[0][0].is_index:
-        return _diff_pair(config, before[0], after[0])
+        platform = after[0][0].platform  # two arm64 images: their locks read for arm64
+        return _diff_pair(platform_config(config, platform) or config, before[0], after[0])
     diffs, notes = [], []
     for pulled in after:
         platform = pulled[0].platform or "?"

@@ -110,9 +110,10 @@ def check_layer(blob: Path, *, arch: str, venv: str) -> LayerCheck:
     if missing:
         raise LayerError(f"{blob.name}: entry point {missing[0]!r} has no script in /{bin_dir}")
     for name, head in sorted(scripts.items()):
-        first = head.split(b"\n", 1)[0]
-        if (name in declared or (first.startswith(b"#!") and b"python" in first)) \
-                and not _names_python(head, python):
+        first, _, rest = head.partition(b"\n")
+        pythonic = (first.startswith(b"#!") and b"python" in first) or (
+            first.strip() == b"#!/bin/sh" and rest.startswith(b"'''exec' "))  # uv's trampoline
+        if (name in declared or pythonic) and not _names_python(head, python):
             shown = first.decode(errors="replace")[:120]
             raise LayerError(f"{blob.name}: /{bin_dir}{name} starts {shown!r}, not #!{python}")
     return LayerCheck(files=files, elf=elf, scripts=len(scripts))
