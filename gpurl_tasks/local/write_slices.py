@@ -133,10 +133,14 @@ def _default_output(config: Config) -> Path:
     return cache_dir(config.root) / "slices" / config.profile / config.variant.name
 
 
-def _wanted(config: Config, plan: Plan, machine: str) -> list[Layer]:
-    """The slices written here: all of them, but a native slice of another machine's image."""
-    native = native_only(plan) if config.target.arch != machine else ()
-    return [layer for layer in plan.layers if layer.name not in native]
+def _left_out(config: Config, plan: Plan, machine: str) -> tuple[str, ...]:
+    """The slices not written here: the native ones of another machine's image (none of an
+    image of this machine)."""
+    return native_only(plan) if config.target.arch != machine else ()
+
+
+def _wanted(plan: Plan, left_out: tuple[str, ...]) -> list[Layer]:
+    return [layer for layer in plan.layers if layer.name not in left_out]
 
 
 def _dry_run(config: Config, plan: Plan, staging: Variant, out: Path, machine: str) -> DryRun:
@@ -150,7 +154,7 @@ def _dry_run(config: Config, plan: Plan, staging: Variant, out: Path, machine: s
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
                                level=config.layers.compression_level, platform=cross,
                                build=builds.get(layer.name))
-                 for layer in _wanted(config, plan, machine)]
+                 for layer in _wanted(plan, _left_out(config, plan, machine))]
     return DryRun(tuple(tuple(argv) for argv in commands))
 
 
@@ -166,10 +170,10 @@ def write_slices(config: Config, *, output: Path | None, dry_run: bool, say: Say
     out = (output or _default_output(config)).resolve()
     if dry_run:
         return _dry_run(config, plan, staging, out, machine)
-    native = native_only(plan)
-    if native and config.target.arch != machine:
+    native = _left_out(config, plan, machine)
+    if native:
         say(f"left to a native {config.target.arch} build: {', '.join(native)}")
-    wanted = _wanted(config, plan, machine)
+    wanted = _wanted(plan, native)
     out.mkdir(parents=True, exist_ok=True)
     client = find_buildkit_client()[0]
     logs = log_dir(config) / f"write-slices-{config.profile}-{config.variant.name}"
@@ -200,7 +204,7 @@ def write_slices(config: Config, *, output: Path | None, dry_run: bool, say: Say
                 f"{w.check.scripts} scripts)  {w.seconds:.1f}s")
     return SlicesWritten(profile=config.profile, variant=config.variant.name,
                          arch=config.target.arch, staged_on=staging.name, platform=cross,
-                         slices=tuple(written), native=native if cross else (),
+                         slices=tuple(written), native=native,
                          seconds=time.monotonic() - start)
 
 

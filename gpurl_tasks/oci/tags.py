@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gpurl_tasks.config import Config
+from gpurl_tasks.config import Config, Variant
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.imageref import ImageRef, parse_reference
@@ -42,20 +42,24 @@ def resolve_reference(config: Config, text: str | None) -> ImageRef:
     return parse_reference(text, default_host=config.registry.host)
 
 
+def _index_first(config: Config) -> Variant:
+    """The first variant naming `config`'s launcher variable: its tag prefix names the index."""
+    return next(v for v in config.variants if v.launcher.variable == config.launcher.variable)
+
+
 def index_reference(config: Config, source: str | None = None) -> str:
     """`REGISTRY/REPO:PREFIX-<source id>-index`: the immutable tag of the image index of the
     variants sharing `config`'s launcher variable (release/index.py), PREFIX the first of
     them's tag prefix. No variant's tag is spelled so (none ends in `-index`), and the source
     id sits where a variant's tag has it, so a pin's comment names its commit the same way."""
-    first = next(v for v in config.variants if v.launcher.variable == config.launcher.variable)
+    first = _index_first(config)
     return f"{first.registry.image}:{first.registry.tag_prefix}-{source or source_id(config)}" \
            f"-{INDEX_SUFFIX}"
 
 
 def is_index_tag(config: Config, tag: str) -> bool:
     """`tag` is spelled like an index_reference's tag of `config`'s group."""
-    first = next(v for v in config.variants if v.launcher.variable == config.launcher.variable)
-    return re.fullmatch(rf"{re.escape(first.registry.tag_prefix)}-{SOURCE_ID_PATTERN}-"
+    return re.fullmatch(rf"{re.escape(_index_first(config).registry.tag_prefix)}-{SOURCE_ID_PATTERN}-"
                         rf"{INDEX_SUFFIX}", tag) is not None
 
 

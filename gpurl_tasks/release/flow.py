@@ -457,8 +457,6 @@ def pin_index(configs: tuple[Config, ...], text: str | None, *, force: bool, dry
         raise PinError(f"the variants of {first.launcher.variable} name different launcher files",
                        hint="one launcher.path for the variants of an image index")
     index_ref = parse_reference(text or index_reference(first), default_host=first.registry.host)
-    if text and not index_ref.digest and not is_index_tag(first, index_ref.tag or ""):
-        check_immutable(index_ref, first.registry)  # the floating tag's one-line refusal
     members: list[Member] = []
     reports: list[Report] = []
     with open_client(first, index_ref, env) as client:
