@@ -189,33 +189,40 @@ class RegistryClient:
 
     def pull(self, ref: ImageRef, *, platform: str = "linux/amd64") -> PulledImage:
         """Resolve `ref`, follow an index to `platform`, read layers, labels and history."""
-        top_digest = self.resolve(ref)
-        digest, media_type, document, size = self._fetch_manifest(ref, top_digest)
-        if media_type not in INDEX_TYPES:
-            return self._image(ref, top_digest, media_type, (), digest, media_type, document, size)
-        index = ImageIndex.from_json(document, f"index {digest} of {ref}", media_type)
+        top_digest, top_type, found = self._top(ref)
+        if isinstance(found, PulledImage):
+            return found
+        index = found
         chosen = _choose_platform(list(index.manifests), platform)
         if chosen is None:
             raise RegistryError(
                 f"{ref} has no {platform} image; its index lists "
                 f"{', '.join(index.platforms) or 'nothing'}",
                 hint=f"build the {platform} image, or pull another platform's variant")
-        return self._entry(ref, top_digest, media_type, index, chosen)
+        return self._entry(ref, top_digest, top_type, index, chosen)
 
     def pull_each(self, ref: ImageRef) -> tuple[PulledImage, ...]:
         """Every platform's image under `ref`: one for an image manifest, one per platform an
         index lists (in its order; entries of no platform, as buildx's attestation manifests
         `unknown/unknown`, left out)."""
+        top_digest, top_type, found = self._top(ref)
+        if isinstance(found, PulledImage):
+            return (found,)
+        entries = [e for e in found.manifests if e.platform and "unknown" not in e.platform]
+        if not entries:
+            raise RegistryError(f"the index {top_digest[:19]} of {ref} lists no platform's image")
+        return tuple(self._entry(ref, top_digest, top_type, found, e) for e in entries)
+
+    def _top(self, ref: ImageRef) -> tuple[str, str, PulledImage | ImageIndex]:
+        """(digest, media type, what it is) of what `ref` resolves to: an image, its config
+        read, or an index."""
         top_digest = self.resolve(ref)
         digest, media_type, document, size = self._fetch_manifest(ref, top_digest)
         if media_type not in INDEX_TYPES:
-            return (self._image(ref, top_digest, media_type, (), digest, media_type, document,
-                                size),)
-        index = ImageIndex.from_json(document, f"index {digest} of {ref}", media_type)
-        entries = [e for e in index.manifests if e.platform and "unknown" not in e.platform]
-        if not entries:
-            raise RegistryError(f"the index {digest[:19]} of {ref} lists no platform's image")
-        return tuple(self._entry(ref, top_digest, media_type, index, e) for e in entries)
+            return top_digest, media_type, self._image(ref, top_digest, media_type, (), digest,
+                                                       media_type, document, size)
+        return top_digest, media_type, ImageIndex.from_json(document, f"index {digest} of {ref}",
+                                                            media_type)
 
     def read_index(self, ref: ImageRef) -> tuple[str, ImageIndex]:
         """(digest, index) of the image index `ref` names, digest-checked; an image manifest
