@@ -228,3 +228,12 @@ def test_gb200_slices_written_here_are_aarch64_and_reproducible(tmp_path: Path) 
         assert x86.blob.digest != arm.blob.digest and x86.key != arm.key
     with pytest.raises(LayerError, match=r"is an x86_64 ELF object, not aarch64"):
         check_layer(h100.slices[2].path, arch="aarch64", venv=VENV)  # the honest negative
+
+
+@pytest.mark.parametrize("output", ["/tmp/a:b", "/tmp/x\ny"])
+def test_an_output_docker_would_read_as_another_mount_is_refused(output: str) -> None:
+    """A colon or a line break in the host path of a `-v` mount is docker's own syntax: the
+    dry run refuses it in one line, as the real run would, before any container runs."""
+    with pytest.raises(BuildError, match=r"cannot be mounted into a container") as err:
+        write_slices(_multiarch(), output=Path(output), dry_run=True, say=lambda _: None)
+    assert "\n" not in err.value.message

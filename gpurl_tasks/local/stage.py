@@ -53,10 +53,20 @@ def probe_base(client: str, image: str, venv: str) -> Probe:
                          f"{proc.tail(done.stderr or done.stdout, 3)}") from None
 
 
+def _volume(host: Path, at: str, mode: str = "") -> list[str]:
+    """`-v HOST:AT[:ro]`; a host path with a colon or a line break would be read as another
+    mount spec by docker, so it is refused in one line."""
+    if any(c in str(host) for c in ":\n\r"):
+        raise BuildError(f"{str(host)!r} cannot be mounted into a container: docker reads a "
+                         "colon or a line break in it as part of the mount spec",
+                         hint="use a directory whose path has neither (e.g. --output /tmp/slices)")
+    return ["-v", f"{host}:{at}{mode}"]
+
+
 def _tool_run(client: str, image: str, *mounts: str) -> list[str]:
     """`docker run` of env-base with gpurl_tasks mounted read-only, for the layer tool."""
     return [client, "run", "--rm", "--network", "host",
-            "-v", f"{PACKAGE}:{_MOUNT}/gpurl_tasks:ro", *mounts, "-w", _MOUNT,
+            *_volume(PACKAGE, f"{_MOUNT}/gpurl_tasks", ":ro"), *mounts, "-w", _MOUNT,
             "-e", "PYTHONDONTWRITEBYTECODE=1", image]
 
 
@@ -94,9 +104,9 @@ def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_d
         stage_script(venv=venv, slice_file=dest, stage=_STAGE, build=build, platform=platform),
         shlex.join(write), f"chown {os.getuid()}:{os.getgid()} {_OUT}/{output}"])
     mounts = [w for path, at in (build.lower if build else ())
-              for w in ("-v", f"{path.resolve()}:{at}:ro")]
-    return [*_tool_run(client, image, "-v", f"{slice_file}:{dest}:ro", *mounts,
-                       "-v", f"{out_dir}:{_OUT}"),
+              for w in _volume(path.resolve(), at, ":ro")]
+    return [*_tool_run(client, image, *_volume(slice_file, dest, ":ro"), *mounts,
+                       *_volume(out_dir, _OUT)),
             "sh", "-c", script]
 
 
