@@ -53,8 +53,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  cwd=root, env=env)
     assert built.returncode == 0, built.stderr
     (wheel,) = (root / "dist").glob("gpurl-*.whl")
-    for argv in ([uv, "venv", "--quiet", "--python", sys.executable, root / "venv"],
-                 [uv, "pip", "install", "--quiet", "--python", root / "venv" / "bin" / "python", wheel]):
+    steps: list[list[str | Path]] = [
+        [uv, "venv", "--quiet", "--python", sys.executable, root / "venv"],
+        [uv, "pip", "install", "--quiet", "--python", root / "venv" / "bin" / "python", wheel]]
+    for argv in steps:
         done = _run(argv, cwd=root, env=env)
         assert done.returncode == 0, done.stderr
     return root / "venv"
