@@ -148,3 +148,10 @@ def bench_compression(session: nox.Session) -> None:
     """zstd against gzip for a composed environment: bytes, CPU, cold containerd pulls (not CI)."""
     _sync(session)
     session.run("python", "-m", "benchmarks.compression", *session.posargs)
+
+
+@nox.session(name="bench-installed", default=False)
+def bench_installed(session: nox.Session) -> None:
+    """The wheel as a user installs it: its size, `gpurl --version` and `gpurl plan` wall time."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.installed", *session.posargs)

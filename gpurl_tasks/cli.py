@@ -1,4 +1,4 @@
-"""Helpers of the tasks in tasks.py: config from flags, clean failures, output.
+"""Helpers of the tasks (collection.py): the project, config from flags, clean failures, output.
 
 This is the edge where errors become one line and an exit code, and where JSON and
 human output are printed; the modules below never print or exit. Every task turns gpurl's

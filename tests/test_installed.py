@@ -2,27 +2,22 @@
 virtualenv outside this checkout (no gpurl source on sys.path), run in a scratch project that
 is not gpurl's: examples/multiarch's pyproject, lock and sources in a git repository of their
 own, with gpurl's own `multiarch` profile as its [tool.gpurl] (workspace "."). Real uv, real
-git, dependencies from PyPI; the wheel is built and installed once for the module."""
+git, dependencies from PyPI; the wheel is built and installed once for the module (the same
+steps as benchmarks/installed.py, whose helpers these are)."""
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
 import subprocess
-import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from benchmarks.installed import build_wheel, install, render, scratch_project, user_env
 from gpurl_tasks.shims import SHIMS
 from tests.conftest import REPO_ROOT
-
-MULTIARCH = REPO_ROOT / "examples" / "multiarch"
-PROFILE_HEADER = "[tool.gpurl.profiles.multiarch]\n"
 
 
 def test_gpurl_s_own_tasks_py_is_the_shim_a_project_commits() -> None:
@@ -30,11 +25,14 @@ def test_gpurl_s_own_tasks_py_is_the_shim_a_project_commits() -> None:
     assert SHIMS["noxfile.py"].splitlines()[-1] in (REPO_ROOT / "noxfile.py").read_text()
 
 
-def _env(venv: Path) -> dict[str, str]:
-    """The user's shell with the venv first on PATH: no PYTHONPATH, no GPURL_* setting."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GPURL_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return {**env, "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", "UV_SYSTEM_CERTS": "1"}
+def test_the_benchmark_table_is_against_the_floor_of_the_same_run() -> None:
+    floor, version = "python -c 'import invoke' (floor)", "gpurl --version"
+    table = render({"wheel": "gpurl-0.1.0-py3-none-any.whl", "wheel_bytes": 383_000, "runs": 3,
+                    "python": "3.11.7", "cpus": 2,
+                    "seconds": {floor: {"median": 0.5, "best": 0.4},
+                                version: {"median": 1.25, "best": 1.0}}})
+    assert "383 kB" in table and "| 0.500 | 0.400 | 1.0x |" in table
+    assert f"| `{version}` | 1.250 | 1.000 | 2.5x |" in table
 
 
 def _run(argv: list[str | Path], *, cwd: Path, env: Mapping[str, str],
@@ -47,42 +45,13 @@ def _run(argv: list[str | Path], *, cwd: Path, env: Mapping[str, str],
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`uv build --wheel` of this checkout, installed with uv into a fresh virtualenv."""
     root = tmp_path_factory.mktemp("installed")
-    env = _env(root / "venv")
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    built = _run([uv, "build", "--wheel", "--quiet", "--out-dir", root / "dist", REPO_ROOT],
-                 cwd=root, env=env)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (root / "dist").glob("gpurl-*.whl")
-    steps: list[list[str | Path]] = [
-        [uv, "venv", "--quiet", "--python", sys.executable, root / "venv"],
-        [uv, "pip", "install", "--quiet", "--python", root / "venv" / "bin" / "python", wheel]]
-    for argv in steps:
-        done = _run(argv, cwd=root, env=env)
-        assert done.returncode == 0, done.stderr
-    return root / "venv"
+    return install(build_wheel(root / "dist"), root / "venv")
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A git repository holding examples/multiarch and gpurl's `multiarch` profile (its own
-    tables only, as a user's pyproject would hold them), committed."""
-    root = tmp_path_factory.mktemp("project")
-    for name in ("pyproject.toml", "uv.lock"):
-        shutil.copy(MULTIARCH / name, root / name)
-    for name in ("src", "cloud"):
-        shutil.copytree(MULTIARCH / name, root / name)
-    ours = (REPO_ROOT / "pyproject.toml").read_text()
-    start = ours.index(PROFILE_HEADER)
-    after = re.search(r"^\[tool\.gpurl\.profiles\.(?!multiarch[.\]])", ours[start:], re.MULTILINE)
-    section = ours[start:start + after.start()] if after else ours[start:]
-    section = section.replace('workspace = "examples/multiarch"', 'workspace = "."')
-    with (root / "pyproject.toml").open("a") as pyproject:
-        pyproject.write(f'\n[tool.gpurl]\ndefault-profile = "multiarch"\n\n{section}\n')
-    tomllib.loads((root / "pyproject.toml").read_text())  # still one valid file
-    for argv in (["git", "init", "-q"], ["git", "add", "-A"],
-                 ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init"]):
-        subprocess.run(argv, cwd=root, check=True, capture_output=True)
-    return root
+    """examples/multiarch in a git repository of its own, with gpurl's `multiarch` profile."""
+    return scratch_project(tmp_path_factory.mktemp("project") / "project")
 
 
 def _files(root: Path) -> set[str]:
@@ -93,7 +62,7 @@ def _files(root: Path) -> set[str]:
 def test_the_installed_gpurl_is_the_wheel_s_with_every_file_it_reads(venv: Path, project: Path) -> None:
     """`gpurl --version` answers; gpurl_tasks is imported from the venv, never this checkout;
     every file of the package (templates, pins) is installed, not only its modules."""
-    env = _env(venv)
+    env = user_env(venv)
     version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
     shown = _run(["gpurl", "--version"], cwd=project, env=env)
     assert (shown.returncode, shown.stdout) == (0, f"gpurl {version}\n"), shown.stderr
@@ -112,17 +81,22 @@ def test_the_installed_gpurl_is_the_wheel_s_with_every_file_it_reads(venv: Path,
 @pytest.mark.integration
 def test_plan_and_generate_work_on_the_project_and_write_only_its_files(venv: Path, project: Path) -> None:
     """`gpurl plan --json` is a real plan of both variants; `generate` writes the project's
-    Dockerfiles and scripts (no docs/config.md: gpurl's own page), then `--check` passes."""
-    env = _env(venv)
+    Dockerfiles and scripts, never docs/config.md (gpurl's own page; the project's page of that
+    name is left as it is), then `--check` passes."""
+    env = user_env(venv)
     planned = _run(["gpurl", "plan", "--json"], cwd=project, env=env)
     assert planned.returncode == 0, planned.stderr
     variants = json.loads(planned.stdout)["variants"]
     assert set(variants) == {"h100", "gb200"}
     assert all(v["total_compressed_bytes"] > 0 for v in variants.values())
+    own_page = project / "docs" / "config.md"  # the project's own page of that name
+    own_page.parent.mkdir(exist_ok=True)
+    own_page.write_text("# How we configure our trainer\n")
     before = _files(project)
     generated = _run(["gpurl", "generate"], cwd=project, env=env)
     assert generated.returncode == 0, generated.stderr
     written = _files(project) - before
+    assert own_page.read_text() == "# How we configure our trainer\n"
     assert "docker/Dockerfile.multiarch" in written and "docker/Dockerfile.multiarch-gb200" in written
     assert all(w.startswith("docker/") or w == ".dockerignore" for w in written), sorted(written)
     checked = _run(["gpurl", "generate", "--check"], cwd=project, env=env)
@@ -134,7 +108,7 @@ def test_the_project_is_found_from_below_and_named_from_elsewhere(venv: Path, pr
                                                                    tmp_path: Path) -> None:
     """From a subdirectory the nearest [tool.gpurl] above is the project; `--project DIR`
     names it from outside; outside any project: one error line, a hint, exit 2."""
-    env = _env(venv)
+    env = user_env(venv)
     at_root = json.loads(_run(["gpurl", "plan", "--json"], cwd=project, env=env).stdout)
     below = _run(["gpurl", "plan", "--json"], cwd=project / "src" / "gpurl_multiarch", env=env)
     assert below.returncode == 0 and json.loads(below.stdout) == at_root, below.stderr
@@ -157,7 +131,7 @@ def test_the_committed_shims_give_invoke_and_nox_gpurl_s_tasks_and_sessions(venv
                                                                            project: Path) -> None:
     """With the two files a project commits, `invoke` and `nox` of the venv run gpurl there:
     the sessions run in nox's own environment (no virtualenv synced from gpurl's lock)."""
-    env = _env(venv)
+    env = user_env(venv)
     for name, text in SHIMS.items():
         (project / name).write_text(text)
     listed = _run(["invoke", "--list"], cwd=project, env=env)
