@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -147,3 +148,37 @@ def test_the_committed_shims_give_invoke_and_nox_gpurl_s_tasks_and_sessions(venv
     assert not (project / ".nox").exists()  # no session virtualenv
     planned = _run(["invoke", "plan", "--json"], cwd=project / "src", env=env)
     assert planned.returncode == 0 and set(json.loads(planned.stdout)["variants"]) == {"h100", "gb200"}
+
+
+# --- project discovery, in-process --------------------------------------------------------
+
+
+def test_the_project_is_the_nearest_pyproject_with_a_gpurl_table(tmp_path: Path) -> None:
+    """A pyproject.toml without [tool.gpurl] on the way up is passed over (a workspace member
+    of the project); the nearest one with the table wins; none at all is None."""
+    from gpurl_tasks.cli import find_project
+
+    outer, member = tmp_path / "repo", tmp_path / "repo" / "pkg" / "member"
+    member.mkdir(parents=True)
+    (outer / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.gpurl]\n')
+    (member / "pyproject.toml").write_text('[project]\nname = "member"\n')
+    assert find_project(member) == find_project(outer) == outer
+    (member / "pyproject.toml").write_text('[tool.gpurl.profiles.a]\nworkspace = "."\n')
+    (member / "deeper").mkdir()
+    assert find_project(member / "deeper") == member
+    assert find_project(tmp_path) is None
+
+
+def test_a_broken_pyproject_on_the_way_up_is_named(tmp_path: Path) -> None:
+    from gpurl_tasks.cli import find_project
+    from gpurl_tasks.errors import ConfigError
+
+    (tmp_path / "pyproject.toml").write_text("[tool.gpurl\n")
+    with pytest.raises(ConfigError, match=r"pyproject.toml is not valid TOML"):
+        find_project(tmp_path)
+
+
+def test_gpurl_help_lists_the_project_flag() -> None:
+    done = subprocess.run([sys.executable, "-m", "gpurl_tasks", "--help"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--project" in done.stdout, done.stderr
