@@ -139,9 +139,10 @@ class GpurlProgram(Program):
 
 def adopt() -> None:
     """Make the running `invoke` program (invoke's own `invoke.main.program`, a plain
-    Program) a GpurlProgram for the rest of its parse: tasks.py calls this while invoke loads
-    it, before the task's name and flags are parsed. invoke has no hook for its own
-    program's class, so the instance's class is switched (GpurlProgram adds no state)."""
+    Program) a GpurlProgram for the rest of its parse: `collection` calls this as invoke
+    loads tasks.py, before the task's name and flags are parsed. invoke has no hook for its
+    own program's class, so the instance's class is switched (GpurlProgram adds no state but
+    the --project flag, which only the `gpurl` command parses)."""
     import invoke.main
 
     if type(invoke.main.program) is Program:

@@ -115,6 +115,8 @@ def test_the_project_is_found_from_below_and_named_from_elsewhere(venv: Path, pr
     assert below.returncode == 0 and json.loads(below.stdout) == at_root, below.stderr
     named = _run(["gpurl", "--project", project, "plan", "--json"], cwd=tmp_path, env=env)
     assert named.returncode == 0 and json.loads(named.stdout) == at_root, named.stderr
+    for anywhere in (["--version"], ["--list"], ["plan", "--help"]):  # no project needed
+        assert _run(["gpurl", *anywhere], cwd=tmp_path, env=env).returncode == 0, anywhere
     lost = _run(["gpurl", "plan"], cwd=tmp_path, env=env)
     assert lost.returncode == 2 and "Traceback" not in lost.stderr
     error, hint = lost.stderr.splitlines()
