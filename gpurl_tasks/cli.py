@@ -119,7 +119,8 @@ def project_root() -> Path:
         given = _project.get("start")
         start = (given or Path.cwd()).resolve()
         if given is not None and not start.is_dir():
-            raise ConfigError(f"--project {given}: no such directory", hint=PROJECT_HINT)
+            raise ConfigError(f"--project {given}: no such directory",
+                              hint="name the project's directory, or one inside it")
         found = find_project(start)
         if found is None:
             raise ConfigError(f"no gpurl project: no pyproject.toml with [tool.gpurl] in {start} "
