@@ -1,15 +1,19 @@
-"""nox sessions: tests, lint, and the registry/build sessions users run (`nox -l` lists them)."""
+"""nox sessions: gpurl's own (tests, lint, the iris and kaniko end to end, benchmarks), and
+the sessions every project runs (verify-layers, pin, build), from gpurl_tasks.sessions as a
+project's noxfile imports them (`nox -l` lists them all)."""
 
 from __future__ import annotations
 
 import glob
-import os
-import shlex
-import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import nox
+
+# this checkout's gpurl_tasks, not another installed copy: its sessions run in-process here
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpurl_tasks.sessions  # noqa: F401  (verify-layers, pin, build)
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["tests", "iris-contract", "iris-e2e", "kaniko-e2e", "lint"]
@@ -105,50 +109,7 @@ def kaniko_e2e(session: nox.Session) -> None:
     session.run("pytest", "-m", "kaniko", "-s", *session.posargs)
 
 
-# --- registry: verify and pin ---------------------------------------------------------
-
-
-def _ref_as_flag(posargs: list[str]) -> list[str]:
-    """`nox -s verify-layers -- REF [flags]`: a bare first argument is the image (--ref)."""
-    if posargs and not posargs[0].startswith("-"):
-        return ["--ref", posargs[0], *posargs[1:]]
-    return list(posargs)
-
-
-def _invoke(session: nox.Session, *args: str) -> None:
-    """`invoke ARGS` in the session's environment as a user's shell runs it: its stdout and
-    stderr apart (`session.run` merges them, so --json's one object was followed by the
-    `error:` line), and its exit code nox's own (the README's table; nox would say 1)."""
-    session.log("invoke " + " ".join(shlex.quote(a) for a in args))
-    env = {**os.environ, **{k: v for k, v in session.env.items() if v is not None},
-           "PATH": os.pathsep.join([session.bin, os.environ.get("PATH", "")])}
-    code = subprocess.call([os.path.join(session.bin, "invoke"), *args], env=env)
-    if code:
-        raise SystemExit(code)
-
-
-@nox.session(name="verify-layers", default=False)
-def verify_layers(session: nox.Session) -> None:
-    """Check a pushed image's layers via the registry API (args: `invoke verify-layers` flags)."""
-    _sync(session)
-    _invoke(session, "verify-layers", *_ref_as_flag(session.posargs))
-
-
-@nox.session(default=False)
-def pin(session: nox.Session) -> None:
-    """Verify an image and pin its digest into the launcher (args: `invoke pin` flags)."""
-    _sync(session)
-    _invoke(session, "pin", *_ref_as_flag(session.posargs))
-
-
 # --- build and end to end ----------------------------------------------------------------
-
-
-@nox.session(default=False)
-def build(session: nox.Session) -> None:
-    """Build and push the image (args: `invoke build` flags, e.g. --dry-run, --backend local)."""
-    _sync(session)
-    session.run("invoke", "build", *session.posargs)
 
 
 @nox.session(default=False)
@@ -187,3 +148,10 @@ def bench_compression(session: nox.Session) -> None:
     """zstd against gzip for a composed environment: bytes, CPU, cold containerd pulls (not CI)."""
     _sync(session)
     session.run("python", "-m", "benchmarks.compression", *session.posargs)
+
+
+@nox.session(name="bench-installed", default=False)
+def bench_installed(session: nox.Session) -> None:
+    """The wheel as a user installs it: its size, `gpurl --version` and `gpurl plan` wall time."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.installed", *session.posargs)

@@ -5,8 +5,10 @@ value grammars and byte sizes `values`), errors and exit codes (`errors`), proce
 files (`files`), git (`git`), secrets kept out of output (`redact`), image references
 (`imageref`), step records (`steps`) and the command line (`cli`, `program`). The sub-packages
 follow the pipeline, and imports point one way: basics and `writer` <- plan <- dockerfile <-
-attest <- oci <- rebuild <- release <- cluster / local <- tasks.py
-(`tests/test_architecture.py` enforces it).
+attest <- oci <- rebuild <- release <- cluster / local <- the entry points
+(`tests/test_architecture.py` enforces it). The entry points: the tasks (`collection`), the
+`gpurl` command that runs them (`__main__`), the nox sessions (`sessions`), and the two files
+a project commits so that `invoke` and `nox` run them there (`shims`).
 """
 
 import sys

@@ -1,4 +1,4 @@
-"""Helpers of the tasks in tasks.py: config from flags, clean failures, output.
+"""Helpers of the tasks (collection.py): the project, config from flags, clean failures, output.
 
 This is the edge where errors become one line and an exit code, and where JSON and
 human output are printed; the modules below never print or exit. Every task turns gpurl's
@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
@@ -41,6 +42,7 @@ from gpurl_tasks.config import (
     unknown_variables,
 )
 from gpurl_tasks.errors import ConfigError, ExitCode, GpurlError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.redact import known_secrets, redact
 
@@ -49,7 +51,6 @@ __all__ = [
     "JSON_HELP",
     "ONE_VARIANT_HELP",
     "PROFILE_HELP",
-    "REPO_ROOT",
     "RULES_HELP",
     "VARIANT_HELP",
     "ConfigError",
@@ -62,6 +63,7 @@ __all__ = [
     "config_for",
     "each_variant",
     "emit_json",
+    "find_project",
     "finish",
     "given_flags",
     "json_text",
@@ -69,15 +71,64 @@ __all__ = [
     "positional",
     "positive_flag",
     "profile_for_reference",
+    "project_root",
     "rule_flags",
     "say",
     "task",
     "text_flag",
+    "use_project",
     "variant_configs",
     "warn_unknown_variables",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_HINT = "run `gpurl init` here, or pass --project DIR"
+# how this program is run again for a task's help (`positional`): `invoke`, or `gpurl` (main)
+RUNNING = ["invoke"]
+_project: dict[str, Path] = {}  # "start": --project's DIR; "root": the project, found once
+
+
+def find_project(start: Path) -> Path | None:
+    """The nearest directory from `start` up (itself included) whose pyproject.toml holds a
+    [tool.gpurl] table: the project gpurl works on, found as uv and nox find theirs."""
+    for directory in (start, *start.parents):
+        pyproject = directory / "pyproject.toml"
+        if not pyproject.is_file():
+            continue
+        try:
+            data = tomllib.loads(read_text(pyproject, what="pyproject.toml", error=ConfigError))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{pyproject} is not valid TOML: {exc}",
+                              hint="fix it, or pass --project DIR") from None
+        tool = data.get("tool")
+        if isinstance(tool, dict) and "gpurl" in tool:
+            return directory
+    return None
+
+
+def use_project(directory: str | None) -> None:
+    """`gpurl --project DIR`: look for the project from DIR instead of the working directory."""
+    if directory is not None:
+        _project.clear()
+        _project["start"] = Path(directory)
+
+
+def project_root() -> Path:
+    """The project every task works on (computed once a process): the nearest ancestor of the
+    working directory, or of --project's DIR, whose pyproject.toml holds [tool.gpurl]."""
+    if "root" not in _project:
+        given = _project.get("start")
+        start = (given or Path.cwd()).resolve()
+        if given is not None and not start.is_dir():
+            raise ConfigError(f"--project {given}: no such directory",
+                              hint="name the project's directory, or one inside it")
+        found = find_project(start)
+        if found is None:
+            raise ConfigError(f"no gpurl project: no pyproject.toml with [tool.gpurl] in {start} "
+                              "or any directory above it", hint=PROJECT_HINT)
+        _project["root"] = found
+    return _project["root"]
+
+
 # The only short flags, the same in every task (invoke would otherwise derive one from each
 # flag's first free letter, so `-p` meant --probe in one task and --profile in another).
 SHORT_FLAGS = {"profile": "p", "json": "j"}
@@ -234,10 +285,10 @@ def config_for(profile: str | None = None, *, variant: str | None = None,
     variant = text_flag("--variant", variant)
     warn_unknown_variables(os.environ)
     if committed:
-        return load_committed_config(REPO_ROOT, profile, variant)
+        return load_committed_config(project_root(), profile, variant)
     dotted: Mapping[str, Any] = {k.replace("__", ".").replace("_", "-"): v
                                  for k, v in overrides.items()}
-    return load_config(REPO_ROOT, profile=profile, overrides=dotted, variant=variant)
+    return load_config(project_root(), profile=profile, overrides=dotted, variant=variant)
 
 
 _WARNED: set[str] = set()
@@ -262,7 +313,7 @@ def variant_configs(profile: str | None, variant: str | None, *, ref: str | None
     a given flag that only makes sense for one variant (--variable), which needs --variant."""
     ref = text_flag("--ref", ref)
     if ref and not profile and not profile_from_env():
-        profile, note = profile_for_reference(REPO_ROOT, ref)
+        profile, note = profile_for_reference(project_root(), ref)
         if note:
             say(note)
     config = config_for(profile, variant=variant, **overrides)
@@ -584,8 +635,7 @@ def positional(task: str, value: str | None, *, needs: str | None = None, usage:
     `--help` there shows the task's help (as `invoke --help TASK` does) instead of running.
     `needs`: what a missing (None or blank) one is, for the one-line error (hint: `usage`)."""
     if value in HELP_FLAGS:
-        shown = proc.run([sys.executable, "-m", "invoke", "--help", task], cwd=REPO_ROOT,
-                         echo=None)
+        shown = proc.run([sys.executable, "-m", *RUNNING, "--help", task], echo=None)
         out(shown.stdout.rstrip("\n"))
         raise Exit(code=0)
     if needs and (value is None or not value.strip()):

@@ -792,7 +792,7 @@ def _tool_table(root: Path, text: str | None = None) -> Mapping[str, Any]:
     pyproject = root / "pyproject.toml"
     if text is None:
         text = read_text(pyproject, what="pyproject.toml", error=ConfigError,
-                         missing_hint="run from the gpurl checkout")
+                         missing_hint="run gpurl in the project, or pass --project DIR")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

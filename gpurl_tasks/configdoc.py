@@ -10,11 +10,13 @@ tables. Only the one-line purpose is written here, and rendering fails when a ke
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from gpurl_tasks import config as cfg
 from gpurl_tasks.errors import ConfigError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.values import format_bytes
 
 __all__ = ["PAGE", "PURPOSE", "reference_files", "render"]
@@ -226,9 +228,18 @@ def render() -> str:
 
 def reference_files(config: cfg.Config) -> dict[Path, str]:
     """The page, as a file `invoke generate` writes with the first profile's first variant
-    (one owner, so it is rendered and checked once), in a repository that keeps the page:
-    gpurl's own (a repository that adopts gpurl gets no docs/ it did not ask for)."""
+    (one owner, so it is rendered and checked once), in gpurl's own repository only (a
+    repository that adopts gpurl gets no docs/ it did not ask for)."""
     page = config.root / PAGE
     first_profile = cfg.load_profile_names(config.root)[:1] == (config.profile,)
     first_variant = config.variant == config.variants[0]
-    return {page: render()} if page.exists() and first_profile and first_variant else {}
+    owned = first_profile and first_variant and page.exists() and _is_gpurl_itself(config.root)
+    return {page: render()} if owned else {}
+
+
+def _is_gpurl_itself(root: Path) -> bool:
+    """gpurl's own repository (its pyproject's project is gpurl): a user's docs/config.md,
+    whatever it holds, is never gpurl's to write."""
+    text = read_text(root / "pyproject.toml", what="pyproject.toml", error=ConfigError)
+    project = tomllib.loads(text).get("project")
+    return isinstance(project, dict) and project.get("name") == "gpurl"

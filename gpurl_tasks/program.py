@@ -1,11 +1,13 @@
-"""The command line itself: invoke's own parse errors through gpurl's contract, `--version`.
+"""The command line itself: invoke's own parse errors through gpurl's contract, `--version`,
+`--project`.
 
 `invoke TASK` runs invoke's `invoke.main.program`, which parses its own flags, then loads
-tasks.py, then parses the task's name and flags. tasks.py calls `adopt()`, so from there on
-that program is a `GpurlProgram`: an unknown task or flag, a flag without its value, a bad
-integer or a missing positional argument is one `error:` line with a hint and exit 2 (one
-JSON object under --json), as a task's own bad input is. The `gpurl` command (`gpurl TASK`,
-`gpurl --version`) is the same program with tasks.py's collection bundled in.
+tasks.py, then parses the task's name and flags. tasks.py imports `collection`, which calls
+`adopt()`, so from there on that program is a `GpurlProgram`: an unknown task or flag, a flag
+without its value, a bad integer or a missing positional argument is one `error:` line with a
+hint and exit 2 (one JSON object under --json), as a task's own bad input is. The `gpurl`
+command (`__main__.main`) is the same program with `collection.ns` bundled in: it needs no
+tasks.py, and `--project DIR` names the project.
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from typing import Any
 
 from invoke.collection import Collection
 from invoke.exceptions import ParseError
-from invoke.loader import FilesystemLoader
+from invoke.parser.argument import Argument
 from invoke.program import Program
 
 from gpurl_tasks import cli
 from gpurl_tasks.errors import ConfigError
 
-__all__ = ["GpurlProgram", "adopt", "main", "usage_error"]
+__all__ = ["GpurlProgram", "adopt", "gpurl_version", "usage_error"]
 
 JSON_FLAGS = ("--json", "-j")
+PROJECT_HELP = ("the project to work on: the nearest directory from DIR up whose pyproject.toml "
+                "holds [tool.gpurl] (default: from the working directory up)")
 
 
 def gpurl_version() -> str:
@@ -101,8 +105,15 @@ class GpurlProgram(Program):
                                   binary=self.binary_names[0],
                                   argv=getattr(self, "argv", [])[1:]) from None
 
+    def core_args(self) -> list[Argument]:
+        """invoke's core flags, and gpurl's --project (the `gpurl` command's; `invoke` parsed
+        its own before tasks.py made it a GpurlProgram)."""
+        return [*super().core_args(), Argument(names=("project",), help=PROJECT_HELP)]
+
     def parse_core(self, argv: list[str] | None) -> None:
         self._parsed(lambda: super(GpurlProgram, self).parse_core(argv))
+        if "project" in self.args:
+            cli.use_project(self.args.project.value)
 
     def parse_tasks(self) -> None:
         self._parsed(super().parse_tasks)
@@ -128,17 +139,11 @@ class GpurlProgram(Program):
 
 def adopt() -> None:
     """Make the running `invoke` program (invoke's own `invoke.main.program`, a plain
-    Program) a GpurlProgram for the rest of its parse: tasks.py calls this while invoke loads
-    it, before the task's name and flags are parsed. invoke has no hook for its own
-    program's class, so the instance's class is switched (GpurlProgram adds no state)."""
+    Program) a GpurlProgram for the rest of its parse: `collection` calls this as invoke
+    loads tasks.py, before the task's name and flags are parsed. invoke has no hook for its
+    own program's class, so the instance's class is switched (GpurlProgram adds no state but
+    the --project flag, which only the `gpurl` command parses)."""
     import invoke.main
 
     if type(invoke.main.program) is Program:
         invoke.main.program.__class__ = GpurlProgram
-
-
-def main() -> None:
-    """The `gpurl` command: tasks.py's collection, gpurl's version."""
-    module, _ = FilesystemLoader(start=str(cli.REPO_ROOT)).load("tasks")
-    GpurlProgram(name="gpurl", binary="gpurl", binary_names=["gpurl"], version=gpurl_version(),
-                 namespace=Collection.from_module(module)).run()
