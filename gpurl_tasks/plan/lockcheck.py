@@ -31,7 +31,8 @@ UV_TIMEOUT_S = 120.0
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class UvVerdict:
-    """uv's answer: current (True), stale (False) or none (None), and what uv said."""
+    """uv's answer: current (True), stale (False) or none (None), and what uv said (for
+    None: uv's error lines, which may name an index URL; never shown to the user)."""
 
     current: bool | None
     said: str
@@ -45,11 +46,13 @@ def ask_uv(workspace: Path, *, uv: str = "uv") -> UvVerdict:
         done = run(argv, cwd=workspace, check=False, timeout=UV_TIMEOUT_S, echo=None)
     except (ProgramNotFound, CommandFailed) as exc:
         return UvVerdict(current=None, said=str(exc))
-    said = " ".join(line.strip() for line in done.stderr.splitlines()
-                    if line.startswith(("error:", "  cause:")))
     if done.returncode == 0:
         return UvVerdict(current=True, said="")
-    return UvVerdict(current=False if _STALE in done.stderr else None, said=said)
+    stale = [line.strip() for line in done.stderr.splitlines() if _STALE in line]
+    if stale:  # that line names the lock file only: no index URL, so no credential in it
+        return UvVerdict(current=False, said=stale[0])
+    return UvVerdict(current=None, said=" ".join(
+        line.strip() for line in done.stderr.splitlines() if line.startswith(("error:", "  cause:"))))
 
 
 @functools.lru_cache(maxsize=16)
