@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.config import PythonSelection, TargetSpec
+from gpurl_tasks.config import PythonSelection, TargetSpec, load_config
+from gpurl_tasks.dockerfile.generate import generate
 from gpurl_tasks.dockerfile.recipe import slice_run
+from gpurl_tasks.errors import LockError
 from gpurl_tasks.plan.lock import install_closure, load_lock, lock_staleness
 from gpurl_tasks.plan.lockcheck import ask_uv, stale_findings
 from gpurl_tasks.plan.model import sync_selection_flags
@@ -332,3 +334,66 @@ def test_the_staging_install_takes_a_slice_as_it_is_hashed(
     subprocess.run([find_uv(), *argv[1:]], env={**env, "UV_NO_CACHE": "1"}, check=True,
                    capture_output=True)
     assert list((tmp_path / "stage").glob(f"lib/python*/site-packages/{name.replace('-', '_')}"))
+
+
+def _adopted(root: Path, proj: Path, cache: dict[str, dict[str, int]]) -> Path:
+    """A repository whose [tool.gpurl] plans the team workspace's gpu extra for this
+    machine's Python, sizes from a probe cache (as `sizes --probe` writes it)."""
+    shutil.copytree(proj, root / "team", ignore=shutil.ignore_patterns(".venv"))
+    (root / "sizes.json").write_text(json.dumps(cache))
+    (root / "pyproject.toml").write_text(f"""\
+[project]
+name = "repo"
+version = "0"
+
+[tool.gpurl]
+default-profile = "team"
+
+[tool.gpurl.python]
+extras = ["gpu"]
+
+[tool.gpurl.profiles.team]
+workspace = "team"
+target.python = "{PY}"
+layers.size-cache = "sizes.json"
+layers.cap = "2.5MB"
+build.dockerfile = "docker/Dockerfile.team"
+build.base-image = "debian:bookworm-slim"
+""")
+    return root
+
+
+def test_generate_plans_the_team_lock_and_refuses_it_once_stale(
+        team: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """Through the config, as `invoke generate` runs: the lock is current (no false alarm),
+    the hashless wheel's slice is written as `name==version` under its index and installed
+    without --require-hashes, every other slice with it; after an edit uv calls stale,
+    generate refuses with one error naming the difference and writes nothing."""
+    proj, env = team
+    lock = load_lock(proj / "uv.lock")
+    closure = install_closure(lock, HOST, PythonSelection(extras=("gpu",)))
+    probed, failed = probe_urls(urls_to_probe(closure.packages, target_tags(HOST), SizeSources()))
+    assert failed == ()
+    root = _adopted(tmp_path / "repo", proj, probed)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        generate(load_config(root, env={}))
+        dockerfile = (root / "docker" / "Dockerfile.team").read_text()
+        (torch_slice,) = [p for p in (root / "docker" / "layers").rglob("*.txt")
+                          if "torchish" in p.read_text()]
+        assert "torchish==2.0+cu1\n" in torch_slice.read_text()
+        assert "--hash" not in torch_slice.read_text()
+        runs = {ln.rsplit("/", 1)[1]: ln for ln in dockerfile.splitlines()
+                if ln.startswith("RUN uv pip install --no-deps")}
+        label = torch_slice.stem.split("-", 1)[1]
+        assert runs.pop(f"{label}.txt") == f"RUN uv pip install --no-deps -r /tmp/gpurl-layers/{label}.txt"
+        assert runs and all("--require-hashes" in ln for ln in runs.values()), runs
+        pyproject = root / "team" / "pyproject.toml"
+        pyproject.write_text(pyproject.read_text().replace('"pinned==2.0"', '"pinned>=2.0"'))
+        before = {p: p.read_bytes() for p in (root / "docker").rglob("*") if p.is_file()}
+        with pytest.raises(LockError) as caught:
+            generate(load_config(root, env={}))
+    assert caught.value.message.startswith("team/uv.lock is stale against team/pyproject.toml "
+                                           "(1 difference(s)): pinned: ")
+    assert {p: p.read_bytes() for p in (root / "docker").rglob("*") if p.is_file()} == before
