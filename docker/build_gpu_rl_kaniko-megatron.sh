@@ -342,9 +342,12 @@ python3 -B "$LAYER_TOOL" keys --index "$SLICE_INDEX" --context "$CONTEXT" --venv
 # slices can be written side by side).
 # A slice whose index line ends in `lower [uv flags]` (the lock's build settings) is staged
 # on the slices below it: their files ($7...) installed into its scratch build prefix.
+# The install runs --require-hashes where its history entry ($3, what ran) says so: a slice
+# with a line uv has no hash for (a git source, an index that serves none) is staged without.
 write_slice() {
   local name="$1" file="$2" created_by="$3" tag="$4" again="${5:-}" log="$SLICES/$1.log"
-  local words=() build_args=() below=() lower_file
+  local words=() build_args=() below=() lower_file hash_args=()
+  case "$created_by" in *" --require-hashes "*) hash_args=(--require-hashes) ;; esac
   read -ra words <<<"${6:-}"
   : >"$log"
   if [ "${words[0]:-}" = lower ]; then
@@ -355,7 +358,7 @@ write_slice() {
       return 1
     fi
   fi
-  if ! uv pip install --no-deps --require-hashes --no-installer-metadata "${build_args[@]}" --prefix "$SLICES/$name/tree" --python "$VENV"/bin/python -r "$CONTEXT/$file" >>"$log" 2>&1
+  if ! uv pip install --no-deps --no-installer-metadata "${hash_args[@]}" "${build_args[@]}" --prefix "$SLICES/$name/tree" --python "$VENV"/bin/python -r "$CONTEXT/$file" >>"$log" 2>&1
   then
     echo "installing slice $name ($file) failed: $(tail -n 5 "$log" | tr '\n' ' ')"
     return 1

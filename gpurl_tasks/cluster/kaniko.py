@@ -321,7 +321,8 @@ def _compose(config: Config) -> str:
     if config.cluster.env_source != "composed":
         return ""
     install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
-                              slice_file='"$CONTEXT/$file"', build_args=['"${build_args[@]}"'])
+                              slice_file='"$CONTEXT/$file"', hashed=False,
+                              build_args=['"${hash_args[@]}"', '"${build_args[@]}"'])
     build_env = build_env_script(prefix='"$SLICES/$name/build"', venv='"$VENV"',
                                  files='"${below[@]}"')
     compose_env = _fragment("compose-env.sh", {
@@ -385,7 +386,7 @@ def slice_index(config: Config, plan: Plan) -> str:
     return "".join(IndexLine(
         name=step.name, label=step.label,
         file=_relative(step.slice.path(config.variant), config.root, "slices"),
-        created_by=written_history(step.slice.image_path, config.build.venv),
+        created_by=written_history(step.slice.image_path, config.build.venv, hashed=step.hashed),
         build=_build_column(plan.build_of(step))).to_line() + "\n" for step in plan.layers)
 
 

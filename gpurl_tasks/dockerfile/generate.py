@@ -49,7 +49,7 @@ from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.plan.buildenv import build_note
 from gpurl_tasks.plan.layerlimit import LayerCount, TooManyLayers
-from gpurl_tasks.plan.lock import load_lock, lock_staleness
+from gpurl_tasks.plan.lockcheck import stale_findings
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs
 from gpurl_tasks.plan.report import PlanViews
@@ -324,14 +324,13 @@ def check_launcher(config: Config, text: str | None = None) -> None:
 
 
 def check_lock_current(config: Config) -> None:
-    """The lock is not stale against its workspace's pyproject.toml (as `uv lock --check`
-    would say, without network): a stale lock plans an image of what nobody asks for."""
+    """The lock is not stale against its workspace's pyproject.toml (`uv lock --check`'s
+    answer, offline; plan/lockcheck.py): a stale lock plans an image of what nobody asks for."""
     pyproject = config.workspace / "pyproject.toml"
     if not pyproject.is_file() or not config.lock.is_file():
         return
     where = pyproject.relative_to(config.root) if pyproject.is_relative_to(config.root) else pyproject
-    stale = lock_staleness(read_text(pyproject, what="pyproject.toml", error=LockError),
-                           load_lock(config.lock), where=str(where))
+    stale = stale_findings(config.workspace, config.lock, where=str(where))
     if stale:
         lock = config.lock.relative_to(config.root) if config.lock.is_relative_to(config.root) \
             else config.lock

@@ -169,7 +169,7 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
                                dest=layer.slice.image_path, out_dir=Path("<out>"),
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
                                level=config.layers.compression_level,
-                               build=staging.get(layer.name))
+                               build=staging.get(layer.name), hashed=layer.hashed)
                  for layer in plan.layers]
     return tuple(tuple(argv) for argv in commands)
 
@@ -227,7 +227,8 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                 text = read_text(path, what="slice file", error=BuildError).encode()
                 tag = slice_key(label=layer.label, slice_text=text,
                                 created_by=written_history(layer.slice.image_path,
-                                                           config.build.venv),
+                                                           config.build.venv,
+                                                           hashed=layer.hashed),
                                 python=probe.python, venv=config.build.venv, uv=probe.uv,
                                 compressor=compressor_id, arch=config.target.arch)
                 wanted.append(Wanted(layer=layer, path=path,
@@ -237,7 +238,8 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                 return stage_slice(client, image=base_id, slice_file=w.path,
                                    dest=w.layer.slice.image_path, out_dir=Path(tmp),
                                    name=w.layer.name, venv=config.build.venv, level=level,
-                                   build=staging.get(w.layer.name), platform=platform)
+                                   build=staging.get(w.layer.name), platform=platform,
+                                   hashed=w.layer.hashed)
 
             outcomes, tag, digest = compose_at_registry(
                 registry, cache=cache, target=target, base=base, wanted=wanted, stage=stage,
@@ -297,7 +299,8 @@ def _record(registry: RegistryClient, wanted: Wanted, done: StagedSlice,
     """Push a written slice's blob and its one-layer image under its cache tag."""
     assert wanted.ref.tag is not None
     registry.push_blob(wanted.ref, done.path, done.blob.digest)
-    created_by = recorded_history(written_history(wanted.layer.slice.image_path, venv),
+    created_by = recorded_history(written_history(wanted.layer.slice.image_path, venv,
+                                                  hashed=wanted.layer.hashed),
                                   wanted.ref.tag)
     manifest, config = slice_image(done.blob, created_by=created_by, media_type=base.media_type,
                                    platform=platform_of(dict(base.config)))

@@ -80,13 +80,14 @@ class StageBuild:
 
 
 def stage_script(*, venv: str, slice_file: str, stage: str, build: StageBuild | None = None,
-                 build_prefix: str = _BUILD, platform: str | None = None) -> str:
+                 build_prefix: str = _BUILD, platform: str | None = None,
+                 hashed: bool = True) -> str:
     """The shell that stages one slice into `stage`: the install, on the build environment
     of the slices below when `build` says so, for uv's `platform` when it is another
     machine's (pure; the test runs it on the host)."""
     install = install_command(prefix=stage, venv=venv, slice_file=slice_file,
                               build_args=no_isolation_args(build.no_isolation) if build else (),
-                              platform=platform)
+                              platform=platform, hashed=hashed)
     steps = ["set -eu"]
     if build and build.lower:
         steps.append(build_env_script(prefix=build_prefix, venv=venv,
@@ -96,12 +97,14 @@ def stage_script(*, venv: str, slice_file: str, stage: str, build: StageBuild | 
 
 def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
                   output: str, venv: str, level: int, build: StageBuild | None = None,
-                  platform: str | None = None) -> list[str]:
-    """The `docker run` that stages one slice and writes its layer (pure, for tests)."""
+                  platform: str | None = None, hashed: bool = True) -> list[str]:
+    """The `docker run` that stages one slice and writes its layer (pure, for tests);
+    `hashed`: the slice's `Layer.hashed`."""
     write = ["python3", "-B", "-m", "gpurl_tasks.writer.tool", "write", _STAGE, f"{_OUT}/{output}",
              "--prefix", venv.strip("/"), "--level", str(level)]
     script = " && ".join([
-        stage_script(venv=venv, slice_file=dest, stage=_STAGE, build=build, platform=platform),
+        stage_script(venv=venv, slice_file=dest, stage=_STAGE, build=build, platform=platform,
+                     hashed=hashed),
         shlex.join(write), f"chown {os.getuid()}:{os.getgid()} {_OUT}/{output}"])
     mounts = [w for path, at in (build.lower if build else ())
               for w in _volume(path.resolve(), at, ":ro")]
@@ -122,7 +125,7 @@ class StagedSlice:
 
 def stage_slice(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,
                 name: str, venv: str, level: int, build: StageBuild | None = None,
-                platform: str | None = None) -> StagedSlice:
+                platform: str | None = None, hashed: bool = True) -> StagedSlice:
     """Stage one slice in a container of env-base and write its layer into `out_dir`
     (`platform`: uv's --python-platform, for a slice of another machine)."""
     start = time.monotonic()
@@ -130,7 +133,7 @@ def stage_slice(client: str, *, image: str, slice_file: Path, dest: str, out_dir
     done = proc.run_quiet(stage_command(client, image=image, slice_file=slice_file.resolve(),
                                         dest=dest, out_dir=out_dir.resolve(), output=output,
                                         venv=venv, level=level, build=build,
-                                        platform=platform),
+                                        platform=platform, hashed=hashed),
                           check=False, timeout=3600)
     if done.returncode != 0:
         raise BuildError(f"staging slice {name} failed: {proc.tail(done.stderr, 6)}",

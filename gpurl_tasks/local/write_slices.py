@@ -153,7 +153,7 @@ def _dry_run(config: Config, plan: Plan, staging: Variant, out: Path, machine: s
                                dest=layer.slice.image_path, out_dir=out,
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
                                level=config.layers.compression_level, platform=cross,
-                               build=builds.get(layer.name))
+                               build=builds.get(layer.name), hashed=layer.hashed)
                  for layer in _wanted(plan, _left_out(config, plan, machine))]
     return DryRun(tuple(tuple(argv) for argv in commands))
 
@@ -216,7 +216,7 @@ def _write_one(config: Config, layer: Layer, *, client: str, image: str, out: Pa
     venv = config.build.venv
     done = stage_slice(client, image=image, slice_file=path, dest=layer.slice.image_path,
                        out_dir=out, name=layer.name, venv=venv, level=level, platform=platform,
-                       build=build)
+                       build=build, hashed=layer.hashed)
     try:
         checked = check_layer(done.path, arch=config.target.arch, venv=venv)
     except LayerError as exc:
@@ -224,7 +224,7 @@ def _write_one(config: Config, layer: Layer, *, client: str, image: str, out: Pa
                          hint=f"the layer is kept at {done.path}") from None
     text = read_text(path, what="slice file", error=BuildError).encode()
     key = slice_key(label=layer.label, slice_text=text,
-                    created_by=written_history(layer.slice.image_path, venv),
+                    created_by=written_history(layer.slice.image_path, venv, hashed=layer.hashed),
                     python=probe.python, venv=venv, uv=probe.uv,
                     compressor=compressor(level, probe.zlib), arch=config.target.arch)
     return WrittenSlice(name=layer.name, path=done.path, blob=done.blob, key=key,

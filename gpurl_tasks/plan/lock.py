@@ -90,6 +90,12 @@ class Requirement:
     name: str
     specifier: str = ""
     marker: str | None = None
+    # (kind, location) when [tool.uv.sources] gave it a direct source (`url`, `git`, a path):
+    # uv then records the location in place of the specifier
+    direct: tuple[str, str] | None = None
+
+
+DIRECT_REQUIREMENT_KINDS = ("url", "git", "path", "directory", "editable")
 
 
 @dataclasses.dataclass(**_KW)
@@ -306,8 +312,11 @@ def _requirements(raw: Any, where: str, source: str) -> tuple[Requirement, ...]:
         except InvalidSpecifier:
             raise LockError(f"{source}: {here}.specifier must be a version specifier such as "
                             f"'>=1.0', not {shown(specifier)}") from None
+        direct = next(((kind, entry[kind]) for kind in DIRECT_REQUIREMENT_KINDS
+                       if isinstance(entry.get(kind), str)), None)
         found.append(Requirement(name=_name(name, f"{here}.name", source), specifier=specifier,
-                                 marker=_marker(entry.get("marker"), f"{here}.marker", source)))
+                                 marker=_marker(entry.get("marker"), f"{here}.marker", source),
+                                 direct=direct))
     return tuple(found)
 
 
@@ -618,53 +627,121 @@ def requirements_on(lock: Lock, closure: Closure, target: TargetSpec, selection:
     return tuple(sorted(set(found)))
 
 
-def _asked(name: str, specifier: str, marker: str | None) -> tuple[str, str, str]:
+def _asked(name: str, specifier: str) -> tuple[str, str]:
     """One requirement, normalised so that pyproject's and the lock's spellings compare."""
-    spec = ",".join(sorted(str(s) for s in SpecifierSet(specifier)))
-    return (str(canonicalize_name(name)), spec, str(Marker(marker)) if marker else "")
+    return (str(canonicalize_name(name)), ",".join(sorted(str(s) for s in SpecifierSet(specifier))))
+
+
+def _pyproject_requirements(project: Mapping[str, Any], where: str) -> set[tuple[str, str]]:
+    """(name, specifier) of each requirement of the project and its extras."""
+    asked: set[tuple[str, str]] = set()
+    entries = [*project.get("dependencies", []),
+               *(t for texts in project.get("optional-dependencies", {}).values() for t in texts)]
+    try:
+        for text in entries:
+            req = PackagingRequirement(text)
+            asked.add(_asked(req.name, str(req.specifier)))
+    except (InvalidRequirement, InvalidMarker, InvalidSpecifier) as exc:
+        raise LockError(f"{where}: a requirement is invalid: {exc}") from None
+    return asked
+
+
+_GIT_REFS = ("rev", "tag", "branch", "subdirectory")
+
+
+def _git_location(url: str, refs: Mapping[str, Any] | None = None) -> str:
+    """A git source as uv records it in requires-dist (`url?rev=x`, the commit the lock pins
+    after `#` dropped), from the lock's URL or from pyproject's `git = url` with its `rev`,
+    `tag`, `branch` and `subdirectory` beside it (`refs`)."""
+    base = url.split("#", 1)[0].removeprefix("git+")
+    if refs is None:
+        return base
+    query = "&".join(f"{k}={refs[k]}" for k in _GIT_REFS if isinstance(refs.get(k), str))
+    return f"{base}?{query}" if query else base
+
+
+def _direct_sources(sources: Any) -> dict[str, set[tuple[str, str]]]:
+    """name -> {(kind, location)} of the `url` and `git` entries of `[tool.uv.sources]`."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for name, entries in (sources if isinstance(sources, dict) else {}).items():
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+                found.setdefault(canonicalize_name(name), set()).add(("url", entry["url"]))
+            elif isinstance(entry, dict) and isinstance(entry.get("git"), str):
+                found.setdefault(canonicalize_name(name), set()).add(
+                    ("git", _git_location(entry["git"], entry)))
+    return found
+
+
+def _declared_conflicts(tool_uv: Mapping[str, Any], project: str) -> set[frozenset[tuple[str, str, str]]]:
+    """`[tool.uv] conflicts` as sets of (package, extra|group, name); an item without a
+    package is the project's own."""
+    found = set()
+    for entry in tool_uv.get("conflicts", []) if isinstance(tool_uv.get("conflicts"), list) else []:
+        items = set()
+        for item in entry if isinstance(entry, list) else []:
+            kind = next((k for k in ("extra", "group") if isinstance(item, dict)
+                         and isinstance(item.get(k), str)), None)
+            if kind is not None:
+                items.add((str(canonicalize_name(item.get("package", project))), kind,
+                           str(canonicalize_name(item[kind]))))
+        found.add(frozenset(items))
+    return found
 
 
 def lock_staleness(pyproject_text: str, lock: Lock, *, where: str = "pyproject.toml") -> list[str]:
-    """What `uv lock --check` would find stale, offline: each package whose specifiers the
-    workspace project's pyproject.toml (dependencies, optional-dependencies) and the lock's
-    record of it (`[package.metadata] requires-dist`) disagree on (one added, dropped or
-    changed), and a changed requires-python. Markers, sources and dependency groups are not
-    compared; a project the lock does not hold is no finding (a virtual workspace root)."""
+    """What `uv lock --check` would find stale, offline (gpurl's own answer, for when uv
+    cannot give one: plan/lockcheck.py asks uv first): each package the workspace project's
+    pyproject.toml (dependencies, optional-dependencies) and the lock's record of it
+    (`[package.metadata] requires-dist`) disagree on, and a changed requires-python.
+
+    A package asked for is compared by its specifiers, except where `[tool.uv.sources]` gives
+    it a URL or git source: uv records the location in place of the specifier there, so the
+    locations are compared instead (the specifier of a marker the sources leave uncovered is
+    still recorded, and compared). The `[tool.uv] conflicts` are compared as sets. Markers
+    and dependency groups are not compared (uv
+    rewrites the markers of conflicting extras); a project the lock does not hold is no
+    finding (a virtual workspace root)."""
     try:
-        project = tomllib.loads(pyproject_text).get("project", {})
+        data = tomllib.loads(pyproject_text)
     except tomllib.TOMLDecodeError as exc:
         raise LockError(f"{where} is not valid TOML: {exc}") from None
+    project = data.get("project", {})
     name = project.get("name")
     locked = next((p for p in lock.by_name(name) if p.is_local), None) if isinstance(name, str) \
         else None
     if locked is None:
         return []
-    asked: set[tuple[str, str, str]] = set()
-    try:
-        for text in project.get("dependencies", []):
-            req = PackagingRequirement(text)
-            asked.add(_asked(req.name, str(req.specifier), str(req.marker) if req.marker else None))
-        for extra, entries in project.get("optional-dependencies", {}).items():
-            for text in entries:
-                req = PackagingRequirement(text)
-                marker = f"extra == '{canonicalize_name(extra)}'"
-                if req.marker:
-                    marker = f"({req.marker}) and {marker}"
-                asked.add(_asked(req.name, str(req.specifier), marker))
-    except (InvalidRequirement, InvalidMarker, InvalidSpecifier) as exc:
-        raise LockError(f"{where}: a requirement is invalid: {exc}") from None
-    recorded = {_asked(r.name, r.specifier, r.marker) for r in locked.requires_dist}
-    # uv rewrites the markers of conflicting extras in its record, so the markers are not
-    # compared: a requirement added, dropped or given another specifier is what goes stale
-    wants = {(a[0], a[1]) for a in asked}
-    has = {(r[0], r[1]) for r in recorded}
+    wants = _pyproject_requirements(project, where)
+    has = {_asked(r.name, r.specifier) for r in locked.requires_dist if not r.direct}
+    direct = {r.name for r in locked.requires_dist if r.direct}
     problems = []
-    for pkg in sorted({n for n, _ in wants | has}):
+    for pkg in sorted({n for n, _ in wants} | {n for n, _ in has} | direct):
         mine = sorted(spec or "*" for n, spec in wants if n == pkg)
         theirs = sorted(spec or "*" for n, spec in has if n == pkg)
+        if pkg in direct and mine and (not theirs or mine == theirs):
+            continue  # asked for, and recorded by its source: its locations are compared below
         if mine != theirs:
             problems.append(f"{pkg}: {where} asks for {', '.join(mine) or 'nothing'}, the lock "
                             f"was resolved for {', '.join(theirs) or 'nothing'}")
+    asked_names = {n for n, _ in wants}
+    tool_uv = data.get("tool", {}).get("uv", {})
+    sources = _direct_sources(tool_uv.get("sources", {}))
+    for pkg in sorted(asked_names & (set(sources) | direct)):
+        named = sources.get(pkg, set())
+        recorded = {(kind, _git_location(at) if kind == "git" else at)
+                    for r in locked.requires_dist if r.name == pkg and r.direct
+                    for kind, at in [r.direct] if kind in ("url", "git")}
+        if named != recorded:
+            problems.append(f"{pkg}: {where}'s [tool.uv.sources] names "
+                            f"{', '.join(sorted(at for _, at in named)) or 'no URL or git source'}"
+                            f", the lock was resolved for "
+                            f"{', '.join(sorted(at for _, at in recorded)) or 'none'}")
+    declared = _declared_conflicts(tool_uv, str(canonicalize_name(name)))
+    if declared != {frozenset((i.package, i.kind, i.name) for i in entry) for entry in lock.conflicts}:
+        problems.append(f"conflicts: {where}'s [tool.uv] conflicts are not those the lock was "
+                        f"resolved with ({len(declared)} set(s) declared, {len(lock.conflicts)} "
+                        "in the lock)")
     wanted_python = project.get("requires-python")
     if isinstance(wanted_python, str) and lock.requires_python is not None and \
             SpecifierSet(wanted_python) != SpecifierSet(lock.requires_python):

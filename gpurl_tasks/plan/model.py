@@ -47,6 +47,12 @@ class PlannedPackage:
     def installed_estimate(self) -> int:
         return installed_estimate(self.compressed_bytes, self.installed_bytes)
 
+    @property
+    def unhashed(self) -> bool:
+        """Installed with no hash to check it: the lock records none (an index that serves
+        none). A git source, pinned by its commit, is not one."""
+        return not self.hashed and " @ git+" not in self.requirement
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version,
                 "compressed_bytes": self.compressed_bytes, "installed_bytes": self.installed_bytes}
@@ -207,6 +213,11 @@ class Plan:
         they are written on a builder of the image's own platform, never staged from another."""
         return tuple(layer.name for layer in self.layers if any(p.built for p in layer.packages))
 
+    @property
+    def unhashed(self) -> tuple[PlannedPackage, ...]:
+        """The packages installed without a hash check: the lock records none for them."""
+        return tuple(p for p in self.closure if p.unhashed)
+
     def build_of(self, layer: Layer) -> SliceBuild | None:
         return next((b for b in self.builds if b.name == layer.name), None)
 
@@ -253,6 +264,8 @@ class Plan:
             "platform": self.platform,
             "shares_no_slice_with": list(self.apart_from),
             "native_slices": list(self.native_slices),
+            "unhashed": [{"name": p.name, "version": p.version, "requirement": p.requirement,
+                          "index": p.index} for p in self.unhashed],
             "mode": self.mode,
             "packed_by": {"own_layer": self.layout.own_layer,
                           "tail_groups": self.layout.tail_groups,

@@ -285,7 +285,8 @@ def independent_buckets(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis
 
 def hashed_in(lines: Mapping[str, SliceLine]) -> Callable[[PackageSize], bool]:
     """Whether a package's slice line carries a hash: a bucket mixing both kinds is split
-    in two (`split_unhashed`), so a git line does not cost its layer --require-hashes."""
+    in two (`split_unhashed`), so an unhashed line (a git source, a wheel its index serves
+    unhashed) does not cost its layer --require-hashes."""
     return lambda s: lines[s.name].hashed if s.name in lines else True
 
 

@@ -69,6 +69,8 @@ def render_steps(plan: Plan) -> str:
                      f"{p.name} (lock {p.version}; {wanted})")
     lines += [f"outside the lock (its dependencies resolved at build time): {r}"
               for r in plan.outside_lock]
+    lines += [f"installed without a hash, the lock records none (its index serves none): "
+              f"{p.requirement}" + (f" from {p.index}" if p.index else "") for p in plan.unhashed]
     return "\n".join(lines)
 
 

@@ -8,11 +8,17 @@ would be a direct-URL install that the final `uv sync --frozen` reinstalls); a U
 `name @ url --hash=...`; a git source is `name @ git+url@commit`, as the lock records it. Every
 artifact hash of the locked version is listed, so uv may pick whichever file suits the image.
 
+A registry package the lock records without a hash (PyTorch's mirror index serves none: uv
+records the wheels' URLs only) is `name==version` with its index named and no hash: installed
+by its exact version from its own index, which the final sync accepts as the lock's (as
+`name @ <wheel url>` it would be a direct-URL install the sync reinstalls; verified with uv
+0.13.9). The plan says which packages are installed so (`Plan.unhashed`).
+
 Every part of a line was checked by the lock reader (names, versions, URLs, hashes: see
 lock.py); `slice_line` checks the assembled requirement once more, so a line is one
-requirement and its hashes, never an option. A git line carries no hash, and one unhashed line
-would drop `--require-hashes` for its whole layer: `split_unhashed` gives git lines a slice of
-their own (`<label>-git`, installed just below the slice they came from).
+requirement and its hashes, never an option. A git line and a hashless one carry no hash, and
+one unhashed line would drop `--require-hashes` for its whole layer: `split_unhashed` gives
+them a slice of their own (`<label>-git`, installed just below the slice they came from).
 
 The committed slice files are also the previous plan (as uv.lock is for `uv lock`):
 `read_assignment` turns them back into "which package sits in which layer".
@@ -56,8 +62,12 @@ class SliceLine:
 
 
 def _hashes(pkg: LockedPackage) -> list[str]:
-    found = {a.hash for a in (*pkg.wheels, *((pkg.sdist,) if pkg.sdist else ())) if a.hash}
-    return [f"--hash={h}" for h in sorted(found)]
+    """Every artifact's hash, or none when one artifact has none: uv checks the file it picks
+    against the list, and the unhashed file may be the one the target picks."""
+    artifacts = (*pkg.wheels, *((pkg.sdist,) if pkg.sdist else ()))
+    if not all(a.hash for a in artifacts):
+        return []
+    return [f"--hash={h}" for h in sorted({a.hash for a in artifacts if a.hash})]
 
 
 def _git_requirement(name: str, url: str) -> str:
@@ -103,11 +113,12 @@ def slice_line(pkg: LockedPackage) -> SliceLine:
     kind, where = pkg.source_kind, pkg.source.get(pkg.source_kind, "")
     hashes = _hashes(pkg)
     if kind == "registry":
-        if not hashes or pkg.version is None:
-            raise PlanError(f"{pkg.name}=={pkg.version} has no hash (or no version) in the lock",
-                            hint="re-lock with a current uv: every registry artifact is hashed")
+        if pkg.version is None:
+            raise PlanError(f"{pkg.name} from {where} has no version in the lock",
+                            hint="uv records the version of every registry package; re-lock "
+                                 "with `uv lock`")
         return SliceLine(requirement=_checked(pkg, f"{pkg.name}=={pkg.version}", hashes),
-                         index=where, hashed=True)
+                         index=where, hashed=bool(hashes))
     if kind == "url":
         return SliceLine(requirement=_checked(pkg, f"{pkg.name} @ {where}", hashes), index=None,
                          hashed=bool(hashes))

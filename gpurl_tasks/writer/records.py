@@ -187,10 +187,12 @@ def platform_of(config: dict[str, Any]) -> dict[str, str]:
     return {k: str(config[k]) for k in ("architecture", "os", "variant") if k in config}
 
 
-def written_history(image_path: str, venv: str) -> str:
+def written_history(image_path: str, venv: str, *, hashed: bool = True) -> str:
     """The history entry of a written slice, on every builder: what ran to stage it (the
-    slice file at `image_path` installed into `venv`)."""
-    return (f"gpurl {WRITER_VERSION}: uv pip install --no-deps --require-hashes "
+    slice file at `image_path` installed into `venv`; --require-hashes when every line of
+    it is hashed, as writer/staging.py's `install_command` runs it)."""
+    check = "--require-hashes " if hashed else ""
+    return (f"gpurl {WRITER_VERSION}: uv pip install --no-deps {check}"
             f"--no-installer-metadata --prefix {venv} -r {image_path}")
 
 

@@ -32,16 +32,20 @@ def cross_platform(*, arch: str, glibc: str, machine: str) -> str | None:
 
 
 def install_command(*, prefix: str, venv: str, slice_file: str,
-                    build_args: Sequence[str] = (), platform: str | None = None) -> list[str]:
+                    build_args: Sequence[str] = (), platform: str | None = None,
+                    hashed: bool = True) -> list[str]:
     """The staging install of one slice: its files laid out as they sit in `venv`, under
     `prefix` (the local path's staging container and the cluster job's script run it);
     `build_args` are the slice's `no_isolation_args`. `platform` (`python_platform`) stages
     the wheels of another machine than the one running uv; the interpreter named still gives
-    the layout and the shebangs, so the files are those a native install lays out."""
+    the layout and the shebangs, so the files are those a native install lays out.
+    `hashed`: every line carries a hash (`Layer.hashed`); uv refuses a line without one under
+    --require-hashes (a git source, a wheel its index serves unhashed), and checks the hashes
+    a line lists without it."""
     cross = ["--python-platform", platform] if platform else []
-    return ["uv", "pip", "install", "--no-deps", "--require-hashes", "--no-installer-metadata",
-            *build_args, *cross, "--prefix", prefix, "--python", f"{venv}/bin/python",
-            "-r", slice_file]
+    return ["uv", "pip", "install", "--no-deps", *(["--require-hashes"] if hashed else []),
+            "--no-installer-metadata", *build_args, *cross, "--prefix", prefix,
+            "--python", f"{venv}/bin/python", "-r", slice_file]
 
 
 def no_isolation_args(names: Sequence[str]) -> list[str]:

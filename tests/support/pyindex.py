@@ -16,7 +16,7 @@ import json
 import os
 import threading
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -82,8 +82,11 @@ def make_wheel(
     return target
 
 
-def _write_simple_index(wheels: Path, root: Path) -> None:
-    """PEP 691 JSON pages (which carry file sizes, so uv records them in the lock)."""
+def _write_simple_index(wheels: Path, root: Path, unhashed: Collection[str] = ()) -> None:
+    """PEP 691 JSON pages (which carry file sizes, so uv records them in the lock). The
+    projects named in `unhashed` are listed as PyTorch's mirror index lists its wheels: no
+    hash, no size (uv then records a URL only)."""
+    bare = {canonicalize_name(n) for n in unhashed}
     projects: dict[str, list[Path]] = {}
     for wheel in sorted(wheels.glob("*.whl")):
         projects.setdefault(canonicalize_name(wheel.name.split("-")[0]), []).append(wheel)
@@ -95,8 +98,9 @@ def _write_simple_index(wheels: Path, root: Path) -> None:
     for project, files in projects.items():
         page = simple / project
         page.mkdir(exist_ok=True)
-        entries = [{"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
-                    "hashes": {"sha256": hashlib.sha256(f.read_bytes()).hexdigest()}}
+        entries = [{"filename": f.name, "url": f"/files/{f.name}", "hashes": {}} if project in bare
+                   else {"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
+                         "hashes": {"sha256": hashlib.sha256(f.read_bytes()).hexdigest()}}
                    for f in files]
         (page / "index.json").write_text(json.dumps({"meta": meta, "name": project,
                                                      "files": entries}))
@@ -109,9 +113,10 @@ def _write_simple_index(wheels: Path, root: Path) -> None:
 
 
 @contextlib.contextmanager
-def serve_index(wheels: Path, root: Path) -> Iterator[str]:
-    """Serve `wheels` as a simple index on a free 127.0.0.1 port; yields the /simple URL."""
-    _write_simple_index(wheels, root)
+def serve_index(wheels: Path, root: Path, *, unhashed: Collection[str] = ()) -> Iterator[str]:
+    """Serve `wheels` as a simple index on a free 127.0.0.1 port; yields the /simple URL.
+    `unhashed`: projects served with no hash and no size."""
+    _write_simple_index(wheels, root, unhashed)
     handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -1,0 +1,80 @@
+"""Is uv.lock stale against its workspace? uv's own answer where uv can give it offline,
+gpurl's re-implementation (lock.lock_staleness) where it cannot.
+
+What uv 0.13.9 needs to answer `uv lock --check --offline --no-cache` (verified): the lock,
+the workspace's pyproject.toml files (and those of its path sources), and an interpreter
+that satisfies the project's requires-python; no network, no cache, not even a git source's
+repository (the lock pins its commit). A current lock is then "current" (exit 0). A stale one
+makes uv resolve again, which offline fails on the first index or URL it would read (exit 1,
+"Network connectivity is disabled"), unless the workspace's sources are all local (exit 1,
+"The lockfile ... needs to be updated"). So uv is authoritative when it says current or
+stale; anything else (no uv, no interpreter, an answer that needs the network) leaves the
+verdict to gpurl's own check, which names each difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+from gpurl_tasks.errors import LockError
+from gpurl_tasks.files import read_text
+from gpurl_tasks.plan.lock import lock_staleness, parse_lock
+from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
+
+__all__ = ["UvVerdict", "ask_uv", "stale_findings"]
+
+_STALE = "needs to be updated"
+UV_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class UvVerdict:
+    """uv's answer: current (True), stale (False) or none (None), and what uv said (for
+    None: uv's error lines, which may name an index URL; never shown to the user)."""
+
+    current: bool | None
+    said: str
+
+
+def ask_uv(workspace: Path, *, uv: str = "uv") -> UvVerdict:
+    """`uv lock --check` on `workspace`, offline and without a cache: what the lock and the
+    workspace's files alone decide (the module docstring says what that is)."""
+    argv = [uv, "lock", "--check", "--offline", "--no-cache", "--project", str(workspace)]
+    try:
+        done = run(argv, cwd=workspace, check=False, timeout=UV_TIMEOUT_S, echo=None)
+    except (ProgramNotFound, CommandFailed) as exc:
+        return UvVerdict(current=None, said=str(exc))
+    if done.returncode == 0:
+        return UvVerdict(current=True, said="")
+    stale = [line.strip() for line in done.stderr.splitlines() if _STALE in line]
+    if stale:  # that line names the lock file only: no index URL, so no credential in it
+        return UvVerdict(current=False, said=stale[0])
+    return UvVerdict(current=None, said=" ".join(
+        line.strip() for line in done.stderr.splitlines() if line.startswith(("error:", "  cause:"))))
+
+
+@functools.lru_cache(maxsize=16)
+def _asked_once(workspace: Path, uv: str, pyproject: str, lock: str) -> UvVerdict:
+    """`ask_uv`, once per workspace and text of its pyproject and lock (every variant of a
+    profile checks the same lock)."""
+    return ask_uv(workspace, uv=uv)
+
+
+def stale_findings(workspace: Path, lock: Path, *, where: str, uv: str = "uv") -> list[str]:
+    """What makes `lock` stale against `workspace`'s pyproject.toml (`where`, as messages name
+    it): nothing when uv says it is current; gpurl's own findings otherwise, or uv's words
+    when uv says stale and gpurl's check finds no difference to name. uv is asked only when
+    `lock` is the workspace's own uv.lock (the file uv checks)."""
+    pyproject = read_text(workspace / "pyproject.toml", what="pyproject.toml", error=LockError)
+    text = read_text(lock, what="lock file", error=LockError)
+    ours = lock.resolve() == (workspace / "uv.lock").resolve()
+    verdict = _asked_once(workspace.resolve(), uv, pyproject, text) if ours \
+        else UvVerdict(current=None, said="")
+    if verdict.current:
+        return []
+    own = lock_staleness(pyproject, parse_lock(text, source=str(lock)), where=where)
+    if verdict.current is False and not own:
+        return [f"`uv lock --check` says: {verdict.said.removeprefix('error: ')}"]
+    return own
