@@ -82,8 +82,10 @@ def make_wheel(
     return target
 
 
-def _write_simple_index(wheels: Path, root: Path) -> None:
-    """PEP 691 JSON pages (which carry file sizes, so uv records them in the lock)."""
+def _write_simple_index(wheels: Path, root: Path, unhashed: frozenset[str] = frozenset()) -> None:
+    """PEP 691 JSON pages (which carry file sizes, so uv records them in the lock). A project
+    in `unhashed` is listed with neither hash nor size, as PyTorch's mirror serves torch: uv
+    then records its wheels with a URL only."""
     projects: dict[str, list[Path]] = {}
     for wheel in sorted(wheels.glob("*.whl")):
         projects.setdefault(canonicalize_name(wheel.name.split("-")[0]), []).append(wheel)
@@ -95,9 +97,11 @@ def _write_simple_index(wheels: Path, root: Path) -> None:
     for project, files in projects.items():
         page = simple / project
         page.mkdir(exist_ok=True)
-        entries = [{"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
-                    "hashes": {"sha256": hashlib.sha256(f.read_bytes()).hexdigest()}}
-                   for f in files]
+        entries: list[dict[str, Any]] = [
+            {"filename": f.name, "url": f"/files/{f.name}", "hashes": {}} if project in unhashed
+            else {"filename": f.name, "url": f"/files/{f.name}", "size": f.stat().st_size,
+                  "hashes": {"sha256": hashlib.sha256(f.read_bytes()).hexdigest()}}
+            for f in files]
         (page / "index.json").write_text(json.dumps({"meta": meta, "name": project,
                                                      "files": entries}))
     files_dir = root / "files"
@@ -109,11 +113,13 @@ def _write_simple_index(wheels: Path, root: Path) -> None:
 
 
 @contextlib.contextmanager
-def serve_index(wheels: Path, root: Path) -> Iterator[str]:
-    """Serve `wheels` as a simple index on a free 127.0.0.1 port; yields the /simple URL."""
-    _write_simple_index(wheels, root)
+def serve_index(wheels: Path, root: Path, *, port: int = 0,
+                unhashed: frozenset[str] = frozenset()) -> Iterator[str]:
+    """Serve `wheels` as a simple index on 127.0.0.1:`port` (0: a free one); yields the /simple
+    URL. Projects in `unhashed` (normalized names) are listed without hash or size."""
+    _write_simple_index(wheels, root, unhashed)
     handler = functools.partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
