@@ -46,6 +46,7 @@ __all__ = [
     "Adoption",
     "InitRequest",
     "PinTable",
+    "PlannedVariant",
     "adopt",
     "find_pin_table",
     "find_workspace",
@@ -461,10 +462,11 @@ def _shim_states(root: Path, *, force: bool, dry_run: bool) -> dict[str, str]:
 
 
 def _toml(value: str | Sequence[str]) -> str:
-    """A TOML string or array of strings (JSON's escapes are TOML's)."""
+    """A TOML basic string or array of them: JSON's escapes are TOML's, except that TOML has no
+    surrogate pairs (so non-ASCII stays as it is) and allows no raw DEL."""
     if isinstance(value, str):
-        return json.dumps(value)
-    return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    return "[" + ", ".join(_toml(v) for v in value) + "]"
 
 
 def render_block(*, profile: str, workspace: Path, python: str, registry: str,
@@ -559,7 +561,8 @@ def _parsed(text: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"the edited pyproject.toml would not parse: {exc}",
+        raise ConfigError(f"pyproject.toml spells [tool.gpurl] in a way init cannot edit in "
+                          f"place: the edit would not parse ({exc})",
                           hint="remove the [tool.gpurl] keys by hand, then gpurl init") from None
 
 
