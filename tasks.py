@@ -352,7 +352,7 @@ def sbom(c: Context, ref: str | None = None, document: bool = False, json: bool 
     "cuda_arch_list": "TORCH_CUDA_ARCH_LIST, e.g. \"8.0;9.0;10.0\" (required when the image "
                       "builds a package from source)",
     "python": "the image's Python, e.g. 3.12 (default: the one requires-python allows)",
-    "profile": "the profile to write (default: default)",
+    "profile": "the profile to write (default: $GPURL_PROFILE, else default)",
     "force": "write over an existing [tool.gpurl] and differing tasks.py / noxfile.py",
     "dry_run": "print what would be written and write nothing"})
 def init(c: Context, variant: list[str] | None = None, platform: list[str] | None = None,
@@ -369,6 +369,7 @@ def init(c: Context, variant: list[str] | None = None, platform: list[str] | Non
     from pathlib import Path
 
     from gpurl_tasks.adopt import DEFAULT_PROFILE, InitRequest, adopt
+    from gpurl_tasks.config import profile_from_env
     return adopt(InitRequest(
         root=Path.cwd(), workspace=cli.text_flag("--workspace", workspace),
         variants=tuple(variant or ()), platforms=tuple(platform or ()),
@@ -376,7 +377,8 @@ def init(c: Context, variant: list[str] | None = None, platform: list[str] | Non
         pin_table=cli.text_flag("--pin-table", pin_table), clusters=tuple(cluster or ()),
         cuda_arch_list=cli.text_flag("--cuda-arch-list", cuda_arch_list),
         python=cli.text_flag("--python", python),
-        profile=cli.text_flag("--profile", profile) or DEFAULT_PROFILE, force=force,
+        profile=cli.text_flag("--profile", profile) or profile_from_env() or DEFAULT_PROFILE,
+        force=force,
         dry_run=dry_run))
 
 

@@ -355,8 +355,10 @@ def plan_adoption(request: InitRequest) -> Adoption:
                      missing_hint="run gpurl init at the repository's root, where its "
                                   "pyproject.toml is")
     if "gpurl" in tomllib.loads(text).get("tool", {}) and not request.force:
-        raise ConfigError(f"{pyproject} already has [tool.gpurl]: init changes nothing",
-                          hint="edit it by hand, or gpurl init --force to write it afresh")
+        raise ConfigError(f"{pyproject} already has [tool.gpurl]: init writes no profile "
+                          f"{request.profile!r} into it, and changes nothing",
+                          hint="edit it by hand, or gpurl init --force to replace the whole "
+                               "of [tool.gpurl]")
     values.profile_name(request.profile, "--profile")
     workspace = find_workspace(root, request.workspace)
     lock = load_lock(workspace / "uv.lock")
