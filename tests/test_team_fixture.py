@@ -58,6 +58,7 @@ def test_the_lock_hashes_the_rebuilt_release_wheels(lock: dict[str, Any], tmp_pa
 def test_the_lock_has_the_team_shapes(lock: dict[str, Any]) -> None:
     machines = {m for m in MACHINES if any(m in marker for marker in lock["supported-markers"])}
     assert machines == set(MACHINES)
+    assert "sys_platform == 'darwin'" in lock["supported-markers"]  # the developers' macOS too
     conflicting = {frozenset(e["extra"] for e in group) for group in lock["conflicts"]}
     assert conflicting == {frozenset({"cpu", gpu}) for gpu in ("cuda", "vllm", "fsdp", "megatron")}
     for native in ("vllm", "flash-attn"):  # one URL-sourced build per machine
