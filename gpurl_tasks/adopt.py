@@ -242,7 +242,10 @@ def find_pin_table(root: Path, given: str | None) -> PinTable | None:
                               "in it", hint="name the module that holds the pinned images")
         return table
     found = [t for p in _below_py(root) if (t := _pin_table(p, root)) is not None]
-    return found[0] if len(found) == 1 else None
+    if len(found) > 1:
+        raise ConfigError("several pin table modules: " + ", ".join(str(t.path) for t in found),
+                          hint="name the image's with --pin-table PATH")
+    return found[0] if found else None
 
 
 def _below_py(root: Path) -> Iterable[Path]:

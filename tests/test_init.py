@@ -150,6 +150,16 @@ def test_the_team_pin_table_is_found() -> None:
     assert set(table.clusters.values()) == {"amd64", "arm64"}
 
 
+def test_two_pin_tables_are_not_chosen_between(team: Path) -> None:
+    table = team / "cloud" / "iris" / "gpu_rl_images.py"
+    (team / "cloud" / "sft_images.py").write_text(table.read_text().replace("teamrl", "sft"))
+    with pytest.raises(ConfigError, match="several pin table modules") as refused:
+        find_pin_table(team, None)
+    assert refused.value.hint is not None and "--pin-table" in refused.value.hint
+    chosen = find_pin_table(team, "cloud/sft_images.py")
+    assert chosen is not None and chosen.repository == "ghcr.io/team-example/sft"
+
+
 # --- init on the team fixture -------------------------------------------------------------
 
 
