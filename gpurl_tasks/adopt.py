@@ -37,9 +37,9 @@ from gpurl_tasks.config import OCI_ARCH, Arch, LauncherSettings, PythonSelection
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError, shown
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import InvalidReference, parse_reference
-from gpurl_tasks.plan.lock import Lock, check_conflicts, install_closure, load_lock
+from gpurl_tasks.plan.lock import Lock, check_conflicts, check_supported, install_closure, load_lock
 from gpurl_tasks.plan.sizes import select_wheel
-from gpurl_tasks.plan.target import target_tags
+from gpurl_tasks.plan.target import marker_environment, target_tags
 from gpurl_tasks.shims import SHIMS
 
 __all__ = [
@@ -198,12 +198,12 @@ def lock_platforms(lock: Lock, python: str) -> tuple[Arch, ...]:
     universal: every machine gpurl builds)."""
     machines: list[Arch] = []
     for arch in get_args(Arch):
+        target = TargetSpec(python=python, arch=arch)
+        env = {**marker_environment(target), "extras": frozenset(), "dependency_groups": frozenset()}
         try:
-            install_closure(lock, TargetSpec(python=python, arch=arch), PythonSelection())
-        except LockError as exc:
-            if "is resolved for" in exc.message:
-                continue
-            raise
+            check_supported(lock, env, target)
+        except LockError:
+            continue
         machines.append(arch)
     return tuple(machines)
 

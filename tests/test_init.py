@@ -23,6 +23,7 @@ from gpurl_tasks.adopt import (
     PlannedVariant,
     adopt,
     find_pin_table,
+    lock_platforms,
     parse_variant,
     plan_adoption,
     python_of,
@@ -148,6 +149,14 @@ def test_the_team_pin_table_is_found() -> None:
     assert table.repository == "ghcr.io/team-example/teamrl"
     assert table.commits == ("SOURCE_COMMIT", "HARBOR_COMMIT")
     assert set(table.clusters.values()) == {"amd64", "arm64"}
+
+
+def test_the_platforms_are_the_linux_machines_the_lock_was_resolved_for() -> None:
+    from gpurl_tasks.plan.lock import load_lock, parse_lock
+
+    assert lock_platforms(load_lock(TEAM / "uv.lock"), "3.11") == ("x86_64", "aarch64")  # not macOS
+    universal = parse_lock('version = 1\nrevision = 3\nrequires-python = ">=3.11"\n')
+    assert lock_platforms(universal, "3.11") == ("x86_64", "aarch64")
 
 
 def test_two_pin_tables_are_not_chosen_between(team: Path) -> None:
