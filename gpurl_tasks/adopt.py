@@ -296,13 +296,21 @@ def _arch(text: str, flag: str) -> Arch:
 
 
 def _root_name(lock: Lock, workspace: Path) -> str:
-    data = tomllib.loads(read_text(workspace / "pyproject.toml", what="workspace pyproject.toml",
-                                   error=ConfigError))
+    data = _toml_file(workspace / "pyproject.toml")
     name = data.get("project", {}).get("name")
     if not isinstance(name, str) or not lock.by_name(name):
         raise ConfigError(f"{workspace / 'pyproject.toml'} names no project its uv.lock holds",
                           hint="gpurl builds a project's lock: [project] name, then `uv lock`")
     return str(canonicalize_name(name))
+
+
+def _toml_file(path: Path) -> dict[str, Any]:
+    """A pyproject.toml's tables, or one error naming the file and the line it breaks at."""
+    try:
+        return tomllib.loads(read_text(path, what="pyproject.toml", error=ConfigError))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}",
+                          hint="fix it (uv and pip refuse it too), then gpurl init") from None
 
 
 def _check_extras(lock: Lock, root_name: str, name: str, extras: Sequence[str]) -> None:
@@ -357,7 +365,7 @@ def plan_adoption(request: InitRequest) -> Adoption:
     text = read_text(pyproject, what="pyproject.toml", error=ConfigError,
                      missing_hint="run gpurl init at the repository's root, where its "
                                   "pyproject.toml is")
-    if "gpurl" in tomllib.loads(text).get("tool", {}) and not request.force:
+    if "gpurl" in _toml_file(pyproject).get("tool", {}) and not request.force:
         raise ConfigError(f"{pyproject} already has [tool.gpurl]: init writes no profile "
                           f"{request.profile!r} into it, and changes nothing",
                           hint="edit it by hand, or gpurl init --force to replace the whole "
