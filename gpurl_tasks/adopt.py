@@ -33,7 +33,14 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from gpurl_tasks import values
-from gpurl_tasks.config import OCI_ARCH, Arch, LauncherSettings, PythonSelection, TargetSpec
+from gpurl_tasks.config import (
+    OCI_ARCH,
+    Arch,
+    LauncherSettings,
+    PythonSelection,
+    TargetSpec,
+    load_config,
+)
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError, shown
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import InvalidReference, parse_reference
@@ -343,6 +350,13 @@ def _variants(request: InitRequest, lock: Lock, root_name: str,
     for arch in platforms:
         suffix = "" if arch == platforms[0] else f"-{OCI_ARCH[arch]}"
         planned += [PlannedVariant(name=f"{n}{suffix}", extras=e, arch=arch) for n, e in chosen]
+    taken = [v.name for v in planned]
+    clash = next((n for n in names if taken.count(n) > 1), None)
+    if clash is not None:
+        raise ConfigError(f"--variant {clash} is also the name of another variant's "
+                          f"{clash.rsplit('-', 1)[-1]} image",
+                          hint="the second platform's images are named NAME-<arch>: choose "
+                               "another name")
     return tuple(planned)
 
 
@@ -408,7 +422,10 @@ def plan_adoption(request: InitRequest) -> Adoption:
     block = render_block(profile=request.profile, workspace=workspace.relative_to(root),
                          python=python, registry=registry, variants=variants,
                          clusters=clusters, arch_list=arch_list, table=table)
-    with_tool_tables(text, block)  # refuses an edit it cannot make cleanly, before any write
+    # the edit as it would be written, loaded by the one config cascade: init never writes a
+    # config gpurl refuses (nor an edit it cannot make cleanly)
+    load_config(root, profile=request.profile, env={},
+                pyproject_text=with_tool_tables(text, block))
     return Adoption(pyproject=pyproject, block=block, workspace=str(workspace.relative_to(root)),
                     profile=request.profile, variants=variants, registry=registry,
                     registry_from=registry_from, pin_table=table,

@@ -267,6 +267,11 @@ def test_a_project_without_a_lock_is_refused(team: Path) -> None:
     assert "uv lock" in _refused(team, "--variant", "standard=vllm")
 
 
+def test_a_variant_named_like_another_ones_platform_image_is_refused(team: Path) -> None:
+    assert "also the name" in _refused(team, "--variant", "standard=vllm",
+                                       "--variant", "standard-arm64=fsdp")
+
+
 def test_a_pyproject_that_is_not_toml_is_refused(team: Path) -> None:
     (team / "pyproject.toml").write_text((team / "pyproject.toml").read_text() + "[broken\n")
     assert "is not valid TOML" in _refused(team, "--variant", "standard=vllm")
