@@ -74,6 +74,7 @@ __all__ = [
     "project_root",
     "rule_flags",
     "say",
+    "start_directory",
     "task",
     "text_flag",
     "use_project",
@@ -112,15 +113,22 @@ def use_project(directory: str | None) -> None:
         _project["start"] = Path(directory)
 
 
+def start_directory() -> Path:
+    """Where the project is looked for: --project's DIR, else the working directory (`gpurl
+    init`'s repository, which has no [tool.gpurl] yet)."""
+    given = _project.get("start")
+    start = (given or Path.cwd()).resolve()
+    if given is not None and not start.is_dir():
+        raise ConfigError(f"--project {given}: no such directory",
+                          hint="name the project's directory, or one inside it")
+    return start
+
+
 def project_root() -> Path:
     """The project every task works on (computed once a process): the nearest ancestor of the
     working directory, or of --project's DIR, whose pyproject.toml holds [tool.gpurl]."""
     if "root" not in _project:
-        given = _project.get("start")
-        start = (given or Path.cwd()).resolve()
-        if given is not None and not start.is_dir():
-            raise ConfigError(f"--project {given}: no such directory",
-                              hint="name the project's directory, or one inside it")
+        start = start_directory()
         found = find_project(start)
         if found is None:
             raise ConfigError(f"no gpurl project: no pyproject.toml with [tool.gpurl] in {start} "

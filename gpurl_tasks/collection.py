@@ -342,6 +342,47 @@ def sbom(c: Context, ref: str | None = None, document: bool = False, json: bool 
                      document=document)
 
 
+
+@task(iterable=["variant", "platform", "cluster"], help={
+    "variant": "NAME=EXTRA,EXTRA: an image of these extras; repeatable (e.g. standard=vllm,fsdp)",
+    "platform": "x86_64 or aarch64 (amd64/arm64); repeatable (default: every linux machine "
+                "the lock was resolved for)",
+    "workspace": "the directory of the uv.lock (default: found: the root's, else the one below)",
+    "registry": "HOST/REPOSITORY the images are pushed to (default: a pin table's "
+                "IMAGE_REPOSITORY)",
+    "pin_table": "the module of pinned images (default: found, like cloud/iris/gpu_rl_images.py)",
+    "cluster": "ARCH=NAME: the iris cluster that builds that platform's images; repeatable",
+    "cuda_arch_list": "TORCH_CUDA_ARCH_LIST, e.g. \"8.0;9.0;10.0\" (required when the image "
+                      "builds a package from source)",
+    "python": "the image's Python, e.g. 3.12 (default: the one requires-python allows)",
+    "profile": "the profile to write (default: $GPURL_PROFILE, else default)",
+    "force": "write over an existing [tool.gpurl] and differing tasks.py / noxfile.py",
+    "dry_run": "print what would be written and write nothing"})
+def init(c: Context, variant: list[str] | None = None, platform: list[str] | None = None,
+         workspace: str | None = None, registry: str | None = None, pin_table: str | None = None,
+         cluster: list[str] | None = None, cuda_arch_list: str | None = None,
+         python: str | None = None, profile: str | None = None, force: bool = False,
+         dry_run: bool = False, json: bool = False) -> Outcome | None:
+    """Adopt the repository in the current directory: write [tool.gpurl] from its lock.
+
+    It reads uv.lock and pyproject.toml, writes [tool.gpurl] into pyproject.toml (your text
+    stays as it is) and gpurl's tasks.py / noxfile.py, and names at once everything it cannot
+    tell (the registry, the CUDA arch list when the image compiles). Nothing is written on an
+    error, or when [tool.gpurl] is there already (unless --force)."""
+    from gpurl_tasks.adopt import DEFAULT_PROFILE, InitRequest, adopt
+    from gpurl_tasks.config import profile_from_env
+    return adopt(InitRequest(
+        root=cli.start_directory(), workspace=cli.text_flag("--workspace", workspace),
+        variants=tuple(variant or ()), platforms=tuple(platform or ()),
+        registry=cli.text_flag("--registry", registry),
+        pin_table=cli.text_flag("--pin-table", pin_table), clusters=tuple(cluster or ()),
+        cuda_arch_list=cli.text_flag("--cuda-arch-list", cuda_arch_list),
+        python=cli.text_flag("--python", python),
+        profile=cli.text_flag("--profile", profile) or profile_from_env() or DEFAULT_PROFILE,
+        force=force,
+        dry_run=dry_run))
+
+
 ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, pin, rebuild_needed, doctor, diff,
                 check_wheels, setup_local, setup_kaniko, build_wheels, serve_index, fill_index, demo, sbom,
-                write_slices)
+                write_slices, init)

@@ -1,133 +1,168 @@
-"""docs/adopt.md, followed literally in a scratch copy of examples/skyrl/ (a repository laid
-out like SkyRL: a workspace, a symlinked sibling path dependency, two variants), through
-`invoke build --dry-run`.
+"""docs/adopt.md, followed literally in a scratch copy of examples/team/ (a repository laid out
+like the team's: one root lock with conflicting extras for two machines, URL-sourced native
+wheels, a hashless torch, a pin table), with its release assets and package index served on
+127.0.0.1 (tests/support/team_fixture.py).
 
 Every `console` block of the page runs, in page order, in one bash session at the copy's root
-(each `$` command must end with the exit code its `# exit N` names, default 0); every `toml`
-block is appended to the root's pyproject.toml where the page puts it. gpurl is the checkout
-under test, reached only through `$GPURL` (it sits nowhere near the copy). The copy's
-`.gitignore` lacks a trailing newline, as the one that broke did; it runs with the fixture's
-launcher and without one (the page creates it). Stand-ins: the KUBECONFIG file and the
-registry token (a dry run reaches neither the cluster nor the registry).
+(each `$` command must end with the exit code its `# exit N` names, default 0). The page's
+`toml` block is what `gpurl init` writes: the test checks the repository's pyproject.toml holds
+it, byte for byte. Stand-ins: the KUBECONFIG file and the registry token (a dry run reaches
+neither the cluster nor the registry).
+
+Until the installed wheel finds the project in the current directory (issue 49 item 1),
+`test_adopt_page_followed_literally` is expected to fail; `test_adopt_page_through_init` runs
+the page's install and init sections with `gpurl` standing for this checkout's program (the
+install line itself is skipped), which is what init needs.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from gpurl_tasks.config import load_config
+from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.shims import SHIMS
 from tests.conftest import REPO_ROOT
 from tests.support.doc_samples import command_and_exit, fenced
 from tests.support.git import git
+from tests.support.local_parts import need, uv
+from tests.support.team_fixture import fetch_pypi_wheels, serve_team
 
 PAGE = REPO_ROOT / "docs" / "adopt.md"
-FIXTURE = "examples/skyrl"
+FIXTURE = "examples/team"
+INSTALL = 'uv tool install "$GPURL_WHEEL"'
+TOKEN = "ghp_" + "x" * 36
 
 
-LAUNCHER = "skyrl-train/cloud/iris/launch_rl_iris.py"
-
-
-def _repository(dest: Path, *, launcher: bool = True) -> Path:
-    """examples/skyrl/'s tracked files (the symlink kept a link) as a repository of its own,
-    with a `.gitignore` that does not end in a newline."""
+def _repository(dest: Path) -> Path:
+    """examples/team/'s tracked files as a repository of its own."""
     listed = git(REPO_ROOT, "ls-files", "-z", FIXTURE).split("\0")
     for name in filter(None, listed):
-        src, target = REPO_ROOT / name, dest / Path(name).relative_to(FIXTURE)
+        target = dest / Path(name).relative_to(FIXTURE)
         target.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), target)
-        else:
-            target.write_bytes(src.read_bytes())
-    if not launcher:
-        (dest / LAUNCHER).unlink()
-    (dest / ".gitignore").write_text("/.venv\n*.log")
+        target.write_bytes((REPO_ROOT / name).read_bytes())
     git(dest, "init", "-q")
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "an existing repository")
     return dest
 
 
-def script(page: str) -> str:
-    """The page as one bash script: each command checked for its exit code, each toml block
-    appended to pyproject.toml."""
+def script(page: str, *, skip: tuple[str, ...] = ()) -> str:
+    """The page's console blocks as one bash script, each command checked for its exit code
+    (the commands in `skip` left out)."""
     lines = []
-    for language, body in fenced(page, ("console", "toml")):
-        if language == "toml":
-            lines += ["cat >> pyproject.toml <<'GPURL_TOML'", *body, "", "GPURL_TOML"]
-            continue
+    for _, body in fenced(page, ("console",)):
         for line in body:
             assert line.startswith("$ "), f"a console line that is not a command: {line!r}"
             command, code = command_and_exit(line)
+            if command in skip:
+                continue
             lines += [f"echo {shlex.quote('+ ' + command)}", command,
                       f"rc=$?; [ $rc -eq {code} ] || {{ echo {shlex.quote(command)}"
                       f' "exited $rc, the page says {code}" >&2; exit 1; }}']
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("launcher", [True, False], ids=["with-launcher", "without-launcher"])
-def test_adopt_page_followed_literally(tmp_path: Path, launcher: bool) -> None:
-    checkout = tmp_path / "elsewhere" / "gpurl-checkout"
-    checkout.parent.mkdir()
-    checkout.symlink_to(REPO_ROOT)
-    repo = _repository(tmp_path / "work" / "skyrl", launcher=launcher)
+def _written_config() -> str:
+    (block,) = [body for _, body in fenced(PAGE.read_text(), ("toml",))]
+    return "\n".join(block) + "\n"
+
+
+def _environment(tmp_path: Path, path: Mapping[str, str]) -> dict[str, str]:
     kube = tmp_path / "kubeconfig"
     kube.write_text("apiVersion: v1\n")
-    venv_bin = str(REPO_ROOT / ".venv" / "bin")
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GPURL_", "GHCR_", "VIRTUAL_ENV"))}
-    env.update(PATH=os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                    if p != venv_bin),  # the page's export must bring it
-               HOME=str(tmp_path), KUBECONFIG=str(kube), GPURL=str(checkout),
-               GPURL_REGISTRY_TOKEN="ghp_" + "x" * 36, GIT_AUTHOR_NAME="t",
-               GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    done = subprocess.run(["bash", "-c", script(PAGE.read_text())], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+           if not k.startswith(("GPURL_", "GHCR_", "VIRTUAL_ENV", "UV_TOOL"))}
+    env.update(HOME=str(tmp_path), KUBECONFIG=str(kube), GPURL_REGISTRY_TOKEN=TOKEN,
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t", UV_CACHE_DIR=str(tmp_path / "uv-cache"), **path)
+    return env
 
+
+def _run(page: str, repo: Path, env: Mapping[str, str], *,
+         skip: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", script(page, skip=skip)], cwd=repo, env=dict(env),
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.mark.integration
+def test_adopt_page_through_init(tmp_path: Path) -> None:
+    """Sections 1 and 2: the dry run writes nothing, the refusal exits 2, init writes the
+    page's config and the shims, and the adoption commits cleanly."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "gpurl"  # the installed entry point, from this checkout
+    stand_in.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO_ROOT))} exec "
+                        f"{shlex.quote(sys.executable)} -c 'from gpurl_tasks.program import "
+                        "main; main()' \"$@\"\n")
+    stand_in.chmod(0o755)
+    repo = _repository(tmp_path / "work" / "team")
+    before = (repo / "pyproject.toml").read_text()
+    env = _environment(tmp_path, {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    page = PAGE.read_text().split("\n## 3.")[0]
+    done = _run(page, repo, env, skip=(INSTALL,))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "would write [tool.gpurl]" in done.stdout  # the dry run printed its config first
+    assert "error: " in done.stderr and "conflicting" in done.stderr  # the refusal, exit 2
+    written = (repo / "pyproject.toml").read_text()
+    assert written == before + "\n" + _written_config()  # the page's block, the rest untouched
+    for path, text in SHIMS.items():
+        assert (repo / path).read_text() == text
+    assert git(repo, "status", "--porcelain") == ""
+    assert git(repo, "log", "-1", "--format=%s").strip() == "Adopt gpurl"
+    assert [v.name for v in load_config(repo, profile=None, env={}).variants] == [
+        "standard", "megatron", "standard-arm64", "megatron-arm64"]
+
+
+def _wheel(tmp_path: Path) -> Path:
+    """gpurl's wheel, built by uv from the checkout's tracked files (a copy: a build writes
+    into its source tree)."""
+    source = tmp_path / "gpurl-src"
+    for name in filter(None, git(REPO_ROOT, "ls-files", "-z").split("\0")):
+        if (REPO_ROOT / name).is_file() and not name.startswith(("tests/", "examples/")):
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, source / name)
+    done = subprocess.run([uv(), "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(source)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    need(done.returncode == 0, f"cannot build gpurl's wheel here: {done.stderr[-500:]}")
+    (wheel,) = (tmp_path / "dist").glob("gpurl-*.whl")
+    return wheel
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the installed gpurl finds no project in the current "
+                   "directory until issue 49 item 1 (and plan refuses the hashless torch until "
+                   "item 4)")
+def test_adopt_page_followed_literally(tmp_path: Path) -> None:
+    """The whole page, from `uv tool install` of the wheel built here to the four dry runs."""
+    try:
+        fetch_pypi_wheels(tmp_path / "pypi")
+    except GpurlError as exc:
+        need(False, f"cannot download the fixture's PyPI wheels: {exc}")
+    wheel = _wheel(tmp_path)
+    tools = tmp_path / "tools"
+    repo = _repository(tmp_path / "work" / "team")
+    env = _environment(tmp_path, {
+        "PATH": f"{tools / 'bin'}{os.pathsep}{os.environ['PATH']}", "GPURL_WHEEL": str(wheel),
+        "UV_TOOL_DIR": str(tools / "envs"), "UV_TOOL_BIN_DIR": str(tools / "bin")})
+    with serve_team(tmp_path / "pypi", tmp_path / "serve"):
+        done = _run(PAGE.read_text(), repo, env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     head = git(repo, "rev-parse", "--short=7", "HEAD").strip()
     dry_runs = [line for line in done.stdout.splitlines() if line.startswith("iris ")]
-    assert len(dry_runs) == 2, done.stdout[-2000:]
-    for line, job in zip(dry_runs, ("gpurl-kaniko-", "gpurl-kaniko-megatron-"), strict=True):
-        assert f"--job-name {job}{head} " in line and f"-e GITSHA {head} " in line
-        assert "-e DOCKER_USER_ID novasky-bot" in line and "x" * 36 not in line
-    # the pins the page sets are the ones its commands read from the lock
-    for wanted in ("torch==2.9.1+cu128 ; sys_platform == 'linux'", "vllm==0.16.0 ",
-                   "flash-attn==2.8.3 ", "flash-attn==2.8.1 "):
-        assert wanted in done.stdout, wanted
-    # the vendored tasks ran on this repository: its own files, its symlink kept out
-    assert (repo / "docker" / "Dockerfile.skyrl").is_file()
-    assert (repo / "docker" / "Dockerfile.skyrl-megatron").is_file()
-    assert "skyrl-train/skyrl-gym" in (repo / ".dockerignore").read_text().splitlines()
-    assert (repo / ".gitignore").read_text() == "/.venv\n*.log\n__pycache__/\n"
-    assert "DEFAULT_RL_MEGATRON_DOCKER_IMAGE" in (repo / LAUNCHER).read_text()
-    assert not (repo / "docs").exists()
+    assert len(dry_runs) == 4, done.stdout[-2000:]
+    assert all(f"-e GITSHA {head} " in line and "x" * 36 not in line for line in dry_runs)
+    assert _written_config() in (repo / "pyproject.toml").read_text()
+    for name in ("Dockerfile.gpu-rl", "Dockerfile.gpu-rl-megatron",
+                 "Dockerfile.gpu-rl-standard-arm64", "Dockerfile.gpu-rl-megatron-arm64"):
+        assert (repo / "docker" / name).is_file(), name
     assert git(repo, "status", "--porcelain") == ""
-
-
-def _gitignore_line() -> str:
-    lines = [line for _, body in fenced(PAGE.read_text(), ("console",)) for line in body
-             if ".gitignore" in line]
-    assert len(lines) == 1, lines
-    return command_and_exit(lines[0])[0]
-
-
-@pytest.mark.parametrize(("before", "after"), [
-    (None, "__pycache__/\n"),
-    ("", "__pycache__/\n"),
-    ("/.venv", "/.venv\n__pycache__/\n"),
-    ("/.venv\n", "/.venv\n__pycache__/\n"),
-    ("__pycache__/\n*.log", "__pycache__/\n*.log"),
-], ids=["missing", "empty", "no-trailing-newline", "trailing-newline", "already-there"])
-def test_the_pages_gitignore_edit_keeps_every_line(tmp_path: Path, before: str | None,
-                                                   after: str) -> None:
-    if before is not None:
-        (tmp_path / ".gitignore").write_text(before)
-    command = _gitignore_line()
-    for _ in range(2):  # and running it again changes nothing
-        subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True, timeout=30)
-        assert (tmp_path / ".gitignore").read_text() == after

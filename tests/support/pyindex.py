@@ -113,12 +113,13 @@ def _write_simple_index(wheels: Path, root: Path, unhashed: Collection[str] = ()
 
 
 @contextlib.contextmanager
-def serve_index(wheels: Path, root: Path, *, unhashed: Collection[str] = ()) -> Iterator[str]:
-    """Serve `wheels` as a simple index on a free 127.0.0.1 port; yields the /simple URL.
+def serve_index(wheels: Path, root: Path, *, port: int = 0,
+                unhashed: Collection[str] = ()) -> Iterator[str]:
+    """Serve `wheels` as a simple index on 127.0.0.1:`port` (0: a free one); yields the /simple URL.
     `unhashed`: projects served with no hash and no size."""
     _write_simple_index(wheels, root, unhashed)
     handler = functools.partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -1,0 +1,3 @@
+"""skyrl-gym of the team fixture."""
+
+NAME = "skyrl-gym"

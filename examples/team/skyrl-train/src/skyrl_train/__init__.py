@@ -1,0 +1,3 @@
+"""skyrl-train of the team fixture."""
+
+NAME = "skyrl-train"
