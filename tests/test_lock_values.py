@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.errors import LockError, PlanError
+from gpurl_tasks.errors import LockError
 from gpurl_tasks.plan.lock import load_lock, parse_lock
 from gpurl_tasks.plan.model import Layer, PlannedPackage
 from gpurl_tasks.plan.planner import assemble
@@ -109,17 +109,7 @@ def _real_locks() -> list[Path]:
     return [p for p in found if p.exists()]
 
 
-def _lock_param(path: Path) -> object:
-    """The team fixture's lock holds a torch its index serves without a hash (issue 49): the
-    slice line of such a wheel is refused until the hashless-wheel change lands (strict: its
-    XPASS then says to drop this mark)."""
-    if path == REPO_ROOT / "examples" / "team" / "uv.lock":
-        return pytest.param(path, marks=pytest.mark.xfail(
-            strict=True, raises=PlanError, reason="a hashless index wheel (issue 49, item 4)"))
-    return path
-
-
-@pytest.mark.parametrize("path", [_lock_param(p) for p in _real_locks()],
+@pytest.mark.parametrize("path", _real_locks(),
                          ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_real_locks_still_parse(path: Path) -> None:
     lock = load_lock(path)
