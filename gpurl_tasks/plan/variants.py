@@ -186,7 +186,7 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
 
     def fitted(changes: Mapping[str, int]) -> Layout:
         return packer.fit(lambda trial: _images(packer, variants, cap, basis, changes, trial),
-                          layout, weights, basis)
+                          layout, weights)
 
     committed = _committed(packer, variants, shared, previous or {})
     homes = fitted({}) if committed else layout
