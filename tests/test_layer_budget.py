@@ -11,14 +11,18 @@ import json
 import re
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpurl_tasks.config import Layout, SizeBasis
+from gpurl_tasks.config import Layout, SizeBasis, load_config
+from gpurl_tasks.dockerfile.generate import fitted_plans, layer_count
+from gpurl_tasks.plan.layerlimit import TooManyLayers
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.planner import GROUP, OWN_GROUP
+from gpurl_tasks.plan.profile import plan_profile
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.variants import VariantInput, plan_images
+from tests.conftest import REPO_ROOT
 from tests.support.tasks_runner import run_task
 
 MB = 10**6
@@ -125,6 +129,34 @@ def test_a_budget_the_free_packing_meets_changes_nothing(
     free = _plan(variants, cap, layout)
     fitted = _plan(variants, cap, dataclasses.replace(layout, max_slices=_most_slices(free) + extra))
     assert _layers(fitted) == _layers(free)
+
+
+@settings(max_examples=10, deadline=None)
+@given(budget=st.integers(25, 120), own_layer=st.sampled_from([5 * MB, 20 * MB]),
+       groups=st.sampled_from([8, 32]))
+@example(budget=25, own_layer=5 * MB, groups=32)  # refused: the fewest slices do not fit
+@example(budget=100, own_layer=5 * MB, groups=32)  # the team's pressure: over 100 unbudgeted
+def test_each_variant_image_keeps_the_budget_whenever_a_plan_is_returned(
+        budget: int, own_layer: int, groups: int) -> None:
+    """SkyRL's real lock planned afresh as generate plans it: every variant's image, counted
+    from its Dockerfile model with the base's layers, is within the budget; a refusal comes
+    only when the fewest slices (every package in one group) do not fit either."""
+    config = load_config(REPO_ROOT, profile="skyrl", env={}, overrides={
+        "layers.max-image-layers": budget, "layers.own-layer": own_layer,
+        "layers.tail-groups": groups})
+    try:
+        plans = fitted_plans(config, repack=True)
+    except TooManyLayers:
+        fewest = load_config(REPO_ROOT, profile="skyrl", env={}, overrides={
+            "layers.max-image-layers": budget, "layers.own-layer": config.layers.cap + 1,
+            "layers.tail-groups": 1})
+        free = plan_profile(fewest, repack=True)
+        assert any(layer_count(fewest.for_variant(v), free[v.name]).total > budget
+                   for v in fewest.variants)
+        return
+    for variant in config.variants:
+        count = layer_count(config.for_variant(variant), plans[variant.name])
+        assert count.total <= budget and count.budget == budget
 
 
 def _plan_json(*flags: str, env: dict[str, str] | None = None) -> dict[str, Any]:
