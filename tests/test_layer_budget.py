@@ -18,11 +18,12 @@ from gpurl_tasks.config import Layout, SizeBasis, load_config
 from gpurl_tasks.dockerfile.generate import fitted_plans, layer_count
 from gpurl_tasks.plan.layerlimit import TooManyLayers
 from gpurl_tasks.plan.model import Plan
-from gpurl_tasks.plan.planner import GROUP, OWN_GROUP
+from gpurl_tasks.plan.planner import GROUP, OWN_GROUP, assignment_of, group_label, group_of
 from gpurl_tasks.plan.profile import plan_profile
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.variants import VariantInput, plan_images
 from tests.conftest import REPO_ROOT
+from tests.support.planning import plan_one
 from tests.support.tasks_runner import run_task
 
 MB = 10**6
@@ -129,6 +130,26 @@ def test_a_budget_the_free_packing_meets_changes_nothing(
     free = _plan(variants, cap, layout)
     fitted = _plan(variants, cap, dataclasses.replace(layout, max_slices=_most_slices(free) + extra))
     assert _layers(fitted) == _layers(free)
+
+
+def test_committed_slices_within_the_budget_keep_the_configured_homes() -> None:
+    """Slices committed from a coarser packing (4 groups) fit the budget though a fresh packing
+    by the configured 32 groups would not: they are kept, and a new small package goes to its
+    group by the configured count, as without a budget."""
+    sizes = [*(_size(f"heavy-{i}", 50 * MB) for i in range(5)),
+             *(_size(f"small-{i:02d}", MB + i) for i in range(60))]
+    layout = Layout(own_layer=20 * MB, tail_groups=32)
+    committed = plan_one(sizes, cap=4 * 10**9, layout=dataclasses.replace(layout, tail_groups=4))
+    budget = len(committed.layers) + 1
+    grown = [*sizes, _size("zz-new", MB)]
+    assert len(plan_one(grown, cap=4 * 10**9, layout=layout).layers) > budget  # fresh: over
+    kept = plan_one(grown, cap=4 * 10**9, previous=assignment_of(committed),
+                    layout=dataclasses.replace(layout, max_slices=budget))
+    free = plan_one(grown, cap=4 * 10**9, previous=assignment_of(committed), layout=layout)
+    assert [(la.label, la.names) for la in kept.layers] == [(la.label, la.names) for la in free.layers]
+    assert next(la.label for la in kept.layers if "zz-new" in la.names) == \
+        group_label(group_of("zz-new", 32))
+    assert len(kept.layers) <= budget
 
 
 @settings(max_examples=10, deadline=None)

@@ -189,12 +189,21 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
                           layout, weights)
 
     committed = _committed(packer, variants, shared, previous or {})
-    homes = fitted({}) if committed else layout
-    kept = _kept(packer, variants, *committed, cap, basis,
-                 dataclasses.replace(homes, max_slices=None)) if committed else None
-    if kept is not None and layout.max_slices is not None \
-            and any(len(b) > layout.max_slices for b in kept.values()):
-        kept = None
+
+    def keeps(homes: Layout) -> dict[str, list[Bucket]] | None:
+        """The committed slices, a new package homed by `homes`; None over the slice budget."""
+        kept = _kept(packer, variants, *committed, cap, basis,
+                     dataclasses.replace(homes, max_slices=None)) if committed else None
+        over = kept is not None and layout.max_slices is not None \
+            and any(len(b) > layout.max_slices for b in kept.values())
+        return None if over else kept
+
+    # the configured homes while the committed slices keep the budget, else the fitted ones
+    homes = layout
+    kept = keeps(homes)
+    if kept is None and committed:
+        homes = fitted({})
+        kept = keeps(homes) if homes != layout else None
     changes: Mapping[str, int] = {}
     history = 0
     if kept is not None and committed:
