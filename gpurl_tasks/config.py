@@ -198,9 +198,9 @@ class Layout:
     mode: LayerMode = LayerSettings.mode
     own_layer: int = LayerSettings.own_layer
     tail_groups: int = LayerSettings.tail_groups
-    # the most slices an image may have (None: no budget): independent layers raise the own-layer
-    # threshold and lower the groups until the packing fits (planner.fit_layout); not a config
-    # key, the generator derives it from the layer limit
+    # the most slices an image may have (None: no budget): independent layers lower the groups,
+    # then raise the own-layer threshold, until the packing fits (planner.fit_layout); not a
+    # config key, the generator derives it from layers.max-image-layers
     max_slices: int | None = None
 
 

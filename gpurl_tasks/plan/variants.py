@@ -176,8 +176,10 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
     `learn` gives (changes per package, lock versions read) when a fresh packing needs them
     (read lazily: re-planning never looks at history). Several images share their lowest
     `plan.shared` layers; one image is the case with nothing shared. With
-    `layout.max_slices`, independent layers are fitted to it (`fit_layout`) over every
-    image; committed slices over it are packed afresh."""
+    `layout.max_slices` (from layers.max-image-layers), independent layers are fitted to it
+    (`fit_layout`) over every image; committed slices are kept while they keep it (a new
+    package homed by the configured layout, else by the fitted one), and packed afresh when
+    they do not."""
     packer = packer_for(layout)
     for variant in variants:
         check_sizes(variant.sizes, cap, basis)
