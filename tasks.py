@@ -29,8 +29,10 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
          cap: str | None = None, size_overrides: str | None = None, basis: str | None = None,
          json: bool = False, repack: bool = False, profile: str | None = None,
          variant: str | None = None, max_image_layers: str | None = None) -> Outcome | None:
-    """Plan the layers: which packages each slice installs, each layer under the cap, each
-    image under the layer budget."""
+    """Plan the layers: which packages each slice installs, each layer under the cap.
+
+    Each variant's image stays within layers.max-image-layers, the base's layers included;
+    the plan says what that budget cost in re-push terms."""
     from gpurl_tasks.dockerfile.generate import fitted_views
     config = cli.config_for(profile, variant=variant, lock=cli.path_flag(lock),
                             python__extras=extra or None, layers__cap=cap, layers__basis=basis,
