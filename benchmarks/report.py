@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from benchmarks import layer_budget
 from benchmarks.rebuild_cost import BEFORE, FLOOR, ON_CHAIN, REPACKED, STACKED, THIS_DESIGN
 from gpurl_tasks.values import format_bytes
 
@@ -305,5 +306,6 @@ def render_markdown(results: dict[str, Any]) -> str:
     out += _prediction(results["prediction"], results["measured_path"])
     out += _rebuild(results["rebuild"]) if results["rebuild"] else [
         "## 4. Rebuild cost across a lock history", "", "Not computed: the real locks are absent.", ""]
+    out += layer_budget.render_section(results.get("layer_budget"))
     out += _findings(results)
     return "\n".join(out).rstrip() + "\n"

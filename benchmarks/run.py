@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import kaniko_scale, prediction, quality, real_scale, rebuild_cost, speed
+from benchmarks import kaniko_scale, layer_budget, prediction, quality, real_scale, rebuild_cost, speed
 from benchmarks.common import (
     REPO_ROOT,
     SHARED_LOCKS,
@@ -134,8 +134,9 @@ def history_versions(scratch: Path, sources: SizeSources,
             [f"{k} {v / 10**6:.0f} MB" for k, v in sorted(estimated.items())])
 
 
-def _rebuild(real: list[LockInput], texts: dict[str, str], scratch: Path) -> dict[str, Any]:
-    history, estimated = history_versions(scratch, real[0].sources)
+def _rebuild(real: list[LockInput], texts: dict[str, str], scratch: Path,
+             archive: Path = HISTORY_ARCHIVE) -> dict[str, Any]:
+    history, estimated = history_versions(scratch, real[0].sources, archive)
     sequences: dict[str, tuple[list[LockInput], list[LockInput]]] = {
         "generated bumps": (bump_sequence(real[-1]), [])}
     notes = ["**generated bumps** start from the newest real lock: one small package bumped, "
@@ -164,7 +165,8 @@ def _rebuild(real: list[LockInput], texts: dict[str, str], scratch: Path) -> dic
 
 
 def run(*, runs: int, locks_dir: Path, measured: Path, scratch: Path,
-        synth_packages: int = 5000, synth_heavy: int = 50) -> dict[str, Any]:
+        synth_packages: int = 5000, synth_heavy: int = 50,
+        history: Path = HISTORY_ARCHIVE) -> dict[str, Any]:
     """Every section's figures as plain JSON data (the report is rendered from this alone)."""
     skipped: dict[str, str] = {}
     paths = real_lock_paths(locks_dir)
@@ -189,7 +191,9 @@ def run(*, runs: int, locks_dir: Path, measured: Path, scratch: Path,
         "prediction": measured_build.to_json() if measured_build else None,
         "measured_path": str(measured.relative_to(REPO_ROOT)) if measured.is_relative_to(REPO_ROOT)
         else str(measured),
-        "rebuild": _rebuild(real, texts, scratch) if real else None,
+        "rebuild": _rebuild(real, texts, scratch, history) if real else None,
+        "layer_budget": layer_budget.measure(scratch / "budget", archive=history,
+                                             locks_dir=locks_dir) if real else None,
     }
 
 
@@ -197,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5, help="timed runs per lock (median reported)")
     parser.add_argument("--locks", type=Path, default=SHARED_LOCKS, help="directory of the real locks")
+    parser.add_argument("--history", type=Path, default=HISTORY_ARCHIVE,
+                        help="the lock history archive (tar.xz)")
     parser.add_argument("--measured", type=Path, default=prediction.MEASURED_LAYERS,
                         help="measured per-layer sizes of a real build (JSON)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "out",
@@ -207,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     try:
-        results = run(runs=args.runs, locks_dir=args.locks, measured=args.measured, scratch=args.out)
+        results = run(runs=args.runs, locks_dir=args.locks, measured=args.measured, scratch=args.out,
+                      history=args.history)
     except (GpurlError, prediction.MeasuredFileError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1

@@ -24,16 +24,22 @@ program.adopt()  # under `invoke`: its parse errors (an unknown flag or task...)
     "cap": "largest allowed layer, e.g. 4GB (config key: layers.cap)",
     "size_overrides": "JSON of sizes the lock lacks (config key: layers.size-overrides)",
     "basis": "size the cap applies to: compressed or installed", "variant": VARIANT_HELP,
-    "repack": "plan afresh, ignoring the committed slice files"})
+    "repack": "plan afresh, ignoring the committed slice files",
+    "max_image_layers": "most layers each image may have, the base's included "
+                        "(config key: layers.max-image-layers)"})
 def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
          cap: str | None = None, size_overrides: str | None = None, basis: str | None = None,
          json: bool = False, repack: bool = False, profile: str | None = None,
-         variant: str | None = None) -> Outcome | None:
-    """Plan the layers: which packages each slice installs, each layer under the cap."""
+         variant: str | None = None, max_image_layers: str | None = None) -> Outcome | None:
+    """Plan the layers: which packages each slice installs, each layer under the cap.
+
+    Each variant's image stays within layers.max-image-layers, the base's layers included;
+    the plan says what that budget cost in re-push terms."""
     from gpurl_tasks.dockerfile.generate import fitted_views
     config = cli.config_for(profile, variant=variant, lock=cli.path_flag(lock),
                             python__extras=extra or None, layers__cap=cap, layers__basis=basis,
-                            layers__size_overrides=cli.path_flag(size_overrides))
+                            layers__size_overrides=cli.path_flag(size_overrides),
+                            layers__max_image_layers=max_image_layers)
     return cli.EachVariant(fitted_views(config, repack=repack, lock_given=lock is not None,
                                         only=variant, selection_given=bool(extra)).views())
 

@@ -179,6 +179,12 @@ class LayerSettings:
     # The gzip level of the slice layers gpurl writes itself (writer/blob.py, zlib): part of
     # each slice's cache key and digest, so every builder must use the same one.
     compression_level: int = _field(6, check=values.gzip_level, bakes="image")
+    # the most layers each variant's image may have, the base image's included: the planner
+    # fits the slices under it (planner.fit_layout). containerd's erofs snapshotter mounts
+    # about 100 (containerd#12662); 120 is the planning ceiling (plan/layerlimit.CEILING: the
+    # builders add empty layers the Dockerfile cannot show)
+    max_image_layers: int = _field(100, check=values.between(1, 120, "a number of image layers"),
+                                   bakes="image")
 
     @property
     def layout(self) -> Layout:
@@ -192,9 +198,9 @@ class Layout:
     mode: LayerMode = LayerSettings.mode
     own_layer: int = LayerSettings.own_layer
     tail_groups: int = LayerSettings.tail_groups
-    # the most slices an image may have (None: no budget): independent layers raise the own-layer
-    # threshold and lower the groups until the packing fits (planner.fit_layout); not a config
-    # key, the generator derives it from the layer limit
+    # the most slices an image may have (None: no budget): independent layers lower the groups,
+    # then raise the own-layer threshold, until the packing fits (planner.fit_layout); not a
+    # config key, the generator derives it from layers.max-image-layers
     max_slices: int | None = None
 
 

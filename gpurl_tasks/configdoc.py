@@ -43,6 +43,8 @@ PURPOSE: dict[str, str] = {
     "layers.tail-groups": "independent layers: how many stable groups the smaller packages go into",
     "layers.compression-level": "the gzip level of the slice layers gpurl writes itself (part of "
                                 "each slice's digest and cache tag: one value for every builder)",
+    "layers.max-image-layers": ("the most layers each variant's image may have, the base image's "
+                                "included: the planner fits the slices under it (at most 120)"),
     "registry.host": "the registry the image is pushed to",
     "registry.repository": "the image's repository on it",
     "registry.user": "the user the build pushes as (the token comes from the environment)",

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import quality, rebuild_cost
+from benchmarks import layer_budget, quality, rebuild_cost
 from benchmarks.common import LockInput, closure_sizes
 from benchmarks.history import add_to_extra, bump_package, next_version
 from benchmarks.prediction import MeasuredFileError, load_measured
 from benchmarks.report import render_markdown
 from benchmarks.run import run
 from benchmarks.synth import SYNTH_EXTRA, synthetic_lock_text
+from gpurl_tasks.config import Layout
 from gpurl_tasks.plan.lock import Lock, parse_lock
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources
 
@@ -94,6 +95,27 @@ def test_rebuild_costs_of_a_small_bump() -> None:
     assert sum(s.layer_bytes for s in steps) == plan.total_compressed_bytes
 
 
+def test_layer_budget_runs_keep_the_budget_and_measure_against_none() -> None:
+    """Budgets over a small bump sequence: one the free packing meets re-pushes what no
+    budget does; a tight one keeps every image under it (at some cost per bump)."""
+    base = _lock(packages=200, heavy=8)
+    light = min((s for s in _sizes(base) if s.compressed_bytes < MB), key=lambda s: s.name)
+    bumped, _ = bump_package(base, light.name, light.version)
+    versions = [_item(base), _item(bumped, "bumped")]
+    layout = {"fine": Layout(own_layer=MB // 2)}  # many own slices: the budget has work to do
+    free, = layer_budget.budget_runs(versions, budgets=(None,), layouts=layout)
+    roomy, tight = layer_budget.budget_runs(
+        versions, budgets=(free.most_layers, free.most_layers - 15), layouts=layout)
+    assert (roomy.repushed, roomy.most_slices, roomy.mean_repush_per_bump) == \
+        (free.repushed, free.most_slices, free.mean_repush_per_bump)
+    assert tight.most_layers <= free.most_layers - 15 < free.most_layers
+    assert tight.mean_repush_per_bump >= free.mean_repush_per_bump
+    assert 0 < free.floor <= min(free.repushed, tight.repushed)
+    text = "\n".join(layer_budget.render_section({"note": "n", "runs": [
+        r.to_json() for r in (free, roomy, tight)]}))
+    assert text.count("| fine |") == 3 and "x1.00" in text
+
+
 def test_bumps_edit_the_parsed_lock() -> None:
     assert next_version("2.9.1+cu128") == "2.9.2+cu128"
     assert next_version("0.0.32.post1") == "0.0.32.post2"
@@ -124,7 +146,8 @@ def test_report_without_real_locks_or_a_measured_build(tmp_path: Path) -> None:
                   scratch=tmp_path, synth_packages=150, synth_heavy=5)
     text = render_markdown(json.loads(json.dumps(results)))  # survives the JSON round trip
     for heading in ("## 1. Planner speed", "## 2. Plan quality", "## 3. Size prediction",
-                    "## 4. Rebuild cost across a lock history"):
+                    "## 4. Rebuild cost across a lock history",
+                    "## 5. The layer budget's re-push cost"):
         assert heading in text
     assert "No measured build yet" in text
     assert "As a whole process" in text  # invoke plan processes ran against bare tomllib ones

@@ -141,7 +141,7 @@ def test_the_committed_images_fit_under_the_ceiling() -> None:
             one = config.for_variant(variant)
             text = one.build.dockerfile.read_text()
             count = layer_count(one, plan_for_config(one))
-            assert count.total <= CEILING, (profile, variant.name, count)
+            assert count.fits() and count.budget <= CEILING, (profile, variant.name, count)
             builder: Builder = "docker" if one.backend == "local" else "kaniko"
             assert count.instructions == (
                 _composed_text_count(text, builder, len(plan_for_config(one).layers))
@@ -155,17 +155,19 @@ def test_invoke_plan_refuses_an_image_over_the_ceiling_in_one_line() -> None:
     assert "Traceback" not in done.stderr
     line = next(x for x in done.stderr.splitlines() if x.startswith("error: "))
     assert re.search(r"profile 'gpu-rl' variant '(standard|megatron)' would have \d+ layers "
-                     r"\(base 110 \+ \d+ instructions, kaniko\), over the planning ceiling 120 "
-                     r"\(Docker and containerd stop at 127\)", line), line
-    assert "own-layer" in line and "tail-groups" in line
-    assert "[tool.gpurl.profiles.gpu-rl.layers]" in line
+                     r"\(base 110 \+ \d+ instructions, kaniko\), over the layer budget 100 "
+                     r"\(layers.max-image-layers; Docker and containerd stop at 127\)", line), line
+    hint = done.stderr.split(line, 1)[1]
+    assert "raise the cap or the budget" in hint and "layers.max-image-layers" in hint
+    assert "[tool.gpurl.profiles.gpu-rl.layers]" in hint
 
 
 def test_invoke_plan_shows_the_image_layers() -> None:
     done = run_task("plan", "--profile", "heavy")
     assert done.returncode == 0, done.stderr
     assert re.search(r"image layers: \d+ layers \(base 1 \+ \d+ instructions, 36 slice\(s\) of "
-                     r"1; docker\); ceiling 120, Docker/containerd limit 127", done.stdout)
+                     r"1; docker\); budget 100 \(layers.max-image-layers\), Docker/containerd limit 127",
+                     done.stdout)
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -187,7 +189,7 @@ def test_generate_refuses_an_image_over_the_ceiling_and_writes_nothing(tmp_path:
         generate_profiles(root, "skyrl", check=False, extra=script_files)
     assert "profile 'skyrl' variant 'standard' would have" in err.value.message
     assert "(base 105 + " in err.value.message
-    assert f"ceiling {CEILING}" in err.value.message and str(HARD_LIMIT) in err.value.message
+    assert "layer budget 100" in err.value.message and str(HARD_LIMIT) in err.value.message
     assert _snapshot(root) == before
 
 
@@ -195,12 +197,12 @@ _HEAVY_BASE = 'base-image = "gpurl/bookworm-python:3.11"\nbase-image-layers = 1'
 
 
 @pytest.mark.parametrize(("profile", "variant", "base", "slices"),
-                         [("skyrl", "megatron", 80, 42), ("heavy", "", 90, 36)])
+                         [("skyrl", "megatron", 60, 42), ("heavy", "", 70, 36)])
 def test_generate_fits_an_over_budget_profile_afresh(tmp_path: Path, profile: str, variant: str,
                                                      base: int, slices: int) -> None:
-    """A profile whose committed slices (`slices` of them) would exceed the ceiling on a base
-    of `base` layers is planned to the budget instead of refused: fewer slices, under the
-    ceiling (skyrl: variants planned together; heavy: one plan)."""
+    """A profile whose committed slices (`slices` of them) would exceed the layer budget (100)
+    on a base of `base` layers is planned to the budget instead of refused: fewer slices,
+    under the budget (skyrl: variants planned together; heavy: one plan)."""
     root = repo_copy(tmp_path / "repo", untracked=True)
     pyproject = root / "pyproject.toml"
     text = pyproject.read_text()
@@ -214,5 +216,5 @@ def test_generate_fits_an_over_budget_profile_afresh(tmp_path: Path, profile: st
     summary = generate_profiles(root, profile, check=False, extra=script_files)
     config = load_config(root, profile=profile, variant=variant or None, env={})
     count = layer_count(config, plan_for_config(config))
-    assert count.base == base and count.total <= CEILING
+    assert count.base == base and count.total <= config.layers.max_image_layers
     assert max(r.steps for r in summary.results) < slices

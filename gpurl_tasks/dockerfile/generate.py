@@ -48,12 +48,13 @@ from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
 from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.plan.buildenv import build_note
-from gpurl_tasks.plan.layerlimit import LayerCount, TooManyLayers
+from gpurl_tasks.plan.layerlimit import BudgetCost, LayerCount, TooManyLayers
 from gpurl_tasks.plan.lockcheck import stale_findings
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs
 from gpurl_tasks.plan.report import PlanViews
 from gpurl_tasks.plan.slices import HEADER, SliceLine, render_slice
+from gpurl_tasks.plan.variants import VariantInput
 from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = [
@@ -169,10 +170,11 @@ def layer_count(config: Config, plan: Plan, local: tuple[LocalCopy, ...] | None 
     (`base_layers`, default build.base-image-layers), every layer-making instruction of the
     rl stage's lineage for the builder that runs, and one layer a slice where the environment
     is composed (else the env-chain stage's own)."""
-    return count_layers(_model(config, plan, local), builder=builder_of(config),
-                        base_layers=config.build.base_image_layers if base_layers is None
-                        else base_layers, composed=composes(config),
-                        variant=config.variant.shown)
+    count = count_layers(_model(config, plan, local), builder=builder_of(config),
+                         base_layers=config.build.base_image_layers if base_layers is None
+                         else base_layers, composed=composes(config),
+                         variant=config.variant.shown)
+    return dataclasses.replace(count, budget=config.layers.max_image_layers)
 
 
 def _counted_local(config: Config, plan: Plan) -> tuple[LocalCopy, ...]:
@@ -191,37 +193,51 @@ def _count(config: Config, plan: Plan, base_layers: int | None) -> LayerCount:
     return layer_count(config, plan, _counted_local(config, plan), base_layers=base_layers)
 
 
-def _check_fits(config: Config, plan: Plan, count: LayerCount) -> None:
+def _check_fits(config: Config, count: LayerCount) -> None:
     if not count.fits():
-        raise TooManyLayers.of(count, profile=config.profile, mode=plan.mode)
+        raise TooManyLayers.of(count, profile=config.profile)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Fitted:
+    """A profile's plans fitted under the layer budget, each image's count, and the plans and
+    counts of the same planning without the budget (the first pass)."""
+
+    plans: dict[str, Plan]
+    counts: dict[str, LayerCount]
+    free: dict[str, Plan]
+    free_counts: dict[str, LayerCount]
 
 
 def _fitted(config: Config, *, repack: bool, base_layers: int | None,
-            ) -> tuple[dict[str, Plan], dict[str, LayerCount]]:
-    """Every variant's fitted plan and its image's layer count (`fitted_plans`); a variant
-    whose second plan differs from its first only in the layout it records keeps the first's
-    count (the Dockerfile does not read the layout; rendering is the cost)."""
+            inputs: Sequence[VariantInput] | None = None) -> _Fitted:
+    """Every variant's plan fitted under layers.max-image-layers (`fitted_plans`) and its
+    image's layer count; a variant whose second plan differs from its first only in the
+    layout it records keeps the first's count (the Dockerfile does not read the layout;
+    rendering is the cost)."""
     variants = {v.name: config.for_variant(v) for v in config.variants}
-    inputs = profile_inputs(config)  # closures and sizes once, for both plans
+    inputs = profile_inputs(config) if inputs is None else inputs  # closures and sizes once
     first = plan_profile(config, repack=repack, inputs=inputs)
     first_counts = {name: _count(variants[name], first[name], base_layers) for name in variants}
+    # every image's other layers count against its budget; the shared slices make one budget
     budget = min(c.slice_budget() for c in first_counts.values())
     plans = plan_profile(config, repack=repack, max_slices=budget, inputs=inputs)
     counts = {name: first_counts[name]
               if dataclasses.replace(plans[name], layout=first[name].layout) == first[name]
               else _count(variants[name], plans[name], base_layers) for name in variants}
-    for name, count in counts.items():
-        _check_fits(config, plans[name], count)
-    return plans, counts
+    for count in counts.values():
+        _check_fits(config, count)
+    return _Fitted(plans=plans, counts=counts, free=first, free_counts=first_counts)
 
 
 def fitted_plans(config: Config, *, repack: bool = False,
                  base_layers: int | None = None) -> dict[str, Plan]:
-    """Every variant's plan, fitted under the layer ceiling: planned once to learn what the
-    images' other layers leave for slices, then planned with that slice budget (the fullest
-    image's; `Layout.max_slices`), so the committed slices are kept while they fit and new
-    packages go where the fitted layout puts them; TooManyLayers when even that does not fit."""
-    return _fitted(config, repack=repack, base_layers=base_layers)[0]
+    """Every variant's plan, fitted under the layer budget (layers.max-image-layers): planned
+    once to learn what the images' other layers leave for slices, then planned with that
+    slice budget (the fullest image's; `Layout.max_slices`), so the committed slices are kept
+    while they fit and new packages go where the fitted layout puts them; TooManyLayers when
+    even that does not fit."""
+    return _fitted(config, repack=repack, base_layers=base_layers).plans
 
 
 def fitted_plan(config: Config, *, repack: bool = False) -> Plan:
@@ -229,15 +245,33 @@ def fitted_plan(config: Config, *, repack: bool = False) -> Plan:
     return fitted_plans(config, repack=repack)[config.variant.name]
 
 
+def _budget_costs(config: Config, fitted: _Fitted, *, fresh: bool, base_layers: int | None,
+                  inputs: Sequence[VariantInput]) -> dict[str, BudgetCost]:
+    """What the budget cost each image in re-push terms: its plan, and a fresh packing under
+    the budget against one without it (`fitted` itself when it was packed afresh)."""
+    afresh = fitted if fresh else _fitted(config, repack=True, base_layers=base_layers,
+                                          inputs=inputs)
+    return {name: BudgetCost(budget=count.budget, repush_bytes=fitted.plans[name].repush_per_bump,
+                             fresh_repush_bytes=afresh.plans[name].repush_per_bump,
+                             free_repush_bytes=afresh.free[name].repush_per_bump,
+                             free_layers=afresh.free_counts[name].total,
+                             free_slices=len(afresh.free[name].layers))
+            for name, count in fitted.counts.items()}
+
+
 def fitted_views(config: Config, *, repack: bool, only: str | None = None,
                  selection_given: bool = False, lock_given: bool = False,
                  base_layers: int | None = None) -> PlanViews:
-    """`invoke plan`: the fitted plans (`plan_views`) with each image's layer count. Another
-    lock than the profile's own (`lock_given`) is planned afresh: the committed slices are
-    not its."""
-    plans, counts = _fitted(config, repack=repack or lock_given, base_layers=base_layers)
-    views = plan_views(plans, config, only=only, selection_given=selection_given)
-    return dataclasses.replace(views, counts=tuple(counts[name] for name, _ in views.plans))
+    """`invoke plan`: the fitted plans (`plan_views`) with each image's layer count and what
+    its budget cost. Another lock than the profile's own (`lock_given`) is planned afresh:
+    the committed slices are not its."""
+    fresh = repack or lock_given
+    inputs = profile_inputs(config)
+    fitted = _fitted(config, repack=fresh, base_layers=base_layers, inputs=inputs)
+    costs = _budget_costs(config, fitted, fresh=fresh, base_layers=base_layers, inputs=inputs)
+    views = plan_views(fitted.plans, config, only=only, selection_given=selection_given)
+    return dataclasses.replace(views, counts=tuple(fitted.counts[name] for name, _ in views.plans),
+                               costs=tuple(costs[name] for name, _ in views.plans))
 
 
 def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
@@ -356,7 +390,7 @@ def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) 
     notes += [f"outside the lock (its dependencies resolved at build time): {r}"
               for r in plan.outside_lock]
     local = _local(config, plan)
-    _check_fits(config, plan, layer_count(config, plan, local))
+    _check_fits(config, layer_count(config, plan, local))
     return Rendered(config=config, plan=plan, dockerfile=render_dockerfile(config, plan, local),
                     slices=slice_files(config, plan),
                     others={config.root / ENVCHECK_SOURCE: envcheck_text(),

@@ -236,6 +236,19 @@ class Plan:
         return sum(layer.compressed_bytes for layer in self.layers)
 
     @property
+    def repush_per_bump(self) -> int:
+        """The compressed bytes a bump of one package re-pushes on average, every package as
+        likely to move: its slice (independent layers), or its layer and every one above it
+        (stacked). What fewer, larger slices cost (`layers.max-image-layers`)."""
+        members = sum(len(layer.packages) for layer in self.layers)
+        above = 0
+        total = 0
+        for layer in reversed(self.layers):
+            above += layer.compressed_bytes
+            total += len(layer.packages) * (above if self.mode == "stacked" else layer.compressed_bytes)
+        return total // members if members else 0
+
+    @property
     def final_sync_flags(self) -> tuple[str, ...]:
         """The final `uv sync`: the selection, local packages included, --inexact (the compiled
         wheels and harbor stay), and the compiled wheels' packages excluded."""

@@ -14,8 +14,9 @@ costs only the slices holding a changed package.
   slice of its own for every package of at least `own_layer`, heaviest first; the rest in
   `tail_groups` stable groups `group-NN` by a hash of the name (`group_of`), with history the
   churning and the never-changed packages in separate halves; a group over the cap is split.
-  With a slice budget (`Layout.max_slices`), `fit_layout` raises the threshold and lowers the
-  groups until the packing fits.
+  With a slice budget (`Layout.max_slices`, from `layers.max-image-layers`), `fit_layout`
+  lowers the groups first and raises the threshold only when one group is not enough, so the
+  largest packages keep their own slices.
 - **Re-planning** (committed slices present): every package still in the closure keeps its
   slice (a version bump edits one line); removed ones drop; a new package goes to its own
   slice or its group (`IndependentPacker.home`); only a slice the change pushes over the cap
@@ -78,7 +79,6 @@ __all__ = [
     "independent_buckets",
     "keep",
     "packer_for",
-    "repush_cost",
     "slice_requirement",
     "tail_names",
     "weight",
@@ -290,52 +290,43 @@ def hashed_in(lines: Mapping[str, SliceLine]) -> Callable[[PackageSize], bool]:
     return lambda s: lines[s.name].hashed if s.name in lines else True
 
 
-def repush_cost(images: Sequence[Sequence[Bucket]], basis: SizeBasis) -> int:
-    """What a packing costs per bump: each package equally likely to move, a bump re-pushes
-    the slice that holds it, so the sum over slices of members x bytes (over every image)."""
-    return sum(len(bucket) * _load(bucket, basis) for image in images for _, bucket in image)
-
-
-def fit_layout(pack: Pack, layout: Layout, weights: Sequence[int], basis: SizeBasis) -> Layout:
+def fit_layout(pack: Pack, layout: Layout, weights: Sequence[int]) -> Layout:
     """The independent layout whose packing (`pack`: every image's buckets) has at most
-    `layout.max_slices` slices in each image, changed as little as the budget asks: for each
-    group count from `tail-groups` down, the smallest own-layer threshold (at least the
-    configured one) that fits; of those, the one that re-pushes the fewest bytes per bump
-    (`repush_cost`). The layout itself when it fits or has no budget; when nothing fits, the
-    layout as configured (the generator then refuses the image, naming the keys)."""
+    `layout.max_slices` slices in each image, changed as little as the budget asks: fewer,
+    larger groups first; only when one group is not enough, the smallest own-layer threshold
+    above the configured one that fits (so the largest packages keep their own slices), with
+    as many groups as then fit. The layout itself when it fits or has no budget; when nothing
+    fits, the one of the fewest slices (every package in one group; the generator then refuses
+    the image, naming the keys)."""
     budget = layout.max_slices
     if budget is None:
         return layout
 
-    def packed(candidate: Layout) -> Sequence[Sequence[Bucket]] | None:
-        images = pack(candidate)
-        return images if max((len(i) for i in images), default=0) <= budget else None
+    def fits(candidate: Layout) -> bool:
+        return max((len(i) for i in pack(candidate)), default=0) <= budget
 
-    if packed(layout) is not None:
+    if fits(layout):
         return layout
     # a threshold just above a package's weight moves it (and every lighter one) into a group
     thresholds = [layout.own_layer, *sorted({w + 1 for w in weights if w + 1 > layout.own_layer})]
-    best: tuple[int, Layout] | None = None
-    for groups in range(layout.tail_groups, 0, -1):
-        low, high = 0, len(thresholds) - 1
-        if packed(dataclasses.replace(layout, tail_groups=groups,
-                                      own_layer=thresholds[high])) is None:
-            continue  # not even with every package in a group
-        while low < high:  # the slice count falls as the threshold rises
-            middle = (low + high) // 2
-            trial = dataclasses.replace(layout, tail_groups=groups, own_layer=thresholds[middle])
-            if packed(trial) is None:
-                low = middle + 1
-            else:
-                high = middle
-        chosen = dataclasses.replace(layout, tail_groups=groups, own_layer=thresholds[low])
-        images = packed(chosen)
-        if images is None:
-            continue
-        cost = repush_cost(images, basis)
-        if best is None or cost < best[0]:
-            best = (cost, chosen)
-    return best[1] if best else layout
+
+    def one_group(index: int) -> Layout:
+        return dataclasses.replace(layout, tail_groups=1, own_layer=thresholds[index])
+
+    low, high = 0, len(thresholds) - 1
+    if not fits(one_group(high)):
+        return one_group(high)
+    while low < high:  # the slice count falls as the threshold rises
+        middle = (low + high) // 2
+        if fits(one_group(middle)):
+            high = middle
+        else:
+            low = middle + 1
+    for groups in range(layout.tail_groups, 1, -1):  # the groups fall only as far as they must
+        trial = dataclasses.replace(layout, tail_groups=groups, own_layer=thresholds[low])
+        if fits(trial):
+            return trial
+    return one_group(low)
 
 
 def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> None:
@@ -367,7 +358,7 @@ class Packer(Protocol):
     def check(self, layout: Layout) -> None:
         """Refuse a layout this mode cannot pack by."""
 
-    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int], basis: SizeBasis) -> Layout:
+    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int]) -> Layout:
         """The layout to pack by under `layout.max_slices`."""
 
     def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:
@@ -404,8 +395,8 @@ class IndependentPacker:
             raise PlanError(f"layers.tail-groups must be between 1 and {MAX_GROUPS}, not "
                             f"{layout.tail_groups}", hint="32 groups measure well (docs/plan.md)")
 
-    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int], basis: SizeBasis) -> Layout:
-        return fit_layout(pack, layout, weights, basis)
+    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int]) -> Layout:
+        return fit_layout(pack, layout, weights)
 
     def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:
         return set()
@@ -449,7 +440,7 @@ class StackedPacker:
     def check(self, layout: Layout) -> None:
         return None
 
-    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int], basis: SizeBasis) -> Layout:
+    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int]) -> Layout:
         return layout
 
     def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:

@@ -101,7 +101,7 @@ def profile_inputs(config: Config) -> tuple[VariantInput, ...]:
 def plan_profile(config: Config, *, repack: bool = False, max_slices: int | None = None,
                  inputs: Sequence[VariantInput] | None = None) -> dict[str, Plan]:
     """Every variant's plan, by variant name, planned together; `max_slices`: the most slices
-    an image may have (the generator derives it from the layer limit; see
+    an image may have (the generator derives it from layers.max-image-layers; see
     planner.fit_layout); `inputs`: profile_inputs(config), when the caller plans more than
     once. `config` is the one of any of the profile's variants."""
     layout = dataclasses.replace(config.layers.layout, max_slices=max_slices)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpurl_tasks.plan.layerlimit import CEILING, HARD_LIMIT, LayerCount
+from gpurl_tasks.plan.layerlimit import HARD_LIMIT, BudgetCost, LayerCount
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.values import format_bytes
 
-__all__ = ["PlanView", "PlanViews", "bar", "render_count", "render_plan", "render_steps"]
+__all__ = ["PlanView", "PlanViews", "bar", "render_cost", "render_count", "render_plan", "render_steps"]
 
 _BAR_WIDTH = 20
 
@@ -50,7 +50,7 @@ def render_plan(plan: Plan, *, biggest: int = 3) -> str:
           if plan.apart_from else []),
         *([f"written on a {plan.platform} builder only (uv builds a package): "
            f"{', '.join(plan.native_slices)}"] if plan.apart_from and plan.native_slices else []),
-        *([f"the layer limit's budget: {plan.layout.max_slices} slices; planned with own-layer "
+        *([f"the layer budget's slices: at most {plan.layout.max_slices}; planned with own-layer "
            f"{format_bytes(plan.layout.own_layer)}, {plan.layout.tail_groups} group(s)"]
           if plan.mode == "independent" and plan.layout.max_slices is not None else []),
         f"fingerprint {plan.fingerprint}",
@@ -75,9 +75,14 @@ def render_steps(plan: Plan) -> str:
 
 
 def render_count(count: LayerCount) -> str:
-    """The image's layer count against the ceiling and the limit."""
-    return (f"image layers: {count.describe()}; ceiling {CEILING}, "
-            f"Docker/containerd limit {HARD_LIMIT}")
+    """The image's layer count against the budget and the limit."""
+    return (f"image layers: {count.describe()}; budget {count.budget} "
+            f"(layers.max-image-layers), Docker/containerd limit {HARD_LIMIT}")
+
+
+def render_cost(cost: BudgetCost) -> str:
+    """What the layer budget cost the image, in re-push terms."""
+    return f"layer budget's cost: {cost.describe()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,16 +91,21 @@ class PlanView:
 
     plan: Plan
     count: LayerCount | None = None
+    cost: BudgetCost | None = None
     exit_code: int = 0
 
     def human(self) -> str:
-        tail = f"\n{render_count(self.count)}" if self.count else ""
+        tail = "".join(f"\n{line}" for line in (
+            render_count(self.count) if self.count else "",
+            render_cost(self.cost) if self.cost else "") if line)
         return f"{render_plan(self.plan)}\n{render_steps(self.plan)}{tail}"
 
     def to_json(self) -> dict[str, Any]:
         body = self.plan.to_json()
         if self.count:
             body["image_layers"] = self.count.to_json()
+        if self.cost:
+            body["layer_budget"] = self.cost.to_json()
         return body
 
 
@@ -106,9 +116,13 @@ class PlanViews:
 
     plans: tuple[tuple[str, Plan], ...]
     counts: tuple[LayerCount, ...] = ()
+    costs: tuple[BudgetCost, ...] = ()
 
     def views(self) -> tuple[tuple[str, PlanView], ...]:
         """Each variant's outcome by its name (the task prints them as every per-variant task
         does: `cli.EachVariant`)."""
-        counts = dict(zip((name for name, _ in self.plans), self.counts, strict=False))
-        return tuple((name, PlanView(plan, counts.get(name))) for name, plan in self.plans)
+        names = [name for name, _ in self.plans]
+        counts = dict(zip(names, self.counts, strict=False))
+        costs = dict(zip(names, self.costs, strict=False))
+        return tuple((name, PlanView(plan, counts.get(name), costs.get(name)))
+                     for name, plan in self.plans)

@@ -176,8 +176,10 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
     `learn` gives (changes per package, lock versions read) when a fresh packing needs them
     (read lazily: re-planning never looks at history). Several images share their lowest
     `plan.shared` layers; one image is the case with nothing shared. With
-    `layout.max_slices`, independent layers are fitted to it (`fit_layout`) over every
-    image; committed slices over it are packed afresh."""
+    `layout.max_slices` (from layers.max-image-layers), independent layers are fitted to it
+    (`fit_layout`) over every image; committed slices are kept while they keep it (a new
+    package homed by the configured layout, else by the fitted one), and packed afresh when
+    they do not."""
     packer = packer_for(layout)
     for variant in variants:
         check_sizes(variant.sizes, cap, basis)
@@ -186,15 +188,24 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
 
     def fitted(changes: Mapping[str, int]) -> Layout:
         return packer.fit(lambda trial: _images(packer, variants, cap, basis, changes, trial),
-                          layout, weights, basis)
+                          layout, weights)
 
     committed = _committed(packer, variants, shared, previous or {})
-    homes = fitted({}) if committed else layout
-    kept = _kept(packer, variants, *committed, cap, basis,
-                 dataclasses.replace(homes, max_slices=None)) if committed else None
-    if kept is not None and layout.max_slices is not None \
-            and any(len(b) > layout.max_slices for b in kept.values()):
-        kept = None
+
+    def keeps(homes: Layout) -> dict[str, list[Bucket]] | None:
+        """The committed slices, a new package homed by `homes`; None over the slice budget."""
+        kept = _kept(packer, variants, *committed, cap, basis,
+                     dataclasses.replace(homes, max_slices=None)) if committed else None
+        over = kept is not None and layout.max_slices is not None \
+            and any(len(b) > layout.max_slices for b in kept.values())
+        return None if over else kept
+
+    # the configured homes while the committed slices keep the budget, else the fitted ones
+    homes = layout
+    kept = keeps(homes)
+    if kept is None and committed:
+        homes = fitted({})
+        kept = keeps(homes) if homes != layout else None
     changes: Mapping[str, int] = {}
     history = 0
     if kept is not None and committed:
