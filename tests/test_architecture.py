@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "gpurl_tasks"
 # A module may import its own layer and the ones before it; cluster and local are siblings.
 LAYERS = {"basics": 0, "writer": 0, "plan": 1, "dockerfile": 2, "attest": 3, "oci": 4, "rebuild": 5,
-          "release": 6, "cluster": 7, "local": 7}
+          "release": 6, "cluster": 7, "local": 7, "launcher": 0}
 EDGE_IMPORTS = {"subprocess", "httpx", "socket", "http.server", "urllib.request"}
 PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants",
         "plan.wheelglobs", "plan.model", "plan.report", "dockerfile.checks",
@@ -21,7 +21,7 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "release.verify",
         "release.pin", "release.index", "rebuild.fingerprint", "cluster.watch", "imageref", "errors", "steps",
         "plan.layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
-        "attest.documents",
+        "attest.documents", "launcher.source", "launcher.table",
         "config", "values"]
 
 
