@@ -16,7 +16,15 @@ from gpurl_tasks.errors import PinError
 from gpurl_tasks.launcher.table import EntryPin, TableShape, check_entries, entry_commit, pin_entries
 from gpurl_tasks.rebuild.inputs import default_since
 from tests.conftest import REPO_ROOT
-from tests.support.image_table import HARBOR, KEYS, SOURCE, evaluate, key_of, table_module
+from tests.support.image_table import (
+    HARBOR,
+    KEYS,
+    SOURCE,
+    evaluate,
+    key_of,
+    old_digest,
+    table_module,
+)
 
 SHAPE = TableShape(table="GPU_RL_IMAGES")
 OLD = table_module()
@@ -32,10 +40,6 @@ def full_tag(arch: str, flavor: str, commit: str) -> str:
 
 def digest_of(n: int) -> str:
     return "sha256:" + f"{n:064x}"
-
-
-def old_digest(key: tuple[str, str]) -> str:
-    return "sha256:" + f"{KEYS.index(key) + 1:x}" * 64
 
 
 def entry_lines(text: str, key: tuple[str, str]) -> list[int]:

@@ -10,7 +10,8 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["ARCHES", "FLAVORS", "HARBOR", "KEYS", "SOURCE", "evaluate", "key_of", "table_module"]
+__all__ = ["ARCHES", "FLAVORS", "HARBOR", "KEYS", "SOURCE", "evaluate", "key_of", "old_digest",
+           "table_module"]
 
 SOURCE = "5d41402abc4b2a76b9719d911017c592a1b2c3d4"
 HARBOR = "7c4a8d09ca3762af61e59520943dc26494f8941b"
@@ -37,11 +38,14 @@ def _entry(arch: str, flavor: str, digest: str) -> str:
             f"    ),\n")
 
 
-def table_module(digests: dict[tuple[str, str], str] | None = None,
-                 source: str = SOURCE) -> str:
-    """The module's text; each entry's digest from `digests` (default: one per key)."""
-    digests = digests or {key: "sha256:" + f"{i + 1:x}" * 64 for i, key in enumerate(KEYS)}
-    entries = "".join(_entry(arch, flavor, digests[(arch, flavor)]) for arch, flavor in KEYS)
+def old_digest(key: tuple[str, str]) -> str:
+    """The digest the fixture gives the entry of `key` (each entry its own)."""
+    return "sha256:" + f"{KEYS.index(key) + 1:x}" * 64
+
+
+def table_module(source: str = SOURCE, keys: tuple[tuple[str, str], ...] = KEYS) -> str:
+    """The module's text with the entries of `keys`, built from commit `source`."""
+    entries = "".join(_entry(arch, flavor, old_digest((arch, flavor))) for arch, flavor in keys)
     return f'''"""The GPU RL images the launcher runs, one per machine architecture and trainer."""
 
 from __future__ import annotations
@@ -101,7 +105,7 @@ def evaluate(text: str) -> dict[tuple[str, str], dict[str, Any]]:
     module = types.ModuleType("scratch_gpu_rl_images")
     sys.modules[module.__name__] = module  # dataclasses looks its module up while it runs
     try:
-        exec(compile(text, "gpu_rl_images.py", "exec"), module.__dict__)  # noqa: S102 - our fixture
+        exec(compile(text, "gpu_rl_images.py", "exec"), module.__dict__)
     finally:
         del sys.modules[module.__name__]
     return {(k[0].name, k[1].name): {"digest": v.digest, "tag": v.tag,
