@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpurl_tasks.config import load_config
-from gpurl_tasks.errors import PinError
+from gpurl_tasks.errors import ConfigError, PinError
 from gpurl_tasks.launcher.table import EntryPin, TableShape, check_entries, entry_commit, pin_entries
 from gpurl_tasks.rebuild.inputs import default_since
 from tests.conftest import REPO_ROOT
@@ -176,3 +176,49 @@ def test_rebuild_needed_starts_from_the_tables_commit(repo_tmp: Path) -> None:
     assert config.variant.table_key == key_of("AMD64", "MEGATRON")
     assert default_since(config, REPO_ROOT) == (
         head, "GPU_RL_IMAGES[(ImageArchitecture.AMD64, ImageVariant.MEGATRON)] in gpu_rl_images.py")
+
+
+# --- the config that describes the table ------------------------------------------------------
+
+TEAM = '''
+[tool.gpurl.launcher]
+path = "cloud/iris/gpu_rl_images.py"
+table = "GPU_RL_IMAGES"
+
+[tool.gpurl.profiles.team.variants.standard]
+extras = ["vllm", "fsdp"]
+
+[tool.gpurl.profiles.team.variants.megatron]
+extras = ["vllm", "megatron"]
+
+[tool.gpurl.profiles.team.variants.standard-arm64]
+extras = ["vllm", "fsdp"]
+table-key = "(ImageArchitecture.ARM64,ImageVariant.STANDARD)"
+target = {arch = "aarch64"}
+'''
+
+
+def test_the_teams_table_in_a_few_lines_of_config(tmp_path: Path) -> None:
+    """The defaults name the team's key and fields; a variant whose name is not the enum's
+    sets its own key (spelled as it likes); no variant needs a launcher variable."""
+    config = load_config(tmp_path, profile="team", env={}, pyproject_text=TEAM)
+    assert {v.name: v.table_key for v in config.variants} == {
+        "standard": key_of("AMD64", "STANDARD"), "megatron": key_of("AMD64", "MEGATRON"),
+        "standard-arm64": key_of("ARM64", "STANDARD")}
+    assert TableShape.of(config.launcher) == SHAPE
+
+
+@pytest.mark.parametrize(("key", "message"), [
+    ("(ImageArchitecture.ARM64, ImageVariant.STANDARD)",
+     "variants 'megatron' and 'standard-arm64' of profile 'team' both pin into the GPU_RL_IMAGES "
+     "entry (ImageArchitecture.ARM64, ImageVariant.STANDARD)"),
+    ("(ImageArchitecture.{ARCH}, ", "is not a Python expression"),
+])
+def test_table_keys_that_cannot_work_are_config_errors(tmp_path: Path, key: str,
+                                                       message: str) -> None:
+    """The megatron variant keyed as another variant's entry, or not as Python at all."""
+    text = TEAM.replace('extras = ["vllm", "megatron"]\n',
+                        f'extras = ["vllm", "megatron"]\ntable-key = "{key}"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, profile="team", env={}, pyproject_text=text)
+    assert message in info.value.message and info.value.hint

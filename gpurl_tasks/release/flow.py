@@ -161,6 +161,12 @@ class PinChange:
     def changed(self) -> bool:
         return self.old != self.new
 
+    def said(self, *, dry_run: bool, written: bool) -> str | None:
+        """What a dry run prints (the diff) or a pin that wrote nothing; None once written."""
+        if dry_run:
+            return self.diff.rstrip("\n") or f"{self.path}: already pinned to {self.value}"
+        return None if written else f"{self.path} already pins {self.value}; nothing to do"
+
 
 def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bool,
                 today: dt.date) -> PinChange:
@@ -402,11 +408,8 @@ class PinOutcome:
 
     def human(self) -> str:
         change = self.change
-        if self.dry_run:
-            return change.diff.rstrip("\n") or f"{change.path}: already pinned to {change.value}"
-        if self.written:
-            return f"pinned {change.value} in {change.path}"
-        return f"{change.path} already pins {change.value}; nothing to do"
+        return (change.said(dry_run=self.dry_run, written=self.written)
+                or f"pinned {change.value} in {change.path}")
 
     def to_json(self) -> dict[str, Any]:
         return {"value": self.change.value, "path": str(self.change.path),
@@ -599,13 +602,9 @@ class TablePinOutcome:
 
     def human(self) -> str:
         change = self.change
-        if self.dry_run:
-            return change.diff.rstrip("\n") or f"{change.path}: already pinned to {change.value}"
-        if not self.written:
-            return f"{change.path} already pins {change.value}; nothing to do"
-        return "\n".join(f"pinned {pin.key} in {change.path}: {pin.tag} {pin.digest} "
-                         f"(variant {variant}, commit {pin.commit[:12]})"
-                         for variant, pin, _ in self.entries)
+        return change.said(dry_run=self.dry_run, written=self.written) or "\n".join(
+            f"pinned {pin.key} in {change.path}: {pin.tag} {pin.digest} (variant {variant}, "
+            f"commit {pin.commit[:12]})" for variant, pin, _ in self.entries)
 
     def to_json(self) -> dict[str, Any]:
         change = self.change
