@@ -184,3 +184,16 @@ def test_bad_tables_are_refused_before_any_network(repo_tmp: Path, content: str 
     assert "hint:" in done.stderr and "Traceback" not in done.stderr
     assert (path.read_text() if content is not None else None) == content
     assert sorted(p.name for p in repo_tmp.iterdir()) == (["gpu_rl_images.py"] if content else [])
+
+
+def test_variable_flag_pins_a_variable_instead(registry: RegistryServer, module: Path) -> None:
+    """`--launcher FILE --variable NAME` still pins one variable, with launcher.table set."""
+    sha = head_short_sha()
+    image = push_image(registry.url, "org/img", five_layers(6), tag=f"gpu-rl-{sha}")
+    other = module.parent / "launch.py"
+    other.write_text('IMAGE = "old"\n')
+    done = run_task("pin", "--variant", "standard", "--launcher", str(other), "--variable", "IMAGE",
+                    env=env_for(registry.host, module))
+    assert done.returncode == 0, done.stderr
+    assert f'IMAGE = "{registry.host}/org/img@{image.manifest_digest}"' in other.read_text()
+    assert module.read_text() == table_module()

@@ -2,7 +2,8 @@
 
 Glue only: it turns the config into a reference, a registry client and rules, asks the
 registry for the image, applies the pure checks in verify.py and prepares the launcher edit
-in pin.py. The tasks print and exit; nothing here does.
+in pin.py (or, with launcher.table, in launcher/table.py). The tasks print and exit; nothing
+here does.
 """
 
 from __future__ import annotations
