@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks.config import load_config
+from gpurl_tasks.config import LauncherSettings, load_config
 from gpurl_tasks.errors import ConfigError, PinError
 from gpurl_tasks.launcher.table import EntryPin, TableShape, check_entries, entry_commit, pin_entries
 from gpurl_tasks.rebuild.inputs import default_since
@@ -26,7 +26,7 @@ from tests.support.image_table import (
     table_module,
 )
 
-SHAPE = TableShape(table="GPU_RL_IMAGES")
+SHAPE = TableShape.of(LauncherSettings(table="GPU_RL_IMAGES"))  # the defaults: the team's
 OLD = table_module()
 NEW_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _PREFIX = {"STANDARD": "gpu-rl", "MEGATRON": "gpu-rl-megatron"}
@@ -205,7 +205,9 @@ def test_the_teams_table_in_a_few_lines_of_config(tmp_path: Path) -> None:
     assert {v.name: v.table_key for v in config.variants} == {
         "standard": key_of("AMD64", "STANDARD"), "megatron": key_of("AMD64", "MEGATRON"),
         "standard-arm64": key_of("ARM64", "STANDARD")}
-    assert TableShape.of(config.launcher) == SHAPE
+    shape = TableShape.of(config.launcher)
+    assert (shape.table, *shape.fields, shape.commit_variable) == (
+        "GPU_RL_IMAGES", "digest", "tag", "source_commit", "SOURCE_COMMIT")
 
 
 @pytest.mark.parametrize(("key", "message"), [

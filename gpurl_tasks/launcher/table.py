@@ -11,8 +11,9 @@ The module is read with `ast` and edited by source spans, never re-rendered: onl
 of the fields whose value changes are replaced, so comments, formatting and every other entry
 stay byte for byte. A field is written as a plain literal unless it already means the new
 value; the module-level commit variable (launcher.commit-variable) is rewritten instead only
-when every entry that names it is pinned, to one commit, in the same edit: a variable shared
-with an entry that is not being pinned would otherwise change that entry's meaning. After the
+when nothing in the module but the entries pinned in this edit reads it, and those are pinned to
+one commit: a variable shared with an entry that is not being pinned (or any other reader)
+would otherwise change its meaning. After the
 edit the table is read back and every entry's fields are compared with what they must now
 mean, so a span bug can never reach the file.
 
@@ -48,13 +49,14 @@ class TableShape:
     the module-level commit variable entries may name ("" for none)."""
 
     table: str
-    digest_field: str = "digest"
-    tag_field: str = "tag"
-    commit_field: str = "source_commit"
-    commit_variable: str = "SOURCE_COMMIT"
+    digest_field: str
+    tag_field: str
+    commit_field: str
+    commit_variable: str
 
     @classmethod
     def of(cls, launcher: LauncherSettings) -> TableShape:
+        """The shape launcher.table and its keys describe (their defaults: the team's)."""
         return cls(table=launcher.table, digest_field=launcher.digest_field,
                    tag_field=launcher.tag_field, commit_field=launcher.commit_field,
                    commit_variable=launcher.commit_variable)
