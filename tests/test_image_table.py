@@ -124,7 +124,11 @@ def test_only_the_pinned_spans_change_and_the_table_means_the_pins(
     allowed = {i for key in keys for i in entry_lines(OLD, key)}
     allowed.add(old_lines.index(f'SOURCE_COMMIT = "{SOURCE}"\n'))
     assert len(old_lines) == len(new_lines)
-    assert {i for i, (a, b) in enumerate(zip(old_lines, new_lines, strict=True)) if a != b} <= allowed
+    changed = [(i, a, b) for i, (a, b) in enumerate(zip(old_lines, new_lines, strict=True)) if a != b]
+    assert {i for i, _, _ in changed} <= allowed
+    for _, a, b in changed:  # only the value: the field's name, `=` and what follows it stay
+        assert a.partition("=")[0] == b.partition("=")[0] and a[-2:] == b[-2:]
+        assert b.partition("=")[2].strip(' ,\n')[0] == '"'  # a plain literal where it changed
     assert pin_entries(new, SHAPE, pins) == new
 
 
