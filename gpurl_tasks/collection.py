@@ -169,11 +169,13 @@ def verify_layers(c: Context, ref: str | None = None, cap: str | None = None,
 @task(help={
     "ref": "immutable REPO:PREFIX-<gitsha> or REPO@sha256:... (default: this commit's tag)",
     "launcher": "launcher file to rewrite (config key: launcher.path)",
-    "variable": "variable holding the image (config key: launcher.variable)",
+    "variable": "variable holding the image (config key: launcher.variable; pins it instead "
+                "of an image table)",
     "dry_run": "print the unified diff and write nothing",
     "force": "pin even when the image fails the layer rules", **RULES_HELP,
     "variant": VARIANT_HELP + "; each goes to its own launcher variable (variants of several "
-               "platforms sharing one: their image index; one of those alone: its platform-variable)"})
+               "platforms sharing one: their image index; one of those alone: its platform-variable; "
+               "with launcher.table, each to its entry, in one write)"})
 def pin(c: Context, ref: str | None = None, launcher: str | None = None,
         variable: str | None = None, dry_run: bool = False, force: bool = False,
         cap: str | None = None, hard_limit: str | None = None, min_layers: str | None = None,
@@ -189,7 +191,8 @@ def pin(c: Context, ref: str | None = None, launcher: str | None = None,
     configs = cli.variant_configs(profile, variant, ref=ref, strict=True,
                                   single="--variable" if variable is not None else None,
                                   **cli.rule_flags(cap, hard_limit, min_layers),
-                                  launcher__variable=variable, launcher__path=cli.path_flag(launcher))
+                                  launcher__variable=variable, launcher__path=cli.path_flag(launcher),
+                                  launcher__table="" if variable is not None else None)
     return cli.EachVariant(pin_each(configs, cli.text_flag("--ref", ref), force=force,
                                     dry_run=dry_run, warn=cli.say))
 

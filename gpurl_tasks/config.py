@@ -9,6 +9,7 @@ failure this tool exists to prevent.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import functools
@@ -409,6 +410,21 @@ class LauncherSettings:
     # the launcher's variable holding the environment's python (or its directory): where the
     # launcher assigns it, generate and pin refuse a path outside build.venv
     python_variable: str = _field("RL_PYTHON", check=values.identifier, bakes="none")
+    # A typed image table instead of a variable (release/table.py): the module-level dict the
+    # pin writes into, e.g. GPU_RL_IMAGES = {(ImageArchitecture.AMD64, ImageVariant.STANDARD):
+    # GpuRlImage(digest=..., tag=..., source_commit=...), ...}; empty: pin `variable`
+    table: str = _field("", check=values.optional(values.identifier), bakes="none")
+    # the entry's key as Python spells it: {arch} is the variant's OCI arch (amd64), {variant}
+    # its name, {ARCH} and {VARIANT} the same upper-cased (a variant sets its own: table-key)
+    table_key: str = _field("(ImageArchitecture.{ARCH}, ImageVariant.{VARIANT})",
+                            check=values.one_line, bakes="none")
+    digest_field: str = _field("digest", check=values.identifier, bakes="none")
+    tag_field: str = _field("tag", check=values.identifier, bakes="none")
+    commit_field: str = _field("source_commit", check=values.identifier, bakes="none")
+    # the module-level variable entries may name as their commit (source_commit=SOURCE_COMMIT,
+    # tag=f"gpu-rl-{SOURCE_COMMIT}"): rewritten when every entry naming it is pinned together
+    commit_variable: str = _field("SOURCE_COMMIT", check=values.optional(values.identifier),
+                                  bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
@@ -441,6 +457,22 @@ class Variant:
         cluster = self.cluster
         return ((cluster.crane_url, cluster.crane_sha256) if cluster.crane_url
                 else CRANE_ARCHIVES[self.target.arch])
+
+    @property
+    def table_key(self) -> str:
+        """The key of its entry in launcher.table, as `ast.unparse` spells it (so spacing and
+        quotes in the module do not matter): launcher.table-key with its placeholders filled."""
+        arch, name = OCI_ARCH[self.target.arch], self.name.replace("-", "_")
+        text = self.launcher.table_key
+        for placeholder, value in (("{arch}", arch), ("{ARCH}", arch.upper()),
+                                   ("{variant}", name), ("{VARIANT}", name.upper())):
+            text = text.replace(placeholder, value)
+        try:
+            return ast.unparse(ast.parse(text.strip(), mode="eval").body)
+        except SyntaxError:
+            raise ConfigError(f"launcher.table-key {text!r}{self.note} is not a Python "
+                              "expression", hint='write the entry\'s key as the module does, e.g. '
+                              '"(ImageArchitecture.{ARCH}, ImageVariant.{VARIANT})"') from None
 
     @property
     def shown(self) -> str:
@@ -548,7 +580,8 @@ SHARED = "shared"  # the slice directory of a profile's variants' common layers
 _VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
                  "tag-prefix": "registry.tag-prefix", "floating-tag": "registry.floating-tag",
                  "launcher-variable": "launcher.variable",
-                 "platform-variable": "launcher.platform-variable", "dockerfile": "build.dockerfile",
+                 "platform-variable": "launcher.platform-variable", "table-key": "launcher.table-key",
+                 "dockerfile": "build.dockerfile",
                  "import-asserts": "build.import-asserts"}
 def _key(name: str) -> str:
     return name.replace("_", "-")
@@ -848,7 +881,9 @@ def load_config(
                                     late=late, own=own, resolve=resolve) for n in order}
     variants = _platform_shares(tuple(resolved[n] for n in names)
                                 or (_implicit_variant(name, own),), name)
-    if not {"launcher.variable", "launcher.platform-variable"} & set(late):
+    if variants[0].launcher.table:
+        _one_entry_per_key(variants, name)
+    elif not {"launcher.variable", "launcher.platform-variable"} & set(late):
         _one_image_per_variable(variants, name)  # (a flag or variable names one for the run)
     return Config(root=root, profile=name, workspace=workspace, lock=lock, backend=backend,
                   variant=next(v for v in variants if v.name == chosen) if names else variants[0],
@@ -902,6 +937,18 @@ def _one_image_per_variable(variants: tuple[Variant, ...], profile: str) -> None
             raise ConfigError(f"platform-variable {own} of variant {variant.name!r} is also a "
                               f"launcher-variable of profile {profile!r}",
                               hint="name a variable of its own, e.g. DEFAULT_RL_ARM64_DOCKER_IMAGE")
+
+
+def _one_entry_per_key(variants: tuple[Variant, ...], profile: str) -> None:
+    """Pinning into an image table, each variant's image goes to the entry of its own key."""
+    seen: dict[str, str] = {}
+    for variant in variants:
+        key = variant.table_key
+        if seen.setdefault(key, variant.name) != variant.name:
+            raise ConfigError(f"variants {seen[key]!r} and {variant.name!r} of profile {profile!r} "
+                              f"both pin into the {variant.launcher.table} entry {key}",
+                              hint="give each variant its own table-key (the entry of its "
+                                   "platform and variant)")
 
 
 def _chosen_profile(tool: Mapping[str, Any], wanted: str | None) -> tuple[str, Mapping[str, Any]]:
@@ -1081,14 +1128,15 @@ def _resolve_variant(profile: Mapping[str, Any], name: str, variant: str, *, fir
     Precedence: flags and GPURL_* variables, then the variant's table (and its build table),
     then (for any variant but the first) its own image's defaults (`_own_image`), then the
     profile. The first variant is the profile's own image; any other one must name its
-    launcher variable (a pin must never land in another variant's variable).
+    launcher variable (a pin must never land in another variant's variable), unless the pin goes
+    into an image table (launcher.table), whose entries are told apart by their keys.
     """
     table = _table(profile.get("variants", {}), f"[tool.gpurl.profiles.{name}.variants]")
     where = f"[tool.gpurl.profiles.{name}.variants.{variant}]"
     keys = _variant_values(table[variant], where, shared)
     sections = resolve({**shared, **keys, **late})
     if not first:
-        if "launcher.variable" not in keys:
+        if "launcher.variable" not in keys and not sections["launcher"].table:
             raise ConfigError(f"{where} has no launcher-variable",
                               hint="name the launcher variable its pin goes to, e.g. "
                                    f'launcher-variable = "RL_{variant.upper()}_DOCKER_IMAGE"')

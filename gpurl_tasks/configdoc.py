@@ -124,6 +124,16 @@ PURPOSE: dict[str, str] = {
                           "platforms naming one: the digest of their image index)"),
     "launcher.platform-variable": ("the variable holding this variant's own platform image "
                                    "(its manifest digest), beside an index's shared variable"),
+    "launcher.table": ("the module-level dict of typed entries the pin writes into instead of "
+                       "`variable` (the team's GPU_RL_IMAGES); empty: pin `variable`"),
+    "launcher.table-key": ("the key of the variant's entry in the table, as a Python expression: "
+                           "{arch}/{ARCH} its OCI arch, {variant}/{VARIANT} its name (a variant "
+                           "may set its own `table-key`)"),
+    "launcher.digest-field": "the entry's field holding the image's manifest digest (`sha256:<64 hex>`)",
+    "launcher.tag-field": "the entry's field holding the image's immutable tag",
+    "launcher.commit-field": "the entry's field holding the commit the image was built from",
+    "launcher.commit-variable": ("the module-level variable the entries may name as their commit "
+                                 "(rewritten only when every entry naming it is pinned together)"),
 }
 
 

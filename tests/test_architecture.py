@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "gpurl_tasks"
 # A module may import its own layer and the ones before it; cluster and local are siblings.
 LAYERS = {"basics": 0, "writer": 0, "plan": 1, "dockerfile": 2, "attest": 3, "oci": 4, "rebuild": 5,
-          "release": 6, "cluster": 7, "local": 7}
+          "release": 6, "cluster": 7, "local": 7, "launcher": 0}
 # The entry points, above every layer: the `gpurl` command, the collection of tasks it runs
 # (a project's tasks.py imports it), the nox sessions, and the files a project commits.
 ENTRY = {"__main__", "collection", "sessions", "shims"}
@@ -24,7 +24,7 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "release.verify",
         "release.pin", "release.index", "rebuild.fingerprint", "cluster.watch", "imageref", "errors", "steps",
         "plan.layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
-        "attest.documents",
+        "attest.documents", "launcher.source", "launcher.table",
         "config", "values"]
 
 

@@ -78,6 +78,12 @@ OTHER: dict[str, Any] = {
     "cluster.crane-sha256": "d" * 64,
     "launcher.variable": "OTHER_RL_DOCKER_IMAGE",
     "launcher.platform-variable": "OTHER_RL_AMD64_DOCKER_IMAGE",
+    "launcher.table": "GPU_RL_IMAGES",
+    "launcher.table-key": "(Arch.{ARCH}, Flavor.{VARIANT})",
+    "launcher.digest-field": "image_digest",
+    "launcher.tag-field": "image_tag",
+    "launcher.commit-field": "commit",
+    "launcher.commit-variable": "COMMIT",
 }
 # Paths: another place (a workspace or lock moves with its files, committed in the same edit).
 MOVED_PATHS = {"workspace": "rl2", "lock": "moved.lock"}

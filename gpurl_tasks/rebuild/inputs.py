@@ -3,10 +3,10 @@
 The edge of `rebuild-needed`: git, the config cascade at each point (the same way on both
 sides: pyproject.toml as committed there, the same environment), the lock's install closure
 (through plan/lock.py), the committed generated Dockerfile, and the default `--since` taken
-from the launcher's provenance comment. It also says when a committed Dockerfile is stale
-against its own commit's config or lock (its labels record both), so a pin edited but not yet
-generated is named, while the decision still comes from the config. Everything it returns is
-plain data for the task to print.
+from the launcher's provenance comment (or its image table's entry). It also says when a
+committed Dockerfile is stale against its own commit's config or lock (its labels record both),
+so a pin edited but not yet generated is named, while the decision still comes from the config.
+Everything it returns is plain data for the task to print.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
 from gpurl_tasks.files import read_text
+from gpurl_tasks.launcher.table import TableShape, entry_commit
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
 from gpurl_tasks.values import PIN_MARKER
 
@@ -42,6 +43,7 @@ __all__ = [
     "RebuildReport",
     "closure_entries",
     "default_since",
+    "pinned_commit",
     "provenance_commit",
     "rebuild_needed",
 ]
@@ -102,21 +104,33 @@ def provenance_commit(launcher_text: str, variable: str, tag_prefix: str) -> str
     return None
 
 
+def pinned_commit(config: Config, launcher_text: str) -> tuple[str | None, str]:
+    """(the commit the variant's pinned image was built from, what recorded it): its entry's
+    commit field in an image table (launcher.table, resolved through a module-level variable
+    it names), else the provenance comment of its variable."""
+    if config.launcher.table:
+        recorded = entry_commit(launcher_text, TableShape.of(config.launcher),
+                                config.variant.table_key)
+        return (values.source_commit(recorded) if recorded else None,
+                f"{config.launcher.table}[{config.variant.table_key}]")
+    # the variant's own pin first: a variable shared by several platforms pins their index,
+    # whose comment names the first variant's tag (release/index.py)
+    variables = [v for v in (config.launcher.platform_variable, config.launcher.variable) if v]
+    return next((found for v in variables if (found := provenance_commit(
+        launcher_text, v, config.registry.tag_prefix)) is not None), None), "provenance comment"
+
+
 def default_since(config: Config, repo: Path) -> tuple[str, str]:
     """(ref, where it came from): the pinned image's recorded commit if known, else HEAD~1."""
     try:
         text = read_text(config.launcher.path, what="launcher file")
     except GpurlError:
         text = ""  # no readable launcher: no pinned provenance to start from
-    # the variant's own pin first: a variable shared by several platforms pins their index,
-    # whose comment names the first variant's tag (release/index.py)
-    variables = [v for v in (config.launcher.platform_variable, config.launcher.variable) if v]
-    sha = next((found for v in variables if (found := provenance_commit(
-        text, v, config.registry.tag_prefix)) is not None), None)
+    sha, where = pinned_commit(config, text)
     if sha is not None:
         try:
             git.resolve_commit(repo, sha)
-            return sha, f"provenance comment in {config.launcher.path.name}"
+            return sha, f"{where} in {config.launcher.path.name}"
         except git.GitError:
             pass
     return "HEAD~1", "HEAD~1 (no pinned-image provenance found)"

@@ -2,25 +2,29 @@
 
 Glue only: it turns the config into a reference, a registry client and rules, asks the
 registry for the image, applies the pure checks in verify.py and prepares the launcher edit
-in pin.py. The tasks print and exit; nothing here does.
+in pin.py (or, with launcher.table, in launcher/table.py). The tasks print and exit; nothing
+here does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpurl_tasks import git
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.generate import check_launcher, fitted_plan
 from gpurl_tasks.dockerfile.provenance import LABEL_PLAN_FINGERPRINT
 from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError, PinError, RegistryError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
+from gpurl_tasks.launcher.table import EntryPin, TableShape, check_entries, pin_entries
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import ImageIndex, PulledImage, parse_manifest, same_platform
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
@@ -44,21 +48,30 @@ from gpurl_tasks.release.pin import (
     unified_diff,
 )
 from gpurl_tasks.release.verify import Record, Report, Rules, check_layers, layer_instructions, report_json
+from gpurl_tasks.values import source_commit
 from gpurl_tasks.writer.records import record_of
 
 __all__ = [
     "IndexPinOutcome",
     "IndexReport",
     "PinChange",
+    "TablePinOutcome",
     "apply_pin",
+    "check_pinnable",
     "load_plan",
     "missing_blobs",
     "pin_each",
     "pin_index",
     "pin_reference",
+    "pin_table",
     "prepare_pin",
+    "prepare_pins",
     "read_records",
     "rules_for",
+    "shown_path",
+    "table_pin",
+    "table_tag",
+    "verified_image",
     "verify_image",
     "verify_reference",
     "verify_task",
@@ -149,10 +162,42 @@ class PinChange:
     def changed(self) -> bool:
         return self.old != self.new
 
+    def said(self, *, dry_run: bool, written: bool) -> str | None:
+        """What a dry run prints (the diff) or a pin that wrote nothing; None once written."""
+        if dry_run:
+            return self.diff.rstrip("\n") or f"{self.path}: already pinned to {self.value}"
+        return None if written else f"{self.path} already pins {self.value}; nothing to do"
+
 
 def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bool,
                 today: dt.date) -> PinChange:
     """Check the reference and rules, and compute the new launcher text (nothing written)."""
+    return prepare_pins(((config, image, report),), force=force, today=today)
+
+
+def prepare_pins(pinned: Sequence[tuple[Config, PulledImage, Report]], *, force: bool,
+                 today: dt.date) -> PinChange:
+    """Check each image, and compute the one launcher edit that pins them: the entries of an
+    image table (launcher.table), else the one image's variable (nothing written)."""
+    for config, image, report in pinned:
+        check_pinnable(config, image, report, force=force)
+    first = pinned[0][0]
+    old = read_launcher(first)
+    values = [pinned_value(image.ref, image.manifest_digest) for _, image, _ in pinned]
+    if first.launcher.table:
+        new = pin_entries(old, TableShape.of(first.launcher),
+                          [table_pin(config, image) for config, image, _ in pinned],
+                          where=str(shown_path(first)))
+    else:
+        (config, image, report), = pinned  # one variable holds one image (an index: pin_index)
+        new = rewrite_pin(config, old, config.launcher.variable, values[0],
+                          image_comment(image, report, today))
+    return launcher_change(first, old, new, ", ".join(values))
+
+
+def check_pinnable(config: Config, image: PulledImage, report: Report, *, force: bool) -> None:
+    """Raise unless `image` may be pinned for `config`'s variant: an immutable reference, an
+    image of the variant's platform, and the rules held (or `force`)."""
     check_immutable(image.ref, config.registry)
     if image.platform and not same_platform(image.platform, config.target.platform):
         raise CheckFailed(f"refusing to pin {image.ref} for variant {config.variant.name}: its "
@@ -161,10 +206,36 @@ def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bo
                           hint=f"pin the {config.target.platform} image, or rebuild it for its "
                                f"target on cluster {config.cluster.name}")
     refuse_failing(image.ref, report, force=force)
-    old = read_launcher(config)
-    value = pinned_value(image.ref, image.manifest_digest)
-    new = rewrite_pin(config, old, config.launcher.variable, value, image_comment(image, report, today))
-    return launcher_change(config, old, new, value)
+
+
+def table_pin(config: Config, image: PulledImage) -> EntryPin:
+    """What the variant's table entry records of `image`: its manifest digest, its immutable
+    tag, and the commit that tag names (in full where this clone has it: the table's commits
+    are 40 hex digits, and `git fetch` takes no abbreviation)."""
+    tag = table_tag(config, image.ref)
+    commit = source_commit(tag[len(config.registry.tag_prefix) + 1:]) or ""
+    with contextlib.suppress(GpurlError):  # a commit this clone lacks: as the tag spells it
+        commit = git.resolve_commit(git.toplevel(config.root), commit)
+    return EntryPin(key=config.variant.table_key, digest=image.manifest_digest, tag=tag,
+                    commit=commit)
+
+
+def table_tag(config: Config, ref: ImageRef) -> str:
+    """`ref`'s immutable tag, which a table entry records with the commit it names (a
+    reference by digest alone has none)."""
+    tag, prefix = ref.tag or "", config.registry.tag_prefix
+    if not config.registry.is_immutable_tag(tag):
+        raise PinError(f"refusing to pin {ref} into {config.launcher.table}: an entry records "
+                       f"the image's immutable {prefix}-<gitsha> tag and its commit",
+                       hint=f"pin by the tag the build pushed (--ref "
+                            f"{config.registry.image}:{prefix}-<gitsha>)")
+    return tag
+
+
+def shown_path(config: Config) -> Path:
+    """The launcher's path as messages and diffs show it: relative to the repository root."""
+    path = config.launcher.path
+    return path.relative_to(config.root) if path.is_relative_to(config.root) else path
 
 
 def refuse_failing(ref: ImageRef, report: Report, *, force: bool) -> None:
@@ -208,10 +279,8 @@ def rewrite_pin(config: Config, text: str, variable: str, value: str, comment: s
 
 
 def launcher_change(config: Config, old: str, new: str, value: str) -> PinChange:
-    path = config.launcher.path
-    shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
-    return PinChange(path=path, value=value, old=old, new=new,
-                     diff=unified_diff(old, new, str(shown)))
+    return PinChange(path=config.launcher.path, value=value, old=old, new=new,
+                     diff=unified_diff(old, new, str(shown_path(config))))
 
 
 RUFF_DEFAULT_LINE_LENGTH = 88
@@ -314,11 +383,18 @@ class IndexReport:
 def pin_reference(config: Config, text: str | None, *, force: bool, today: dt.date,
                   env: Mapping[str, str] | None = None) -> tuple[Report, PinChange]:
     """`invoke pin`: refuse floating tags before any network, verify, prepare the edit."""
+    image, report = verified_image(config, text, env=env)
+    return report, prepare_pin(config, image, report, force=force, today=today)
+
+
+def verified_image(config: Config, text: str | None, *, env: Mapping[str, str] | None = None
+                   ) -> tuple[PulledImage, Report]:
+    """The image `text` names (default: this commit's tag) and its report; a floating tag is
+    refused before any network."""
     ref = resolve_reference(config, text)
     check_immutable(ref, config.registry)
     with open_client(config, ref, env) as client:
-        image, report = verify_image(config, ref, client)
-    return report, prepare_pin(config, image, report, force=force, today=today)
+        return verify_image(config, ref, client)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -333,11 +409,8 @@ class PinOutcome:
 
     def human(self) -> str:
         change = self.change
-        if self.dry_run:
-            return change.diff.rstrip("\n") or f"{change.path}: already pinned to {change.value}"
-        if self.written:
-            return f"pinned {change.value} in {change.path}"
-        return f"{change.path} already pins {change.value}; nothing to do"
+        return (change.said(dry_run=self.dry_run, written=self.written)
+                or f"pinned {change.value} in {change.path}")
 
     def to_json(self) -> dict[str, Any]:
         return {"value": self.change.value, "path": str(self.change.path),
@@ -518,15 +591,66 @@ def _put_or_find(client: RegistryClient, index_ref: ImageRef, index: ImageIndex,
     return digest, state
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class TablePinOutcome:
+    """`invoke pin` into an image table: each variant's entry and report, and the one edit."""
+
+    change: PinChange
+    entries: tuple[tuple[str, EntryPin, Report], ...]  # (variant, its entry's values, report)
+    written: bool
+    dry_run: bool
+    exit_code: int = ExitCode.OK
+
+    def human(self) -> str:
+        change = self.change
+        return change.said(dry_run=self.dry_run, written=self.written) or "\n".join(
+            f"pinned {pin.key} in {change.path}: {pin.tag} {pin.digest} (variant {variant}, "
+            f"commit {pin.commit[:12]})" for variant, pin, _ in self.entries)
+
+    def to_json(self) -> dict[str, Any]:
+        change = self.change
+        return {"value": change.value, "path": str(change.path), "changed": change.changed,
+                "written": self.written, "dry_run": self.dry_run, "diff": change.diff,
+                "entries": {variant: {"key": pin.key, "digest": pin.digest, "tag": pin.tag,
+                                      "source_commit": pin.commit}
+                            for variant, pin, _ in self.entries},
+                "reports": {variant: report_json(r) for variant, _, r in self.entries}}
+
+
+def pin_table(configs: Sequence[Config], text: str | None, *, force: bool, dry_run: bool,
+              warn: Callable[[str], None], today: dt.date) -> TablePinOutcome:
+    """Verify each variant's image and pin them all into their table entries in one atomic
+    write: entries sharing a commit variable, all pinned to one commit, move it once."""
+    first = configs[0]  # bad input is named before any image is fetched
+    check_entries(read_launcher(first), TableShape.of(first.launcher),
+                  [c.variant.table_key for c in configs], where=str(shown_path(first)))
+    for config in configs:
+        check_immutable(ref := resolve_reference(config, text), config.registry)
+        table_tag(config, ref)
+    pinned = [(config, *verified_image(config, text)) for config in configs]
+    change = prepare_pins(pinned, force=force, today=today)
+    for _, _, report in pinned:
+        if not report.ok:
+            warn(f"warning: pinning {report.reference} despite failing rules (--force)")
+    written = False if dry_run else apply_pin(change)
+    return TablePinOutcome(change=change, written=written, dry_run=dry_run, entries=tuple(
+        (config.variant.name, table_pin(config, image), report)
+        for config, image, report in pinned))
+
+
 def pin_each(configs: tuple[Config, ...], text: str | None, *, force: bool, dry_run: bool,
              warn: Callable[[str], None], today: dt.date | None = None
-             ) -> tuple[tuple[str, PinOutcome | IndexPinOutcome], ...]:
-    """`invoke pin` over the chosen variants: each to its own variable, and the variants of
+             ) -> tuple[tuple[str, PinOutcome | IndexPinOutcome | TablePinOutcome], ...]:
+    """`invoke pin` over the chosen variants: all into their entries of an image table
+    (launcher.table) in one edit; else each to its own variable, and the variants of
     different platforms sharing one (an image index, release/index.py) together. One of them
     chosen alone (--variant, or --ref of its own image) pins only its platform variable."""
     today = today or dt.datetime.now(dt.UTC).date()
+    if configs[0].launcher.table:
+        return (("+".join(c.variant.name for c in configs),
+                 pin_table(configs, text, force=force, dry_run=dry_run, warn=warn, today=today)),)
     chosen = {c.variant.name for c in configs}
-    out: list[tuple[str, PinOutcome | IndexPinOutcome]] = []
+    out: list[tuple[str, PinOutcome | IndexPinOutcome | TablePinOutcome]] = []
     done: set[str] = set()
     for config in configs:
         if config.variant.name in done:

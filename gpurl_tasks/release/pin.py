@@ -27,12 +27,18 @@ import dataclasses
 import datetime as dt
 import difflib
 import os
-import re
 import sys
 
 from gpurl_tasks.config import RegistrySettings
 from gpurl_tasks.errors import PinError
 from gpurl_tasks.imageref import ImageRef
+from gpurl_tasks.launcher.source import (
+    find_assignment,
+    node_span,
+    parse_module,
+    source_lines,
+    string_literal,
+)
 from gpurl_tasks.values import PIN_MARKER, format_bytes
 
 __all__ = [
@@ -43,9 +49,6 @@ __all__ = [
     "rewrite_assignment",
     "unified_diff",
 ]
-
-_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Provenance:
@@ -89,54 +92,6 @@ def provenance_comment(info: Provenance) -> str:
             f"{info.date.isoformat()}")
 
 
-def _lines(text: str) -> list[str]:
-    """Lines with their own endings, split the way the tokenizer counts them."""
-    return _LINE_RE.findall(text)
-
-
-def _targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Assign):
-        return list(node.targets)
-    if isinstance(node, ast.AnnAssign):
-        return [node.target]
-    return []
-
-
-def _names_in(target: ast.expr) -> list[str]:
-    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
-
-
-def _find_assignment(tree: ast.Module, variable: str, where: str) -> ast.Assign | ast.AnnAssign:
-    found: list[ast.Assign | ast.AnnAssign] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
-            continue
-        for target in _targets(node):
-            if variable not in _names_in(target):
-                continue
-            if not isinstance(target, ast.Name) or len(_targets(node)) != 1:
-                raise PinError(f"{where}:{node.lineno}: {variable} is assigned together with "
-                               "other names; gpurl only rewrites `NAME = \"...\"`")
-            found.append(node)
-    if not found:
-        raise PinError(f"{where} has no assignment to {variable}",
-                       hint="check launcher.path and launcher.variable in the config")
-    if len(found) > 1:
-        lines = ", ".join(str(n.lineno) for n in sorted(found, key=lambda n: n.lineno))
-        raise PinError(f"{where} assigns {variable} {len(found)} times (lines {lines})",
-                       hint="keep exactly one assignment so the pin is unambiguous")
-    node = found[0]
-    if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-        raise PinError(f"{where}:{node.lineno}: {variable} is not assigned a plain string literal")
-    return node
-
-
-def _offset(lines: list[str], lineno: int, col_bytes: int) -> int:
-    """ast (1-based line, UTF-8 byte column) -> index into the text."""
-    start = sum(len(line) for line in lines[: lineno - 1])
-    return start + len(lines[lineno - 1].encode()[:col_bytes].decode())
-
-
 def _comment_lines(comment: str, indent: str, line_length: int) -> list[str]:
     """`comment` as one line, or split at ", " into `# gpurl pin:` lines that fit."""
     if len(indent) + len(comment) <= line_length or not comment.startswith(PIN_MARKER):
@@ -161,42 +116,36 @@ def rewrite_assignment(source: str, variable: str, value: str, comment: str, *,
     (idempotent: the date in an existing comment is not refreshed by a no-op pin). Lines
     gpurl writes stay within `line_length`, when given, where a break is possible (E501).
     """
-    if not value.isprintable() or any(c in value for c in "\"'\\"):
-        raise PinError(f"refusing to write {value!r} into {where}: it needs escaping")
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        raise PinError(f"{where} is not valid Python ({exc.msg}, line {exc.lineno})") from None
-    node = _find_assignment(tree, variable, where)
+    string_literal(value, "", where)  # refused before the file is read
+    node = find_assignment(parse_module(source, where), variable, where)
     literal = node.value
-    assert isinstance(literal, ast.Constant) and literal.end_lineno is not None
-    lines = _lines(source)
+    if not (isinstance(literal, ast.Constant) and isinstance(literal.value, str)):
+        raise PinError(f"{where}:{node.lineno}: {variable} is not assigned a plain string literal")
+    lines = source_lines(source)
     stmt_line = node.lineno - 1
     above = stmt_line
     while above > 0 and lines[above - 1].lstrip().startswith(PIN_MARKER):
         above -= 1
     if literal.value == value and above < stmt_line:
         return source
-    start = _offset(lines, literal.lineno, literal.col_offset)
-    end = _offset(lines, literal.end_lineno, literal.end_col_offset or 0)
+    start, end = node_span(lines, literal)
     old_literal = source[start:end]
-    quote = "'" if old_literal.lstrip("rRuU")[:1] == "'" and "'" not in value else '"'
+    new_literal = string_literal(value, old_literal, where)
     line = lines[stmt_line]
     indent = line[: len(line) - len(line.lstrip(" \t"))]
     ending = line[len(line.rstrip("\r\n")):] or os.linesep
-    new_literal = f"{quote}{value}{quote}"
     one_line = len(line.rstrip("\r\n")) - len(old_literal) + len(new_literal)
     limit = line_length or sys.maxsize
     if literal.lineno == node.lineno and one_line > limit:
         new_literal = f"({ending}{indent}    {new_literal}{ending}{indent})"
-    lines = _lines(source[:start] + new_literal + source[end:])
+    lines = source_lines(source[:start] + new_literal + source[end:])
     lines[above:stmt_line] = [f"{indent}{text}{ending}"
                               for text in _comment_lines(comment, indent, limit)]
     return "".join(lines)
 
 
 def unified_diff(old: str, new: str, path: str) -> str:
-    return "".join(difflib.unified_diff(_lines(old), _lines(new), fromfile=f"a/{path}",
+    return "".join(difflib.unified_diff(source_lines(old), source_lines(new), fromfile=f"a/{path}",
                                         tofile=f"b/{path}"))
 
 
