@@ -517,19 +517,21 @@ def render_block(*, profile: str, workspace: Path, python: str, registry: str,
         lines += ["", f"[{base}.cluster]", f"name = {_toml(clusters[variants[0].arch])}"]
     if arch_list:
         lines += ["", f"[{base}.build]", f"cuda-arch-list = {_toml(arch_list)}"]
-    if table:
-        lines += ["", f"# The pins live in {table.path.as_posix()} ({table.table}"
-                  + "".join(f", {c}" for c in table.commits) + ").",
-                  "# PLACEHOLDER: the keys that make `pin` write that table's entries go here",
-                  "# (docs/verify-and-pin.md); until then `pin` writes the launcher variables.",
-                  ]
+    defaults = LauncherSettings()
+    if table:  # `pin` writes each variant's entry of the table (docs/verify-and-pin.md)
+        lines += ["", f"[{base}.launcher]", f"path = {_toml(table.path.as_posix())}",
+                  f"table = {_toml(table.table)}"]
+        if defaults.commit_variable not in table.commits:
+            lines.append('commit-variable = ""  # no module-level source commit to move')
     first = variants[0]
-    default_variable = LauncherSettings().variable
     for variant in variants:
         own = variant.name if variant.arch == first.arch else variant.name.rsplit("-", 1)[0]
         lines += ["", f"[{base}.variants.{variant.name}]", f"extras = {_toml(variant.extras)}"]
-        if variant is not first:
-            variable = default_variable if own == first.name else \
+        if table and own != variant.name:  # the entry of its own image, on its platform
+            lines.append("table-key = " + _toml(defaults.table_key.replace(
+                "{VARIANT}", re.sub(r"[^A-Z0-9]", "_", own.upper()))))
+        elif variant is not first and not table:
+            variable = defaults.variable if own == first.name else \
                 f"{re.sub(r'[^A-Z0-9]', '_', own.upper())}_DOCKER_IMAGE"
             lines.append(f"launcher-variable = {_toml(variable)}")
         if variant.arch != first.arch:

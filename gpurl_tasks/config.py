@@ -410,7 +410,7 @@ class LauncherSettings:
     # the launcher's variable holding the environment's python (or its directory): where the
     # launcher assigns it, generate and pin refuse a path outside build.venv
     python_variable: str = _field("RL_PYTHON", check=values.identifier, bakes="none")
-    # A typed image table instead of a variable (release/table.py): the module-level dict the
+    # A typed image table instead of a variable (launcher/table.py): the module-level dict the
     # pin writes into, e.g. GPU_RL_IMAGES = {(ImageArchitecture.AMD64, ImageVariant.STANDARD):
     # GpuRlImage(digest=..., tag=..., source_commit=...), ...}; empty: pin `variable`
     table: str = _field("", check=values.optional(values.identifier), bakes="none")
