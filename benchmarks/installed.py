@@ -57,8 +57,9 @@ def _uv() -> str:
 
 
 def build_wheel(out: Path) -> Path:
-    """`uv build --wheel` of this checkout into `out`: the wheel."""
-    _run([_uv(), "build", "--wheel", "--quiet", "--out-dir", out, REPO_ROOT], cwd=out.parent,
+    """`uv build` of this checkout into `out` (the sdist, then the wheel from the sdist, so
+    nothing but what the sdist ships reaches the wheel): the wheel."""
+    _run([_uv(), "build", "--quiet", "--out-dir", out, REPO_ROOT], cwd=out.parent,
          env={**os.environ, "UV_SYSTEM_CERTS": "1"})
     (wheel,) = out.glob("gpurl-*.whl")
     return wheel

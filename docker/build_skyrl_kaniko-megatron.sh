@@ -194,6 +194,9 @@ case "$-" in *x*) TRACING=1 ;; *) TRACING=0 ;; esac
 if [ -z "${DOCKER_TOKEN:-}" ]; then
   die "DOCKER_TOKEN is not set: the push to $REGISTRY_HOST needs a registry token"
 fi
+if [ -z "$DOCKER_USER_ID" ]; then
+  die "DOCKER_USER_ID is not set: the push to $REGISTRY_HOST authenticates as USER:TOKEN (registry.user)"
+fi
 export DOCKER_CONFIG="$KANIKO_DIR/.docker"
 mkdir -p "$DOCKER_CONFIG"
 AUTH="$(printf '%s:%s' "$DOCKER_USER_ID" "$DOCKER_TOKEN" | base64 -w0)"

@@ -47,17 +47,19 @@ def plan(c: Context, lock: str | None = None, extra: list[str] | None = None,
 @task(iterable=["extra"], help={
     "probe": "fetch the missing sizes over HTTP (HEAD + zip directory) into layers.size-cache",
     "lock": "uv.lock to read (config key: lock)", "extra": "extra to select; repeatable",
-    "offline": "with --probe: list what would be probed and fetch nothing"})
+    "offline": "with --probe: list what would be probed and fetch nothing",
+    "variant": VARIANT_HELP + "; each variant's wheels are its own platform's"})
 def sizes(c: Context, probe: bool = False, lock: str | None = None,
           extra: list[str] | None = None, offline: bool = False, json: bool = False,
-          profile: str | None = None) -> Outcome | None:
+          profile: str | None = None, variant: str | None = None) -> Outcome | None:
     """List the wheels whose installed size (and maybe compressed size) nothing records.
 
     With --probe, fetch every one over HTTP and cache what worked in layers.size-cache; exit 2
     if any failed (one line each, with its host and error). --offline never touches the network."""
     from gpurl_tasks.plan.probe import survey_sizes
-    config = cli.config_for(profile, lock=cli.path_flag(lock), python__extras=extra or None)
-    return survey_sizes(config, probe=probe, dry_run=offline, progress=cli.say)
+    return survey_sizes(cli.variant_configs(profile, variant, lock=cli.path_flag(lock),
+                                            python__extras=extra or None),
+                        probe=probe, dry_run=offline, progress=cli.say)
 
 
 @task(help={"check": "fail (exit 1) when a committed Dockerfile or slice file is stale",

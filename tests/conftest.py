@@ -60,6 +60,15 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+@pytest.fixture(scope="session")
+def gpurl_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """gpurl's wheel as `uv build --wheel` makes it from this checkout, once a test run (the
+    installed-tool tests and the adoption page install it as a user does)."""
+    from benchmarks.installed import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel") / "dist")
+
+
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
     """Debian's `docker-registry` on 127.0.0.1 in plain HTTP, one per test module."""

@@ -9,17 +9,16 @@ Every `console` block of the page runs, in page order, in one bash session at th
 it, byte for byte. Stand-ins: the KUBECONFIG file and the registry token (a dry run reaches
 neither the cluster nor the registry).
 
-Until the installed wheel finds the project in the current directory (issue 49 item 1),
-`test_adopt_page_followed_literally` is expected to fail; `test_adopt_page_through_init` runs
-the page's install and init sections with `gpurl` standing for this checkout's program (the
-install line itself is skipped), which is what init needs.
+`test_adopt_page_followed_literally` installs gpurl's wheel with `uv tool install` as the page
+says; `test_adopt_page_through_init` runs the install and init sections with `gpurl` standing
+for this checkout's program (the install line skipped), so a failure of init shows apart from
+one of the wheel.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -33,12 +32,12 @@ from gpurl_tasks.shims import SHIMS
 from tests.conftest import REPO_ROOT
 from tests.support.doc_samples import command_and_exit, fenced
 from tests.support.git import git
-from tests.support.local_parts import need, uv
+from tests.support.local_parts import need
 from tests.support.team_fixture import fetch_pypi_wheels, serve_team
 
 PAGE = REPO_ROOT / "docs" / "adopt.md"
 FIXTURE = "examples/team"
-INSTALL = 'uv tool install "$GPURL_WHEEL"'
+INSTALL = 'uv tool install "$WHEEL"'
 TOKEN = "ghp_" + "x" * 36
 
 
@@ -82,6 +81,7 @@ def _environment(tmp_path: Path, path: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GPURL_", "GHCR_", "VIRTUAL_ENV", "UV_TOOL"))}
     env.update(HOME=str(tmp_path), KUBECONFIG=str(kube), GPURL_REGISTRY_TOKEN=TOKEN,
+               GPURL_REGISTRY_USER="team-bot",
                GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t", UV_CACHE_DIR=str(tmp_path / "uv-cache"), **path)
     return env
@@ -101,8 +101,7 @@ def test_adopt_page_through_init(tmp_path: Path) -> None:
     bin_dir.mkdir()
     stand_in = bin_dir / "gpurl"  # the installed entry point, from this checkout
     stand_in.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO_ROOT))} exec "
-                        f"{shlex.quote(sys.executable)} -c 'from gpurl_tasks.program import "
-                        "main; main()' \"$@\"\n")
+                        f"{shlex.quote(sys.executable)} -m gpurl_tasks \"$@\"\n")
     stand_in.chmod(0o755)
     repo = _repository(tmp_path / "work" / "team")
     before = (repo / "pyproject.toml").read_text()
@@ -122,37 +121,18 @@ def test_adopt_page_through_init(tmp_path: Path) -> None:
         "standard", "megatron", "standard-arm64", "megatron-arm64"]
 
 
-def _wheel(tmp_path: Path) -> Path:
-    """gpurl's wheel, built by uv from the checkout's tracked files (a copy: a build writes
-    into its source tree)."""
-    source = tmp_path / "gpurl-src"
-    for name in filter(None, git(REPO_ROOT, "ls-files", "-z").split("\0")):
-        if (REPO_ROOT / name).is_file() and not name.startswith(("tests/", "examples/")):
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO_ROOT / name, source / name)
-    done = subprocess.run([uv(), "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(source)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    need(done.returncode == 0, f"cannot build gpurl's wheel here: {done.stderr[-500:]}")
-    (wheel,) = (tmp_path / "dist").glob("gpurl-*.whl")
-    return wheel
-
-
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the installed gpurl finds no project in the current "
-                   "directory until issue 49 item 1 (and plan refuses the hashless torch until "
-                   "item 4)")
-def test_adopt_page_followed_literally(tmp_path: Path) -> None:
+def test_adopt_page_followed_literally(tmp_path: Path, gpurl_wheel: Path) -> None:
     """The whole page, from `uv tool install` of the wheel built here to the four dry runs."""
     try:
         fetch_pypi_wheels(tmp_path / "pypi")
     except GpurlError as exc:
         need(False, f"cannot download the fixture's PyPI wheels: {exc}")
-    wheel = _wheel(tmp_path)
     tools = tmp_path / "tools"
     repo = _repository(tmp_path / "work" / "team")
     env = _environment(tmp_path, {
-        "PATH": f"{tools / 'bin'}{os.pathsep}{os.environ['PATH']}", "GPURL_WHEEL": str(wheel),
+        "PATH": f"{tools / 'bin'}{os.pathsep}{os.environ['PATH']}", "WHEEL": str(gpurl_wheel),
         "UV_TOOL_DIR": str(tools / "envs"), "UV_TOOL_BIN_DIR": str(tools / "bin")})
     with serve_team(tmp_path / "pypi", tmp_path / "serve"):
         done = _run(PAGE.read_text(), repo, env)

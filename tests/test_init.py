@@ -350,8 +350,8 @@ def test_the_first_generate_names_what_is_missing_then_succeeds(team: Path, tmp_
         need(False, f"cannot download the fixture's PyPI wheels: {exc}")
     assert pypi
     with serve_team(tmp_path / "pypi", tmp_path / "serve"):
-        for variant in load_config(team, profile=None, env={}).variants:
-            config = load_config(team, profile=None, env={}, variant=variant.name)
-            assert survey_sizes(config, probe=True, dry_run=False, progress=lambda _: None).exit_code == 0
+        configs = tuple(load_config(team, profile=None, env={}, variant=variant.name)
+                        for variant in load_config(team, profile=None, env={}).variants)
+        assert survey_sizes(configs, probe=True, dry_run=False, progress=lambda _: None).exit_code == 0
     generate_profiles(team, None, check=False, repack=False)
     assert (team / "docker" / "Dockerfile.gpu-rl").is_file()

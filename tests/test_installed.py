@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.installed import build_wheel, install, render, scratch_project, user_env
+from benchmarks.installed import install, render, scratch_project, user_env
 from gpurl_tasks.shims import SHIMS
 from tests.conftest import REPO_ROOT
 
@@ -43,10 +43,9 @@ def _run(argv: list[str | Path], *, cwd: Path, env: Mapping[str, str],
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def venv(tmp_path_factory: pytest.TempPathFactory, gpurl_wheel: Path) -> Path:
     """`uv build --wheel` of this checkout, installed with uv into a fresh virtualenv."""
-    root = tmp_path_factory.mktemp("installed")
-    return install(build_wheel(root / "dist"), root / "venv")
+    return install(gpurl_wheel, tmp_path_factory.mktemp("installed") / "venv")
 
 
 @pytest.fixture(scope="module")

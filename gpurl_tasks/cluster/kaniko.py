@@ -366,7 +366,8 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         "CRANE_URL": q(pins.crane_url or config.variant.crane_archive[0]),
         "CRANE_SHA256": q(pins.crane_sha256 or config.variant.crane_archive[1]),
         "EXECUTOR_IMAGE": q(pinned_executor(pins.executor_image or config.cluster.kaniko_executor)),
-        "REGISTRY_USER": _plain("registry.user", registry.user),
+        # unset: the job's DOCKER_USER_ID only (`build` passes it, and refuses without one)
+        "REGISTRY_USER": _plain("registry.user", registry.user) if registry.user else "",
         "WHEEL_SOURCE": _plain("build.wheel-source", config.build.wheel_source),
         "TAG_PREFIX": _plain("registry.tag-prefix", registry.tag_prefix),
         "FLOATING_TAG": _plain("registry.floating-tag", registry.floating_tag),

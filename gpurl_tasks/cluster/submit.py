@@ -117,7 +117,7 @@ def guard_immutable_tag(prepared: PreparedBuild, existing: str | None, *, force:
 
 # What a dry run warns about instead of refusing: the cluster access a user reviewing the
 # build may not have (the real build still refuses without it)
-ACCESS_CHECKS = ("kubeconfig", "registry-token")
+ACCESS_CHECKS = ("kubeconfig", "registry-token", "registry-user")
 NO_TOKEN = TokenSource(token=Secret("<no token>"), source="nowhere (a dry run without one)")
 
 
@@ -130,7 +130,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     the tree the job bundles (and its tag), whatever else needs fixing.
     `pins` say where the job's script gets crane and the kaniko executor (tests serve
     stand-ins from 127.0.0.1; production uses the pinned release and image digest).
-    `dry_run`: a missing kubeconfig or token (ACCESS_CHECKS) is a warning of the result,
+    `dry_run`: a missing kubeconfig, token or user (ACCESS_CHECKS) is a warning of the result,
     not a refusal, so the commands can be reviewed without cluster access."""
     warnings: list[str] = []
 
@@ -158,7 +158,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     found = world.token()
     access(doctor.registry_token(found, config.registry.host))
     token = (found or NO_TOKEN) if dry_run else doctor.required_token(found, config.registry.host)
-    require(doctor.registry_user(config))
+    access(doctor.registry_user(config))
     tree = world.source(config.root, ignored_paths(config))
     if tree is None:
         raise BuildError(

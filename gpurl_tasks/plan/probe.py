@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -188,18 +188,23 @@ class SizeSurvey:
                 "failed": [{"url": f.url, "host": f.host, "error": f.error} for f in self.failed]}
 
 
-def survey_sizes(config: Config, *, probe: bool, dry_run: bool,
+def survey_sizes(configs: Sequence[Config], *, probe: bool, dry_run: bool,
                  progress: Callable[[str], None] = lambda _: None) -> SizeSurvey:
-    """The closure's wheels without a known installed size; with `probe` (not `dry_run`), fetch
-    every one and cache what was found in layers.size-cache, even when some fail."""
-    closure = install_closure(load_lock(config.lock), config.target, config.python)
-    sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
-    known = urls_to_probe(closure.packages, target_tags(config.target), sources)
+    """The wheels of every variant's closure (each on its own platform) without a known
+    installed size; with `probe` (not `dry_run`), fetch every one and cache what was found in
+    layers.size-cache, even when some fail."""
+    known: dict[str, bool] = {}
+    for config in configs:
+        closure = install_closure(load_lock(config.lock), config.target, config.python)
+        sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
+        for url, compressed in urls_to_probe(closure.packages, target_tags(config.target),
+                                             sources).items():
+            known.setdefault(url, compressed)
     urls = tuple(known)
     no_compressed = tuple(url for url, compressed in known.items() if not compressed)
     if not probe or dry_run:
         return SizeSurvey(to_probe=urls, no_compressed=no_compressed)
-    cache = config.layers.size_cache
+    cache = configs[0].layers.size_cache
     if cache is None:
         raise ConfigError("layers.size-cache is not set; nowhere to store probed sizes")
     found, failed = probe_urls(urls, progress=lambda url: progress(f"probing {url}"))
