@@ -46,8 +46,8 @@ CRANE_SHA256=36c67a932f489b3f2724b64af90b599a8ef2aa7b004872597373c0ad694dc059
 EXECUTOR_IMAGE=gcr.io/kaniko-project/executor@sha256:9e69fd4330ec887829c780f5126dd80edc663df6def362cd22e79bcdf00ac53f
 # The compiled wheels: where the prebuilt ones are fetched into and from, and which source
 # the build uses (the Dockerfile's WHEEL_SOURCE).
-WHEELHOUSE="$CONTEXT"/docker/wheelhouse
-WHEEL_BASE_URL=https://huggingface.co/datasets/laion/gpu-rl-build-wheels/resolve/main
+WHEELHOUSE="$CONTEXT"/docker/wheelhouse-skyrl
+WHEEL_BASE_URL=https://huggingface.co/datasets/laion/gpu-rl-build-wheels/resolve/main/skyrl
 PREBUILT_WHEELS=(flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl vllm-0.16.0+g76259c63a.cu128-cp312-cp312-linux_x86_64.whl)
 WHEEL_SOURCE="${WHEEL_SOURCE:-prebuilt-wheelhouse}"
 case "$WHEEL_SOURCE" in
@@ -223,7 +223,7 @@ else
   die "cannot check whether $DESTINATION exists: $(tr '\n' ' ' <"$WORK/crane.err")"
 fi
 
-ABI_KEY='fork=76259c63a flash-attn=2.8.3 torch=2.9.1 cuda=cu128 py=cp312 platform=linux_x86_64 arch-list=-'
+ABI_KEY='fork=76259c63a flash-attn=2.8.3 torch=2.9.1 cuda=cu128 py=cp312 platform=linux_x86_64 arch-list=8.0;9.0'
 WHEEL_PLATFORM=linux_x86_64
 if [ "$WHEEL_SOURCE" = prebuilt-wheelhouse ]; then
   echo "==> prebuilt wheels from $WHEEL_BASE_URL"

@@ -73,6 +73,7 @@ __all__ = [
     "apt_options",
     "render_recipe",
     "slice_run",
+    "wheel_source_arg",
 ]
 
 BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
@@ -107,6 +108,13 @@ def _args(config: Config) -> dict[str, str]:
     if b.cuda_arch_list:
         args["TORCH_CUDA_ARCH_LIST"] = b.cuda_arch_list
     return args
+
+
+def wheel_source_arg(config: Config, chosen: str | None = None) -> dict[str, str]:
+    """The WHEEL_SOURCE build arg (`chosen`, else build.wheel-source); none for a profile
+    without compiled wheels, whose Dockerfile declares no such ARG."""
+    return {"WHEEL_SOURCE": chosen or config.build.wheel_source} if config.build.compiled_wheels \
+        else {}
 
 
 def _pins(config: Config) -> WheelPins:

@@ -46,8 +46,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from gpurl_tasks.config import Arch, BuildSettings, TargetSpec
-from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.config import Arch, BuildSettings, Config, TargetSpec
+from gpurl_tasks.errors import ConfigError, GpurlError
 from gpurl_tasks.plan.model import ProvidedPackage
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import glob_project
@@ -57,13 +57,16 @@ __all__ = [
     "ABI_KEY_PREFIX",
     "FoundWheel",
     "Mismatch",
+    "NoCompiledWheels",
     "WheelCheckError",
     "WheelNameError",
     "WheelPins",
     "WheelSpec",
     "abi_key",
+    "build_table",
     "check_abi_key",
     "check_provided",
+    "check_variant_wheels",
     "check_wheels",
     "configured_globs",
     "expected_filenames",
@@ -71,6 +74,7 @@ __all__ = [
     "parse_manifest",
     "pins_from_args",
     "prebuilt_filenames",
+    "require_compiled_wheels",
     "spec_versions",
     "target_wheel_tags",
     "wheel_specs",
@@ -87,6 +91,22 @@ class WheelCheckError(GpurlError):
 
 class WheelNameError(GpurlError):
     """A compiled wheel's exact file name cannot be derived; the message names the key to set."""
+
+
+class NoCompiledWheels(GpurlError):
+    """A wheel task asked of a profile that compiles none: its lock is the whole truth."""
+
+
+def require_compiled_wheels(config: Config, task: str) -> None:
+    """Refuse `task` (a wheel task or flag) for a profile without compiled wheels, saying so,
+    instead of failing on a wheel-builder stage or wheelhouse its Dockerfile does not have."""
+    if not config.build.compiled_wheels:
+        raise NoCompiledWheels(
+            f"{task}: profile {config.profile!r}{config.variant.note} has no compiled wheels "
+            "(build.wheel-specs and build.wheel-globs are empty): the lock installs every "
+            "package, so there is no wheel-builder, wheelhouse or MANIFEST",
+            hint="nothing to do for this profile; to compile wheels, set build.wheel-specs and "
+                 "build.wheel-globs, then run `invoke generate`")
 
 
 @dataclasses.dataclass(**_KW)
@@ -542,6 +562,64 @@ def prebuilt_filenames(pins: WheelPins, globs: Sequence[str],
     glob nothing pins), never returns a malformed name."""
     return tuple(sorted({_pair_filename(s, pins) if s.pinned else _generic_filename(s, pins, versions)
                          for s in wheel_specs(pins, globs)}))
+
+
+def _variant_names(configs: Sequence[Config]) -> str:
+    return ", ".join(repr(c.variant.name) for c in configs)
+
+
+def build_table(config: Config) -> str:
+    """The table a variant's build pins are set in (the profile's for its first variant)."""
+    variant = f".variants.{config.variant.name}" if config.variant.declared and \
+        config.variant != config.variants[0] else ""
+    return f"[tool.gpurl.profiles.{config.profile}{variant}.build]"
+
+
+def check_variant_wheels(configs: Sequence[Config]) -> None:
+    """What a profile's variants' compiled-wheel config must agree on, from the config alone
+    (`generate` refuses before it writes anything): each variant that compiles wheels names its
+    arch list; a wheel location (build.wheelhouse, build.wheel-base-url) holds one MANIFEST, so
+    variants of different ABI keys must not share one; one fork commit is one vLLM version.
+    Raises ConfigError naming the variants and keys."""
+    compiled = [c for c in configs if c.build.compiled_wheels]
+    if not compiled:
+        return
+    profile = compiled[0].profile
+    no_arch = [c for c in compiled if not c.build.cuda_arch_list]
+    if no_arch:
+        raise ConfigError(
+            f"profile {profile!r}: variant(s) {_variant_names(no_arch)} compile wheels but "
+            "build.cuda-arch-list is empty (the MANIFEST would record arch-list=-)",
+            hint=f"set cuda-arch-list (the GPUs' compute capabilities, like \"8.0;9.0\") in "
+                 f"{build_table(no_arch[0])}")
+    keys = {c.variant.name: abi_key(pins_from_args({}, c.build, c.target)) for c in compiled}
+    for key in ("wheelhouse", "wheel-base-url"):
+        shared: dict[str, list[Config]] = {}
+        for c in compiled:
+            if where := str(getattr(c.build, key.replace("-", "_"))):
+                shared.setdefault(where, []).append(c)
+        for where, users in shared.items():
+            if len({keys[c.variant.name] for c in users}) > 1:
+                raise ConfigError(
+                    f"profile {profile!r}: variants {_variant_names(users)} share "
+                    f"build.{key} {where} but their compiled wheels' ABI keys differ "
+                    f"({' vs '.join(sorted({keys[c.variant.name] for c in users}))}): one "
+                    "location holds one MANIFEST, so at most one variant's wheels could pass",
+                    hint=f"give each variant its own build.{key} in its "
+                         f"[tool.gpurl.profiles.{profile}.variants.NAME.build] table")
+    forks: dict[tuple[str, str], list[Config]] = {}
+    for c in compiled:
+        if c.build.vllm_fork_commit:
+            forks.setdefault((c.build.vllm_fork_repo, c.build.vllm_fork_commit), []).append(c)
+    for (repo, commit), users in forks.items():
+        versions = sorted({c.build.vllm_version for c in users})
+        if len(versions) > 1:
+            raise ConfigError(
+                f"profile {profile!r}: variants {_variant_names(users)} pin one vLLM fork commit "
+                f"({repo}@{commit}) as different vLLM versions ({', '.join(map(repr, versions))}): "
+                "one commit builds one version",
+                hint="make build.vllm-version the version that commit builds in every variant, "
+                     "or pin each version's own build.vllm-fork-commit")
 
 
 def check_provided(provided: Sequence[ProvidedPackage], pins: WheelPins,
