@@ -596,17 +596,22 @@ def check_variant_wheels(configs: Sequence[Config]) -> None:
     for key in ("wheelhouse", "wheel-base-url"):
         shared: dict[str, list[Config]] = {}
         for c in compiled:
-            if where := str(getattr(c.build, key.replace("-", "_"))):
+            value = getattr(c.build, key.replace("-", "_"))
+            where = (value.relative_to(c.root).as_posix() if isinstance(value, Path)
+                     and value.is_relative_to(c.root) else str(value))
+            if where:
                 shared.setdefault(where, []).append(c)
         for where, users in shared.items():
-            if len({keys[c.variant.name] for c in users}) > 1:
+            differ = sorted({keys[c.variant.name] for c in users})
+            if len(differ) > 1:
+                other = next(c for c in users if keys[c.variant.name] != keys[users[0].variant.name])
                 raise ConfigError(
                     f"profile {profile!r}: variants {_variant_names(users)} share "
                     f"build.{key} {where} but their compiled wheels' ABI keys differ "
-                    f"({' vs '.join(sorted({keys[c.variant.name] for c in users}))}): one "
-                    "location holds one MANIFEST, so at most one variant's wheels could pass",
-                    hint=f"give each variant its own build.{key} in its "
-                         f"[tool.gpurl.profiles.{profile}.variants.NAME.build] table")
+                    f"({' vs '.join(differ)}): one location holds one MANIFEST, so at most one "
+                    "variant's wheels could pass",
+                    hint=f"give variant {other.variant.name!r} its own {key} in "
+                         f"{build_table(other)}")
     forks: dict[tuple[str, str], list[Config]] = {}
     for c in compiled:
         if c.build.vllm_fork_commit:
@@ -616,10 +621,12 @@ def check_variant_wheels(configs: Sequence[Config]) -> None:
         if len(versions) > 1:
             raise ConfigError(
                 f"profile {profile!r}: variants {_variant_names(users)} pin one vLLM fork commit "
-                f"({repo}@{commit}) as different vLLM versions ({', '.join(map(repr, versions))}): "
-                "one commit builds one version",
-                hint="make build.vllm-version the version that commit builds in every variant, "
-                     "or pin each version's own build.vllm-fork-commit")
+                f"(build.vllm-fork-repo@vllm-fork-commit {repo}@{commit}) as different "
+                f"build.vllm-version values ({', '.join(map(repr, versions))}): one commit "
+                "builds one version",
+                hint="set vllm-version to the version that commit builds, the same in "
+                     + " and ".join(dict.fromkeys(build_table(c) for c in users))
+                     + " (or give each version its own vllm-fork-commit)")
 
 
 def check_provided(provided: Sequence[ProvidedPackage], pins: WheelPins,
