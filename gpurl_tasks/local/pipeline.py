@@ -63,8 +63,6 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
     env-chain stage, as kaniko builds it), then the image built from the generated Dockerfile
     and pushed. `no_cache` rebuilds every step of the final build; written slices are named
     by their inputs and reused."""
-    if wheel_source is not None:
-        require_compiled_wheels(config, f"--wheel-source {wheel_source}")
     args = {**wheel_source_arg(config, wheel_source), "GITSHA": git_sha}
     steps: list[Step[Any]] = []
     if setup:
@@ -157,7 +155,10 @@ def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_
                chain: bool = False) -> LocalBuild | DryRun:
     """setup-local, then build and push (or with `dry_run`, the commands those steps run); a
     stale Dockerfile or slice set is refused first, the dry run's too, and so is a variant of
-    another platform than this machine's."""
+    another platform than this machine's, and --wheel-source for a profile without compiled
+    wheels."""
+    if wheel_source is not None:
+        require_compiled_wheels(config, f"--wheel-source {wheel_source}")
     check_native(config, platform.machine())
     check_committed(config)
     steps = build_steps(config, git_sha=source_id(config), wheel_source=wheel_source,
