@@ -451,7 +451,11 @@ _MEGATRON_BUILD = "\n[tool.gpurl.profiles.gpu-rl.variants.megatron.build]\n"
     # one fork commit, two vLLM versions
     (lambda text: text + _MEGATRON_BUILD + 'vllm-version = "0.11.2"\n',
      ("'standard', 'megatron'", "76259c63a", "'0.11.1'", "'0.11.2'", "build.vllm-version")),
-], ids=["no-arch-list", "shared-wheelhouse", "shared-wheel-base-url", "one-fork-two-versions"])
+    # a fork commit whose version nobody states
+    (lambda text: text.replace('vllm-version = "0.11.1"', "", 1),
+     ("'standard', 'megatron'", "76259c63a", "build.vllm-version")),
+], ids=["no-arch-list", "shared-wheelhouse", "shared-wheel-base-url", "one-fork-two-versions",
+        "fork-without-version"])
 def test_a_compiled_wheel_config_the_variants_cannot_share_is_refused_writing_nothing(
         tmp_path: Path, edit: Callable[[str], str], names: tuple[str, ...]) -> None:
     """Through the real CLI: exit 2, one `error:` line naming the variants and the key, a hint

@@ -25,6 +25,10 @@ CPython extension, `{dist}-{version}-cp3XY-cp3XY-linux_{arch}.whl`, its version 
 the glob (`name-1.2.0-*.whl`) or pinned by its wheel spec (`name==1.2.0`, or a `./path`
 source whose pyproject.toml declares a static version: the demo's `./examples/demo/ext`).
 A name that cannot be derived is a `WheelNameError` naming the config key to set.
+
+A profile's variants are checked together before `generate` writes anything
+(`check_variant_wheels`): a wheel location holds one MANIFEST, so one ABI key. A profile
+without compiled wheels has none of this: its wheel tasks say so (`require_compiled_wheels`).
 """
 
 from __future__ import annotations
@@ -579,7 +583,8 @@ def check_variant_wheels(configs: Sequence[Config]) -> None:
     """What a profile's variants' compiled-wheel config must agree on, from the config alone
     (`generate` refuses before it writes anything): each variant that compiles wheels names its
     arch list; a wheel location (build.wheelhouse, build.wheel-base-url) holds one MANIFEST, so
-    variants of different ABI keys must not share one; one fork commit is one vLLM version.
+    variants of different ABI keys must not share one; a fork commit names its vLLM version,
+    and one fork commit is one vLLM version.
     Raises ConfigError naming the variants and keys."""
     compiled = [c for c in configs if c.build.compiled_wheels]
     if not compiled:
@@ -612,6 +617,13 @@ def check_variant_wheels(configs: Sequence[Config]) -> None:
                     "variant's wheels could pass",
                     hint=f"give variant {other.variant.name!r} its own {key} in "
                          f"{build_table(other)}")
+    unversioned = [c for c in compiled if c.build.vllm_fork_commit and not c.build.vllm_version]
+    if unversioned:
+        raise ConfigError(
+            f"profile {profile!r}: variant(s) {_variant_names(unversioned)} compile the vLLM fork "
+            f"at {unversioned[0].build.vllm_fork_commit} but build.vllm-version is empty (the "
+            "wheel's name and the lock check need the version that commit builds)",
+            hint=f"set vllm-version in {build_table(unversioned[0])}")
     forks: dict[tuple[str, str], list[Config]] = {}
     for c in compiled:
         if c.build.vllm_fork_commit:
