@@ -579,50 +579,48 @@ def build_table(config: Config) -> str:
     return f"[tool.gpurl.profiles.{config.profile}{variant}.build]"
 
 
-def check_variant_wheels(configs: Sequence[Config]) -> None:
-    """What a profile's variants' compiled-wheel config must agree on, from the config alone
-    (`generate` refuses before it writes anything): each variant that compiles wheels names its
-    arch list; a wheel location (build.wheelhouse, build.wheel-base-url) holds one MANIFEST, so
-    variants of different ABI keys must not share one; a fork commit names its vLLM version,
-    and one fork commit is one vLLM version.
-    Raises ConfigError naming the variants and keys."""
-    compiled = [c for c in configs if c.build.compiled_wheels]
-    if not compiled:
-        return
-    profile = compiled[0].profile
+def _arch_list_problem(compiled: Sequence[Config]) -> ConfigError | None:
     no_arch = [c for c in compiled if not c.build.cuda_arch_list]
-    if no_arch:
-        raise ConfigError(
-            f"profile {profile!r}: variant(s) {_variant_names(no_arch)} compile wheels but "
-            "build.cuda-arch-list is empty (the MANIFEST would record arch-list=-)",
-            hint=f"set cuda-arch-list (the GPUs' compute capabilities, like \"8.0;9.0\") in "
-                 f"{build_table(no_arch[0])}")
-    keys = {c.variant.name: abi_key(pins_from_args({}, c.build, c.target)) for c in compiled}
-    for key in ("wheelhouse", "wheel-base-url"):
-        shared: dict[str, list[Config]] = {}
-        for c in compiled:
-            value = getattr(c.build, key.replace("-", "_"))
-            where = (value.relative_to(c.root).as_posix() if isinstance(value, Path)
-                     and value.is_relative_to(c.root) else str(value))
-            if where:
-                shared.setdefault(where, []).append(c)
-        for where, users in shared.items():
-            differ = sorted({keys[c.variant.name] for c in users})
-            if len(differ) > 1:
-                other = next(c for c in users if keys[c.variant.name] != keys[users[0].variant.name])
-                raise ConfigError(
-                    f"profile {profile!r}: variants {_variant_names(users)} share "
-                    f"build.{key} {where} but their compiled wheels' ABI keys differ "
-                    f"({' vs '.join(differ)}): one location holds one MANIFEST, so at most one "
-                    "variant's wheels could pass",
-                    hint=f"give variant {other.variant.name!r} its own {key} in "
-                         f"{build_table(other)}")
+    if not no_arch:
+        return None
+    return ConfigError(
+        f"profile {no_arch[0].profile!r}: variant(s) {_variant_names(no_arch)} compile wheels but "
+        "build.cuda-arch-list is empty (the MANIFEST would record arch-list=-)",
+        hint=f"set cuda-arch-list (the GPUs' compute capabilities, like \"8.0;9.0\") in "
+             f"{build_table(no_arch[0])}")
+
+
+def _location_problem(compiled: Sequence[Config], key: str) -> ConfigError | None:
+    """Variants of different ABI keys sharing build.<key> (one location, one MANIFEST)."""
+    abi = {c.variant.name: abi_key(pins_from_args({}, c.build, c.target)) for c in compiled}
+    shared: dict[str, list[Config]] = {}
+    for c in compiled:
+        value = getattr(c.build, key.replace("-", "_"))
+        where = (value.relative_to(c.root).as_posix() if isinstance(value, Path)
+                 and value.is_relative_to(c.root) else str(value))
+        if where:
+            shared.setdefault(where, []).append(c)
+    for where, users in shared.items():
+        first = abi[users[0].variant.name]
+        other = next((c for c in users if abi[c.variant.name] != first), None)
+        if other is not None:
+            return ConfigError(
+                f"profile {other.profile!r}: variants {_variant_names(users)} share build.{key} "
+                f"{where} but their compiled wheels' ABI keys differ ({first} vs "
+                f"{abi[other.variant.name]}): one location holds one MANIFEST, so at most one "
+                "variant's wheels could pass",
+                hint=f"give variant {other.variant.name!r} its own {key} in {build_table(other)}")
+    return None
+
+
+def _fork_problem(compiled: Sequence[Config]) -> ConfigError | None:
+    """A fork commit without its vLLM version, or one fork commit as two versions."""
     unversioned = [c for c in compiled if c.build.vllm_fork_commit and not c.build.vllm_version]
     if unversioned:
-        raise ConfigError(
-            f"profile {profile!r}: variant(s) {_variant_names(unversioned)} compile the vLLM fork "
-            f"at {unversioned[0].build.vllm_fork_commit} but build.vllm-version is empty (the "
-            "wheel's name and the lock check need the version that commit builds)",
+        return ConfigError(
+            f"profile {unversioned[0].profile!r}: variant(s) {_variant_names(unversioned)} compile "
+            f"the vLLM fork at {unversioned[0].build.vllm_fork_commit} but build.vllm-version is "
+            "empty (the wheel's name and the lock check need the version that commit builds)",
             hint=f"set vllm-version in {build_table(unversioned[0])}")
     forks: dict[tuple[str, str], list[Config]] = {}
     for c in compiled:
@@ -631,14 +629,29 @@ def check_variant_wheels(configs: Sequence[Config]) -> None:
     for (repo, commit), users in forks.items():
         versions = sorted({c.build.vllm_version for c in users})
         if len(versions) > 1:
-            raise ConfigError(
-                f"profile {profile!r}: variants {_variant_names(users)} pin one vLLM fork commit "
-                f"(build.vllm-fork-repo@vllm-fork-commit {repo}@{commit}) as different "
+            return ConfigError(
+                f"profile {users[0].profile!r}: variants {_variant_names(users)} pin one vLLM fork "
+                f"commit (build.vllm-fork-repo@vllm-fork-commit {repo}@{commit}) as different "
                 f"build.vllm-version values ({', '.join(map(repr, versions))}): one commit "
                 "builds one version",
                 hint="set vllm-version to the version that commit builds, the same in "
                      + " and ".join(dict.fromkeys(build_table(c) for c in users))
                      + " (or give each version its own vllm-fork-commit)")
+    return None
+
+
+def check_variant_wheels(configs: Sequence[Config]) -> None:
+    """What a profile's variants' compiled-wheel config must agree on, from the config alone
+    (`generate` refuses before it writes anything): each variant that compiles wheels names its
+    arch list; a wheel location (build.wheelhouse, build.wheel-base-url) holds one MANIFEST, so
+    variants of different ABI keys must not share one; a fork commit names its vLLM version,
+    and one fork commit is one vLLM version. Raises the first problem as a ConfigError naming
+    the variants and keys."""
+    compiled = [c for c in configs if c.build.compiled_wheels]
+    for problem in (_arch_list_problem(compiled), _location_problem(compiled, "wheelhouse"),
+                    _location_problem(compiled, "wheel-base-url"), _fork_problem(compiled)):
+        if problem is not None:
+            raise problem
 
 
 def check_provided(provided: Sequence[ProvidedPackage], pins: WheelPins,
