@@ -4,11 +4,11 @@ The top level holds the shared basics: the config (`config`, its reference `conf
 value grammars and byte sizes `values`), errors and exit codes (`errors`), processes (`proc`),
 files (`files`), git (`git`), secrets kept out of output (`redact`), image references
 (`imageref`), step records (`steps`) and the command line (`cli`, `program`). The sub-packages
-follow the pipeline, and imports point one way: basics and `writer` <- plan <- dockerfile <-
-attest <- oci <- rebuild <- release <- cluster / local <- the entry points
-(`tests/test_architecture.py` enforces it). The entry points: the tasks (`collection`), the
-`gpurl` command that runs them (`__main__`), the nox sessions (`sessions`), and the two files
-a project commits so that `invoke` and `nox` run them there (`shims`).
+follow the pipeline, and imports point one way: basics, `writer` and `launcher` <- plan <-
+dockerfile / adopt <- attest <- oci <- rebuild <- release <- cluster / local <- the entry
+points (`tests/test_architecture.py` enforces it). The entry points: the tasks (`collection`),
+the `gpurl` command that runs them (`__main__`) and the nox sessions (`sessions`); the two
+files a project commits so that `invoke` and `nox` run them there are `adopt.shims`.
 """
 
 import sys

@@ -1,6 +1,7 @@
 """Plan: from `uv.lock` to the layer plan.
 
-The lock model and install closure (`lock`), target tags and markers (`target`), wheel sizes
+The lock model and install closure (`lock`), whether the lock is stale (`lockcheck`: uv's
+answer where it can give one), target tags and markers (`target`), wheel sizes
 (`sizes`, and the HTTP `probe` for sizes a lock lacks), the slice files' lines and committed
 layout (`slices`), what the lock's git history says changes often (`history`), what a
 compiled-wheel glob names (`wheelglobs`), the workspace's sdist build settings and the
