@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import importlib.metadata
 import io
 import re
 from typing import Any
@@ -24,6 +23,7 @@ from invoke.exceptions import ParseError
 from invoke.parser.argument import Argument
 from invoke.program import Program
 
+import gpurl_tasks
 from gpurl_tasks import cli
 from gpurl_tasks.errors import ConfigError
 
@@ -35,11 +35,9 @@ PROJECT_HELP = ("the project to work on: the nearest directory from DIR up whose
 
 
 def gpurl_version() -> str:
-    """gpurl's own version (the installed distribution's), not invoke's."""
-    try:
-        return importlib.metadata.version("gpurl")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    """gpurl's own version, not invoke's: the one its generated files name
+    (`gpurl_tasks.__version__`; the package's metadata says the same, a test checks it)."""
+    return gpurl_tasks.__version__
 
 
 def _flag(name: str) -> str:

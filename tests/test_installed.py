@@ -26,6 +26,13 @@ def test_gpurl_s_own_tasks_py_is_the_shim_a_project_commits() -> None:
     assert SHIMS["noxfile.py"].splitlines()[-1] in (REPO_ROOT / "noxfile.py").read_text()
 
 
+def test_one_version_for_the_package_its_metadata_and_its_generated_files() -> None:
+    import gpurl_tasks
+
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert gpurl_tasks.__version__ == declared
+
+
 def test_the_benchmark_table_is_against_the_floor_of_the_same_run() -> None:
     floor, version = "python -c 'import invoke' (floor)", "gpurl --version"
     table = render({"wheel": "gpurl-0.1.0-py3-none-any.whl", "wheel_bytes": 383_000, "runs": 3,
