@@ -38,6 +38,7 @@ from gpurl_tasks.config import (
     OCI_ARCH,
     Arch,
     LauncherSettings,
+    RegistrySettings,
     PythonSelection,
     TargetSpec,
     load_config,
@@ -527,6 +528,10 @@ def render_block(*, profile: str, workspace: Path, python: str, registry: str,
     for variant in variants:
         own = variant.name if variant.arch == first.arch else variant.name.rsplit("-", 1)[0]
         lines += ["", f"[{base}.variants.{variant.name}]", f"extras = {_toml(variant.extras)}"]
+        if own == first.name and variant is not first:
+            # the first image on another platform: PREFIX-arm64 tags (not PREFIX-NAME-arm64)
+            prefix = f"{RegistrySettings().tag_prefix}-{OCI_ARCH[variant.arch]}"
+            lines += [f"tag-prefix = {_toml(prefix)}", f"floating-tag = {_toml(prefix)}"]
         if table and own != variant.name:  # the entry of its own image, on its platform
             lines.append("table-key = " + _toml(defaults.table_key.replace(
                 "{VARIANT}", re.sub(r"[^A-Z0-9]", "_", own.upper()))))
