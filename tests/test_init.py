@@ -53,12 +53,12 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 
 
 def _init(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`invoke init ARGS` as a user runs it in their repository (cwd), gpurl's tasks from this
-    checkout (--search-root: the installed `gpurl` entry point is another engineer's)."""
+    """`gpurl init ARGS` as a user runs it in their repository (cwd), gpurl from this checkout
+    (tests/test_adopt_doc.py runs the installed wheel's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPURL_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    return subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "init",
-                           *args], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "gpurl_tasks", "init", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
 
 
 # --- pure parts ---------------------------------------------------------------------------
@@ -167,6 +167,20 @@ def test_two_pin_tables_are_not_chosen_between(team: Path) -> None:
     assert refused.value.hint is not None and "--pin-table" in refused.value.hint
     chosen = find_pin_table(team, "cloud/sft_images.py")
     assert chosen is not None and chosen.repository == "ghcr.io/team-example/sft"
+
+
+def test_a_pin_table_that_is_not_there_is_named_as_missing(team: Path) -> None:
+    with pytest.raises(ConfigError, match=r"gpu_rl_imagez\.py does not exist") as refused:
+        find_pin_table(team, "cloud/iris/gpu_rl_imagez.py")
+    assert refused.value.hint is not None
+
+
+def test_a_directory_where_a_shim_goes_is_one_error_line(team: Path) -> None:
+    (team / "noxfile.py").mkdir()
+    done = _init(team, *[f"--variant={v}" for v in TEAM_VARIANTS])
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: ") and "noxfile.py is not a file" in done.stderr
+    assert "[tool.gpurl]" not in (team / "pyproject.toml").read_text()  # nothing written
 
 
 # --- init on the team fixture -------------------------------------------------------------
@@ -335,7 +349,7 @@ def test_the_first_generate_names_what_is_missing_then_succeeds(team: Path, tmp_
     """After init, generate names every size the lock lacks in one run (URL wheels and the
     hashless torch carry none); `sizes --probe` fetches them from the fixture's loopback servers
     for every variant; then generate writes the Dockerfiles. Called through the modules with
-    the scratch repository as root (today's CLI works on gpurl's own checkout only)."""
+    the scratch repository as root."""
     from gpurl_tasks.dockerfile.generate import generate_profiles
     from gpurl_tasks.plan.probe import survey_sizes
 

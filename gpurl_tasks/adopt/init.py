@@ -38,8 +38,8 @@ from gpurl_tasks.config import (
     OCI_ARCH,
     Arch,
     LauncherSettings,
-    RegistrySettings,
     PythonSelection,
+    RegistrySettings,
     TargetSpec,
     load_config,
 )
@@ -192,13 +192,22 @@ def _below(root: Path, name: str, *, depth: int, pattern: str = "") -> Iterable[
     projects' files)."""
     level = [root]
     for _ in range(depth):
-        level = [c for d in level for c in sorted(d.iterdir()) if c.is_dir() and not c.is_symlink()
+        level = [c for d in level for c in _listed(d) if c.is_dir() and not c.is_symlink()
                  and c.name not in _SKIPPED_DIRS and not c.name.startswith(".")]
         for directory in level:
             if pattern:
                 yield from sorted(p for p in directory.glob(pattern) if p.is_file())
             elif (directory / name).is_file():
                 yield directory / name
+
+
+def _listed(directory: Path) -> list[Path]:
+    """A directory's entries, sorted; none where it cannot be read (init looks, it does not
+    insist: an unreadable directory holds no lock or table it could use)."""
+    try:
+        return sorted(directory.iterdir())
+    except OSError:
+        return []
 
 
 def lock_platforms(lock: Lock, python: str) -> tuple[Arch, ...]:
@@ -244,6 +253,8 @@ def find_pin_table(root: Path, given: str | None) -> PinTable | None:
     images beside a module-level IMAGE_REPOSITORY (the team's cloud/iris/gpu_rl_images.py)."""
     if given is not None:
         path = root / values.inside_repository(Path(given), root, "--pin-table")
+        read_text(path, what="--pin-table module", error=ConfigError,
+                  missing_hint="name the module that holds the pinned images, from the root")
         table = _pin_table(path, root)
         if table is None:
             raise ConfigError(f"--pin-table {given}: no dict of images (NAME_IMAGES = {{...}}) "
@@ -479,7 +490,10 @@ def _shim_states(root: Path, *, force: bool, dry_run: bool) -> dict[str, str]:
     states = {}
     for path, text in SHIMS.items():
         target = root / path
-        if target.exists() and target.read_text(errors="replace") == text:
+        if target.exists() and not target.is_file():
+            raise ConfigError(f"{target} is not a file: init writes gpurl's {path} there",
+                              hint="move it away, then gpurl init")
+        if target.exists() and read_text(target, what=path, error=ConfigError) == text:
             states[path] = "unchanged"
         elif target.exists() and not force:
             states[path] = "kept (differs from gpurl's)"
