@@ -109,11 +109,15 @@ _BLOCKS = st.sampled_from([
 ])
 
 
-@given(_pyprojects(), _BLOCKS, _BLOCKS)
-def test_the_pyproject_edit_keeps_every_other_byte(text: str, block: str, again: str) -> None:
+@given(_pyprojects(), _BLOCKS, _BLOCKS, st.sampled_from(["\n", "\r\n"]))
+def test_the_pyproject_edit_keeps_every_other_byte(text: str, block: str, again: str,
+                                                   newline: str) -> None:
+    text = text.replace("\n", newline)
+    newline = newline if newline in text else "\n"  # a file of no line yet: gpurl's own
     written = with_tool_tables(text, block)
-    assert written.startswith(text.rstrip("\n"))  # the user's text, byte for byte
-    assert written.endswith(block)
+    assert written.startswith(text.rstrip("\r\n"))  # the user's text, byte for byte
+    assert written.endswith(block.replace("\n", newline))
+    assert written.count("\n") == written.count(newline)  # one line ending, the file's
     assert tomllib.loads(written)["tool"]["gpurl"] == tomllib.loads(block)["tool"]["gpurl"]
     rewritten = with_tool_tables(written, again)  # --force: only the gpurl tables change
     assert rewritten == with_tool_tables(text, again)

@@ -70,7 +70,7 @@ SIZE_CACHE = "sizes/probed.json"  # where `sizes --probe` writes, beside the pyp
 DEFAULT_PROFILE = "default"  # the config's own default-profile: no key needed to select it
 _SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "site-packages", "build",
                  "dist", ".tox", ".nox"}
-_HEADER = re.compile(r"^[ \t]*\[\[?[ \t]*([A-Za-z0-9_.\"' -]+?)[ \t]*\]\]?[ \t]*(#.*)?$")
+_HEADER = re.compile(r"^[ \t]*\[\[?[ \t]*([A-Za-z0-9_.\"' -]+?)[ \t]*\]\]?[ \t]*(#.*)?\r?$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -592,8 +592,9 @@ def with_tool_tables(text: str, block: str) -> str:
             pending.append(line)
         else:
             pending = []
-    body = "".join(kept).rstrip("\n")
-    result = (body + "\n\n" if body else "") + block
+    newline = "\r\n" if "\r\n" in text else "\n"  # the file's own line ending, for the block too
+    body = "".join(kept).rstrip("\r\n")
+    result = (body + newline * 2 if body else "") + block.replace("\n", newline)
     before, after = tomllib.loads(text), _parsed(result)
     before.get("tool", {}).pop("gpurl", None)
     after.get("tool", {}).pop("gpurl", None)
