@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpurl_tasks.local.download import DownloadTarget, download
+from tests.support.git import git
 from tests.support.pyindex import _QuietHandler, make_wheel, serve_index
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "build_fake_wheels",
     "fetch_pypi_wheels",
     "serve_team",
+    "team_repository",
 ]
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +70,20 @@ def build_fake_wheels(dest: Path) -> list[Path]:
                                requires=["filelock", "typing-extensions>=4.10"],
                                tag=f"cp311-cp311-{_manylinux(machine)}"))
     return made
+
+
+def team_repository(dest: Path) -> Path:
+    """examples/team/'s tracked files as a repository of its own at `dest`, one commit (the
+    repository before gpurl: what `gpurl init` adopts)."""
+    fixture = TEAM.relative_to(_ROOT)
+    for name in filter(None, git(_ROOT, "ls-files", "-z", str(fixture)).split("\0")):
+        target = dest / Path(name).relative_to(fixture)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((_ROOT / name).read_bytes())
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "an existing repository")
+    return dest
 
 
 def fetch_pypi_wheels(dest: Path) -> list[Path]:
