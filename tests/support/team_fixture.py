@@ -30,6 +30,7 @@ from tests.support.pyindex import _QuietHandler, make_wheel, serve_index
 __all__ = [
     "FILES_PORT",
     "INDEX_PORT",
+    "LOCK_BUMP",
     "MACHINES",
     "PYPI_PINS",
     "TEAM",
@@ -48,6 +49,9 @@ MACHINES = ("x86_64", "aarch64")
 # Small pure wheels from PyPI (two einops: the `cpu` extra pins the older one, a real conflict).
 PYPI_PINS = ("einops==0.7.0", "einops==0.8.1", "filelock==3.16.1", "packaging==24.2",
              "typing-extensions==4.12.2")
+# A newer release for a lock bump (`uv lock --upgrade-package filelock`), served only where a
+# test asks for it: a fresh lock would pick it, and the committed lock was resolved without it.
+LOCK_BUMP = "filelock==3.17.0"
 VLLM_VERSION = "0.0.0.dev20260914+marin.c0ffee1.cu132"  # a fork build, as the team's is named
 
 
@@ -86,15 +90,17 @@ def team_repository(dest: Path) -> Path:
     return dest
 
 
-def fetch_pypi_wheels(dest: Path) -> list[Path]:
-    """The PyPI pins into `dest` (reused when there), by pip, with PyPI's own bytes."""
-    return download(PYPI_PINS, dest, target=DownloadTarget())
+def fetch_pypi_wheels(dest: Path, *, extra: tuple[str, ...] = ()) -> list[Path]:
+    """The PyPI pins, and the `extra` ones, into `dest` (reused when there), by pip, with
+    PyPI's own bytes."""
+    return download((*PYPI_PINS, *extra), dest, target=DownloadTarget())
 
 
 @dataclass(frozen=True, kw_only=True)
 class TeamServers:
     index_url: str  # http://127.0.0.1:INDEX_PORT/simple
     files_url: str  # http://127.0.0.1:FILES_PORT
+    index_wheels: Path  # the wheels the index serves (a mirror of it copies them)
 
 
 @contextlib.contextmanager
@@ -114,7 +120,8 @@ def serve_team(pypi: Path, scratch: Path) -> Iterator[TeamServers]:
     try:
         with serve_index(wheels, scratch / "index", port=INDEX_PORT,
                          unhashed=frozenset({"torch"})) as index_url:
-            yield TeamServers(index_url=index_url, files_url=f"http://127.0.0.1:{FILES_PORT}")
+            yield TeamServers(index_url=index_url, files_url=f"http://127.0.0.1:{FILES_PORT}",
+                              index_wheels=wheels)
     finally:
         files.shutdown()
         files.server_close()
