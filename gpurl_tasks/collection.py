@@ -380,7 +380,7 @@ def init(c: Context, variant: list[str] | None = None, platform: list[str] | Non
     stays as it is) and gpurl's tasks.py / noxfile.py, and names at once everything it cannot
     tell (the registry, the CUDA arch list when the image compiles). Nothing is written on an
     error, or when [tool.gpurl] is there already (unless --force)."""
-    from gpurl_tasks.adopt import DEFAULT_PROFILE, InitRequest, adopt
+    from gpurl_tasks.adopt.init import DEFAULT_PROFILE, InitRequest, adopt
     from gpurl_tasks.config import profile_from_env
     return adopt(InitRequest(
         root=cli.start_directory(), workspace=cli.text_flag("--workspace", workspace),

@@ -331,6 +331,12 @@ class BuildSettings:
     def post_installs(self) -> tuple[values.PostInstall, ...]:
         return tuple(values.post_install_entry(e, "build.post-install") for e in self.post_install)
 
+    @property
+    def compiled_wheels(self) -> bool:
+        """The image installs compiled wheels (wheel-specs or wheel-globs set). Without any, the
+        lock is the whole truth: no wheel-builder, wheelhouse, MANIFEST or swap anywhere."""
+        return bool(self.wheel_specs or self.wheel_globs)
+
 
 @dataclasses.dataclass(**_KW)
 class ClusterSettings:

@@ -58,7 +58,8 @@ PURPOSE: dict[str, str] = {
                           "host without TLS"),
     "build.dockerfile": "the generated Dockerfile of the profile's first variant",
     "build.kaniko-script": "the generated kaniko script (another variant's: SCRIPT-VARIANT.sh)",
-    "build.wheelhouse": "the directory of prebuilt compiled wheels the image installs",
+    "build.wheelhouse": "the directory of prebuilt compiled wheels the image installs; variants of "
+                        "different ABI keys need their own (generate refuses a shared one)",
     "build.slices": "where the slice files go (<slices>/<profile>/...)",
     "build.base-image": "the image the runtime stages start from",
     "build.base-image-layers": "the base image's own layers, counted against the layer limit",
@@ -68,7 +69,8 @@ PURPOSE: dict[str, str] = {
     "build.vllm-fork-repo": "the git repository of the vLLM fork",
     "build.vllm-fork-commit": "the fork's commit the wheels are built from",
     "build.vllm-version": "the fork's version (checked against what the lock's dependents require)",
-    "build.cuda-arch-list": "TORCH_CUDA_ARCH_LIST of the compile, recorded in the MANIFEST's ABI key",
+    "build.cuda-arch-list": "TORCH_CUDA_ARCH_LIST of the compile, recorded in the MANIFEST's ABI key; "
+                            "required when the profile has compiled wheels",
     "build.apt-retries": "every apt-get's `-o Acquire::Retries` (a stalled mirror fails, never hangs)",
     "build.apt-timeout": "every apt-get's `Acquire::http(s)::Timeout`, in seconds",
     "build.http-timeout": "UV_HTTP_TIMEOUT and PIP_DEFAULT_TIMEOUT of every stage, in seconds",
@@ -77,7 +79,8 @@ PURPOSE: dict[str, str] = {
     "build.venv": "the environment's path in the image, where the launcher's python is",
     "build.wheel-source": ("prebuilt-wheelhouse (published wheels) or wheel-builder (compile with nvcc in "
                            "the build)"),
-    "build.wheel-base-url": "where the prebuilt wheels and their MANIFEST are published",
+    "build.wheel-base-url": "where the prebuilt wheels and their MANIFEST are published; variants of "
+                            "different ABI keys need their own (generate refuses a shared one)",
     "build.max-jobs": "parallel compile jobs of the wheel-builder",
     "build.apt-packages": "the runtime stage's apt packages",
     "build.index-url": "the package index the build installs from (empty: uv's default)",
@@ -86,7 +89,9 @@ PURPOSE: dict[str, str] = {
     "build.builder-apt-packages": "the wheel-builder stage's apt packages",
     "build.builder-extra-index-url": "an extra index for the wheel-builder's requirements",
     "build.builder-requirements": "what the wheel-builder installs before it compiles",
-    "build.wheel-specs": "the `pip wheel` arguments of the compiled wheels (`./path` is copied in)",
+    "build.wheel-specs": "the `pip wheel` arguments of the compiled wheels (`./path` is copied in); "
+                         "with it and wheel-globs empty the lock is the whole truth: no "
+                         "wheel-builder, wheelhouse or MANIFEST anywhere",
     "build.wheel-globs": "the compiled wheels the rl stage installs with --no-deps",
     "build.import-asserts": "Python statements run in the image, one RUN each (a variant's are added)",
     "build.import-names": "`module=distribution` where an assert imports another name than its distribution",

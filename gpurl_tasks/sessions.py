@@ -1,5 +1,5 @@
 """The nox sessions a project runs with the installed gpurl (`nox -l` lists them): a
-project's committed noxfile.py (`shims.SHIMS`) imports this module, and so does gpurl's own.
+project's committed noxfile.py (`adopt.shims.SHIMS`) imports this module, and so does gpurl's own.
 
 Each runs in nox's own environment (`venv_backend="none"`), the one gpurl is installed in:
 a session that synced a virtualenv would install gpurl's own lock into the user's

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from gpurl_tasks.adopt.shims import SHIMS
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.shims import SHIMS
 from tests.conftest import REPO_ROOT
 from tests.support.doc_samples import command_and_exit, fenced
 from tests.support.git import git

@@ -13,10 +13,11 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "gpurl_tasks"
 # A module may import its own layer and the ones before it; cluster and local are siblings.
 LAYERS = {"basics": 0, "writer": 0, "plan": 1, "dockerfile": 2, "attest": 3, "oci": 4, "rebuild": 5,
-          "release": 6, "cluster": 7, "local": 7, "launcher": 0}
+          "release": 6, "cluster": 7, "local": 7, "launcher": 0,
+          "adopt": 2}
 # The entry points, above every layer: the `gpurl` command, the collection of tasks it runs
-# (a project's tasks.py imports it), the nox sessions, and the files a project commits.
-ENTRY = {"__main__", "collection", "sessions", "shims"}
+# (a project's tasks.py imports it) and the nox sessions.
+ENTRY = {"__main__", "collection", "sessions"}
 EDGE_IMPORTS = {"subprocess", "httpx", "socket", "http.server", "urllib.request"}
 PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants",
         "plan.wheelglobs", "plan.model", "plan.report", "dockerfile.checks",

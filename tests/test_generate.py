@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -428,3 +429,60 @@ def test_a_file_every_variant_renders_alike_is_written_and_reported_once(tmp_pat
         done.stdout
     assert envcheck.read_bytes() == (REPO_ROOT / "docker" / "gpurl-envcheck.py").read_bytes()
     assert shared.read_bytes() == (REPO_ROOT / shared.relative_to(root)).read_bytes()
+
+
+# --- compiled wheels: what the variants' config must agree on, refused before any write -----
+
+_MEGATRON_BUILD = "\n[tool.gpurl.profiles.gpu-rl.variants.megatron.build]\n"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("edit", "names"), [
+    # no arch list: the MANIFEST would record arch-list=- for both variants
+    (lambda text: text.replace('cuda-arch-list = "8.0;9.0"', "", 1),
+     ("'standard', 'megatron'", "build.cuda-arch-list")),
+    # another arch list is another ABI key, but the same wheelhouse and wheel-base-url
+    (lambda text: text + _MEGATRON_BUILD + 'cuda-arch-list = "9.0"\n',
+     ("'standard', 'megatron'", "build.wheelhouse", "arch-list=9.0", "'megatron'")),
+    # the ABI keys agree, the wheelhouses differ: the shared wheel-base-url is the conflict
+    (lambda text: text + _MEGATRON_BUILD
+     + 'cuda-arch-list = "9.0"\nwheelhouse = "docker/wheelhouse-megatron"\n',
+     ("'standard', 'megatron'", "build.wheel-base-url")),
+    # one fork commit, two vLLM versions
+    (lambda text: text + _MEGATRON_BUILD + 'vllm-version = "0.11.2"\n',
+     ("'standard', 'megatron'", "76259c63a", "'0.11.1'", "'0.11.2'", "build.vllm-version")),
+    # a fork commit whose version nobody states
+    (lambda text: text.replace('vllm-version = "0.11.1"', "", 1),
+     ("'standard', 'megatron'", "76259c63a", "build.vllm-version")),
+], ids=["no-arch-list", "shared-wheelhouse", "shared-wheel-base-url", "one-fork-two-versions",
+        "fork-without-version"])
+def test_a_compiled_wheel_config_the_variants_cannot_share_is_refused_writing_nothing(
+        tmp_path: Path, edit: Callable[[str], str], names: tuple[str, ...]) -> None:
+    """Through the real CLI: exit 2, one `error:` line naming the variants and the key, a hint
+    naming the table to edit, and not one file of the checkout changed."""
+    root = repo_copy(tmp_path / "repo")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(edit(pyproject.read_text()))
+    before = {p: p.read_bytes() for p in (root / "docker").rglob("*") if p.is_file()}
+    done = _invoke(root)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    for name in names:
+        assert name in errors[0], errors[0]
+    assert "hint:" in done.stderr and "[tool.gpurl.profiles.gpu-rl" in done.stderr
+    after = {p: p.read_bytes() for p in (root / "docker").rglob("*") if p.is_file()}
+    assert after == before
+
+
+@pytest.mark.integration
+def test_variants_of_one_abi_key_share_a_location_and_the_generated_files_stay_put(
+        tmp_path: Path) -> None:
+    """The counterpart: megatron restating the profile's own pins (one ABI key, one vLLM
+    version) shares the wheelhouse and URL, and `generate --check` holds."""
+    root = repo_copy(tmp_path / "repo")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + _MEGATRON_BUILD
+                         + 'cuda-arch-list = "8.0;9.0"\nvllm-version = "0.11.1"\n')
+    done = _invoke(root, "--profile", "gpu-rl", "--check")
+    assert done.returncode == 0, done.stderr

@@ -96,6 +96,19 @@ def test_a_commit_variable_read_outside_the_table_stays() -> None:
     assert new.count(f'source_commit="{NEW_COMMIT}"') == 4
 
 
+def test_a_commit_variable_another_field_reads_stays() -> None:
+    """Every entry pinned to one commit, but one entry's harbor_commit (a field the pin does
+    not manage) reads SOURCE_COMMIT: moving it would change that field, so it stays."""
+    key = ("AMD64", "STANDARD")
+    text = OLD.replace("harbor_commit=HARBOR_COMMIT", "harbor_commit=SOURCE_COMMIT", 1)
+    pins = [EntryPin(key=key_of(*k), digest=digest_of(i), tag=full_tag(*k, NEW_COMMIT),
+                     commit=NEW_COMMIT) for i, k in enumerate(KEYS)]
+    new = pin_entries(text, SHAPE, pins)
+    assert f'SOURCE_COMMIT = "{SOURCE}"' in new
+    assert evaluate(new)[key]["harbor_commit"] == evaluate(text)[key]["harbor_commit"] == SOURCE
+    assert all(v["source_commit"] == NEW_COMMIT for v in evaluate(new).values())
+
+
 _keys = st.lists(st.sampled_from(KEYS), min_size=1, max_size=4, unique=True)
 _commits = st.sampled_from([SOURCE, NEW_COMMIT, "fedcba9876543210fedcba9876543210fedcba98"])
 

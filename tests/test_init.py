@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpurl_tasks.adopt import (
+from gpurl_tasks.adopt.init import (
     InitRequest,
     PlannedVariant,
     adopt,
@@ -30,9 +30,9 @@ from gpurl_tasks.adopt import (
     render_block,
     with_tool_tables,
 )
+from gpurl_tasks.adopt.shims import SHIMS
 from gpurl_tasks.config import load_config
 from gpurl_tasks.errors import ConfigError, GpurlError
-from gpurl_tasks.shims import SHIMS
 from tests.conftest import REPO_ROOT
 from tests.support.local_parts import need, uv
 from tests.support.team_fixture import TEAM, fetch_pypi_wheels, serve_team

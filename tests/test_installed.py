@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.installed import install, render, scratch_project, user_env
-from gpurl_tasks.shims import SHIMS
+from gpurl_tasks.adopt.shims import SHIMS
 from tests.conftest import REPO_ROOT
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -176,9 +177,18 @@ def test_a_profile_without_compiled_wheels_fetches_nothing() -> None:
     heavy = cluster_config("heavy")
     assert heavy.build.wheel_globs == ()
     assert prebuilt_wheel_names(heavy) == ()
-    script = render_script(heavy)
-    assert prebuilt_line(script) == "PREBUILT_WHEELS=()"
-    assert "/MANIFEST" not in script and "no prebuilt wheels to fetch" in script
+    plain, compiled = render_script(heavy), render_script(config())
+    wheel_vars = {"WHEELHOUSE", "WHEEL_BASE_URL", "PREBUILT_WHEELS", "WHEEL_SOURCE", "WHEEL_ARGS"}
+
+    def assigned(script: str) -> set[str]:
+        return {m[1] for m in re.finditer(r"^\s*([A-Z_][A-Z0-9_]*)=", script, re.M)}
+
+    def build_args(script: str) -> set[str]:
+        return set(re.findall(r'--build-arg "([A-Z_]+)=', script))
+
+    assert wheel_vars <= assigned(compiled) and "WHEEL_SOURCE" in build_args(compiled)
+    assert not wheel_vars & assigned(plain) and "WHEEL_SOURCE" not in build_args(plain)
+    assert "/MANIFEST" in compiled and "/MANIFEST" not in plain
 
 
 @pytest.mark.parametrize(("profile", "overrides", "key"), [

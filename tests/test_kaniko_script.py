@@ -348,9 +348,8 @@ def test_a_profile_without_compiled_wheels_skips_the_fetch(tmp_path: Path) -> No
         proc = heavy.run(_env(WHEEL_SOURCE="prebuilt-wheelhouse"))
     assert proc.returncode == 0, proc.stderr
     assert heavy.wheels == ()
-    assert "no prebuilt wheels to fetch" in proc.stdout
-    assert "WHEEL_SOURCE=prebuilt-wheelhouse" in _executor_argv(heavy)
-    assert (heavy.root / "kaniko" / "context" / "docker" / "wheelhouse-heavy").is_dir()
+    assert not [a for a in _executor_argv(heavy) if a.startswith("WHEEL_SOURCE")]
+    assert not list((heavy.root / "kaniko").rglob("MANIFEST"))  # nothing fetched
 
 
 # --- the variant's platform: the node it runs on, the executor's and the wheels' platform ----

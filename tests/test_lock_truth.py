@@ -245,6 +245,27 @@ def test_uv_answers_stale_for_a_local_workspace(tmp_path: Path) -> None:
     assert len(found) == 1 and found[0].startswith("`uv lock --check` says: The lockfile at")
 
 
+def test_a_workspace_member_s_lock_is_never_left_to_uv(tmp_path: Path) -> None:
+    """Below a directory that declares a uv workspace, uv would check that workspace's lock,
+    not the member's: gpurl's own check decides. The `uv` here is a stand-in that answers
+    "current" for anything (so asking it would hide the member's stale lock)."""
+    member = tmp_path / "root" / "member"
+    member.mkdir(parents=True)
+    (tmp_path / "root" / "pyproject.toml").write_text(
+        '[project]\nname = "root"\nversion = "0.1"\n[tool.uv.workspace]\nmembers = ["member"]\n')
+    lock = ('version = 1\nrevision = 3\nrequires-python = ">=3.11"\n\n[[package]]\n'
+            'name = "m"\nversion = "0.1"\nsource = { virtual = "." }\n')
+    (member / "uv.lock").write_text(lock)
+    (member / "pyproject.toml").write_text('[project]\nname = "m"\nversion = "0.1"\n'
+                                           'requires-python = ">=3.11"\ndependencies = ["six"]\n')
+    says_current = tmp_path / "uv"
+    says_current.write_text("#!/bin/sh\nexit 0\n")
+    says_current.chmod(0o755)
+    assert ask_uv(member, uv=str(says_current)).current is True
+    found = stale_findings(member, member / "uv.lock", where="pyproject.toml", uv=str(says_current))
+    assert found and any("six" in line for line in found), found
+
+
 def _installed(venv: Path, env: dict[str, str]) -> dict[str, str]:
     out = subprocess.run([find_uv(), "pip", "list", "--python", str(venv / "bin" / "python"),
                           "--format", "json"], env=env, check=True, capture_output=True, text=True)

@@ -208,7 +208,8 @@ def test_rebuild_needed_names_the_file_and_offset(latin1_repo: Path) -> None:
 def test_check_wheels_names_the_file_and_offset(latin1_repo: Path) -> None:
     from gpurl_tasks.rebuild.wheelhouse import check_source
 
-    config = load_config(latin1_repo, env={})
+    # a profile with a compiled wheel (one without any has nothing to check)
+    config = load_config(latin1_repo, env={}, overrides={"build.wheel-globs": ["ext-*.whl"]})
     one_clear_error(settle(lambda: check_source(config, None)), "byte 0xe9 at offset")
     (latin1_repo / "Dockerfile").write_text("FROM debian\n")
     one_clear_error(settle(lambda: check_source(config, None)), "MANIFEST", "byte 0xe9 at offset 3")

@@ -88,8 +88,9 @@ def _git(root: Path, *args: str) -> None:
 
 @pytest.mark.integration
 def test_rebuild_needed_answers_per_platform(tmp_path: Path) -> None:
-    """A GB200-only pin edit (its CUDA arch list) asks for the arm64 image's wheels and image,
-    and nothing of the amd64 one, in a copy of this repository with that edit committed."""
+    """A GB200-only pin edit (its CUDA arch list) asks for the arm64 image, and nothing of the
+    amd64 one, in a copy of this repository with that edit committed. The profile compiles no
+    wheels, so a key of the wheels' class rebuilds the image alone, never wheels+image."""
     root = repo_copy(tmp_path / "repo")
     _git(root, "init", "-q", "-b", "main")
     _git(root, "add", "-A")
@@ -103,9 +104,9 @@ def test_rebuild_needed_answers_per_platform(tmp_path: Path) -> None:
                            "multiarch", "--since", "HEAD~1", "--json"], cwd=root,
                           capture_output=True, text=True)
     body = json.loads(done.stdout)["variants"]
-    assert (body["h100"]["decision"], body["gb200"]["decision"]) == ("none", "wheels+image")
+    assert (body["h100"]["decision"], body["gb200"]["decision"]) == ("none", "image")
     assert any("build.cuda-arch-list" in r["detail"] for r in body["gb200"]["reasons"])
-    assert done.returncode == 11, done.stderr
+    assert done.returncode == 10, done.stderr
 
 
 def test_a_package_without_a_wheel_for_the_platform_is_left_to_its_native_build(

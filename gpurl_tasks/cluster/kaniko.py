@@ -217,7 +217,7 @@ def _relative(path: Path, root: Path, key: str) -> str:
 # marks a placeholder; its value is a word made here (a `shlex.quote`d config value, a plain
 # name, a number) or a fragment's text.
 _SCRIPTS = Path(__file__).with_name("script")
-_PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
+_PLACEHOLDER = re.compile(r"^@(?P<line>[A-Z][A-Z0-9_]*)@\n|@(?P<word>[A-Z][A-Z0-9_]*)@", re.M)
 # A fragment's first line names its shell to shellcheck alone: it is not part of the script.
 _DIRECTIVE = "# shellcheck shell=bash\n"
 
@@ -225,15 +225,24 @@ _DIRECTIVE = "# shellcheck shell=bash\n"
 def render_template(name: str, values: Mapping[str, str | int]) -> str:
     """Template `name` of script/ (its shellcheck directive line dropped) with each `@NAME@`
     replaced by `values[NAME]`, in one pass (a value is never searched for placeholders).
+    A placeholder alone on its line whose value is empty takes the line with it: what a
+    profile does not have (compiled wheels) leaves no trace in its script.
     The template's placeholders and the keys must be the same: a placeholder without a value,
     or a value without its placeholder, is refused rather than rendered."""
     text = (_SCRIPTS / name).read_text(encoding="utf-8").removeprefix(_DIRECTIVE)
-    named = set(_PLACEHOLDER.findall(text))
+    named = {m["line"] or m["word"] for m in _PLACEHOLDER.finditer(text)}
     if named != values.keys():
         raise BuildError(f"template script/{name} and its values disagree: placeholders without "
                          f"a value: {sorted(named - values.keys())}; values without a "
                          f"placeholder: {sorted(values.keys() - named)}")
-    return _PLACEHOLDER.sub(lambda m: str(values[m[1]]), text)
+
+    def value(match: re.Match[str]) -> str:
+        if match["line"] is None:
+            return str(values[match["word"]])
+        filled = str(values[match["line"]])
+        return filled + "\n" if filled else ""
+
+    return _PLACEHOLDER.sub(value, text)
 
 
 def _fragment(name: str, values: Mapping[str, str | int]) -> str:
@@ -264,10 +273,9 @@ def _fetch(config: Config, wheels: tuple[str, ...]) -> str:
     """The prebuilt fetch (fetch.sh), with the ABI key the MANIFEST must record (checked right
     after the MANIFEST is fetched: a wrong wheelhouse fails in seconds, before any executor
     run), its platform word checked first so wheels of the other platform are named as such;
-    for a profile without compiled wheels (no-fetch.sh) the prebuilt wheelhouse stays empty
-    and nothing is fetched."""
+    nothing (no line) when no prebuilt wheel is installed."""
     if not wheels:
-        return _fragment("no-fetch.sh", {})
+        return ""
     pins = pins_from_args({}, config.build, config.target)
     return _fragment("fetch.sh", {"ABI_KEY": shlex.quote(abi_key(pins)),
                                   "WHEEL_PLATFORM": shlex.quote(pins.platform),
@@ -285,13 +293,32 @@ def _attest(config: Config, wheels: tuple[str, ...]) -> str:
     image installed (attest-wheels.sh) are named with the sha256 their MANIFEST records.
     """
     wheel_args = (_fragment("attest-wheels.sh", {"ABI_PREFIX": shlex.quote(ABI_KEY_PREFIX)})
-                  if wheels else _fragment("attest-no-wheels.sh", {}))
+                  if wheels else "")
     return _fragment("attest.sh", {
         "TOOL": shlex.quote(ATTEST_TOOL),
         "SKELETON": shlex.quote(_relative(skeleton_path(config), config.root, "build.kaniko-script")),
         "BASE_IMAGE": shlex.quote(config.build.base_image),
         "VENV": shlex.quote(config.build.venv),
-        "WHEEL_ARGS": wheel_args})
+        "WHEEL_ARGS": wheel_args,
+        "ATTEST_WHEEL_ARGS": ' "${WHEEL_ARGS[@]}"' if wheels else ""})
+
+
+def _wheel_vars(config: Config, pins: ToolPins, wheels: tuple[str, ...]) -> dict[str, str]:
+    """The script's compiled-wheel parts (wheel-vars.sh, WHEEL_SOURCE's build arg and input
+    line); empty, so absent from the script, for a profile without compiled wheels."""
+    if not config.build.compiled_wheels:
+        return {"WHEEL_INPUT": "", "WHEEL_VARS": "", "WHEEL_BUILD_ARG": ""}
+    q = shlex.quote
+    return {
+        "WHEEL_INPUT": "# WHEEL_SOURCE (prebuilt-wheelhouse | wheel-builder): where the compiled "
+                       "wheels come from.",
+        "WHEEL_VARS": _fragment("wheel-vars.sh", {
+            "WHEELHOUSE": q(_relative(config.build.wheelhouse, config.root, "build.wheelhouse")),
+            "WHEEL_BASE_URL": q((pins.wheel_base_url or config.build.wheel_base_url).rstrip("/")),
+            "WHEELS": " ".join(q(n) for n in wheels),
+            "WHEEL_SOURCE": _plain("build.wheel-source", config.build.wheel_source)}),
+        "WHEEL_BUILD_ARG": '  --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"',
+    }
 
 
 def _plain(key: str, value: str) -> str:
@@ -355,24 +382,21 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         "CLUSTER_NAME": q(config.cluster.name),
         "VARIANT": config.variant.note,
         "SOURCE_ID": SOURCE_ID_ERE,
-        "WHEELHOUSE": q(_relative(config.build.wheelhouse, config.root, "build.wheelhouse")),
         "REGISTRY_HOST": q(host),
         "REGISTRY_HOST_JSON": q(json.dumps(host)),
         "IMAGE": q(registry.image),
         "CACHE_REPO": q(cache_repo(config)),
         "DOCKERFILE": q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
-        "WHEEL_BASE_URL": q((pins.wheel_base_url or config.build.wheel_base_url).rstrip("/")),
-        "WHEELS": " ".join(q(n) for n in wheels),
         "CRANE_URL": q(pins.crane_url or config.variant.crane_archive[0]),
         "CRANE_SHA256": q(pins.crane_sha256 or config.variant.crane_archive[1]),
         "EXECUTOR_IMAGE": q(pinned_executor(pins.executor_image or config.cluster.kaniko_executor)),
         # unset: the job's DOCKER_USER_ID only (`build` passes it, and refuses without one)
         "REGISTRY_USER": _plain("registry.user", registry.user) if registry.user else "",
-        "WHEEL_SOURCE": _plain("build.wheel-source", config.build.wheel_source),
         "TAG_PREFIX": _plain("registry.tag-prefix", registry.tag_prefix),
         "FLOATING_TAG": _plain("registry.floating-tag", registry.floating_tag),
         "COMPRESSION_LEVEL": config.cluster.compression_level,
         "SNAPSHOT_MODE": config.cluster.snapshot_mode,
+        **_wheel_vars(config, pins, wheels),
     })
 
 

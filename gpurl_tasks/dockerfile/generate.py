@@ -44,7 +44,12 @@ from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import Dockerfile, DockerfileError, render
 from gpurl_tasks.dockerfile.provenance import LABEL_LOCK_HASH, label_value
 from gpurl_tasks.dockerfile.recipe import ENVCHECK_SOURCE, WORKDIR, render_recipe
-from gpurl_tasks.dockerfile.wheels import check_provided, pins_from_args
+from gpurl_tasks.dockerfile.wheels import (
+    build_table,
+    check_provided,
+    check_variant_wheels,
+    pins_from_args,
+)
 from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.plan.buildenv import build_note
@@ -293,18 +298,11 @@ def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
 _COMPILED_KEYS = {"vllm": "vllm-version", "flash-attn": "flash-attn-version"}
 
 
-def _build_table(config: Config) -> str:
-    """The table a variant's build pins are set in."""
-    variant = f".variants.{config.variant.name}" if config.variant.declared and \
-        config.variant != config.variants[0] else ""
-    return f"[tool.gpurl.profiles.{config.profile}{variant}.build]"
-
-
 def pin_mismatches(config: Config, plan: Plan) -> tuple[list[PinMismatch], tuple[str, ...]]:
     """(every build pin of the variant the lock contradicts, with the value to set; the notes
     on what matched): the wheel-builder's torch and CUDA label, and each compiled wheel's
     version against what the lock's dependents require of it."""
-    where = _build_table(config)
+    where = build_table(config)
     found = torch_pin_mismatches(config.build, plan, where)
     if not plan.provided:
         return found, ()
@@ -636,6 +634,7 @@ def generate_profiles(root: Path, profile: str | None, *, check: bool,
         configs = [config.for_variant(v) for v in config.variants]
 
         def render(config: Config = config, configs: list[Config] = configs) -> list[Rendered]:
+            check_variant_wheels(configs)
             plans = fitted_plans(config, repack=repack)  # every variant at once: shared slices
             done: list[Rendered] = []
             pins: list[PinMismatch] = []

@@ -6,7 +6,9 @@ forget one (runbook sections 2, 4, 5, 6):
 - wheel-builder: `--index-strategy unsafe-best-match` on the uv install that mixes the CUDA
   index with PyPI, `python -m pip wheel --no-cache-dir --no-build-isolation` (uv has no wheel
   subcommand), `MAX_JOBS` as an ARG;
-- `FROM ${WHEEL_SOURCE} AS wheels` so exactly one wheel source is used;
+- `FROM ${WHEEL_SOURCE} AS wheels` so exactly one wheel source is used; a profile without
+  compiled wheels (no build.wheel-specs or wheel-globs) has none of these stages, ARGs or
+  MANIFEST checks: its lock is the whole truth;
 - the rl stage's apt set always includes the InfiniBand verbs userspace (NCCL over IB);
 - the slices: per planned layer a COPY of its slice file and `uv pip install --no-deps
   --require-hashes -r` it, then one final `uv sync --frozen` with the profile's selection; no
@@ -71,6 +73,7 @@ __all__ = [
     "apt_options",
     "render_recipe",
     "slice_run",
+    "wheel_source_arg",
 ]
 
 BOOTSTRAP_APT = ("ca-certificates", "python3", "python3-venv")  # what installing uv needs
@@ -95,7 +98,7 @@ def _args(config: Config) -> dict[str, str]:
         "FLASH_ATTN_VERSION": b.flash_attn_version,
         "VLLM_FORK_REPO": b.vllm_fork_repo,
         "VLLM_FORK_COMMIT": b.vllm_fork_commit,
-        "WHEEL_SOURCE": b.wheel_source,
+        **({"WHEEL_SOURCE": b.wheel_source} if b.compiled_wheels else {}),
         "ENV_SOURCE": ENV_CHAIN,
         "MAX_JOBS": str(b.max_jobs),
         "GITSHA": "unknown",
@@ -105,6 +108,13 @@ def _args(config: Config) -> dict[str, str]:
     if b.cuda_arch_list:
         args["TORCH_CUDA_ARCH_LIST"] = b.cuda_arch_list
     return args
+
+
+def wheel_source_arg(config: Config, chosen: str | None = None) -> dict[str, str]:
+    """The WHEEL_SOURCE build arg (`chosen`, else build.wheel-source); none for a profile
+    without compiled wheels, whose Dockerfile declares no such ARG."""
+    return {"WHEEL_SOURCE": chosen or config.build.wheel_source} if config.build.compiled_wheels \
+        else {}
 
 
 def _pins(config: Config) -> WheelPins:
@@ -229,12 +239,12 @@ def _base_stage(config: Config) -> Stage:
 
 def _wheel_builder_stage(config: Config) -> Stage:
     b = config.build
-    if not b.wheel_specs:
+    if not b.wheel_specs:  # prebuilt wheels only (build.wheel-globs): nothing to compile
         return Stage(name="wheel-builder", base="base", instructions=(
             Run(commands=(Command(head=("mkdir", "-p", "/wheels")),
                           Command(head=("touch", "/wheels/MANIFEST")))),),
-            comment="No compiled wheels in this profile: the wheel-builder stage is an empty "
-                    "wheelhouse.")
+            comment="Nothing to compile (build.wheel-specs is empty): the wheel-builder stage "
+                    "is an empty wheelhouse.")
     install = [("--python", "/opt/builder/bin/python"),
                ("--index-strategy", "unsafe-best-match")]
     if b.builder_extra_index_url:
@@ -276,6 +286,23 @@ def _wheel_builder_stage(config: Config) -> Stage:
                  instructions=_with_args(body, _args(config)),
                  comment="Slow path (WHEEL_SOURCE=wheel-builder): compile the wheels "
                          "(nvcc for CUDA).")
+
+
+def _wheel_stages(config: Config) -> tuple[Stage, ...]:
+    """The compiled wheels' two sources and the one the build uses; none for a profile without
+    compiled wheels, whose lock is the whole truth (no stage, ARG or MANIFEST of them)."""
+    if not config.build.compiled_wheels:
+        return ()
+    return (
+        _wheel_builder_stage(config),
+        Stage(name="prebuilt-wheelhouse", base=image("scratch"),
+              instructions=(Copy(sources=(f"{_rel(config, str(config.build.wheelhouse))}/",),
+                                 dest="/wheels/"),),
+              comment="Fast path (default): wheels fetched into the wheelhouse before the build."),
+        Stage(name="wheels", base=ArgImage(name="WHEEL_SOURCE"),
+              comment="Exactly one wheel source; kaniko needs --skip-unused-stages to skip the "
+                      "other."),
+    )
 
 
 def _rel(config: Config, path: str) -> str:
@@ -374,8 +401,9 @@ def _post_install_steps(config: Config, plan: Plan) -> list[Instruction]:
     record.append(Shell(text=("printf '%s\\n' " + " ".join(shlex.quote(s) for s in sources)
                               if sources else ":") + f" > {PROVENANCE_DIR}/sources.txt"))
     steps: list[Instruction] = [
-        Comment(text=f"Provenance in {PROVENANCE_DIR}: the compiled wheels' MANIFEST, the git "
-                "sources, the package set;"),
+        Comment(text=f"Provenance in {PROVENANCE_DIR}: "
+                + ("the compiled wheels' MANIFEST, " if config.build.wheel_globs else "")
+                + "the git sources, the package set;"),
         Comment(text="the lock's set as the final sync left it (the asserts prove the "
                 "environment is it plus the post-installs)."),
         Copy(sources=(ENVCHECK_SOURCE,), dest=ENVCHECK),
@@ -483,7 +511,7 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
         Comment(text="The lock still rules: this sync finds the slices' packages in place and "
                 "installs only"),
         Comment(text="the local packages; --inexact keeps the compiled wheels installed "
-                "above."),
+                "above." if globs else "the local packages."),
         _sync_run(plan.final_sync_flags),
         *_post_install_steps(config, plan),
         Comment(text="Build asserts: a green build proves the stack imports; each says which "
@@ -508,8 +536,8 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
         )),
     ]
     return Stage(name="rl", base="env", instructions=_with_args(body, _args(config)),
-                 comment="The RL runtime: the environment, compiled wheels, the final sync, "
-                         "asserts.")
+                 comment="The RL runtime: the environment, "
+                         + ("compiled wheels, " if globs else "") + "the final sync, asserts.")
 
 
 def _check_plan(plan: Plan) -> None:
@@ -569,19 +597,12 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
     args = _args(config)
     stages = (
         _base_stage(config),
-        _wheel_builder_stage(config),
-        Stage(name="prebuilt-wheelhouse", base=image("scratch"),
-              instructions=(Copy(sources=(f"{_rel(config, str(config.build.wheelhouse))}/",),
-                                 dest="/wheels/"),),
-              comment="Fast path (default): wheels fetched into the wheelhouse before the build."),
-        Stage(name="wheels", base=ArgImage(name="WHEEL_SOURCE"),
-              comment="Exactly one wheel source; kaniko needs --skip-unused-stages to skip the "
-                      "other."),
+        *_wheel_stages(config),
         *_env_stages(config, plan),
         _rl_stage(config, plan, lock_sha256=lock_sha256, local=local),
     )
     used = {n for s in stages for i in s.instructions if isinstance(i, Arg) for n in [i.name]}
-    used |= {"BASE_IMAGE", "WHEEL_SOURCE", "ENV_SOURCE"}
+    used |= {"BASE_IMAGE", "ENV_SOURCE", *(("WHEEL_SOURCE",) if config.build.compiled_wheels else ())}
     _check_pins(used, args, config)
     global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
     header = (

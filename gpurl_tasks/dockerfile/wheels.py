@@ -25,6 +25,10 @@ CPython extension, `{dist}-{version}-cp3XY-cp3XY-linux_{arch}.whl`, its version 
 the glob (`name-1.2.0-*.whl`) or pinned by its wheel spec (`name==1.2.0`, or a `./path`
 source whose pyproject.toml declares a static version: the demo's `./examples/demo/ext`).
 A name that cannot be derived is a `WheelNameError` naming the config key to set.
+
+A profile's variants are checked together before `generate` writes anything
+(`check_variant_wheels`): a wheel location holds one MANIFEST, so one ABI key. A profile
+without compiled wheels has none of this: its wheel tasks say so (`require_compiled_wheels`).
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from gpurl_tasks.config import Arch, BuildSettings, TargetSpec
-from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.config import Arch, BuildSettings, Config, TargetSpec
+from gpurl_tasks.errors import ConfigError, GpurlError
 from gpurl_tasks.plan.model import ProvidedPackage
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import glob_project
@@ -57,13 +61,16 @@ __all__ = [
     "ABI_KEY_PREFIX",
     "FoundWheel",
     "Mismatch",
+    "NoCompiledWheels",
     "WheelCheckError",
     "WheelNameError",
     "WheelPins",
     "WheelSpec",
     "abi_key",
+    "build_table",
     "check_abi_key",
     "check_provided",
+    "check_variant_wheels",
     "check_wheels",
     "configured_globs",
     "expected_filenames",
@@ -71,6 +78,7 @@ __all__ = [
     "parse_manifest",
     "pins_from_args",
     "prebuilt_filenames",
+    "require_compiled_wheels",
     "spec_versions",
     "target_wheel_tags",
     "wheel_specs",
@@ -87,6 +95,22 @@ class WheelCheckError(GpurlError):
 
 class WheelNameError(GpurlError):
     """A compiled wheel's exact file name cannot be derived; the message names the key to set."""
+
+
+class NoCompiledWheels(GpurlError):
+    """A wheel task asked of a profile that compiles none: its lock is the whole truth."""
+
+
+def require_compiled_wheels(config: Config, task: str) -> None:
+    """Refuse `task` (a wheel task or flag) for a profile without compiled wheels, saying so,
+    instead of failing on a wheel-builder stage or wheelhouse its Dockerfile does not have."""
+    if not config.build.compiled_wheels:
+        raise NoCompiledWheels(
+            f"{task}: profile {config.profile!r}{config.variant.note} has no compiled wheels "
+            "(build.wheel-specs and build.wheel-globs are empty): the lock installs every "
+            "package, so there is no wheel-builder, wheelhouse or MANIFEST",
+            hint="nothing to do for this profile; to compile wheels, set build.wheel-specs and "
+                 "build.wheel-globs, then run `invoke generate`")
 
 
 @dataclasses.dataclass(**_KW)
@@ -542,6 +566,92 @@ def prebuilt_filenames(pins: WheelPins, globs: Sequence[str],
     glob nothing pins), never returns a malformed name."""
     return tuple(sorted({_pair_filename(s, pins) if s.pinned else _generic_filename(s, pins, versions)
                          for s in wheel_specs(pins, globs)}))
+
+
+def _variant_names(configs: Sequence[Config]) -> str:
+    return ", ".join(repr(c.variant.name) for c in configs)
+
+
+def build_table(config: Config) -> str:
+    """The table a variant's build pins are set in (the profile's for its first variant)."""
+    variant = f".variants.{config.variant.name}" if config.variant.declared and \
+        config.variant != config.variants[0] else ""
+    return f"[tool.gpurl.profiles.{config.profile}{variant}.build]"
+
+
+def _arch_list_problem(compiled: Sequence[Config]) -> ConfigError | None:
+    no_arch = [c for c in compiled if not c.build.cuda_arch_list]
+    if not no_arch:
+        return None
+    return ConfigError(
+        f"profile {no_arch[0].profile!r}: variant(s) {_variant_names(no_arch)} compile wheels but "
+        "build.cuda-arch-list is empty (the MANIFEST would record arch-list=-)",
+        hint=f"set cuda-arch-list (the GPUs' compute capabilities, like \"8.0;9.0\") in "
+             f"{build_table(no_arch[0])}")
+
+
+def _location_problem(compiled: Sequence[Config], key: str) -> ConfigError | None:
+    """Variants of different ABI keys sharing build.<key> (one location, one MANIFEST)."""
+    abi = {c.variant.name: abi_key(pins_from_args({}, c.build, c.target)) for c in compiled}
+    shared: dict[str, list[Config]] = {}
+    for c in compiled:
+        value = getattr(c.build, key.replace("-", "_"))
+        where = (value.relative_to(c.root).as_posix() if isinstance(value, Path)
+                 and value.is_relative_to(c.root) else str(value))
+        if where:
+            shared.setdefault(where, []).append(c)
+    for where, users in shared.items():
+        first = abi[users[0].variant.name]
+        other = next((c for c in users if abi[c.variant.name] != first), None)
+        if other is not None:
+            return ConfigError(
+                f"profile {other.profile!r}: variants {_variant_names(users)} share build.{key} "
+                f"{where} but their compiled wheels' ABI keys differ ({first} vs "
+                f"{abi[other.variant.name]}): one location holds one MANIFEST, so at most one "
+                "variant's wheels could pass",
+                hint=f"give variant {other.variant.name!r} its own {key} in {build_table(other)}")
+    return None
+
+
+def _fork_problem(compiled: Sequence[Config]) -> ConfigError | None:
+    """A fork commit without its vLLM version, or one fork commit as two versions."""
+    unversioned = [c for c in compiled if c.build.vllm_fork_commit and not c.build.vllm_version]
+    if unversioned:
+        return ConfigError(
+            f"profile {unversioned[0].profile!r}: variant(s) {_variant_names(unversioned)} compile "
+            f"the vLLM fork at {unversioned[0].build.vllm_fork_commit} but build.vllm-version is "
+            "empty (the wheel's name and the lock check need the version that commit builds)",
+            hint=f"set vllm-version in {build_table(unversioned[0])}")
+    forks: dict[tuple[str, str], list[Config]] = {}
+    for c in compiled:
+        if c.build.vllm_fork_commit:
+            forks.setdefault((c.build.vllm_fork_repo, c.build.vllm_fork_commit), []).append(c)
+    for (repo, commit), users in forks.items():
+        versions = sorted({c.build.vllm_version for c in users})
+        if len(versions) > 1:
+            return ConfigError(
+                f"profile {users[0].profile!r}: variants {_variant_names(users)} pin one vLLM fork "
+                f"commit (build.vllm-fork-repo@vllm-fork-commit {repo}@{commit}) as different "
+                f"build.vllm-version values ({', '.join(map(repr, versions))}): one commit "
+                "builds one version",
+                hint="set vllm-version to the version that commit builds, the same in "
+                     + " and ".join(dict.fromkeys(build_table(c) for c in users))
+                     + " (or give each version its own vllm-fork-commit)")
+    return None
+
+
+def check_variant_wheels(configs: Sequence[Config]) -> None:
+    """What a profile's variants' compiled-wheel config must agree on, from the config alone
+    (`generate` refuses before it writes anything): each variant that compiles wheels names its
+    arch list; a wheel location (build.wheelhouse, build.wheel-base-url) holds one MANIFEST, so
+    variants of different ABI keys must not share one; a fork commit names its vLLM version,
+    and one fork commit is one vLLM version. Raises the first problem as a ConfigError naming
+    the variants and keys."""
+    compiled = [c for c in configs if c.build.compiled_wheels]
+    for problem in (_arch_list_problem(compiled), _location_problem(compiled, "wheelhouse"),
+                    _location_problem(compiled, "wheel-base-url"), _fork_problem(compiled)):
+        if problem is not None:
+            raise problem
 
 
 def check_provided(provided: Sequence[ProvidedPackage], pins: WheelPins,

@@ -227,10 +227,13 @@ def pin_entries(source: str, shape: TableShape, pins: Sequence[EntryPin], *,
     new_names = dict(names)
     edits: list[tuple[ast.expr, str]] = []
     variable = shape.commit_variable
-    # the variable moves only when nothing but the pinned entries reads it, all to one commit
-    commits = {p.commit for p in pins if _uses(chosen[p.key].value, variable)}
+    # the variable moves only when nothing but the pinned entries' own fields (digest, tag,
+    # commit) reads it, all to one commit: another field (harbor_commit=SOURCE_COMMIT), entry
+    # or line that reads it keeps its meaning
+    commits = {p.commit for p in pins if _field_uses(chosen[p.key], shape, variable)}
     if (variable in constants and len(commits) == 1
-            and _uses(tree, variable) == sum(_uses(e.value, variable) for e in chosen.values())):
+            and _uses(tree, variable) == sum(_field_uses(e, shape, variable)
+                                             for e in chosen.values())):
         new_names[variable] = commits.pop()
         if new_names[variable] != names[variable]:
             edits.append((constants[variable][0], new_names[variable]))
@@ -248,6 +251,12 @@ def pin_entries(source: str, shape: TableShape, pins: Sequence[EntryPin], *,
     expected = {**_meaning(entries, shape, names), **{p.key: p.values for p in pins}}
     _check_meaning(new, shape, expected, where)
     return new
+
+
+def _field_uses(entry: _Entry, shape: TableShape, name: str) -> int:
+    """How often the fields a pin writes, of `entry`, read `name`."""
+    return sum(_uses(node, name) for field in shape.fields
+               if (node := _field(entry, field)) is not None)
 
 
 def _uses(node: ast.AST, name: str) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.generate import generate
+from gpurl_tasks.dockerfile.wheels import require_compiled_wheels
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.builder import BuildResult, WheelsResult
@@ -172,6 +173,7 @@ class WheelsBuilt:
 def build_wheels_task(config: Config, *, target: str, source: str, say: Say,
                       stream: bool) -> WheelsBuilt:
     """Build the wheel-builder stage, export its wheels into the wheelhouse, check them."""
+    require_compiled_wheels(config, "build-wheels")
     with timed(f"build-wheels ({target})", say):
         result = builder.build_wheels(config, target=target, source=source,
                                       build_args={"WHEEL_SOURCE": "wheel-builder"},

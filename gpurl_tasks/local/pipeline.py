@@ -17,6 +17,8 @@ from typing import Any
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan
+from gpurl_tasks.dockerfile.recipe import wheel_source_arg
+from gpurl_tasks.dockerfile.wheels import require_compiled_wheels
 from gpurl_tasks.errors import BuildError, ExitCode
 from gpurl_tasks.local import actions, builder
 from gpurl_tasks.local.attest import apt_command, attest_build
@@ -61,7 +63,7 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
     env-chain stage, as kaniko builds it), then the image built from the generated Dockerfile
     and pushed. `no_cache` rebuilds every step of the final build; written slices are named
     by their inputs and reused."""
-    args = {"WHEEL_SOURCE": wheel_source or config.build.wheel_source, "GITSHA": git_sha}
+    args = {**wheel_source_arg(config, wheel_source), "GITSHA": git_sha}
     steps: list[Step[Any]] = []
     if setup:
         steps.append(Step("setup-local", (_task("setup-local", config),),
@@ -153,7 +155,10 @@ def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_
                chain: bool = False) -> LocalBuild | DryRun:
     """setup-local, then build and push (or with `dry_run`, the commands those steps run); a
     stale Dockerfile or slice set is refused first, the dry run's too, and so is a variant of
-    another platform than this machine's."""
+    another platform than this machine's, and --wheel-source for a profile without compiled
+    wheels."""
+    if wheel_source is not None:
+        require_compiled_wheels(config, f"--wheel-source {wheel_source}")
     check_native(config, platform.machine())
     check_committed(config)
     steps = build_steps(config, git_sha=source_id(config), wheel_source=wheel_source,
@@ -212,7 +217,7 @@ def _prepare_steps(config: Config, planned: Plan, *, wheel_source: str,
         Step("generate", (("invoke", "generate", "--profile", config.profile),),
              lambda: actions.generate_files(config, planned)),
     ]
-    if wheel_source == "prebuilt-wheelhouse":
+    if wheel_source == "prebuilt-wheelhouse" and config.build.compiled_wheels:
         report = check_source(config, str(config.build.wheelhouse))
         steps.append(Step("wheels", (
             _task("check-wheels", config),

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpurl_tasks.config import Config, Variant
 from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan
-from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE
+from gpurl_tasks.dockerfile.recipe import ENV_BASE_STAGE, wheel_source_arg
 from gpurl_tasks.errors import BuildError, ExitCode
 from gpurl_tasks.files import read_text
 from gpurl_tasks.local import builder
@@ -125,7 +125,7 @@ def _env_base_build(client: str, config: Config, staging: Variant, iidfile: Path
     own = config.for_variant(staging)
     return builder.build_command(
         client, dockerfile=own.build.dockerfile, context=config.root,
-        build_args={"WHEEL_SOURCE": own.build.wheel_source}, target=ENV_BASE_STAGE,
+        build_args=wheel_source_arg(own), target=ENV_BASE_STAGE,
         iidfile=iidfile)
 
 

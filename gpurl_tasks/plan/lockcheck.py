@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import tomllib
 from pathlib import Path
 
 from gpurl_tasks.errors import LockError
@@ -62,14 +63,28 @@ def _asked_once(workspace: Path, uv: str, pyproject: str, lock: str) -> UvVerdic
     return ask_uv(workspace, uv=uv)
 
 
+def _member(workspace: Path) -> bool:
+    """Whether a directory above `workspace` declares a uv workspace: uv would then check
+    that workspace's lock, not `workspace`'s own (so its answer is not about this lock)."""
+    for directory in workspace.resolve().parents:
+        try:
+            data = tomllib.loads((directory / "pyproject.toml").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        if "workspace" in data.get("tool", {}).get("uv", {}):
+            return True
+    return False
+
+
 def stale_findings(workspace: Path, lock: Path, *, where: str, uv: str = "uv") -> list[str]:
     """What makes `lock` stale against `workspace`'s pyproject.toml (`where`, as messages name
     it): nothing when uv says it is current; gpurl's own findings otherwise, or uv's words
     when uv says stale and gpurl's check finds no difference to name. uv is asked only when
-    `lock` is the workspace's own uv.lock (the file uv checks)."""
+    `lock` is the workspace's own uv.lock and no uv workspace above holds it (then uv checks
+    that lock)."""
     pyproject = read_text(workspace / "pyproject.toml", what="pyproject.toml", error=LockError)
     text = read_text(lock, what="lock file", error=LockError)
-    ours = lock.resolve() == (workspace / "uv.lock").resolve()
+    ours = lock.resolve() == (workspace / "uv.lock").resolve() and not _member(workspace)
     verdict = _asked_once(workspace.resolve(), uv, pyproject, text) if ours \
         else UvVerdict(current=None, said="")
     if verdict.current:

@@ -196,8 +196,10 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
         """The committed slices, a new package homed by `homes`; None over the slice budget."""
         kept = _kept(packer, variants, *committed, cap, basis,
                      dataclasses.replace(homes, max_slices=None)) if committed else None
+        # counted as the image holds them: a bucket mixing hashed and unhashed lines is two
         over = kept is not None and layout.max_slices is not None \
-            and any(len(b) > layout.max_slices for b in kept.values())
+            and any(len(split_unhashed(kept[v.name], hashed_in(v.lines))[0]) > layout.max_slices
+                    for v in variants)
         return None if over else kept
 
     # the configured homes while the committed slices keep the budget, else the fitted ones

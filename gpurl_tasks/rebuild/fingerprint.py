@@ -16,7 +16,9 @@ flash-attn, torch, CUDA, Python), any other ARG the wheel recipe uses, the lock'
 expected wheel names, a stage of the wheel recipe (what the `wheel-builder` target builds: its
 base chain and what it copies from) or the context files that recipe copies; image for any
 other baked input (the slices included: env-chain's steps, which the composed environment's
-layers are written from, and which the wheels never see); none otherwise.
+layers are written from, and which the wheels never see); none otherwise. A working tree
+without compiled wheels (build.wheel-specs and wheel-globs empty) never answers wheels+image:
+what would rebuild wheels (a torch bump, a Python change) rebuilds its image alone.
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ class Fingerprint:
     # every config key of the variant with its class and value, sorted; empty when the config
     # at this point could not be read (then the generated files alone decide)
     config: tuple[ConfigEntry, ...] = ()
+    # the image installs compiled wheels; without any there are none to rebuild (`wheels` empty)
+    compiled: bool = True
 
     def canonical(self) -> dict[str, Any]:
         image = self.dockerfile.image_stages()
@@ -116,6 +120,7 @@ class Fingerprint:
             "wheels": dict(self.wheels),
             "missing": list(self.missing),
             "config": [list(e) for e in self.config],
+            "compiled": self.compiled,
         }
 
     @property
@@ -143,17 +148,20 @@ def fingerprint(dockerfile: DockerfileInputs, closure: Iterable[ClosureEntry],
                 extras: Iterable[str], pins: WheelPins,
                 missing: Iterable[str] = (),
                 wheel_sources: Mapping[str, str] | None = None,
-                config: Mapping[str, tuple[str, str]] | None = None) -> Fingerprint:
+                config: Mapping[str, tuple[str, str]] | None = None,
+                compiled: bool = True) -> Fingerprint:
     """Collect the baked inputs; the closure may come in any order and with duplicates;
-    `config` is {dotted key: (class, value)} (config.baked_values)."""
+    `config` is {dotted key: (class, value)} (config.baked_values); `compiled`: the image
+    installs compiled wheels (their expected names are recorded only then)."""
     return Fingerprint(
+        compiled=compiled,
         config=tuple(sorted((k, bakes, value) for k, (bakes, value) in (config or {}).items())),
         missing=tuple(sorted(set(missing))),
         wheel_sources=tuple(sorted((wheel_sources or {}).items())),
         dockerfile=dockerfile,
         closure=tuple(sorted(set(closure), key=lambda e: (e[0], e[1] or "", e[2] or ""))),
         extras=tuple(sorted(set(extras))),
-        wheels=tuple(sorted(expected_filenames(pins).items())),
+        wheels=tuple(sorted(expected_filenames(pins).items())) if compiled else (),
     )
 
 
@@ -308,7 +316,8 @@ def decide(old: Fingerprint, new: Fingerprint) -> Decision:
 
     A Dockerfile missing in the working tree while both configs were read is a stale generated
     file (the caller says so), not a reason: the config and the lock decide. Missing at
-    `--since`, nothing says what the pinned image was built from: wheels+image.
+    `--since`, nothing says what the pinned image was built from: wheels+image. A working
+    tree without compiled wheels has none to rebuild: every reason is at most image.
     """
     config_known = bool(old.config) and bool(new.config)
     reasons = _config_reasons(old.config, new.config) if config_known else []
@@ -316,7 +325,8 @@ def decide(old: Fingerprint, new: Fingerprint) -> Decision:
                      and "dockerfile" not in old.missing)
     reasons += _missing_reasons(old, new, dockerfile=not not_generated)
     if "dockerfile" in old.missing or "dockerfile" in new.missing:
-        return _decision(reasons + _closure_reasons(old.closure, new.closure))
+        return _decision(reasons + _closure_reasons(old.closure, new.closure),
+                         compiled=new.compiled)
     old_stages = {s.name: s for s in old.dockerfile.stages}
     new_stages = {s.name: s for s in new.dockerfile.stages}
     recipe = old.dockerfile.wheel_recipe() | new.dockerfile.wheel_recipe()
@@ -344,10 +354,13 @@ def decide(old: Fingerprint, new: Fingerprint) -> Decision:
                 kind="prebuilt-wheels", decision=WHEELS,
                 detail=f"published {old_wheels.get(project)} no longer matches; "
                        f"build {new_wheels.get(project)}"))
-    return _decision(reasons)
+    return _decision(reasons, compiled=new.compiled)
 
 
-def _decision(reasons: list[Reason]) -> Decision:
+def _decision(reasons: list[Reason], *, compiled: bool = True) -> Decision:
+    if not compiled:  # what would rebuild the wheels rebuilds the image alone
+        reasons = [dataclasses.replace(r, decision=IMAGE) if r.decision == WHEELS else r
+                   for r in reasons]
     order = {level: i for i, level in enumerate(DECISIONS)}
     decision = max((r.decision for r in reasons), key=order.__getitem__, default=NONE)
     return Decision(decision=decision, reasons=tuple(reasons))

@@ -241,7 +241,8 @@ def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
     missing = [name for name, text in (("dockerfile", dockerfile), ("lock", lock)) if text is None]
     sources = blobs(_wheel_source_paths(inputs, config, repo))
     return fingerprint(inputs, closure, config.python.extras, pins, missing, sources,
-                       baked_values(config) if config_known else None)
+                       baked_values(config) if config_known else None,
+                       compiled=config.build.compiled_wheels or bool(inputs.wheel_recipe()))
 
 
 def _read(path: Path, what: str, error: type[GpurlError], hint: str) -> str:

@@ -28,6 +28,7 @@ from gpurl_tasks.dockerfile.wheels import (
     manifest_abi_key,
     parse_manifest,
     pins_from_args,
+    require_compiled_wheels,
     wheel_specs,
 )
 from gpurl_tasks.errors import ExitCode, Unreachable, unreachable_hint
@@ -171,6 +172,7 @@ def check_source(config: Config, source: str | None) -> WheelReport:
     The expected set is one wheel per `build.wheel_globs` entry (pins from the working-tree
     Dockerfile's ARGs); the Dockerfile's own install patterns must each match one wheel too.
     """
+    require_compiled_wheels(config, "check-wheels")
     text = read_text(config.build.dockerfile, what="Dockerfile", error=WheelCheckError,
                      missing_hint="run invoke generate first")
     inputs = parse_dockerfile_inputs(text)

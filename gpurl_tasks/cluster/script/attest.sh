@@ -32,7 +32,7 @@ if [[ "$GITSHA" == *-dirty-* ]]; then COMMIT="${COMMIT%%-dirty-*}-dirty-${GITSHA
   --image-manifest "$WORK/image.manifest" --image-config "$WORK/image.config" \
   --dpkg-status "$ROOT/var/lib/dpkg/status" --base-image "$BASE_REF" \
   --builder "$EXECUTOR_IMAGE" --invocation "iris:${JOB_NAME:-gpurl-kaniko-$GITSHA}" \
-  --commit "$COMMIT" "${WHEEL_ARGS[@]}" >"$WORK/attest.list" 2>"$WORK/attest.err" \
+  --commit "$COMMIT"@ATTEST_WHEEL_ARGS@ >"$WORK/attest.list" 2>"$WORK/attest.err" \
   || die "cannot write the SBOM and provenance: $(attest_said)"
 echo "    $(attest_said)"
 while read -r kind artifact; do

@@ -33,6 +33,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from gpurl_tasks import values
+from gpurl_tasks.adopt.shims import SHIMS
 from gpurl_tasks.config import (
     OCI_ARCH,
     Arch,
@@ -47,7 +48,6 @@ from gpurl_tasks.imageref import InvalidReference, parse_reference
 from gpurl_tasks.plan.lock import Lock, check_conflicts, check_supported, install_closure, load_lock
 from gpurl_tasks.plan.sizes import select_wheel
 from gpurl_tasks.plan.target import marker_environment, target_tags
-from gpurl_tasks.shims import SHIMS
 
 __all__ = [
     "Adoption",

@@ -1,2 +1,0 @@
-# shellcheck shell=bash
-WHEEL_ARGS=()
