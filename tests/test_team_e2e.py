@@ -37,7 +37,6 @@ import httpx
 import pytest
 
 from gpurl_tasks.errors import GpurlError
-from gpurl_tasks.oci.image import ACCEPT_MANIFESTS
 from tests.conftest import REPO_ROOT
 from tests.support.git import git
 from tests.support.image_table import evaluate
@@ -52,6 +51,10 @@ REPOSITORY = "gpurl/team"
 TABLE = Path("cloud/iris/gpu_rl_images.py")
 PINNED = ("AMD64", "STANDARD")  # the entry of the standard variant's amd64 image
 PIN_FIELDS = ("digest", "tag", "source_commit")
+# What the registry may hold under a tag, asked for by name here rather than through gpurl's code
+MANIFESTS = ", ".join(f"application/vnd.{kind}" for kind in (
+    "oci.image.manifest.v1+json", "oci.image.index.v1+json",
+    "docker.distribution.manifest.v2+json", "docker.distribution.manifest.list.v2+json"))
 # Kept between runs, as the checkout's own .cache/gpurl is (the local index's wheels, the
 # written slices' records), apart from it: its index mirrors the fixture's fake torch
 CACHE = REPO_ROOT / ".cache" / "gpurl-team-e2e"
@@ -154,7 +157,7 @@ def _registry_digest(reference: str) -> str:
     """The manifest digest the loopback registry serves for `reference`'s tag, over HTTP."""
     name, _, tag = reference.removeprefix(f"{REGISTRY}/").rpartition(":")
     answer = httpx.head(f"http://{REGISTRY}/v2/{name}/manifests/{tag}",
-                        headers={"Accept": ACCEPT_MANIFESTS}, timeout=30)
+                        headers={"Accept": MANIFESTS}, timeout=30)
     answer.raise_for_status()
     return answer.headers["Docker-Content-Digest"]
 
