@@ -12,10 +12,9 @@ in the environment, and for the x86_64 standard variant the local base image (De
 python3.11, one layer, no Python download), only the apt package the image needs, and a
 loopback index (`build.index-url`, the build's UV_DEFAULT_INDEX: every install of the image
 comes from it) standing in for PyPI and the team's index, which the build's containers cannot
-reach here: setup-local fills it with uv, pip and the build backend from PyPI, and the fixture
-index's wheels are put in as a mirror of it holds them (the hashless torch is on no public
-index). The fixture's 7 slices are far below the default minimum of 20 layers, so
-`verify.min-layers` is lowered.
+reach here: setup-local fills it, with uv, pip and the build backend from PyPI and the lock's
+wheels from the fixture's index (the hashless torch is on no public index). The fixture's 7
+slices are far below the default minimum of 20 layers, so `verify.min-layers` is lowered.
 
 The package run is this checkout's (`python -m gpurl_tasks`); tests/test_adopt_doc.py runs the
 installed wheel.
@@ -26,7 +25,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -56,7 +54,7 @@ MANIFESTS = ", ".join(f"application/vnd.{kind}" for kind in (
     "oci.image.manifest.v1+json", "oci.image.index.v1+json",
     "docker.distribution.manifest.v2+json", "docker.distribution.manifest.list.v2+json"))
 # Kept between runs, as the checkout's own .cache/gpurl is (the local index's wheels, the
-# written slices' records), apart from it: its index mirrors the fixture's fake torch
+# written slices' records), apart from it: its index holds the fixture's fake torch
 CACHE = REPO_ROOT / ".cache" / "gpurl-team-e2e"
 
 
@@ -115,11 +113,7 @@ def session(tmp_path: Path) -> Iterator[Session]:
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
                UV_CACHE_DIR=str(tmp_path / "uv-cache"), GIT_AUTHOR_NAME="t",
                GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    with serve_team(pypi, tmp_path / "serve") as servers:
-        mirror = CACHE / "pyindex"  # the local index's directory (local.setup.index_dir)
-        mirror.mkdir(parents=True, exist_ok=True)
-        for wheel in servers.index_wheels.glob("*.whl"):
-            shutil.copy2(wheel, mirror / wheel.name)
+    with serve_team(pypi, tmp_path / "serve"):
         made = Session(team_repository(tmp_path / "team"), env)
         yield made
     print("\n".join(f"{seconds:7.1f}s  {command}" for command, seconds in made.timings))

@@ -100,7 +100,6 @@ def fetch_pypi_wheels(dest: Path, *, extra: tuple[str, ...] = ()) -> list[Path]:
 class TeamServers:
     index_url: str  # http://127.0.0.1:INDEX_PORT/simple
     files_url: str  # http://127.0.0.1:FILES_PORT
-    index_wheels: Path  # the wheels the index serves (a mirror of it copies them)
 
 
 @contextlib.contextmanager
@@ -120,8 +119,7 @@ def serve_team(pypi: Path, scratch: Path) -> Iterator[TeamServers]:
     try:
         with serve_index(wheels, scratch / "index", port=INDEX_PORT,
                          unhashed=frozenset({"torch"})) as index_url:
-            yield TeamServers(index_url=index_url, files_url=f"http://127.0.0.1:{FILES_PORT}",
-                              index_wheels=wheels)
+            yield TeamServers(index_url=index_url, files_url=f"http://127.0.0.1:{FILES_PORT}")
     finally:
         files.shutdown()
         files.server_close()
