@@ -33,25 +33,11 @@ from tests.conftest import REPO_ROOT
 from tests.support.doc_samples import command_and_exit, fenced
 from tests.support.git import git
 from tests.support.local_parts import need
-from tests.support.team_fixture import fetch_pypi_wheels, serve_team
+from tests.support.team_fixture import fetch_pypi_wheels, serve_team, team_repository
 
 PAGE = REPO_ROOT / "docs" / "adopt.md"
-FIXTURE = "examples/team"
 INSTALL = 'uv tool install "$WHEEL"'
 TOKEN = "ghp_" + "x" * 36
-
-
-def _repository(dest: Path) -> Path:
-    """examples/team/'s tracked files as a repository of its own."""
-    listed = git(REPO_ROOT, "ls-files", "-z", FIXTURE).split("\0")
-    for name in filter(None, listed):
-        target = dest / Path(name).relative_to(FIXTURE)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((REPO_ROOT / name).read_bytes())
-    git(dest, "init", "-q")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "an existing repository")
-    return dest
 
 
 def script(page: str, *, skip: tuple[str, ...] = ()) -> str:
@@ -103,7 +89,7 @@ def test_adopt_page_through_init(tmp_path: Path) -> None:
     stand_in.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO_ROOT))} exec "
                         f"{shlex.quote(sys.executable)} -m gpurl_tasks \"$@\"\n")
     stand_in.chmod(0o755)
-    repo = _repository(tmp_path / "work" / "team")
+    repo = team_repository(tmp_path / "work" / "team")
     before = (repo / "pyproject.toml").read_text()
     env = _environment(tmp_path, {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
     page = PAGE.read_text().split("\n## 3.")[0]
@@ -130,7 +116,7 @@ def test_adopt_page_followed_literally(tmp_path: Path, gpurl_wheel: Path) -> Non
     except GpurlError as exc:
         need(False, f"cannot download the fixture's PyPI wheels: {exc}")
     tools = tmp_path / "tools"
-    repo = _repository(tmp_path / "work" / "team")
+    repo = team_repository(tmp_path / "work" / "team")
     env = _environment(tmp_path, {
         "PATH": f"{tools / 'bin'}{os.pathsep}{os.environ['PATH']}", "WHEEL": str(gpurl_wheel),
         "UV_TOOL_DIR": str(tools / "envs"), "UV_TOOL_BIN_DIR": str(tools / "bin")})

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -38,7 +37,7 @@ from gpurl_tasks.release.attested import BuildContext, attach_attestations
 from gpurl_tasks.writer.check import check_layer
 from tests.conftest import REPO_ROOT
 from tests.support.launchers import assigned
-from tests.support.local_parts import need
+from tests.support.local_parts import docker_ready
 from tests.support.pusher import push_image, tar_gz_layer
 from tests.support.registry_server import RegistryServer
 from tests.support.tasks_runner import run_task
@@ -46,15 +45,6 @@ from tests.support.tasks_runner import run_task
 REPO = "gpurl/multiarch"
 VENV = "/opt/multiarch/envs/rl"
 LAUNCHER = REPO_ROOT / "examples/multiarch/cloud/iris/launch_rl_iris.py"
-
-
-def _docker_ready() -> None:
-    need(shutil.which("docker") is not None and subprocess.run(
-        ["docker", "info"], capture_output=True, check=False).returncode == 0,
-        "no Docker engine answers here")
-    need(subprocess.run(["docker", "image", "inspect", "gpurl/bookworm-python:3.11"],
-                        capture_output=True, check=False).returncode == 0,
-         "no gpurl/bookworm-python:3.11 image: run `invoke setup-local -p multiarch`")
 
 
 def _config(variant: str, host: str) -> Config:
@@ -116,7 +106,7 @@ def _gb200_image(config: Config, written: SlicesWritten, tmp: Path) -> str:
 @pytest.mark.slow
 def test_one_pin_for_both_clusters_from_one_config(registry: RegistryServer, repo_tmp: Path,
                                                    tmp_path: Path) -> None:
-    _docker_ready()
+    docker_ready()
     h100, gb200 = _config("h100", registry.host), _config("gb200", registry.host)
     package_index(h100, cache_dir(h100.root))  # setup-local's step: both machines' wheels
     launcher = repo_tmp / "launch_rl_iris.py"

@@ -96,6 +96,35 @@ source = { directory = "ext" }
     assert download.pins_from_lock(parse_lock(lock)) == ["iniconfig==2.0.0"]
 
 
+def test_pins_are_downloaded_from_the_index_the_lock_names() -> None:
+    """A pin of a private index (a PyTorch build) comes from that index; one of PyPI, or of
+    the loopback index being filled (it serves nothing yet), from pip's own."""
+    lock = parse_lock("""
+version = 1
+[[package]]
+name = "torch"
+version = "2.13.0+cu132"
+source = { registry = "http://127.0.0.1:5010/simple/" }
+[[package]]
+name = "iniconfig"
+version = "2.0.0"
+source = { registry = "https://pypi.org/simple" }
+[[package]]
+name = "filelock"
+version = "3.16.1"
+source = { registry = "http://127.0.0.1:5006/simple" }
+[[package]]
+name = "vllm"
+version = "0.1"
+source = { url = "http://127.0.0.1:5009/vllm-0.1-py3-none-any.whl" }
+""")
+    assert download.pin_indexes(lock, filling="http://127.0.0.1:5006/simple") == {
+        "torch==2.13.0+cu132": "http://127.0.0.1:5010/simple", "iniconfig==2.0.0": None,
+        "filelock==3.16.1": None}
+    assert download.pin_indexes(lock, filling="http://127.0.0.1:5010/simple")[
+        "filelock==3.16.1"] == "http://127.0.0.1:5006/simple"
+
+
 def test_lock_files_and_unmatched_pins(tmp_path: Path) -> None:
     lock = """
 version = 1

@@ -29,7 +29,7 @@ from gpurl_tasks.writer.check import ELF_MACHINES, check_layer, elf_machine
 from gpurl_tasks.writer.records import slice_key, uv_on
 from gpurl_tasks.writer.staging import cross_platform, install_command, python_platform
 from tests.conftest import REPO_ROOT
-from tests.support.local_parts import need
+from tests.support.local_parts import docker_ready, need
 
 VENV = "/opt/multiarch/envs/rl"
 
@@ -184,13 +184,8 @@ def test_the_dry_run_names_the_target_platform_and_runs_nothing(tmp_path: Path) 
 
 
 def _docker_ready() -> None:
-    need(shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True,
-                                                   check=False).returncode == 0,
-         "no Docker engine answers here")
+    docker_ready()
     need(platform.machine() == "x86_64", "the cross-platform test stages aarch64 on x86_64")
-    need(subprocess.run(["docker", "image", "inspect", "gpurl/bookworm-python:3.11"],
-                        capture_output=True, check=False).returncode == 0,
-         "no gpurl/bookworm-python:3.11 image: run `invoke setup-local -p multiarch`")
 
 
 @pytest.mark.integration

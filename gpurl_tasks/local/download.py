@@ -14,7 +14,7 @@ import re
 import shutil
 import sys
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
@@ -34,9 +34,11 @@ __all__ = [
     "DownloadTarget",
     "build_requires",
     "download",
+    "download_pins",
     "lock_files",
     "missing_pins",
     "missing_platform_pins",
+    "pin_indexes",
     "pins_from_lock",
     "unmatched_lock_files",
     "unsatisfied",
@@ -115,6 +117,31 @@ def pins_from_lock(lock: Lock) -> list[str]:
     """`name==version` of every package in a uv.lock that comes from a registry (an index)."""
     return sorted({f"{pkg.name}=={pkg.version}" for pkg in lock.packages
                    if pkg.source_kind == "registry"})
+
+
+_PYPI = "https://pypi.org/simple"
+
+
+def pin_indexes(lock: Lock, *, filling: str) -> dict[str, str | None]:
+    """`name==version` of each registry package -> the index `pip download` fetches it from:
+    the one the lock resolved it from, or None (pip's own, PyPI) where that is PyPI or
+    `filling`, the loopback index being filled (it serves nothing yet). A pin from a private
+    index (a PyTorch build, the team's own index) is on no other."""
+    skipped = {"", _PYPI, filling.rstrip("/")}
+    return {f"{pkg.name}=={pkg.version}": None if where in skipped else where
+            for pkg in lock.packages if pkg.source_kind == "registry"
+            for where in [pkg.source.get("registry", "").rstrip("/")]}
+
+
+def download_pins(pins: Sequence[str], dest: Path, *, target: DownloadTarget,
+                  indexes: Mapping[str, str | None]) -> None:
+    """`download` of exact pins, each from its index in `indexes` (`pin_indexes`; absent or
+    None: pip's own)."""
+    groups: dict[str | None, list[str]] = {}
+    for pin in pins:
+        groups.setdefault(indexes.get(pin), []).append(pin)
+    for index_url, group in groups.items():
+        download(group, dest, target=target, index_url=index_url)
 
 
 def lock_files(lock: Lock) -> dict[str, set[str]]:

@@ -2,9 +2,9 @@
 
 Steps, in order: a Docker engine answers; a client that runs BuildKit builds; a registry on
 127.0.0.1 at the port of `registry.host`; the base image `build.base-image`; the wheels the
-loopback index (`build.index-url`) serves: uv, pip and every pin of the workspace lock, for each
-linux machine the lock holds wheels for. Each step returns what it found or did; `dry_run`
-reports what it would do and changes nothing.
+loopback index (`build.index-url`) serves: uv, pip and every pin of the workspace lock (each
+from the index the lock names), for each linux machine the lock holds wheels for. Each step
+returns what it found or did; `dry_run` reports what it would do and changes nothing.
 """
 
 from __future__ import annotations
@@ -193,12 +193,14 @@ def package_index(config: Config, cache: Path, *, dry_run: bool = False) -> tupl
                          f"{len(loose)} of {len(specs)} build requirements{other} into {directory}")
     target = download.DownloadTarget.for_target(python=config.target.python,
                                                glibc=config.target.glibc, arch=config.target.arch)
-    download.download(missing, directory, target=target)
+    indexes = download.pin_indexes(lock, filling=config.build.index_url) if lock else {}
+    download.download_pins(missing, directory, target=target, indexes=indexes)
     download.download(loose, directory, target=target, exact=False, with_deps=True)
     for machine, machine_pins in other_machines().items():
         own = targets[machine]
-        download.download(machine_pins, directory, target=download.DownloadTarget.for_target(
-            python=own.python, glibc=own.glibc, arch=own.arch))
+        download.download_pins(machine_pins, directory, indexes=indexes,
+                               target=download.DownloadTarget.for_target(
+                                   python=own.python, glibc=own.glibc, arch=own.arch))
     still = download.missing_pins(pins, directory) + download.unsatisfied(specs, directory)
     still += [f"{pin} ({machine})" for machine, machine_pins in other_machines().items()
               for pin in machine_pins]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["build_source_wheel", "free_port", "need", "non_loopback_address", "python312", "uv"]
+__all__ = ["BASE_IMAGE", "build_source_wheel", "docker_ready", "free_port", "need",
+           "non_loopback_address", "python312", "uv"]
 
 
 def need(present: object, reason: str) -> None:
@@ -23,6 +24,21 @@ def need(present: object, reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"required local part missing in CI: {reason}")
     pytest.skip(reason)
+
+
+# The local path's base image (Debian bookworm's python3.11), as `invoke setup-local -p multiarch`
+# makes it (gpurl_tasks/local/base_image.py).
+BASE_IMAGE = "gpurl/bookworm-python:3.11"
+
+
+def docker_ready() -> None:
+    """Skip (or under CI fail) unless a Docker engine answers and holds BASE_IMAGE."""
+    need(shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True,
+                                                   check=False).returncode == 0,
+         "no Docker engine answers here")
+    need(subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True,
+                        check=False).returncode == 0,
+         f"no {BASE_IMAGE} image: run `invoke setup-local -p multiarch`")
 
 
 def free_port() -> int:

@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpurl_tasks.local.download import DownloadTarget, download
+from tests.support.git import git
 from tests.support.pyindex import _QuietHandler, make_wheel, serve_index
 
 __all__ = [
     "FILES_PORT",
     "INDEX_PORT",
+    "LOCK_BUMP",
     "MACHINES",
     "PYPI_PINS",
     "TEAM",
@@ -36,6 +38,7 @@ __all__ = [
     "build_fake_wheels",
     "fetch_pypi_wheels",
     "serve_team",
+    "team_repository",
 ]
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +49,9 @@ MACHINES = ("x86_64", "aarch64")
 # Small pure wheels from PyPI (two einops: the `cpu` extra pins the older one, a real conflict).
 PYPI_PINS = ("einops==0.7.0", "einops==0.8.1", "filelock==3.16.1", "packaging==24.2",
              "typing-extensions==4.12.2")
+# A newer release for a lock bump (`uv lock --upgrade-package filelock`), served only where a
+# test asks for it: a fresh lock would pick it, and the committed lock was resolved without it.
+LOCK_BUMP = "filelock==3.17.0"
 VLLM_VERSION = "0.0.0.dev20260914+marin.c0ffee1.cu132"  # a fork build, as the team's is named
 
 
@@ -70,9 +76,24 @@ def build_fake_wheels(dest: Path) -> list[Path]:
     return made
 
 
-def fetch_pypi_wheels(dest: Path) -> list[Path]:
-    """The PyPI pins into `dest` (reused when there), by pip, with PyPI's own bytes."""
-    return download(PYPI_PINS, dest, target=DownloadTarget())
+def team_repository(dest: Path) -> Path:
+    """examples/team/'s tracked files as a repository of its own at `dest`, one commit (the
+    repository before gpurl: what `gpurl init` adopts)."""
+    fixture = TEAM.relative_to(_ROOT)
+    for name in filter(None, git(_ROOT, "ls-files", "-z", str(fixture)).split("\0")):
+        target = dest / Path(name).relative_to(fixture)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((_ROOT / name).read_bytes())
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "an existing repository")
+    return dest
+
+
+def fetch_pypi_wheels(dest: Path, *, extra: tuple[str, ...] = ()) -> list[Path]:
+    """The PyPI pins, and the `extra` ones, into `dest` (reused when there), by pip, with
+    PyPI's own bytes."""
+    return download((*PYPI_PINS, *extra), dest, target=DownloadTarget())
 
 
 @dataclass(frozen=True, kw_only=True)

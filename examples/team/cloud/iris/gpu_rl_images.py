@@ -44,7 +44,7 @@ GPU_RL_IMAGES: dict[tuple[ImageArchitecture, ImageVariant], GpuRlImage] = {
     (ImageArchitecture.AMD64, ImageVariant.STANDARD): GpuRlImage(
         architecture=ImageArchitecture.AMD64,
         variant=ImageVariant.STANDARD,
-        digest="sha256:" + "a" * 64,
+        digest="sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
         tag=f"gpu-rl-{SOURCE_COMMIT}",
         source_commit=SOURCE_COMMIT,
         harbor_commit=HARBOR_COMMIT,
@@ -52,7 +52,7 @@ GPU_RL_IMAGES: dict[tuple[ImageArchitecture, ImageVariant], GpuRlImage] = {
     (ImageArchitecture.AMD64, ImageVariant.MEGATRON): GpuRlImage(
         architecture=ImageArchitecture.AMD64,
         variant=ImageVariant.MEGATRON,
-        digest="sha256:" + "b" * 64,
+        digest="sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
         tag=f"gpu-rl-megatron-{SOURCE_COMMIT}",
         source_commit=SOURCE_COMMIT,
         harbor_commit=HARBOR_COMMIT,
@@ -60,7 +60,7 @@ GPU_RL_IMAGES: dict[tuple[ImageArchitecture, ImageVariant], GpuRlImage] = {
     (ImageArchitecture.ARM64, ImageVariant.STANDARD): GpuRlImage(
         architecture=ImageArchitecture.ARM64,
         variant=ImageVariant.STANDARD,
-        digest="sha256:" + "c" * 64,
+        digest="sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
         tag=f"gpu-rl-{SOURCE_COMMIT}-arm64",
         source_commit=SOURCE_COMMIT,
         harbor_commit=HARBOR_COMMIT,
@@ -68,7 +68,7 @@ GPU_RL_IMAGES: dict[tuple[ImageArchitecture, ImageVariant], GpuRlImage] = {
     (ImageArchitecture.ARM64, ImageVariant.MEGATRON): GpuRlImage(
         architecture=ImageArchitecture.ARM64,
         variant=ImageVariant.MEGATRON,
-        digest="sha256:" + "d" * 64,
+        digest="sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
         tag=f"gpu-rl-megatron-{SOURCE_COMMIT}-arm64",
         source_commit=SOURCE_COMMIT,
         harbor_commit=HARBOR_COMMIT,
