@@ -57,6 +57,7 @@ __all__ = [
     "EachVariant",
     "FlagError",
     "Outcome",
+    "as_typed",
     "choice",
     "clean_failures",
     "cluster_flag",
@@ -462,10 +463,16 @@ def _on_sigterm(handler: Any) -> Any:
     return signal.signal(signal.SIGTERM, handler)
 
 
+def as_typed(text: str) -> str:
+    """`text` naming gpurl's tasks as the user runs them: messages say `invoke TASK`, and
+    under the `gpurl` command (the same tasks and flags) that is `gpurl TASK`."""
+    return text.replace("`invoke ", "`gpurl ") if RUNNING[0] == "gpurl_tasks" else text
+
+
 def _fail(message: str, hint: str | None, code: int, *, as_json: bool, prefix: str = "error: ",
           inline_hint: bool = False) -> NoReturn:
     """Exit with `code` after one line on stderr (and under --json one object on stdout)."""
-    message, hint = _redacted(message), _redacted(hint) if hint else None
+    message, hint = as_typed(_redacted(message)), as_typed(_redacted(hint)) if hint else None
     if as_json:
         emit_json({"error": message, "hint": hint, "exit_code": int(code)})
     line = prefix + message
@@ -476,7 +483,7 @@ def _fail(message: str, hint: str | None, code: int, *, as_json: bool, prefix: s
 
 def say(message: str = "") -> None:
     """Human progress and diagnostics go to stderr so --json stdout stays parseable."""
-    print(message, file=sys.stderr, flush=True)
+    print(as_typed(message), file=sys.stderr, flush=True)
 
 
 def emit_json(obj: Any) -> None:
@@ -566,7 +573,7 @@ def finish(outcome: Outcome, *, as_json: bool) -> None:
     else:
         text = outcome.human()
         if text:
-            out(text)
+            out(as_typed(text))
     if outcome.exit_code:
         raise Exit(getattr(outcome, "failure", None), code=outcome.exit_code)
 

@@ -123,6 +123,7 @@ def test_adopt_page_followed_literally(tmp_path: Path, gpurl_wheel: Path) -> Non
     with serve_team(tmp_path / "pypi", tmp_path / "serve"):
         done = _run(PAGE.read_text(), repo, env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "run `gpurl sizes --probe`" in done.stderr  # hints name the command the user has
     head = git(repo, "rev-parse", "--short=7", "HEAD").strip()
     dry_runs = [line for line in done.stdout.splitlines() if line.startswith("iris ")]
     assert len(dry_runs) == 4, done.stdout[-2000:]
