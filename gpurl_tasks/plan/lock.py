@@ -632,18 +632,26 @@ def _asked(name: str, specifier: str) -> tuple[str, str]:
     return (str(canonicalize_name(name)), ",".join(sorted(str(s) for s in SpecifierSet(specifier))))
 
 
-def _pyproject_requirements(project: Mapping[str, Any], where: str) -> set[tuple[str, str]]:
-    """(name, specifier) of each requirement of the project and its extras."""
+def _pyproject_requirements(project: Mapping[str, Any],
+                            where: str) -> tuple[set[tuple[str, str]], dict[str, set[tuple[str, str]]]]:
+    """(name, specifier) of each requirement of the project and its extras, and name ->
+    {(kind, location)} of those that are direct references (`name @ URL`, PEP 508)."""
     asked: set[tuple[str, str]] = set()
+    referenced: dict[str, set[tuple[str, str]]] = {}
     entries = [*project.get("dependencies", []),
                *(t for texts in project.get("optional-dependencies", {}).values() for t in texts)]
     try:
         for text in entries:
             req = PackagingRequirement(text)
-            asked.add(_asked(req.name, str(req.specifier)))
+            if not req.url:  # a direct reference is recorded, and compared, by its location
+                asked.add(_asked(req.name, str(req.specifier)))
+            if req.url:
+                kind = "git" if req.url.startswith("git+") else "url"
+                at = _git_location(req.url) if kind == "git" else _url_location(req.url)
+                referenced.setdefault(canonicalize_name(req.name), set()).add((kind, at))
     except (InvalidRequirement, InvalidMarker, InvalidSpecifier) as exc:
         raise LockError(f"{where}: a requirement is invalid: {exc}") from None
-    return asked
+    return asked, referenced
 
 
 _GIT_REFS = ("rev", "tag", "branch", "subdirectory")
@@ -660,13 +668,20 @@ def _git_location(url: str, refs: Mapping[str, Any] | None = None) -> str:
     return f"{base}?{query}" if query else base
 
 
+def _url_location(url: str) -> str:
+    """A URL source as uv records it in requires-dist: its `#sha256=...` fragment dropped (the
+    hash is the lock's, beside the file)."""
+    return url.split("#", 1)[0]
+
+
 def _direct_sources(sources: Any) -> dict[str, set[tuple[str, str]]]:
     """name -> {(kind, location)} of the `url` and `git` entries of `[tool.uv.sources]`."""
     found: dict[str, set[tuple[str, str]]] = {}
     for name, entries in (sources if isinstance(sources, dict) else {}).items():
         for entry in entries if isinstance(entries, list) else [entries]:
             if isinstance(entry, dict) and isinstance(entry.get("url"), str):
-                found.setdefault(canonicalize_name(name), set()).add(("url", entry["url"]))
+                found.setdefault(canonicalize_name(name), set()).add(
+                    ("url", _url_location(entry["url"])))
             elif isinstance(entry, dict) and isinstance(entry.get("git"), str):
                 found.setdefault(canonicalize_name(name), set()).add(
                     ("git", _git_location(entry["git"], entry)))
@@ -712,7 +727,7 @@ def lock_staleness(pyproject_text: str, lock: Lock, *, where: str = "pyproject.t
         else None
     if locked is None:
         return []
-    wants = _pyproject_requirements(project, where)
+    wants, referenced = _pyproject_requirements(project, where)
     has = {_asked(r.name, r.specifier) for r in locked.requires_dist if not r.direct}
     direct = {r.name for r in locked.requires_dist if r.direct}
     problems = []
@@ -728,12 +743,15 @@ def lock_staleness(pyproject_text: str, lock: Lock, *, where: str = "pyproject.t
     tool_uv = data.get("tool", {}).get("uv", {})
     sources = _direct_sources(tool_uv.get("sources", {}))
     for pkg in sorted(asked_names & (set(sources) | direct)):
-        named = sources.get(pkg, set())
-        recorded = {(kind, _git_location(at) if kind == "git" else at)
+        # [tool.uv.sources], and the requirements' own `name @ URL`
+        if any(kind == "git" for kind, _ in referenced.get(pkg, ())):
+            continue  # a PEP 508 git reference: uv's spelling of its refs is not reproduced
+        named = sources.get(pkg, set()) | referenced.get(pkg, set())
+        recorded = {(kind, _git_location(at) if kind == "git" else _url_location(at))
                     for r in locked.requires_dist if r.name == pkg and r.direct
                     for kind, at in [r.direct] if kind in ("url", "git")}
         if named != recorded:
-            problems.append(f"{pkg}: {where}'s [tool.uv.sources] names "
+            problems.append(f"{pkg}: {where} names "
                             f"{', '.join(sorted(at for _, at in named)) or 'no URL or git source'}"
                             f", the lock was resolved for "
                             f"{', '.join(sorted(at for _, at in recorded)) or 'none'}")
