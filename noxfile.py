@@ -36,8 +36,10 @@ def tests(session: nox.Session) -> None:
     _sync(session, "test")
     # the iris contract and e2e need Python 3.12 and the pinned release: their sessions run them
     # ... and the real-kaniko builds run in their own session
+    # --durations: the slowest tests named in every run's log, where the suite's time goes
     session.run("pytest", "--ignore=tests/test_iris_contract.py",
-                "--ignore=tests/test_iris_e2e.py", "-m", "not kaniko", *session.posargs)
+                "--ignore=tests/test_iris_e2e.py", "-m", "not kaniko", "--durations=25",
+                *session.posargs)
 
 
 @nox.session
