@@ -418,3 +418,62 @@ def test_generate_plans_the_team_lock_and_refuses_it_once_stale(
     assert caught.value.message.startswith("team/uv.lock is stale against team/pyproject.toml "
                                            "(1 difference(s)): pinned: ")
     assert {p: p.read_bytes() for p in (root / "docker").rglob("*") if p.is_file()} == before
+
+
+def test_uv_is_asked_once_for_the_same_files_in_any_copy(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv's verdict is kept by the bytes it depends on: the same files checked again, in
+    another copy of the project, do not run uv again; a changed path source's pyproject.toml,
+    a changed lock or another uv do. An answer other than current or stale keeps none of
+    uv's words (they may name an index with its credentials). The `uv` here is a stand-in
+    that counts its calls: what is under test is when gpurl asks, not what uv answers."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls = tmp_path / "calls"
+
+    def stand_in(name: str, *, says: str = "exit 0") -> str:
+        script = tmp_path / name
+        script.write_text(f"#!/bin/sh\necho asked >> {calls}\n{says}\n")
+        script.chmod(0o755)
+        return str(script)
+
+    def asked() -> int:
+        return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "pyproject.toml").write_text('[project]\nname = "lib"\nversion = "1.0"\n')
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["lib"]\n[tool.uv.sources]\nlib = { path = "../lib" }\n')
+    lock = ('version = 1\nrevision = 3\nrequires-python = ">=3.11"\n\n'
+            '[[package]]\nname = "lib"\nversion = "1.0"\nsource = { directory = "../lib" }\n\n'
+            '[[package]]\nname = "p"\nversion = "0.1"\nsource = { virtual = "." }\n'
+            'dependencies = [{ name = "lib" }]\n\n[package.metadata]\n'
+            'requires-dist = [{ name = "lib", directory = "../lib" }]\n')
+    (proj / "uv.lock").write_text(lock)
+    uv = stand_in("uv")
+
+    def check(workspace: Path, with_uv: str = uv) -> list[str]:
+        return stale_findings(workspace, workspace / "uv.lock", where="pyproject.toml", uv=with_uv)
+
+    assert check(proj) == [] and asked() == 1
+    copy = tmp_path / "copy"
+    shutil.copytree(proj, copy)
+    assert check(copy) == [] and check(proj) == [] and asked() == 1
+    (tmp_path / "lib" / "pyproject.toml").write_text('[project]\nname = "lib"\nversion = "1.1"\n')
+    check(proj)
+    assert asked() == 2
+    (proj / "uv.lock").write_text(lock + "\n")
+    check(proj)
+    assert asked() == 3
+    check(proj, stand_in("other-uv"))
+    assert asked() == 4
+    canary = "ghp_CANARYlockVerdict7d1e"
+    silent = stand_in("no-answer-uv", says=f"echo 'error: https://u:{canary}@index.test/simple' >&2"
+                                            "\nexit 2")
+    check(proj, silent)
+    check(proj, silent)
+    assert asked() == 5
+    kept = "".join(p.read_text() for p in (tmp_path / "cache").rglob("*.json"))
+    assert kept and canary not in kept

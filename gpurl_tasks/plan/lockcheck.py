@@ -10,21 +10,30 @@ makes uv resolve again, which offline fails on the first index or URL it would r
 "The lockfile ... needs to be updated"). So uv is authoritative when it says current or
 stale; anything else (no uv, no interpreter, an answer that needs the network) leaves the
 verdict to gpurl's own check, which names each difference.
+
+uv's answer depends on those files alone, so it is kept on disk keyed by their bytes (and by
+which uv and PATH asked): each uv call costs about a second (it queries an interpreter
+afresh under --no-cache), and every `generate`, `plan` and `build` checks every profile's lock.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import hashlib
+import json
+import os
+import re
+import shutil
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpurl_tasks.errors import LockError
-from gpurl_tasks.files import read_text
+from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.plan.lock import lock_staleness, parse_lock
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
 
-__all__ = ["UvVerdict", "ask_uv", "stale_findings"]
+__all__ = ["UvVerdict", "ask_uv", "stale_findings", "verdict_dir"]
 
 _STALE = "needs to be updated"
 UV_TIMEOUT_S = 120.0
@@ -56,11 +65,55 @@ def ask_uv(workspace: Path, *, uv: str = "uv") -> UvVerdict:
         line.strip() for line in done.stderr.splitlines() if line.startswith(("error:", "  cause:"))))
 
 
-@functools.lru_cache(maxsize=16)
+# the lock's own entries for the workspace and its path sources: uv reads their pyproject.toml
+_LOCAL_SOURCE = re.compile(r'source = \{ (?:editable|virtual|directory) = "([^"]+)" \}')
+
+
+def verdict_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where uv's verdicts are kept: gpurl's folder in the user's cache ($XDG_CACHE_HOME,
+    else ~/.cache), shared by every checkout and copy of a project, as uv's own cache is."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return Path(base) / "gpurl" / "lock-verdicts"
+
+
+def _inputs_key(workspace: Path, uv: str, pyproject: str, lock: str) -> str:
+    """A digest of everything uv's verdict depends on: the lock, the pyproject.toml of the
+    workspace and of each local source the lock names, and which uv answers (its file) under
+    which PATH (whether it finds an interpreter)."""
+    found = shutil.which(uv)
+    stat = Path(found).stat() if found else None
+    digest = hashlib.sha256()
+    for part in (found or uv, f"{stat.st_size}:{stat.st_mtime_ns}" if stat else "",
+                 os.environ.get("PATH", ""), pyproject, lock):
+        digest.update(part.encode() + b"\0")
+    for source in sorted(set(_LOCAL_SOURCE.findall(lock)) - {"."}):
+        try:
+            member = (workspace / source / "pyproject.toml").read_bytes()
+        except OSError:
+            member = b""
+        digest.update(source.encode() + b"\0" + member + b"\0")
+    return digest.hexdigest()
+
+
 def _asked_once(workspace: Path, uv: str, pyproject: str, lock: str) -> UvVerdict:
-    """`ask_uv`, once per workspace and text of its pyproject and lock (every variant of a
-    profile checks the same lock)."""
-    return ask_uv(workspace, uv=uv)
+    """`ask_uv`, once for the same inputs (`_inputs_key`), whichever process or copy of the
+    project asks; what uv said is kept only when it is the stale line (it names the lock
+    alone: other error lines may name an index)."""
+    path = verdict_dir() / f"{_inputs_key(workspace, uv, pyproject, lock)}.json"
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        return UvVerdict(current=kept["current"], said=kept["said"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    verdict = ask_uv(workspace, uv=uv)
+    said = verdict.said if verdict.current is False else ""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({"current": verdict.current, "said": said}))
+    except OSError:  # a read-only home: uv is asked again next time, nothing else changes
+        pass
+    return UvVerdict(current=verdict.current, said=said)
 
 
 def _member(workspace: Path) -> bool:
