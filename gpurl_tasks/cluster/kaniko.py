@@ -81,6 +81,7 @@ __all__ = [
     "render_script",
     "render_template",
     "script_files",
+    "standalone_tool",
 ]
 
 # Tests point this at a temp dir so the script's /kaniko and /app live there (job.sh reads
@@ -110,7 +111,7 @@ if __name__ == "__main__":
 """
 
 
-def _standalone(modules: tuple[ModuleType, ...], purpose: str) -> str:
+def standalone_tool(modules: tuple[ModuleType, ...], purpose: str) -> str:
     """A tool of `modules` (the last one's `main` runs), their source carried verbatim."""
     entry = modules[-1].__name__
     package = entry.rpartition(".")[0]
@@ -130,7 +131,7 @@ _LAYER_MODULES = (writer_blob, writer_records, writer_probe, writer_composition,
 
 def layer_tool_text() -> str:
     """What `invoke generate` writes at LAYER_TOOL."""
-    return _standalone(_LAYER_MODULES, "the cluster build's layer writing and composition")
+    return standalone_tool(_LAYER_MODULES, "the cluster build's layer writing and composition")
 
 
 # The writer of the image's SBOM and provenance the job runs after its push with the image's
@@ -141,7 +142,7 @@ _ATTEST_MODULES = (cdx, slsa, attest_documents, attest_tool)
 
 def attest_tool_text() -> str:
     """What `invoke generate` writes at ATTEST_TOOL."""
-    return _standalone(_ATTEST_MODULES, "the cluster build's SBOM and provenance")
+    return standalone_tool(_ATTEST_MODULES, "the cluster build's SBOM and provenance")
 
 
 def skeleton_path(config: Config) -> Path:
