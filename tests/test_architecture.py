@@ -25,7 +25,7 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "release.verify",
         "release.pin", "release.index", "rebuild.fingerprint", "cluster.watch", "imageref", "errors", "steps",
         "plan.layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
-        "attest.documents", "launcher.source", "launcher.table",
+        "attest.documents", "attest.verification", "launcher.source", "launcher.table",
         "config", "values", "gpu.result"]
 
 

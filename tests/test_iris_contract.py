@@ -177,7 +177,7 @@ def test_the_gpu_check_argv_parses_to_the_intended_parameters() -> None:
         assert params["enable_extra_resources"] is True and params["no_wait"] is True
         assert (params["timeout"], params["cpu"], params["memory"], params["max_retries"]) == (
             3600, 16, "128GB", 0)
-        assert dict(params["env_vars"]) == {TOOL_ENV: "dG9vbA==", "GPURL_IMAGE_DIGEST": digest}
+        assert dict(params["env_vars"]) == {TOOL_ENV: "dG9vbA=="}
         assert params["cmd"][0] == f"{config.build.venv}/bin/python"
         assert params["cmd"][3:] == ("--image-digest", digest, "--out", "gpurl-gpu-result.json")
         assert params["job_name"] == "gpurl-gpu-" + "ab" * 6

@@ -41,7 +41,7 @@ MEDIA_TYPE = "application/vnd.gpurl.gpu-verification.v1+json"
 VERIFIER_ID = "urn:gpurl:verifier:verify-gpu"
 POLICY_URI = "urn:gpurl:policy:gpu-check:v1"
 # A VSA names the levels it verified; custom ones may not start with SLSA_ (the spec).
-PASSED_LEVEL = "GPURL_GPU_CHECKED"
+PASSED_LEVEL = "GPU_CHECKED"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

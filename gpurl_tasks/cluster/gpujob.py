@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 RESULT_MARK = "GPURL-GPU-RESULT"
-TOOL_ENV = "GPURL_GPU_CHECK_B64"
+TOOL_ENV = "GPU_CHECK_B64"
 # The job's command: exec the shipped tool (its `__main__` runs the check) with its arguments
 _EXEC = f"import base64,os;exec(base64.b64decode(os.environ['{TOOL_ENV}']))"
 _TOOL_MODULES = ("gpurl_tasks.errors", "gpurl_tasks.gpu.result", "gpurl_tasks.gpu.fatbin",
@@ -107,7 +107,7 @@ def gpu_job(config: Config, image: str, digest: str, *, target: ClusterTarget,
         cpu=cluster.gpu_cpu, memory=cluster.gpu_memory, disk="10GB",
         job_name=f"gpurl-gpu-{digest.split(':', 1)[1][:12]}", max_retries=0,
         timeout=cluster.gpu_timeout,
-        env=((TOOL_ENV, tool_b64), ("GPURL_IMAGE_DIGEST", digest)),
+        env=((TOOL_ENV, tool_b64),),
         command=(python, "-c", _EXEC, "--image-digest", digest,
                  "--out", "gpurl-gpu-result.json"))
 
