@@ -256,8 +256,8 @@ def test_pin_requires_a_passing_gpu_check_when_told(registry: RegistryServer,
                                                     launcher: Path) -> None:
     """verify.gpu = required: without a verdict attached, one error line naming what to run
     and nothing written; with a passing one attached, it is pinned (a failing one's refusal is
-    checked in process by tests/test_verify_gpu.py). The verdicts are what `invoke verify-gpu` attaches (tests/test_verify_gpu.py builds them;
-    the GPU job itself needs a CoreWeave node)."""
+    checked in process by tests/test_verify_gpu.py). The verdicts are what `invoke verify-gpu`
+    attaches, built by tests/test_verify_gpu.py: the GPU job itself needs a CoreWeave node."""
     from gpurl_tasks.imageref import parse_reference
     from gpurl_tasks.oci.registry import RegistryClient
     from gpurl_tasks.release.gpu import attach_summary
