@@ -179,7 +179,8 @@ def test_the_gpu_check_argv_parses_to_the_intended_parameters() -> None:
             3600, 16, "128GB", 0)
         assert dict(params["env_vars"]) == {TOOL_ENV: "dG9vbA=="}
         assert params["cmd"][0] == f"{config.build.venv}/bin/python"
-        assert params["cmd"][3:] == ("--image-digest", digest, "--out", "gpurl-gpu-result.json")
+        assert params["cmd"][3:] == ("--image-digest", digest, "--out", "gpurl-gpu-result.json",
+                                     "--gpus", str(wanted[1]), "--arch-list", "10.0")
         assert params["job_name"] == "gpurl-gpu-" + "ab" * 6
 
 

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.attest import verification as vsa
 from gpurl_tasks.cluster.gpujob import (
-    RESULT_MARK,
     check_node,
     find_result,
     gpu_spec,
@@ -33,6 +32,7 @@ from gpurl_tasks.cluster.watch import WatchResult
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError
 from gpurl_tasks.gpu import result as gpu_result
+from gpurl_tasks.gpu.check import LINE_PREFIX
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.referrers import fallback_tag, find
 from gpurl_tasks.oci.registry import RegistryClient
@@ -159,7 +159,7 @@ def _log(*lines: str) -> str:
 
 
 def test_the_result_is_read_from_the_jobs_log_as_iris_prints_it() -> None:
-    line = f"{RESULT_MARK} {gpu_result.to_json(check_result())}"
+    line = f"{LINE_PREFIX}{gpu_result.to_json(check_result())}"
     assert find_result(_log("pulling torch", "driver 570.124.06", line)) == check_result()
     assert find_result(_log("no result here")) is None
 
@@ -167,7 +167,7 @@ def test_the_result_is_read_from_the_jobs_log_as_iris_prints_it() -> None:
 def test_a_check_killed_mid_run_says_so_and_attaches_nothing() -> None:
     """No result line (the pod was OOM-reaped or killed) or a line cut off mid-write: one line
     each, and the job's end in it."""
-    cut = f"{RESULT_MARK} {gpu_result.to_json(check_result())[:80]}"
+    cut = f"{LINE_PREFIX}{gpu_result.to_json(check_result())[:80]}"
     with pytest.raises(GpurlError, match="is not JSON"):
         find_result(_log("kernels: 412 files", cut))
     killed = WatchResult(exit_code=ExitCode.CHECK_FAILED, elapsed=412.0, polls=9,
@@ -329,3 +329,48 @@ def test_invoke_sbom_shows_the_gpu_verdict(registry: RegistryServer, tmp_path: P
     shown = json.loads(done.stdout)["gpu"]
     assert shown["passed"] is True and shown["digest"] == image.subject
     assert shown["check"]["node"]["hostname"] == "gpu-node-7"
+
+
+@pytest.mark.integration
+def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
+        registry: RegistryServer, tmp_path: Path) -> None:
+    """`verify-gpu --dry-run` resolves the tag to its digest at the registry and submits
+    nothing: one line, the script elided; `--json` (the task as a user runs it) carries the
+    whole argv. The script it ships (gpurl's own check modules'
+    text) runs here as the job runs it, with this machine's python and no GPU, and its result
+    line is what `find_result` reads: the job's contract end to end, but for the node."""
+    import os
+    import subprocess
+    import sys
+
+    from gpurl_tasks.cluster.gpujob import run_verify_gpu
+    from gpurl_tasks.steps import DryRun
+    from tests.support.tasks_runner import run_task
+
+    config = _config(registry, "if-present")
+    client, image = _pushed(registry, config, "demo-d4d4d4d4d4d4", 34)
+    client.close()
+    ref = f"{registry.host}/{config.registry.repository}:demo-d4d4d4d4d4d4"
+    env = {"GPURL_REGISTRY_HOST": registry.host, "HOME": str(tmp_path)}
+    planned = run_verify_gpu(config, ref, dry_run=True, say=lambda _: None, env=env)
+    assert isinstance(planned, DryRun)
+    line, = planned.human().splitlines()
+    assert line.startswith("iris --cluster=cw-us-east-02a job run ")
+    assert f"--task-image {registry.host}/{config.registry.repository}@{image.subject}" in line
+    assert " --gpu 8 " in line and " --timeout 3600 " in line and "--no-wait" in line
+    assert "-e GPU_CHECK_B64 'IyEvdXNyL2Jpbi9lbnYgcHl0...<" in line  # elided, one line
+    argv = json.loads(run_task("verify-gpu", "--profile", "demo", "--ref", ref, "--dry-run",
+                               "--json", env=env).stdout)["commands"][0]
+    tool = argv[argv.index("GPU_CHECK_B64") + 1]
+    command = argv[argv.index("--") + 1:]
+    assert command[0] == f"{config.build.venv}/bin/python"
+    (tmp_path / "site").mkdir()
+    ran = subprocess.run([sys.executable, *command[1:], "--root", str(tmp_path / "site")],
+                         cwd=tmp_path, env={**os.environ, "GPU_CHECK_B64": tool,
+                                            "CUDA_VISIBLE_DEVICES": ""},
+                         capture_output=True, text=True, timeout=60)
+    found = find_result(ran.stdout)
+    assert found is not None, ran.stderr
+    assert found.image == image.subject and not found.passed and found.node.gpus == ()
+    assert ran.returncode == 1  # a check that could not pass is no pass
+    assert (tmp_path / "gpurl-gpu-result.json").is_file()

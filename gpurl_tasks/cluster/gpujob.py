@@ -32,6 +32,7 @@ from gpurl_tasks.cluster.watch import WatchResult
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, CheckFailed, ExitCode, GpurlError
 from gpurl_tasks.gpu import result as gpu_result
+from gpurl_tasks.gpu.check import LINE_PREFIX
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import same_platform
 from gpurl_tasks.oci.referrers import fetch
@@ -41,7 +42,6 @@ from gpurl_tasks.release.gpu import attach_summary
 from gpurl_tasks.steps import DryRun
 
 __all__ = [
-    "RESULT_MARK",
     "GpuCheckOutcome",
     "check_node",
     "find_result",
@@ -52,7 +52,6 @@ __all__ = [
     "run_verify_gpu",
 ]
 
-RESULT_MARK = "GPURL-GPU-RESULT"
 TOOL_ENV = "GPU_CHECK_B64"
 # The job's command: exec the shipped tool (its `__main__` runs the check) with its arguments
 _EXEC = f"import base64,os;exec(base64.b64decode(os.environ['{TOOL_ENV}']))"
@@ -108,8 +107,10 @@ def gpu_job(config: Config, image: str, digest: str, *, target: ClusterTarget,
         job_name=f"gpurl-gpu-{digest.split(':', 1)[1][:12]}", max_retries=0,
         timeout=cluster.gpu_timeout,
         env=((TOOL_ENV, tool_b64),),
-        command=(python, "-c", _EXEC, "--image-digest", digest,
-                 "--out", "gpurl-gpu-result.json"))
+        command=(python, "-c", _EXEC, "--image-digest", digest, "--out", "gpurl-gpu-result.json",
+                 "--gpus", str(cluster.gpus),
+                 *(("--arch-list", config.build.cuda_arch_list)
+                   if config.build.cuda_arch_list else ())))
 
 
 def find_result(log: str) -> gpu_result.Result | None:
@@ -118,9 +119,9 @@ def find_result(log: str) -> gpu_result.Result | None:
     there but not a valid document (a line cut off mid-write)."""
     found = None
     for line in log.splitlines():
-        mark = line.find(RESULT_MARK + " ")
+        mark = line.find(LINE_PREFIX)
         if mark >= 0:
-            found = line[mark + len(RESULT_MARK) + 1:].strip()
+            found = line[mark + len(LINE_PREFIX):].strip()
     return gpu_result.parse(found) if found is not None else None
 
 
