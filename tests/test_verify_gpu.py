@@ -193,6 +193,16 @@ def test_a_job_that_never_starts_ends_at_the_watchs_bound() -> None:
     assert "cluster.gpu-start-timeout" in (error.hint or "")
 
 
+def test_a_job_no_node_can_take_says_so() -> None:
+    """More GPUs (or another type) than any node of the cluster has: iris ends it unschedulable."""
+    refused = WatchResult(exit_code=ExitCode.CHECK_FAILED, elapsed=3.0, polls=1,
+                          reason="unschedulable", observation=Observation(
+                              state="unschedulable", error="no scale group offers gpu x8"))
+    error = no_result(refused, f"ghcr.io/team/img@{DIGEST}", JOB.job_id)
+    assert error.message == (f"the GPU job {JOB.job_id} cannot be scheduled: no node offers "
+                             "what it asks (no scale group offers gpu x8)")
+
+
 def test_a_pull_that_fails_names_the_image() -> None:
     """The node's containerd cannot pull (ImagePullBackOff): the job never runs the check."""
     backoff = WatchResult(exit_code=ExitCode.INCONCLUSIVE, elapsed=5400.0, polls=180,

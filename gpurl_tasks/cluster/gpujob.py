@@ -50,6 +50,7 @@ __all__ = [
     "gpu_target",
     "no_result",
     "run_verify_gpu",
+    "unschedulable",
 ]
 
 TOOL_ENV = "GPU_CHECK_B64"
@@ -138,15 +139,30 @@ def check_node(result: gpu_result.Result, *, digest: str, gpus: int) -> None:
                                "set cluster.gpus to the node's count")
 
 
+def unschedulable(job: str, said: str) -> CheckFailed:
+    """No node of the cluster offers what the job asks (iris refuses it at submit, or ends it
+    unschedulable): its GPUs, their type."""
+    return CheckFailed(f"the GPU job {job} cannot be scheduled: no node offers what it asks"
+                       f"{f' ({said})' if said else ''}",
+                       hint="check cluster.gpus and cluster.gpu-type (or --cluster) against the "
+                            "cluster's nodes (`invoke doctor`); nothing attached")
+
+
+_REFUSED = re.compile(r"is unschedulable: (.*)$")
+
+
 def no_result(watched: WatchResult, image: str, job_id: str) -> GpurlError:
-    """Why a job ended without a result line, as one line: its image could not be pulled, it
-    never started within the watch's bound, or it ended (killed, timed out) mid-run."""
+    """Why a job ended without a result line, as one line: its image could not be pulled, no
+    node offers its GPUs, it never started within the watch's bound, or it ended (killed,
+    timed out) mid-run."""
     obs = watched.observation
     said = " ".join(filter(None, (obs.error, obs.pending_reason))) if obs else ""
     if _PULL_FAILURE.search(said):
         return CheckFailed(f"the node could not pull {image}: {said}",
                            hint="check the image exists at its digest and the cluster's pull "
                                 "secret (nothing attached)")
+    if obs is not None and obs.state == "unschedulable":
+        return unschedulable(job_id, said)
     if obs is None or obs.state in ("pending", "building"):
         waited = f" ({said})" if said else ""
         error = CheckFailed(f"the GPU job {job_id} did not start within {watched.elapsed:.0f}s"
@@ -208,12 +224,16 @@ def run_verify_gpu(config: Config, text: str | None, *, dry_run: bool, say: Say,
     spec = gpu_job(config, repository, digest, target=target, tool_b64=_tool_b64())
     program = iris_program(env)
     argv = (program, *job_run_argv(spec, reveal=True))
+    shown = shlex.join(elide_argument(a) for a in argv)  # the script: its start and length
     if dry_run:
-        return DryRun((argv,), shown=(shlex.join(elide_argument(a) for a in argv),))
+        return DryRun((argv,), shown=(shown,))
     find_iris(program, env)
+    say(f"+ {shown}")
     try:
-        submitted = run(argv, cwd=config.root, env=env, echo=say)
+        submitted = run(argv, cwd=config.root, env=env, echo=None)
     except CommandFailed as exc:
+        if refused := _REFUSED.search(exc.message):
+            raise unschedulable(spec.job_name, refused.group(1)) from None
         raise BuildError(f"iris job run failed: {exc.message}",
                          hint="see the output above; nothing was attached") from None
     job_id = parse_job_id(submitted.stdout + "\n" + submitted.stderr, spec.job_name)
