@@ -339,6 +339,13 @@ def test_invoke_sbom_shows_the_gpu_verdict(registry: RegistryServer, tmp_path: P
     shown = json.loads(done.stdout)["gpu"]
     assert shown["passed"] is True and shown["digest"] == image.subject
     assert shown["check"]["node"]["hostname"] == "gpu-node-7"
+    from gpurl_tasks.release.attested import sbom_task
+
+    human = sbom_task(config, ref, document=False).human().splitlines()
+    assert human[-1] == ("GPU check PASSED 2026-12-03T18:00:00Z on gpu-node-7 (8x NVIDIA H200); "
+                         "network not run: network: the reason; build-proof not run: "
+                         "build-proof: the reason")
+    assert human[1:3] == ["SBOM: none attached", "provenance: none attached"]
 
 
 @pytest.mark.integration
