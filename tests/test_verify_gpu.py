@@ -391,3 +391,23 @@ def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
     assert found.image == image.subject and not found.passed and found.node.gpus == ()
     assert ran.returncode == 1  # a check that could not pass is no pass
     assert (tmp_path / "gpurl-gpu-result.json").is_file()
+
+
+def test_the_outcome_says_the_verdict_and_where_it_is_attached() -> None:
+    """What `verify-gpu` prints once a result is attached: exit 0 passed, 1 failed (attached
+    either way), and --json the whole verdict with the job and the artifact."""
+    from gpurl_tasks.cluster.gpujob import GpuCheckOutcome
+
+    for statuses, code in ((PASSING, ExitCode.OK),
+                           ({**PASSING, "launches": "failed"}, ExitCode.CHECK_FAILED)):
+        verdict = vsa.read_summary(json.loads(statement(check_result(statuses=statuses))), DIGEST)
+        outcome = GpuCheckOutcome(image=f"ghcr.io/team/img@{DIGEST}", job_id=JOB.job_id,
+                                  verdict=verdict, attached="sha256:" + "ef" * 32,
+                                  via="sha256-" + "ab" * 32)
+        assert outcome.exit_code == code
+        first, second = outcome.human().splitlines()
+        assert first == f"ghcr.io/team/img@{DIGEST}: {verdict.line()}"
+        assert second == f"attached as sha256:efefefefefef (sha256-{'ab' * 32}); job {JOB.job_id}"
+        payload = outcome.to_json()
+        assert (payload["passed"], payload["job_id"], payload["check"]["image"]) == (
+            code == ExitCode.OK, JOB.job_id, DIGEST)

@@ -18,6 +18,7 @@ import importlib
 import os
 import re
 import shlex
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -229,6 +230,7 @@ def run_verify_gpu(config: Config, text: str | None, *, dry_run: bool, say: Say,
         return DryRun((argv,), shown=(shown,))
     find_iris(program, env)
     say(f"+ {shown}")
+    submitted_ms = int(time.time() * 1000)
     try:
         submitted = run(argv, cwd=config.root, env=env, echo=None)
     except CommandFailed as exc:
@@ -245,7 +247,11 @@ def run_verify_gpu(config: Config, text: str | None, *, dry_run: bool, say: Say,
     bound = config.cluster.gpu_timeout + config.cluster.gpu_start_timeout
     watched = run_watch(config, job_id, interval=interval, max_duration=bound, say=say,
                         cli=iris).result
-    log = iris.log_tail(job_id, since_ms=0, lines=LOG_LINES, within=AFTER_WATCH_S)
+    # a finished job's name is reused by the next run of the same digest, and its log kept:
+    # only this run's lines count (the controller's submission time, else ours less a minute)
+    since = (watched.observation.submitted_ms if watched.observation else None) \
+        or iris.submitted_ms(job_id, within=AFTER_WATCH_S) or submitted_ms - 60_000
+    log = iris.log_tail(job_id, since_ms=since, lines=LOG_LINES, within=AFTER_WATCH_S)
     found = find_result(log)
     if found is None:
         raise no_result(watched, f"{repository}@{digest}", job_id)
