@@ -411,3 +411,19 @@ def test_the_outcome_says_the_verdict_and_where_it_is_attached() -> None:
         payload = outcome.to_json()
         assert (payload["passed"], payload["job_id"], payload["check"]["image"]) == (
             code == ExitCode.OK, JOB.job_id, DIGEST)
+
+
+@pytest.mark.integration
+def test_an_image_of_another_platform_is_refused_before_any_job(registry: RegistryServer) -> None:
+    """The variant's GPU node could not run it: refused at once, nothing submitted."""
+    from gpurl_tasks.cluster.gpujob import run_verify_gpu
+
+    config = _config(registry, "if-present")
+    push_image(registry.url, config.registry.repository,
+               [random_layer(1000, "RUN true", seed=35)], tag="demo-e5e5e5e5e5e5",
+               architecture="arm64")
+    ref = f"{registry.host}/{config.registry.repository}:demo-e5e5e5e5e5e5"
+    with pytest.raises(CheckFailed, match=r"is a linux/arm64 image; variant \S+ runs on "
+                                          "linux/amd64"):
+        run_verify_gpu(config, ref, dry_run=True, say=lambda _: None,
+                       env={"GPURL_REGISTRY_HOST": registry.host})
