@@ -85,10 +85,10 @@ def test_imports_point_one_way(module: str) -> None:
 STANDALONE = {"writer.probe", "writer.tool", "dockerfile.envcheck", "attest.tool", "gpu.check"}
 # What docker/gpurl-attest.py and docker/gpurl-layer.py carry to the cluster job, which has no
 # gpurl installed: each tool's package, whole; the GPU check runs in the image on the node,
-# its package and the one error type its result parser raises.
+# its package, the error type its modules raise and the atomic writer of its result.
 SHIPPED = {"attest": {"attest.sbom", "attest.provenance", "attest.documents", "attest.tool"},
            "writer": {m for m in MODULES if m.startswith("writer.")},
-           "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors"}}
+           "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors", "files"}}
 
 
 @pytest.mark.parametrize("package", sorted(SHIPPED))

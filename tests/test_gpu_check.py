@@ -159,7 +159,7 @@ def test_a_failed_write_leaves_the_old_result_and_no_temp_file(tmp_path: Path,
         raise OSError("disk full")
     monkeypatch.setattr(os, "replace", broken)
     with pytest.raises(OSError, match="disk full"):
-        check.write_atomic(out, "{}")
+        check.write_atomic(out, "{}")  # gpurl_tasks.files' own, shipped with the check
     assert out.read_text() == "the old result" and [p.name for p in tmp_path.iterdir()] == [
         "result.json"]
 
