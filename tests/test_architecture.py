@@ -286,6 +286,7 @@ NOT_CONFIG_ENV = {
     "GPURL_CACHE_DIR": "local.setup: where this machine keeps the local path's state",
     "GPURL_LOG": "proc: the log file handed to a detached child, set by proc itself",
     "GPURL_PROBE": "local.engine: an ENV line of the probe image, not a variable read",
+    "GPURL_IMAGE_DIGEST": "gpu.check: the digest the GPU job runs, set in the job's environment",
 }
 _ENV_NAME = re.compile(r"GPURL_[A-Z0-9_]*")
 
