@@ -85,10 +85,10 @@ def test_imports_point_one_way(module: str) -> None:
 STANDALONE = {"writer.probe", "writer.tool", "dockerfile.envcheck", "attest.tool", "gpu.check"}
 # What docker/gpurl-attest.py and docker/gpurl-layer.py carry to the cluster job, which has no
 # gpurl installed: each tool's package, whole; the GPU check runs in the image on the node,
-# its package and the one error type its result parser raises.
+# its package, the error type its modules raise and the atomic writer of its result.
 SHIPPED = {"attest": {"attest.sbom", "attest.provenance", "attest.documents", "attest.tool"},
            "writer": {m for m in MODULES if m.startswith("writer.")},
-           "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors"}}
+           "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors", "files"}}
 
 
 @pytest.mark.parametrize("package", sorted(SHIPPED))
@@ -286,6 +286,7 @@ NOT_CONFIG_ENV = {
     "GPURL_CACHE_DIR": "local.setup: where this machine keeps the local path's state",
     "GPURL_LOG": "proc: the log file handed to a detached child, set by proc itself",
     "GPURL_PROBE": "local.engine: an ENV line of the probe image, not a variable read",
+    "GPURL_IMAGE_DIGEST": "gpu.check: the digest the GPU job runs, set in the job's environment",
 }
 _ENV_NAME = re.compile(r"GPURL_[A-Z0-9_]*")
 

@@ -6,7 +6,7 @@ cuobjdump) and says whether they run on a GPU of a given SM; `check` is the scri
 runs inside the image on the node (stdlib only, torch when the image has it): driver,
 kernels, launches, network and build proof, one `result` document out.
 
-`result` and `fatbin` are pure; the three modules import the stdlib, `errors` and each other
-only, because the job has no gpurl installed. Imports the basics; the tasks that submit the
-job and read its result import it.
+`result` and `fatbin` are pure; the three modules import the stdlib, `errors`, `files` (the
+atomic writer of the result) and each other only, because the job has no gpurl installed.
+Imports the basics; the tasks that submit the job and read its result import it.
 """

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpurl_tasks.errors import GpurlError
+from gpurl_tasks.files import write_atomic
 from gpurl_tasks.gpu import fatbin
 from gpurl_tasks.gpu import result as gr
 
@@ -406,18 +407,6 @@ def _site_packages() -> list[Path]:
     found = {Path(p) for p in (*site.getsitepackages(), sysconfig.get_paths()["purelib"],
                                sysconfig.get_paths()["platlib"]) if Path(p).is_dir()}
     return sorted(found)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` in one rename (a killed job leaves the old file or none, never half)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class _Parser(argparse.ArgumentParser):

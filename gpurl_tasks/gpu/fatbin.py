@@ -246,5 +246,5 @@ def read(path: Path) -> Holds | None:
             return Holds(sections=sections)
     except OSError as exc:
         raise GpurlError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except struct.error as exc:
+    except (struct.error, OverflowError, ValueError) as exc:  # an offset past what seek takes
         raise GpurlError(f"{path} is not a well-formed ELF file: {exc}") from None
