@@ -382,7 +382,9 @@ def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
     command = argv[argv.index("--") + 1:]
     assert command[0] == f"{config.build.venv}/bin/python"
     (tmp_path / "site").mkdir()
-    ran = subprocess.run([sys.executable, *command[1:], "--root", str(tmp_path / "site")],
+    # -S -I: no site-packages (no gpurl installed, as in the image), only the shipped text
+    ran = subprocess.run([sys.executable, "-S", "-I", *command[1:], "--root",
+                          str(tmp_path / "site")],
                          cwd=tmp_path, env={**os.environ, "GPU_CHECK_B64": tool,
                                             "CUDA_VISIBLE_DEVICES": ""},
                          capture_output=True, text=True, timeout=60)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
-import importlib
 import os
 import re
 import shlex
@@ -27,7 +26,7 @@ from gpurl_tasks.attest import verification as vsa
 from gpurl_tasks.cluster.iris import ClusterTarget, IrisCli, JobSpec, job_run_argv, parse_job_id
 from gpurl_tasks.cluster.iris_release import find_iris, iris_program
 from gpurl_tasks.cluster.jobs import run_watch
-from gpurl_tasks.cluster.kaniko import standalone_tool
+from gpurl_tasks.cluster.kaniko import module_closure, standalone_tool
 from gpurl_tasks.cluster.submit import elide_argument
 from gpurl_tasks.cluster.watch import WatchResult
 from gpurl_tasks.config import Config
@@ -57,8 +56,7 @@ __all__ = [
 TOOL_ENV = "GPU_CHECK_B64"
 # The job's command: exec the shipped tool (its `__main__` runs the check) with its arguments
 _EXEC = f"import base64,os;exec(base64.b64decode(os.environ['{TOOL_ENV}']))"
-_TOOL_MODULES = ("gpurl_tasks.errors", "gpurl_tasks.gpu.result", "gpurl_tasks.gpu.fatbin",
-                 "gpurl_tasks.gpu.check")
+_TOOL_ENTRY = "gpurl_tasks.gpu.check"  # shipped with every gpurl module it imports
 # One argument of an exec'd command may hold 128 KiB (Linux MAX_ARG_STRLEN): stay well below
 _MAX_TOOL_B64 = 100_000
 LOG_LINES = 400  # the log tail searched for the result line (it is the check's last line)
@@ -85,12 +83,8 @@ def gpu_spec(config: Config) -> str:
 
 def _tool_b64() -> str:
     """The check script as the job runs it, base64 (gpurl's own modules' text)."""
-    try:
-        modules = tuple(importlib.import_module(name) for name in _TOOL_MODULES)
-    except ImportError as exc:  # a gpurl built without the check (a packaging bug)
-        raise BuildError(f"this gpurl lacks the GPU check script ({exc})",
-                         hint="reinstall gpurl") from None
-    text = standalone_tool(modules, "the GPU check `invoke verify-gpu` runs on the node")
+    text = standalone_tool(module_closure(_TOOL_ENTRY),
+                           "the GPU check `invoke verify-gpu` runs on the node")
     encoded = base64.b64encode(text.encode()).decode()
     if len(encoded) > _MAX_TOOL_B64:
         raise BuildError(f"the GPU check script is {len(encoded)} bytes in base64, over the "
