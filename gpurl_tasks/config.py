@@ -328,6 +328,10 @@ class BuildSettings:
     # it prints ("The package `aiobotocore` requires `botocore*"); any other conflict fails
     pip_check_allow: tuple[str, ...] = _field((), check=values.each(values.one_line),
                                               bakes="none")
+    # Python statements `invoke verify-gpu` runs on the GPU node in the image, `torch` bound
+    # (e.g. a flash-attn forward compared with torch's attention): a launch that fails, or an
+    # assert that does not hold, fails the check's launches
+    gpu_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line), bakes="none")
 
     @property
     def post_installs(self) -> tuple[values.PostInstall, ...]:

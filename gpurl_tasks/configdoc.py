@@ -94,6 +94,8 @@ PURPOSE: dict[str, str] = {
                          "wheel-builder, wheelhouse or MANIFEST anywhere",
     "build.wheel-globs": "the compiled wheels the rl stage installs with --no-deps",
     "build.import-asserts": "Python statements run in the image, one RUN each (a variant's are added)",
+    "build.gpu-asserts": ("Python statements `invoke verify-gpu` runs in the image on the GPU "
+                          "node, `torch` bound (the check's kernel launches)"),
     "build.import-names": "`module=distribution` where an assert imports another name than its distribution",
     "build.pip-check-allow": "the `uv pip check` conflicts tolerated (fnmatch patterns); any other fails",
     "build.post-install": "pinned requirements installed after the lock, each `req[ | assert]...`",

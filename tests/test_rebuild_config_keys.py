@@ -60,6 +60,7 @@ OTHER: dict[str, Any] = {
     "build.wheel-specs": ["flash-attn==2.8.4"],
     "build.wheel-globs": ["flash_attn-*.whl"],
     "build.import-asserts": ["import numpy"],
+    "build.gpu-asserts": ["assert torch.ones(1, device='cuda').item() == 1"],
     "build.import-names": ["yaml=pyyaml"],
     "build.cuda-arch-list": "8.0;9.0;10.0",
     "build.source-url": "https://github.com/example/other-repository",

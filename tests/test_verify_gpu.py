@@ -352,10 +352,11 @@ def test_invoke_sbom_shows_the_gpu_verdict(registry: RegistryServer, tmp_path: P
 def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
         registry: RegistryServer, tmp_path: Path) -> None:
     """`verify-gpu --dry-run` resolves the tag to its digest at the registry and submits
-    nothing: one line, the script elided; `--json` (the task as a user runs it) carries the
-    whole argv. The script it ships (gpurl's own check modules'
-    text) runs here as the job runs it, with this machine's python and no GPU, and its result
-    line is what `find_result` reads: the job's contract end to end, but for the node."""
+    nothing: one line, the script elided, each build.gpu-asserts entry an `--assert`; `--json`
+    (the task as a user runs it) carries the whole argv. The script it ships (gpurl's own
+    check modules' text) runs here as the job runs it, with this machine's python and no
+    GPU: the configured assert runs, and the result line is what `find_result` reads: the
+    job's contract end to end, but for the node."""
     import os
     import subprocess
     import sys
@@ -369,15 +370,22 @@ def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
     client.close()
     ref = f"{registry.host}/{config.registry.repository}:demo-d4d4d4d4d4d4"
     env = {"GPURL_REGISTRY_HOST": registry.host, "HOME": str(tmp_path)}
-    planned = run_verify_gpu(config, ref, dry_run=True, say=lambda _: None, env=env)
+    asserting = load_config(REPO_ROOT, profile="demo", env=env, overrides={
+        "build.gpu-asserts": ["import math", "assert math.isclose(1 + 1, 3), 'one plus one'"]})
+    planned = run_verify_gpu(asserting, ref, dry_run=True, say=lambda _: None, env=env)
     assert isinstance(planned, DryRun)
     line, = planned.human().splitlines()
     assert line.startswith("iris --cluster=cw-us-east-02a job run ")
     assert f"--task-image {registry.host}/{config.registry.repository}@{image.subject}" in line
     assert " --gpu 8 " in line and " --timeout 3600 " in line and "--no-wait" in line
     assert "-e GPU_CHECK_B64 'IyEvdXNyL2Jpbi9lbnYgcHl0...<" in line  # elided, one line
-    argv = json.loads(run_task("verify-gpu", "--profile", "demo", "--ref", ref, "--dry-run",
-                               "--json", env=env).stdout)["commands"][0]
+    assert line.endswith(" --assert 'import math' --assert 'assert math.isclose(1 + 1, 3), "
+                         "'\"'\"'one plus one'\"'\"''")
+    shown = json.loads(run_task("verify-gpu", "--profile", "demo", "--ref", ref, "--dry-run",
+                                "--json", env=env).stdout)["commands"][0]
+    assert shown == [a for a in planned.commands[0] if a not in asserting.build.gpu_asserts
+                     and a != "--assert"]  # the committed config has no asserts
+    argv = planned.commands[0]
     tool = argv[argv.index("GPU_CHECK_B64") + 1]
     command = argv[argv.index("--") + 1:]
     assert command[0] == f"{config.build.venv}/bin/python"
@@ -391,6 +399,9 @@ def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
     found = find_result(ran.stdout)
     assert found is not None, ran.stderr
     assert found.image == image.subject and not found.passed and found.node.gpus == ()
+    launches = found.check("launches")
+    assert launches is not None and launches.status == "failed"  # the configured assert ran
+    assert any("one plus one" in f for f in (*launches.findings, launches.reason)), launches
     assert ran.returncode == 1  # a check that could not pass is no pass
     assert (tmp_path / "gpurl-gpu-result.json").is_file()
 

@@ -106,7 +106,8 @@ def gpu_job(config: Config, image: str, digest: str, *, target: ClusterTarget,
         command=(python, "-c", _EXEC, "--image-digest", digest, "--out", "gpurl-gpu-result.json",
                  "--gpus", str(cluster.gpus),
                  *(("--arch-list", config.build.cuda_arch_list)
-                   if config.build.cuda_arch_list else ())))
+                   if config.build.cuda_arch_list else ()),
+                 *(arg for code in config.build.gpu_asserts for arg in ("--assert", code))))
 
 
 def find_result(log: str) -> gpu_result.Result | None:
