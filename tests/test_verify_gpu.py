@@ -440,3 +440,27 @@ def test_an_image_of_another_platform_is_refused_before_any_job(registry: Regist
                                           "linux/amd64"):
         run_verify_gpu(config, ref, dry_run=True, say=lambda _: None,
                        env={"GPURL_REGISTRY_HOST": registry.host})
+
+
+@pytest.mark.integration
+def test_a_summary_the_registry_does_not_list_is_an_error(registry: RegistryServer) -> None:
+    """A registry that takes the push but does not list it for the image (the fallback tag
+    answered with another writer's index, or a listing that lags): the verdict is not
+    attached, and that is an error, not a success. The stale listing comes from a fault proxy
+    in front of the real registry; the artifact itself was pushed for real."""
+    from gpurl_tasks.attest.documents import OCI_INDEX, canonical
+    from tests.support.faults import Fault, FaultProxy
+
+    config = _config(registry, "required")
+    client, image = _pushed(registry, config, "demo-f6f6f6f6f6f6", 36)
+    client.close()
+    digest = image.subject
+    stale = canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
+    with FaultProxy(registry.port) as proxy, RegistryClient(proxy.host) as through:
+        proxy.inject(Fault(path=f"/manifests/{fallback_tag(digest)}", kind="serve",
+                           method="GET", times=2, body=stale, content_type=OCI_INDEX))
+        where = parse_reference(f"{proxy.host}/{config.registry.repository}:demo-f6f6f6f6f6f6")
+        with pytest.raises(CheckFailed, match=r"was pushed, but the registry does not list it "
+                                              rf"for {digest[:19]} \(sha256-"):
+            attach_summary(through, where, digest, statement(check_result(digest), digest))
+        assert proxy.faults[0].times == 0  # both reads of the listing were the stale one
