@@ -42,6 +42,7 @@ from gpurl_tasks.release.gpu import attach_summary
 from gpurl_tasks.steps import DryRun
 
 __all__ = [
+    "TOOL_ENV",
     "GpuCheckOutcome",
     "check_node",
     "find_result",
