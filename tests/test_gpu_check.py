@@ -150,16 +150,19 @@ def test_a_run_without_torch_writes_the_result_it_prints(tmp_path: Path,
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temp file left
 
 
-def test_a_failed_write_leaves_the_old_result_and_no_temp_file(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_leaves_the_old_result_no_temp_file_and_one_error_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "result.json"
     out.write_text("the old result")
 
     def broken(*_: object) -> None:
-        raise OSError("disk full")
+        raise OSError(28, "No space left on device")
     monkeypatch.setattr(os, "replace", broken)
-    with pytest.raises(OSError, match="disk full"):
-        check.write_atomic(out, "{}")  # gpurl_tasks.files' own, shipped with the check
+    code = _main(["--out", str(out), "--image-digest", DIGEST, "--root", str(tmp_path)], tmp_path)
+    printed = capsys.readouterr()
+    assert code == 2 and printed.out.startswith(check.LINE_PREFIX)
+    assert printed.err.strip().splitlines() == [
+        f"gpurl-gpu-check: error: cannot write the result to {out}: No space left on device"]
     assert out.read_text() == "the old result" and [p.name for p in tmp_path.iterdir()] == [
         "result.json"]
 
@@ -194,3 +197,27 @@ def test_the_digest_comes_from_the_environment_when_not_given(
     _main(["--out", str(tmp_path / "r.json"), "--root", str(tmp_path)], tmp_path)
     assert json.loads((tmp_path / "r.json").read_text())["image"] == DIGEST
     capsys.readouterr()
+
+
+def test_torch_without_a_gpu_launches_nothing_and_says_why(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A stand-in for a CPU-only torch (this machine has none): it imports, sees no GPU."""
+    from types import SimpleNamespace
+    cpu_torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False),
+                                version=SimpleNamespace(cuda=None))
+    code = check.main(["--out", str(tmp_path / "r.json"), "--image-digest", DIGEST,
+                       "--root", str(tmp_path)], torch_loader=lambda: (cpu_torch, ""),
+                      ib_root=tmp_path)
+    result = gr.parse((tmp_path / "r.json").read_text())
+    launches, network = result.check("launches"), result.check("network")
+    assert code == 1 and launches is not None and network is not None
+    assert launches.reason == "torch sees no GPU: no kernel could be launched"
+    assert network.status == "not-run" and "torch sees no GPU, no all-reduce ran" in network.reason
+    capsys.readouterr()
+
+
+def test_a_check_that_breaks_is_its_own_failure_not_a_lost_result() -> None:
+    def broken() -> gr.Check:
+        raise KeyError("capability")
+    outcome = check._guarded("kernels", broken)
+    assert outcome.status == "failed" and outcome.reason.startswith("the check broke: KeyError")

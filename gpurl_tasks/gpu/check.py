@@ -12,7 +12,8 @@ launch (`launches`); NCCL's all-reduce uses InfiniBand where the node has it (`n
 Each check is a small function of the facts gathered (tests feed it fakes: no torch, no GPU,
 no IB); a check that could not run is "not-run" with its reason. It writes the result
 (gpurl_tasks/gpu/result.py) to --out atomically and prints it as one `GPURL-GPU-RESULT`
-line. Exit 0 when the result passed, 1 when it did not, 2 on bad arguments.
+line. Exit 0 when the result passed, 1 when it did not, 2 on bad arguments or a result
+that cannot be written (one `error:` line).
 """
 
 from __future__ import annotations
@@ -160,8 +161,10 @@ def _arch_order(name: str) -> tuple[int, str]:
 Assert = tuple[str, str]  # (label, the outcome: "" when it held, else the error)
 
 
-def check_launches(builtin: Assert | None, asserts: Sequence[Assert]) -> gr.Check:
-    """The built-in kernel launch (None: torch absent) and each configured assert held."""
+def check_launches(builtin: Assert | None, asserts: Sequence[Assert],
+                   why_not: str = "torch does not import") -> gr.Check:
+    """The built-in kernel launch (None: it could not run, `why_not`) and each configured
+    assert held."""
     ran = ([builtin] if builtin else []) + list(asserts)
     figures: dict[str, gr.Figure] = {"asserts": len(asserts), "ran": len(ran)}
     failed = [f"{label}: {error}" for label, error in ran if error]
@@ -170,14 +173,14 @@ def check_launches(builtin: Assert | None, asserts: Sequence[Assert]) -> gr.Chec
                         reason=f"{len(failed)} of {len(ran)} launch(es) failed: {failed[0][:200]}")
     if builtin is None:
         return gr.Check(name="launches", status="not-run", figures=figures,
-                        reason="torch does not import: no kernel could be launched"
+                        reason=f"{why_not}: no kernel could be launched"
                         + (f" ({len(asserts)} assert(s) held)" if asserts else ""))
     return gr.Check(name="launches", status="passed", figures=figures,
                     reason=f"the built-in kernel and {len(asserts)} assert(s) ran")
 
 
-def check_network(ib_devices: Sequence[str], verbs_error: str, allreduce: Allreduce | None
-                  ) -> gr.Check:
+def check_network(ib_devices: Sequence[str], verbs_error: str, allreduce: Allreduce | None,
+                  why_not: str = "torch does not import") -> gr.Check:
     """libibverbs loads; with /dev/infiniband, NCCL's all-reduce says NET/IB, never Socket."""
     figures: dict[str, gr.Figure] = {"ib_devices": len(ib_devices),
                                      "libibverbs": "loads" if not verbs_error else "missing"}
@@ -197,14 +200,14 @@ def check_network(ib_devices: Sequence[str], verbs_error: str, allreduce: Allred
         return gr.Check(name="network", status="not-run", figures=figures,
                         reason="no IB device on this node (no /dev/infiniband/uverbs*): NCCL's "
                                "IB path cannot be checked"
-                        + ("" if allreduce else "; torch does not import, no all-reduce ran"))
+                        + ("" if allreduce else f"; {why_not}, no all-reduce ran"))
     if verbs_error:
         return gr.Check(name="network", status="failed", figures=figures,
                         reason=f"the node has InfiniBand but libibverbs does not load "
                                f"({verbs_error}): NCCL falls back to NET/Socket")
     if allreduce is None:
         return gr.Check(name="network", status="not-run", figures=figures,
-                        reason="torch does not import: no NCCL all-reduce ran")
+                        reason=f"{why_not}: no NCCL all-reduce ran")
     if not allreduce.transport.startswith("IB"):  # IB, or IBext from the SHARP plugin
         return gr.Check(name="network", status="failed", figures=figures,
                         reason=f"NCCL used {allreduce.transport or 'no'} network, not NET/IB, "
@@ -364,7 +367,7 @@ def _allreduce_rank(rank: int, world: int, store: str, nbytes: int, out: str) ->
         data = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
         dist.all_reduce(data)  # warm-up: connections are set up on the first call
         torch.cuda.synchronize()
-        dist.barrier()
+        dist.barrier(device_ids=[rank])
         start = time.perf_counter()
         dist.all_reduce(data)
         torch.cuda.synchronize()
@@ -449,7 +452,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _timed(name: str, run: Callable[[], gr.Check]) -> gr.Check:
+def _guarded(name: str, run: Callable[[], gr.Check]) -> gr.Check:
     """A check's own bug becomes its failure, named, instead of a lost result."""
     try:
         return run()
@@ -466,16 +469,17 @@ def main(argv: Sequence[str] | None = None, *, torch_loader: Callable[[], tuple[
     torch, torch_error = torch_loader()
     facts = gather(torch, torch_error, args.gpus)
     found = scan(args.root or _site_packages())
+    why_not = "torch does not import" if torch is None else "torch sees no GPU"
     checks = [
-        _timed("driver", lambda: check_driver(facts)),
-        _timed("kernels", lambda: check_kernels(found, facts.gpus, args.arch_list)),
-        _timed("launches", lambda: check_launches(
+        _guarded("driver", lambda: check_driver(facts)),
+        _guarded("kernels", lambda: check_kernels(found, facts.gpus, args.arch_list)),
+        _guarded("launches", lambda: check_launches(
             _builtin_launch(torch) if torch is not None and facts.gpus else None,
-            run_asserts(args.asserts, torch))),
-        _timed("network", lambda: check_network(
+            run_asserts(args.asserts, torch), why_not)),
+        _guarded("network", lambda: check_network(
             ib_devices(ib_root), _verbs(),
             allreduce(torch, len(facts.gpus), args.nccl_mib << 20)
-            if torch is not None and facts.gpus else None)),
+            if torch is not None and facts.gpus else None, why_not)),
         gr.Check(name="build-proof", status="not-run",
                  reason="the build proves its package set (gpurl-envcheck); in-job proof is "
                         "not implemented yet" if args.lock_proof else "not asked (--lock-proof)"),
@@ -483,8 +487,13 @@ def main(argv: Sequence[str] | None = None, *, torch_loader: Callable[[], tuple[
     outcome = gr.Result(image=args.image_digest, checks=tuple(checks), node=gr.Node(
         hostname=socket.gethostname(), gpus=facts.gpus, driver=facts.driver,
         driver_cuda=facts.driver_cuda, image_cuda=facts.image_cuda))
-    write_atomic(args.out, gr.to_json(outcome, indent=2) + "\n")
-    print(LINE_PREFIX + gr.to_json(outcome), flush=True)
+    print(LINE_PREFIX + gr.to_json(outcome), flush=True)  # the job's log has it, whatever follows
+    try:
+        write_atomic(args.out, gr.to_json(outcome, indent=2) + "\n")
+    except OSError as exc:
+        print(f"gpurl-gpu-check: error: cannot write the result to {args.out}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0 if outcome.passed else 1
 
 
