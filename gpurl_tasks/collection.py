@@ -199,6 +199,28 @@ def pin(c: Context, ref: str | None = None, launcher: str | None = None,
                                     dry_run=dry_run, warn=cli.say))
 
 
+@task(name="verify-gpu", help={
+    "ref": "the image: REPO:TAG or REPO@sha256:... (default: this commit's tag)",
+    "variant": ONE_VARIANT_HELP + "; its platform's image runs, on its cluster",
+    "cluster": "the iris cluster of the job (default: cluster.gpu-cluster, else the build's)",
+    "dry_run": "print the iris command (the image resolved to its digest) and submit nothing",
+    "interval": "seconds between the job's state polls"})
+def verify_gpu(c: Context, ref: str | None = None, variant: str | None = None,
+               profile: str | None = None, cluster: str | None = None, dry_run: bool = False,
+               interval: int = 30, json: bool = False) -> Outcome | None:
+    """Run the pushed image on the GPUs of one node and attach the verdict to its digest.
+
+    An iris job whose task image is the image by digest checks the driver, the kernels'
+    architectures, kernel launches and the network there; its result becomes an in-toto
+    SLSA verification summary attached to the image (`invoke sbom` shows it; `pin` reads
+    it under verify.gpu). Exit 0 passed, 1 failed (attached either way), 2 or 3 when no
+    result came back (nothing attached)."""
+    from gpurl_tasks.cluster.gpujob import run_verify_gpu
+    return run_verify_gpu(cli.config_for(profile, variant=variant), cli.text_flag("--ref", ref),
+                          dry_run=dry_run, say=cli.say, cluster=cli.cluster_flag(cluster),
+                          interval=cli.positive_flag("--interval", interval, int) or 30)
+
+
 @task(name="rebuild-needed", help={
     "since": "git ref to compare with (default: the pinned image's commit, else HEAD~1)",
     "variant": VARIANT_HELP})
@@ -394,6 +416,6 @@ def init(c: Context, variant: list[str] | None = None, platform: list[str] | Non
         dry_run=dry_run))
 
 
-ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, pin, rebuild_needed, doctor, diff,
-                check_wheels, setup_local, setup_kaniko, build_wheels, serve_index, fill_index, demo, sbom,
-                write_slices, init)
+ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, verify_gpu, pin,
+                rebuild_needed, doctor, diff, check_wheels, setup_local, setup_kaniko,
+                build_wheels, serve_index, fill_index, demo, sbom, write_slices, init)

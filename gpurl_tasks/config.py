@@ -75,6 +75,8 @@ SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
 EnvSource = Literal["composed", "chain"]  # how the cluster build makes the environment
 # What verify-layers asks of an image's attached SBOM and provenance (attest/check.py)
 Attestations = Literal["required", "if-present", "off"]
+# What pin asks of an image's GPU verification summary (`invoke verify-gpu`): the same three
+GpuVerification = Literal["required", "if-present", "off"]
 Arch = Literal["x86_64", "aarch64"]  # the image platforms gpurl builds (H100 nodes, GB200 nodes)
 # Each arch's OCI platform name (an image config's `architecture`, `--platform linux/...`)
 OCI_ARCH: dict[str, str] = {"x86_64": "amd64", "aarch64": "arm64"}
@@ -326,6 +328,10 @@ class BuildSettings:
     # it prints ("The package `aiobotocore` requires `botocore*"); any other conflict fails
     pip_check_allow: tuple[str, ...] = _field((), check=values.each(values.one_line),
                                               bakes="none")
+    # Python statements `invoke verify-gpu` runs on the GPU node in the image, `torch` bound
+    # (e.g. a flash-attn forward compared with torch's attention): a launch that fails, or an
+    # assert that does not hold, fails the check's launches
+    gpu_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line), bakes="none")
 
     @property
     def post_installs(self) -> tuple[values.PostInstall, ...]:
@@ -387,6 +393,18 @@ class ClusterSettings:
     # (which builds the executors and crane of the cluster path on this machine); their names
     # and sha256 are pinned in gpurl_tasks/local/builder-sources.toml.
     source_archives: Path = _field(Path("../shared/third_party"), root_relative=True, bakes="none")
+    # The GPU check's job (`invoke verify-gpu`): the pushed image itself on the GPUs of one node.
+    # gpu-cluster empty: this variant's build cluster (`name`, or `controller-url`); gpu-type
+    # empty: any GPU (iris `--gpu COUNT`), else iris `--gpu TYPExCOUNT` (H100, H200, GB200...)
+    gpu_cluster: str = _field("", check=values.optional(values.plain_name), bakes="none")
+    gpus: int = _field(8, check=values.between(1, 16, "GPUs of one node"), bakes="none")
+    gpu_type: str = _field("", check=values.optional(values.plain_name), bakes="none")
+    gpu_cpu: int = _field(16, bakes="none")
+    gpu_memory: str = _field("128GB", check=values.resource_size, bakes="none")
+    # the job's own timeout (iris --timeout); verify-gpu waits this long plus
+    # gpu-start-timeout for it to be scheduled and its image pulled
+    gpu_timeout: int = _field(3600, bakes="none")
+    gpu_start_timeout: int = _field(1800, bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
@@ -401,6 +419,10 @@ class VerifySettings:
     # build paths attach them), "if-present" (checked when attached: for images built before
     # gpurl attached them), "off"
     attestations: Attestations = _field("required", bakes="none")
+    # the GPU verification summary `invoke verify-gpu` attaches: "required" (pin refuses an
+    # image without a passing one), "if-present" (a failing one is refused, none is accepted),
+    # "off" (not read)
+    gpu: GpuVerification = _field("if-present", bakes="none")
 
 
 @dataclasses.dataclass(**_KW)
@@ -732,7 +754,7 @@ OTHER_VARIABLES = frozenset({
     PROFILE_ENV, "GPURL_DEBUG", "GPURL_REGISTRY_TOKEN", "GPURL_KANIKO_ROOT", "GPURL_IRIS",
     "GPURL_DOCKER_CLIENT", "GPURL_CACHE_DIR", "GPURL_LOG", "GPURL_PROBE",
     "GPURL_IRIS_CONTRACT", "GPURL_TEST_KANIKO_ROOTS", "GPURL_TEST_PATH_PREPEND",
-    "GPURL_FUZZ_SCALE"})
+    "GPURL_FUZZ_SCALE", "GPURL_IMAGE_DIGEST"})
 
 
 def unknown_variables(env: Mapping[str, str]) -> list[tuple[str, str | None]]:

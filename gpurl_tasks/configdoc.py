@@ -94,6 +94,8 @@ PURPOSE: dict[str, str] = {
                          "wheel-builder, wheelhouse or MANIFEST anywhere",
     "build.wheel-globs": "the compiled wheels the rl stage installs with --no-deps",
     "build.import-asserts": "Python statements run in the image, one RUN each (a variant's are added)",
+    "build.gpu-asserts": ("Python statements `invoke verify-gpu` runs in the image on the GPU "
+                          "node, `torch` bound (the check's kernel launches)"),
     "build.import-names": "`module=distribution` where an assert imports another name than its distribution",
     "build.pip-check-allow": "the `uv pip check` conflicts tolerated (fnmatch patterns); any other fails",
     "build.post-install": "pinned requirements installed after the lock, each `req[ | assert]...`",
@@ -117,12 +119,24 @@ PURPOSE: dict[str, str] = {
                           "gpurl, composed at the registry) or chain (the env-chain stage, every "
                           "slice in one kaniko layer chain)",
     "cluster.source-archives": "kaniko's and crane's source archives, for `invoke setup-kaniko`",
+    "cluster.gpu-cluster": ("the iris cluster of `invoke verify-gpu`'s job (empty: the variant's "
+                            "build cluster)"),
+    "cluster.gpus": "the GPUs of one node the GPU check's job asks for (iris `--gpu`)",
+    "cluster.gpu-type": "the GPU the job asks for, e.g. H100 (`--gpu H100x8`; empty: any)",
+    "cluster.gpu-cpu": "CPUs of the GPU check's job",
+    "cluster.gpu-memory": "memory of the GPU check's job",
+    "cluster.gpu-timeout": "the GPU check's job timeout in seconds (iris `--timeout`)",
+    "cluster.gpu-start-timeout": ("how long verify-gpu waits, beyond gpu-timeout, for the job to "
+                                  "be scheduled and its image pulled"),
     "verify.hard-limit": "no pushed layer may reach this size",
     "verify.min-layers": "a pushed image needs at least this many layers",
     "verify.cap": "every layer's target (unset: layers.cap)",
     "verify.attestations": ("the image's attached SBOM and provenance: required (pin refuses an "
                             "image without them), if-present (checked when attached: images "
                             "built before gpurl attached them), or off"),
+    "verify.gpu": ("the GPU verification summary `invoke verify-gpu` attaches: required (pin "
+                   "refuses an image without a passing one), if-present (a failing one is "
+                   "refused, none is accepted), or off"),
     "launcher.python-variable": "the launcher's variable naming the environment's python (in build.venv)",
     "launcher.path": "the launcher file the pin is written into, relative to the workspace",
     "launcher.variable": ("the variable holding the pinned image (variants of different "

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpurl_tasks"
 # A module may import its own layer and the ones before it; cluster and local are siblings.
 LAYERS = {"basics": 0, "writer": 0, "plan": 1, "dockerfile": 2, "attest": 3, "oci": 4, "rebuild": 5,
           "release": 6, "cluster": 7, "local": 7, "launcher": 0,
-          "adopt": 2}
+          "adopt": 2, "gpu": 0}
 # The entry points, above every layer: the `gpurl` command, the collection of tasks it runs
 # (a project's tasks.py imports it) and the nox sessions.
 ENTRY = {"__main__", "collection", "sessions"}
@@ -25,8 +25,8 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "dockerfile.provenance", "dockerfile.wheels", "oci.image", "oci.scheme", "release.verify",
         "release.pin", "release.index", "rebuild.fingerprint", "cluster.watch", "imageref", "errors", "steps",
         "plan.layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
-        "attest.documents", "launcher.source", "launcher.table",
-        "config", "values"]
+        "attest.documents", "attest.verification", "launcher.source", "launcher.table",
+        "config", "values", "gpu.result", "gpu.fatbin"]
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -82,11 +82,13 @@ def test_imports_point_one_way(module: str) -> None:
 # scripts gpurl writes into the repository to run on their own (the cluster job's layer writer,
 # the image's package-set and `uv pip check` checks, the job's SBOM and provenance writer):
 # they start processes and print
-STANDALONE = {"writer.probe", "writer.tool", "dockerfile.envcheck", "attest.tool"}
+STANDALONE = {"writer.probe", "writer.tool", "dockerfile.envcheck", "attest.tool", "gpu.check"}
 # What docker/gpurl-attest.py and docker/gpurl-layer.py carry to the cluster job, which has no
-# gpurl installed: each tool's package, whole.
+# gpurl installed: each tool's package, whole; the GPU check runs in the image on the node,
+# its package, the error type its modules raise and the atomic writer of its result.
 SHIPPED = {"attest": {"attest.sbom", "attest.provenance", "attest.documents", "attest.tool"},
-           "writer": {m for m in MODULES if m.startswith("writer.")}}
+           "writer": {m for m in MODULES if m.startswith("writer.")},
+           "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors", "files"}}
 
 
 @pytest.mark.parametrize("package", sorted(SHIPPED))
@@ -284,6 +286,7 @@ NOT_CONFIG_ENV = {
     "GPURL_CACHE_DIR": "local.setup: where this machine keeps the local path's state",
     "GPURL_LOG": "proc: the log file handed to a detached child, set by proc itself",
     "GPURL_PROBE": "local.engine: an ENV line of the probe image, not a variable read",
+    "GPURL_IMAGE_DIGEST": "gpu.check: the digest the GPU job runs, set in the job's environment",
 }
 _ENV_NAME = re.compile(r"GPURL_[A-Z0-9_]*")
 

@@ -73,7 +73,9 @@ def test_layer_mode_and_thresholds(root: Path) -> None:
 
 @pytest.mark.parametrize(("key", "value"), [("layers.cap", "four"), ("layers.cap", "4XB"),
                                             ("layers.basis", "zipped"), ("verify.min-layers", "x"),
-                                            ("layers.own-layer", "0"), ("layers.tail-groups", "-1")])
+                                            ("layers.own-layer", "0"), ("layers.tail-groups", "-1"),
+                                            ("cluster.gpus", "0"), ("cluster.gpus", "17"),
+                                            ("verify.gpu", "maybe"), ("cluster.gpu-cluster", "a b")])
 def test_bad_values_are_rejected(root: Path, key: str, value: str) -> None:
     with pytest.raises(ConfigError):
         load_config(root, env={}, overrides={key: value})

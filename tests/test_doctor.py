@@ -354,7 +354,7 @@ def test_doctor_on_a_healthy_and_a_broken_setup(
         assert [c.name for c in healthy.checks] == [
             "kubeconfig", "kubeconfig-cluster", "iris", "iris-controller", "memory",
             "registry-token", "registry-user", "push-image", "push-cache", "prebuilt-wheels",
-            "generated-files", "immutable-tag", "executor-pin", "crane-url"]
+            "generated-files", "immutable-tag", "executor-pin", "crane-url", "gpu-job"]
         assert all(c.status == "ok" for c in healthy.checks), healthy.human()
 
         # break each prerequisite once
@@ -372,13 +372,14 @@ def test_doctor_on_a_healthy_and_a_broken_setup(
                       "GPURL_CLUSTER_CONTROLLER_URL": "http://127.0.0.1:1",
                       "GPURL_CLUSTER_KANIKO_EXECUTOR":
                           f"{open_registry.host}/kaniko/executor@sha256:{'0' * 64}",
-                      "GPURL_IRIS": str(tmp_path / "no-iris")}
+                      "GPURL_IRIS": str(tmp_path / "no-iris"), "GPURL_CLUSTER_GPUS": "12"}
         broken = _doctor(repo, broken_env)
     assert broken.exit_code == 1
     status = {c.name: c for c in broken.checks}
     assert {n for n, c in status.items() if c.failed} == {
         "kubeconfig-cluster", "iris", "iris-controller", "push-image", "push-cache",
-        "generated-files", "immutable-tag", "executor-pin", "crane-url"}, broken.human()
+        "generated-files", "immutable-tag", "executor-pin", "crane-url", "gpu-job"}, broken.human()
+    assert "holds at most 8; the job would never start" in status["gpu-job"].detail
     assert "already exists as sha256:" in status["immutable-tag"].detail
     assert "is not in its registry" in status["executor-pin"].detail
     assert "answers 404" in status["crane-url"].detail

@@ -153,3 +153,43 @@ def test_a_misspelled_option_parses_but_is_passed_through(build_argv: tuple[str,
     params = parse_job_run(argv)
     assert params["memory"] != "512GB"
     assert params["cmd"][:2] == ("--memroy", "512GB")
+
+
+def test_the_gpu_check_argv_parses_to_the_intended_parameters(registry: Any) -> None:
+    """`invoke verify-gpu --dry-run`'s exact argv (the GB200 variant's image pushed to a
+    loopback registry standing in for GHCR, resolved to its digest): the image itself by
+    digest as the task image, the GPUs of one node through `--gpu` (a count, or TYPExCOUNT as
+    the pinned release spells it), the check's own timeout, and the shipped script run by the
+    image's environment's python with the variant's arch list."""
+    from iris.cli.job import parse_gpu_spec
+
+    from gpurl_tasks.cluster.gpujob import TOOL_ENV, run_verify_gpu
+    from gpurl_tasks.steps import DryRun
+    from tests.support.pusher import push_image, random_layer
+
+    env = {"GPURL_REGISTRY_HOST": registry.host, "HOME": "/nonexistent"}
+    config = load_config(REPO_ROOT, profile="multiarch", env=env, variant="gb200")
+    pushed = push_image(registry.url, config.registry.repository,
+                        [random_layer(1000, "RUN true", seed=52)], tag="gpu-contract",
+                        architecture="arm64")
+    digest = pushed.manifest_digest
+    ref = f"{registry.host}/{config.registry.repository}:gpu-contract"
+    for gpu_type, wanted in (("", ("", 8)), ("GB200", ("GB200", 4))):
+        typed = load_config(REPO_ROOT, profile="multiarch", variant="gb200", env={
+            **env, "GPURL_CLUSTER_GPU_TYPE": gpu_type, "GPURL_CLUSTER_GPUS": str(wanted[1])})
+        planned = run_verify_gpu(typed, ref, dry_run=True, say=lambda _: None, env=env)
+        assert isinstance(planned, DryRun)
+        argv = planned.commands[0]
+        assert argv[0] == "iris"
+        params = parse_job_run(argv[1:])
+        assert parse_gpu_spec(params["gpu"]) == wanted
+        assert params["top"]["cluster_name"] == "cw-us-east-08a" == config.cluster.name
+        assert params["task_image"] == f"{registry.host}/{config.registry.repository}@{digest}"
+        assert params["enable_extra_resources"] is True and params["no_wait"] is True
+        assert (params["timeout"], params["cpu"], params["memory"], params["max_retries"]) == (
+            3600, 16, "128GB", 0)
+        assert set(dict(params["env_vars"])) == {TOOL_ENV}
+        assert params["cmd"][0] == f"{config.build.venv}/bin/python"
+        assert params["cmd"][3:] == ("--image-digest", digest, "--out", "gpurl-gpu-result.json",
+                                     "--gpus", str(wanted[1]), "--arch-list", "10.0")
+        assert params["job_name"] == "gpurl-gpu-" + digest[7:19]

@@ -442,3 +442,38 @@ def test_doctor_reads_the_real_pinned_iris_and_reaches_the_controller(
     assert doctor.iris_controller(cluster.url).status == "ok"
     down = doctor.iris_controller(f"http://127.0.0.1:{free_port()}")
     assert down.failed and "does not answer" in down.detail
+
+
+def test_verify_gpu_submits_the_image_by_digest_and_says_why_no_result_came(
+        cluster: LocalIris, workspace: Path, user_env: dict[str, str],
+        registry: RegistryServer) -> None:
+    """`invoke verify-gpu`'s own function against the real controller: the job asks for the
+    GPUs of one node, its task image the pushed image by digest. This local cluster has CPU
+    workers only (a GPU node cannot run here), so no node takes it: one line says why, and
+    nothing is attached to the image."""
+    from gpurl_tasks.attest.verification import MEDIA_TYPE
+    from gpurl_tasks.cluster.gpujob import run_verify_gpu
+    from gpurl_tasks.errors import GpurlError
+    from gpurl_tasks.imageref import parse_reference
+    from gpurl_tasks.oci.referrers import find
+    from gpurl_tasks.oci.registry import RegistryClient
+    from tests.support.pusher import push_image, random_layer
+
+    env = {**user_env, "GPURL_CLUSTER_GPU_TIMEOUT": "10", "GPURL_CLUSTER_GPU_START_TIMEOUT": "20"}
+    config = load_config(workspace, env=env)
+    pushed = push_image(registry.url, config.registry.repository,
+                        [random_layer(1000, "RUN true", seed=52)], tag="gpu-check-e2e")
+    ref = f"{registry.host}/{config.registry.repository}:gpu-check-e2e"
+    said: list[str] = []
+    with pytest.raises(GpurlError) as failed:
+        run_verify_gpu(config, ref, dry_run=False, say=said.append, interval=2, env=env)
+    PRINTED.extend([*said, failed.value.message])
+    print("\n".join([*said, f"error: {failed.value.message}", f"  hint: {failed.value.hint}"]))
+    assert "\n" not in failed.value.message
+    # the pinned release refuses it at submit, naming what its scale groups provide
+    assert failed.value.message.startswith(
+        f"the GPU job gpurl-gpu-{pushed.manifest_digest[7:19]} cannot be scheduled: no node "
+        "offers what it asks (no scaling group provides device gpu:* (available: cpu)")
+    assert "cluster.gpus" in (failed.value.hint or "")
+    with RegistryClient(registry.host) as client:
+        assert find(client, parse_reference(ref), pushed.manifest_digest, MEDIA_TYPE) == []

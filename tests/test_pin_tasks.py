@@ -250,3 +250,33 @@ def test_an_image_with_a_missing_blob_is_never_pinned(registry: RegistryServer,
         assert "layer 2 " in refused.stderr and image.layers[2].digest[:19] in refused.stderr
         assert "Traceback" not in refused.stderr
     assert launcher.read_text() == LAUNCHER
+
+
+def test_pin_requires_a_passing_gpu_check_when_told(registry: RegistryServer,
+                                                    launcher: Path) -> None:
+    """verify.gpu = required: without a verdict attached, one error line naming what to run
+    and nothing written; with a passing one attached, it is pinned (a failing one's refusal is
+    checked in process by tests/test_verify_gpu.py). The verdicts are what `invoke verify-gpu`
+    attaches, built by tests/test_verify_gpu.py: the GPU job itself needs a CoreWeave node."""
+    from gpurl_tasks.imageref import parse_reference
+    from gpurl_tasks.oci.registry import RegistryClient
+    from gpurl_tasks.release.gpu import attach_summary
+    from tests.test_verify_gpu import check_result, statement
+
+    image = pushed(registry, "gpu-rl-eeeeeee", 14)
+    ref = f"{registry.host}/org/img:gpu-rl-eeeeeee"
+    env = {**env_for(registry.host, launcher), "GPURL_VERIFY_GPU": "required"}
+    refused = run_task("pin", "--ref", ref, env=env)
+    assert refused.returncode == ExitCode.CHECK_FAILED
+    first = refused.stderr.splitlines()[0]
+    assert first.startswith(f"error: refusing to pin {ref}: no GPU check ran for sha256:"), first
+    assert "run `invoke verify-gpu --variant standard` to check the image" in first
+    assert launcher.read_text() == LAUNCHER
+    digest = image.manifest_digest
+    with RegistryClient(registry.host) as client:
+        where = parse_reference(ref)
+        attach_summary(client, where, digest, statement(check_result(digest), digest,
+                                                        at="2026-12-03T19:00:00Z"))
+    done = run_task("pin", "--ref", ref, env=env)
+    assert done.returncode == 0, done.stderr
+    assert digest in launcher.read_text()

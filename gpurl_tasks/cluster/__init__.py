@@ -2,8 +2,9 @@
 (`iris_release`), the generated kaniko script (`kaniko`, rendered from the bash templates in
 script/), the workspace bundle (`bundle`), every build prerequisite checked alone (`doctor`),
 the guard rails and job composition (`submit`, which runs doctor's checks first), the state
-watcher (`watch`) and the tasks' functions that wire them to the real world (`jobs`).
+watcher (`watch`), the tasks' functions that wire them to the real world (`jobs`), and
+`invoke verify-gpu`'s job: the pushed image on one node's GPUs, its verdict attached (`gpujob`).
 
-Imports the basics, `plan`, `dockerfile`, `oci` and `rebuild` (doctor reads the prebuilt
-wheels' MANIFEST); never `local`.
+Imports the basics, `plan`, `dockerfile`, `attest`, `oci`, `rebuild` (doctor reads the
+prebuilt wheels' MANIFEST), `release` and `gpu`; never `local`.
 """

@@ -52,6 +52,7 @@ __all__ = [
     "crane_url",
     "executor_pin",
     "generated_files",
+    "gpu_settings",
     "immutable_tag",
     "iris_controller",
     "iris_install",
@@ -308,6 +309,43 @@ def job_memory(memory: str, *, force: bool = False) -> Check:
             "(pod reaped, no error log) at the wheel-packaging / snapshot step",
             f"use --memory {MIN_MEMORY}, or --force if you know this build is smaller")
     return _ok("memory", f"the build job asks for {memory}")
+
+
+# GPUs on one node, by the GPU iris names, and the platform that node runs: a GPU check
+# asking for more than one node holds never starts, and an image of another platform never runs
+_NODE_GPUS = {"GB200": (4, "aarch64"), "GH200": (1, "aarch64"), "H100": (8, "x86_64"),
+              "H200": (8, "x86_64"), "B200": (8, "x86_64"), "A100": (8, "x86_64")}
+_MOST_GPUS = 8
+
+
+def gpu_settings(config: Config) -> Check:
+    """The GPU check's job (`invoke verify-gpu`) can be scheduled: at most one node's GPUs of
+    its type, a type of the variant's platform, positive timeouts and CPUs, a memory size."""
+    cluster, name = config.cluster, "gpu-job"
+    if config.verify.gpu == "off":
+        return _skip(name, "verify.gpu = off: no GPU check runs")
+    most, arch = _NODE_GPUS.get(cluster.gpu_type.upper(), (_MOST_GPUS, config.target.arch))
+    where = cluster.gpu_cluster or cluster.controller_url or cluster.name
+    if cluster.gpus > most:
+        return _problem(name, f"cluster.gpus = {cluster.gpus}: a {cluster.gpu_type or 'GPU'} "
+                              f"node holds at most {most}; the job would never start",
+                        f"set cluster.gpus to at most {most} (the GPUs of one node)")
+    if arch != config.target.arch:
+        return _problem(name, f"cluster.gpu-type {cluster.gpu_type} nodes are {arch}; the "
+                              f"variant's image is {config.target.arch}",
+                        "set the variant's cluster.gpu-type (and gpu-cluster) to its platform's")
+    for key, value in (("gpu-timeout", cluster.gpu_timeout),
+                       ("gpu-start-timeout", cluster.gpu_start_timeout),
+                       ("gpu-cpu", cluster.gpu_cpu)):
+        if value <= 0:
+            return _problem(name, f"cluster.{key} = {value} is not positive",
+                            f"set cluster.{key} to a positive number")
+    try:
+        parse_size(cluster.gpu_memory, binary_gb=True)
+    except ValueError as exc:
+        return _problem(name, f"cluster.gpu-memory: {exc}", "set it like 128GB")
+    return _ok(name, f"the GPU check asks {where} for {cluster.gpus} "
+                     f"{cluster.gpu_type or 'GPU'}(s) of one node, for {cluster.gpu_timeout}s")
 
 
 # --- the registry ---------------------------------------------------------------------------
@@ -589,7 +627,8 @@ def run_doctor(config: Config, env: Mapping[str, str], *,
     checks += [prebuilt_wheels(config) if cluster else _skip("prebuilt-wheels", not_cluster),
                generated_files(config), immutable_tag(config, env, source)]
     if cluster:
-        checks += [executor_pin(config, env), crane_url(config.variant.crane_archive[0])]
+        checks += [executor_pin(config, env), crane_url(config.variant.crane_archive[0]),
+                   gpu_settings(config)]
     secrets = (found.token,) if found else ()
     return DoctorReport(profile=config.profile, variant=config.variant.shown,
                         checks=_redacted(checks, secrets))

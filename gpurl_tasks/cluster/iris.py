@@ -129,7 +129,7 @@ class ClusterTarget:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class JobSpec:
-    """Everything `iris job run` needs for the kaniko build job."""
+    """Everything `iris job run` needs for a job: the kaniko build, or the GPU check."""
 
     cluster: ClusterTarget
     task_image: str
@@ -144,6 +144,7 @@ class JobSpec:
     extra_resources: bool = True
     no_sync: bool = True
     no_wait: bool = True
+    gpu: str = ""  # iris `--gpu`: COUNT or TYPExCOUNT, the GPUs of one node ("": none)
 
 
 def _number(value: int | float) -> str:
@@ -157,6 +158,8 @@ def job_run_argv(spec: JobSpec, *, reveal: bool) -> tuple[str, ...]:
         argv.append("--no-sync")
     if spec.extra_resources:
         argv.append("--enable-extra-resources")
+    if spec.gpu:
+        argv += ["--gpu", spec.gpu]
     argv += ["--cpu", _number(spec.cpu), "--memory", spec.memory, "--disk", spec.disk,
              "--job-name", spec.job_name, "--max-retries", str(spec.max_retries),
              "--timeout", str(spec.timeout)]

@@ -33,7 +33,10 @@ host reaches the auth file as a JSON string made by `json.dumps`, so no host can
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
+import importlib.util
 import json
 import re
 import shlex
@@ -76,11 +79,13 @@ __all__ = [
     "ROOT_ENV",
     "ToolPins",
     "cache_repo",
+    "module_closure",
     "pinned_executor",
     "prebuilt_wheel_names",
     "render_script",
     "render_template",
     "script_files",
+    "standalone_tool",
 ]
 
 # Tests point this at a temp dir so the script's /kaniko and /app live there (job.sh reads
@@ -110,7 +115,7 @@ if __name__ == "__main__":
 """
 
 
-def _standalone(modules: tuple[ModuleType, ...], purpose: str) -> str:
+def standalone_tool(modules: tuple[ModuleType, ...], purpose: str) -> str:
     """A tool of `modules` (the last one's `main` runs), their source carried verbatim."""
     entry = modules[-1].__name__
     package = entry.rpartition(".")[0]
@@ -123,6 +128,36 @@ def _standalone(modules: tuple[ModuleType, ...], purpose: str) -> str:
             f"_SOURCES = {{\n{sources}}}\n{loader}")
 
 
+def module_closure(entry: str) -> tuple[ModuleType, ...]:
+    """`entry` and every gpurl module it imports, transitively, each after what it imports:
+    the order `standalone_tool` loads them in. Read from their source, so a module a tool
+    starts to import is shipped with it (gpurl's imports form no cycle: an architecture test)."""
+    ordered: dict[str, ModuleType] = {}
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        module = importlib.import_module(name)
+        for node in ast.walk(ast.parse(Path(str(module.__file__)).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "gpurl_tasks":
+                for alias in node.names:
+                    child = f"{node.module}.{alias.name}"
+                    visit(child if _is_module(child) else str(node.module))
+        ordered[name] = module
+
+    visit(entry)
+    return tuple(ordered.values())
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a name inside a module, not a submodule
+        return False
+
+
 # The slice writer and the composition the composing build runs with env-base's python3.
 LAYER_TOOL = "docker/gpurl-layer.py"
 _LAYER_MODULES = (writer_blob, writer_records, writer_probe, writer_composition, writer_tool)
@@ -130,7 +165,7 @@ _LAYER_MODULES = (writer_blob, writer_records, writer_probe, writer_composition,
 
 def layer_tool_text() -> str:
     """What `invoke generate` writes at LAYER_TOOL."""
-    return _standalone(_LAYER_MODULES, "the cluster build's layer writing and composition")
+    return standalone_tool(_LAYER_MODULES, "the cluster build's layer writing and composition")
 
 
 # The writer of the image's SBOM and provenance the job runs after its push with the image's
@@ -141,7 +176,7 @@ _ATTEST_MODULES = (cdx, slsa, attest_documents, attest_tool)
 
 def attest_tool_text() -> str:
     """What `invoke generate` writes at ATTEST_TOOL."""
-    return _standalone(_ATTEST_MODULES, "the cluster build's SBOM and provenance")
+    return standalone_tool(_ATTEST_MODULES, "the cluster build's SBOM and provenance")
 
 
 def skeleton_path(config: Config) -> Path:

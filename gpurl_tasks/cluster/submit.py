@@ -31,6 +31,7 @@ __all__ = [
     "BuildEnv",
     "BuildRequest",
     "PreparedBuild",
+    "elide_argument",
     "guard_immutable_tag",
     "prepare_build",
 ]
@@ -90,13 +91,13 @@ class PreparedBuild:
         """The command line for humans: `shlex.join` of the argv with secrets redacted and each
         long payload (the base64 script) replaced whole by a placeholder naming its start and
         length, so the line stays one well-formed shell command; `--json` carries the full argv."""
-        return shlex.join(_elide(arg) for arg in self.argv(program, reveal=False))
+        return shlex.join(elide_argument(arg) for arg in self.argv(program, reveal=False))
 
 
 ELIDE_OVER = 120  # characters; longer arguments are shown as their start and their length
 
 
-def _elide(arg: str) -> str:
+def elide_argument(arg: str) -> str:
     """A whole argument, or a placeholder for it (never a cut inside a quoted word)."""
     return arg if len(arg) <= ELIDE_OVER else f"{arg[:24]}...<{len(arg)} chars>"
 

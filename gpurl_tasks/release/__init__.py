@@ -1,8 +1,9 @@
 """The release of a pushed image: the layer rules and their rendering (`verify`, pure), its SBOM
 and provenance attached and checked there (`attested`), what changed between two pushed images
 (`diff`), the launcher edit (`pin`, pure), the image index of variants of several platforms
-sharing one launcher variable (`index`, pure) and the verify-then-pin flow behind
-`verify-layers` and `pin` (`flow`).
+sharing one launcher variable (`index`, pure), the GPU verdict attached to an image and
+pin's rule for it (`gpu`), and the verify-then-pin flow behind `verify-layers` and `pin`
+(`flow`).
 
 Imports the basics, `plan`, `dockerfile`, `attest`, `oci` and `rebuild`.
 """

@@ -18,6 +18,7 @@ from typing import Any
 from gpurl_tasks import values
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
+from gpurl_tasks.attest import verification as vsa
 from gpurl_tasks.attest.check import check_attestations
 from gpurl_tasks.attest.collect import listed
 from gpurl_tasks.attest.documents import Build, Skeleton
@@ -31,6 +32,7 @@ from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.referrers import Referrer, attach, fetch, find
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.tags import resolve_reference
+from gpurl_tasks.release.gpu import latest_verdict
 from gpurl_tasks.release.verify import Finding
 
 __all__ = ["Attestations", "BuildContext", "attach_attestations", "attestation_findings",
@@ -123,6 +125,8 @@ class Attestations:
     provenance: Mapping[str, Any] | None
     via: str
     document: bool = False  # `invoke sbom --document`: show the SBOM itself
+    gpu: vsa.Verdict | None = None  # the latest GPU verification summary (`invoke verify-gpu`)
+    gpu_problem: str = ""  # why an attached one cannot be used
     exit_code: int = ExitCode.OK
 
     def counts(self) -> dict[str, int]:
@@ -151,13 +155,17 @@ class Attestations:
             lines.append(f"provenance: commit {slsa.commit_of(self.provenance)}, builder "
                          f"{run.get('builder', {}).get('id')}, invocation "
                          f"{run.get('metadata', {}).get('invocationId')}")
+        lines.append(self.gpu.line() if self.gpu else
+                     f"GPU check: {self.gpu_problem or 'none attached'}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         return {"reference": self.reference, "digest": self.digest, "via": self.via,
                 "sbom": (dict(self.sbom) if self.document else self.counts())
                 if self.sbom is not None else None,
-                "provenance": dict(self.provenance) if self.provenance is not None else None}
+                "provenance": dict(self.provenance) if self.provenance is not None else None,
+                "gpu": self.gpu.to_json() if self.gpu else None,
+                **({"gpu_problem": self.gpu_problem} if self.gpu_problem else {})}
 
 
 def read_attestations(client: RegistryClient, ref: ImageRef, digest: str) -> Attestations:
@@ -172,9 +180,14 @@ def read_attestations(client: RegistryClient, ref: ImageRef, digest: str) -> Att
 
 def sbom_task(config: Config, text: str | None, *, document: bool) -> Attestations:
     """`invoke sbom REF`: what is attached to the image (default: this commit's tag), summed
-    up (or the SBOM itself); of an image index, its variant's platform's image's."""
+    up (or the SBOM itself), its GPU verdict included; of an image index, its variant's
+    platform's image's."""
     ref = resolve_reference(config, text)
     with open_client(config, ref) as client:
         image = client.pull(ref, platform=config.target.platform)
         found = read_attestations(client, ref, image.subject)
-    return dataclasses.replace(found, document=document)
+        try:
+            verdict, problem = latest_verdict(client, ref, image.subject), ""
+        except GpurlError as exc:
+            verdict, problem = None, f"attached but unusable ({exc.message})"
+    return dataclasses.replace(found, document=document, gpu=verdict, gpu_problem=problem)

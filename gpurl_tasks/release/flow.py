@@ -31,6 +31,7 @@ from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 from gpurl_tasks.oci.tags import cache_repository, index_reference, is_index_tag, resolve_reference
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.release.attested import attestation_findings
+from gpurl_tasks.release.gpu import GPU_CODES, gpu_findings
 from gpurl_tasks.release.index import (
     Member,
     check_listed,
@@ -107,6 +108,8 @@ def verify_image(config: Config, ref: ImageRef, client: RegistryClient, *,
     report = check_layers(image, rules_for(config), plan, plan_note=note, records=records,
                           records_note=records_note, missing=missing_blobs(image, client))
     findings, notes = attestation_findings(config, image, client)
+    gpu, gpu_notes = gpu_findings(config, image, client)
+    findings, notes = [*findings, *gpu], [*notes, *gpu_notes]
     return image, dataclasses.replace(report, findings=(*report.findings, *findings),
                                       notes=(*report.notes, *notes))
 
@@ -247,9 +250,13 @@ def refuse_failing(ref: ImageRef, report: Report, *, force: bool) -> None:
                           hint="rebuild the image (invoke build); --force does not pin an "
                                "image whose blobs are missing")
     if not report.ok and not force:
-        failing = "; ".join(f.message for f in report.findings if f.failing)
-        raise CheckFailed(f"refusing to pin {ref}: it fails the layer rules: {failing}",
-                       hint="fix the build, or pass --force to pin it anyway")
+        failing = [f for f in report.findings if f.failing]
+        if all(f.code in GPU_CODES for f in failing):  # its message says what to run
+            raise CheckFailed(f"refusing to pin {ref}: {'; '.join(f.message for f in failing)}",
+                              hint="--force pins it anyway")
+        raise CheckFailed(f"refusing to pin {ref}: it fails the layer rules: "
+                          f"{'; '.join(f.message for f in failing)}",
+                          hint="fix the build, or pass --force to pin it anyway")
 
 
 def read_launcher(config: Config) -> str:
