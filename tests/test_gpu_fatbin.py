@@ -105,6 +105,7 @@ def _fatbin(containers: list[list[Any]], padding: list[int]) -> bytes:
     return b"".join(_container(c) + bytes(pad) for c, pad in zip(containers, padding, strict=False))
 
 
+@settings(max_examples=60)
 @given(_containers, _containers, st.lists(st.integers(0, 24), min_size=4, max_size=4))
 def test_what_the_writer_wrote_the_reader_reads_back(
         runtime: list[list[Any]], relocatable: list[list[Any]], padding: list[int]) -> None:
@@ -117,6 +118,7 @@ def test_what_the_writer_wrote_the_reader_reads_back(
         assert read == tuple(tuple(e for e, _, _ in c) for c in written)
 
 
+@settings(max_examples=40)
 @given(_containers, st.lists(st.integers(0, 24), min_size=4, max_size=4))
 def test_a_file_on_disk_reads_as_its_sections(containers: list[list[Any]], padding: list[int]
                                               ) -> None:
@@ -157,7 +159,7 @@ def test_payloads_are_seeked_over_not_read() -> None:
     assert stream.read_bytes < 512  # two container and four entry headers, of ~10 MB
 
 
-@settings(max_examples=150)
+@settings(max_examples=100)
 @given(_containers, st.data())
 def test_a_truncated_or_damaged_file_is_a_clear_error_never_a_crash(
         containers: list[list[Any]], data: Any) -> None:

@@ -12,7 +12,11 @@ headers are read: the payloads, 298 MB in libtorch_cuda.so, are seeked over.
 built for and the later minors of the same major (sm_80 SASS on 8.6, never on 9.0); `a` SASS
 only on its exact SM; PTX is JIT-compiled for any SM at or above its own. A file runs when any
 entry it holds does (a library compiles each kernel for every arch it targets; a container
-with one arch only, such as an sm_90a-only Hopper kernel, is dispatched only there).
+with one arch only, such as an sm_90a-only Hopper kernel, is dispatched only there). Two
+things seen in real libraries on the H200 count too: an uncompressed cubin that defines no
+kernel (nvcc's device-link stub; libcufftw's only cubin) is nothing to launch, and a library
+may keep fatbins among its own data and load them itself (cuFFT: 23983 containers in .data,
+one stub in .nv_fatbin), which `read(embedded=True)` finds by their magic.
 """
 
 from __future__ import annotations
