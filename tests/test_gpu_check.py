@@ -221,3 +221,16 @@ def test_a_check_that_breaks_is_its_own_failure_not_a_lost_result() -> None:
         raise KeyError("capability")
     outcome = check._guarded("kernels", broken)
     assert outcome.status == "failed" and outcome.reason.startswith("the check broke: KeyError")
+
+
+def test_the_scan_reads_a_library_s_own_fatbins_only_when_its_nv_fatbin_falls_short(
+        tmp_path: Path) -> None:
+    from gpurl_tasks.gpu.fatbin import EMBEDDED, Entry
+    from tests.test_gpu_fatbin import _container, _elf
+    stub = _container([(Entry(kind="sass", sm=75, compressed=True), b"\1" * 8, 0)])
+    kept = _container([(Entry(kind="sass", sm=90, compressed=True), b"\2" * 24, 0)])
+    (tmp_path / "libfft.so").write_bytes(_elf({".nv_fatbin": stub, ".data": kept})[0])
+    assert EMBEDDED not in check.scan([tmp_path]).holds[0][1].sections
+    found = check.scan([tmp_path], [(9, 0)])
+    assert check.check_kernels(found, [H200]).status == "passed"
+    assert check.check_kernels(found, [H200], ["8.0"]).status == "failed"  # holds no sm_80

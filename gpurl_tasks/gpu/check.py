@@ -297,12 +297,17 @@ def _shared_objects(roots: Sequence[Path]) -> Iterable[Path]:
                         yield path
 
 
-def scan(roots: Sequence[Path]) -> Scan:
-    start, holds, unreadable, count = time.monotonic(), [], [], 0
+def scan(roots: Sequence[Path], sms: Iterable[tuple[int, int]] = ()) -> Scan:
+    """Every shared object under `roots` with device code, and what it holds. A file whose
+    .nv_fatbin runs on none of `sms` is read again with the fatbins it keeps among its data
+    (cuFFT loads its own: one container in .nv_fatbin, 23983 in .data)."""
+    start, holds, unreadable, count, sms = time.monotonic(), [], [], 0, tuple(sms)
     for path in _shared_objects(roots):
         count += 1
         try:
             found = fatbin.read(path)
+            if found is not None and not all(fatbin.runnable(found, sm).runs for sm in sms):
+                found = fatbin.read(path, embedded=True)
         except GpurlError as exc:
             unreadable.append((path, exc.message))
             continue
@@ -468,7 +473,9 @@ def main(argv: Sequence[str] | None = None, *, torch_loader: Callable[[], tuple[
     args = _arguments(argv)
     torch, torch_error = torch_loader()
     facts = gather(torch, torch_error, args.gpus)
-    found = scan(args.root or _site_packages())
+    sms = {fatbin.parse_sm(g.capability) for g in facts.gpus} | set(map(fatbin.parse_sm,
+                                                                         args.arch_list))
+    found = scan(args.root or _site_packages(), sorted(sms))
     why_not = "torch does not import" if torch is None else "torch sees no GPU"
     checks = [
         _guarded("driver", lambda: check_driver(facts)),

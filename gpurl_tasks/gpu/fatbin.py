@@ -12,12 +12,17 @@ headers are read: the payloads, 298 MB in libtorch_cuda.so, are seeked over.
 built for and the later minors of the same major (sm_80 SASS on 8.6, never on 9.0); `a` SASS
 only on its exact SM; PTX is JIT-compiled for any SM at or above its own. A file runs when any
 entry it holds does (a library compiles each kernel for every arch it targets; a container
-with one arch only, such as an sm_90a-only Hopper kernel, is dispatched only there).
+with one arch only, such as an sm_90a-only Hopper kernel, is dispatched only there). Two
+things seen in real libraries on the H200 count too: an uncompressed cubin that defines no
+kernel (nvcc's device-link stub; libcufftw's only cubin) is nothing to launch, and a library
+may keep fatbins among its own data and load them itself (cuFFT: 23983 containers in .data,
+one stub in .nv_fatbin), which `read(embedded=True)` finds by their magic.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +31,8 @@ from typing import BinaryIO
 from gpurl_tasks.errors import GpurlError
 
 __all__ = [
+    "DATA_SECTIONS",
+    "EMBEDDED",
     "ENTRY_HEADER",
     "FATBIN_MAGIC",
     "SECTIONS",
@@ -40,6 +47,8 @@ __all__ = [
 
 FATBIN_MAGIC = 0xBA55ED50
 SECTIONS = (".nv_fatbin", "__nv_relfatbin")  # the runtime's modules; the pre-link objects
+DATA_SECTIONS = (".data", ".ldata", ".rodata", ".lrodata", ".data.rel.ro")
+EMBEDDED = "embedded"  # Holds' name for the containers found in DATA_SECTIONS
 ENTRY_HEADER = 64  # the part of an entry header read; later CUDA appends more (header size says)
 _CONTAINER = struct.Struct("<IHHQ")  # magic, version, header size, payload size
 _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # kind, -, header size, size, compressed size, -,
@@ -48,6 +57,7 @@ _KINDS = {1: "ptx", 2: "sass"}
 _COMPRESSED = 0x2000 | 0x8000  # the older compression and zstd (CUDA 12.8+)
 _ARCH_SPECIFIC, _FAMILY = 0x100000, 0x200000  # sm_90a, sm_100f
 _PAD_SCAN = 4096  # zero bytes skipped looking for the next container before giving up
+_MAGIC = struct.pack("<I", FATBIN_MAGIC)
 _ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _SECTION = struct.Struct("<IIQQQQIIQQ")
 
@@ -59,6 +69,7 @@ class Entry:
     variant: str = ""  # "a" (arch-specific), "f" (family) or ""
     compressed: bool = False
     ptx_isa: str = ""  # the PTX ISA version a PTX entry needs the driver to know ("9.0")
+    kernels: int | None = None  # an uncompressed cubin's kernels (.text.* sections); None: unknown
 
     @property
     def name(self) -> str:
@@ -73,9 +84,8 @@ class Holds:
 
     sections: dict[str, tuple[tuple[Entry, ...], ...]]
 
-    def _names(self, kind: str, section: str = ".nv_fatbin") -> tuple[str, ...]:
-        found = {e.name: (e.sm, e.variant) for c in self.sections.get(section, ()) for e in c
-                 if e.kind == kind}
+    def _names(self, kind: str) -> tuple[str, ...]:
+        found = {e.name: (e.sm, e.variant) for e in self.runtime_entries if e.kind == kind}
         return tuple(sorted(found, key=found.__getitem__))
 
     @property
@@ -88,13 +98,19 @@ class Holds:
 
     @property
     def runtime_entries(self) -> tuple[Entry, ...]:
-        return tuple(e for c in self.sections.get(".nv_fatbin", ()) for e in c)
+        """What the driver may load: .nv_fatbin's entries and any EMBEDDED ones (the
+        pre-link objects of __nv_relfatbin are not loaded)."""
+        return tuple(e for name in (".nv_fatbin", EMBEDDED) for c in self.sections.get(name, ())
+                     for e in c)
 
     def describe(self) -> str:
         """"SASS sm_80, sm_86; PTX compute_80" (what a finding names)."""
+        others = sorted({e.name for e in self.runtime_entries if e.kind not in ("sass", "ptx")})
         parts = [f"{label} {', '.join(names)}" for label, names
-                 in (("SASS", self.sass), ("PTX", self.ptx)) if names]
-        return "; ".join(parts) or "no device code"
+                 in (("SASS", self.sass), ("PTX", self.ptx), ("other", others)) if names]
+        embedded = f" ({len(self.sections[EMBEDDED])} containers among its data)" \
+            if self.sections.get(EMBEDDED) else ""
+        return "; ".join(parts) + embedded if parts else "no device code"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -125,9 +141,9 @@ def _runs(entry: Entry, sm: tuple[int, int]) -> bool:
 def runnable(holds: Holds, sm: tuple[int, int]) -> Verdict:
     """Whether the file's device code can run on a GPU of compute capability `sm`: SASS for
     its major (a minor at or below it), else PTX at or below it, which the driver JITs."""
-    entries_ = holds.runtime_entries
+    entries_ = [e for e in holds.runtime_entries if e.kernels != 0]
     if not entries_:
-        return Verdict(runs=True, by="no device code")
+        return Verdict(runs=True, by="no kernels" if holds.runtime_entries else "no device code")
     sass = [e for e in entries_ if e.kind == "sass" and _runs(e, sm)]
     if sass:
         return Verdict(runs=True, by=f"{max(sass, key=lambda e: e.sm).name} SASS")
@@ -179,6 +195,9 @@ def entries(stream: BinaryIO, start: int, size: int) -> Iterator[tuple[Entry, ..
         while body < body_end:
             entry, entry_header, entry_size = _entry(
                 _exact(stream, body, ENTRY_HEADER, "fatbin entry header"), body)
+            if entry.kind == "sass" and not entry.compressed:
+                entry = dataclasses.replace(entry, kernels=_kernels(stream, body + entry_header,
+                                                                    entry_size))
             body += entry_header + entry_size
             if body > body_end:
                 raise GpurlError(f"fatbin entry {entry.name} runs past its container at offset {pos}")
@@ -198,44 +217,86 @@ def _skip_padding(stream: BinaryIO, pos: int, end: int) -> int:
     return pos + zeros
 
 
-def _sections(stream: BinaryIO, path: Path) -> dict[str, tuple[int, int]]:
-    """{name: (offset, size)} of the fatbin sections in an ELF64 little-endian file."""
-    head = _exact(stream, 0, _ELF_HEADER.size, f"ELF header of {path}")
+def _section_table(stream: BinaryIO, base: int, what: str) -> list[tuple[str, int, int, int]]:
+    """(name, type, offset, size) of each section of the ELF64 little-endian file that starts
+    at `base` in `stream` (0 for a file; an entry's payload for a cubin)."""
+    head = _exact(stream, base, _ELF_HEADER.size, f"ELF header of {what}")
     ident, *_, shoff, _, _, _, _, shentsize, shnum, shstrndx = _ELF_HEADER.unpack(head)
-    if ident[4] != 2 or ident[5] != 1:
-        raise GpurlError(f"{path} is not a 64-bit little-endian ELF file")
+    if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+        raise GpurlError(f"{what} is not a 64-bit little-endian ELF file")
     if shoff == 0:
-        return {}
+        return []
     if shentsize != _SECTION.size:
-        raise GpurlError(f"{path} has {shentsize}-byte section headers, not {_SECTION.size}")
-    first = _SECTION.unpack(_exact(stream, shoff, _SECTION.size, f"section table of {path}"))
+        raise GpurlError(f"{what} has {shentsize}-byte section headers, not {_SECTION.size}")
+    first = _SECTION.unpack(_exact(stream, base + shoff, _SECTION.size, f"section table of {what}"))
     shnum = shnum or first[5]  # extended numbering: section 0 holds the count and the index
     shstrndx = first[6] if shstrndx == 0xFFFF else shstrndx
     if not shnum or shnum > 1 << 20 or shstrndx >= shnum:
-        raise GpurlError(f"{path} has a bad section table ({shnum} sections, names in {shstrndx})")
-    table = _exact(stream, shoff, shnum * _SECTION.size, f"section table of {path}")
+        raise GpurlError(f"{what} has a bad section table ({shnum} sections, names in {shstrndx})")
+    table = _exact(stream, base + shoff, shnum * _SECTION.size, f"section table of {what}")
     headers = [_SECTION.unpack_from(table, i * _SECTION.size) for i in range(shnum)]
     names_at, names_size = headers[shstrndx][4], headers[shstrndx][5]
     if names_size > 1 << 24:
-        raise GpurlError(f"{path} has a {names_size}-byte section name table")
-    names = _exact(stream, names_at, names_size, f"section names of {path}")
-    found = {}
-    for name_at, kind, _, _, offset, size, *_ in headers:
-        name = names[name_at:names.find(b"\0", name_at)].decode(errors="replace")
-        if name in SECTIONS and kind != 8:  # SHT_NOBITS holds no bytes
-            found[name] = (offset, size)
-    return found
+        raise GpurlError(f"{what} has a {names_size}-byte section name table")
+    names = _exact(stream, base + names_at, names_size, f"section names of {what}")
+    return [(names[at:names.find(b"\0", at)].decode(errors="replace"), kind, offset, size)
+            for at, kind, _, _, offset, size, *_ in headers]
 
 
-def read(path: Path) -> Holds | None:
-    """What `path` holds; None when it is not an ELF file or has no fatbin section. A file
-    that is off (truncated, a container that is not one) raises GpurlError naming it."""
+def _sections(stream: BinaryIO, path: Path, wanted: tuple[str, ...] = SECTIONS
+              ) -> dict[str, tuple[int, int]]:
+    """{name: (offset, size)} of the `wanted` sections of a file (SHT_NOBITS holds no bytes)."""
+    return {name: (offset, size) for name, kind, offset, size
+            in _section_table(stream, 0, str(path)) if name in wanted and kind != 8}
+
+
+def _kernels(stream: BinaryIO, start: int, size: int) -> int | None:
+    """The kernels an uncompressed cubin defines (its `.text.<kernel>` sections); None when
+    the payload is not a cubin this can read. A device-link stub, such as the one sm_75 cubin
+    in libcufftw's .nv_fatbin, defines none."""
+    if size < _ELF_HEADER.size:
+        return None
+    try:
+        return sum(name.startswith(".text.") for name, *_ in _section_table(stream, start, "cubin"))
+    except (GpurlError, struct.error, OverflowError, ValueError):
+        return None
+
+
+def _embedded(stream: BinaryIO, regions: dict[str, tuple[int, int]]
+              ) -> tuple[tuple[Entry, ...], ...]:
+    """The containers a library keeps among its own data, found by their magic at 8-byte
+    aligned offsets; a match that does not parse as a container is data, and skipped."""
+    found: list[tuple[Entry, ...]] = []
+    with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        for start, size in regions.values():
+            end, at = min(start + size, len(view)), start
+            while (at := view.find(_MAGIC, at, end)) >= 0:
+                length = 16 + struct.unpack_from("<Q", view, at + 8)[0] if at + 16 <= end else 0
+                if at % 8 or not 16 <= length <= end - at:
+                    at += 4
+                    continue
+                try:
+                    found += list(entries(stream, at, length))
+                except GpurlError:  # data that happens to hold the magic
+                    at += 4
+                else:
+                    at += length
+    return tuple(found)
+
+
+def read(path: Path, *, embedded: bool = False) -> Holds | None:
+    """What `path` holds; None when it is not an ELF file or holds no fatbin. A file
+    that is off (truncated, a container that is not one) raises GpurlError naming it.
+
+    `embedded` also reads the containers a library keeps in its data sections and loads
+    itself (cuFFT: one sm_75 container in .nv_fatbin, thousands in .data), as EMBEDDED: a
+    full scan of those sections, so only for a file whose .nv_fatbin falls short."""
     try:
         with path.open("rb") as stream:
             if stream.read(4) != b"\x7fELF":
                 return None
             found = _sections(stream, path)
-            if not found:
+            if not found and not embedded:
                 return None
             sections = {}
             for name, (offset, size) in found.items():
@@ -243,7 +304,9 @@ def read(path: Path) -> Holds | None:
                     sections[name] = tuple(entries(stream, offset, size))
                 except GpurlError as exc:
                     raise GpurlError(f"{path} {name}: {exc.message}") from None
-            return Holds(sections=sections)
+            if embedded:
+                sections[EMBEDDED] = _embedded(stream, _sections(stream, path, DATA_SECTIONS))
+            return Holds(sections=sections) if any(sections.values()) or found else None
     except OSError as exc:
         raise GpurlError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (struct.error, OverflowError, ValueError) as exc:  # an offset past what seek takes
