@@ -795,7 +795,8 @@ def _convert(dotted: str, hint: Any, setting: Setting, key: _Key | None = None) 
     value, where, text = setting.value, setting.where, setting.text
 
     def bad(expected: str, detail: str = "") -> ConfigError:
-        return ConfigError(f"{dotted} in {where} must be {expected}, not {shown(value)}{detail}")
+        return ConfigError(f"{dotted} in {where} must be {expected}, not {shown(value)}{detail}",
+                           hint=f"docs/config.md gives {dotted}'s form and default")
 
     optional = type(None) in get_args(hint)
     base = next((a for a in get_args(hint) if a is not type(None)), hint) if optional else hint
@@ -1063,7 +1064,7 @@ def _sections(merged: Settings, root: Path, workspace: Path) -> dict[str, Any]:
                     try:
                         key.check(value, dotted)
                     except ConfigError as exc:
-                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint or (
+                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.specific_hint or (
                             f"docs/config.md gives {dotted}'s form and default")) from None
                 if isinstance(value, Path):
                     value = base / value

@@ -22,6 +22,8 @@ __all__ = ["GitError", "Source", "diff_hash", "dirty_tracked_files", "file_histo
 class GitError(GpurlError):
     """git is missing, the directory is not a repository, or a ref does not resolve."""
 
+    default_hint = "run it inside the project's git repository, at a ref `git rev-parse REF` knows"
+
 
 def short_sha(root: Path) -> str | None:
     """`git rev-parse --short HEAD`, or None when there is no commit (or no repository)."""

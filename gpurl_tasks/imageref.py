@@ -27,6 +27,8 @@ _HOST_RE = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?$")
 class InvalidReference(GpurlError):
     """An image reference that does not follow the grammar."""
 
+    default_hint = "write it as host/org/image:tag or host/org/image@sha256:<64 hex digits>"
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ImageRef:

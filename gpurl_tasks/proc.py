@@ -28,9 +28,13 @@ __all__ = ["CommandFailed", "Completed", "ProgramNotFound", "alive", "find_progr
 class ProgramNotFound(GpurlError):
     """A required external program is not installed."""
 
+    default_hint = "install it or put it on PATH; `invoke doctor` lists what each task needs"
+
 
 class CommandFailed(GpurlError):
     """A command exited non-zero (or timed out); output is kept, redacted, for the caller."""
+
+    default_hint = "the command's own output above says why it failed"
 
     def __init__(self, message: str, *, returncode: int | None, stdout: str, stderr: str,
                  hint: str | None = None) -> None:

@@ -29,10 +29,17 @@ __all__ = [
     "VERIFIER_ID",
     "GpuPolicy",
     "JobFacts",
+    "SummaryError",
     "Verdict",
     "read_summary",
     "summary",
 ]
+
+
+class SummaryError(GpurlError):
+    """A GPU verification summary of a shape gpurl does not write."""
+
+    default_hint = "the summary is not what `invoke verify-gpu` attaches: run it again for this image"
 
 PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
 # The artifactType it is attached under: its own, not the provenance's generic in-toto type,
@@ -137,7 +144,7 @@ class Verdict:
 def _get(raw: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     value = raw.get(key)
     if not isinstance(value, kind):
-        raise GpurlError(f"the GPU verification summary's {where}{key} is not a "
+        raise SummaryError(f"the GPU verification summary's {where}{key} is not a "
                          f"{kind.__name__}: {shown(value)}")
     return value
 
@@ -146,7 +153,7 @@ def read_summary(document: Mapping[str, Any], digest: str) -> Verdict:
     """The verdict of an attached summary of manifest `digest`; GpurlError when it is not a
     gpurl GPU summary, or when it (or the check it carries) is for another digest."""
     if document.get("_type") != STATEMENT_TYPE or document.get("predicateType") != PREDICATE_TYPE:
-        raise GpurlError(f"the GPU verification summary is not an in-toto statement of "
+        raise SummaryError(f"the GPU verification summary is not an in-toto statement of "
                          f"{PREDICATE_TYPE}: {shown(document.get('predicateType'))}")
     subjects = _get(document, "subject", list, "")
     said = {f"sha256:{s.get('digest', {}).get('sha256')}" for s in subjects
@@ -164,7 +171,7 @@ def read_summary(document: Mapping[str, Any], digest: str) -> Verdict:
                           hint="run `invoke verify-gpu` for this image")
     verdict = _get(predicate, "verificationResult", str, "predicate.")
     if verdict not in ("PASSED", "FAILED") or (verdict == "PASSED") != result.passed:
-        raise GpurlError(f"the GPU verification summary says {shown(verdict)} but its checks "
+        raise SummaryError(f"the GPU verification summary says {shown(verdict)} but its checks "
                          f"say {'passed' if result.passed else 'failed'}")
     return Verdict(digest=digest, passed=result.passed,
                    verified_at=_get(predicate, "timeVerified", str, "predicate."),

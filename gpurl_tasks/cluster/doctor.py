@@ -405,7 +405,7 @@ def push_scope(config: Config, repository: str, env: Mapping[str, str], *, what:
             how = client.push_access(ref)
     except GpurlError as exc:
         return _problem(name, f"cannot push to {repository}: {exc.message}",
-                        exc.hint or "use credentials that may write to the repository")
+                        exc.specific_hint or "use credentials that may write to the repository")
     return _ok(name, f"{repository}: {_HOW[how]}")
 
 

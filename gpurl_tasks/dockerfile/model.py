@@ -54,6 +54,8 @@ _INDENT = "      "
 class DockerfileError(GpurlError):
     """A Dockerfile model is invalid (bad name, reference, argument or stage order)."""
 
+    default_hint = "the build.* and variant keys that feed the Dockerfile are in docs/config.md"
+
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STAGE = re.compile(r"[a-z][a-z0-9_.-]*")

@@ -92,13 +92,19 @@ VLLM, FLASH_ATTN = "vllm", "flash-attn"
 class WheelCheckError(GpurlError):
     """The wheelhouse or MANIFEST cannot be read at all (as opposed to holding wrong wheels)."""
 
+    default_hint = "run `invoke build-wheels` to write the wheelhouse and its MANIFEST again"
+
 
 class WheelNameError(GpurlError):
     """A compiled wheel's exact file name cannot be derived; the message names the key to set."""
 
+    default_hint = "set the key the message names (docs/config.md, the wheels table)"
+
 
 class NoCompiledWheels(GpurlError):
     """A wheel task asked of a profile that compiles none: its lock is the whole truth."""
+
+    default_hint = "pass --profile NAME of a profile that compiles wheels"
 
 
 def require_compiled_wheels(config: Config, task: str) -> None:

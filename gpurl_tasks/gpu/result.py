@@ -28,9 +28,16 @@ __all__ = [
     "Gpu",
     "Node",
     "Result",
+    "ResultError",
     "parse",
     "to_json",
 ]
+
+
+class ResultError(GpurlError):
+    """A GPU result document that is not one gpurl's check writes."""
+
+    default_hint = "the document is not what `invoke verify-gpu` writes: run it again for this image"
 
 SCHEMA = "gpurl.gpu-check/v1"
 CHECKS = ("driver", "kernels", "launches", "network", "build-proof")
@@ -79,10 +86,10 @@ class Result:
 
     def __post_init__(self) -> None:
         if not _DIGEST.fullmatch(self.image):
-            raise GpurlError(f"the GPU result's image is not a sha256 digest: {shown(self.image)}")
+            raise ResultError(f"the GPU result's image is not a sha256 digest: {shown(self.image)}")
         names = [c.name for c in self.checks]
         if len(set(names)) != len(names):
-            raise GpurlError(f"the GPU result names a check twice: {', '.join(names)}")
+            raise ResultError(f"the GPU result names a check twice: {', '.join(names)}")
 
     @property
     def passed(self) -> bool:
@@ -97,19 +104,19 @@ class Result:
 
 def _check(check: Check) -> None:
     if check.name not in CHECKS:
-        raise GpurlError(f"the GPU result has an unknown check {shown(check.name)}",
+        raise ResultError(f"the GPU result has an unknown check {shown(check.name)}",
                          hint=f"checks are {', '.join(CHECKS)}")
     if check.status not in STATUSES:
-        raise GpurlError(f"the GPU result's {check.name} check has an unknown status "
+        raise ResultError(f"the GPU result's {check.name} check has an unknown status "
                          f"{shown(check.status)}", hint=f"statuses are {', '.join(STATUSES)}")
     if check.status != "passed" and not check.reason.strip():
-        raise GpurlError(f"the GPU result's {check.name} check is {check.status} without a reason")
+        raise ResultError(f"the GPU result's {check.name} check is {check.status} without a reason")
     if "\n" in check.reason:
-        raise GpurlError(f"the GPU result's {check.name} check's reason is not one line")
+        raise ResultError(f"the GPU result's {check.name} check's reason is not one line")
     for key, value in check.figures.items():
         if isinstance(value, bool) or not isinstance(value, int | float | str) \
                 or (isinstance(value, float) and not math.isfinite(value)):
-            raise GpurlError(f"the GPU result's {check.name} figure {shown(key)} is not a finite "
+            raise ResultError(f"the GPU result's {check.name} figure {shown(key)} is not a finite "
                              f"number or a string: {shown(value)}")
 
 
@@ -138,11 +145,11 @@ def to_json(result: Result, *, indent: int | None = None) -> str:
 def _object(raw: object, where: str, keys: Sequence[str], optional: Sequence[str] = ()
             ) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
-        raise GpurlError(f"the GPU result's {where} is not an object: {shown(raw)}")
+        raise ResultError(f"the GPU result's {where} is not an object: {shown(raw)}")
     missing = [k for k in keys if k not in raw]
     unknown = sorted(set(raw) - set(keys) - set(optional))
     if missing or unknown:
-        raise GpurlError(f"the GPU result's {where} "
+        raise ResultError(f"the GPU result's {where} "
                          + (f"lacks {', '.join(missing)}" if missing else
                             f"has unknown keys {', '.join(map(str, unknown))}"))
     return raw
@@ -151,7 +158,7 @@ def _object(raw: object, where: str, keys: Sequence[str], optional: Sequence[str
 def _typed(raw: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     value = raw[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise GpurlError(f"the GPU result's {where}.{key} is not a {kind.__name__}: {shown(value)}")
+        raise ResultError(f"the GPU result's {where}.{key} is not a {kind.__name__}: {shown(value)}")
     return value
 
 
@@ -159,10 +166,10 @@ def _gpu(raw: object, where: str) -> Gpu:
     gpu = _object(raw, where, ("index", "name", "capability"))
     capability = _typed(gpu, "capability", str, where)
     if not _CAPABILITY.fullmatch(capability):
-        raise GpurlError(f"the GPU result's {where}.capability is not like 9.0: {shown(capability)}")
+        raise ResultError(f"the GPU result's {where}.capability is not like 9.0: {shown(capability)}")
     index = _typed(gpu, "index", int, where)
     if index < 0:
-        raise GpurlError(f"the GPU result's {where}.index is negative: {index}")
+        raise ResultError(f"the GPU result's {where}.index is negative: {index}")
     return Gpu(index=index, name=_typed(gpu, "name", str, where), capability=capability)
 
 
@@ -178,7 +185,7 @@ def _check_of(raw: object, where: str) -> Check:
     check = _object(raw, where, ("name", "status", "figures", "findings"), ("reason",))
     findings = _typed(check, "findings", list, where)
     if not all(isinstance(f, str) for f in findings):
-        raise GpurlError(f"the GPU result's {where}.findings are not all strings")
+        raise ResultError(f"the GPU result's {where}.findings are not all strings")
     figures = _typed(check, "figures", dict, where)
     reason = _typed(check, "reason", str, where) if "reason" in check else ""
     return Check(name=_typed(check, "name", str, where), status=_typed(check, "status", str, where),
@@ -190,16 +197,16 @@ def parse(text: str | bytes) -> Result:
     try:
         raw = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
-        raise GpurlError(f"the GPU result is not JSON: {exc}") from None
+        raise ResultError(f"the GPU result is not JSON: {exc}") from None
     doc = _object(raw, "document", ("schema", "image", "node", "checks", "passed"))
     if doc["schema"] != SCHEMA:
-        raise GpurlError(f"the GPU result's schema is {shown(doc['schema'])}, not {SCHEMA}",
+        raise ResultError(f"the GPU result's schema is {shown(doc['schema'])}, not {SCHEMA}",
                          hint="a newer gpurl wrote it, or it is not a GPU check's result")
     checks = _typed(doc, "checks", list, "document")
     result = Result(image=_typed(doc, "image", str, "document"), node=_node(doc["node"]),
                     checks=tuple(_check_of(c, f"checks[{i}]") for i, c in enumerate(checks)))
     if _typed(doc, "passed", bool, "document") != result.passed:
-        raise GpurlError(f"the GPU result says passed={doc['passed']} but its checks say "
+        raise ResultError(f"the GPU result says passed={doc['passed']} but its checks say "
                          f"{result.passed}", hint="a check failed, or driver/kernels did not pass")
     return result
 
