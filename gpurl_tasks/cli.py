@@ -217,6 +217,8 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
         self.help = helps  # invoke pops each flag's help: a second parse would show none
         for argument in arguments:
             argument.__class__ = _Checked
+            if argument.kind is list:  # invoke starts a repeatable flag's raw value at [], so
+                argument.raw_value = None  # `--extra` with no value would pass as given none
             shown = argument.default
             if argument.help and shown not in (None, False, "", []) and \
                     "default" not in argument.help:
@@ -470,11 +472,13 @@ def as_typed(text: str) -> str:
 
 
 def _fail(message: str, hint: str | None, code: int, *, as_json: bool, prefix: str = "error: ",
-          inline_hint: bool = False) -> NoReturn:
-    """Exit with `code` after one line on stderr (and under --json one object on stdout)."""
+          inline_hint: bool = False, result: Any = None) -> NoReturn:
+    """Exit with `code` after one line on stderr (and under --json one object on stdout;
+    `result`: what the task found before it failed, kept under the object's "result")."""
     message, hint = as_typed(_redacted(message)), as_typed(_redacted(hint)) if hint else None
     if as_json:
-        emit_json({"error": message, "hint": hint, "exit_code": int(code)})
+        failure = {"error": message, "hint": hint, "exit_code": int(code)}
+        emit_json(failure if result is None else {**failure, "result": result})
     line = prefix + message
     if hint:
         line += f"; {hint}" if inline_hint else f"\n  hint: {hint}"
@@ -482,8 +486,9 @@ def _fail(message: str, hint: str | None, code: int, *, as_json: bool, prefix: s
 
 
 def say(message: str = "") -> None:
-    """Human progress and diagnostics go to stderr so --json stdout stays parseable."""
-    print(as_typed(message), file=sys.stderr, flush=True)
+    """Human progress and diagnostics go to stderr so --json stdout stays parseable (without
+    a secret of the environment, whatever value echoes it: a flag's included)."""
+    print(as_typed(_redacted(message)), file=sys.stderr, flush=True)
 
 
 def emit_json(obj: Any) -> None:
@@ -536,9 +541,10 @@ def _indented(value: Any, pad: str) -> str:
 def out(text: str) -> None:
     """One line (or block) on stdout, flushed. A reader that closed the pipe (`| head -1`)
     ends the task quietly: the rest of stdout goes nowhere and the exit status is
-    ExitCode.PIPE_CLOSED (as `yes | head -1` sees), never a BrokenPipeError traceback."""
+    ExitCode.PIPE_CLOSED (as `yes | head -1` sees), never a BrokenPipeError traceback. No
+    secret of the environment is printed, in any form `redact` knows."""
     try:
-        print(text, flush=True)
+        print(_redacted(text), flush=True)  # a value echoed may be a secret (`--cluster TOKEN`)
     except BrokenPipeError:
         _pipe_closed()
 
@@ -567,7 +573,17 @@ class Outcome(Protocol):
 
 
 def finish(outcome: Outcome, *, as_json: bool) -> None:
-    """Print a task's outcome (one JSON object, or its human text) and exit with its code."""
+    """Print a task's outcome (one JSON object, or its human text) and exit with its code.
+    An outcome that exits 2 (ExitCode.ERROR: a job unknown to iris, every probe failed) ends
+    as every error does: one `error:` line with its `hint`, and under --json the error object
+    with the outcome's own under "result"."""
+    if outcome.exit_code == ExitCode.ERROR:
+        failure = getattr(outcome, "failure", None)
+        if failure and not as_json:  # the human text says more than the line (each failure)
+            out(as_typed(outcome.human()))
+        line = failure or outcome.human().splitlines()[0]
+        _fail(line, getattr(outcome, "hint", None), ExitCode.ERROR, as_json=as_json,
+              result=outcome.to_json() if as_json else None)
     if as_json:
         emit_json(outcome.to_json())
     else:

@@ -243,15 +243,15 @@ def test_kill_ends_the_job_killed(cluster: LocalIris, workspace: Path, user_env:
     # iris itself would say "Terminated jobs: <id>" again (with --no-include-children) or
     # kill a running job the id prefixes (without): gpurl reads the state first
     again = invoke(workspace, user_env, "kill", job_id)
-    assert again.returncode == 2 and "nothing killed" in again.stdout
-    assert "already killed" in again.stdout
+    assert again.returncode == 2 and again.stderr.startswith("error: nothing killed")
+    assert "already killed" in again.stderr and "\n  hint: " in again.stderr
 
 
 def test_an_unknown_job_is_absent_not_a_wait(cluster: LocalIris, workspace: Path,
                                              user_env: dict[str, str]) -> None:
     start = time.monotonic()
     proc, out = watch(workspace, user_env, "/root/gpurl-no-such-job")
-    assert proc.returncode == 2 and out["state"] == "absent"
+    assert proc.returncode == 2 and out["result"]["state"] == "absent" and out["hint"]
     assert time.monotonic() - start < 120
 
 
@@ -336,7 +336,7 @@ def test_kill_stops_only_the_named_job_not_one_its_id_prefixes(
         assert stock_state(cluster, dirty, tmp_path) in ("pending", "running")
         again = invoke(workspace, user_env, "kill", clean)
         print(f"$ invoke kill {clean}  -> {again.returncode}\n{again.stdout}{again.stderr}")
-        assert again.returncode == 2 and "not running" in again.stdout
+        assert again.returncode == 2 and again.stderr.startswith("error: ") and "not running" in again.stderr
         assert stock_state(cluster, dirty, tmp_path) in ("pending", "running")
         # a trailing slash (iris: "Job name contains empty ... component") is the same job
         proc = invoke(workspace, user_env, "watch", clean + "/", "--interval", "1",

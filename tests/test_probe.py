@@ -139,6 +139,8 @@ def test_probe_tries_every_url_caches_what_worked_and_fails(tmp_path: Path) -> N
     assert len(failed) == 1 and failed[0].startswith(f"  failed  127.0.0.1:{port}: "), failed
     assert "ConnectError" in failed[0]
     assert done.stdout.startswith(f"probed 1 of 2 wheel(s) into {cache}")
-    assert done.stderr.splitlines()[-1] == (f"1 of 2 probe(s) failed; the 1 that worked are "
-                                            f"cached in {cache}")
+    assert done.stderr.splitlines()[-2:] == [  # exit 2 is an `error:` line and its hint
+        f"error: 1 of 2 probe(s) failed; the 1 that worked are cached in {cache}",
+        "  hint: check that this machine reaches the hosts named above (or record the sizes in "
+        "layers.size-overrides), then run `invoke sizes --probe` again"]
     assert "Traceback" not in done.stderr

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpurl_tasks.errors import IrisError
+from gpurl_tasks.errors import IrisError, shown
 from gpurl_tasks.proc import CommandFailed, Completed
 from gpurl_tasks.redact import Secret
 
@@ -177,8 +177,9 @@ def normalise_job_id(text: str) -> str:
     job_id = text.strip()
     trimmed = job_id.rstrip("/") if job_id != "/" else job_id
     parts = trimmed.split("/")[1:]
-    if not trimmed.startswith("/") or len(parts) < 2 or any(not p.strip() for p in parts):
-        raise IrisError(f"{text!r} is not a job id like /USER/NAME",
+    if not trimmed.startswith("/") or len(parts) < 2 or any(not p.strip() for p in parts) \
+            or any(c.isspace() or not c.isprintable() for c in trimmed):
+        raise IrisError(f"{shown(text)} is not a job id like /USER/NAME (one line, no spaces)",
                         hint="pass the id `invoke build` printed, e.g. /alice/gpurl-kaniko-0123abc")
     return trimmed
 

@@ -68,6 +68,8 @@ LOG_TAIL_LINES = 40
 # the iris client retries an unreachable controller for up to 30 minutes on its own.
 KILL_BOUND_S = 60.0
 AFTER_WATCH_BOUND_S = 60.0
+# the bound of --interval and --max-duration (30 days): a larger one overflows the clock
+MAX_WATCH_S = 30 * 24 * 3600
 Say = Callable[[str], None]
 
 
@@ -180,6 +182,11 @@ class WatchOutcome:
     def exit_code(self) -> int:
         return self.result.exit_code
 
+    @property
+    def hint(self) -> str | None:
+        """What to do when the job is absent (exit 2): the id or the cluster is not iris's."""
+        return NOT_RUNNING_HINT if self.exit_code == ExitCode.ERROR else None
+
     def human(self) -> str:
         obs = self.result.observation
         detail = (obs.error or (obs.pending_reason if obs.state == "pending" else "")) if obs \
@@ -207,9 +214,10 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
     """Watch `job_id` by state to a terminal one, within `max_duration` however iris behaves;
     a failed job's log tail is fetched, redacted."""
     for flag, seconds in (("--interval", interval), ("--max-duration", max_duration)):
-        if not seconds > 0:
-            raise ConfigError(f"{flag} must be a positive number of seconds, not {seconds:g}",
-                              hint=f"leave {flag} out for its default (invoke watch --help)")
+        if not 0 < seconds <= MAX_WATCH_S:
+            raise ConfigError(f"{flag} must be a positive number of seconds up to {MAX_WATCH_S} "
+                              f"(30 days), not {seconds:g}",
+                              hint=f"leave {flag} out for its default (`invoke watch --help`)")
     job_id = normalise_job_id(job_id)
     start = clock()
     started_ms = int(time.time() * 1000)
@@ -268,6 +276,10 @@ def run_watch(config: Config, job_id: str, *, interval: float, max_duration: flo
 # or unknown); CHECK_FAILED refused, or iris touched another job too; INCONCLUSIVE no answer.
 
 
+NOT_RUNNING_HINT = ("check the id and --cluster; `invoke watch JOB` says how a job ended, "
+                    "`iris job list` lists the running ones")
+
+
 class NoAnswer(IrisError):
     """iris did not answer within the bound: nothing is known (exit 3, as for `watch`)."""
 
@@ -283,6 +295,7 @@ class KillOutcome:
     exit_code: int = ExitCode.OK
     failure: str | None = None
     terminated: tuple[str, ...] = ()
+    hint: str | None = None  # what to do when it exits 2 (the job was not running)
 
     def human(self) -> str:
         return self.text
@@ -314,7 +327,7 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
         if state not in ACTIVE_STATES:
             what = "unknown to the controller" if state == ABSENT else f"already {state}"
             return KillOutcome(f"nothing killed: {job_id} is not running ({what})",
-                               exit_code=ExitCode.ERROR)
+                               exit_code=ExitCode.ERROR, hint=NOT_RUNNING_HINT)
         children = sorted(j for j, s in (related or {}).items()
                           if j.startswith(job_id + "/") and s in ACTIVE_STATES)
         if children:
@@ -346,7 +359,7 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
                                    f"not only {job_id}")
     if not terminated:
         return KillOutcome(f"nothing killed: {job_id} is not running (it ended before the kill)",
-                           exit_code=ExitCode.ERROR)
+                           exit_code=ExitCode.ERROR, hint=NOT_RUNNING_HINT)
     spared = sorted(j for j, s in (related or {}).items() if j != job_id and s in ACTIVE_STATES)
     note = f" (left running, sharing its id prefix: {', '.join(spared)})" if spared else ""
     return KillOutcome(f"killed {job_id}{note}", terminated=terminated)

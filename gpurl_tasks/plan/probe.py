@@ -162,6 +162,13 @@ class SizeSurvey:
             f"the {worked} that worked are cached in {self.cache}" if worked
             else "nothing was cached"))
 
+    @property
+    def hint(self) -> str | None:
+        """What to do when a probe failed: each failure names its host."""
+        return ("check that this machine reaches the hosts named above (or record the sizes "
+                "in layers.size-overrides), then run `invoke sizes --probe` again"
+                if self.failed else None)
+
     def human(self) -> str:
         if self.probed is not None:
             lines = [f"probed {len(self.probed)} of {len(self.to_probe)} wheel(s)"
