@@ -40,6 +40,10 @@ def gpurl_version() -> str:
     return gpurl_tasks.__version__
 
 
+# invoke's flags that choose a collection; the `gpurl` command has gpurl's built in
+COLLECTION_FLAGS = ("-c", "--collection", "-r", "--search-root")
+
+
 def _flag(name: str) -> str:
     name = name.replace("_", "-")
     return name if name.startswith("-") else (f"-{name}" if len(name) == 1 else f"--{name}")
@@ -62,10 +66,14 @@ def usage_error(exc: ParseError, *, collection: Collection | None, binary: str,
         if token.startswith("-"):
             flags = sorted(context.flags) if context is not None else []
             close = difflib.get_close_matches(token, flags, n=1)
-            where = f"{task} has" if task else f"{binary} has"
-            return ConfigError(f"{where} no flag {token}",
+            named = getattr(context, "name", None)  # None: a flag before the task's name
+            if not named and token.split("=")[0] in COLLECTION_FLAGS:
+                return ConfigError(f"{binary} has no flag {token}", hint=(
+                    f"{binary} runs gpurl's own tasks: run it inside the project, or pass "
+                    "--project DIR"))
+            return ConfigError(f"{named or binary} has no flag {token}",
                                hint=(f"did you mean {close[0]}? " if close else "")
-                               + f"{helped} lists the flags")
+                               + f"{helped if named else binary + ' --help'} lists the flags")
         names = sorted(collection.task_names) if collection is not None else []
         close = difflib.get_close_matches(token, names, n=1)
         return ConfigError(f"no task {token!r}", hint=(f"did you mean {close[0]!r}? " if close

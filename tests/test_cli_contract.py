@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import os
 import pkgutil
 from pathlib import Path
+
+import pytest
 
 import gpurl_tasks
 from gpurl_tasks.errors import ExitCode, GpurlError
@@ -73,3 +77,84 @@ def test_the_hint_check_finds_a_raise_without_one(tmp_path: Path) -> None:
     assert found == ["m.py:1: Bare", "m.py:2: Bare", "m.py:4: Bare"]
     assert Bare("x").hint is None and Helped("x").hint == "do this"
     assert Helped("x", hint="that").specific_hint == "that" and Helped("x").specific_hint is None
+
+
+# --- the table: the `gpurl` command in-process, a canary token in every case -------------
+
+CANARY = "ghp_canary53ffee0123456789abcdef"
+# (argv, environment, expected exit code); "{canary}" in argv or a value becomes CANARY
+TABLE: list[tuple[list[str], dict[str, str], int]] = [
+    (["plan", "--cap", "12QB"], {}, 2),
+    (["plan", "--json", "--cap", "0"], {}, 2),
+    (["plan", "--lock", "/"], {}, 2),
+    (["plan", "--profile", "{canary}"], {}, 2),
+    (["plan", "--json", "--extra"], {}, 2),
+    (["sizes", "--extra"], {}, 2),
+    (["plan"], {"GPURL_LAYERS_MAX_IMAGE_LAYERS": "many"}, 2),
+    (["plan", "--json"], {"GPURL_LAYERS_CAP": "-3GB"}, 2),
+    (["verify-layers", "--ref", "localhost:5/x:y", "--min-layers", "two"], {}, 2),
+    (["rebuild-needed", "--json", "--since", "HEAD~99999"], {}, 2),
+    (["pin", "--ref", "Not/A Ref", "--dry-run"], {}, 2),
+    (["diff", "a b", "c"], {}, 2),
+    (["kill", "--dry-run", "/a/b\tc"], {}, 2),
+    (["watch", "--json", "/a/b\nc"], {}, 2),
+    (["watch", "/a/b", "--interval", "4000000"], {}, 2),
+    (["watch", "/a/b", "--max-duration", "1" + "0" * 30], {}, 2),
+    (["build", "--dry-run", "--cluster", "{canary}"], {}, 0),
+    (["build", "--dry-run", "--json", "--cluster", "{canary}"], {}, 0),
+    (["build", "--dry-run", "--cluster", "a b"], {}, 2),
+    (["--project", "/nonexistent/{canary}", "plan"], {}, 2),
+    (["-c", "bogus", "plan"], {}, 2),
+    (["-r", "/nonexistent", "plan", "--json"], {}, 2),
+    (["plan", "--json", "--bogus={canary}"], {}, 2),
+]
+
+
+def _gpurl(argv: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+           capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`gpurl ARGV` in this process (the command's own `main`): exit code, stdout, stderr."""
+    from gpurl_tasks import cli
+    from gpurl_tasks.__main__ import main
+
+    for name in [n for n in os.environ if n.startswith("GPURL_")]:
+        monkeypatch.delenv(name)
+    for name, value in {"GHCR_TOKEN": CANARY, **env}.items():
+        monkeypatch.setenv(name, value.replace("{canary}", CANARY))
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr(cli, "_project", {})
+    monkeypatch.setattr(cli, "RUNNING", ["invoke"])
+    capsys.readouterr()
+    try:
+        main(["gpurl", *(a.replace("{canary}", CANARY) for a in argv)])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    done = capsys.readouterr()
+    return code, done.out, done.err
+
+
+@pytest.mark.parametrize(("argv", "env", "code"), TABLE,
+                         ids=[" ".join([*(f"{k}=.." for k in e), *a])[:60] for a, e, _ in TABLE])
+def test_the_contract_holds(argv: list[str], env: dict[str, str], code: int,
+                            monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The exit code; exit 2 is one `error:` line and its hint, no traceback; under --json
+    exactly one JSON object (an error's saying what stderr says); never the canary token."""
+    got, out, err = _gpurl(argv, env, monkeypatch, capsys)
+    assert got == code, (got, out, err)
+    assert CANARY not in out + err and "Traceback" not in err, (out, err)
+    lines = err.splitlines()
+    if code == ExitCode.ERROR:
+        errors = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+        assert len(errors) == 1 and errors[0] == len(lines) - 2, err
+        hint = lines[-1].removeprefix("  hint: ")
+        assert hint != lines[-1] and hint.strip(), err
+    if "--json" in argv:
+        document = json.loads(out)  # one object: anything after it would fail to parse
+        assert isinstance(document, dict), out
+        if code == ExitCode.ERROR:
+            assert document["error"] == lines[-2].removeprefix("error: ")
+            assert document["hint"] == lines[-1].removeprefix("  hint: ")
+            assert document["exit_code"] == code
+    elif code == ExitCode.ERROR:
+        assert out == "", out
