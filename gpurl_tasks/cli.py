@@ -32,6 +32,7 @@ from invoke import tasks as invoke_tasks
 from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
 
+import gpurl_tasks
 from gpurl_tasks import proc, values
 from gpurl_tasks.config import (
     Config,
@@ -444,8 +445,8 @@ def clean_failures(interrupted: str = "interrupted", *, as_json: bool = False) -
         detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         _fail(f"internal error: {detail}", f"set {DEBUG_ENV}=1 for the traceback",
               ExitCode.INTERNAL, as_json=as_json, prefix="", inline_hint=True)
-    finally:
-        _on_sigterm(previous)
+    finally:  # the early handler would print a second object after the task's: the default
+        _on_sigterm(signal.SIG_DFL if previous is gpurl_tasks.terminated_early else previous)
 
 
 class _Terminated(BaseException):

@@ -334,8 +334,9 @@ def build_wheels(c: Context, profile: str | None = None, target: str = "wheel-bu
     return build_wheels_task(config, target=target, source=source, say=cli.say, stream=verbose)
 
 
-@task(name="serve-index", help={"directory": "directory to serve (default: the local cache's)",
-                                "json": "a failure as one JSON object on stdout"})
+@task(name="serve-index", interrupted="index server stopped: interrupted", help={
+    "directory": "directory to serve (default: the local cache's)",
+    "json": "a failure as one JSON object on stdout"})
 def serve_index(c: Context, profile: str | None = None, directory: str = "", json: bool = False) -> None:
     """Serve the loopback package index at build.index-url until Ctrl-C or SIGTERM."""
     from gpurl_tasks.local.setup import serve_index as serve

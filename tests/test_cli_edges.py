@@ -181,6 +181,43 @@ def test_sigterm_on_watch_prints_the_json_object_and_a_documented_code(tmp_path:
     assert "Traceback" not in err and not (tmp_path / "logs").exists()
 
 
+def test_sigterm_while_the_command_still_imports_ends_as_a_task_would() -> None:
+    """The handler is in place from gpurl's first import in a command, not from the task's
+    start (a quarter second later): SIGTERM then is exit 143 and, under --json, the one
+    object. The signal is sent at the import itself, so no timing decides the test."""
+    code = ("import os, signal, sys, time; sys.argv = ['gpurl', 'plan', '--json']; "
+            "import gpurl_tasks; os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == ExitCode.TERMINATED, done
+    assert json.loads(done.stdout) == {"error": "terminated (SIGTERM)", "hint": None,
+                                       "exit_code": 143}
+    assert done.stderr == "terminated (SIGTERM)\n"
+
+
+def test_serve_index_stopped_by_sigterm_exits_143(tmp_path: Path) -> None:
+    """The README's table: a server stopped by SIGTERM is 143 (Ctrl-C: 130), never 0, so a
+    supervisor tells a stop from a clean end. Real server on a free loopback port."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPURL_")}
+    env["GPURL_BUILD_INDEX_URL"] = f"http://127.0.0.1:{port}/simple"
+    server = subprocess.Popen([sys.executable, "-m", "gpurl_tasks", "serve-index",
+                               "--directory", str(tmp_path)], cwd=REPO_ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None and "serving" in server.stderr.readline()
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert server.returncode == ExitCode.TERMINATED, err
+    assert err.startswith("index server stopped: ") and "Traceback" not in err
+
+
 # --- the nox sessions ----------------------------------------------------------------------
 
 

@@ -292,18 +292,12 @@ def fill_index(config: Config, pins: str, *, deps: bool, say: Callable[[str], No
 
 
 def serve_index(config: Config, directory: str, *, say: Callable[[str], None]) -> None:
-    """Serve the loopback index at build.index-url until SIGINT or SIGTERM."""
+    """Serve the loopback index at build.index-url until SIGINT or SIGTERM, which end it as
+    every task ends on them (130, 143: the task's handler): the server closes on the way out."""
     port = pyindex.port_of(config.build.index_url)
     where = Path(directory) if directory else index_dir(cache_dir(config.root))
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, stop)  # also when started in the background by a shell
-    signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C also when started in the background by a shell, which ignores SIGINT there
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with pyindex.serve(where, port=port) as server:
         say(f"serving {where} at {server.url} (Ctrl-C to stop)")
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            say("stopped")
+        threading.Event().wait()
