@@ -52,6 +52,7 @@ __all__ = [
     "JSON_HELP",
     "ONE_VARIANT_HELP",
     "PROFILE_HELP",
+    "READ_ONLY",
     "RULES_HELP",
     "VARIANT_HELP",
     "ConfigError",
@@ -85,6 +86,13 @@ __all__ = [
 ]
 
 PROJECT_HINT = "run `gpurl init` here, or pass --project DIR"
+# What --dry-run covers (the README's contract): every task that changes a cluster, a registry
+# or the local engine has it. These only read (a registry, the cluster, the lock, git) and
+# change nothing, so they have none, and `TASK --dry-run` says so; the tasks in neither set
+# write only local files and have their own preview (`generate --check`, `sizes --offline`)
+# or run only on this machine (build-wheels, fill-index, serve-index).
+READ_ONLY = frozenset({"check-wheels", "diff", "doctor", "plan", "rebuild-needed", "sbom",
+                       "verify-layers", "watch"})
 # how this program is run again for a task's help (`positional`): `invoke`, or `gpurl` (main)
 RUNNING = ["invoke"]
 _project: dict[str, Path] = {}  # "start": --project's DIR; "root": the project, found once

@@ -309,15 +309,16 @@ def write_slices(c: Context, profile: str | None = None, variant: str | None = N
 
 
 @task(name="setup-kaniko",
-      help={"executor": "which executors to build: upstream, fork or both (comma-separated)"})
+      help={"executor": "which executors to build: upstream, fork or both (comma-separated)",
+            "dry_run": "check the sources, print the commands; build and push nothing"})
 def setup_kaniko(c: Context, profile: str | None = None, executor: str = "upstream,fork",
-                 json: bool = False) -> Outcome | None:
+                 json: bool = False, dry_run: bool = False) -> Outcome | None:
     """Build kaniko and crane from source archives and push the executors to the registry.
 
     The archives are cluster.source-archives (names and sha256 pinned in
     gpurl_tasks/local/builder-sources.toml); the registry is registry.host (loopback)."""
     from gpurl_tasks.local.from_source import setup_kaniko_task
-    return setup_kaniko_task(cli.config_for(profile), executor, say=cli.say)
+    return setup_kaniko_task(cli.config_for(profile), executor, dry_run=dry_run, say=cli.say)
 
 
 @task(name="build-wheels", help={

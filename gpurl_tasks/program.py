@@ -67,6 +67,9 @@ def usage_error(exc: ParseError, *, collection: Collection | None, binary: str,
             flags = sorted(context.flags) if context is not None else []
             close = difflib.get_close_matches(token, flags, n=1)
             named = getattr(context, "name", None)  # None: a flag before the task's name
+            if named in cli.READ_ONLY and token.split("=")[0] == "--dry-run":
+                return ConfigError(f"{named} only reads: it changes nothing, so it has no "
+                                   "--dry-run", hint=f"run `{binary} {named}` without it")
             if not named and token.split("=")[0] in COLLECTION_FLAGS:
                 return ConfigError(f"{binary} has no flag {token}", hint=(
                     f"{binary} runs gpurl's own tasks: run it inside the project, or pass "

