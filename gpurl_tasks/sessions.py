@@ -17,15 +17,29 @@ import shlex
 import nox
 
 from gpurl_tasks.__main__ import main
+from gpurl_tasks.collection import ns
 
 __all__ = ["build", "pin", "verify_layers"]
 
 
-def _ref_as_flag(posargs: list[str]) -> list[str]:
-    """`nox -s verify-layers -- REF [flags]`: a bare first argument is the image (--ref)."""
-    if posargs and not posargs[0].startswith("-"):
-        return ["--ref", posargs[0], *posargs[1:]]
-    return list(posargs)
+def _ref_as_flag(task: str, posargs: list[str]) -> list[str]:
+    """`nox -s verify-layers -- [flags] REF [flags]`: the first bare argument that is no
+    flag's value is the image (--ref), wherever it stands (`-- --json REF` too)."""
+    valued = {name for a in ns[task].get_arguments() if a.kind is not bool
+              for name in (f"--{a.name.replace('_', '-')}", *(f"-{n}" for n in a.nicknames))}
+    args, found, rest = [], False, list(posargs)
+    while rest:
+        arg = rest.pop(0)
+        if arg.startswith("-"):
+            args.append(arg)
+            if arg in valued and rest:  # `--cap 4GB`: the value is the flag's
+                args.append(rest.pop(0))
+        elif not found:
+            args += ["--ref", arg]
+            found = True
+        else:
+            args.append(arg)
+    return args
 
 
 def _gpurl(session: nox.Session, *args: str) -> None:
@@ -43,13 +57,13 @@ def _gpurl(session: nox.Session, *args: str) -> None:
 @nox.session(name="verify-layers", venv_backend="none", default=False)
 def verify_layers(session: nox.Session) -> None:
     """Check a pushed image's layers via the registry API (args: `gpurl verify-layers` flags)."""
-    _gpurl(session, "verify-layers", *_ref_as_flag(session.posargs))
+    _gpurl(session, "verify-layers", *_ref_as_flag("verify-layers", session.posargs))
 
 
 @nox.session(venv_backend="none", default=False)
 def pin(session: nox.Session) -> None:
     """Verify an image and pin its digest into the launcher (args: `gpurl pin` flags)."""
-    _gpurl(session, "pin", *_ref_as_flag(session.posargs))
+    _gpurl(session, "pin", *_ref_as_flag("pin", session.posargs))
 
 
 @nox.session(venv_backend="none", default=False)

@@ -201,3 +201,19 @@ def test_setup_kaniko_dry_run_checks_the_sources_and_runs_nothing(tmp_path: Path
     assert ("docker", "push", "127.0.0.1:5005/gpurl/kaniko-executor:upstream") in dry.commands
     assert [c[1] for c in dry.commands if "build" in c] == ["build", "build"]  # upstream, crane
     assert dry.to_json()["dry_run"] is True and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize(("posargs", "expected"), [
+    (["--json", "r:t"], ["--json", "--ref", "r:t"]),
+    (["r:t", "--json"], ["--ref", "r:t", "--json"]),
+    (["--cap", "4GB", "r:t", "-j"], ["--cap", "4GB", "--ref", "r:t", "-j"]),
+    (["-p", "demo", "r:t"], ["-p", "demo", "--ref", "r:t"]),
+    (["--ref=r:t", "--json"], ["--ref=r:t", "--json"]),
+])
+def test_the_nox_session_finds_the_image_wherever_it_stands(
+        posargs: list[str], expected: list[str]) -> None:
+    """`nox -s verify-layers -- --json REF` once read REF as a task's name: the first bare
+    argument that is no flag's value is the image, after flags as before them."""
+    from gpurl_tasks.sessions import _ref_as_flag
+
+    assert _ref_as_flag("verify-layers", posargs) == expected
