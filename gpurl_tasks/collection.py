@@ -248,7 +248,7 @@ def doctor(c: Context, profile: str | None = None, variant: str | None = None,
     cache repositories, the prebuilt wheels and their MANIFEST, current generated files, a
     free immutable tag, the executor and crane pins. `invoke build` runs the same checks first."""
     from gpurl_tasks.cluster.jobs import doctor_task
-    return doctor_task(cli.config_for(profile, variant=variant))
+    return doctor_task(cli.config_for(profile, variant=variant), say=cli.say)
 
 
 @task(positional=["first", "second"], help={

@@ -499,3 +499,26 @@ def test_build_refuses_in_doctors_words_and_notes_another_cluster(
                              world({"GHCR_TOKEN": CANARY, "KUBECONFIG": str(other)}))
     assert any("names no context or cluster 'cw-us-east-02a'" in n and "invoke doctor" in n
                for n in prepared.notes), prepared.notes
+
+
+def test_a_registry_that_does_not_answer_is_retried_once_and_said(tmp_path: Path) -> None:
+    """A closed loopback port as the registry: push-image retries (each retry said), the
+    checks after it that need the same registry say it did not answer instead of retrying
+    again, so doctor's time is one check's retries (it took three checks' before)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again when the block ends
+    env = {"GHCR_TOKEN": "canary-doctor-5f1e", "GPURL_REGISTRY_RETRIES": "1"}
+    config = load_config(REPO_ROOT, profile="demo", env={
+        **env, "GPURL_REGISTRY_HOST": f"127.0.0.1:{port}"})
+    said: list[str] = []
+    report = doctor.run_doctor(config, env, say=said.append,
+                               token=lambda: find_registry_token(env, gh_token=lambda: None))
+    checks = {c.name: c for c in report.checks}
+    assert checks["push-image"].failed and "cannot reach the registry" in checks["push-image"].detail
+    for name in ("push-cache", "immutable-tag"):
+        assert checks[name].status == "skipped" and "did not answer" in checks[name].detail
+    assert len(said) == 1 and said[0].startswith(f"doctor: the registry 127.0.0.1:{port} did "
+                                                 "not answer: retry 1/1")

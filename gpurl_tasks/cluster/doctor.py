@@ -395,17 +395,20 @@ _HOW = {"anonymous": "the registry asks for no credentials",
         "upload": "a blob upload was accepted (and cancelled)"}
 
 
-def push_scope(config: Config, repository: str, env: Mapping[str, str], *, what: str) -> Check:
+def push_scope(config: Config, repository: str, env: Mapping[str, str], *, what: str,
+               on_retry: Callable[[str], None] | None = None) -> Check:
     """The credentials may push to `repository` (host/name): the token endpoint is asked for
-    push scope, or a Basic registry's /v2/ checks the credentials; nothing is pushed."""
+    push scope, or a Basic registry's /v2/ checks the credentials; nothing is pushed.
+    `on_retry` hears each retry (registry.retries bounds them)."""
     name = f"push-{what}"
     try:
         ref = parse_reference(f"{repository}:doctor", default_host=config.registry.host)
-        with open_client(config, ref, env) as client:
+        with open_client(config, ref, env, on_retry=on_retry) as client:
             how = client.push_access(ref)
     except GpurlError as exc:
         return _problem(name, f"cannot push to {repository}: {exc.message}",
-                        exc.specific_hint or "use credentials that may write to the repository")
+                        exc.specific_hint or "use credentials that may write to the repository",
+                        exc)
     return _ok(name, f"{repository}: {_HOW[how]}")
 
 
@@ -594,9 +597,12 @@ def _redacted(checks: Iterable[Check], secrets: Sequence[Secret]) -> tuple[Check
 
 def run_doctor(config: Config, env: Mapping[str, str], *,
                token: Callable[[], TokenSource | None],
-               source: Callable[[Path, Sequence[str]], git.Source | None] = git.source
-               ) -> DoctorReport:
-    """Run every check for `config`'s backend (the cluster's only for iris) and report all."""
+               source: Callable[[Path, Sequence[str]], git.Source | None] = git.source,
+               say: Callable[[str], None] = lambda _: None) -> DoctorReport:
+    """Run every check for `config`'s backend (the cluster's only for iris) and report all.
+    A registry that does not answer is retried once, in push-image, each retry said on
+    `say`; the checks after it that need the same registry say it did not answer, so the
+    run is bounded by one check's retries (registry.retries, registry.retry-max-wait)."""
     found = token()
     if found is not None and not any(env.get(name, "").strip() for name in TOKEN_ENVS):
         env = {**env, TOKEN_ENVS[0]: found.token.reveal()}  # from `gh`: the registry reads use it
@@ -616,16 +622,30 @@ def run_doctor(config: Config, env: Mapping[str, str], *,
     if cluster:
         checks.append(registry_user(config))
     token_failed = next((c for c in checks if c.name == "registry-token" and c.failed), None)
+    host = config.registry.host
+    down: list[str] = []  # the registry did not answer push-image: its other checks say so
+
+    def retrying(line: str) -> None:
+        say(f"doctor: the registry {host} did not answer: {line} (registry.retries bounds it)")
+
+    def unless_down(name: str, check: Callable[[], Check]) -> Check:
+        return _skip(name, f"not checked: {host} did not answer (see push-image)") if down \
+            else check()
+
     if token_failed is None:
-        checks += [push_scope(config, config.registry.image, env, what="image"),
-                   push_scope(config, cache_repository(config), env, what="cache")]
+        image = push_scope(config, config.registry.image, env, what="image", on_retry=retrying)
+        if isinstance(image.cause, Unreachable):
+            down.append(host)
+        checks += [image, unless_down("push-cache", lambda: push_scope(
+            config, cache_repository(config), env, what="cache", on_retry=retrying))]
     else:  # listed, not left out: the push checks could not run
         checks += [_skip(f"push-{what}", f"not checked: no usable registry token (see "
                          f"registry-token); {repository}")
                    for what, repository in (("image", config.registry.image),
                                             ("cache", cache_repository(config)))]
     checks += [prebuilt_wheels(config) if cluster else _skip("prebuilt-wheels", not_cluster),
-               generated_files(config), immutable_tag(config, env, source)]
+               generated_files(config),
+               unless_down("immutable-tag", lambda: immutable_tag(config, env, source))]
     if cluster:
         checks += [executor_pin(config, env), crane_url(config.variant.crane_archive[0]),
                    gpu_settings(config)]

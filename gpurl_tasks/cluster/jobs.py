@@ -98,10 +98,10 @@ def real_world(env: Mapping[str, str]) -> BuildEnv:
     return BuildEnv(env=env, token=token, bundle=bundle)
 
 
-def doctor_task(config: Config) -> DoctorReport:
+def doctor_task(config: Config, say: Say = _quiet) -> DoctorReport:
     """`invoke doctor`: every prerequisite of `config`'s build, checked in the real world."""
     world = real_world(os.environ)
-    return run_doctor(config, world.env, token=world.token, source=world.source)
+    return run_doctor(config, world.env, token=world.token, source=world.source, say=say)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
