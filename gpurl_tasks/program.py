@@ -137,7 +137,13 @@ class GpurlProgram(Program):
         with contextlib.redirect_stdout(shown):
             super().print_task_help(name)
         usage, _, rest = shown.getvalue().partition("\n")
-        positional = " ".join(a.name.upper() for a in self.parser.contexts[name].positional_args)
+        context = self.parser.contexts[name]
+        for flag in {a.name for a in context.flags.values() if a.kind is list}:
+            # invoke shows a repeatable flag as if it took no value (`--extra`)
+            shown_flag = _flag(flag)
+            rest = re.sub(rf"(?m)^(\s+{re.escape(shown_flag)})( {{7}}|\s)",
+                          lambda m: m[1] + "=STRING" + (" " if len(m[2]) == 1 else ""), rest)
+        positional = " ".join(a.name.upper() for a in context.positional_args)
         if positional:
             usage = usage.replace(f" {name} [--options] ", f" {name} [--options] {positional} ", 1)
         cli.out(f"{usage}\n{rest}".rstrip("\n"))

@@ -242,7 +242,8 @@ def profile_name(value: object, key: str, *, error: type[GpurlError] = ConfigErr
     text = _string(value, key, error, "a name")
     if not _PROFILE.fullmatch(text):
         raise _bad(error, key, value, "a name of lowercase letters, digits, '.', '_' and '-' "
-                   "starting with a letter or digit")
+                   "starting with a letter or digit", hint="it names a profile's or variant's table "
+                   "in [tool.gpurl], never a path")
     return text
 
 

@@ -89,7 +89,8 @@ def download(pins: Sequence[str], dest: Path, *, target: DownloadTarget,
     """
     bad = [p for p in pins if "==" not in p] if exact else []
     if bad:
-        raise ConfigError(f"pins must be exact name==version, got {bad[0]!r}")
+        raise ConfigError(f"pins must be exact name==version, got {bad[0]!r}",
+                          hint="pass comma-separated pins, e.g. 'rich==13.9.4,attrs==25.3.0'")
     dest.mkdir(parents=True, exist_ok=True)
     for batch in _rounds(pins):  # pip refuses two pins of one name in a call (seed vs lock)
         args = [*_pip(), "download", *([] if with_deps else ["--no-deps"]),
