@@ -558,3 +558,13 @@ def test_ctrl_c_in_any_task_is_exit_130_not_a_failure() -> None:
     with pytest.raises(Exit) as info, cli.clean_failures("interrupted: left as it was"):
         raise KeyboardInterrupt
     assert info.value.code == 130 and info.value.message == "interrupted: left as it was"
+
+
+def test_kill_when_iris_answers_what_cannot_be_read_is_exit_3_like_watch() -> None:
+    """A listing that is not JSON (an HTML error page): nothing is known, as `watch` ends on
+    the same answer (exit 3, INCONCLUSIVE), with a hint; no kill is sent."""
+    garbage = (DATA / "garbage.html").read_text()
+    with pytest.raises(jobs.NoAnswer) as info:
+        _kill(garbage, KILLED_ONE)
+    assert info.value.exit_code == ExitCode.INCONCLUSIVE == 3
+    assert "cannot read iris's answer" in info.value.message and info.value.hint

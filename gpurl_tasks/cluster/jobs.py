@@ -22,6 +22,7 @@ from gpurl_tasks.cluster.iris import (
     ACTIVE_STATES,
     ClusterTarget,
     IrisCli,
+    IrisOutputError,
     Observation,
     TransientIrisError,
     normalise_job_id,
@@ -351,6 +352,10 @@ def kill_job(config: Config, job_id: str, *, dry_run: bool, cluster: str | None 
         raise NoAnswer(f"could not kill {job_id}: {exc.message}",
                         hint="the controller did not answer; `invoke watch` tells the job's "
                              "state once it does") from None
+    except IrisOutputError as exc:  # as `watch` ends on it: nothing is known (exit 3)
+        raise NoAnswer(f"could not kill {job_id}: cannot read iris's answer: {exc.message}",
+                       hint="check the iris CLI against the pinned one (`invoke doctor`); "
+                            "`invoke watch` tells the job's state") from None
     others = [t for t in terminated if t != job_id]
     if others:
         return KillOutcome(f"iris terminated {', '.join(terminated)}", exit_code=ExitCode.CHECK_FAILED,
