@@ -105,6 +105,7 @@ TABLE: list[tuple[list[str], dict[str, str], int]] = [
     (["build", "--dry-run", "--cluster", "a b"], {}, 2),
     (["--project", "/nonexistent/{canary}", "plan"], {}, 2),
     (["-c", "bogus", "plan"], {}, 2),
+    (["--project", "/", "plan", "--json"], {}, 2),
     (["-r", "/nonexistent", "plan", "--json"], {}, 2),
     (["plan", "--json", "--bogus={canary}"], {}, 2),
     (["watch", "/a/b", "--dry-run"], {}, 2),
