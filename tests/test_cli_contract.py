@@ -82,35 +82,36 @@ def test_the_hint_check_finds_a_raise_without_one(tmp_path: Path) -> None:
 # --- the table: the `gpurl` command in-process, a canary token in every case -------------
 
 CANARY = "ghp_canary53ffee0123456789abcdef"
-# (argv, environment, expected exit code); "{canary}" in argv or a value becomes CANARY
-TABLE: list[tuple[list[str], dict[str, str], int]] = [
-    (["plan", "--cap", "12QB"], {}, 2),
-    (["plan", "--json", "--cap", "0"], {}, 2),
-    (["plan", "--lock", "/"], {}, 2),
-    (["plan", "--profile", "{canary}"], {}, 2),
-    (["plan", "--json", "--extra"], {}, 2),
-    (["sizes", "--extra"], {}, 2),
-    (["plan"], {"GPURL_LAYERS_MAX_IMAGE_LAYERS": "many"}, 2),
-    (["plan", "--json"], {"GPURL_LAYERS_CAP": "-3GB"}, 2),
-    (["verify-layers", "--ref", "localhost:5/x:y", "--min-layers", "two"], {}, 2),
-    (["rebuild-needed", "--json", "--since", "HEAD~99999"], {}, 2),
-    (["pin", "--ref", "Not/A Ref", "--dry-run"], {}, 2),
-    (["diff", "a b", "c"], {}, 2),
-    (["kill", "--dry-run", "/a/b\tc"], {}, 2),
-    (["watch", "--json", "/a/b\nc"], {}, 2),
-    (["watch", "/a/b", "--interval", "4000000"], {}, 2),
-    (["watch", "/a/b", "--max-duration", "1" + "0" * 30], {}, 2),
-    (["build", "--dry-run", "--cluster", "{canary}"], {}, 0),
-    (["build", "--dry-run", "--json", "--cluster", "{canary}"], {}, 0),
-    (["build", "--dry-run", "--cluster", "a b"], {}, 2),
-    (["--project", "/nonexistent/{canary}", "plan"], {}, 2),
-    (["-c", "bogus", "plan"], {}, 2),
-    (["--project", "/", "plan", "--json"], {}, 2),
-    (["-r", "/nonexistent", "plan", "--json"], {}, 2),
-    (["plan", "--json", "--bogus={canary}"], {}, 2),
-    (["watch", "/a/b", "--dry-run"], {}, 2),
-    (["verify-layers", "--json", "--dry-run"], {}, 2),
-    (["setup-kaniko", "--dry-run", "--json", "--executor", "upstream,{canary}"], {}, 2),
+# (argv, environment, expected exit code, a phrase stderr says); "{canary}" in argv or a
+# value becomes CANARY
+TABLE: list[tuple[list[str], dict[str, str], int, str]] = [
+    (["plan", "--cap", "12QB"], {}, 2, ""),
+    (["plan", "--json", "--cap", "0"], {}, 2, ""),
+    (["plan", "--lock", "/"], {}, 2, ""),
+    (["plan", "--profile", "{canary}"], {}, 2, "unknown profile"),
+    (["plan", "--json", "--extra"], {}, 2, "--extra needs a value"),
+    (["sizes", "--extra"], {}, 2, "--extra needs a value"),
+    (["plan"], {"GPURL_LAYERS_MAX_IMAGE_LAYERS": "many"}, 2, ""),
+    (["plan", "--json"], {"GPURL_LAYERS_CAP": "-3GB"}, 2, ""),
+    (["verify-layers", "--ref", "localhost:5/x:y", "--min-layers", "two"], {}, 2, ""),
+    (["rebuild-needed", "--json", "--since", "HEAD~99999"], {}, 2, ""),
+    (["pin", "--ref", "Not/A Ref", "--dry-run"], {}, 2, ""),
+    (["diff", "a b", "c"], {}, 2, ""),
+    (["kill", "--dry-run", "/a/b\tc"], {}, 2, "is not a job id"),
+    (["watch", "--json", "/a/b\nc"], {}, 2, "is not a job id"),
+    (["watch", "/a/b", "--interval", "4000000"], {}, 2, "up to 2592000"),
+    (["watch", "/a/b", "--max-duration", "1" + "0" * 30], {}, 2, "up to 2592000"),
+    (["build", "--dry-run", "--cluster", "{canary}"], {}, 0, ""),
+    (["build", "--dry-run", "--json", "--cluster", "{canary}"], {}, 0, ""),
+    (["build", "--dry-run", "--cluster", "a b"], {}, 2, ""),
+    (["--project", "/nonexistent/{canary}", "plan"], {}, 2, ""),
+    (["-c", "bogus", "plan"], {}, 2, "gpurl has no flag -c"),
+    (["--project", "/", "plan", "--json"], {}, 2, "no gpurl project"),
+    (["-r", "/nonexistent", "plan", "--json"], {}, 2, "gpurl has no flag -r"),
+    (["plan", "--json", "--bogus={canary}"], {}, 2, ""),
+    (["watch", "/a/b", "--dry-run"], {}, 2, "only reads"),
+    (["verify-layers", "--json", "--dry-run"], {}, 2, "only reads"),
+    (["setup-kaniko", "--dry-run", "--json", "--executor", "upstream,{canary}"], {}, 2, "unknown executor"),
 ]
 
 
@@ -137,9 +138,9 @@ def _gpurl(argv: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
     return code, done.out, done.err
 
 
-@pytest.mark.parametrize(("argv", "env", "code"), TABLE,
-                         ids=[" ".join([*(f"{k}=.." for k in e), *a])[:60] for a, e, _ in TABLE])
-def test_the_contract_holds(argv: list[str], env: dict[str, str], code: int,
+@pytest.mark.parametrize(("argv", "env", "code", "says"), TABLE,
+                         ids=[" ".join([*(f"{k}=.." for k in e), *a])[:60] for a, e, _, _ in TABLE])
+def test_the_contract_holds(argv: list[str], env: dict[str, str], code: int, says: str,
                             monkeypatch: pytest.MonkeyPatch,
                             capsys: pytest.CaptureFixture[str]) -> None:
     """The exit code; exit 2 is one `error:` line and its hint, no traceback; under --json
@@ -147,6 +148,7 @@ def test_the_contract_holds(argv: list[str], env: dict[str, str], code: int,
     got, out, err = _gpurl(argv, env, monkeypatch, capsys)
     assert got == code, (got, out, err)
     assert CANARY not in out + err and "Traceback" not in err, (out, err)
+    assert says in err, err
     lines = err.splitlines()
     if code == ExitCode.ERROR:
         errors = [i for i, line in enumerate(lines) if line.startswith("error: ")]
