@@ -257,6 +257,14 @@ class BuildSettings:
     """
 
     dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True, inside=True, bakes="none")
+    # false: build.dockerfile is the team's own, hand-written: gpurl neither plans nor writes it,
+    # and builds it with the same kaniko job, watch, verify-layers and pin (a hand-written
+    # profile; rebuild-needed reads the file, what its COPY/ADD take and build.args)
+    generate: bool = _field(True, bakes="none")
+    # a hand-written Dockerfile's build arguments (`--build-arg`), "NAME=value" each
+    build_args: tuple[str, ...] = _field((), check=values.each(values.build_arg), bakes="image")
+    # a hand-written Dockerfile's build context, relative to the repository root
+    context: Path = _field(Path("."), root_relative=True, inside=True, bakes="image")
     kaniko_script: Path = _field(Path("docker/build_gpu_rl_kaniko.sh"), root_relative=True,
                                  inside=True, bakes="none")
     wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True, inside=True, bakes="image")

@@ -48,7 +48,10 @@ from gpurl_tasks.attest import documents as attest_documents
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest import tool as attest_tool
+from gpurl_tasks.attest.documents import Skeleton
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile import handwritten
+from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.dockerfile.recipe import WORKDIR, apt_options
 from gpurl_tasks.dockerfile.wheels import (
     ABI_KEY_PREFIX,
@@ -65,7 +68,14 @@ from gpurl_tasks.oci import retry
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan, SliceBuild
 from gpurl_tasks.release.attested import skeleton
-from gpurl_tasks.values import SOURCE_ID_ERE, inside_repository, plain_name, profile_name, registry_host
+from gpurl_tasks.values import (
+    SOURCE_ID_ERE,
+    build_arg_map,
+    inside_repository,
+    plain_name,
+    profile_name,
+    registry_host,
+)
 from gpurl_tasks.writer import blob as writer_blob
 from gpurl_tasks.writer import composition as writer_composition
 from gpurl_tasks.writer import probe as writer_probe
@@ -79,6 +89,7 @@ __all__ = [
     "ROOT_ENV",
     "ToolPins",
     "cache_repo",
+    "composes",
     "module_closure",
     "pinned_executor",
     "prebuilt_wheel_names",
@@ -187,7 +198,10 @@ def skeleton_path(config: Config) -> Path:
 def skeleton_text(config: Config) -> str:
     """What the job's documents say that is known before the build (the lock's closure, the
     declared installs, the base image as configured): a lock bump changes it, not the script."""
-    return json.dumps(skeleton(config).to_json(), indent=1, sort_keys=True) + "\n"
+    known = skeleton(config) if config.build.generate else Skeleton(
+        profile=config.profile, variant=config.variant.name, python=(), post_installs=(),
+        base_image=_base_image(config), lock_label=LABEL_LOCK_HASH, config_label=LABEL_CONFIG_HASH)
+    return json.dumps(known.to_json(), indent=1, sort_keys=True) + "\n"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -332,7 +346,7 @@ def _attest(config: Config, wheels: tuple[str, ...]) -> str:
     return _fragment("attest.sh", {
         "TOOL": shlex.quote(ATTEST_TOOL),
         "SKELETON": shlex.quote(_relative(skeleton_path(config), config.root, "build.kaniko-script")),
-        "BASE_IMAGE": shlex.quote(config.build.base_image),
+        "BASE_IMAGE": shlex.quote(_base_image(config)),
         "VENV": shlex.quote(config.build.venv),
         "WHEEL_ARGS": wheel_args,
         "ATTEST_WHEEL_ARGS": ' "${WHEEL_ARGS[@]}"' if wheels else ""})
@@ -380,7 +394,7 @@ def _compose(config: Config) -> str:
     and restores only what a stage needs), so the script then uses bash builtins and the
     static crane only.
     """
-    if config.cluster.env_source != "composed":
+    if not composes(config):
         return ""
     install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
                               slice_file='"$CONTEXT/$file"', hashed=False,
@@ -398,6 +412,36 @@ def _compose(config: Config) -> str:
     return f"\n{compose}\n"  # a paragraph of its own: its placeholder's line is the blank line
 
 
+def composes(config: Config) -> bool:
+    """The job composes the environment from slices: cluster.env-source = "composed", for a
+    generated Dockerfile (a hand-written one has no slices: it is built as written)."""
+    return config.cluster.env_source == "composed" and config.build.generate
+
+
+def _build_args(config: Config) -> str:
+    """The `--build-arg NAME=value` lines of build.build-args (a hand-written Dockerfile's),
+    each a quoted word; nothing (no line) without any."""
+    return "\n".join(f"  --build-arg {shlex.quote(arg)}" for arg in config.build.build_args)
+
+
+def _build_context(config: Config) -> str:
+    """What follows "$CONTEXT" in the build context's path: nothing for the repository root,
+    else `/'DIR'` (build.context, inside the repository)."""
+    rel = _relative(config.build.context, config.root, "build.context")
+    return "" if rel in ("", ".") else f"/{shlex.quote(rel)}"
+
+
+def _base_image(config: Config) -> str:
+    """The base image the provenance names: build.base-image for a generated Dockerfile; a
+    hand-written one's own, the external image its last stage starts from (its FROM chain,
+    ARGs and build.build-args substituted)."""
+    if config.build.generate:
+        return config.build.base_image
+    text = read_text(config.build.dockerfile, what="hand-written Dockerfile", error=BuildError)
+    return handwritten.base_image(handwritten.image_inputs(
+        text, build_arg_map(config.build.build_args))) or config.build.base_image
+
+
 def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     """The script text for `config` (pure; the same config always gives the same bytes)."""
     q = shlex.quote
@@ -406,6 +450,8 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     wheels = prebuilt_wheel_names(config)
     return render_template("job.sh", {
         "COMPOSE": _compose(config),
+        "BUILD_ARGS": _build_args(config),
+        "BUILD_CONTEXT": _build_context(config),
         "RETRY": _retry(config),
         "ATTEST": _attest(config, wheels),
         "FETCH": _fetch(config, wheels),
@@ -467,7 +513,7 @@ def script_files(config: Config, plan: Plan) -> dict[Path, str]:
     files = {config.build.kaniko_script: render_script(config),
              skeleton_path(config): skeleton_text(config),
              config.root / ATTEST_TOOL: attest_tool_text()}
-    if config.cluster.env_source == "composed":
+    if composes(config):
         files[slice_index_path(config)] = slice_index(config, plan)
         files[config.root / LAYER_TOOL] = layer_tool_text()
     return files
