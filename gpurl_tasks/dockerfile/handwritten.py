@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from gpurl_tasks.dockerfile.context import in_context
 from gpurl_tasks.dockerfile.inputs import DockerfileInputs, parse_dockerfile_inputs
 
-__all__ = ["base_image", "copied_files", "image_inputs"]
+__all__ = ["base_image", "copied_files", "image_inputs", "problems"]
 
 
 def image_inputs(text: str, build_args: Mapping[str, str]) -> DockerfileInputs:
@@ -69,3 +69,25 @@ def copied_files(inputs: DockerfileInputs, files: Mapping[str, str], context: st
     taken = in_context(files, context, ignore_text)
     return {path: files[path] for rel, path in sorted(taken.items())
             if any(_matches(source, rel) for source in sources)}
+
+
+def problems(text: str, build_args: Mapping[str, str], files: Iterable[str], context: str,
+             ignore_text: str) -> list[str]:
+    """What would make the build fail or quietly differ from what the config says: no stage at
+    all, a build arg the Dockerfile declares no ARG for (the builders ignore it), a COPY/ADD
+    of the image's stages that takes no file of the context (missing, or kept out by
+    .dockerignore); `files` are the bundle's, repository-relative."""
+    parsed = parse_dockerfile_inputs(text, build_args)
+    if not parsed.stages:
+        return ["it has no FROM: no stage to build"]
+    found = []
+    declared = {key.rsplit("/", 1)[-1] for key, _ in parsed.args}
+    found += [f"build.build-args sets {name}, which it declares no ARG for (the builders "
+              "ignore it)" for name in sorted(set(build_args) - declared)]
+    taken = in_context(files, context, ignore_text)
+    for stage in image_inputs(text, build_args).stages:
+        for source in stage.copies:
+            if "$" not in source and not any(_matches(source, rel) for rel in taken):
+                found.append(f"stage {stage.name}: COPY/ADD {source} takes no file of the "
+                             f"context {context} (missing, or kept out by .dockerignore)")
+    return found
