@@ -4,10 +4,11 @@ One small function per prerequisite, each returning a `Check` (ok, problem with 
 skipped with why), so `invoke doctor` runs them all and `invoke build` runs the ones it
 refuses on (`require`) before it composes the job: one implementation of each check. The
 runbook's ops preamble is the list: KUBECONFIG naming the cluster, the cw-capable iris, the
-ghcr token and its push scope, the prebuilt wheels, current generated files (a hand-written
-Dockerfile's build args declared and COPY sources in the context), a free immutable tag, an executor pin holding the variant's platform and a resolvable crane pin. Network checks
-ask with HEAD (or the token endpoint) or read a manifest, and download nothing large; no check
-prints a secret.
+ghcr token and its push scope, the prebuilt wheels, current generated files (and a
+hand-written Dockerfile's build args declared, its COPY sources in the context), a free
+immutable tag, an executor pin holding the variant's platform and a resolvable crane pin.
+Network checks ask with HEAD (or the token endpoint) or read a manifest, and download nothing
+large; no check prints a secret.
 """
 
 from __future__ import annotations
@@ -461,8 +462,10 @@ def hand_written(config: Config) -> Check:
                          missing_hint="commit it, or correct build.dockerfile")
         context = build.context.relative_to(config.root).as_posix()
         ignore = build.context / ".dockerignore"
+        bundled = [f for f in git.ls_bundle_files(config.root)  # a deleted file is not in it
+                   if (config.root / f).is_file() or (config.root / f).is_symlink()]
         found = handwritten.problems(
-            text, build_arg_map(build.build_args), git.ls_bundle_files(config.root), context,
+            text, build_arg_map(build.build_args), bundled, context,
             read_text(ignore, what=".dockerignore") if ignore.is_file() else "")
     except GpurlError as exc:
         return _from_error("hand-written", exc)
