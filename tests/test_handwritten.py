@@ -21,18 +21,23 @@ import pytest
 from gpurl_tasks.cluster import doctor
 from gpurl_tasks.cluster.kaniko import render_script, script_files
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.dockerfile.context import ignore_rules, is_ignored
 from gpurl_tasks.dockerfile.generate import generate_profiles
 from gpurl_tasks.dockerfile.handwritten import base_image, image_inputs
+from gpurl_tasks.dockerfile.ignore import ignore_rules, is_ignored
 from gpurl_tasks.errors import ConfigError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.image import Descriptor, HistoryEntry, PulledImage
+from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.rebuild.inputs import rebuild_needed
+from gpurl_tasks.release.flow import verify_image
 from gpurl_tasks.release.verify import Rules, check_layers
 from tests.conftest import REPO_ROOT
 from tests.support.git import git
 from tests.support.kaniko_harness import rig
 from tests.support.local_parts import need, shellcheck
+from tests.support.pusher import push_image as push_test_image
+from tests.support.pusher import random_layer, tar_gz_layer
+from tests.support.registry_server import RegistryServer
 
 FIXTURE = REPO_ROOT / "tests" / "data" / "handwritten"
 
@@ -288,6 +293,31 @@ def test_a_hand_written_layer_over_the_cap_is_named_by_its_instruction() -> None
     generated = check_layers(image, Rules(cap=4 * 10**9, hard_limit=8 * 10**9, min_layers=1))
     (plain,) = [f for f in generated.findings if f.code == "cap"]
     assert "hand-written" not in plain.message  # a generated image's planner re-layers it
+
+
+@pytest.mark.integration
+def test_verify_layers_of_a_pushed_hand_written_image_names_its_instruction(
+        registry: RegistryServer) -> None:
+    """A real registry (loopback) and gpurl's own verify path: the image is pushed by the
+    tests' own pusher, shaped as kaniko pushes the sft image, with a layer over a small cap."""
+    config = load_config(FIXTURE, profile="sft", env={
+        "GPURL_REGISTRY_HOST": registry.host, "GPURL_VERIFY_CAP": "100000",
+        "GPURL_VERIFY_MIN_LAYERS": "2", "GPURL_VERIFY_ATTESTATIONS": "off"})
+    push_test_image(registry.url, config.registry.repository, [
+        tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs /"),
+        random_layer(150_000, "RUN /bin/sh -c pip install --no-cache-dir torch vllm", seed=7),
+        tar_gz_layer({"opt/sft/train.py": b"print('train')\n"}, "COPY sft/ /opt/sft/")],
+        tag="sft-0123abc")
+    client = RegistryClient(registry.host)
+    try:
+        _, report = verify_image(config, parse_reference(f"{config.registry.image}:sft-0123abc"),
+                                 client)
+    finally:
+        client.close()
+    (cap,) = [f for f in report.findings if f.code == "cap"]
+    assert cap.layer == 1 and not report.ok
+    assert "`RUN pip install --no-cache-dir torch vllm` of the hand-written " \
+           "docker/Dockerfile.sft" in cap.message
 
 
 # --- doctor ---------------------------------------------------------------------------------

@@ -659,7 +659,8 @@ def run_doctor(config: Config, env: Mapping[str, str], *,
                    for what, repository in (("image", config.registry.image),
                                             ("cache", cache_repository(config)))]
     checks += [prebuilt_wheels(config) if cluster else _skip("prebuilt-wheels", not_cluster),
-               generated_files(config), hand_written(config),
+               generated_files(config),
+               *([] if config.build.generate else [hand_written(config)]),
                immutable_tag(config, env, source)]
     if cluster:
         checks += [executor_pin(config, env), crane_url(config.variant.crane_archive[0]),

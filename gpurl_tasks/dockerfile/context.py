@@ -1,6 +1,6 @@
 """The build context (the repository root): what never enters an image, and the source id
-an image built from it is tagged with; .dockerignore's rules as the builders match them (what
-a hand-written Dockerfile's COPY can take).
+an image built from it is tagged with (ignore.py matches .dockerignore's rules as the
+builders do).
 
 The launcher holds the pin of the image built from this context, so it is kept out of the
 context (.dockerignore): an image that contained its own pin would change digest with every
@@ -10,8 +10,6 @@ tree "dirty" for its tag either.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from pathlib import Path
 
 from gpurl_tasks import git
@@ -19,9 +17,9 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.errors import CheckFailed
 from gpurl_tasks.files import read_text
 
-__all__ = ["DOCKERIGNORE_NOTE", "IgnoreRule", "StaleContextError", "context_rules",
-           "ignore_rules", "ignored_paths", "in_context", "is_ignored", "read_dockerignore",
-           "source_id", "stale_context_error", "updated_dockerignore"]
+__all__ = ["DOCKERIGNORE_NOTE", "StaleContextError", "context_rules",
+           "ignored_paths", "read_dockerignore", "source_id", "stale_context_error",
+           "updated_dockerignore"]
 
 _GLOB = set("*?[]!")
 
@@ -88,57 +86,3 @@ def source_id(config: Config) -> str:
     """The short sha, or `SHA-dirty-<diff hash>` when tracked files that enter the build
     context have uncommitted edits (a pinned launcher does not count: it never enters it)."""
     return git.source_id(config.root, ignored_paths(config))
-
-
-IgnoreRule = tuple[bool, re.Pattern[str]]  # (an exception `!PATTERN`, what it matches)
-
-
-def _pattern(pattern: str) -> re.Pattern[str]:
-    """A .dockerignore pattern as the builders match it: `*` and `?` within one path
-    component, `**` any number of components, `[...]` a character class."""
-    parts = [part for part in pattern.split("/") if part not in ("", ".")]
-    out = []
-    for i, part in enumerate(parts):
-        if part == "**":
-            out.append(".*" if i == len(parts) - 1 else "(?:.*/)?")
-            continue
-        text = re.sub(r"\\\[(!?)((?:[^\]\\]|\\\\.)+)\\\]",
-                      lambda m: "[" + ("^" if m[1] else "") + m[2].replace("\\", "") + "]",
-                      re.escape(part))
-        out.append(text.replace("\\*", "[^/]*").replace("\\?", "[^/]")
-                   + ("/" if i < len(parts) - 1 else ""))
-    return re.compile("".join(out))
-
-
-def ignore_rules(text: str) -> tuple[IgnoreRule, ...]:
-    """The rules of a .dockerignore text, in order (comments and blank lines dropped)."""
-    rules = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        negate = line.startswith("!")
-        rules.append((negate, _pattern(line.removeprefix("!").strip())))
-    return tuple(rules)
-
-
-def is_ignored(path: str, rules: Iterable[IgnoreRule]) -> bool:
-    """`path` (relative to the context) is kept out of the build context: the last rule that
-    matches it or a directory above it decides, an exception `!` letting it back in."""
-    parts = path.split("/")
-    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
-    kept = False
-    for negate, pattern in rules:
-        if any(pattern.fullmatch(prefix) for prefix in prefixes):
-            kept = not negate
-    return kept
-
-
-def in_context(paths: Iterable[str], context: str, ignore_text: str) -> dict[str, str]:
-    """{path relative to the context: the repository path} of `paths` (repository-relative)
-    that lie under `context` (a repository-relative directory, "." the root) and that its
-    .dockerignore text lets into the build context."""
-    prefix = "" if context in ("", ".") else context.rstrip("/") + "/"
-    rules = ignore_rules(ignore_text)
-    return {rel: path for path in paths if path.startswith(prefix)
-            for rel in [path[len(prefix):]] if not is_ignored(rel, rules)}

@@ -13,7 +13,7 @@ import dataclasses
 import fnmatch
 from collections.abc import Iterable, Mapping
 
-from gpurl_tasks.dockerfile.context import in_context
+from gpurl_tasks.dockerfile.ignore import in_context
 from gpurl_tasks.dockerfile.inputs import DockerfileInputs, parse_dockerfile_inputs
 
 __all__ = ["base_image", "copied_files", "image_inputs", "problems"]
