@@ -6,6 +6,8 @@ sides: pyproject.toml as committed there, the same environment), the lock's inst
 from the launcher's provenance comment (or its image table's entry). It also says when a
 committed Dockerfile is stale against its own commit's config or lock (its labels record both),
 so a pin edited but not yet generated is named, while the decision still comes from the config.
+A hand-written Dockerfile's profile (build.generate = false) has no lock: its inputs are what
+its build reads (dockerfile/handwritten.py), the copied context files by their git blob ids.
 Everything it returns is plain data for the task to print.
 """
 
