@@ -17,6 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpurl_tasks.cluster import doctor
 from gpurl_tasks.cluster.kaniko import render_script, script_files
@@ -205,6 +207,24 @@ def test_the_unused_stage_and_its_args_are_not_inputs() -> None:
 ])
 def test_dockerignore_rules_match_as_the_builders_do(rules: str, path: str, ignored: bool) -> None:
     assert is_ignored(path, ignore_rules(rules)) is ignored
+
+
+_COMPONENT = st.text(alphabet="abcxyz019._-", min_size=1, max_size=6).filter(
+    lambda c: c not in (".", ".."))
+_PATH = st.lists(_COMPONENT, min_size=1, max_size=4).map("/".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rule=_PATH, below=st.lists(_COMPONENT, max_size=2).map("/".join), other=_PATH)
+def test_a_plain_rule_keeps_out_its_path_and_what_is_under_it(rule: str, below: str,
+                                                              other: str) -> None:
+    """A glob-free rule excludes its path and everything under it, nothing else; the same
+    rule as an exception after it lets that path back in."""
+    path = f"{rule}/{below}" if below else rule
+    assert is_ignored(path, ignore_rules(rule))
+    assert not is_ignored(path, ignore_rules(f"{rule}\n!{path}"))
+    outside = not (other == rule or other.startswith(rule + "/"))
+    assert is_ignored(other, ignore_rules(rule)) is not outside
 
 
 # --- rebuild-needed across real commits ------------------------------------------------------
