@@ -31,7 +31,7 @@ from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.image import Descriptor, HistoryEntry, PulledImage
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.rebuild.inputs import rebuild_needed
-from gpurl_tasks.release.flow import verify_image
+from gpurl_tasks.release.flow import pin_task, verify_image
 from gpurl_tasks.release.verify import Rules, check_layers
 from tests.conftest import REPO_ROOT
 from tests.support.git import git
@@ -338,6 +338,28 @@ def test_verify_layers_of_a_pushed_hand_written_image_names_its_instruction(
     assert cap.layer == 1 and not report.ok
     assert "`RUN pip install --no-cache-dir torch vllm` of the hand-written " \
            "docker/Dockerfile.sft" in cap.message
+
+
+@pytest.mark.integration
+def test_pin_writes_a_hand_written_image_into_its_launcher_variable(
+        repo: Path, registry: RegistryServer) -> None:
+    """The same pin as a generated image's: verified first, its digest written into the
+    profile's own launcher variable, the other profile's left alone."""
+    config = load_config(repo, profile="sft", env={
+        "GPURL_REGISTRY_HOST": registry.host, "GPURL_VERIFY_MIN_LAYERS": "2",
+        "GPURL_VERIFY_ATTESTATIONS": "off"})
+    pushed = push_test_image(registry.url, config.registry.repository, [
+        tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs /"),
+        tar_gz_layer({"opt/sft/train.py": b"print('train')\n"}, "COPY sft/ /opt/sft/")],
+        tag="sft-0123abc")
+    outcome = pin_task(config, f"{config.registry.image}:sft-0123abc", force=False,
+                       dry_run=False, warn=print)
+    assert outcome.written and outcome.report.ok
+    launcher = (repo / "cloud" / "iris" / "launch_rl_iris.py").read_text()
+    assert f"{config.registry.image}@{pushed.manifest_digest}" in launcher
+    assert launcher.count(pushed.manifest_digest) == 1
+    assert 'SANDBOX_IMAGE = "sandbox-registry.example.test/team/images:sandbox-0000000"' \
+        in launcher
 
 
 # --- doctor ---------------------------------------------------------------------------------
