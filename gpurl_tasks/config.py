@@ -551,6 +551,17 @@ class Config:
     layers: LayerSettings = LayerSettings()
     verify: VerifySettings = VerifySettings()
 
+    def planned(self) -> Config:
+        """This config, whose Dockerfile gpurl plans from the lock; a hand-written one's
+        (build.generate = false) is refused in one line: there is nothing to plan or size."""
+        if not self.build.generate:
+            path = self.build.dockerfile.relative_to(self.root).as_posix()
+            raise ConfigError(f"profile {self.profile!r} builds the hand-written {path} "
+                              "(build.generate = false): gpurl plans no layers for it",
+                              hint="build it on the cluster (`invoke build`); verify-layers "
+                                   "checks its layers once pushed")
+        return self
+
     @property
     def target(self) -> TargetSpec:
         return self.variant.target

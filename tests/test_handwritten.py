@@ -30,6 +30,8 @@ from gpurl_tasks.errors import ConfigError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.image import Descriptor, HistoryEntry, PulledImage
 from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.plan.probe import survey_sizes
+from gpurl_tasks.plan.profile import plan_for_config
 from gpurl_tasks.rebuild.inputs import rebuild_needed
 from gpurl_tasks.release.flow import pin_task, verify_image
 from gpurl_tasks.release.verify import Rules, check_layers
@@ -93,6 +95,17 @@ def test_a_context_outside_the_repository_is_refused(repo: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(repo, profile="sft", env={}, overrides={"build.context": "../elsewhere"})
     assert "build.context" in caught.value.message
+
+
+def test_planning_or_sizing_a_hand_written_profile_is_one_clear_refusal(repo: Path) -> None:
+    config = _config(repo, "sft")
+    for task in (lambda: plan_for_config(config),
+                 lambda: survey_sizes([config], probe=False, dry_run=True)):
+        with pytest.raises(ConfigError) as caught:
+            task()
+        assert caught.value.message == ("profile 'sft' builds the hand-written "
+                                        "docker/Dockerfile.sft (build.generate = false): gpurl "
+                                        "plans no layers for it")
 
 
 # --- generate: the Dockerfile is read, never written; its script is ------------------------
