@@ -48,10 +48,7 @@ from gpurl_tasks.attest import documents as attest_documents
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest import tool as attest_tool
-from gpurl_tasks.attest.documents import Skeleton
 from gpurl_tasks.config import Config
-from gpurl_tasks.dockerfile import handwritten
-from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.dockerfile.recipe import WORKDIR, apt_options
 from gpurl_tasks.dockerfile.wheels import (
     ABI_KEY_PREFIX,
@@ -67,10 +64,9 @@ from gpurl_tasks.files import read_text
 from gpurl_tasks.oci import retry
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan, SliceBuild
-from gpurl_tasks.release.attested import skeleton
+from gpurl_tasks.release.attested import base_image, skeleton
 from gpurl_tasks.values import (
     SOURCE_ID_ERE,
-    build_arg_map,
     inside_repository,
     plain_name,
     profile_name,
@@ -198,10 +194,7 @@ def skeleton_path(config: Config) -> Path:
 def skeleton_text(config: Config) -> str:
     """What the job's documents say that is known before the build (the lock's closure, the
     declared installs, the base image as configured): a lock bump changes it, not the script."""
-    known = skeleton(config) if config.build.generate else Skeleton(
-        profile=config.profile, variant=config.variant.name, python=(), post_installs=(),
-        base_image=_base_image(config), lock_label=LABEL_LOCK_HASH, config_label=LABEL_CONFIG_HASH)
-    return json.dumps(known.to_json(), indent=1, sort_keys=True) + "\n"
+    return json.dumps(skeleton(config).to_json(), indent=1, sort_keys=True) + "\n"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -346,7 +339,7 @@ def _attest(config: Config, wheels: tuple[str, ...]) -> str:
     return _fragment("attest.sh", {
         "TOOL": shlex.quote(ATTEST_TOOL),
         "SKELETON": shlex.quote(_relative(skeleton_path(config), config.root, "build.kaniko-script")),
-        "BASE_IMAGE": shlex.quote(_base_image(config)),
+        "BASE_IMAGE": shlex.quote(base_image(config)),
         "VENV": shlex.quote(config.build.venv),
         "WHEEL_ARGS": wheel_args,
         "ATTEST_WHEEL_ARGS": ' "${WHEEL_ARGS[@]}"' if wheels else ""})
@@ -429,17 +422,6 @@ def _build_context(config: Config) -> str:
     else `/'DIR'` (build.context, inside the repository)."""
     rel = _relative(config.build.context, config.root, "build.context")
     return "" if rel in ("", ".") else f"/{shlex.quote(rel)}"
-
-
-def _base_image(config: Config) -> str:
-    """The base image the provenance names: build.base-image for a generated Dockerfile; a
-    hand-written one's own, the external image its last stage starts from (its FROM chain,
-    ARGs and build.build-args substituted)."""
-    if config.build.generate:
-        return config.build.base_image
-    text = read_text(config.build.dockerfile, what="hand-written Dockerfile", error=BuildError)
-    return handwritten.base_image(handwritten.image_inputs(
-        text, build_arg_map(config.build.build_args))) or config.build.base_image
 
 
 def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
