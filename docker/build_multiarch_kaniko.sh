@@ -33,6 +33,8 @@ KANIKO_DIR="$ROOT/kaniko"
 # bundle at $APP_DIR (the task's workdir, an emptyDir): the image's workspace is therefore
 # elsewhere ($IMAGE_WORKSPACE), or its COPY would write into the bundle and miss the image.
 CONTEXT="$KANIKO_DIR/context"
+# the Dockerfile's build context: the bundle, or a directory of it (build.context)
+BUILD_CONTEXT="$CONTEXT"
 IMAGE_WORKSPACE=/opt/workspace
 WORK="$KANIKO_DIR/gpurl"
 REGISTRY_HOST=127.0.0.1:5005
@@ -221,7 +223,7 @@ KANIKO_RETRIES=("--push-retry=$REGISTRY_RETRIES" "--image-download-retry=$REGIST
   "--image-fs-extract-retry=$REGISTRY_RETRIES")
 # Every executor run shares the context, the build args and the layer cache.
 COMMON=(
-  --context "dir://$CONTEXT"
+  --context "dir://$BUILD_CONTEXT"
   --dockerfile "$DOCKERFILE"
   --build-arg "GITSHA=$GITSHA"
   --skip-unused-stages

@@ -257,6 +257,14 @@ class BuildSettings:
     """
 
     dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True, inside=True, bakes="none")
+    # false: build.dockerfile is the team's own, hand-written: gpurl neither plans nor writes it,
+    # and builds it with the same kaniko job, watch, verify-layers and pin (a hand-written
+    # profile; rebuild-needed reads the file, what its COPY/ADD take and build.args)
+    generate: bool = _field(True, bakes="none")
+    # a hand-written Dockerfile's build arguments (`--build-arg`), "NAME=value" each
+    build_args: tuple[str, ...] = _field((), check=values.each(values.build_arg), bakes="image")
+    # a hand-written Dockerfile's build context, relative to the repository root
+    context: Path = _field(Path("."), root_relative=True, inside=True, bakes="image")
     kaniko_script: Path = _field(Path("docker/build_gpu_rl_kaniko.sh"), root_relative=True,
                                  inside=True, bakes="none")
     wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True, inside=True, bakes="image")
@@ -542,6 +550,17 @@ class Config:
     backend: Backend = "iris"
     layers: LayerSettings = LayerSettings()
     verify: VerifySettings = VerifySettings()
+
+    def planned(self) -> Config:
+        """This config, whose Dockerfile gpurl plans from the lock; a hand-written one's
+        (build.generate = false) is refused in one line: there is nothing to plan or size."""
+        if not self.build.generate:
+            path = self.build.dockerfile.relative_to(self.root).as_posix()
+            raise ConfigError(f"profile {self.profile!r} builds the hand-written {path} "
+                              "(build.generate = false): gpurl plans no layers for it",
+                              hint="build it on the cluster (`invoke build`); verify-layers "
+                                   "checks its layers once pushed")
+        return self
 
     @property
     def target(self) -> TargetSpec:

@@ -57,6 +57,10 @@ PURPOSE: dict[str, str] = {
     "registry.insecure": ("plain HTTP (true), HTTPS only (false), or unset: HTTPS, plain HTTP for a loopback "
                           "host without TLS"),
     "build.dockerfile": "the generated Dockerfile of the profile's first variant",
+    "build.generate": ("false: build.dockerfile is hand-written; gpurl neither plans nor writes "
+                       "it, and builds it with the same kaniko job, watch, verify-layers and pin"),
+    "build.build-args": "a hand-written Dockerfile's build arguments (`--build-arg`), `NAME=value` each",
+    "build.context": "a hand-written Dockerfile's build context, relative to the repository root",
     "build.kaniko-script": "the generated kaniko script (another variant's: SCRIPT-VARIANT.sh)",
     "build.wheelhouse": "the directory of prebuilt compiled wheels the image installs; variants of "
                         "different ABI keys need their own (generate refuses a shared one)",

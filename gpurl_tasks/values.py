@@ -41,6 +41,8 @@ __all__ = [
     "Check",
     "PostInstall",
     "apt_package",
+    "build_arg",
+    "build_arg_map",
     "comma_list",
     "commit",
     "cuda_arch_list",
@@ -245,6 +247,22 @@ def profile_name(value: object, key: str, *, error: type[GpurlError] = ConfigErr
                    "starting with a letter or digit", hint="it names a profile's or variant's table "
                    "in [tool.gpurl], never a path")
     return text
+
+
+_BUILD_ARG = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+
+
+def build_arg(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:
+    """A Dockerfile build argument `NAME=value` (kaniko's and Docker's `--build-arg`)."""
+    text = one_line(value, key, error=error)
+    if not _BUILD_ARG.fullmatch(text):
+        raise _bad(error, key, value, "NAME=value with NAME a shell variable name")
+    return text
+
+
+def build_arg_map(entries: Sequence[str]) -> dict[str, str]:
+    """{NAME: value} of `NAME=value` entries (checked by `build_arg`); a later one wins."""
+    return dict(entry.split("=", 1) for entry in entries)
 
 
 def plain_name(value: object, key: str, *, error: type[GpurlError] = ConfigError) -> str:

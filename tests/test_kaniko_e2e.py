@@ -32,6 +32,7 @@ import posixpath
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -725,3 +726,68 @@ def test_two_jobs_of_two_commits_at_once_on_one_cache_each_push_their_own_image(
     _held(parts, repo, f"{repo}/cache")
     print(f"two jobs at once on one cache: both pushed; {len(new) - len(differ)} slices shared "
           f"as one blob each, {sorted(differ)} their own")
+
+
+def _gpurl(tree: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The `gpurl` command in `tree` (a project without gpurl's own tasks.py: this checkout's
+    package)."""
+    return subprocess.run([sys.executable, "-m", "gpurl_tasks", *args], cwd=tree,
+                          env={**env, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_hand_written_dockerfile_builds_as_iris_runs_it_and_is_pinned(
+        parts: Parts, tmp_path: Path) -> None:
+    """One small build of a hand-written Dockerfile (build.generate = false): the `sft`
+    profile of tests/data/handwritten, its committed script generated for the loopback parts
+    and run by the upstream executor in a job container with the bundle at /app; its build arg
+    reaches the image, its .dockerignore keeps a file out; verify-layers (attestations
+    required) and pin take what it pushed."""
+    tree = tmp_path / "handwritten"
+    shutil.copytree(REPO_ROOT / "tests" / "data" / "handwritten", tree)
+    pyproject = tree / "pyproject.toml"
+    text = pyproject.read_text()
+    for old, new in [
+        ('host = "registry.example.test"\nrepository = "team/images"\nuser = "builder"',
+         f'host = "{parts.registry.host}"\nrepository = "team/sft"\nuser = "{USER}"'),
+        ('"BASE_IMAGE=debian:bookworm-slim"]', f'"BASE_IMAGE={PLAIN}/{BASE}"]'),
+        ("[tool.gpurl.profiles.sft.launcher]",
+         "[tool.gpurl.profiles.sft.cluster]\n"
+         f'kaniko-executor = "{parts.builders.executors["upstream"]}"\n'
+         f'crane-url = "{parts.crane_url}"\ncrane-sha256 = "{parts.builders.crane_sha256}"\n\n'
+         "[tool.gpurl.profiles.sft.verify]\nmin-layers = 1\n\n"
+         "[tool.gpurl.profiles.sft.launcher]"),
+    ]:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    pyproject.write_text(text)
+    generated = _gpurl(tree, "generate", "--profile", "sft", env=_env(parts))
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    git = ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost"]
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "sft"]):
+        subprocess.run(argv, cwd=tree, check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    gitsha = commit[:7]
+    bundle = tmp_path / "bundle"
+    _bundle(tree, bundle)
+    code, output = run_job(bundle, "docker/build_sft_kaniko.sh", {
+        "GITSHA": gitsha, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": USER, "GIT_COMMIT": commit,
+        "JOB_NAME": f"gpurl-kaniko-{gitsha}", "SSL_CERT_FILE": "/ca/bundle.pem"},
+        image=JOB_IMAGE, mounts={parts.ca_dir: "/ca"}, timeout=900)
+    assert code == 0, output[-6000:]
+    assert "--skip-unused-stages" in (bundle / "docker" / "build_sft_kaniko.sh").read_text()
+    secret_forms = (CANARY, base64.b64encode(f"{USER}:{CANARY}".encode()).decode())
+    assert not [form for form in secret_forms if form in output]
+    (pushed,) = [line for line in output.splitlines() if line.startswith("pushed ")]
+    reference = pushed.split()[1]
+    assert reference.startswith(f"{parts.registry.host}/team/sft:sft-{gitsha}@sha256:")
+    files = _exported(parts, reference)
+    assert "opt/sft/train.py" in files and "opt/sft/VERSION" in files
+    assert "opt/sft/NOTES.md" not in files  # .dockerignore: **/*.md
+    verified = _gpurl(tree, "verify-layers", "--profile", "sft", "--ref", reference, "--json",
+                      env={**_env(parts), "GPURL_VERIFY_ATTESTATIONS": "required"})
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    pinned = _gpurl(tree, "pin", "--profile", "sft", "--ref", reference, env=_env(parts))
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    assert reference.split("@")[1] in (tree / "cloud" / "iris" / "launch_rl_iris.py").read_text()

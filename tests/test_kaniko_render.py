@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from gpurl_tasks.errors import BuildError, ConfigError
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
 from tests.support.kaniko_harness import AS_CLUSTER
-from tests.support.local_parts import build_source_wheel
+from tests.support.local_parts import build_source_wheel, shellcheck
 
 
 def config(**overrides: object) -> Config:
@@ -249,17 +248,6 @@ def test_generate_writes_the_script_executable_and_check_finds_it_stale(tmp_path
         generate_profiles(root, "gpu-rl", check=True, extra=script_files)
 
 
-def _shellcheck() -> str:
-    """The shellcheck binary (the lint and test groups install it; CI must have it)."""
-    found = shutil.which("shellcheck") or shutil.which(
-        "shellcheck", path=str(Path(sys.executable).parent))
-    if found is None:
-        if os.environ.get("CI"):
-            raise AssertionError("shellcheck is missing (install the lint group)")
-        pytest.skip("shellcheck not installed (the lint and test groups install it)")
-    return found
-
-
 TEMPLATES = sorted((Path(kaniko.__file__).parent / "script").glob("*.sh"))
 
 
@@ -268,7 +256,7 @@ TEMPLATES = sorted((Path(kaniko.__file__).parent / "script").glob("*.sh"))
 def test_every_template_is_shellcheck_clean_as_it_stands(template: Path) -> None:
     """Each template file, placeholders and all, as the lint checks it (script/.shellcheckrc
     leaves to the rendered script the two checks that need all of it)."""
-    proc = subprocess.run([_shellcheck(), template.name], cwd=template.parent,
+    proc = subprocess.run([shellcheck(), template.name], cwd=template.parent,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -298,13 +286,13 @@ _NAME = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
        source=st.sampled_from(["prebuilt-wheelhouse", "wheel-builder"]))
 def test_every_variant_is_shellcheck_clean(user: str, prefix: str, host: str,
                                            source: str) -> None:
-    shellcheck = _shellcheck()
+    program = shellcheck()
     settings = {"registry.user": user, "registry.tag-prefix": prefix, "registry.host": host,
                 "build.wheel-source": source}
     for text in (render_script(config(**settings)),  # gpu-rl: the pinned pair
                  render_script(cluster_config("demo", **settings)),  # its own compiled wheel
                  render_script(cluster_config("heavy", **settings)),  # no compiled wheels
                  render_script(config(**settings, **{"target.arch": "aarch64"}))):  # aarch64
-        proc = subprocess.run([shellcheck, "-s", "bash", "-"], input=text, capture_output=True,
+        proc = subprocess.run([program, "-s", "bash", "-"], input=text, capture_output=True,
                               text=True, check=False)
         assert proc.returncode == 0, proc.stdout

@@ -67,6 +67,7 @@ OTHER: dict[str, Any] = {
     "build.venv": "/opt/other/envs/rl",
     "build.post-install": ["cloudpickle==3.1.3"],
     "build.pip-check-allow": ["botocore .* has requirement"],
+    "build.build-args": ["SOME_ARG=1"],
     "launcher.python-variable": "OTHER_PYTHON",
     "cluster.name": "cw-us-east-08a",
     "cluster.controller-url": "http://127.0.0.1:18765",

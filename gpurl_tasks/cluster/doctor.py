@@ -4,10 +4,11 @@ One small function per prerequisite, each returning a `Check` (ok, problem with 
 skipped with why), so `invoke doctor` runs them all and `invoke build` runs the ones it
 refuses on (`require`) before it composes the job: one implementation of each check. The
 runbook's ops preamble is the list: KUBECONFIG naming the cluster, the cw-capable iris, the
-ghcr token and its push scope, the prebuilt wheels, current generated files, a free immutable
-tag, an executor pin holding the variant's platform and a resolvable crane pin. Network checks
-ask with HEAD (or the token endpoint) or read a manifest, and download nothing large; no check
-prints a secret.
+ghcr token and its push scope, the prebuilt wheels, current generated files (and a
+hand-written Dockerfile's build args declared, its COPY sources in the context), a free
+immutable tag, an executor pin holding the variant's platform and a resolvable crane pin.
+Network checks ask with HEAD (or the token endpoint) or read a manifest, and download nothing
+large; no check prints a secret.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from gpurl_tasks import git
 from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.iris_release import IRIS_CONTRACT_PINS, find_iris, install_hint, iris_program
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile import handwritten
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import check_committed
 from gpurl_tasks.dockerfile.wheels import check_abi_key, pins_from_args
 from gpurl_tasks.errors import BuildError, ExitCode, GpurlError, Unreachable, unreachable_hint
+from gpurl_tasks.files import read_text
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import (
@@ -43,7 +46,7 @@ from gpurl_tasks.oci.tags import cache_repository, existing_digest
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
 from gpurl_tasks.rebuild.wheelhouse import read_manifest_keyed, redact_url
 from gpurl_tasks.redact import TOKEN_ENVS, Secret, TokenSource, looks_like_docker_hub, redact
-from gpurl_tasks.values import parse_size
+from gpurl_tasks.values import build_arg_map, parse_size
 
 __all__ = [
     "MIN_MEMORY",
@@ -53,6 +56,7 @@ __all__ = [
     "executor_pin",
     "generated_files",
     "gpu_settings",
+    "hand_written",
     "immutable_tag",
     "iris_controller",
     "iris_install",
@@ -442,7 +446,37 @@ def generated_files(config: Config) -> Check:
         check_committed(config, extra=kaniko.script_files)
     except GpurlError as exc:
         return _from_error("generated-files", exc)
+    if not config.build.generate:
+        return _ok("generated-files", "the committed kaniko script is current (the Dockerfile "
+                                      "is hand-written)")
     return _ok("generated-files", "the committed Dockerfile, slices and script are current")
+
+
+def hand_written(config: Config) -> Check:
+    """A hand-written Dockerfile (build.generate = false) is there and builds what the config
+    says: every build arg declared, every COPY/ADD of its image's stages taking a file of the
+    context the job bundles (.dockerignore applied)."""
+    build = config.build
+    if build.generate:
+        return _skip("hand-written", "the Dockerfile is generated (build.generate = true)")
+    path = build.dockerfile.relative_to(config.root).as_posix()
+    try:
+        text = read_text(build.dockerfile, what="hand-written Dockerfile",
+                         missing_hint="commit it, or correct build.dockerfile")
+        context = build.context.relative_to(config.root).as_posix()
+        ignore = build.context / ".dockerignore"
+        bundled = [f for f in git.ls_bundle_files(config.root)  # a deleted file is not in it
+                   if (config.root / f).is_file() or (config.root / f).is_symlink()]
+        found = handwritten.problems(
+            text, build_arg_map(build.build_args), bundled, context,
+            read_text(ignore, what=".dockerignore") if ignore.is_file() else "")
+    except GpurlError as exc:
+        return _from_error("hand-written", exc)
+    if found:
+        return _problem("hand-written", f"{path}: " + "; ".join(found),
+                        "correct the Dockerfile or build.build-args / build.context")
+    return _ok("hand-written", f"{path}: every build arg declared, every COPY/ADD takes files "
+                               "of the context")
 
 
 def _head(url: str) -> int | str:
@@ -645,6 +679,7 @@ def run_doctor(config: Config, env: Mapping[str, str], *,
                                             ("cache", cache_repository(config)))]
     checks += [prebuilt_wheels(config) if cluster else _skip("prebuilt-wheels", not_cluster),
                generated_files(config),
+               *([] if config.build.generate else [hand_written(config)]),
                unless_down("immutable-tag", lambda: immutable_tag(config, env, source))]
     if cluster:
         checks += [executor_pin(config, env), crane_url(config.variant.crane_archive[0]),

@@ -64,8 +64,14 @@ from gpurl_tasks.files import read_text
 from gpurl_tasks.oci import retry
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan, SliceBuild
-from gpurl_tasks.release.attested import skeleton
-from gpurl_tasks.values import SOURCE_ID_ERE, inside_repository, plain_name, profile_name, registry_host
+from gpurl_tasks.release.attested import base_image, skeleton
+from gpurl_tasks.values import (
+    SOURCE_ID_ERE,
+    inside_repository,
+    plain_name,
+    profile_name,
+    registry_host,
+)
 from gpurl_tasks.writer import blob as writer_blob
 from gpurl_tasks.writer import composition as writer_composition
 from gpurl_tasks.writer import probe as writer_probe
@@ -79,6 +85,7 @@ __all__ = [
     "ROOT_ENV",
     "ToolPins",
     "cache_repo",
+    "composes",
     "module_closure",
     "pinned_executor",
     "prebuilt_wheel_names",
@@ -332,7 +339,7 @@ def _attest(config: Config, wheels: tuple[str, ...]) -> str:
     return _fragment("attest.sh", {
         "TOOL": shlex.quote(ATTEST_TOOL),
         "SKELETON": shlex.quote(_relative(skeleton_path(config), config.root, "build.kaniko-script")),
-        "BASE_IMAGE": shlex.quote(config.build.base_image),
+        "BASE_IMAGE": shlex.quote(base_image(config)),
         "VENV": shlex.quote(config.build.venv),
         "WHEEL_ARGS": wheel_args,
         "ATTEST_WHEEL_ARGS": ' "${WHEEL_ARGS[@]}"' if wheels else ""})
@@ -380,7 +387,7 @@ def _compose(config: Config) -> str:
     and restores only what a stage needs), so the script then uses bash builtins and the
     static crane only.
     """
-    if config.cluster.env_source != "composed":
+    if not composes(config):
         return ""
     install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
                               slice_file='"$CONTEXT/$file"', hashed=False,
@@ -398,6 +405,25 @@ def _compose(config: Config) -> str:
     return f"\n{compose}\n"  # a paragraph of its own: its placeholder's line is the blank line
 
 
+def composes(config: Config) -> bool:
+    """The job composes the environment from slices: cluster.env-source = "composed", for a
+    generated Dockerfile (a hand-written one has no slices: it is built as written)."""
+    return config.cluster.env_source == "composed" and config.build.generate
+
+
+def _build_args(config: Config) -> str:
+    """The `--build-arg NAME=value` lines of build.build-args (a hand-written Dockerfile's),
+    each a quoted word; nothing (no line) without any."""
+    return "\n".join(f"  --build-arg {shlex.quote(arg)}" for arg in config.build.build_args)
+
+
+def _build_context(config: Config) -> str:
+    """What follows "$CONTEXT" in the build context's path: nothing for the repository root,
+    else `/'DIR'` (build.context, inside the repository)."""
+    rel = _relative(config.build.context, config.root, "build.context")
+    return "" if rel in ("", ".") else f"/{shlex.quote(rel)}"
+
+
 def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     """The script text for `config` (pure; the same config always gives the same bytes)."""
     q = shlex.quote
@@ -406,6 +432,8 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
     wheels = prebuilt_wheel_names(config)
     return render_template("job.sh", {
         "COMPOSE": _compose(config),
+        "BUILD_ARGS": _build_args(config),
+        "BUILD_CONTEXT": _build_context(config),
         "RETRY": _retry(config),
         "ATTEST": _attest(config, wheels),
         "FETCH": _fetch(config, wheels),
@@ -467,7 +495,7 @@ def script_files(config: Config, plan: Plan) -> dict[Path, str]:
     files = {config.build.kaniko_script: render_script(config),
              skeleton_path(config): skeleton_text(config),
              config.root / ATTEST_TOOL: attest_tool_text()}
-    if config.cluster.env_source == "composed":
+    if composes(config):
         files[slice_index_path(config)] = slice_index(config, plan)
         files[config.root / LAYER_TOOL] = layer_tool_text()
     return files

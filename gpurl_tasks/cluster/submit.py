@@ -151,6 +151,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
     # are rendered from pyproject alone, never from GPURL_* variables: a stale Dockerfile,
     # slice set or script is refused first, with generate --check's own message
     require(doctor.generated_files(config))
+    require(doctor.hand_written(config))  # skipped (passes) for a generated Dockerfile
     cluster = config.cluster
     memory = request.memory or cluster.memory
     access(doctor.kubeconfig(world.env))

@@ -1,5 +1,6 @@
 """The build context (the repository root): what never enters an image, and the source id
-an image built from it is tagged with.
+an image built from it is tagged with (ignore.py matches .dockerignore's rules as the
+builders do).
 
 The launcher holds the pin of the image built from this context, so it is kept out of the
 context (.dockerignore): an image that contained its own pin would change digest with every

@@ -50,7 +50,7 @@ from gpurl_tasks.dockerfile.wheels import (
     check_variant_wheels,
     pins_from_args,
 )
-from gpurl_tasks.errors import CheckFailed, ExitCode, GpurlError, LockError
+from gpurl_tasks.errors import CheckFailed, ConfigError, ExitCode, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.plan.buildenv import build_note
 from gpurl_tasks.plan.layerlimit import BudgetCost, LayerCount, TooManyLayers
@@ -75,6 +75,7 @@ __all__ = [
     "fitted_views",
     "generate",
     "generate_profiles",
+    "handwritten_plan",
     "layer_count",
     "lock_sha256",
     "render_dockerfile",
@@ -106,6 +107,7 @@ class GenerateResult:
     variant: str = ""
     others: tuple[Path, ...] = ()  # other generated files written (or that would change)
     removed: tuple[Path, ...] = ()  # files of a removed variant or older plan (removed / stale)
+    hand_written: bool = False  # the Dockerfile is the team's own (build.generate = false)
 
     def to_json(self) -> dict[str, object]:
         return {"profile": self.profile, "variant": self.variant, "path": str(self.path),
@@ -113,7 +115,7 @@ class GenerateResult:
                 "steps": self.steps, "slices_changed": [str(p) for p in self.slices],
                 "others_changed": [str(p) for p in self.others],
                 "removed": [str(p) for p in self.removed],
-                "provided": list(self.notes)}
+                "provided": list(self.notes), "hand_written": self.hand_written}
 
 
 def lock_sha256(lock: Path) -> str:
@@ -372,8 +374,34 @@ def check_lock_current(config: Config) -> None:
                              "(`uv lock --check` says the same), then `invoke generate`")
 
 
+def handwritten_plan(config: Config) -> Plan:
+    """The plan of a hand-written Dockerfile's profile (build.generate = false): no slice, no
+    sync (the file installs what it says); what its other generated files are rendered with."""
+    return Plan(cap_bytes=config.layers.cap, basis=config.layers.basis, sync_flags=(),
+                layers=(), local=(), lower_bound_layers=0, platform=config.target.platform)
+
+
+def _render_handwritten(config: Config, extra: ExtraFiles | None) -> Rendered:
+    """A hand-written Dockerfile's variant: the file is read, never written (its text is what
+    it is), and only the other generated files (the kaniko script, its skeleton) rendered."""
+    path = config.build.dockerfile
+    if not path.is_file():
+        raise ConfigError(f"{path.relative_to(config.root)} does not exist: profile "
+                          f"{config.profile!r}{config.variant.note} builds it as written "
+                          "(build.generate = false)",
+                          hint="commit the hand-written Dockerfile, or correct build.dockerfile")
+    plan = handwritten_plan(config)
+    return Rendered(config=config, plan=plan,
+                    dockerfile=read_text(path, what="hand-written Dockerfile", error=ConfigError),
+                    slices={}, others=dict(extra(config, plan)) if extra else {},
+                    notes=(), links=())
+
+
 def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) -> Rendered:
-    """Check a variant against its lock and render every file it generates; writes nothing."""
+    """Check a variant against its lock and render every file it generates; writes nothing.
+    A hand-written Dockerfile's variant renders its other files alone (`plan` unused)."""
+    if not config.build.generate:
+        return _render_handwritten(config, extra)
     check_launcher(config)
     check_lock_current(config)
     mismatches, compiled = pin_mismatches(config, plan)
@@ -542,7 +570,8 @@ def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, ch
             changes.append(_Change(path=path, text=r.dockerfile, owner=owner))
         results.append(GenerateResult(profile=r.config.profile, variant=r.config.variant.shown, path=path,
                                       changed=changed, steps=len(r.plan.layers), slices=slices,
-                                      notes=r.notes, others=others))
+                                      notes=r.notes, others=others,
+                                      hand_written=not r.config.build.generate))
     changes += [_Change(path=p, text=None, owner=owner) for p, owner in leftover]
     if results and leftover:
         results[-1] = dataclasses.replace(results[-1], removed=tuple(p for p, _ in leftover))
@@ -573,8 +602,9 @@ def generate(config: Config, *, check: bool = False, planner: Planner | None = N
              extra: ExtraFiles | None = None) -> GenerateResult:
     """Write one variant's Dockerfile and slice files (and `extra` files), or with `check` raise
     StaleFileError when one is stale (a slice left over from an older plan counts as stale)."""
-    rendered = _rendered([config], lambda: [render_variant(
-        config, (planner or fitted_plan)(config), extra)], check=check)[0]
+    plan_of = (planner or fitted_plan) if config.build.generate else handwritten_plan
+    rendered = _rendered([config], lambda: [render_variant(config, plan_of(config), extra)],
+                         check=check)[0]
     leftover = _leftovers(config.profile, [rendered], whole_profile=False)
     return _apply(config.root, [rendered], leftover, check=check)[0]
 
@@ -605,11 +635,14 @@ class GenerateSummary:
 
         lines = []
         for r in self.results:
-            lines.append(f"{rel(r.path)}: {verb(r.changed)} ({r.steps} slice "
-                         f"layers; {len(r.slices)} slice file(s) {verb(True)})"
-                         if r.slices else
-                         f"{rel(r.path)}: {verb(r.changed)} ({r.steps} slice "
-                         "layers, slices up to date)")
+            if r.hand_written:
+                lines.append(f"{rel(r.path)}: hand-written (build.generate = false), not generated")
+            else:
+                lines.append(f"{rel(r.path)}: {verb(r.changed)} ({r.steps} slice "
+                             f"layers; {len(r.slices)} slice file(s) {verb(True)})"
+                             if r.slices else
+                             f"{rel(r.path)}: {verb(r.changed)} ({r.steps} slice "
+                             "layers, slices up to date)")
             lines += [f"{rel(p)}: {verb(True)}" for p in r.others]
             lines += [f"  {note}" for note in r.notes]
             lines += [f"{rel(p)}: removed (no current variant or plan calls for it)"
@@ -634,6 +667,8 @@ def generate_profiles(root: Path, profile: str | None, *, check: bool,
         configs = [config.for_variant(v) for v in config.variants]
 
         def render(config: Config = config, configs: list[Config] = configs) -> list[Rendered]:
+            if not config.build.generate:  # hand-written: nothing to plan
+                return [_render_handwritten(c, extra) for c in configs]
             check_variant_wheels(configs)
             plans = fitted_plans(config, repack=repack)  # every variant at once: shared slices
             done: list[Rendered] = []

@@ -223,8 +223,11 @@ def _context_sources(value: str, args: Mapping[str, str]) -> list[str]:
 _VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
-    """Parse Dockerfile text into its formatting-independent baked inputs."""
+def parse_dockerfile_inputs(text: str, build_args: Mapping[str, str] | None = None
+                            ) -> DockerfileInputs:
+    """Parse Dockerfile text into its formatting-independent baked inputs; `build_args`
+    (`--build-arg`s) override the defaults of the ARGs they name, as the builders do."""
+    given = build_args or {}
     parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
     structure = [i for i in parser.structure if i["instruction"] != "COMMENT"]
     global_args: dict[str, str] = {}
@@ -235,6 +238,8 @@ def parse_dockerfile_inputs(text: str) -> DockerfileInputs:
         value = " ".join(str(item["value"]).split())
         if instr == "ARG":
             name, sep, default = value.partition("=")
+            if name in given:
+                sep, default = "=", shlex.quote(given[name])
             if sep:
                 clean = " ".join(_tokens(default)) if default else ""
                 if raw_stages:

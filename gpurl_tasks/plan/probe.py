@@ -202,7 +202,8 @@ def survey_sizes(configs: Sequence[Config], *, probe: bool, dry_run: bool,
     layers.size-cache, even when some fail."""
     known: dict[str, bool] = {}
     for config in configs:
-        closure = install_closure(load_lock(config.lock), config.target, config.python)
+        closure = install_closure(load_lock(config.planned().lock), config.target,
+                                  config.python)
         sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
         for url, compressed in urls_to_probe(closure.packages, target_tags(config.target),
                                              sources).items():

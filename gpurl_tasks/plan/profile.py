@@ -91,7 +91,7 @@ def local_paths(closure: Closure) -> tuple[tuple[str, str], ...]:
 def profile_inputs(config: Config) -> tuple[VariantInput, ...]:
     """What the planner needs of every variant of the profile: closures, sizes, slice lines
     (the lock parsed once). `config` is the one of any of the profile's variants."""
-    parsed = load_lock(config.lock)
+    parsed = load_lock(config.planned().lock)
     sources = load_size_sources(config.layers.size_overrides, config.layers.size_cache)
     settings = load_build_settings(config.workspace)
     return tuple(dataclasses.replace(_variant_input(parsed, v, sources),

@@ -104,6 +104,9 @@ class Fingerprint:
     config: tuple[ConfigEntry, ...] = ()
     # the image installs compiled wheels; without any there are none to rebuild (`wheels` empty)
     compiled: bool = True
+    # (path, git blob id) of every context file a hand-written Dockerfile's image stages copy
+    # (after .dockerignore), sorted; empty for a generated Dockerfile (its lock decides)
+    context: tuple[tuple[str, str], ...] = ()
 
     def canonical(self) -> dict[str, Any]:
         image = self.dockerfile.image_stages()
@@ -121,7 +124,7 @@ class Fingerprint:
             "missing": list(self.missing),
             "config": [list(e) for e in self.config],
             "compiled": self.compiled,
-        }
+        } | ({"context": dict(self.context)} if self.context else {})
 
     @property
     def digest(self) -> str:
@@ -149,12 +152,14 @@ def fingerprint(dockerfile: DockerfileInputs, closure: Iterable[ClosureEntry],
                 missing: Iterable[str] = (),
                 wheel_sources: Mapping[str, str] | None = None,
                 config: Mapping[str, tuple[str, str]] | None = None,
-                compiled: bool = True) -> Fingerprint:
+                compiled: bool = True,
+                context: Mapping[str, str] | None = None) -> Fingerprint:
     """Collect the baked inputs; the closure may come in any order and with duplicates;
     `config` is {dotted key: (class, value)} (config.baked_values); `compiled`: the image
     installs compiled wheels (their expected names are recorded only then)."""
     return Fingerprint(
         compiled=compiled,
+        context=tuple(sorted((context or {}).items())),
         config=tuple(sorted((k, bakes, value) for k, (bakes, value) in (config or {}).items())),
         missing=tuple(sorted(set(missing))),
         wheel_sources=tuple(sorted((wheel_sources or {}).items())),
@@ -238,13 +243,14 @@ def _stage_reasons(old: StageInputs | None, new: StageInputs | None, *,
     return out
 
 
-def _source_diff(old: Mapping[str, str], new: Mapping[str, str]) -> str:
-    """The wheel recipe's copied files that differ, named (a few, then a count)."""
+def _source_diff(old: Mapping[str, str], new: Mapping[str, str],
+                 what: str = "files the wheel-builder copies") -> str:
+    """The copied files that differ, named (a few, then a count)."""
     changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
     shown = ", ".join(("+" if p not in old else "-" if p not in new else "~") + p
                       for p in changed[:5])
     more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
-    return f"files the wheel-builder copies changed: {shown}{more}"
+    return f"{what} changed: {shown}{more}"
 
 
 def _closure_reasons(old: Iterable[ClosureEntry], new: Iterable[ClosureEntry]) -> list[Reason]:
@@ -342,6 +348,9 @@ def decide(old: Fingerprint, new: Fingerprint) -> Decision:
     if old.wheel_sources != new.wheel_sources:
         reasons.append(Reason(kind="wheel-source", decision=WHEELS, detail=_source_diff(
             dict(old.wheel_sources), dict(new.wheel_sources))))
+    if old.context != new.context:
+        reasons.append(Reason(kind="context", decision=IMAGE, detail=_source_diff(
+            dict(old.context), dict(new.context), "files the Dockerfile copies")))
     if old.extras != new.extras and not config_known:  # else the config's python.extras says it
         reasons.append(Reason(kind="extras", decision=IMAGE,
                               detail=f"{list(old.extras)} -> {list(new.extras)}"))

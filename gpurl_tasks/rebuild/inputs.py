@@ -6,6 +6,8 @@ sides: pyproject.toml as committed there, the same environment), the lock's inst
 from the launcher's provenance comment (or its image table's entry). It also says when a
 committed Dockerfile is stale against its own commit's config or lock (its labels record both),
 so a pin edited but not yet generated is named, while the decision still comes from the config.
+A hand-written Dockerfile's profile (build.generate = false) has no lock: its inputs are what
+its build reads (dockerfile/handwritten.py), the copied context files by their git blob ids.
 Everything it returns is plain data for the task to print.
 """
 
@@ -29,6 +31,7 @@ from gpurl_tasks.config import (
     load_config,
     sets_config,
 )
+from gpurl_tasks.dockerfile.handwritten import copied_files, image_inputs
 from gpurl_tasks.dockerfile.inputs import DockerfileInputs, parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH, label_value
 from gpurl_tasks.dockerfile.wheels import pins_from_args
@@ -245,6 +248,50 @@ def _fingerprint(dockerfile: str | None, lock: str | None, config: Config,
                        compiled=config.build.compiled_wheels or bool(inputs.wheel_recipe()))
 
 
+def _handwritten_fingerprint(dockerfile: str | None, config: Config, repo: Path,
+                             files: Callable[[list[str]], dict[str, str]],
+                             show: Callable[[str], str | None], *,
+                             config_known: bool = True) -> Fingerprint:
+    """What a hand-written Dockerfile's build reads at one point: its image stages with the
+    configured build args, the context files they copy (`files` gives the context's blob ids,
+    `show` a file's text there), and the config; no lock (the file installs what it says)."""
+    inputs = image_inputs(dockerfile or "", values.build_arg_map(config.build.build_args))
+    context = config.build.context.relative_to(repo).as_posix()
+    ignore = show(f"{context}/.dockerignore" if context != "." else ".dockerignore") or ""
+    copied = copied_files(inputs, files([context]), context, ignore)
+    pins = pins_from_args({}, config.build, config.target)
+    return fingerprint(inputs, [], (), pins, ["dockerfile"] if dockerfile is None else [],
+                       config=baked_values(config) if config_known else None,
+                       compiled=False, context=copied)
+
+
+def _handwritten_rebuild(config: Config, env: Mapping[str, str], repo: Path, ref: str,
+                         source: str, commit: str) -> RebuildReport:
+    """rebuild-needed for a hand-written Dockerfile (build.generate = false): the file, what
+    its COPY/ADD take and its ARG values, at `commit` and in the working tree."""
+    if not config.build.dockerfile.is_file():
+        raise ConfigError(f"{config.build.dockerfile.relative_to(config.root)} does not exist: "
+                          f"profile {config.profile!r} builds it as written (build.generate = "
+                          "false)", hint="commit the Dockerfile, or correct build.dockerfile")
+    old_config, unread = _config_at(repo, commit, config, env)
+    new_fp = _handwritten_fingerprint(
+        read_text(config.build.dockerfile, what="Dockerfile", error=ConfigError), config, repo,
+        lambda paths: git.worktree_blobs(repo, paths),
+        lambda path: (repo / path).read_text(encoding="utf-8") if (repo / path).is_file()
+        else None, config_known=old_config is not None)
+    old_config = old_config or config
+    old_fp = _handwritten_fingerprint(
+        git.show_file(repo, commit, old_config.build.dockerfile.relative_to(repo).as_posix()),
+        old_config, repo, lambda paths: git.tree_blobs(repo, commit, paths),
+        lambda path: git.show_file(repo, commit, path), config_known=unread is None)
+    notes = (f"the config at {ref} could not be read ({unread}): the files decide",
+             ) if unread else ()
+    return RebuildReport(decision=decide(old_fp, new_fp), since_ref=ref, since_commit=commit,
+                         since_source=source, old=old_fp, new=new_fp, notes=notes,
+                         platform=config.target.platform, several_platforms=len(
+                             {v.target.platform for v in config.variants}) > 1)
+
+
 def _read(path: Path, what: str, error: type[GpurlError], hint: str) -> str:
     return read_text(path, what=what, error=error, missing_hint=hint)
 
@@ -257,6 +304,8 @@ def rebuild_needed(config: Config, *, since: str | None = None,
     repo = git.toplevel(config.root)
     ref, source = (since, "--since") if since else default_since(config, repo)
     commit = git.resolve_commit(repo, ref)
+    if not config.build.generate:
+        return _handwritten_rebuild(config, env, repo, ref, source, commit)
     new_lock = _read(config.lock, "lock", LockError, "run uv lock in the workspace")
     new_docker = (read_text(config.build.dockerfile, what="Dockerfile", error=ConfigError)
                   if config.build.dockerfile.is_file() else None)

@@ -24,8 +24,10 @@ from gpurl_tasks.attest.collect import listed
 from gpurl_tasks.attest.documents import Build, Skeleton
 from gpurl_tasks.attest.documents import documents as attest_documents
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile import handwritten
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.errors import ExitCode, GpurlError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.imageref import ImageRef
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
@@ -35,7 +37,7 @@ from gpurl_tasks.oci.tags import resolve_reference
 from gpurl_tasks.release.gpu import latest_verdict
 from gpurl_tasks.release.verify import Finding
 
-__all__ = ["Attestations", "BuildContext", "attach_attestations", "attestation_findings",
+__all__ = ["Attestations", "BuildContext", "attach_attestations", "attestation_findings", "base_image",
            "documents", "read_attestations", "sbom_task", "skeleton", "tag_commit"]
 
 
@@ -54,11 +56,24 @@ class BuildContext:
 
 def skeleton(config: Config) -> Skeleton:
     """What the documents of the variant's image say that is known before its build (the
-    cluster job reads it from the bundle: `invoke generate` writes it beside the script)."""
-    python, declared = listed(config)
+    cluster job reads it from the bundle: `invoke generate` writes it beside the script). A
+    hand-written Dockerfile's image has no lock to list: its SBOM holds what the image's dpkg
+    records, and no Python package."""
+    python, declared = listed(config) if config.build.generate else ((), ())
     return Skeleton(profile=config.profile, variant=config.variant.name, python=python,
-                    post_installs=declared, base_image=config.build.base_image,
+                    post_installs=declared, base_image=base_image(config),
                     lock_label=LABEL_LOCK_HASH, config_label=LABEL_CONFIG_HASH)
+
+
+def base_image(config: Config) -> str:
+    """The base image the provenance names: build.base-image for a generated Dockerfile; a
+    hand-written one's own, the external image its last stage starts from (its FROM chain,
+    ARGs and build.build-args substituted)."""
+    if config.build.generate:
+        return config.build.base_image
+    text = read_text(config.build.dockerfile, what="hand-written Dockerfile")
+    return handwritten.base_image(handwritten.image_inputs(
+        text, values.build_arg_map(config.build.build_args))) or config.build.base_image
 
 
 def documents(config: Config, image: PulledImage, context: BuildContext) -> tuple[bytes, bytes]:

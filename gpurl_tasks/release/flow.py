@@ -105,8 +105,11 @@ def verify_image(config: Config, ref: ImageRef, client: RegistryClient, *,
     if image.labels.get(LABEL_PLAN_FINGERPRINT):
         plan, note = plan_loader(config)
     records, records_note = read_records(config, image, client)
+    hand_written = ("" if config.build.generate
+                    else config.build.dockerfile.relative_to(config.root).as_posix())
     report = check_layers(image, rules_for(config), plan, plan_note=note, records=records,
-                          records_note=records_note, missing=missing_blobs(image, client))
+                          records_note=records_note, missing=missing_blobs(image, client),
+                          hand_written=hand_written)
     findings, notes = attestation_findings(config, image, client)
     gpu, gpu_notes = gpu_findings(config, image, client)
     findings, notes = [*findings, *gpu], [*notes, *gpu_notes]

@@ -185,11 +185,13 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
                  plan_note: str | None = None,
                  records: Mapping[int, Record] | None = None,
                  records_note: str | None = None,
-                 missing: Collection[str] = ()) -> Report:
+                 missing: Collection[str] = (), hand_written: str = "") -> Report:
     """Apply the rules to a pulled image; `plan` adds predicted sizes when it matches,
     `records` (layer index -> the record its history names) the exact size of each slice
     gpurl wrote, and `missing` names the blobs of the image (config or layers) the registry
-    answered a HEAD for with "not found"."""
+    answered a HEAD for with "not found". `hand_written`: the hand-written Dockerfile the image
+    was built from (build.generate = false), whose instruction a layer over a limit is named
+    by: gpurl cannot re-layer it, the team splits that instruction."""
     instructions, history_note = layer_instructions(image)
     predicted, prediction_note = _predictions(image, instructions, plan, plan_note)
     records = records or {}
@@ -208,11 +210,12 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
                 code="hard-limit", layer=row.index, failing=True,
                 message=f"layer {row.index} is {size}, at or above the hard limit "
                         f"{format_bytes(rules.hard_limit)}: registries and the cluster's "
-                        "containerd cannot move it reliably"))
+                        "containerd cannot move it reliably" + _by_hand(row, hand_written)))
         elif row.size > rules.cap:
             findings.append(Finding(
                 code="cap", layer=row.index, failing=True,
-                message=f"layer {row.index} is {size}, above the cap {format_bytes(rules.cap)}"))
+                message=f"layer {row.index} is {size}, above the cap {format_bytes(rules.cap)}"
+                        + _by_hand(row, hand_written)))
     total = sum(r.size for r in rows)
     largest = max(rows, key=lambda r: r.size, default=None)
     if largest and total and largest.size > rules.cap and largest.size / total >= HUGE_SHARE:
@@ -252,6 +255,18 @@ def check_layers(image: PulledImage, rules: Rules, plan: Plan | None = None, *,
     return Report(reference=str(image.ref), top_digest=image.top_digest,
                   manifest_digest=image.manifest_digest, is_index=image.is_index, rules=rules,
                   rows=rows, findings=tuple(findings), notes=notes, platform=image.platform)
+
+
+def _by_hand(row: LayerRow, dockerfile: str) -> str:
+    """For an image built from a hand-written Dockerfile, which instruction of it made the
+    layer and what to do; nothing for a generated one (its planner re-layers it)."""
+    if not dockerfile:
+        return ""
+    made = (f"`{_short_instruction(row.instruction, 72)}` of the hand-written {dockerfile}"
+            if row.instruction else f"an instruction of the hand-written {dockerfile} (the "
+            "history does not map layers to instructions)")
+    return (f": it is {made}; split that instruction into several, each under the cap "
+            "(gpurl does not re-layer a hand-written Dockerfile)")
 
 
 def _record_findings(rows: tuple[LayerRow, ...]) -> list[Finding]:

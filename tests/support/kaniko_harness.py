@@ -164,8 +164,9 @@ class Rig:
 def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
         profile: str | None = None, variant: str | None = None,
         overrides: Mapping[str, Any] | None = None,
-        wheels: Sequence[Path] | None = None) -> Iterator[Rig]:
-    """Serve wheels + MANIFEST + a crane tarball and render the script against them."""
+        wheels: Sequence[Path] | None = None, project: Path = REPO_ROOT) -> Iterator[Rig]:
+    """Serve wheels + MANIFEST + a crane tarball and render the script against them
+    (`project`: the repository whose config renders it, gpurl's own by default)."""
     served = tmp / "served"
     served.mkdir()
     root = tmp / "root"
@@ -186,7 +187,7 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
         "kaniko/.docker/config.json": (b"{}\n", 0o644),
     }, gz=False))
     with serve_files(served) as url:
-        config = load_config(REPO_ROOT, profile=profile, variant=variant, env={},
+        config = load_config(project, profile=profile, variant=variant, env={},
                              overrides={"cluster.env-source": "chain", **(overrides or {}),
                                         "build.wheel-base-url": url + "/wheels"})
         names = prebuilt_wheel_names(config)

@@ -9,12 +9,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 __all__ = ["BASE_IMAGE", "build_source_wheel", "docker_ready", "free_port", "need",
-           "non_loopback_address", "python312", "uv"]
+           "non_loopback_address", "python312", "shellcheck", "uv"]
 
 
 def need(present: object, reason: str) -> None:
@@ -24,6 +25,14 @@ def need(present: object, reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"required local part missing in CI: {reason}")
     pytest.skip(reason)
+
+
+def shellcheck() -> str:
+    """The shellcheck binary (the lint and test groups install it beside the interpreter)."""
+    found = shutil.which("shellcheck") or shutil.which(
+        "shellcheck", path=str(Path(sys.executable).parent))
+    need(found, "shellcheck not installed (the lint and test groups install it)")
+    return str(found)
 
 
 # The local path's base image (Debian bookworm's python3.11), as `invoke setup-local -p multiarch`
