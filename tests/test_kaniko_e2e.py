@@ -601,6 +601,7 @@ def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_only_the_changed
           f"{sorted(rewritten)} of {len(new)}")
 
 
+@pytest.mark.kaniko_faults
 def test_the_job_completes_through_registry_faults_and_its_rerun_reuses_every_slice(
         parts: Parts, tmp_path: Path) -> None:
     """The destination registry behind the seeded fault proxy (5xx on uploads and manifest
@@ -635,6 +636,7 @@ _COMPOSED = re.compile(r"==> environment \S+ \((\d+) slice\(s\) written, (\d+) o
                        r"record's blob was gone; (\d+) cached\)")
 
 
+@pytest.mark.kaniko_faults
 def test_a_job_killed_at_each_step_leaves_the_registry_sound_and_the_rerun_finishes(
         parts: Parts, tmp_path: Path) -> None:
     """One commit's job killed as a node kills it (SIGKILL) in the env-base build, after its
@@ -678,6 +680,7 @@ def test_a_job_killed_at_each_step_leaves_the_registry_sound_and_the_rerun_finis
           f"reused all {slices} and pushed {done.reference}")
 
 
+@pytest.mark.kaniko_faults
 def test_two_jobs_of_two_commits_at_once_on_one_cache_each_push_their_own_image(
         parts: Parts, tmp_path: Path) -> None:
     """Two commits (the demo and a small lock bump of it) built at the same time on one cache
