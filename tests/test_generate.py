@@ -349,7 +349,8 @@ def test_demo_as_a_cluster_profile_fetches_its_own_wheel_and_a_bad_pin_writes_no
     before = _tree(root)
     refused = _invoke(root)
     assert refused.returncode != 0
-    assert refused.stderr.splitlines() == [refused.stderr.strip()]  # one line
+    error, hint = refused.stderr.splitlines()  # one error line and its hint
+    assert error.startswith("error: ") and hint.startswith("  hint: set the key it names")
     assert "cannot name the prebuilt wheels of profile 'demo' (variant 'standard')" in refused.stderr
     assert key in refused.stderr and "Traceback" not in refused.stderr
     assert _tree(root) == before

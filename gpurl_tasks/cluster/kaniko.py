@@ -246,7 +246,9 @@ def prebuilt_wheel_names(config: Config) -> tuple[str, ...]:
                                   spec_versions(build.wheel_specs, pins, _source_pyprojects(config)))
     except WheelNameError as exc:
         raise BuildError(f"cannot name the prebuilt wheels of profile {config.profile!r}"
-                         f"{config.variant.note}: {exc.message}") from None
+                         f"{config.variant.note}: {exc.message}",
+                         hint="set the key it names in [tool.gpurl] (docs/config.md), then "
+                              "`invoke generate`") from None
 
 
 def _relative(path: Path, root: Path, key: str) -> str:
