@@ -182,9 +182,10 @@ def prepare_pin(config: Config, image: PulledImage, report: Report, *, force: bo
 
 
 def prepare_pins(pinned: Sequence[tuple[Config, PulledImage, Report]], *, force: bool,
-                 today: dt.date) -> PinChange:
+                 today: dt.date, entries: Sequence[EntryPin] = ()) -> PinChange:
     """Check each image, and compute the one launcher edit that pins them: the entries of an
-    image table (launcher.table), else the one image's variable (nothing written)."""
+    image table (launcher.table; `entries`, each image's `table_pin`, where the caller has
+    them), else the one image's variable (nothing written)."""
     for config, image, report in pinned:
         check_pinnable(config, image, report, force=force)
     first = pinned[0][0]
@@ -192,7 +193,8 @@ def prepare_pins(pinned: Sequence[tuple[Config, PulledImage, Report]], *, force:
     values = [pinned_value(image.ref, image.manifest_digest) for _, image, _ in pinned]
     if first.launcher.table:
         new = pin_entries(old, TableShape.of(first.launcher),
-                          [table_pin(config, image) for config, image, _ in pinned],
+                          list(entries) or [table_pin(config, image)
+                                            for config, image, _ in pinned],
                           where=str(shown_path(first)))
     else:
         (config, image, report), = pinned  # one variable holds one image (an index: pin_index)
@@ -638,14 +640,15 @@ def pin_table(configs: Sequence[Config], text: str | None, *, force: bool, dry_r
         check_immutable(ref := resolve_reference(config, text), config.registry)
         table_tag(config, ref)
     pinned = [(config, *verified_image(config, text)) for config in configs]
-    change = prepare_pins(pinned, force=force, today=today)
+    entries = [table_pin(config, image) for config, image, _ in pinned]  # git asked once each
+    change = prepare_pins(pinned, force=force, today=today, entries=entries)
     for _, _, report in pinned:
         if not report.ok:
             warn(f"warning: pinning {report.reference} despite failing rules (--force)")
     written = False if dry_run else apply_pin(change)
     return TablePinOutcome(change=change, written=written, dry_run=dry_run, entries=tuple(
-        (config.variant.name, table_pin(config, image), report)
-        for config, image, report in pinned))
+        (config.variant.name, entry, report)
+        for (config, _, report), entry in zip(pinned, entries, strict=True)))
 
 
 def pin_each(configs: tuple[Config, ...], text: str | None, *, force: bool, dry_run: bool,
