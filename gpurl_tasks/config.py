@@ -781,12 +781,6 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _doc_of(dotted: str) -> str:
-    """The description of section key `dotted` (`layers.cap`)."""
-    section, name = dotted.split(".")
-    return key_doc(next(f for f in dataclasses.fields(_SECTIONS[section]) if _key(f.name) == name))
-
-
 def _key_of(field: dataclasses.Field[Any]) -> _Key:
     key = field.metadata.get("gpurl")
     if not isinstance(key, _Key):  # a declaration error in this file, not a user's
@@ -856,9 +850,11 @@ _MIGRATION_HINT = ('write post-install = ["harbor[EXTRAS] @ git+<harbor-repo>@<h
                    "harbor-commit")
 
 
-# Keys that were renamed, with their new name: two keys were called compression-level.
-_RENAMED = {"layers.compression-level": "layers.slice-gzip-level",
-            "cluster.compression-level": "cluster.kaniko-gzip-level"}
+# Keys that were renamed: (the new name, what it is). Two keys were called compression-level.
+_RENAMED = {"layers.compression-level": ("layers.slice-gzip-level",
+                                         "the gzip level of the slice layers gpurl writes"),
+            "cluster.compression-level": ("cluster.kaniko-gzip-level",
+                                          "the gzip level of the layers kaniko writes")}
 
 
 def _unknown(key: str, where: str) -> ConfigError:
@@ -866,11 +862,11 @@ def _unknown(key: str, where: str) -> ConfigError:
         return ConfigError(f"{key} in {where} is no longer a key: {_MIGRATED[key]}",
                            hint=_MIGRATION_HINT)
     if key in _RENAMED:
-        new = _RENAMED[key]
+        new, what = _RENAMED[key]
         section, name = new.split(".")
         hint = (f"set ${environment_variable(new)} instead" if where.startswith("$") else
                 f"write {name} = N in its {section} table instead")
-        return ConfigError(f"{key} in {where} is now {new}: {_doc_of(new)}",
+        return ConfigError(f"{key} in {where} is now {new}, {what}",
                            hint=f"{hint} (the same N gives the same layers)")
     close = difflib.get_close_matches(key, (*_known_keys(), "default-profile", "profiles"), n=1)
     hint = f"did you mean {close[0]!r}?" if close else "every key is in docs/config.md"
@@ -934,7 +930,8 @@ OTHER_VARIABLES = frozenset({
 def unknown_variables(env: Mapping[str, str]) -> list[tuple[str, str | None]]:
     """GPURL_* variables in `env` that nothing reads (`GPURL_LAYERS_CAPP`), each with the
     closest variable that is read (None: none is close): a typo is otherwise silently ignored."""
-    known = sorted({environment_variable(k) for k in _known_keys()} | OTHER_VARIABLES)
+    # a renamed key's old variable is load_config's error, which names the new one
+    known = sorted({environment_variable(k) for k in (*_known_keys(), *_RENAMED)} | OTHER_VARIABLES)
     found = []
     for name in sorted(n for n in env if n.startswith("GPURL_") and n not in known):
         close = difflib.get_close_matches(name[6:], [k[6:] for k in known], n=1)

@@ -129,3 +129,4 @@ def test_a_retired_spelling_names_the_one_to_write(tmp_path: Path, added: str,
     assert caught.value.message.startswith(message), caught.value.message
     assert "\n" not in caught.value.message
     assert caught.value.hint == hint
+    assert cfg.unknown_variables(env) == []  # no warning besides: the error names the new one
