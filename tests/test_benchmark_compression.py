@@ -37,7 +37,7 @@ from gpurl_tasks.writer.records import MEDIA_TYPES, SLICE_DIR, written_history
 from tests.support.local_parts import need
 from tests.support.registry_server import RegistryServer
 
-LEVEL = LayerSettings().compression_level
+LEVEL = LayerSettings().slice_gzip_level
 digests = st.text("0123456789abcdef", min_size=64, max_size=64).map(lambda h: "sha256:" + h)
 
 

@@ -398,7 +398,7 @@ def _compose(config: Config) -> str:
                                  files='"${below[@]}"')
     compose_env = _fragment("compose-env.sh", {
         "VENV": shlex.quote(config.build.venv), "INSTALL": " ".join(install),
-        "BUILD_ENV": build_env, "LAYER_LEVEL": config.layers.compression_level})
+        "BUILD_ENV": build_env, "LAYER_LEVEL": config.layers.slice_gzip_level})
     compose = _fragment("compose.sh", {
         "SLICE_INDEX": shlex.quote(_relative(slice_index_path(config), config.root,
                                              "build.kaniko-script")),
@@ -459,7 +459,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         "REGISTRY_USER": _plain("registry.user", registry.user) if registry.user else "",
         "TAG_PREFIX": _plain("registry.tag-prefix", registry.tag_prefix),
         "FLOATING_TAG": _plain("registry.floating-tag", registry.floating_tag),
-        "COMPRESSION_LEVEL": config.cluster.compression_level,
+        "COMPRESSION_LEVEL": config.cluster.kaniko_gzip_level,
         "SNAPSHOT_MODE": config.cluster.snapshot_mode,
         **_wheel_vars(config, pins, wheels),
     })

@@ -168,7 +168,7 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
     commands += [stage_command(client, image="<image id>", slice_file=layer.slice.path(config.variant),
                                dest=layer.slice.image_path, out_dir=Path("<out>"),
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
-                               level=config.layers.compression_level,
+                               level=config.layers.slice_gzip_level,
                                build=staging.get(layer.name), hashed=layer.hashed)
                  for layer in plan.layers]
     return tuple(tuple(argv) for argv in commands)
@@ -207,7 +207,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
     cache = parse_reference(cache_repository(config), default_host=config.registry.host,
                             bare=True)
     target = parse_reference(config.registry.image, default_host=config.registry.host, bare=True)
-    level = config.layers.compression_level
+    level = config.layers.slice_gzip_level
     with tempfile.TemporaryDirectory(prefix="gpurl-env-") as tmp:
         iidfile = Path(tmp) / "env-base.iid"
         builds.run(ENV_BASE_STAGE, iidfile=iidfile)
