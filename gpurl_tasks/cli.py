@@ -659,7 +659,7 @@ def choice(flag: str, value: str | None, choices: Any) -> str | None:
         return value
     close = difflib.get_close_matches(value, allowed, n=1)
     raise ConfigError(f"{flag} must be one of {', '.join(map(repr, allowed))}, not {value!r}",
-                      hint=f"did you mean {close[0]!r}?" if close else None)
+                      hint=f"did you mean {close[0]!r}?" if close else f"pass one of them to {flag}")
 
 
 @overload
@@ -679,5 +679,6 @@ def positional(task: str, value: str | None, *, needs: str | None = None, usage:
         out(shown.stdout.rstrip("\n"))
         raise Exit(code=0)
     if needs and (value is None or not value.strip()):
-        raise ConfigError(f"invoke {task} needs {needs}", hint=usage or None)
+        raise ConfigError(f"invoke {task} needs {needs}",
+                          hint=f"usage: {usage}" if usage else f"see `invoke {task} --help`")
     return value

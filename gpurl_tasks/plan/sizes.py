@@ -119,9 +119,11 @@ def _read_json_object(path: Path, what: str, *, optional: bool) -> dict[str, obj
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SizeError(f"{what} {path} is not valid JSON: {exc}") from None
+        raise SizeError(f"{what} {path} is not valid JSON: {exc}",
+                        hint="fix the JSON, or delete the file to start empty") from None
     if not isinstance(data, dict):
-        raise SizeError(f"{what} {path} must hold a JSON object")
+        raise SizeError(f"{what} {path} must hold a JSON object",
+                        hint="write it as {\"package\": bytes, ...}, or delete it to start empty")
     return data
 
 
@@ -132,7 +134,8 @@ def load_size_sources(overrides: Path | None, cache: Path | None) -> SizeSources
         for key, value in _read_json_object(overrides, "size override file", optional=False).items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SizeError(f"size override {key!r} in {overrides} must be a byte count, "
-                                f"got {value!r}")
+                                f"got {value!r}",
+                                hint="write the size as a whole number of bytes, e.g. 123456789")
             name, _, version = key.partition("==")
             table[canonicalize_name(name) + (f"=={version.strip()}" if version else "")] = value
     probed: dict[str, Mapping[str, int]] = {}
