@@ -111,6 +111,17 @@ def select_wheel(package: LockedPackage, supported: Sequence[Tag]) -> Artifact |
     return best[2] if best else None
 
 
+# (the key naming it, what it holds) of each JSON file, for the hint of one that is not that
+_FORMS = {"size override file": ("layers.size-overrides", 'a JSON object {"name==version": bytes}'),
+          "size cache": ("layers.size-cache",
+                         "the object `invoke sizes --probe` writes (delete it to start over)")}
+
+
+def _json_hint(what: str) -> str:
+    key, form = _FORMS[what]
+    return f"point {key} at the right file, or make it {form}"
+
+
 def _read_json_object(path: Path, what: str, *, optional: bool) -> dict[str, object]:
     if optional and not path.exists():
         return {}
@@ -120,10 +131,10 @@ def _read_json_object(path: Path, what: str, *, optional: bool) -> dict[str, obj
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SizeError(f"{what} {path} is not valid JSON: {exc}",
-                        hint="fix the JSON, or delete the file to start empty") from None
+                        hint=_json_hint(what)) from None
     if not isinstance(data, dict):
         raise SizeError(f"{what} {path} must hold a JSON object",
-                        hint="write it as {\"package\": bytes, ...}, or delete it to start empty")
+                        hint=_json_hint(what))
     return data
 
 
