@@ -73,6 +73,11 @@ class IrisOutputError(IrisError):
     again gets the same answer (a CLI that changed its output, not a network blip)."""
 
 
+# the hint of an answer of the CLI that gpurl cannot read
+_UNREADABLE_HINT = ("iris printed something gpurl cannot read: use the release iris-release.toml "
+                    "pins (`invoke doctor` checks it)")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Observation:
     """One reading of a job's state; `submitted_ms` and `pending_reason` (why the controller
@@ -238,15 +243,13 @@ def _normalise(raw: Any, source: str) -> str:
         if raw in _STATE_NUMBERS:
             return _STATE_NUMBERS[raw]
         raise IrisOutputError(f"{source}: unknown job state number {raw!r}",
-                              hint="iris printed something gpurl cannot read: "
-                                   "use the release iris-release.toml pins (`invoke doctor` checks it)")
+                              hint=_UNREADABLE_HINT)
     text = str(raw).strip().lower().removeprefix("job_state_")
     if text.isdigit():
         return _normalise(int(text), source)
     if text not in STATES or text == ABSENT:
         raise IrisOutputError(f"{source}: unknown job state {raw!r}",
-                              hint="iris printed something gpurl cannot read: "
-                                   "use the release iris-release.toml pins (`invoke doctor` checks it)")
+                              hint=_UNREADABLE_HINT)
     return text
 
 
@@ -265,9 +268,7 @@ def _load_json(text: str, source: str) -> Any:
     except json.JSONDecodeError as exc:
         snippet = text.strip()[:80]
         raise IrisOutputError(f"{source}: not JSON ({exc.msg}): {snippet!r}",
-                              hint="iris printed something gpurl cannot read: "
-                                   "use the release iris-release.toml pins "
-                                   "(`invoke doctor` checks it)") from None
+                              hint=_UNREADABLE_HINT) from None
 
 
 def one_line(text: str) -> str:
@@ -310,8 +311,7 @@ def parse_summary_json(text: str) -> Observation:
     data = _load_json(text, "job summary")
     if not isinstance(data, dict) or "state" not in data:
         raise IrisOutputError("job summary: JSON has no 'state'",
-                              hint="iris printed something gpurl cannot read: "
-                                   "use the release iris-release.toml pins (`invoke doctor` checks it)")
+                              hint=_UNREADABLE_HINT)
     state = _normalise(data["state"], "job summary")
     exit_code = _task_exit_code(data) if state not in ACTIVE_STATES else None
     error = str(data.get("error") or "")
@@ -327,8 +327,7 @@ def parse_list_json(text: str, job_id: str) -> Observation:
     data = _load_json(text, "job list")
     if not isinstance(data, list):
         raise IrisOutputError("job list: JSON is not a list",
-                              hint="iris printed something gpurl cannot read: "
-                                   "use the release iris-release.toml pins (`invoke doctor` checks it)")
+                              hint=_UNREADABLE_HINT)
     for item in data:
         if isinstance(item, dict) and item.get("job_id") == job_id:
             state = _normalise(item.get("state", "JOB_STATE_UNSPECIFIED"), "job list")
@@ -355,8 +354,7 @@ def parse_query_csv(text: str) -> Observation:
     rows = list(csv.reader(io.StringIO(text.strip())))
     if not rows or "state" not in rows[0]:
         raise IrisOutputError(f"query: no CSV header with 'state' in {text.strip()[:80]!r}",
-                              hint="iris printed something gpurl cannot read: "
-                                   "use the release iris-release.toml pins (`invoke doctor` checks it)")
+                              hint=_UNREADABLE_HINT)
     header = rows[0]
     if len(rows) == 1:
         return Observation(state=ABSENT)
@@ -431,8 +429,7 @@ def parse_kill_output(text: str) -> tuple[str, ...]:
             return ()
     raise IrisOutputError(f"job kill: neither 'Terminated jobs:' nor 'No running jobs matched.' "
                           f"in {text.strip()[:80]!r}",
-                          hint="iris printed something gpurl cannot read: use the release iris-release.toml "
-                               "pins (`invoke doctor` checks it)")
+                          hint=_UNREADABLE_HINT)
 
 
 def parse_prefix_list(text: str) -> dict[str, str]:
@@ -440,8 +437,7 @@ def parse_prefix_list(text: str) -> dict[str, str]:
     data = _load_json(text, "job list")
     if not isinstance(data, list):
         raise IrisOutputError("job list: JSON is not a list",
-                              hint="iris printed something gpurl cannot read: "
-                                   "use the release iris-release.toml pins (`invoke doctor` checks it)")
+                              hint=_UNREADABLE_HINT)
     return {str(item["job_id"]): _normalise(item.get("state", "JOB_STATE_UNSPECIFIED"),
                                             "job list")
             for item in data if isinstance(item, dict) and "job_id" in item}

@@ -20,6 +20,7 @@ __all__ = [
     "ACCEPT_MANIFESTS",
     "IMAGE_TYPES",
     "INDEX_TYPES",
+    "MALFORMED_HINT",
     "OCI_INDEX",
     "OCI_MANIFEST",
     "Descriptor",
@@ -45,13 +46,16 @@ IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 
 
+# the hint of an image whose documents are not what a registry and a builder write
+MALFORMED_HINT = "the image's documents are malformed: build and push it again (`invoke build`)"
+
+
 def _field(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = doc.get(key)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise RegistryError(f"{where}: field {shown(key)} is {shown(value)}, not the expected "
                             f"{getattr(kind, '__name__', 'value')}",
-                            hint="the image's documents are malformed: "
-                                 "build and push it again (`invoke build`)")
+                            hint=MALFORMED_HINT)
     return value
 
 
@@ -68,23 +72,19 @@ class Descriptor:
     def from_json(obj: Any, where: str) -> Descriptor:
         if not isinstance(obj, Mapping):
             raise RegistryError(f"{where} is {shown(obj)}, not an object",
-                                hint="the image's documents are malformed: "
-                                     "build and push it again (`invoke build`)")
+                                hint=MALFORMED_HINT)
         digest = _field(obj, "digest", str, where)
         if not DIGEST_RE.match(digest):
             raise RegistryError(f"{where}: digest {shown(digest)} is not sha256:<64 hex>",
-                                hint="the image's documents are malformed: "
-                                     "build and push it again (`invoke build`)")
+                                hint=MALFORMED_HINT)
         size = _field(obj, "size", int, where)
         if size < 0:
             raise RegistryError(f"{where}: size {size} is negative",
-                                hint="the image's documents are malformed: "
-                                     "build and push it again (`invoke build`)")
+                                hint=MALFORMED_HINT)
         media_type = obj.get("mediaType", "")
         if not isinstance(media_type, str):
             raise RegistryError(f"{where}: mediaType is {shown(media_type)}, not a string",
-                                hint="the image's documents are malformed: "
-                                     "build and push it again (`invoke build`)")
+                                hint=MALFORMED_HINT)
         plat = obj.get("platform")
         platform = None
         if isinstance(plat, Mapping):
@@ -194,13 +194,11 @@ def parse_diff_ids(doc: Mapping[str, Any], where: str) -> tuple[str, ...]:
     rootfs = doc.get("rootfs")
     if not isinstance(rootfs, Mapping):
         raise RegistryError(f"{where}: field 'rootfs' is {shown(rootfs)}, not an object",
-                            hint="the image's documents are malformed: "
-                                 "build and push it again (`invoke build`)")
+                            hint=MALFORMED_HINT)
     ids = _field(rootfs, "diff_ids", list, f"{where}: rootfs")
     if not all(isinstance(i, str) and DIGEST_RE.match(i) for i in ids):
         raise RegistryError(f"{where}: rootfs.diff_ids holds {shown(ids)}, not sha256 digests",
-                            hint="the image's documents are malformed: "
-                                 "build and push it again (`invoke build`)")
+                            hint=MALFORMED_HINT)
     return tuple(ids)
 
 
@@ -213,36 +211,30 @@ def parse_config(doc: Mapping[str, Any], where: str) -> ImageConfig:
     inner = doc.get("config") or {}
     if not isinstance(inner, Mapping):
         raise RegistryError(f"{where}: field 'config' is {shown(inner)}, not an object",
-                            hint="the image's documents are malformed: "
-                                 "build and push it again (`invoke build`)")
+                            hint=MALFORMED_HINT)
     labels = inner.get("Labels") or {}
     if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
         raise RegistryError(f"{where}: config.Labels is {shown(labels)}, not an object of strings",
-                            hint="the image's documents are malformed: "
-                                 "build and push it again (`invoke build`)")
+                            hint=MALFORMED_HINT)
     raw_history = doc.get("history") or []
     if not isinstance(raw_history, list):
         raise RegistryError(f"{where}: field 'history' is {shown(raw_history)}, not a list",
-                            hint="the image's documents are malformed: "
-                                 "build and push it again (`invoke build`)")
+                            hint=MALFORMED_HINT)
     history = []
     for i, entry in enumerate(raw_history):
         if not isinstance(entry, Mapping):
             raise RegistryError(f"{where}: history[{i}] is {shown(entry)}, not an object",
-                                hint="the image's documents are malformed: "
-                                     "build and push it again (`invoke build`)")
+                                hint=MALFORMED_HINT)
         created_by, empty = entry.get("created_by", ""), entry.get("empty_layer", False)
         if not isinstance(created_by, str) or not isinstance(empty, bool):
             raise RegistryError(f"{where}: history[{i}] has created_by {shown(created_by)} and "
                                 f"empty_layer {shown(empty)}; expected a string and a boolean",
-                                hint="the image's documents are malformed: "
-                                     "build and push it again (`invoke build`)")
+                                hint=MALFORMED_HINT)
         history.append(HistoryEntry(created_by=created_by, empty_layer=empty))
     fields = [doc.get(k) for k in ("os", "architecture", "variant")]
     if not all(f is None or isinstance(f, str) for f in fields):
         raise RegistryError(f"{where}: os/architecture/variant are {shown(fields)}, not strings",
-                            hint="the image's documents are malformed: "
-                                 "build and push it again (`invoke build`)")
+                            hint=MALFORMED_HINT)
     return ImageConfig(labels={str(k): v for k, v in labels.items()}, history=tuple(history),
                        platform=platform_name(*fields))
 

@@ -36,6 +36,7 @@ from gpurl_tasks.oci.image import (
     ACCEPT_MANIFESTS,
     IMAGE_TYPES,
     INDEX_TYPES,
+    MALFORMED_HINT,
     OCI_INDEX,
     OCI_MANIFEST,
     Descriptor,
@@ -248,15 +249,13 @@ class RegistryClient:
         if media_type not in IMAGE_TYPES:
             raise RegistryError(f"{ref}: the {entry.platform} entry {entry.digest[:19]} is "
                                 f"{media_type or 'untyped'}, not an image manifest",
-                                hint="the image's documents are malformed: "
-                                     "build and push it again (`invoke build`)")
+                                hint=MALFORMED_HINT)
         image = self._image(ref, top_digest, top_type, index.platforms, digest, media_type,
                             document, size)
         if entry.platform and image.platform and not same_platform(image.platform, entry.platform):
             raise RegistryError(f"{ref}: the index lists {digest[:19]} as {entry.platform}, and "
                                 f"its config says {image.platform}",
-                                hint="the image's documents are malformed: "
-                                     "build and push it again (`invoke build`)")
+                                hint=MALFORMED_HINT)
         return image
 
     def _image(self, ref: ImageRef, top_digest: str, top_type: str, platforms: tuple[str, ...],

@@ -61,6 +61,10 @@ LOCAL_SOURCE_KINDS = frozenset({"path", "directory", "editable", "virtual"})
 SUPPORTED_REVISIONS = range(1, 6)  # 1-3 seen in the wild, 4-5 written by uv 0.13
 
 
+# the hint of a lock whose tables are not what uv writes
+_RELOCK_HINT = "uv.lock is not what uv writes: run `uv lock` to write it again"
+
+
 @dataclasses.dataclass(**_KW)
 class Artifact:
     """A wheel or sdist entry: the file uv would download."""
@@ -183,7 +187,7 @@ def _expect(value: Any, kind: type | tuple[type, ...], where: str, source: str) 
     if not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise LockError(f"{source}: {where} must be a {names}, got {type(value).__name__}",
-                        hint="uv.lock is not what uv writes: run `uv lock` to write it again")
+                        hint=_RELOCK_HINT)
     return value
 
 
@@ -241,7 +245,7 @@ def _artifact(raw: Any, where: str, source: str) -> Artifact:
     path = raw.get("path") or raw.get("filename")
     if url is None and path is None:
         raise LockError(f"{source}: {where} has neither 'url' nor 'path'",
-                        hint="uv.lock is not what uv writes: run `uv lock` to write it again")
+                        hint=_RELOCK_HINT)
     if url is not None:
         _check(values.url, url, f"{where}.url", source)
     if path is not None:
@@ -252,7 +256,7 @@ def _artifact(raw: Any, where: str, source: str) -> Artifact:
     size = raw.get("size")
     if size is not None and (not isinstance(size, int) or size < 0):
         raise LockError(f"{source}: {where}.size must be a non-negative integer, got {size!r}",
-                        hint="uv.lock is not what uv writes: run `uv lock` to write it again")
+                        hint=_RELOCK_HINT)
     return Artifact(url=url, filename=filename, hash=raw.get("hash"), size=size)
 
 
@@ -263,7 +267,7 @@ def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
         _expect(entry, dict, here, source)
         if "name" not in entry:
             raise LockError(f"{source}: {here} has no 'name'",
-                            hint="uv.lock is not what uv writes: run `uv lock` to write it again")
+                            hint=_RELOCK_HINT)
         # edges are most of a lock: the fields an edge leaves out cost nothing
         marker = entry.get("marker")
         if marker is not None:
@@ -313,7 +317,7 @@ def _requirements(raw: Any, where: str, source: str) -> tuple[Requirement, ...]:
         name, specifier = entry.get("name"), entry.get("specifier", "")
         if not isinstance(name, str) or not isinstance(specifier, str):
             raise LockError(f"{source}: {here} needs a string 'name' (and 'specifier')",
-                            hint="uv.lock is not what uv writes: run `uv lock` to write it again")
+                            hint=_RELOCK_HINT)
         try:
             SpecifierSet(specifier)
         except InvalidSpecifier:
@@ -333,7 +337,7 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
     _expect(raw, dict, where, source)
     if "name" not in raw:
         raise LockError(f"{source}: {where} has no 'name'",
-                        hint="uv.lock is not what uv writes: run `uv lock` to write it again")
+                        hint=_RELOCK_HINT)
     name = _name(raw["name"], f"{where}.name", source)
     version = raw.get("version")
     if version is not None:
@@ -344,7 +348,7 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
     kinds = [k for k in SOURCE_KINDS if k in src]
     if len(kinds) != 1:
         raise LockError(f"{source}: {where}.source must name exactly one of {', '.join(SOURCE_KINDS)}",
-                        hint="uv.lock is not what uv writes: run `uv lock` to write it again")
+                        hint=_RELOCK_HINT)
     optional: dict[str, tuple[Dependency, ...]] = {
         _name(extra, f"{where}.optional-dependencies.{extra}", source):
             _dependencies(deps, f"{where}.optional-dependencies.{extra}", source)
