@@ -947,7 +947,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
 
 def _table(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where} must be a table, not {shown(value)}")
+        raise ConfigError(f"{where} must be a table, not {shown(value)}",
+                          hint="write it as a TOML table, [section] or { key = value }")
     return value
 
 
@@ -991,7 +992,7 @@ def _convert(dotted: str, hint: Any, setting: Setting, key: _Key | None = None) 
             return value
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
         raise ConfigError(f"{dotted} in {where} must be {_type_name(base)}, not {shown(value)}",
-                          hint=f"did you mean {close[0]!r}?" if close else None)
+                          hint=f"did you mean {close[0]!r}?" if close else f"set {dotted} to one of them")
     if base is bool:
         if isinstance(value, bool):
             return value
@@ -1035,7 +1036,8 @@ def _tool_table(root: Path, text: str | None = None) -> Mapping[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{pyproject} is not valid TOML: {exc}") from None
+        raise ConfigError(f"{pyproject} is not valid TOML: {exc}",
+                          hint="fix the TOML the message points at") from None
     return _table(_table(data.get("tool", {}), "[tool]").get("gpurl", {}), "[tool.gpurl]")
 
 
@@ -1158,7 +1160,8 @@ def _chosen_profile(tool: Mapping[str, Any], wanted: str | None) -> tuple[str, M
     _flatten(tool, "[tool.gpurl]")
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
-        raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
+        raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}",
+                          hint="set default-profile to the name of a [tool.gpurl.profiles.NAME] table")
     name = values.profile_name(wanted or default, "the profile name")
     if profiles and name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=1)
@@ -1239,8 +1242,7 @@ def _sections(merged: Settings, root: Path, workspace: Path) -> dict[str, Any]:
                     try:
                         key.check(value, dotted)
                     except ConfigError as exc:
-                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.specific_hint or (
-                            f"docs/config.md gives {dotted}'s form and default")) from None
+                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint) from None
                 if isinstance(value, Path):
                     value = base / value
                     if key.inside:  # issue 30: written or copied, so never outside the repository
@@ -1314,7 +1316,8 @@ def _variant_values(table: Mapping[str, Any], where: str, shared: Settings) -> d
         if key == "import-asserts":
             base = shared[dotted].value if dotted in shared else list(BuildSettings().import_asserts)
             if not isinstance(value, list) or not isinstance(base, list | tuple):
-                raise ConfigError(f"import-asserts in {where} must be a list of strings")
+                raise ConfigError(f"import-asserts in {where} must be a list of strings",
+                                  hint="write it as a list of strings, e.g. import-asserts = [\"torch\"]")
             value = [*base, *value]
         found[dotted] = Setting(value, where)
     return found

@@ -381,7 +381,7 @@ def required_token(found: TokenSource | None, host: str) -> TokenSource:
     """The token a build pushes with, or the registry-token check's refusal."""
     require(check := registry_token(found, host))
     if found is None:  # registry_token refuses a missing token; this narrows the type
-        raise BuildError(check.detail)
+        raise BuildError(check.detail, hint=check.fix)
     return found
 
 
@@ -411,7 +411,7 @@ def push_scope(config: Config, repository: str, env: Mapping[str, str], *, what:
             how = client.push_access(ref)
     except GpurlError as exc:
         return _problem(name, f"cannot push to {repository}: {exc.message}",
-                        exc.specific_hint or "use credentials that may write to the repository",
+                        exc.hint or "use credentials that may write to the repository",
                         exc)
     return _ok(name, f"{repository}: {_HOW[how]}")
 

@@ -30,7 +30,7 @@ from gpurl_tasks.cluster.kaniko import module_closure, standalone_tool
 from gpurl_tasks.cluster.submit import elide_argument
 from gpurl_tasks.cluster.watch import WatchResult
 from gpurl_tasks.config import Config
-from gpurl_tasks.errors import BuildError, CheckFailed, ExitCode, GpurlError
+from gpurl_tasks.errors import BUG_HINT, BuildError, CheckFailed, ExitCode, GpurlError
 from gpurl_tasks.gpu import result as gpu_result
 from gpurl_tasks.gpu.check import LINE_PREFIX
 from gpurl_tasks.oci.connect import open_client
@@ -89,7 +89,8 @@ def _tool_b64() -> str:
     encoded = base64.b64encode(text.encode()).decode()
     if len(encoded) > _MAX_TOOL_B64:
         raise BuildError(f"the GPU check script is {len(encoded)} bytes in base64, over the "
-                         f"{_MAX_TOOL_B64} one job argument may carry")
+                         f"{_MAX_TOOL_B64} one job argument may carry",
+                         hint=BUG_HINT)
     return encoded
 
 

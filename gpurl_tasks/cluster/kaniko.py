@@ -59,7 +59,7 @@ from gpurl_tasks.dockerfile.wheels import (
     prebuilt_filenames,
     spec_versions,
 )
-from gpurl_tasks.errors import BuildError
+from gpurl_tasks.errors import BUG_HINT, BuildError
 from gpurl_tasks.files import read_text
 from gpurl_tasks.oci import retry
 from gpurl_tasks.oci.tags import cache_repository
@@ -278,7 +278,8 @@ def render_template(name: str, values: Mapping[str, str | int]) -> str:
     if named != values.keys():
         raise BuildError(f"template script/{name} and its values disagree: placeholders without "
                          f"a value: {sorted(named - values.keys())}; values without a "
-                         f"placeholder: {sorted(values.keys() - named)}")
+                         f"placeholder: {sorted(values.keys() - named)}",
+                         hint=BUG_HINT)
 
     def value(match: re.Match[str]) -> str:
         if match["line"] is None:

@@ -177,7 +177,7 @@ def run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
         else:
             where, said = "", proc.tail(log, 3)
         raise BuildError(f"docker build failed{where}:\n{proc.tail(said, 6)}",
-                         hint=f"full log: {log_file}" if log_file else None)
+                         hint=f"full log: {log_file}" if log_file else "the failed step's output is above")
     return log, steps
 
 
@@ -206,7 +206,8 @@ def push_image(client: str, reference: str) -> str:
     done = proc.run_quiet(push_command(client, reference), timeout=3600)
     found = _PUSH_DIGEST.search(done.stdout)
     if not found:
-        raise BuildError(f"`docker push {reference}` printed no digest")
+        raise BuildError(f"`docker push {reference}` printed no digest",
+                         hint=f"run `docker push {reference}` by hand to see what it prints")
     return found.group(1)
 
 

@@ -105,7 +105,8 @@ def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseDocuments:
     base = BaseDocuments(manifest=manifest, config=registry.blob_json(ref, digest))
     if base.media_type not in MEDIA_TYPES:
         raise RegistryError(f"env-base's manifest is {base.media_type}, not a Docker or OCI "
-                            "image manifest")
+                            "image manifest",
+                            hint="build env-base again: a plain image manifest, not an index")
     return base
 
 
@@ -123,7 +124,9 @@ def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[Record 
     except ManifestUnknown:  # its config is gone
         return None, True
     except LayerError as exc:
-        raise RegistryError(str(exc)) from None
+        raise RegistryError(str(exc),
+                            hint="the cached slice's record is damaged: "
+                                 "delete its tag from the cache repository, build again") from None
     if not registry.has_blob(ref, str(record.layer["digest"])):
         return None, True
     return record, False
@@ -274,11 +277,14 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
     slices = [record for w in wanted if (record := found[w.layer.name]) is not None]
     if len(slices) != len(wanted):
         raise BuildError(f"{len(wanted) - len(slices)} slice(s) have no record after writing: "
-                         "the environment is not composed without them")
+                         "the environment is not composed without them",
+                         hint="the slice logs above say which failed; build again")
     try:
         composed = compose(base.manifest, base.config, slices)
     except LayerError as exc:
-        raise RegistryError(str(exc)) from None
+        raise RegistryError(str(exc),
+                            hint="a slice record does not fit env-base: delete the slice tags from the "
+                                 "cache repository, build again") from None
     for blob in composed.layers:
         registry.mount_blob(target, blob, cache.repository)
     registry.push_blob(target, composed.config)

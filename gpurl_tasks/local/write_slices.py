@@ -193,7 +193,9 @@ def write_slices(config: Config, *, output: Path | None, dry_run: bool, say: Say
         probe = probe_base(client, base_id, venv)
         if probe.machine != machine:
             raise BuildError(f"the staging image {base_id[:19]} is {probe.machine}, not this "
-                             f"{machine} machine's")
+                             f"{machine} machine's",
+                             hint="stage on a machine of the staging image's architecture, "
+                                  "or set the variant's target.arch")
         cross = staging_platform(config, probe.machine)
         for layer in wanted:
             written.append(_write_one(config, layer, client=client, image=base_id, out=out,

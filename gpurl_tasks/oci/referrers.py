@@ -110,5 +110,7 @@ def fetch(client: RegistryClient, ref: ImageRef, referrer: Referrer) -> dict[str
     parsed = parse_manifest(manifest, f"artifact {referrer.digest[:19]} of {ref}")
     if len(parsed.layers) != 1:
         raise RegistryError(f"artifact {referrer.digest[:19]} of {ref} holds "
-                            f"{len(parsed.layers)} layers, not one document")
+                            f"{len(parsed.layers)} layers, not one document",
+                            hint="an artifact not written by gpurl is attached: "
+                                 "run the task that attaches it again")
     return client.blob_json(ref, parsed.layers[0].digest)

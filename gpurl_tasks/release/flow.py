@@ -596,7 +596,9 @@ def _put_or_find(client: RegistryClient, index_ref: ImageRef, index: ImageIndex,
             return composed, "not put (dry run)"
         put = client.put_index(index_ref, index_ref.tag or "", index)
         if put != composed:
-            raise RegistryError(f"the registry stored the index as {put}, not {composed}")
+            raise RegistryError(f"the registry stored the index as {put}, not {composed}",
+                                hint="the registry rewrote the index: "
+                                     "use one that stores manifests as pushed")
         state = "composed"
     digest, back = client.read_index(index_ref.with_digest(composed))
     check_listed(f"{index_ref} ({digest[:19]})", back, members)

@@ -102,7 +102,8 @@ def compose_index(members: Sequence[Member]) -> ImageIndex:
                           hint="give the variants one registry.host and registry.repository")
     platforms = [m.platform for m in members]
     if len(set(platforms)) != len(platforms):
-        raise CheckFailed(f"an index lists one image per platform, not {', '.join(platforms)}")
+        raise CheckFailed(f"an index lists one image per platform, not {', '.join(platforms)}",
+                          hint="give each variant that shares launcher.variable its own target.arch")
     return ImageIndex(manifests=tuple(m.descriptor for m in members), media_type=OCI_INDEX)
 
 
