@@ -52,16 +52,11 @@ from gpurl_tasks.config import LayerSettings
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.files import sha256_of, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
-from gpurl_tasks.oci.image import (
-    DOCKER_MANIFEST,
-    OCI_MANIFEST,
-    Descriptor,
-    PulledImage,
-    parse_diff_ids,
-)
+from gpurl_tasks.oci.image import Descriptor, PulledImage, parse_diff_ids
 from gpurl_tasks.values import format_bytes
 from gpurl_tasks.writer.blob import GzipSink
 from gpurl_tasks.writer.composition import Composition, image_of
+from gpurl_tasks.writer.ocispec import DOCKER_MANIFEST, OCI_MANIFEST
 from gpurl_tasks.writer.records import MEDIA_TYPES, platform_of, slice_of
 
 __all__ = ["OUT", "ZSTD_LAYER", "BenchError", "Format", "chain_id", "formats", "image_documents",

@@ -16,10 +16,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpurl_tasks.attest.documents import canonical
 from gpurl_tasks.attest.provenance import STATEMENT_TYPE
 from gpurl_tasks.errors import CheckFailed, GpurlError, shown
 from gpurl_tasks.gpu import result as gpu_result
+from gpurl_tasks.writer.ocispec import canonical_json
 
 __all__ = [
     "MEDIA_TYPE",
@@ -66,7 +66,7 @@ class GpuPolicy:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(canonical(self.to_json())).hexdigest()
+        return hashlib.sha256(canonical_json(self.to_json())).hexdigest()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,7 +85,7 @@ def summary(result: gpu_result.Result, *, image: str, digest: str, policy: GpuPo
         raise CheckFailed(f"the GPU check ran {result.image}, not {digest}: refusing to record "
                           "it for this image", hint="run `invoke verify-gpu` for the image again")
     passed = result.passed
-    return canonical({
+    return canonical_json({
         "_type": STATEMENT_TYPE,
         "subject": [{"name": image, "digest": {"sha256": digest.split(":", 1)[1]}}],
         "predicateType": PREDICATE_TYPE,

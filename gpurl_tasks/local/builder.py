@@ -33,6 +33,7 @@ from gpurl_tasks.local.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir
 from gpurl_tasks.oci import tags
 from gpurl_tasks.oci.connect import registry_client
+from gpurl_tasks.release.configured import client_settings, existing_image
 from gpurl_tasks.values import SOURCE_ID_PATTERN
 
 __all__ = [
@@ -243,7 +244,7 @@ def build_and_push(
         target=target, progress=progress, push_floating=push_floating, context=context,
         dockerfile=dockerfile, no_cache=no_cache)
     start = time.monotonic()
-    existing = tags.existing_image(config, reference)
+    existing = existing_image(config, reference)
     with serving_index(config.build.index_url, served_from, on_wait=say or on_line):
         log, steps = run_build(argv, on_line, log_file)
         built = time.monotonic()  # before any wait for other builds sharing the index
@@ -260,7 +261,7 @@ def build_and_push(
                                 f"the registry's {existing[1][:19]})")
     digest = push_image(client, reference)
     ref = parse_reference(reference, default_host=config.registry.host)
-    with registry_client(config, ref.host) as registry:
+    with registry_client(client_settings(config), ref.host) as registry:
         registry_digest = registry.resolve(ref)
     if registry_digest != digest:
         raise BuildError(f"pushed {reference} as {digest} but the registry serves "

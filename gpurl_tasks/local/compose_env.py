@@ -43,8 +43,8 @@ from gpurl_tasks.local.stage import (
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
-from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Layer, Plan
+from gpurl_tasks.release.configured import cache_repository, client_settings
 from gpurl_tasks.writer.blob import LayerError, compressor
 from gpurl_tasks.writer.composition import Composition, Record, compose, record_of_image
 from gpurl_tasks.writer.records import (
@@ -222,7 +222,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
         probe = probe_base(client, base_id, config.build.venv)
         compressor_id = compressor(level, probe.zlib)
         platform = staging_platform(config, probe.machine)
-        with open_client(config, cache, on_retry=on_line) as registry:
+        with open_client(client_settings(config), cache, on_retry=on_line) as registry:
             base = _env_base(registry, base_ref)
             wanted = []
             for layer in plan.layers:

@@ -15,14 +15,13 @@ from typing import Any
 
 from gpurl_tasks.errors import BUG_HINT, RegistryError, shown
 from gpurl_tasks.imageref import DIGEST_RE, ImageRef
+from gpurl_tasks.writer.ocispec import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 
 __all__ = [
     "ACCEPT_MANIFESTS",
     "IMAGE_TYPES",
     "INDEX_TYPES",
     "MALFORMED_HINT",
-    "OCI_INDEX",
-    "OCI_MANIFEST",
     "Descriptor",
     "HistoryEntry",
     "ImageConfig",
@@ -37,10 +36,6 @@ __all__ = [
     "same_platform",
 ]
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))

@@ -37,8 +37,6 @@ from gpurl_tasks.oci.image import (
     IMAGE_TYPES,
     INDEX_TYPES,
     MALFORMED_HINT,
-    OCI_INDEX,
-    OCI_MANIFEST,
     Descriptor,
     ImageIndex,
     PulledImage,
@@ -55,6 +53,7 @@ from gpurl_tasks.oci.scheme import (
     tls_failure,
     untrusted_certificate,
 )
+from gpurl_tasks.writer.ocispec import OCI_INDEX, OCI_MANIFEST
 
 __all__ = ["ManifestUnknown", "PushAccess", "RegistryClient"]
 
