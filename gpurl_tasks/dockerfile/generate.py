@@ -1,8 +1,9 @@
 """Render a profile's Dockerfiles, slice files and other generated build files and write them
 atomically, or check the committed ones are current: the one writer of generated build files.
 
-The edge around the pure recipe: it reads the lock (for its hash), asks the planner for the
-plan (which keeps the committed slices' assignment), checks what the lock already tells
+The edge around the pure recipe: it reads the lock (for its hash), asks plan/fitting.py for
+the plans fitted under the layer budget (given the planner, which keeps the committed slices'
+assignment, and this Dockerfile's layer count), checks what the lock already tells
 (the compiled wheels against what the lock's dependents require, the wheel-builder's torch,
 the build asserts, the path sources), lints the model, and then either replaces each file via
 temp file + rename or compares bytes. Every file of every variant (and every profile) is
