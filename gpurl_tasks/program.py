@@ -16,11 +16,13 @@ import contextlib
 import difflib
 import io
 import re
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from invoke.collection import Collection
 from invoke.exceptions import ParseError
 from invoke.parser.argument import Argument
+from invoke.parser.context import ParserContext
+from invoke.parser.parser import Parser
 from invoke.program import Program
 
 import gpurl_tasks
@@ -49,52 +51,66 @@ def _flag(name: str) -> str:
     return name if name.startswith("-") else (f"-{name}" if len(name) == 1 else f"--{name}")
 
 
-def usage_error(exc: ParseError, *, collection: Collection | None, binary: str,
-                argv: list[str]) -> ConfigError:
-    """invoke's parse error as gpurl's error: what was wrong on the command line, and a hint
-    (the closest task or flag, the value a flag takes, the task's usage line). `argv` names
-    the task when the error does not (a flag's bad value)."""
+def _unknown(token: str, *, context: ParserContext | None, collection: Collection | None,
+             binary: str, helped: str) -> ConfigError:
+    """`token` names no task, and no flag of `context` (None: before any task's name)."""
+    if token.startswith("-"):
+        flags = sorted(context.flags) if context is not None else []
+        close = difflib.get_close_matches(token, flags, n=1)
+        named = getattr(context, "name", None)  # None: a flag before the task's name
+        if named in cli.READ_ONLY and token.split("=")[0] == "--dry-run":
+            message, hint = cli.not_a_flag(named, token)
+            return ConfigError(message, hint=hint)
+        if not named and token.split("=")[0] in COLLECTION_FLAGS:
+            return ConfigError(f"{binary} has no flag {token}", hint=(
+                f"{binary} runs gpurl's own tasks: run it inside the project, or pass "
+                "--project DIR"))
+        return ConfigError(f"{named or binary} has no flag {token}",
+                           hint=(f"did you mean {close[0]}? " if close else "")
+                           + f"{helped if named else binary + ' --help'} lists the flags")
+    names = sorted(collection.task_names) if collection is not None else []
+    close = difflib.get_close_matches(token, names, n=1)
+    return ConfigError(f"no task {token!r}", hint=(f"did you mean {close[0]!r}? " if close
+                                                   else "") + f"{binary} --list lists them")
+
+
+def _without_value(exc: ParseError, flags: Iterable[Argument]) -> Argument | None:
+    """The flag given without the value it needs, of `flags`. invoke's ParseError names it
+    only in its text, where it quotes the flag's repr (`Flag <Argument: cap> needed value
+    ...`); no attribute of the error says which: the flag is the one whose own repr is
+    quoted, never a name cut out of invoke's wording."""
     text = str(exc)
+    return next((a for a in flags if a.takes_value and repr(a) in text), None)
+
+
+def usage_error(exc: ParseError, *, unknown: str | None, collection: Collection | None,
+                binary: str, argv: list[str], core: Iterable[Argument] = ()) -> ConfigError:
+    """invoke's parse error as gpurl's error: what was wrong on the command line, and a hint
+    (the closest task or flag, the value a flag takes, the task's usage line). `unknown`: the
+    token invoke refused as no task or flag, if that was the error; `core`: the program's own
+    flags, which a task's part of the command line may give too; `argv` names the task when
+    the error does not (a flag's bad value)."""
     if isinstance(exc, cli.FlagError):
-        return ConfigError(text, hint=exc.hint)
+        return ConfigError(str(exc), hint=exc.hint)
     context = exc.context
     tasks = collection.task_names if collection is not None else {}
     task = next((t for t in (getattr(context, "name", None), *argv) if t in tasks), None)
     helped = f"{binary} {task} --help" if task else f"{binary} --help"
-    if found := re.fullmatch(r"No idea what '(.*)' is!", text):
-        token = found[1]
-        if token.startswith("-"):
-            flags = sorted(context.flags) if context is not None else []
-            close = difflib.get_close_matches(token, flags, n=1)
-            named = getattr(context, "name", None)  # None: a flag before the task's name
-            if named in cli.READ_ONLY and token.split("=")[0] == "--dry-run":
-                message, hint = cli.not_a_flag(named, token)
-                return ConfigError(message, hint=hint)
-            if not named and token.split("=")[0] in COLLECTION_FLAGS:
-                return ConfigError(f"{binary} has no flag {token}", hint=(
-                    f"{binary} runs gpurl's own tasks: run it inside the project, or pass "
-                    "--project DIR"))
-            return ConfigError(f"{named or binary} has no flag {token}",
-                               hint=(f"did you mean {close[0]}? " if close else "")
-                               + f"{helped if named else binary + ' --help'} lists the flags")
-        names = sorted(collection.task_names) if collection is not None else []
-        close = difflib.get_close_matches(token, names, n=1)
-        return ConfigError(f"no task {token!r}", hint=(f"did you mean {close[0]!r}? " if close
-                                                       else "") + f"{binary} --list lists them")
-    if found := re.fullmatch(r"Flag <\w+: ([^ >(\[]+).*> needed value and was not given one!",
-                             text):
-        flag = _flag(found[1])
-        argument = context.flags.get(flag) if context is not None else None
-        described = getattr(argument, "help", None)
+    if unknown is not None:
+        return _unknown(unknown, context=context, collection=collection, binary=binary,
+                        helped=helped)
+    own = list(context.flags.values()) if context is not None else []
+    if (argument := _without_value(exc, [*own, *core])) is not None:
+        flag = _flag(argument.name or "")
+        described = argument.help if argument in own else None  # a core flag: the task's help
         return ConfigError(f"{flag} needs a value",
                            hint=f"{flag}: {described}" if described else f"see {helped}")
-    if found := re.fullmatch(r"'(.*)' did not receive required positional arguments: (.*)",
-                             text):
-        names = re.findall(r"'([^']+)'", found[2])
-        positional = [str(a.name) for a in context.positional_args] if context else names
-        return ConfigError(f"{found[1]} needs {', '.join(n.upper() for n in names)}",
-                           hint=f"{binary} {found[1]} "
-                           + " ".join(n.upper() for n in positional) + f" (see {helped})")
+    if context is not None and context.missing_positional_args:
+        missing = ", ".join(str(a.name).upper() for a in context.missing_positional_args)
+        positional = " ".join(str(a.name).upper() for a in context.positional_args)
+        return ConfigError(f"{context.name} needs {missing}",
+                           hint=f"{binary} {context.name} {positional} (see {helped})")
+    text = str(exc)
     return ConfigError(text[:1].lower() + text[1:].rstrip("!"), hint=f"see {helped}")
 
 
@@ -105,14 +121,40 @@ class GpurlProgram(Program):
         return any(arg in JSON_FLAGS or arg.startswith("--json=")
                    for arg in getattr(self, "argv", [])[1:])
 
-    def _parsed(self, step: Any) -> None:
+    def _parsed(self, step: Callable[[], None],
+                unknown: Callable[[], str | None] = lambda: None) -> None:
+        """Run one of invoke's parse steps; its ParseError becomes gpurl's error. `unknown`
+        says which token, if any, the step refused as no task or flag."""
         with cli.clean_failures(as_json=self._as_json()):
             try:
                 step()
-            except ParseError as exc:
-                raise usage_error(exc, collection=getattr(self, "collection", None),
+            except ParseError as exc:  # gpurl's own (FlagError) say all there is
+                refused = None if isinstance(exc, cli.FlagError) else unknown()
+                raise usage_error(exc, unknown=refused, core=self.initial_context.flags.values(),
+                                  collection=getattr(self, "collection", None),
                                   binary=self.binary_names[0],
                                   argv=getattr(self, "argv", [])[1:]) from None
+
+    def _refused_token(self) -> str | None:
+        """The token of the task part of the command line that invoke's parser refused as no
+        task, flag or value, if that was its error. The same Parser with `ignore_unknown`
+        (as invoke's core parse runs it) parses the same tokens the same way up to that token,
+        and stops there: it leaves the token first in `unparsed`. Any other error it raises
+        again, before any token is left."""
+        probe = Parser(initial=self.parser.initial, contexts=self.parser.contexts.values(),
+                       ignore_unknown=True)
+        try:
+            unparsed = probe.parse_argv(self.core.unparsed).unparsed
+        except ParseError:
+            return None
+        return unparsed[0] if unparsed else None
+
+    def _help_of_no_task(self) -> str | None:
+        """`--help NAME` where NAME is no task: invoke's parse_cleanup refuses it (its own
+        condition, checked on the same values)."""
+        named = self.args.help.value
+        return named if named and named is not True and named not in self.parser.contexts \
+            else None
 
     def core_args(self) -> list[Argument]:
         """invoke's core flags, and gpurl's --project (the `gpurl` command's; `invoke` parsed
@@ -128,10 +170,10 @@ class GpurlProgram(Program):
         def parse() -> None:
             cli.refuse_bare_repeats(self.core.unparsed, self.collection.to_contexts())
             super(GpurlProgram, self).parse_tasks()
-        self._parsed(parse)
+        self._parsed(parse, unknown=self._refused_token)
 
     def parse_cleanup(self) -> None:
-        self._parsed(super().parse_cleanup)
+        self._parsed(super().parse_cleanup, unknown=self._help_of_no_task)
 
     def print_task_help(self, name: str) -> None:
         """invoke's task help, its usage line naming the positional arguments (`diff
