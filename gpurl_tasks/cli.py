@@ -244,7 +244,7 @@ class _Trailing(_Checked):
 
     @property
     def value(self) -> Any:
-        value = self._value if self._value is not None else self.default
+        value = super().value
         return "" if value is None and self.lead.value in HELP_FLAGS else value
 
     @value.setter

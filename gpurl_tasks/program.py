@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import inspect
 import io
-import re
 from collections.abc import Callable, Iterable
 
 from invoke.collection import Collection
 from invoke.exceptions import ParseError
 from invoke.parser.argument import Argument
-from invoke.parser.context import ParserContext
+from invoke.parser.context import ParserContext, to_flag
 from invoke.parser.parser import Parser
 from invoke.program import Program
 
@@ -46,9 +46,10 @@ def gpurl_version() -> str:
 COLLECTION_FLAGS = ("-c", "--collection", "-r", "--search-root")
 
 
-def _flag(name: str) -> str:
-    name = name.replace("_", "-")
-    return name if name.startswith("-") else (f"-{name}" if len(name) == 1 else f"--{name}")
+def _valued(spec: str) -> str:
+    """A flag's help spec (`-e, --extra`) naming the value it takes, as invoke writes one."""
+    return ", ".join(f"{name}=STRING" if name.startswith("--") else f"{name} STRING"
+                     for name in spec.split(", "))
 
 
 def _unknown(token: str, *, context: ParserContext | None, collection: Collection | None,
@@ -101,7 +102,7 @@ def usage_error(exc: ParseError, *, unknown: str | None, collection: Collection 
                         helped=helped)
     own = list(context.flags.values()) if context is not None else []
     if (argument := _without_value(exc, [*own, *core])) is not None:
-        flag = _flag(argument.name or "")
+        flag = to_flag(argument.name or "")
         described = argument.help if argument in own else None  # a core flag: the task's help
         return ConfigError(f"{flag} needs a value",
                            hint=f"{flag}: {described}" if described else f"see {helped}")
@@ -176,22 +177,30 @@ class GpurlProgram(Program):
         self._parsed(super().parse_cleanup, unknown=self._help_of_no_task)
 
     def print_task_help(self, name: str) -> None:
-        """invoke's task help, its usage line naming the positional arguments (`diff
-        [--options] FIRST SECOND`), which invoke lists only among the options."""
-        shown = io.StringIO()
-        with contextlib.redirect_stdout(shown):
-            super().print_task_help(name)
-        usage, _, rest = shown.getvalue().partition("\n")
+        """invoke's task help, laid out as invoke lays it out and from invoke's own parts (the
+        task's help lines, its column printer), with what invoke leaves out: the positional
+        arguments on the usage line (`diff [--options] FIRST SECOND`; invoke lists them only
+        among the options) and a repeatable flag's value (`--extra=STRING`; invoke shows it as
+        if it took none)."""
         context = self.parser.contexts[name]
-        for flag in {a.name for a in context.flags.values() if a.kind is list}:
-            # invoke shows a repeatable flag as if it took no value (`--extra`)
-            shown_flag = _flag(flag)
-            rest = re.sub(rf"(?m)^(\s+{re.escape(shown_flag)})( {{7}}|\s)",
-                          lambda m: m[1] + "=STRING" + (" " if len(m[2]) == 1 else ""), rest)
-        positional = " ".join(a.name.upper() for a in context.positional_args)
-        if positional:
-            usage = usage.replace(f" {name} [--options] ", f" {name} [--options] {positional} ", 1)
-        cli.out(f"{usage}\n{rest}".rstrip("\n"))
+        repeatable = {context.help_for(to_flag(a.name))[0] for a in context.flags.values()
+                      if a.kind is list}
+        options = [(_valued(spec) if spec in repeatable else spec, text)
+                   for spec, text in context.help_tuples()]
+        positional = "".join(f"{a.name.upper()} " for a in context.positional_args)
+        docstring = inspect.getdoc(self.collection[name])
+        lines = [f"Usage: {self.binary} [--core-opts] {name} "
+                 f"{'[--options] ' if options else ''}{positional}[other tasks here ...]",
+                 "", "Docstring:"]
+        lines += [self.leading_indent + line if line.strip() else ""
+                  for line in (docstring or "none").splitlines()]
+        lines += ["", "Options:"]
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):  # invoke's column printer prints
+            if options:
+                self.print_columns(options)
+        lines.append(shown.getvalue() or self.leading_indent + "none")
+        cli.out("\n".join(lines).rstrip("\n"))
 
     def print_version(self) -> None:
         cli.out(f"gpurl {gpurl_version()}")
@@ -200,9 +209,15 @@ class GpurlProgram(Program):
 def adopt() -> None:
     """Make the running `invoke` program (invoke's own `invoke.main.program`, a plain
     Program) a GpurlProgram for the rest of its parse: `collection` calls this as invoke
-    loads tasks.py, before the task's name and flags are parsed. invoke has no hook for its
-    own program's class, so the instance's class is switched (GpurlProgram adds no state but
-    the --project flag, which only the `gpurl` command parses)."""
+    loads tasks.py, before the task's name and flags are parsed.
+
+    The one place gpurl goes around invoke's API, as invoke has none for it: the `invoke`
+    command is that instance, made as invoke is imported, and no constructor argument,
+    config key, loader or collection hook chooses its class or sees its parse errors (its
+    `run` prints them and exits 1). So the instance's class is switched, once, from exactly
+    Program: from then on invoke calls GpurlProgram's documented hooks (parse_tasks,
+    parse_cleanup, print_task_help), and GpurlProgram adds no state that instance lacks but
+    the --project flag, which only the `gpurl` command parses."""
     import invoke.main
 
     if type(invoke.main.program) is Program:
