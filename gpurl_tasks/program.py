@@ -29,7 +29,7 @@ import gpurl_tasks
 from gpurl_tasks import cli
 from gpurl_tasks.errors import ConfigError
 
-__all__ = ["GpurlProgram", "adopt", "gpurl_version", "usage_error"]
+__all__ = ["GpurlProgram", "adopt", "gpurl_version", "refused_token", "usage_error"]
 
 JSON_FLAGS = ("--json", "-j")
 PROJECT_HELP = ("the project to work on: the nearest directory from DIR up whose pyproject.toml "
@@ -73,6 +73,20 @@ def _unknown(token: str, *, context: ParserContext | None, collection: Collectio
     close = difflib.get_close_matches(token, names, n=1)
     return ConfigError(f"no task {token!r}", hint=(f"did you mean {close[0]!r}? " if close
                                                    else "") + f"{binary} --list lists them")
+
+
+def refused_token(parser: Parser, tokens: list[str]) -> str | None:
+    """The token `parser` refused as no task, flag or value when it parsed `tokens`, if that
+    was its error. The same parser with `ignore_unknown` (as invoke's core parse runs)
+    parses the same tokens the same way up to that token and stops there: it leaves the
+    token first in `unparsed`. Any other error it raises again, before any token is left."""
+    probe = Parser(initial=parser.initial, contexts=parser.contexts.values(),
+                   ignore_unknown=True)
+    try:
+        unparsed = probe.parse_argv(tokens).unparsed
+    except ParseError:
+        return None
+    return unparsed[0] if unparsed else None
 
 
 def _without_value(exc: ParseError, flags: Iterable[Argument]) -> Argument | None:
@@ -136,20 +150,6 @@ class GpurlProgram(Program):
                                   binary=self.binary_names[0],
                                   argv=getattr(self, "argv", [])[1:]) from None
 
-    def _refused_token(self) -> str | None:
-        """The token of the task part of the command line that invoke's parser refused as no
-        task, flag or value, if that was its error. The same Parser with `ignore_unknown`
-        (as invoke's core parse runs it) parses the same tokens the same way up to that token,
-        and stops there: it leaves the token first in `unparsed`. Any other error it raises
-        again, before any token is left."""
-        probe = Parser(initial=self.parser.initial, contexts=self.parser.contexts.values(),
-                       ignore_unknown=True)
-        try:
-            unparsed = probe.parse_argv(self.core.unparsed).unparsed
-        except ParseError:
-            return None
-        return unparsed[0] if unparsed else None
-
     def _help_of_no_task(self) -> str | None:
         """`--help NAME` where NAME is no task: invoke's parse_cleanup refuses it (its own
         condition, checked on the same values)."""
@@ -171,7 +171,7 @@ class GpurlProgram(Program):
         def parse() -> None:
             cli.refuse_bare_repeats(self.core.unparsed, self.collection.to_contexts())
             super(GpurlProgram, self).parse_tasks()
-        self._parsed(parse, unknown=self._refused_token)
+        self._parsed(parse, unknown=lambda: refused_token(self.parser, self.core.unparsed))
 
     def parse_cleanup(self) -> None:
         self._parsed(super().parse_cleanup, unknown=self._help_of_no_task)
