@@ -45,10 +45,10 @@ from gpurl_tasks.local.stage import StagedSlice
 from gpurl_tasks.oci.auth import Credentials
 from gpurl_tasks.oci.connect import registry_client
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.retry import RETRIED_ANSWERS
 from gpurl_tasks.plan.model import Layer, Slice
 from gpurl_tasks.writer.blob import write_layer
 from gpurl_tasks.writer.records import canonical_json, slice_image, write_layout
+from gpurl_tasks.writer.retry import RETRIED_ANSWERS
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy, Rates
 from tests.support.htpasswd import basic_auth_yaml

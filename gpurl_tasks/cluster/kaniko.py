@@ -61,7 +61,6 @@ from gpurl_tasks.dockerfile.wheels import (
 )
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.files import read_text
-from gpurl_tasks.oci import retry
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan, SliceBuild
 from gpurl_tasks.release.attested import base_image, skeleton
@@ -74,11 +73,16 @@ from gpurl_tasks.values import (
 )
 from gpurl_tasks.writer import blob as writer_blob
 from gpurl_tasks.writer import composition as writer_composition
+from gpurl_tasks.writer import crane as writer_crane
+from gpurl_tasks.writer import job as writer_job
+from gpurl_tasks.writer import orchestration as writer_orchestration
 from gpurl_tasks.writer import probe as writer_probe
 from gpurl_tasks.writer import records as writer_records
+from gpurl_tasks.writer import retry
+from gpurl_tasks.writer import staging as writer_staging
 from gpurl_tasks.writer import tool as writer_tool
 from gpurl_tasks.writer.records import IndexLine, written_history
-from gpurl_tasks.writer.staging import build_env_script, install_command, no_isolation_args
+from gpurl_tasks.writer.staging import no_isolation_args
 
 __all__ = [
     "DEFAULT_PINS",
@@ -165,9 +169,11 @@ def _is_module(name: str) -> bool:
         return False
 
 
-# The slice writer and the composition the composing build runs with env-base's python3.
+# The slice writer, the composition and its orchestration (writer/job.py, `compose-env`) the
+# composing build runs with env-base's python3, each module after what it imports.
 LAYER_TOOL = "docker/gpurl-layer.py"
-_LAYER_MODULES = (writer_blob, writer_records, writer_probe, writer_composition, writer_tool)
+_LAYER_MODULES = (writer_blob, writer_records, writer_probe, writer_composition, writer_staging,
+                  retry, writer_orchestration, writer_crane, writer_job, writer_tool)
 
 
 def layer_tool_text() -> str:
@@ -296,9 +302,9 @@ def _fragment(name: str, values: Mapping[str, str | int]) -> str:
 
 
 def _retry(config: Config) -> str:
-    """The crane wrapper (retry.sh) with the config's bounds and oci/retry.py's rules.
+    """The crane wrapper (retry.sh) with the config's bounds and writer/retry.py's rules.
 
-    Every crane call that talks to the registry goes through `retried`, with oci/retry.py's
+    Every crane call that talks to the registry goes through `retried`, with writer/retry.py's
     rules (which gpurl's own client follows) and config's bounds. crane (go-containerregistry
     v0.20.3) retries by itself only a little: a 5xx (408, 500, 502-504) or a reset, 3 tries in
     ~4 s (0.1 s, 0.3 s between reads; 1 s, 3 s between a blob's or manifest's upload attempts),
@@ -391,14 +397,8 @@ def _compose(config: Config) -> str:
     """
     if not composes(config):
         return ""
-    install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
-                              slice_file='"$CONTEXT/$file"', hashed=False,
-                              build_args=['"${hash_args[@]}"', '"${build_args[@]}"'])
-    build_env = build_env_script(prefix='"$SLICES/$name/build"', venv='"$VENV"',
-                                 files='"${below[@]}"')
     compose_env = _fragment("compose-env.sh", {
-        "VENV": shlex.quote(config.build.venv), "INSTALL": " ".join(install),
-        "BUILD_ENV": build_env, "LAYER_LEVEL": config.layers.compression_level})
+        "VENV": shlex.quote(config.build.venv), "LAYER_LEVEL": config.layers.compression_level})
     compose = _fragment("compose.sh", {
         "SLICE_INDEX": shlex.quote(_relative(slice_index_path(config), config.root,
                                              "build.kaniko-script")),

@@ -30,7 +30,7 @@ def registry_client(config: Config, host: str, credentials: Credentials | None =
                     on_retry: Callable[[str], None] | None = None) -> RegistryClient:
     """The one way gpurl makes a registry client: the config's scheme for the host and its
     retry bounds (`registry.retries`, `registry.retry-max-wait`) on 5xx, 429 and failed
-    connections (oci/retry.py); `on_retry` is told each retry in one line."""
+    connections (writer/retry.py); `on_retry` is told each retry in one line."""
     return RegistryClient(host, credentials=credentials, insecure=config.registry.insecure,
                           attempts=config.registry.retries + 1,
                           max_wait=float(config.registry.retry_max_wait), on_retry=on_retry)
