@@ -34,7 +34,7 @@ from gpurl_tasks.writer.records import IndexLine, read_index, slice_keys
 from gpurl_tasks.writer.retry import RetryRules
 from gpurl_tasks.writer.staging import build_env_command, build_env_path, install_command
 
-__all__ = ["JobInputs", "outcome_line", "run_compose_env"]
+__all__ = ["JobInputs", "compose_in_job", "outcome_line", "run_compose_env", "stager"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,7 +74,7 @@ def _run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> bool:
                               check=False).returncode == 0
 
 
-def _stager(inputs: JobInputs, lines: dict[str, IndexLine], slices: Path
+def stager(inputs: JobInputs, lines: dict[str, IndexLine], slices: Path
             ) -> Callable[[Slot], StagedSlice]:
     """Stage one slice: a slice whose index line ends in `lower [uv flags]` (the lock's build
     settings) is staged on the slices below it, their files installed into a scratch build
@@ -136,7 +136,7 @@ def compose_in_job(inputs: JobInputs, say: Callable[[str], None]) -> str:
     wanted = [Slot(name=line.name, tag=tags[line.name], created_by=line.created_by)
               for line in index]
     composed = compose_env(crane, base=base, wanted=wanted,
-                           stage=_stager(inputs, lines, slices),
+                           stage=stager(inputs, lines, slices),
                            report=lambda outcome: say(outcome_line(outcome)))
     shutil.rmtree(slices, ignore_errors=True)
     (inputs.work / "env-image").write_text(composed.reference + "\n")

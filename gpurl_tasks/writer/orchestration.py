@@ -30,7 +30,8 @@ from gpurl_tasks.writer.records import (
 )
 
 __all__ = ["WORKERS", "BaseDocuments", "BlobsMissing", "ComposeError", "Composed", "Outcome",
-           "Registry", "SliceFailures", "Slot", "StagedSlice", "compose_env", "read_base"]
+           "Registry", "SliceFailures", "Slot", "StagedSlice", "check_layers", "compose_env",
+           "read_base"]
 
 # The one bound on slices staged (and recorded) at once: they are independent.
 WORKERS = max(1, min(8, os.cpu_count() or 1))
@@ -237,15 +238,23 @@ def compose_env(registry: Registry, *, base: BaseDocuments, wanted: Sequence[Slo
         raise SliceFailures({s.name: failures[s.name] for s in wanted if s.name in failures})
     composition = compose(base.manifest, base.config, [found[s.name] for s in wanted])
     registry.gather(composition)
-    names = {str(found[s.name].layer["digest"]): f"slice {s.name}" for s in wanted}
+    check_layers(registry, composition,
+                 {str(found[s.name].layer["digest"]): f"slice {s.name}" for s in wanted})
+    reference = registry.push_composed(composition)
+    return Composed(tag=composition.tag, reference=reference,
+                    slices=tuple(outcomes[s.name] for s in wanted))
+
+
+def check_layers(registry: Registry, composition: Composition, names: Mapping[str, str]) -> None:
+    """Every layer the composed manifest names is in its repository, before the manifest is
+    written: a registry that does not check would take a manifest no node can pull (and
+    crane skips every layer when the tag already names the manifest). `names` says which
+    slice a layer digest is."""
     missing = [names.get(d, f"layer {i} ({d[:19]})")
                for i, d in enumerate(composition.layers) if not registry.has_blob(d, composed=True)]
     if missing:
         raise BlobsMissing(f"the composed environment names blobs {registry.composed_repository} "
                            f"does not hold: {', '.join(missing)}; its manifest is not written")
-    reference = registry.push_composed(composition)
-    return Composed(tag=composition.tag, reference=reference,
-                    slices=tuple(outcomes[s.name] for s in wanted))
 
 
 def _blob(record: Record) -> Blob:
