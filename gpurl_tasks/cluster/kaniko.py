@@ -9,19 +9,20 @@ and would clobber it) with tracing off until the token is consumed; fetches the 
 prebuilt compiled wheels (by exact name, none for a profile without any) + MANIFEST and
 verifies them (the MANIFEST's platform first), never falling back to a compile; then runs
 the executor with per-instruction layers, `--skip-unused-stages` and the variant's
-`--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment
-is written, not built: the executor builds env-base alone; an unpushed second build FROM it
-runs gpurl's layer tool (docker/gpurl-layer.py, the writer package's own text) on each slice
-the cache repository lacks, in env-base's own filesystem, so each slice is the same blob the
-local path writes; crane pushes each as a one-layer record image; the same tool composes the environment image
-from env-base and the records (writer/composition.py, the local path's composition), which
-crane pushes without moving a layer; the final build runs FROM
-that image. The slice list is the generated `<script>.slices` index, so a lock bump changes
-the index, never the script. After the final push the job attaches the image's SBOM and
-provenance (docker/gpurl-attest.py, gpurl's attest modules' own text, on the skeleton
-`<script>.attest.json` of what is known before the build; the digest, the image's dpkg status,
-the executor's digest and the run only the job knows). Rendering reads nothing but the config
-and the `./path` wheel sources' pyproject.toml (their versions name the wheels) and is byte-reproducible.
+`--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment is
+written, not built: the executor builds env-base alone; an unpushed second build FROM it runs
+gpurl's layer tool (docker/gpurl-layer.py, the writer package's own text) `compose-env`: the
+local path's orchestration (writer/orchestration.py) with crane as its registry, which stages
+each slice the cache repository lacks with uv in env-base's own filesystem (so each slice is
+the same blob the local path writes), records it as a one-layer image and composes the
+environment image from env-base and the records (writer/composition.py), pushed without moving
+a layer; the final build runs FROM that image. The slice list is the generated
+`<script>.slices` index, so a lock bump changes the index, never the script. After the final
+push the job attaches the image's SBOM and provenance (docker/gpurl-attest.py, gpurl's attest
+modules' own text, on the skeleton `<script>.attest.json` of what is known before the build;
+the digest, the image's dpkg status, the executor's digest and the run only the job knows).
+Rendering reads nothing but the config and the `./path` wheel sources' pyproject.toml (their
+versions name the wheels) and is byte-reproducible.
 
 The bash is files, not strings: script/ holds job.sh (the whole script) and the fragments
 spliced into it, shellcheck-clean as they stand; `render_template` fills their `@NAME@`s.
@@ -388,12 +389,12 @@ def _compose(config: Config) -> str:
     """The composing part of the script (compose.sh; "" for cluster.env-source = chain).
 
     cluster.env-source = "composed": the environment is written, not built. kaniko builds
-    env-base alone; a second, unpushed kaniko build FROM it runs compose-env.sh in env-base's
-    own filesystem and environment (its python3, uv and venv, as a container of env-base does
-    on the local path; its PATH, uv settings and index apply); the final build runs FROM the
-    composed image. Between executor runs the job's own filesystem is gone (kaniko deletes it,
-    and restores only what a stage needs), so the script then uses bash builtins and the
-    static crane only.
+    env-base alone; a second, unpushed kaniko build FROM it runs compose-env.sh (the layer
+    tool's `compose-env`, writer/job.py) in env-base's own filesystem and environment (its
+    python3, uv and venv, as a container of env-base does on the local path; its PATH, uv
+    settings and index apply); the final build runs FROM the composed image. Between executor
+    runs the job's own filesystem is gone (kaniko deletes it, and restores only what a stage
+    needs), so the script then uses bash builtins and the static crane only.
     """
     if not composes(config):
         return ""
