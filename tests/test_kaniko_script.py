@@ -63,7 +63,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--skip-unused-stages",
         "--custom-platform=linux/amd64",  # the variant's target.platform, not the node's
         "--compressed-caching=false",
-        f"--compression-level={r.config.cluster.compression_level}",
+        f"--compression-level={r.config.cluster.kaniko_gzip_level}",
         f"--snapshot-mode={r.config.cluster.snapshot_mode}",
         "--cache=true",
         f"--cache-repo={image}/cache",
@@ -139,7 +139,7 @@ def test_the_pushed_image_gets_its_sbom_and_provenance_from_the_one_writer(r: Ri
     assert len(wheels) == len(r.wheels) > 0
     assert slsa.commit_of(statement) == GITSHA
     run = statement["predicate"]["runDetails"]
-    assert run["builder"]["id"] == r.pins.executor_image
+    assert run["builder"]["id"] == r.config.cluster.kaniko_executor
     assert run["metadata"]["invocationId"] == f"iris:gpurl-kaniko-{GITSHA}"
     assert "SBOM and provenance, listed by the registry's referrers API" in proc.stdout
     assert attest.is_dir()

@@ -52,8 +52,10 @@ from gpurl_tasks.oci.auth import Credentials
 from gpurl_tasks.oci.composing import ClientRegistry
 from gpurl_tasks.oci.connect import registry_client
 from gpurl_tasks.oci.registry import RegistryClient
+from gpurl_tasks.release.configured import client_settings
 from gpurl_tasks.writer.blob import write_layer
 from gpurl_tasks.writer.crane import Crane, crane_answer, retry_after_of
+from gpurl_tasks.writer.ocispec import canonical_json
 from gpurl_tasks.writer.orchestration import (
     BaseDocuments,
     Composed,
@@ -64,7 +66,7 @@ from gpurl_tasks.writer.orchestration import (
     StagedSlice,
     compose_env,
 )
-from gpurl_tasks.writer.records import IndexLine, canonical_json, written_history
+from gpurl_tasks.writer.records import IndexLine, written_history
 from gpurl_tasks.writer.retry import RETRIED_ANSWERS, RetryRules
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy, Rates
@@ -141,7 +143,7 @@ CREDENTIALS = Credentials(username=USER, secret=CANARY)
 
 def _client(host: str, lines: list[str] | None = None, **config: int) -> RegistryClient:
     """gpurl's client as every registry read and write makes it (`registry_client`)."""
-    return registry_client(_config(host, **config), host, CREDENTIALS,
+    return registry_client(client_settings(_config(host, **config)), host, CREDENTIALS,
                            on_retry=None if lines is None else lines.append)
 
 

@@ -30,14 +30,14 @@ from gpurl_tasks.cluster.kaniko import module_closure, standalone_tool
 from gpurl_tasks.cluster.submit import elide_argument
 from gpurl_tasks.cluster.watch import WatchResult
 from gpurl_tasks.config import Config
-from gpurl_tasks.errors import BuildError, CheckFailed, ExitCode, GpurlError
+from gpurl_tasks.errors import BUG_HINT, BuildError, CheckFailed, ExitCode, GpurlError
 from gpurl_tasks.gpu import result as gpu_result
 from gpurl_tasks.gpu.check import LINE_PREFIX
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import same_platform
 from gpurl_tasks.oci.referrers import fetch
-from gpurl_tasks.oci.tags import resolve_reference
 from gpurl_tasks.proc import CommandFailed, run
+from gpurl_tasks.release.configured import client_settings, resolve_reference
 from gpurl_tasks.release.gpu import attach_summary
 from gpurl_tasks.steps import DryRun
 
@@ -89,7 +89,8 @@ def _tool_b64() -> str:
     encoded = base64.b64encode(text.encode()).decode()
     if len(encoded) > _MAX_TOOL_B64:
         raise BuildError(f"the GPU check script is {len(encoded)} bytes in base64, over the "
-                         f"{_MAX_TOOL_B64} one job argument may carry")
+                         f"{_MAX_TOOL_B64} one job argument may carry",
+                         hint=BUG_HINT)
     return encoded
 
 
@@ -210,7 +211,7 @@ def run_verify_gpu(config: Config, text: str | None, *, dry_run: bool, say: Say,
     job, watch it to its end, read its result from the log, and attach the verdict."""
     env = dict(os.environ if env is None else env)
     ref = resolve_reference(config, text)
-    with open_client(config, ref, env) as client:
+    with open_client(client_settings(config), ref, env) as client:
         image = client.pull(ref, platform=config.target.platform)
     if image.platform and not same_platform(image.platform, config.target.platform):
         raise CheckFailed(f"{ref} is a {image.platform} image; variant {config.variant.name} "
@@ -257,7 +258,7 @@ def run_verify_gpu(config: Config, text: str | None, *, dry_run: bool, say: Say,
                                                 gpu_type=config.cluster.gpu_type),
                            job=vsa.JobFacts(job_id=job_id, cluster=" ".join(target.args)),
                            verified_at=clock(), version=gpurl_tasks.__version__)
-    with open_client(config, ref, env) as client:
+    with open_client(client_settings(config), ref, env) as client:
         attached = attach_summary(client, image.ref, digest, document)
         verdict = vsa.read_summary(fetch(client, image.ref, attached), digest)  # read back
     return GpuCheckOutcome(image=f"{repository}@{digest}", job_id=job_id, verdict=verdict,

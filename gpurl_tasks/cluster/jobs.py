@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpurl_tasks import git
-from gpurl_tasks.cluster import kaniko
 from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
 from gpurl_tasks.cluster.doctor import DoctorReport, run_doctor
 from gpurl_tasks.cluster.iris import (
@@ -45,9 +44,9 @@ from gpurl_tasks.cluster.watch import (
 )
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError, ExitCode, GpurlError, IrisError
-from gpurl_tasks.oci.tags import existing_digest
 from gpurl_tasks.proc import CommandFailed, run
 from gpurl_tasks.redact import TokenSource, find_registry_token, known_secrets, redact
+from gpurl_tasks.release.configured import existing_digest
 from gpurl_tasks.steps import DryRun
 
 __all__ = [
@@ -128,11 +127,10 @@ class Submission:
 
 
 def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say = _quiet,
-              world: BuildEnv | None = None,
-              pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> Submission | DryRun:
+              world: BuildEnv | None = None) -> Submission | DryRun:
     """Guard rails, then submit the job (or with `dry_run`, the command, secrets redacted)."""
     world = world or real_world(os.environ)
-    prepared = prepare_build(config, request, world, pins, dry_run=dry_run)
+    prepared = prepare_build(config, request, world, dry_run=dry_run)
     if not dry_run:  # a dry run touches no registry
         lookup = world.tag_digest or (lambda ref: existing_digest(config, ref, world.env))
         prepared = guard_immutable_tag(prepared, lookup(prepared.image_tag), force=request.force)

@@ -39,8 +39,8 @@ from gpurl_tasks.local.stage import (
 from gpurl_tasks.oci.composing import ClientRegistry
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Layer, Plan
+from gpurl_tasks.release.configured import cache_repository, client_settings
 from gpurl_tasks.writer.blob import LayerError, compressor
 from gpurl_tasks.writer.orchestration import (
     BaseDocuments,
@@ -86,7 +86,8 @@ def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseDocuments:
         return read_base(ClientRegistry(client=registry, cache=ref, target=ref),
                          ref.reference)
     except ComposeError as exc:
-        raise RegistryError(str(exc)) from None
+        raise RegistryError(str(exc), hint="build env-base again: a plain image manifest, "
+                                           "not an index") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -112,7 +113,7 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
     commands += [stage_command(client, image="<image id>", slice_file=layer.slice.path(config.variant),
                                dest=layer.slice.image_path, out_dir=Path("<out>"),
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
-                               level=config.layers.compression_level,
+                               level=config.layers.slice_gzip_level,
                                build=staging.get(layer.name), hashed=layer.hashed)
                  for layer in plan.layers]
     return tuple(tuple(argv) for argv in commands)
@@ -151,7 +152,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
     cache = parse_reference(cache_repository(config), default_host=config.registry.host,
                             bare=True)
     target = parse_reference(config.registry.image, default_host=config.registry.host, bare=True)
-    level = config.layers.compression_level
+    level = config.layers.slice_gzip_level
     with tempfile.TemporaryDirectory(prefix="gpurl-env-") as tmp:
         iidfile = Path(tmp) / "env-base.iid"
         builds.run(ENV_BASE_STAGE, iidfile=iidfile)
@@ -163,7 +164,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
         probe = probe_base(client, base_id, config.build.venv)
         compressor_id = compressor(level, probe.zlib)
         platform = staging_platform(config, probe.machine)
-        with open_client(config, cache, on_retry=on_line) as registry:
+        with open_client(client_settings(config), cache, on_retry=on_line) as registry:
             base = _env_base(registry, base_ref)
             wanted = []
             for layer in plan.layers:
@@ -218,7 +219,9 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
     except BlobsMissing as exc:
         raise BuildError(str(exc), hint=exc.hint) from None
     except LayerError as exc:
-        raise RegistryError(str(exc)) from None
+        raise RegistryError(str(exc),
+                            hint="a slice record is damaged or does not fit env-base: delete the "
+                                 "slice tags from the cache repository, build again") from None
     outcomes = tuple(
         SliceOutcome(name=o.name, reference=str(by_name[o.name].ref), built=o.state == "written",
                      blob=o.blob.digest, size=o.blob.size, seconds=o.seconds,
