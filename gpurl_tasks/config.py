@@ -262,7 +262,7 @@ class RegistrySettings:
                                        "and crane do (oci/scheme.py)")
     retries: int = _field(3, check=values.between(0, 20, "a number of retries"), bakes="none",
                           doc="how often a registry request answered 5xx or 429, or whose "
-                              "connection failed, is retried with backoff (oci/retry.py): by "
+                              "connection failed, is retried with backoff (writer/retry.py): by "
                               "gpurl's client, and in the cluster job by its crane wrapper and "
                               "kaniko's `--push-retry`")
     retry_max_wait: int = _field(30, check=values.between(0, 600, "seconds"), bakes="none",

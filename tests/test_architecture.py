@@ -29,7 +29,7 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "plan.layerlimit", "plan.fitting", "dockerfile.layers", "attest.sbom", "attest.provenance",
         "attest.check",
         "attest.documents", "attest.verification", "launcher.source", "launcher.table",
-        "config", "values", "gpu.result", "gpu.fatbin"]
+        "config", "values", "gpu.result", "gpu.fatbin", "writer.orchestration", "writer.retry"]
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -85,7 +85,9 @@ def test_imports_point_one_way(module: str) -> None:
 # scripts gpurl writes into the repository to run on their own (the cluster job's layer writer,
 # the image's package-set and `uv pip check` checks, the job's SBOM and provenance writer):
 # they start processes and print
-STANDALONE = {"writer.probe", "writer.tool", "dockerfile.envcheck", "attest.tool", "gpu.check"}
+# (the layer tool's composition in the job runs uv and crane: writer.job, writer.crane)
+STANDALONE = {"writer.probe", "writer.tool", "writer.crane", "writer.job", "dockerfile.envcheck",
+              "attest.tool", "gpu.check"}
 # What docker/gpurl-attest.py and docker/gpurl-layer.py carry to the cluster job, which has no
 # gpurl installed: each tool's package, whole; the GPU check runs in the image on the node,
 # its package, the error type its modules raise and the atomic writer of its result.

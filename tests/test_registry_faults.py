@@ -1,14 +1,16 @@
 """The registry path under faults: a seeded fault-injecting proxy (tests/support/faults.py) in
-front of the real TLS + htpasswd loopback registry, and the real clients talking to it.
+front of the real TLS + htpasswd loopback registry, and the one orchestration of a composition
+(writer/orchestration.py: records, composition, the blob check before the manifest) talking to
+it through each of its two registries, every case written once and run against both:
 
-- The local path: `compose_at_registry` (local/compose_env.py's registry half: records,
-  composition, the blob check before the manifest) with gpurl's RegistryClient. Staging is the
-  one stand-in: a slice's tree is a few files of seeded random bytes instead of what uv
-  installs in a container of env-base (that needs the Docker engine and takes minutes); the
-  layer is written by the real writer (writer/blob.py), as the staging container does.
-- The cluster job: real crane (built from go-containerregistry v0.20.3's source archive)
-  through the generated script's retry wrapper (cluster/kaniko.py renders it), as the job
-  runs every registry call.
+- the local path's: gpurl's RegistryClient (oci/composing.py);
+- the cluster job's: real crane (built from go-containerregistry v0.20.3's source archive) as
+  a subprocess (writer/crane.py), retried by the same rules; skipped, saying why, where no
+  crane can be had.
+
+Staging is the one stand-in: a slice's tree is a few files of seeded random bytes instead of
+what uv installs in env-base (that needs the Docker engine or a package index and takes
+minutes); the layer is written by the real writer (writer/blob.py), as staging does.
 
 For each case the registry is read afterwards (plain httpx, not the client under test): every
 manifest of the cache and image repositories names blobs the registry holds, the composed
@@ -19,38 +21,53 @@ The outcome of each case is collected into the table docs/build.md shows (`OUTCO
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
+import datetime
+import email.utils
 import hashlib
 import json
 import os
 import random
+import re
+import shutil
+import signal
 import subprocess
+import sys
 import tarfile
 import threading
 import time
+import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
 
-from gpurl_tasks.cluster.kaniko import _retry
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.errors import BuildError, RegistryError
+from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.local.compose_env import BaseDocuments, Wanted, compose_at_registry
-from gpurl_tasks.local.composed import SliceOutcome
 from gpurl_tasks.local.from_source import setup_kaniko
-from gpurl_tasks.local.stage import StagedSlice
 from gpurl_tasks.oci.auth import Credentials
+from gpurl_tasks.oci.composing import ClientRegistry
 from gpurl_tasks.oci.connect import registry_client
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.retry import RETRIED_ANSWERS
-from gpurl_tasks.plan.model import Layer, Slice
 from gpurl_tasks.release.configured import client_settings
 from gpurl_tasks.writer.blob import write_layer
+from gpurl_tasks.writer.crane import Crane, crane_answer, retry_after_of
 from gpurl_tasks.writer.ocispec import canonical_json
-from gpurl_tasks.writer.records import slice_image, write_layout
+from gpurl_tasks.writer.orchestration import (
+    BaseDocuments,
+    Composed,
+    ComposeError,
+    Registry,
+    SliceFailures,
+    Slot,
+    StagedSlice,
+    compose_env,
+)
+from gpurl_tasks.writer.records import IndexLine, written_history
+from gpurl_tasks.writer.retry import RETRIED_ANSWERS, RetryRules
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy, Rates
 from tests.support.htpasswd import basic_auth_yaml
@@ -144,7 +161,85 @@ def _sound(server: RegistryServer, ca: LocalCA, settle: float = 0.0) -> dict[str
         return sound(http, (CACHE_REPO, IMAGE_REPO), settle=settle)
 
 
-# --- the local path's registry half --------------------------------------------------------
+# --- the two registries the one orchestration runs against ---------------------------------
+
+@pytest.fixture(scope="module")
+def crane(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real crane, from the release archive `invoke setup-kaniko` builds from its source
+    archive: built here (crane alone, cached for the kaniko e2e) where the archives are."""
+    archives = sorted(CRANE_ARCHIVE.glob("*.tar.gz")) if CRANE_ARCHIVE.is_dir() else []
+    sources = load_config(REPO_ROOT, profile="demo", env={}).cluster.source_archives
+    if not archives and sources.is_dir():
+        archives = [setup_kaniko(CRANE_ARCHIVE.parent, sources, "127.0.0.1:5005",
+                                 executors=()).crane_archive]
+    need(archives, f"no crane release archive under {CRANE_ARCHIVE} and no source archives at "
+         f"{sources} to build it from (invoke setup-kaniko)")
+    out = tmp_path_factory.mktemp("crane")
+    with tarfile.open(archives[0]) as archive:
+        archive.extract("crane", out, filter="data")
+    return out / "crane"
+
+
+def _login(host: str) -> None:
+    """crane's login for `host` in $DOCKER_CONFIG, as the job writes it."""
+    path = Path(os.environ["DOCKER_CONFIG"]) / "config.json"
+    auths = json.loads(path.read_text())["auths"] if path.exists() else {}
+    auths[host] = {"auth": base64.b64encode(f"{USER}:{CANARY}".encode()).decode()}
+    path.write_text(json.dumps({"auths": auths}))
+
+
+@contextlib.contextmanager
+def open_registry(host: str, *, crane: Path | None, scratch: Path,
+                  lines: list[str] | None = None, retries: int = 4, max_wait: int = 3,
+                  cache_repo: str = CACHE_REPO) -> Iterator[Registry]:
+    """The orchestration's registry: gpurl's client (the local path: the image composed in
+    IMAGE_REPO), or real crane as the job runs it (`crane`: composed in the cache repository)."""
+    if crane is None:
+        with _client(host, lines, retries=retries, max_wait=max_wait) as client:
+            yield ClientRegistry(client=client,
+                                 cache=parse_reference(f"{host}/{cache_repo}", bare=True),
+                                 target=parse_reference(f"{host}/{IMAGE_REPO}", bare=True))
+        return
+    _login(host)
+    scratch.mkdir(parents=True, exist_ok=True)
+    yield Crane(binary=crane, repository=f"{host}/{cache_repo}", scratch=scratch,
+                rules=RetryRules(attempts=retries + 1, max_wait=float(max_wait)),
+                on_retry=(lambda _: None) if lines is None else lines.append)
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapter:
+    """One of the two registries a case runs against, and what differs between them: the
+    User-Agent the seeded faults pick, where the composed image goes, and whether every fault
+    is a retry of ours (crane retries some itself, and answers a failed HEAD with a GET)."""
+
+    path: str  # the docs table's column
+    agent: str
+    composed_repo: str
+    crane: Path | None
+
+    def open(self, host: str, scratch: Path, lines: list[str] | None = None, *,
+             retries: int = 4, max_wait: int = 3) -> contextlib.AbstractContextManager[Registry]:
+        return open_registry(host, crane=self.crane, scratch=scratch, lines=lines,
+                             retries=retries, max_wait=max_wait)
+
+    def rates(self, rates: Rates) -> Rates:
+        return dataclasses.replace(rates, only_agent=self.agent)
+
+
+@pytest.fixture(params=["local", "crane"])
+def adapter(request: pytest.FixtureRequest, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> Adapter:
+    if request.param == "local":
+        return Adapter(path="local", agent="gpurl", composed_repo=IMAGE_REPO, crane=None)
+    binary = request.getfixturevalue("crane")  # skips, saying why, where crane is absent
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker))
+    return Adapter(path="job (real crane)", agent="crane", composed_repo=CACHE_REPO, crane=binary)
+
+
+# --- the composition's inputs: env-base, and slices staged by a stand-in -----------------------
 
 def _tree(root: Path, label: str, size: int) -> Path:
     """A staged slice's tree: seeded random files (incompressible, so the blob is `size`)."""
@@ -159,50 +254,50 @@ def _tree(root: Path, label: str, size: int) -> Path:
     return tree
 
 
-@dataclasses.dataclass
-class Local:
-    """One cache repository with env-base pushed, and what composing on it needs."""
-
-    server: RegistryServer
-    root: Path
-    base: BaseDocuments
-    staged: list[str] = dataclasses.field(default_factory=list)
-
-    def wanted(self, host: str, labels: Sequence[str]) -> list[Wanted]:
-        cache = parse_reference(f"{host}/{CACHE_REPO}", bare=True)
-        return [Wanted(layer=Layer(slice=Slice(position=n + 1, label=label), packages=()),
-                       path=self.root / f"{label}.txt",
-                       ref=dataclasses.replace(cache, tag=f"slice-{label}-{_key(label)}",
-                                               digest=None))
-                for n, label in enumerate(labels)]
-
-    def stage(self, w: Wanted) -> StagedSlice:
-        """The stand-in for the staging container: the real writer over a seeded tree."""
-        self.staged.append(w.layer.name)
-        start = time.monotonic()
-        out = self.root / "out" / f"{w.layer.name}-{time.monotonic_ns()}.tar.gz"
-        blob = write_layer(_tree(self.root, w.layer.label, 240_000), out, prefix=VENV, level=1)
-        return StagedSlice(path=out, blob=blob, seconds=time.monotonic() - start, log="staged")
-
-    def compose(self, client: RegistryClient, host: str, labels: Sequence[str]
-                ) -> tuple[tuple[SliceOutcome, ...], str, str]:
-        self.staged = []
-        return compose_at_registry(
-            client, cache=parse_reference(f"{host}/{CACHE_REPO}", bare=True),
-            target=parse_reference(f"{host}/{IMAGE_REPO}", bare=True), base=self.base,
-            wanted=self.wanted(host, labels), stage=self.stage, venv=VENV,
-            log_dir=self.root / "logs")
-
-
 def _key(label: str) -> str:
     return hashlib.sha256(label.encode()).hexdigest()[:32]
 
 
-def _push_env_base(client: RegistryClient, server: RegistryServer, root: Path) -> BaseDocuments:
+def _slice_tag(label: str) -> str:
+    return f"slice-{label}-{_key(label)}"
+
+
+@dataclasses.dataclass
+class Local:
+    """One cache repository with env-base pushed, and what composing on it needs."""
+
+    server: RegistryServer | None
+    root: Path
+    base: BaseDocuments
+    staged: list[str] = dataclasses.field(default_factory=list)
+
+    @staticmethod
+    def slots(labels: Sequence[str]) -> list[Slot]:
+        return [Slot(name=f"{n + 1:02d}-{label}", tag=_slice_tag(label),
+                     created_by=written_history(f"/tmp/gpurl-layers/{n + 1:02d}-{label}.txt", VENV))
+                for n, label in enumerate(labels)]
+
+    def stage(self, slot: Slot) -> StagedSlice:
+        """The stand-in for the staging install: the real writer over a seeded tree."""
+        self.staged.append(slot.name)
+        start = time.monotonic()
+        out = self.root / "out" / f"{slot.name}-{time.monotonic_ns()}.tar.gz"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        blob = write_layer(_tree(self.root, slot.name.split("-", 1)[1], 240_000), out,
+                           prefix=VENV, level=1)
+        return StagedSlice(path=out, blob=blob, seconds=time.monotonic() - start, log="staged")
+
+    def compose(self, registry: Registry, labels: Sequence[str]) -> Composed:
+        self.staged = []
+        return compose_env(registry, base=self.base, wanted=self.slots(labels), stage=self.stage)
+
+
+def _push_env_base(client: RegistryClient, server: RegistryServer, root: Path,
+                   repository: str = CACHE_REPO) -> BaseDocuments:
     """env-base: one layer and a config, pushed straight to the registry (no faults)."""
-    ref = parse_reference(f"{server.host}/{CACHE_REPO}:env-base", bare=False)
+    ref = parse_reference(f"{server.host}/{repository}:env-base", bare=False)
     tree = root / "env-base"
-    (tree / "bin").mkdir(parents=True)
+    (tree / "bin").mkdir(parents=True, exist_ok=True)
     (tree / "bin" / "python").write_text("#!/bin/sh\n")
     blob = write_layer(tree, root / "env-base.tar.gz", prefix="opt/venv", level=1)
     client.push_blob(ref, root / "env-base.tar.gz", blob.digest)
@@ -231,226 +326,267 @@ def local(registry: RegistryServer, tmp_path: Path) -> Local:
 LABELS = ("torch", "cuda", "numpy", "tail")
 
 
-def _composed_complete(local: Local, ca: LocalCA, digest: str, labels: Sequence[str]) -> None:
+def _port(local: Local) -> int:
+    assert local.server is not None
+    return local.server.port
+_COMPOSED_TAG = re.compile(r"env-[0-9a-f]{32}")
+
+
+def _composed_tags(held: dict[str, list[str]]) -> list[str]:
+    return [tag for tags in held.values() for tag in tags if _COMPOSED_TAG.fullmatch(tag)]
+
+
+def _composed_complete(local: Local, ca: LocalCA, adapter: Adapter, digest: str,
+                       labels: Sequence[str]) -> None:
     """The composed image is env-base's layer, then each slice's blob in order, all held."""
+    assert local.server is not None
     with _http(local.server, ca) as http:
-        manifest = _manifest(http, IMAGE_REPO, digest)
+        manifest = _manifest(http, adapter.composed_repo, digest)
         assert manifest is not None
-        assert not _missing_blobs(http, IMAGE_REPO, manifest)
-        records = [_manifest(http, CACHE_REPO, f"slice-{label}-{_key(label)}") for label in labels]
+        assert not _missing_blobs(http, adapter.composed_repo, manifest)
+        records = [_manifest(http, CACHE_REPO, _slice_tag(label)) for label in labels]
     assert all(records)
     assert [d["digest"] for d in manifest["layers"]] == [
         local.base.manifest["layers"][0]["digest"],
         *(r["layers"][0]["digest"] for r in records if r is not None)]
 
 
+def _reason(info: pytest.ExceptionInfo[BaseException]) -> str:
+    """What the run said when it stopped: the first failed slice's own reason."""
+    error = info.value
+    if isinstance(error, SliceFailures):
+        error = next(iter(error.failures.values()))
+    return f"{getattr(error, 'message', error)} {getattr(error, 'hint', '')}"
+
+
+_WAIT = re.compile(r"retry \d+/\d+ in (\d+\.\d)s")
+
+# --- the cases, each run against both registries ----------------------------------------------
+
+
 @pytest.mark.parametrize(("case", "rates"), [
-    ("5xx on uploads and manifest PUTs",
-     Rates(seed=1, upload_5xx=0.3, manifest_put_5xx=0.4, only_agent="gpurl")),
-    ("reset mid-body", Rates(seed=2, reset_mid_body=0.5, only_agent="gpurl")),
+    ("5xx on uploads and manifest PUTs", Rates(seed=1, upload_5xx=0.3, manifest_put_5xx=0.4)),
+    ("reset mid-body", Rates(seed=2, reset_mid_body=0.5)),
     ("all three at once", Rates(seed=4, upload_5xx=0.2, manifest_put_5xx=0.2,
-                                reset_mid_body=0.3, only_agent="gpurl")),
+                                reset_mid_body=0.3)),
 ])
-def test_the_local_path_composes_through_fault_rates(case: str, rates: Rates, local: Local,
-                                                     ca: LocalCA) -> None:
-    """Seeded faults on every upload and manifest PUT: each is retried (one line each, as many
-    lines as faults the proxy injected), the composition completes, and every manifest the
-    registry holds names blobs it holds; a rerun reuses every slice."""
+def test_a_composition_completes_through_fault_rates(case: str, rates: Rates, adapter: Adapter,
+                                                     local: Local, ca: LocalCA) -> None:
+    """Seeded faults on every upload and manifest PUT: each is retried (one line each; with
+    crane, those crane does not retry itself), the composition completes, and every manifest
+    the registry holds names blobs it holds; a rerun reuses every slice."""
     lines: list[str] = []
-    with FaultProxy(local.server.port, tls=ca, rates=rates) as proxy, \
-            _client(proxy.host, lines) as client:
-        outcomes, _, digest = local.compose(client, proxy.host, LABELS)
+    with FaultProxy(_port(local), tls=ca,
+                    rates=adapter.rates(rates)) as proxy, \
+            adapter.open(proxy.host, local.root / "scratch", lines) as registry:
+        composed = local.compose(registry, LABELS)
         injected = sum(proxy.injected.values())
         assert injected >= 3, proxy.injected  # the seed does put faults on this run
-        assert len(lines) == injected, lines
-        assert all(line.startswith("retry ") and " answered " in line for line in lines)
-        assert [o.built for o in outcomes] == [True] * len(LABELS)
-        _composed_complete(local, ca, digest, LABELS)
-        again, _, digest_again = local.compose(client, proxy.host, LABELS)
-    assert digest_again == digest and not any(o.built for o in again)
-    assert local.staged == []
+        assert len(lines) == injected if adapter.crane is None else len(lines) <= injected, lines
+        assert all(line.lstrip().startswith("retry ") for line in lines)
+        assert [o.state for o in composed.slices] == ["written"] * len(LABELS)
+        _composed_complete(local, ca, adapter, composed.digest, LABELS)
+        again = local.compose(registry, LABELS)
+    assert again.digest == composed.digest and all(o.state == "cached" for o in again.slices)
+    assert local.staged == [] and local.server is not None
     _sound(local.server, ca)
-    _outcome(case, "local", "complete", f"{injected} ({dict(proxy.injected)})",
+    _outcome(case, adapter.path, "complete", f"{len(lines)} ({dict(proxy.injected)})",
              f"{len(LABELS)}/{len(LABELS)} reused")
 
 
-def test_a_429_waits_for_its_retry_after(local: Local, ca: LocalCA) -> None:
-    """A 429 with Retry-After: 2 on manifest PUTs and uploads: the client's next try of that
-    request comes no sooner than 2 s later, and its line says it waited for Retry-After."""
+@pytest.mark.parametrize("form", ["seconds", "HTTP date"])
+def test_a_429_waits_for_its_retry_after(form: str, adapter: Adapter, local: Local,
+                                         ca: LocalCA) -> None:
+    """429s with Retry-After (2 s, or an HTTP date 3 s ahead) on the records' manifests:
+    every retry waits what the registry asked (crane alone retries no 429 on a read and reads
+    no Retry-After), its line says so, and no request is sent again sooner."""
+    def after() -> str:
+        return email.utils.format_datetime(
+            datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=3), usegmt=True)
+
     lines: list[str] = []
-    rates = Rates(seed=3, too_many=0.15, retry_after="2", only_agent="gpurl")
-    with FaultProxy(local.server.port, tls=ca, rates=rates) as proxy, \
-            _client(proxy.host, lines) as client:
-        _, _, digest = local.compose(client, proxy.host, LABELS[:2])
-    assert proxy.injected["429"] >= 1
-    assert len(lines) == proxy.injected["429"]
-    assert all("(Retry-After 2)" in line and " in 2.0s" in line for line in lines)
+    with FaultProxy(_port(local), tls=ca) as proxy, \
+            adapter.open(proxy.host, local.root / "scratch", lines) as registry:
+        proxy.inject(Fault(path="/manifests/slice-", kind="429", times=4,
+                           retry_after="2" if form == "seconds" else after))
+        composed = local.compose(registry, LABELS[:2])
+    assert lines and all("Retry-After" in line for line in lines), lines
+    assert all(float(m[1]) >= 1.9 for m in map(_WAIT.search, lines) if m), lines
+    assert len([m for m in map(_WAIT.search, lines) if m]) == len(lines)
     log = proxy.log
-    for n, (when, method, path, what) in enumerate(log):
-        if what == "429":
-            later = [t for t, m, p, _ in log[n + 1:] if (m, p) == (method, path)
-                     or (m == "POST" and "/blobs/uploads/" in path and "/blobs/uploads/" in p)]
-            assert later and later[0] - when >= 1.9, (method, path)
-    _composed_complete(local, ca, digest, LABELS[:2])
-    _outcome("429 with Retry-After 2", "local", "complete, each retry after >= 2 s",
-             proxy.injected["429"])
+    gaps = [later[0] - when for n, (when, method, path, what) in enumerate(log) if what == "429"
+            if (later := [t for t, m, p, _ in log[n + 1:] if (m, p) == (method, path)])]
+    assert gaps and min(gaps) >= 1.9, gaps
+    _composed_complete(local, ca, adapter, composed.digest, LABELS[:2])
+    _outcome(f"429 with Retry-After as {form}", adapter.path,
+             "complete, each retry after >= 2 s", len(lines))
 
 
-def test_uploads_that_always_fail_name_the_request_and_the_answer(local: Local,
+def test_uploads_that_always_fail_name_the_request_and_the_answer(adapter: Adapter, local: Local,
                                                                   ca: LocalCA) -> None:
     """Every upload answered 503: the run stops after `registry.retries` retries with one error
-    naming the blob, the PUT and the registry's answer (never the token); nothing under the
+    naming the request and the registry's answer (never the token); nothing under the
     composed tag; the rerun, the registry answering again, writes and composes everything."""
     lines: list[str] = []
-    rates = Rates(seed=5, upload_5xx=1.0, streak=1000, only_agent="gpurl")
-    with FaultProxy(local.server.port, tls=ca, rates=rates) as proxy, \
-            _client(proxy.host, lines, retries=2, max_wait=1) as client:
-        with pytest.raises(RegistryError) as info:
-            local.compose(client, proxy.host, LABELS[:2])
-        message = f"{info.value.message} {info.value.hint}"
-        assert "503 (UNKNOWN)" in message and "POST /v2/gpurl/faults/cache/blobs/uploads/" \
-            in message and "after 3 attempts" in message, message
-        assert CANARY not in message + "".join(lines)
-        assert base64.b64encode(f"{USER}:{CANARY}".encode()).decode() not in message
+    with FaultProxy(_port(local), tls=ca) as proxy, \
+            adapter.open(proxy.host, local.root / "scratch", lines, retries=2,
+                         max_wait=1) as registry:
+        proxy.inject(Fault(path="/blobs/uploads/", kind="503", times=100_000))
+        with pytest.raises(SliceFailures) as info:
+            local.compose(registry, LABELS[:2])
+        reason = _reason(info)
+        assert "POST " in reason and f"/v2/{CACHE_REPO}/blobs/uploads/" in reason, reason
+        assert "UNKNOWN" in reason and "after 3 attempts" in reason, reason
+        assert CANARY not in reason + "".join(lines)
+        assert base64.b64encode(f"{USER}:{CANARY}".encode()).decode() not in reason + "".join(lines)
+        assert local.server is not None
         held = _sound(local.server, ca)
-        assert held[IMAGE_REPO] == [] and held[CACHE_REPO] == ["env-base"]
-        proxy.rates = None
-        outcomes, _, digest = local.compose(client, proxy.host, LABELS[:2])
-    assert all(o.built for o in outcomes)
-    _composed_complete(local, ca, digest, LABELS[:2])
-    _outcome("every upload 503 (retries 2)", "local",
-             "fails naming blob, request, 503; no tag", len(lines), "rerun writes 2/2")
+        assert _composed_tags(held) == [] and held[CACHE_REPO] == ["env-base"]
+        proxy.faults.clear()
+        composed = local.compose(registry, LABELS[:2])
+    assert all(o.state == "written" for o in composed.slices)
+    _composed_complete(local, ca, adapter, composed.digest, LABELS[:2])
+    _outcome("every upload 503 (retries 2)", adapter.path,
+             "fails naming request, UNKNOWN; no tag", len(lines), "rerun writes 2/2")
 
 
-def test_a_record_whose_blob_was_removed_is_written_again(local: Local, ca: LocalCA) -> None:
+def test_a_record_whose_blob_was_removed_is_written_again(adapter: Adapter, local: Local,
+                                                          ca: LocalCA) -> None:
     """A slice record whose layer blob was deleted from the registry's storage (its tag left):
-    the next composition does not trust it, writes that slice again and reuses the rest; the
-    composed image's blobs are all there."""
-    with _client(local.server.host) as client:
-        first, _, _ = local.compose(client, local.server.host, LABELS)
-        lost = first[1]
-        local.server.remove_blob(lost.blob)
-        second, _, digest = local.compose(client, local.server.host, LABELS)
-    assert [(o.name, o.built, o.rewritten) for o in second] == \
-        [(o.name, o.name == lost.name, o.name == lost.name) for o in first]
+    the next composition does not trust it, writes that slice again (its blob uploaded, even
+    by crane, which pushes nothing under a tag naming the same manifest) and reuses the rest;
+    the composed image's blobs are all there."""
+    assert local.server is not None
+    with adapter.open(local.server.host, local.root / "scratch") as registry:
+        first = local.compose(registry, LABELS)
+        lost = first.slices[1]
+        local.server.remove_blob(lost.blob.digest)
+        second = local.compose(registry, LABELS)
+    assert [(o.name, o.state, o.rewritten) for o in second.slices] == \
+        [(o.name, "written" if o.name == lost.name else "cached", o.name == lost.name)
+         for o in first.slices]
     assert local.staged == [lost.name]
-    _composed_complete(local, ca, digest, LABELS)
+    _composed_complete(local, ca, adapter, second.digest, LABELS)
     _sound(local.server, ca)
-    _outcome("record whose blob was removed", "local", "slice rewritten, complete", 0,
+    _outcome("record whose blob was removed", adapter.path, "slice rewritten, complete", 0,
              f"{len(LABELS) - 1}/{len(LABELS)} reused, 1 rewritten")
-
-
-def _slice_tag(label: str) -> str:
-    return f"slice-{label}-{_key(label)}"
 
 
 @pytest.mark.parametrize("step", ["a slice's record", "the composition"])
 def test_a_run_stopped_at_a_step_leaves_complete_records_and_the_rerun_reuses_them(
-        step: str, local: Local, ca: LocalCA) -> None:
+        step: str, adapter: Adapter, local: Local, ca: LocalCA) -> None:
     """The registry refuses one step for good (its manifest PUT answered 500 until the run
     gives up): the run fails; every tag the registry holds is complete and the composed tag is
     absent; the rerun reuses exactly the slices whose records were written, writes the rest."""
+    assert local.server is not None
     path = f"/manifests/{_slice_tag(LABELS[2])}" if step == "a slice's record" \
-        else "/v2/gpurl/faults/manifests/env-"
+        else f"/v2/{adapter.composed_repo}/manifests/env-"
     with FaultProxy(local.server.port, tls=ca) as proxy, \
-            _client(proxy.host, retries=1, max_wait=1) as client:
+            adapter.open(proxy.host, local.root / "scratch", retries=1, max_wait=1) as registry:
         proxy.inject(Fault(path=path, kind="500", times=1000, method="PUT"))
-        with pytest.raises((RegistryError, BuildError)):
-            local.compose(client, proxy.host, LABELS)
+        with pytest.raises((ComposeError, RegistryError)):
+            local.compose(registry, LABELS)
         held = _sound(local.server, ca)
-        assert held[IMAGE_REPO] == []
+        assert _composed_tags(held) == []
         written = {t for t in held[CACHE_REPO] if t.startswith("slice-")}
         assert _slice_tag(LABELS[2]) not in written or step != "a slice's record"
         proxy.faults.clear()
-        outcomes, _, digest = local.compose(client, proxy.host, LABELS)
-    reused = [o.name for o in outcomes if not o.built]
+        composed = local.compose(registry, LABELS)
+    reused = [o.name for o in composed.slices if o.state == "cached"]
     assert sorted(reused) == sorted(f"{n + 1:02d}-{label}" for n, label in enumerate(LABELS)
                                     if _slice_tag(label) in written)
     if step == "the composition":
         assert len(reused) == len(LABELS)
-    _composed_complete(local, ca, digest, LABELS)
-    _outcome(f"stopped at {step}", "local", "fails; no composed tag; records complete",
+    _composed_complete(local, ca, adapter, composed.digest, LABELS)
+    _outcome(f"stopped at {step}", adapter.path, "fails; no composed tag; records complete",
              len([e for e in proxy.log if e[3] == "500"]) - 1,
              f"{len(reused)}/{len(LABELS)} reused")
 
 
 # The composition in a process of its own, to be killed: the helpers above, over a base read
-# from a file (argv: registry host, work directory, env-base's documents).
+# from a file (argv: registry host, work directory, env-base's documents, crane or "").
 _CHILD = """
 import json, sys
 from pathlib import Path
-from gpurl_tasks.local.compose_env import BaseDocuments
-from tests.test_registry_faults import LABELS, Local, _client
-docs = json.loads(Path(sys.argv[3]).read_text())
-local = Local(server=None, root=Path(sys.argv[2]),
+from gpurl_tasks.writer.orchestration import BaseDocuments
+from tests.test_registry_faults import LABELS, Local, open_registry
+host, root, docs, crane = sys.argv[1:5]
+docs = json.loads(Path(docs).read_text())
+local = Local(server=None, root=Path(root),
               base=BaseDocuments(manifest=docs["manifest"], config=docs["config"]))
-with _client(sys.argv[1]) as client:
-    local.compose(client, sys.argv[1], LABELS)
+with open_registry(host, crane=Path(crane) if crane else None, scratch=Path(root)) as registry:
+    local.compose(registry, LABELS)
 """
 
 
 @pytest.mark.parametrize("step", ["a slice", "the composition"])
 def test_a_run_killed_at_a_step_leaves_complete_records_and_the_rerun_reuses_them(
-        step: str, local: Local, ca: LocalCA, tmp_path: Path) -> None:
-    """The composing process SIGKILLed as the proxy sees the step begin (the second slice
-    record's manifest PUT; the first blob mount into the image's repository): every tag the
-    registry holds is complete, the composed tag is absent, and the rerun reuses exactly the
-    slices whose records were written (all of them when it was killed composing)."""
+        step: str, adapter: Adapter, local: Local, ca: LocalCA, tmp_path: Path) -> None:
+    """The composing process group SIGKILLed (crane with it, as a node stops the job) as the
+    proxy sees the step begin (the second slice record's manifest PUT; the first request
+    after the last record's): every tag the registry holds is complete, the composed tag is
+    absent, and the rerun reuses exactly the slices whose records were written (all of them
+    when it was killed composing)."""
+    assert local.server is not None
     docs = tmp_path / "env-base.json"
     docs.write_text(json.dumps({"manifest": dict(local.base.manifest),
                                 "config": dict(local.base.config)}))
     child_root = tmp_path / "child"
     child_root.mkdir()
     with FaultProxy(local.server.port, tls=ca) as proxy:
+        if adapter.crane is not None:
+            _login(proxy.host)
         child = subprocess.Popen(
-            [str(REPO_ROOT / ".venv" / "bin" / "python"), "-c", _CHILD, proxy.host,
-             str(child_root), str(docs)], cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            [sys.executable, "-c", _CHILD, proxy.host,
+             str(child_root), str(docs), str(adapter.crane or "")], cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
         def begun() -> bool:
+            puts = [n for n, e in enumerate(proxy.log)
+                    if e[1] == "PUT" and "/manifests/slice-" in e[2]]
             if step == "a slice":
-                return len([e for e in proxy.log if e[1] == "PUT" and "/manifests/slice-"
-                            in e[2]]) >= 2
-            return any("mount=" in e[2] and e[2].startswith(f"/v2/{IMAGE_REPO}/")
-                       for e in proxy.log)
+                return len(puts) >= 2
+            return len(puts) >= len(LABELS) and len(proxy.log) > puts[-1] + 1
 
         deadline = time.monotonic() + 120
         while not begun() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        child.kill()
+        os.killpg(child.pid, signal.SIGKILL)
         _, stderr = child.communicate(timeout=30)
         assert child.returncode == -9, stderr.decode()[-2000:]
         held = _sound(local.server, ca, settle=1.0)  # a request in flight still lands
-        assert held[IMAGE_REPO] == []
+        assert _composed_tags(held) == []
         written = {t for t in held[CACHE_REPO] if t.startswith("slice-")}
         if step == "the composition":
             assert written == {_slice_tag(label) for label in LABELS}
-        with _client(proxy.host) as client:
-            outcomes, _, digest = local.compose(client, proxy.host, LABELS)
-    reused = {_slice_tag(o.name.split("-", 1)[1]) for o in outcomes if not o.built}
+        with adapter.open(proxy.host, local.root / "scratch") as registry:
+            composed = local.compose(registry, LABELS)
+    reused = {_slice_tag(o.name.split("-", 1)[1]) for o in composed.slices if o.state == "cached"}
     assert reused == written
-    _composed_complete(local, ca, digest, LABELS)
+    _composed_complete(local, ca, adapter, composed.digest, LABELS)
     _sound(local.server, ca)
-    _outcome(f"killed (SIGKILL) at {step}", "local", "no composed tag; records complete", 0,
+    _outcome(f"killed (SIGKILL) at {step}", adapter.path, "no composed tag; records complete", 0,
              f"{len(reused)}/{len(LABELS)} reused")
 
 
-def test_two_compositions_at_once_on_one_cache_both_complete(local: Local, ca: LocalCA) -> None:
+def test_two_compositions_at_once_on_one_cache_both_complete(adapter: Adapter, local: Local,
+                                                             ca: LocalCA) -> None:
     """Two commits composed at once on one cache repository, through faults: they share two
     slices (the same key gives the same bytes, so the records' writes are idempotent) and each
     gets its own complete image of its own slices."""
     first_labels, second_labels = LABELS, ("torch", "cuda", "scipy", "tail")
-    results: dict[str, tuple[tuple[SliceOutcome, ...], str, str]] = {}
+    results: dict[str, Composed] = {}
     errors: list[BaseException] = []
-    rates = Rates(seed=6, upload_5xx=0.2, manifest_put_5xx=0.2, only_agent="gpurl")
+    rates = adapter.rates(Rates(seed=6, upload_5xx=0.2, manifest_put_5xx=0.2))
+    assert local.server is not None
     with FaultProxy(local.server.port, tls=ca, rates=rates) as proxy:
         def run(name: str, labels: Sequence[str]) -> None:
             mine = Local(server=local.server, root=local.root / name, base=local.base)
             mine.root.mkdir()
             try:
-                with _client(proxy.host) as client:
-                    results[name] = mine.compose(client, proxy.host, labels)
+                with adapter.open(proxy.host, mine.root / "scratch") as registry:
+                    results[name] = mine.compose(registry, labels)
             except BaseException as exc:
                 errors.append(exc)
         threads = [threading.Thread(target=run, args=("a", first_labels)),
@@ -460,174 +596,47 @@ def test_two_compositions_at_once_on_one_cache_both_complete(local: Local, ca: L
         for thread in threads:
             thread.join()
     assert not errors, errors
-    assert results["a"][2] != results["b"][2]
-    _composed_complete(local, ca, results["a"][2], first_labels)
-    _composed_complete(local, ca, results["b"][2], second_labels)
+    assert results["a"].digest != results["b"].digest
+    _composed_complete(local, ca, adapter, results["a"].digest, first_labels)
+    _composed_complete(local, ca, adapter, results["b"].digest, second_labels)
     _sound(local.server, ca)
-    _outcome("two compositions at once", "local", "both complete, own slices",
+    _outcome("two compositions at once", adapter.path, "both complete, own slices",
              sum(proxy.injected.values()), "shared slices: same blobs")
 
 
-# --- the cluster job's crane calls, through the generated wrapper ----------------------------
-
-@pytest.fixture(scope="module")
-def crane(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real crane, from the release archive `invoke setup-kaniko` builds from its source
-    archive: built here (crane alone, cached for the kaniko e2e) where the archives are."""
-    archives = sorted(CRANE_ARCHIVE.glob("*.tar.gz")) if CRANE_ARCHIVE.is_dir() else []
-    sources = load_config(REPO_ROOT, profile="demo", env={}).cluster.source_archives
-    if not archives and sources.is_dir():
-        archives = [setup_kaniko(CRANE_ARCHIVE.parent, sources, "127.0.0.1:5005",
-                                 executors=()).crane_archive]
-    need(archives, f"no crane release archive under {CRANE_ARCHIVE} and no source archives at "
-         f"{sources} to build it from (invoke setup-kaniko)")
-    out = tmp_path_factory.mktemp("crane")
-    with tarfile.open(archives[0]) as archive:
-        archive.extract("crane", out, filter="data")
-    return out / "crane"
-
-
-@dataclasses.dataclass
-class Job:
-    """The job's wrapper as the script renders it, and crane's login. The wrapper's part of
-    the script runs first; each command then runs in a shell of its own that sources the file
-    it wrote, as the composing build (a kaniko RUN in env-base) does."""
-
-    crane: Path
-    work: Path
-    env: dict[str, str]
-    wrapper: str
-
-    def run(self, command: str) -> subprocess.CompletedProcess[str]:
-        prelude = 'set -euo pipefail\ndie() { echo "error: $*" >&2; exit 1; }\n'
-        wrote = subprocess.run(["bash", "-c", f"{prelude}WORK={self.work}\n{self.wrapper}"],
-                               env=self.env, capture_output=True, text=True, timeout=60,
-                               check=False)
-        assert wrote.returncode == 0, wrote.stderr
-        script = f'{prelude}WORK={self.work}\n. "$WORK/registry-retry.sh"\n{command}\n'
-        return subprocess.run(["bash", "-c", script], env=self.env, capture_output=True,
-                              text=True, timeout=300, check=False)
-
-
-def _job(tmp: Path, crane: Path, ca: LocalCA, host: str, *, retries: int = 4,
-         max_wait: int = 5) -> Job:
-    docker = tmp / "docker"
-    docker.mkdir(exist_ok=True)
-    auth = base64.b64encode(f"{USER}:{CANARY}".encode()).decode()
-    (docker / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
-    work = tmp / "work"
-    work.mkdir(exist_ok=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp), "DOCKER_CONFIG": str(docker),
-           "SSL_CERT_FILE": str(ca.ca), "CRANE": str(crane)}
-    return Job(crane=crane, work=work, env=env,
-               wrapper=_retry(_config(host, retries=retries, max_wait=max_wait)))
-
-
-def _slice_layout(tmp: Path, label: str) -> Path:
-    """A slice's one-layer image as the job's layer tool writes it (an OCI layout)."""
-    layout = tmp / f"layout-{label}"
-    written = tmp / f"{label}.tar.gz"
-    blob = write_layer(_tree(tmp, label, 900_000), written, prefix=VENV.strip("/"), level=1)
-    manifest, config = slice_image(blob, created_by=f"uv pip install {label}", media_type=OCI,
-                                   platform={"architecture": "amd64", "os": "linux"})
-    write_layout(layout, manifest, config, (blob, written))
-    return layout
-
-
-def _retry_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
-    return [line for line in done.stderr.splitlines() if line.startswith("    retry ")]
-
-
-def test_crane_pushes_through_fault_rates_with_the_jobs_wrapper(
-        registry: RegistryServer, ca: LocalCA, crane: Path, tmp_path: Path) -> None:
-    """Three slices pushed by real crane through seeded 5xx on uploads and manifest PUTs and
-    resets mid-body: crane's own retries take some, the wrapper retries the calls crane gives
-    up on (one line each); every push completes and the registry holds whole images."""
-    rates = Rates(seed=11, upload_5xx=0.35, manifest_put_5xx=0.8, reset_mid_body=0.4,
-                  streak=3)
-    with FaultProxy(registry.port, tls=ca, rates=rates) as proxy:
-        job = _job(tmp_path, crane, ca, proxy.host)
-        pushes = [f'retried "$WORK/{label}.err" "push of slice {label}" "$CRANE" push '
-                  f'{_slice_layout(tmp_path, label)} {proxy.host}/{CACHE_REPO}:{_slice_tag(label)}'
-                  f' >/dev/null || {{ echo "cannot push slice {label}: $(cat "$WORK/{label}.err")"'
-                  ' >&2; exit 1; }'
-                  for label in LABELS[:3]]
-        done = job.run("\n".join(pushes))
-        injected = dict(proxy.injected)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert injected.get("500") and injected.get("503") and injected.get("reset"), injected
-    lines = _retry_lines(done)
-    assert all(("push of slice" in line) for line in lines), lines
-    assert CANARY not in done.stdout + done.stderr
-    held = _sound(registry, ca)
-    assert sorted(_slice_tag(label) for label in LABELS[:3]) == held[CACHE_REPO]
-    _outcome("5xx + resets on crane push (3 slices)", "job (real crane)", "complete",
-             f"{len(lines)} by the wrapper, {sum(injected.values())} faults ({injected})")
-
-
-def test_crane_reads_wait_for_retry_after_which_crane_alone_ignores(
-        registry: RegistryServer, ca: LocalCA, crane: Path, tmp_path: Path) -> None:
-    """429s with Retry-After: 2 on a manifest read: crane alone fails at once (it retries no
-    429 on a read, and reads no Retry-After); the wrapper tries the call again after 2 s each
-    time, saying so, and gets the digest."""
-    with FaultProxy(registry.port, tls=ca) as proxy:
-        job = _job(tmp_path, crane, ca, proxy.host)
-        pushed = job.run(f'"$CRANE" push {_slice_layout(tmp_path, "numpy")} '
-                         f'{proxy.host}/{CACHE_REPO}:numpy >/dev/null')
-        assert pushed.returncode == 0, pushed.stderr
-        # crane digest asks HEAD, then GET when HEAD fails: a 429 on each fails the call
-        proxy.inject(Fault(path="/manifests/numpy", kind="429", times=2, retry_after="2"))
-        alone = job.run(f'"$CRANE" digest {proxy.host}/{CACHE_REPO}:numpy')
-        assert alone.returncode != 0 and "TOOMANYREQUESTS" in alone.stderr
-        proxy.faults.clear()
-        proxy.log.clear()
-        proxy.inject(Fault(path="/manifests/numpy", kind="429", times=4, retry_after="2"))
-        start = time.monotonic()
-        done = job.run(f'retried "$WORK/d.err" "lookup of numpy" "$CRANE" digest '
-                       f'{proxy.host}/{CACHE_REPO}:numpy')
-        elapsed = time.monotonic() - start
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().startswith("sha256:")
-    lines = _retry_lines(done)
-    assert len(lines) == 2 and all("Retry-After 2 s" in line for line in lines), lines
-    assert elapsed >= 4.0
-    _outcome("429 Retry-After 2 on a read (crane alone: fails at once)", "job (real crane)",
-             "complete, each retry after >= 2 s", f"{len(lines)} ({elapsed:.1f} s in all)")
-
-
-def test_a_crane_call_that_keeps_failing_names_the_request_and_the_answer(
-        registry: RegistryServer, ca: LocalCA, crane: Path, tmp_path: Path) -> None:
-    """Uploads answered 503 for good: the wrapper gives up after REGISTRY_RETRIES retries and
-    leaves the registry's answer (the request, its error code) for the script's message,
-    without the token; a 404 is answered at once, never retried."""
-    with FaultProxy(registry.port, tls=ca) as proxy:
-        job = _job(tmp_path, crane, ca, proxy.host, retries=2, max_wait=1)
-        proxy.inject(Fault(path="/blobs/uploads/", kind="503", times=10_000))
-        done = job.run(f'retried "$WORK/p.err" "push of slice cuda" "$CRANE" push '
-                       f'{_slice_layout(tmp_path, "cuda")} {proxy.host}/{CACHE_REPO}:cuda '
-                       '|| { echo "cannot push slice cuda: $(tr "\\n" " " <"$WORK/p.err")" >&2; '
-                       'exit 1; }')
-        missing = job.run(f'retried "$WORK/m.err" "lookup" "$CRANE" digest '
-                          f'{proxy.host}/{CACHE_REPO}:absent || cat "$WORK/m.err"')
-    assert done.returncode != 0
-    message = done.stderr.splitlines()[-1]
-    assert message.startswith("cannot push slice cuda: Error: ")
-    assert f"POST https://{proxy.host}/v2/{CACHE_REPO}/blobs/uploads/" in message
-    assert "UNKNOWN" in message and "after 3 attempts" in message, message
-    assert len(_retry_lines(done)) == 2
-    assert CANARY not in done.stdout + done.stderr
-    assert base64.b64encode(f"{USER}:{CANARY}".encode()).decode() not in done.stderr
-    assert _retry_lines(missing) == [] and "MANIFEST_UNKNOWN" in missing.stdout
-    held = _sound(registry, ca)
-    assert held[CACHE_REPO] == []
-    _outcome("every upload 503 on crane push (retries 2)", "job (real crane)",
-             "fails naming slice, POST, UNKNOWN; no tag", 2)
+def test_both_registries_push_the_same_bytes(local: Local, ca: LocalCA, crane: Path,
+                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    """The same inputs composed through gpurl's client and through crane, each in a cache
+    repository of its own: every slice record and the composed manifest and config are the
+    same digests (the bytes pushed do not depend on the path)."""
+    assert local.server is not None
+    other = f"{CACHE_REPO}-crane"
+    with _client(local.server.host) as client:
+        assert _push_env_base(client, local.server, tmp_path / "other", other) == local.base
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    with open_registry(local.server.host, crane=None, scratch=tmp_path / "a") as registry:
+        by_client = local.compose(registry, LABELS)
+    with open_registry(local.server.host, crane=crane, scratch=tmp_path / "b",
+                       cache_repo=other) as registry:
+        by_crane = local.compose(registry, LABELS)
+    assert by_crane.digest == by_client.digest and by_crane.tag == by_client.tag
+    assert by_crane.reference == f"{local.server.host}/{other}@{by_client.digest}"
+    with _http(local.server, ca) as http:
+        def digests(repo: str) -> list[str | None]:
+            return [http.head(f"/v2/{repo}/manifests/{_slice_tag(label)}",
+                              headers={"Accept": OCI}).headers.get("Docker-Content-Digest")
+                    for label in LABELS]
+        assert digests(CACHE_REPO) == digests(other)
+        assert all(digests(other))
+        image = _manifest(http, IMAGE_REPO, by_client.digest)
+        assert image is not None and image == _manifest(http, other, by_crane.digest)
 
 
 def test_the_outcome_table_in_the_docs_is_what_these_cases_give() -> None:
     """docs/build.md's table has one row per case above, its case, path and outcome as this
     run's (run last; UPDATE_DOCS=1 writes this run's rows, numbers included)."""
-    expected = 14  # the cases above, one row each
+    expected = 24  # the 12 cases above against both registries, one row each
     if len(OUTCOMES) != expected:
         pytest.skip(f"{len(OUTCOMES)} of the {expected} cases ran: the table needs them all")
     text = DOC.read_text()
@@ -656,10 +665,122 @@ _ANSWERS = [  # (crane's error line, worth sending again)
 ]
 
 
+@pytest.mark.parametrize("matcher", ["grep -E (the job's bash wrapper)", "re (writer/crane.py)"])
 @pytest.mark.parametrize(("line", "retried"), _ANSWERS)
-def test_the_job_retries_exactly_the_answers_worth_sending_again(line: str, retried: bool) -> None:
-    """The wrapper's pattern through the real `grep -E` it runs in the job: a registry's
-    transient code is retried wherever crane puts it; a final *_UNKNOWN, a 404 or a denial
-    never is."""
-    done = subprocess.run(["grep", "-qE", RETRIED_ANSWERS], input=line, text=True, check=False)
-    assert (done.returncode == 0) is retried, line
+def test_the_job_retries_exactly_the_answers_worth_sending_again(line: str, retried: bool,
+                                                                 matcher: str) -> None:
+    """The one pattern, through the real `grep -E` the job's bash wrapper runs and the `re`
+    the composition's crane calls use: a registry's transient code is retried wherever crane
+    puts it; a final *_UNKNOWN, a 404 or a denial never is."""
+    if matcher.startswith("grep"):
+        done = subprocess.run(["grep", "-qE", RETRIED_ANSWERS], input=line, text=True,
+                              check=False)
+        assert (done.returncode == 0) is retried, line
+    else:
+        assert (re.search(RETRIED_ANSWERS, crane_answer(line)) is not None) is retried, line
+
+
+def test_crane_says_its_answer_and_retry_after_without_the_credentials() -> None:
+    """crane -v's stderr (request and response dumps, then its error): the answer is its
+    Error: line with the upload state and any credential redacted; Retry-After is the last
+    response's, in either form."""
+    token = base64.b64encode(f"{USER}:{CANARY}".encode()).decode()
+    said = (f"2026/12/03 GET /v2/x/manifests/t HTTP/1.1\r\nAuthorization: Basic {token}\r\n"
+            "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\n\r\n"
+            "HTTP/1.1 429 Too Many Requests\r\nRetry-After: Wed, 02 Dec 2026 06:17:02 GMT\r\n"
+            "Error: PUT https://r/v2/x/blobs/uploads/1?_state=s3cr3t&digest=sha256:1: "
+            f"UNKNOWN: Bearer {CANARY}\n")
+    answer = crane_answer(said)
+    assert answer == ("Error: PUT https://r/v2/x/blobs/uploads/1?_state=REDACTED&digest=sha256:1"
+                      ": UNKNOWN: Bearer <redacted>")
+    assert retry_after_of(said) == "Wed, 02 Dec 2026 06:17:02 GMT"
+    assert retry_after_of("Retry-After: 7\r\n") == "7"
+    assert retry_after_of("Error: x") is None
+
+
+# --- the job's compose-env, whole: real uv, real crane, the tool the job runs ------------------
+
+def _wheel(directory: Path, name: str) -> Path:
+    """A pure-Python wheel of one module, made here (uv installs it from its path, offline)."""
+    files = {f"{name}/__init__.py": f"NAME = {name!r}\n".encode(),
+             f"{name}-0.1.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\n"
+                                               "Version: 0.1\n".encode(),
+             f"{name}-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: gpurl-test\n"
+                                           b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip('=')},"
+        f"{len(data)}\n" for path, data in files.items()) + f"{name}-0.1.dist-info/RECORD,,\n"
+    wheel = directory / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in {**files, f"{name}-0.1.dist-info/RECORD": record.encode()}.items():
+            archive.writestr(path, data)
+    return wheel
+
+
+def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
+        local: Local, ca: LocalCA, crane: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layer tool the job runs (docker/gpurl-layer.py `compose-env`, as compose-env.sh
+    calls it): real uv installs each slice (a wheel made here; the second staged on the
+    first, as the lock's build settings ask) into a scratch tree, the writer writes it, real
+    crane records it and pushes the composed image; the log is the job's, one line per step,
+    without the token; a second run finds every slice cached and composes the same image.
+    Real uv and crane and a registry are the parts under test (about 3 s)."""
+    assert local.server is not None
+    context, work = tmp_path / "context", tmp_path / "work"
+    (context / "slices").mkdir(parents=True)
+    work.mkdir()
+    shutil.copy(crane, work / "crane")
+    venv = tmp_path / "venv"
+    subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    index = []
+    for n, (name, build) in enumerate((("alpha", ""), ("beta", "lower"))):
+        slice_file = context / "slices" / f"{n + 1:02d}-{name}.txt"
+        slice_file.write_text(f"{_wheel(tmp_path, name)}\n")
+        index.append(IndexLine(name=f"{n + 1:02d}-{name}", label=name,
+                               file=f"slices/{slice_file.name}",
+                               created_by=written_history(f"/tmp/gpurl-layers/{slice_file.name}",
+                                                          str(venv), hashed=False),
+                               build=build).to_line() + "\n")
+    (context / "slices.index").write_text("".join(index))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    _login(local.server.host)
+    env_base = f"{local.server.host}/{CACHE_REPO}@sha256:" + hashlib.sha256(
+        canonical_json(local.base.manifest)).hexdigest()
+
+    def compose_env_job() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-B", str(REPO_ROOT / "docker" / "gpurl-layer.py"), "compose-env",
+             "--cache-repo", f"{local.server.host}/{CACHE_REPO}", "--env-base", env_base,  # type: ignore[union-attr]
+             "--work", str(work), "--context", str(context),
+             "--slice-index", str(context / "slices.index"), "--venv", str(venv),
+             "--level", "1", "--retries", "2", "--retry-max-wait", "1"],
+            capture_output=True, text=True, timeout=120, check=False)
+
+    first = compose_env_job()
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    written = sorted(line for line in lines if line.startswith("    "))
+    assert [line.split(": written ")[0] for line in written] == ["    01-alpha", "    02-beta"]
+    blobs = [json.loads(line.split(": written ")[1]) for line in written]
+    assert all(set(b) == {"digest", "diff_id", "size"} for b in blobs)
+    reference = (work / "env-image").read_text().strip()
+    assert reference.startswith(f"{local.server.host}/{CACHE_REPO}@sha256:")
+    assert lines[-1] == (f"==> environment {reference} (2 slice(s) written, 0 of them as their "
+                         "record's blob was gone; 0 cached)")
+    second = compose_env_job()
+    assert second.returncode == 0, second.stderr
+    cached = second.stdout.splitlines()
+    assert [re.sub(r"slice-(alpha|beta)-[0-9a-f]{32}", r"slice-\1-KEY", line)
+            for line in cached] == [
+        "    01-alpha: cached (slice-alpha-KEY)", "    02-beta: cached (slice-beta-KEY)",
+        f"==> environment {reference} (0 slice(s) written, 0 of them as their record's blob "
+        "was gone; 2 cached)"]
+    token = base64.b64encode(f"{USER}:{CANARY}".encode()).decode()
+    assert not any(s in first.stdout + first.stderr + second.stdout + second.stderr
+                   for s in (CANARY, token))
+    with _http(local.server, ca) as http:
+        image = _manifest(http, CACHE_REPO, reference.rpartition("@")[2])
+    assert image is not None and [d["digest"] for d in image["layers"]][1:] == \
+        [b["digest"] for b in blobs]
+    assert not (work / "slices").exists()

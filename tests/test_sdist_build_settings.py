@@ -4,16 +4,16 @@ with uv's reason, without them.
 
 Real parts: real uv running the staging shell the local path's container runs
 (`local/stage.stage_script`, built on `writer/staging`'s install argv and build-environment
-script, which the kaniko script runs too), gpurl's loopback index (`local/pyindex.serve`,
-which serves sdists), a real sdist whose in-tree build backend imports a package that only a
-lower slice holds, and the repository's SkyRL workspace pyproject for the settings."""
+script) and the cluster job's staging (writer/job.py, on the same argv), gpurl's loopback
+index (`local/pyindex.serve`, which serves sdists), a real sdist whose in-tree build backend
+imports a package that only a lower slice holds, and the repository's SkyRL workspace
+pyproject for the settings."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import io
-import shlex
 import shutil
 import subprocess
 import sys
@@ -22,8 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.cluster.kaniko import render_script
-from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.recipe import slice_run
 from gpurl_tasks.errors import ConfigError, PlanError
 from gpurl_tasks.local.pyindex import serve
@@ -37,6 +35,10 @@ from gpurl_tasks.plan.buildenv import (
     slice_builds,
 )
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, Slice, SliceBuild
+from gpurl_tasks.writer.job import JobInputs, stager
+from gpurl_tasks.writer.orchestration import ComposeError, Slot
+from gpurl_tasks.writer.records import IndexLine, written_history
+from gpurl_tasks.writer.retry import RetryRules
 from tests.support.pyindex import make_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -224,68 +226,45 @@ def test_the_chain_installs_a_named_sdist_without_isolation_on_the_slices_below(
     assert "isolation" not in slice_run(torch, plan.build_of(torch)).render()
 
 
-_STAND_IN_TOOL = '''import shutil, sys, os
-# Stand-in for the layer tool's `image` command (test_kaniko_e2e runs the real one): keeps
-# the staged tree for the test to read, and says a blob.
-shutil.copytree(sys.argv[2], os.environ["KEEP"])
-print("sha256:0 (stand-in)")
-'''
-
-
-def _write_slice_function(script: str) -> str:
-    start = script.index("write_slice() {")
-    return script[start:script.index("\n}\n", start) + 3]
-
-
-def _retry_wrapper(script: str) -> str:
-    """The script's lines that write its crane wrapper (`retried`) to $WORK, then source it,
-    as the composing build does before `write_slice` runs."""
-    start = script.index('REGISTRY_RETRIES="${REGISTRY_RETRIES:-')
-    return script[start:script.index("\nRETRY\n", start) + 7] + '. "$WORK/registry-retry.sh"\n'
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("build", ["lower --no-build-isolation-package needsbase", ""],
                          ids=["with-the-settings", "plain"])
-def test_the_cluster_script_stages_the_sdist_on_the_slice_below(
-        tmp_path: Path, served: Served, build: str) -> None:
-    """The kaniko script's own `write_slice` (rendered for the skyrl profile, which composes),
-    run with real uv on the slice index's build column; the layer tool and crane are
-    stand-ins (the kaniko e2e test runs both for real)."""
-    script = render_script(load_config(ROOT, profile="skyrl", env={}))
+def test_the_cluster_job_stages_the_sdist_on_the_slice_below(
+        tmp_path: Path, served: Served, build: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's own staging (writer/job.py's `stager`, what the layer tool's `compose-env`
+    runs in env-base) with real uv on the slice index's build column, its layer written by the
+    real writer; the registry half is test_registry_faults' (the kaniko e2e runs it all)."""
     venv = tmp_path / "opt" / "venv"
     subprocess.run(["uv", "venv", "--quiet", "--python", sys.executable, str(venv)], check=True,
                    capture_output=True)
-    lower = [p.name for p in served.lower_slices(tmp_path)]
-    served.upper_slice(tmp_path)
-    (tmp_path / "tool.py").write_text(_STAND_IN_TOOL)
-    (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "crane").write_text("#!/bin/sh\nexit 0\n")
-    (tmp_path / "work" / "crane").chmod(0o755)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    files = [*served.lower_slices(tmp_path), served.upper_slice(tmp_path)]
+    lines = {p.stem: IndexLine(name=p.stem, label=p.stem.split("-", 1)[1], file=p.name,
+                               created_by=written_history(f"/tmp/gpurl-layers/{p.name}",
+                                                          str(venv), hashed=False),
+                               build=build if p.stem == "02-needsbase" else "")
+             for p in files}
+    inputs = JobInputs(cache_repo="unused", env_base="unused", work=tmp_path, context=tmp_path,
+                       slice_index=tmp_path / "unused", venv=str(venv), level=1,
+                       rules=RetryRules())
     (tmp_path / "slices").mkdir()
-    q = shlex.quote
-    run = "\n".join([
-        "set -euo pipefail", 'die() { echo "error: $*" >&2; exit 1; }',
-        f"VENV={q(str(venv))}", f"CONTEXT={q(str(tmp_path))}",
-        f"SLICES={q(str(tmp_path / 'slices'))}", f"WORK={q(str(tmp_path / 'work'))}",
-        f"LAYER_TOOL={q(str(tmp_path / 'tool.py'))}", "LEVEL=6", "CACHE_REPO=cache",
-        "BASE_DOCS=()", _retry_wrapper(script), _write_slice_function(script),
-        f"write_slice 02-needsbase 02-needsbase.txt created slice-x-0 '' {q(build)} "
-        + " ".join(lower)])
-    done = subprocess.run(["bash", "-c", run], capture_output=True, text=True, timeout=300,
-                          env={"PATH": str(Path(str(shutil.which("uv"))).parent) + ":/usr/bin:/bin",
-                               "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "HOME": str(tmp_path),
-                               "KEEP": str(tmp_path / "kept")})
-    log = (tmp_path / "slices" / "02-needsbase.log").read_text()
-    if build:
-        assert done.returncode == 0 and "02-needsbase: written" in done.stdout, done.stdout + log
-        built = sorted((tmp_path / "kept").glob("lib/python*/site-packages/*"))
-        assert {p.name for p in built} == {"needsbase.py", "needsbase-1.0.dist-info"}, built
-        assert "from-the-lower-slice" in next(p for p in built if p.name == "needsbase.py").read_text()
-    else:
-        assert done.returncode == 1, done.stdout + log
-        assert "installing slice 02-needsbase (02-needsbase.txt) failed" in done.stdout
-        assert "basepkg" in log
+    stage = stager(inputs, lines, tmp_path / "slices")
+    slot = Slot(name="02-needsbase", tag="slice-needsbase-0", created_by="")
+    if not build:
+        with pytest.raises(ComposeError, match=r"installing slice 02-needsbase "
+                                               r"\(02-needsbase.txt\) failed"):
+            stage(slot)
+        assert "basepkg" in (tmp_path / "slices" / "02-needsbase.log").read_text()
+        return
+    staged = stage(slot)
+    with tarfile.open(staged.path) as layer:
+        names = {m.name.split("/site-packages/")[1].split("/")[0] for m in layer.getmembers()
+                 if "/site-packages/" in m.name}
+        text = next(layer.extractfile(m).read() for m in layer.getmembers()  # type: ignore[union-attr]
+                    if m.name.endswith("site-packages/needsbase.py"))
+    assert names == {"needsbase.py", "needsbase-1.0.dist-info"}, names
+    assert b"from-the-lower-slice" in text
+    assert not (tmp_path / "slices" / "02-needsbase").exists()  # the scratch trees are gone
 
 
 @pytest.mark.parametrize("text", [

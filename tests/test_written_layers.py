@@ -26,13 +26,13 @@ import pytest
 
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import fitted_plan, layer_count
-from gpurl_tasks.errors import BuildError
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local.build_log import parse_plain_progress, vertex_output
 from gpurl_tasks.local.builder import serving_index
-from gpurl_tasks.local.compose_env import _check_blobs, compose_environment
+from gpurl_tasks.local.compose_env import compose_environment
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import index_dir
+from gpurl_tasks.oci.composing import ClientRegistry
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.plan.profile import plan_for_config
@@ -40,6 +40,7 @@ from gpurl_tasks.release.configured import client_settings
 from gpurl_tasks.release.verify import FINAL_SYNC_MARKERS
 from gpurl_tasks.writer.composition import Composition
 from gpurl_tasks.writer.ocispec import canonical_json
+from gpurl_tasks.writer.orchestration import BlobsMissing, check_layers
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.local_parts import need
@@ -135,11 +136,11 @@ def test_a_record_whose_blob_is_gone_is_written_again_and_no_manifest_names_a_lo
                        (*(d.digest for d in manifest.layers), manifest.config_digest))
             # the guard before the manifest is written: the same composition, one blob lost
             server.remove_blob(lost.blob)
-            with pytest.raises(BuildError, match=f"slice {lost.name}"):
+            with pytest.raises(BlobsMissing, match=f"slice {lost.name}"):
                 composed = Composition(manifest=canonical_json(body), config=canonical_json(
                     registry.blob_json(ref, manifest.config_digest)))
                 assert composed.config_digest == manifest.config_digest
-                _check_blobs(registry, ref, composed,
+                check_layers(ClientRegistry(client=registry, cache=ref, target=ref), composed,
                              {s.blob: f"slice {s.name}" for s in second.slices})
     print(f"record of {lost.name} lost its blob: rewritten in the second composition "
           f"({second.seconds:.1f}s, {len(second.slices) - 1} slices reused)")

@@ -9,19 +9,20 @@ and would clobber it) with tracing off until the token is consumed; fetches the 
 prebuilt compiled wheels (by exact name, none for a profile without any) + MANIFEST and
 verifies them (the MANIFEST's platform first), never falling back to a compile; then runs
 the executor with per-instruction layers, `--skip-unused-stages` and the variant's
-`--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment
-is written, not built: the executor builds env-base alone; an unpushed second build FROM it
-runs gpurl's layer tool (docker/gpurl-layer.py, the writer package's own text) on each slice
-the cache repository lacks, in env-base's own filesystem, so each slice is the same blob the
-local path writes; crane pushes each as a one-layer record image; the same tool composes the environment image
-from env-base and the records (writer/composition.py, the local path's composition), which
-crane pushes without moving a layer; the final build runs FROM
-that image. The slice list is the generated `<script>.slices` index, so a lock bump changes
-the index, never the script. After the final push the job attaches the image's SBOM and
-provenance (docker/gpurl-attest.py, gpurl's attest modules' own text, on the skeleton
-`<script>.attest.json` of what is known before the build; the digest, the image's dpkg status,
-the executor's digest and the run only the job knows). Rendering reads nothing but the config
-and the `./path` wheel sources' pyproject.toml (their versions name the wheels) and is byte-reproducible.
+`--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment is
+written, not built: the executor builds env-base alone; an unpushed second build FROM it runs
+gpurl's layer tool (docker/gpurl-layer.py, the writer package's own text) `compose-env`: the
+local path's orchestration (writer/orchestration.py) with crane as its registry, which stages
+each slice the cache repository lacks with uv in env-base's own filesystem (so each slice is
+the same blob the local path writes), records it as a one-layer image and composes the
+environment image from env-base and the records (writer/composition.py), pushed without moving
+a layer; the final build runs FROM that image. The slice list is the generated
+`<script>.slices` index, so a lock bump changes the index, never the script. After the final
+push the job attaches the image's SBOM and provenance (docker/gpurl-attest.py, gpurl's attest
+modules' own text, on the skeleton `<script>.attest.json` of what is known before the build;
+the digest, the image's dpkg status, the executor's digest and the run only the job knows).
+Rendering reads nothing but the config and the `./path` wheel sources' pyproject.toml (their
+versions name the wheels) and is byte-reproducible.
 
 The bash is files, not strings: script/ holds job.sh (the whole script) and the fragments
 spliced into it, shellcheck-clean as they stand; `render_template` fills their `@NAME@`s.
@@ -60,7 +61,6 @@ from gpurl_tasks.dockerfile.wheels import (
 )
 from gpurl_tasks.errors import BUG_HINT, BuildError
 from gpurl_tasks.files import read_text
-from gpurl_tasks.oci import retry
 from gpurl_tasks.plan.model import Plan, SliceBuild
 from gpurl_tasks.release.attested import base_image, skeleton
 from gpurl_tasks.release.configured import cache_repository
@@ -73,12 +73,17 @@ from gpurl_tasks.values import (
 )
 from gpurl_tasks.writer import blob as writer_blob
 from gpurl_tasks.writer import composition as writer_composition
+from gpurl_tasks.writer import crane as writer_crane
+from gpurl_tasks.writer import job as writer_job
 from gpurl_tasks.writer import ocispec as writer_ocispec
+from gpurl_tasks.writer import orchestration as writer_orchestration
 from gpurl_tasks.writer import probe as writer_probe
 from gpurl_tasks.writer import records as writer_records
+from gpurl_tasks.writer import retry
+from gpurl_tasks.writer import staging as writer_staging
 from gpurl_tasks.writer import tool as writer_tool
 from gpurl_tasks.writer.records import IndexLine, written_history
-from gpurl_tasks.writer.staging import build_env_script, install_command, no_isolation_args
+from gpurl_tasks.writer.staging import no_isolation_args
 
 __all__ = [
     "ROOT_ENV",
@@ -166,9 +171,11 @@ def _is_module(name: str) -> bool:
         return False
 
 
-# The slice writer and the composition the composing build runs with env-base's python3.
+# The slice writer, the composition and its orchestration (writer/job.py, `compose-env`) the
+# composing build runs with env-base's python3, each module after what it imports.
 LAYER_TOOL = "docker/gpurl-layer.py"
 _LAYER_MODULES = (writer_blob, writer_ocispec, writer_records, writer_probe, writer_composition,
+                  writer_staging, retry, writer_orchestration, writer_crane, writer_job,
                   writer_tool)
 
 
@@ -283,9 +290,9 @@ def _fragment(name: str, values: Mapping[str, str | int]) -> str:
 
 
 def _retry(config: Config) -> str:
-    """The crane wrapper (retry.sh) with the config's bounds and oci/retry.py's rules.
+    """The crane wrapper (retry.sh) with the config's bounds and writer/retry.py's rules.
 
-    Every crane call that talks to the registry goes through `retried`, with oci/retry.py's
+    Every crane call that talks to the registry goes through `retried`, with writer/retry.py's
     rules (which gpurl's own client follows) and config's bounds. crane (go-containerregistry
     v0.20.3) retries by itself only a little: a 5xx (408, 500, 502-504) or a reset, 3 tries in
     ~4 s (0.1 s, 0.3 s between reads; 1 s, 3 s between a blob's or manifest's upload attempts),
@@ -369,23 +376,17 @@ def _compose(config: Config) -> str:
     """The composing part of the script (compose.sh; "" for cluster.env-source = chain).
 
     cluster.env-source = "composed": the environment is written, not built. kaniko builds
-    env-base alone; a second, unpushed kaniko build FROM it runs compose-env.sh in env-base's
-    own filesystem and environment (its python3, uv and venv, as a container of env-base does
-    on the local path; its PATH, uv settings and index apply); the final build runs FROM the
-    composed image. Between executor runs the job's own filesystem is gone (kaniko deletes it,
-    and restores only what a stage needs), so the script then uses bash builtins and the
-    static crane only.
+    env-base alone; a second, unpushed kaniko build FROM it runs compose-env.sh (the layer
+    tool's `compose-env`, writer/job.py) in env-base's own filesystem and environment (its
+    python3, uv and venv, as a container of env-base does on the local path; its PATH, uv
+    settings and index apply); the final build runs FROM the composed image. Between executor
+    runs the job's own filesystem is gone (kaniko deletes it, and restores only what a stage
+    needs), so the script then uses bash builtins and the static crane only.
     """
     if not composes(config):
         return ""
-    install = install_command(prefix='"$SLICES/$name/tree"', venv='"$VENV"',
-                              slice_file='"$CONTEXT/$file"', hashed=False,
-                              build_args=['"${hash_args[@]}"', '"${build_args[@]}"'])
-    build_env = build_env_script(prefix='"$SLICES/$name/build"', venv='"$VENV"',
-                                 files='"${below[@]}"')
     compose_env = _fragment("compose-env.sh", {
-        "VENV": shlex.quote(config.build.venv), "INSTALL": " ".join(install),
-        "BUILD_ENV": build_env, "LAYER_LEVEL": config.layers.slice_gzip_level})
+        "VENV": shlex.quote(config.build.venv), "LAYER_LEVEL": config.layers.slice_gzip_level})
     compose = _fragment("compose.sh", {
         "SLICE_INDEX": shlex.quote(_relative(slice_index_path(config), config.root,
                                              "build.kaniko-script")),

@@ -1,7 +1,7 @@
 """The composed environment, locally: env-base built with BuildKit, each slice's layer written
 by gpurl itself (local/stage.py, writer/blob.py), the image composed at the loopback registry
-by manifest (writer/composition.py, which the cluster job runs too), then handed to the final
-build as ENV_SOURCE.
+by manifest (writer/composition.py, through writer/orchestration.py with gpurl's client: the
+cluster job runs both with crane), then handed to the final build as ENV_SOURCE.
 
 1. build `env-base` and push it to the cache repository (`env-base-<image id>`);
 2. per slice, its cache tag (`slice-<label>-<hash of what its blob depends on>`); only a
@@ -14,15 +14,11 @@ build as ENV_SOURCE.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import json
-import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from gpurl_tasks import proc
 from gpurl_tasks.config import Config
@@ -40,28 +36,26 @@ from gpurl_tasks.local.stage import (
     stage_command,
     stage_slice,
 )
+from gpurl_tasks.oci.composing import ClientRegistry
 from gpurl_tasks.oci.connect import open_client
-from gpurl_tasks.oci.image import parse_manifest
-from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
+from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.plan.model import Layer, Plan
 from gpurl_tasks.release.configured import cache_repository, client_settings
 from gpurl_tasks.writer.blob import LayerError, compressor
-from gpurl_tasks.writer.composition import Composition, Record, compose, record_of_image
-from gpurl_tasks.writer.records import (
-    MEDIA_TYPES,
-    platform_of,
-    recorded_history,
-    slice_image,
-    slice_key,
-    written_history,
+from gpurl_tasks.writer.orchestration import (
+    BaseDocuments,
+    BlobsMissing,
+    ComposeError,
+    SliceFailures,
+    Slot,
+    compose_env,
+    read_base,
 )
+from gpurl_tasks.writer.records import slice_key, written_history
 from gpurl_tasks.writer.staging import cross_platform
 
-__all__ = ["Wanted", "compose_at_registry", "compose_commands", "compose_environment",
+__all__ = ["BaseDocuments", "Wanted", "compose_at_registry", "compose_commands", "compose_environment",
            "staging_platform"]
-
-_WORKERS = max(1, min(4, (os.cpu_count() or 1)))  # slices are independent: stage in parallel
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Builds:
@@ -87,65 +81,13 @@ class _Builds:
         builder.run_build(argv, self.on_line, self.log_dir / f"{target}.log")
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class BaseDocuments:
-    """env-base as the registry holds it: its manifest and config documents."""
-
-    manifest: Mapping[str, Any]
-    config: Mapping[str, Any]
-
-    @property
-    def media_type(self) -> str:
-        return str(self.manifest.get("mediaType"))
-
-
 def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseDocuments:
-    _, _, manifest = registry.manifest(ref)
-    digest = parse_manifest(manifest, "manifest of env-base").config_digest
-    base = BaseDocuments(manifest=manifest, config=registry.blob_json(ref, digest))
-    if base.media_type not in MEDIA_TYPES:
-        raise RegistryError(f"env-base's manifest is {base.media_type}, not a Docker or OCI "
-                            "image manifest",
-                            hint="build env-base again: a plain image manifest, not an index")
-    return base
-
-
-def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[Record | None, bool]:
-    """The slice its record holds, trusted only when the record's layer blob is there (a
-    cleanup of the cache repository, or the registry, can keep a tag and lose its blob):
-    (the slice, False); (None, True) for a record whose blob is gone, which is written again;
-    (None, False) when there is no record."""
-    if registry.lookup(ref) is None:
-        return None, False
-    _, _, manifest = registry.manifest(ref)
-    digest = parse_manifest(manifest, f"manifest of cached slice {name}").config_digest
     try:
-        record = record_of_image(name, manifest, registry.blob_json(ref, digest))
-    except ManifestUnknown:  # its config is gone
-        return None, True
-    except LayerError as exc:
-        raise RegistryError(str(exc),
-                            hint="the cached slice's record is damaged: "
-                                 "delete its tag from the cache repository, build again") from None
-    if not registry.has_blob(ref, str(record.layer["digest"])):
-        return None, True
-    return record, False
-
-
-def _check_blobs(registry: RegistryClient, target: ImageRef, composed: Composition,
-                 names: Mapping[str, str]) -> None:
-    """Every blob the composed manifest names is in `target`'s repository, before the
-    manifest is written: a registry that does not check would take a manifest no node can
-    pull. `names` says which slice a layer digest is."""
-    missing = [names.get(d, f"layer {i} ({d[:19]})")
-               for i, d in enumerate(composed.layers) if not registry.has_blob(target, d)]
-    if not registry.has_blob(target, composed.config_digest):
-        missing.append(f"the config ({composed.config_digest[:19]})")
-    if missing:
-        raise BuildError(f"the composed environment names blobs {target.host}/"
-                         f"{target.repository} does not hold: {', '.join(missing)}; its "
-                         "manifest is not written",
-                         hint="run the build again: a slice whose blob is gone is written anew")
+        return read_base(ClientRegistry(client=registry, cache=ref, target=ref),
+                         ref.reference)
+    except ComposeError as exc:
+        raise RegistryError(str(exc), hint="build env-base again: a plain image manifest, "
+                                           "not an index") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -255,64 +197,37 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
                         base: BaseDocuments, wanted: Sequence[Wanted],
                         stage: Callable[[Wanted], StagedSlice], venv: str, log_dir: Path
                         ) -> tuple[tuple[SliceOutcome, ...], str, str]:
-    """The registry half of a composition: reuse each slice whose record (and its blob) is
-    there, `stage` and record the others in parallel, compose them onto `base` in `target`'s
-    repository once every blob is there -> (each slice's outcome, the tag, its digest). A run
-    stopped at any step leaves only complete records (a record's manifest is written after
-    its blobs), which the next run reuses."""
-    records = {w.layer.name: _cached(registry, w.ref, w.layer.name) for w in wanted}
-    found = {name: record for name, (record, _) in records.items()}
-    lost = {name for name, (_, gone) in records.items() if gone}
-    missing = [w for w in wanted if found[w.layer.name] is None]
-    staged: dict[str, StagedSlice] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=_WORKERS) as pool:
-        jobs = {pool.submit(stage, w): w for w in missing}
-        for job in concurrent.futures.as_completed(jobs):
-            w = jobs[job]
-            done = job.result()
-            staged[w.layer.name] = done
-            found[w.layer.name] = _record(registry, w, done, base, venv)
-            done.path.unlink()
-            _write_log(log_dir, w.layer.name, done)
-    slices = [record for w in wanted if (record := found[w.layer.name]) is not None]
-    if len(slices) != len(wanted):
-        raise BuildError(f"{len(wanted) - len(slices)} slice(s) have no record after writing: "
-                         "the environment is not composed without them",
-                         hint="the slice logs above say which failed; build again")
+    """The registry half of a composition (writer/orchestration.py, which the cluster job
+    runs too) through gpurl's client: reuse each slice whose record (and its blob) is there,
+    `stage` and record the others, compose them onto `base` in `target`'s repository ->
+    (each slice's outcome, the tag, its digest)."""
+    by_name = {w.layer.name: w for w in wanted}
+    slots = [Slot(name=w.layer.name, tag=str(w.ref.tag),
+                  created_by=written_history(w.layer.slice.image_path, venv,
+                                             hashed=w.layer.hashed)) for w in wanted]
+
+    def staged(slot: Slot) -> StagedSlice:
+        done = stage(by_name[slot.name])
+        _write_log(log_dir, slot.name, done)
+        return done
+
     try:
-        composed = compose(base.manifest, base.config, slices)
+        composed = compose_env(ClientRegistry(client=registry, cache=cache, target=target),
+                               base=base, wanted=slots, stage=staged)
+    except SliceFailures as failed:
+        raise next(iter(failed.failures.values())) from None
+    except BlobsMissing as exc:
+        raise BuildError(str(exc), hint=exc.hint) from None
     except LayerError as exc:
         raise RegistryError(str(exc),
-                            hint="a slice record does not fit env-base: delete the slice tags from the "
-                                 "cache repository, build again") from None
-    for blob in composed.layers:
-        registry.mount_blob(target, blob, cache.repository)
-    registry.push_blob(target, composed.config)
-    _check_blobs(registry, target, composed,
-                 {str(s.layer["digest"]): f"slice {s.name}" for s in slices})
-    digest = registry.put_manifest(target, composed.tag, composed.manifest, composed.media_type)
+                            hint="a slice record is damaged or does not fit env-base: delete the "
+                                 "slice tags from the cache repository, build again") from None
     outcomes = tuple(
-        SliceOutcome(name=w.layer.name, reference=str(w.ref), built=w.layer.name in staged,
-                     blob=str(s.layer["digest"]), size=int(s.layer["size"]),
-                     seconds=staged[w.layer.name].seconds if w.layer.name in staged else 0.0,
-                     rewritten=w.layer.name in lost)
-        for w, s in zip(wanted, slices, strict=True))
-    return outcomes, composed.tag, digest
-
-
-def _record(registry: RegistryClient, wanted: Wanted, done: StagedSlice,
-            base: BaseDocuments, venv: str) -> Record:
-    """Push a written slice's blob and its one-layer image under its cache tag."""
-    assert wanted.ref.tag is not None
-    registry.push_blob(wanted.ref, done.path, done.blob.digest)
-    created_by = recorded_history(written_history(wanted.layer.slice.image_path, venv,
-                                                  hashed=wanted.layer.hashed),
-                                  wanted.ref.tag)
-    manifest, config = slice_image(done.blob, created_by=created_by, media_type=base.media_type,
-                                   platform=platform_of(dict(base.config)))
-    registry.push_blob(wanted.ref, config)
-    registry.put_manifest(wanted.ref, wanted.ref.tag, manifest, base.media_type)
-    return record_of_image(wanted.layer.name, json.loads(manifest), json.loads(config))
+        SliceOutcome(name=o.name, reference=str(by_name[o.name].ref), built=o.state == "written",
+                     blob=o.blob.digest, size=o.blob.size, seconds=o.seconds,
+                     rewritten=o.rewritten)
+        for o in composed.slices)
+    return outcomes, composed.tag, composed.digest
 
 
 def _write_log(log_dir: Path, name: str, done: StagedSlice) -> None:

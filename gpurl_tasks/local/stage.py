@@ -25,6 +25,7 @@ from pathlib import Path
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.writer.blob import Blob
+from gpurl_tasks.writer.orchestration import StagedSlice
 from gpurl_tasks.writer.records import Probe
 from gpurl_tasks.writer.staging import build_env_script, install_command, no_isolation_args
 
@@ -113,16 +114,6 @@ def stage_command(client: str, *, image: str, slice_file: Path, dest: str, out_d
     return [*_tool_run(client, image, *_volume(slice_file, dest, ":ro"), *mounts,
                        *_volume(out_dir, _OUT)),
             "sh", "-c", script]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StagedSlice:
-    """One written slice layer on disk, and how long staging and writing took."""
-
-    path: Path
-    blob: Blob
-    seconds: float
-    log: str  # what uv said
 
 
 def stage_slice(client: str, *, image: str, slice_file: Path, dest: str, out_dir: Path,

@@ -43,7 +43,7 @@ def open_client(settings: ClientSettings, ref: ImageRef, env: Mapping[str, str] 
 def registry_client(settings: ClientSettings, host: str, credentials: Credentials | None = None, *,
                     on_retry: Callable[[str], None] | None = None) -> RegistryClient:
     """The one way gpurl makes a registry client: the settings' scheme for the host and their
-    retry bounds on 5xx, 429 and failed connections (oci/retry.py); `on_retry` is told each
+    retry bounds on 5xx, 429 and failed connections (writer/retry.py); `on_retry` is told each
     retry in one line."""
     return RegistryClient(host, credentials=credentials, insecure=settings.insecure,
                           attempts=settings.attempts, max_wait=settings.max_wait,

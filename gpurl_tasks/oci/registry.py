@@ -2,7 +2,7 @@
 
 Only what verify-layers and pin need, spoken over httpx: every request has a timeout, is
 retried a bounded number of times on connection errors, 429 (honouring Retry-After) and 5xx
-(oci/retry.py's rules, which the cluster job's crane calls follow too), a blob upload
+(writer/retry.py's rules, which the cluster job's crane calls follow too), a blob upload
 restarted from a new session, and every manifest or config body is checked against the sha256
 it was fetched by, so a truncated or tampered response is an error and never a silently wrong answer.
 
@@ -44,7 +44,6 @@ from gpurl_tasks.oci.image import (
     parse_manifest,
     same_platform,
 )
-from gpurl_tasks.oci.retry import RetryRules, retryable_status
 from gpurl_tasks.oci.scheme import (
     HTTP,
     HTTPS,
@@ -54,6 +53,7 @@ from gpurl_tasks.oci.scheme import (
     untrusted_certificate,
 )
 from gpurl_tasks.writer.ocispec import OCI_INDEX, OCI_MANIFEST
+from gpurl_tasks.writer.retry import RetryRules, retryable_status
 
 __all__ = ["ManifestUnknown", "PushAccess", "RegistryClient"]
 

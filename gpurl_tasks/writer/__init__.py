@@ -1,8 +1,7 @@
 """writer: the slice writer, its records and the composition (stdlib only).
 
 What the cluster job runs in env-base's python3 as docker/gpurl-layer.py (these modules' own
-text, all but `staging`, which the job's script holds as shell, and `check`) and the local
-path imports,
+text, all but `check`) and the local path imports,
 so both write the same bytes and compose the same image:
 
 - `blob`: one deterministic layer blob from a staging tree;
@@ -14,6 +13,12 @@ so both write the same bytes and compose the same image:
   carries an attached document (docker/gpurl-attest.py carries it too; oci/ reads it);
 - `staging`: the staging install of one slice (for another machine's wheels, too);
 - `check`: what a written layer must hold (its ELF objects' machine, its entry points' Python);
+- `retry`: when a registry request is tried again and after how long (gpurl's client, crane);
+- `orchestration`: the registry half of a composition, both paths, over a small registry
+  interface: cached records trusted only with their blobs, missing slices staged in parallel
+  and recorded, every layer checked before the composed manifest;
+- `crane`: that interface as the job has it, crane as a subprocess;
+- `job`: the job's composition (`compose-env`): each slice staged with uv in env-base;
 - `tool`: the command line the job runs.
 
 Imports only the stdlib and itself (the job's copy has nothing else); every layer above may

@@ -1,13 +1,13 @@
-"""The staging install of one slice (pure: shell words and text): what the local path's
-staging container and the cluster job's composing build run before the writer tars the
-result."""
+"""The staging install of one slice (pure: uv's words and shell text): what the local path's
+staging container and the cluster job's composing build (writer/job.py) run before the
+writer tars the result."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["CROSS_GLIBC", "build_env_script", "cross_platform", "install_command",
-           "no_isolation_args", "python_platform"]
+__all__ = ["CROSS_GLIBC", "build_env_command", "build_env_path", "build_env_script",
+           "cross_platform", "install_command", "no_isolation_args", "python_platform"]
 
 # The manylinux glibc versions uv 0.13's --python-platform names for x86_64 and aarch64
 # (`uv pip install --help`): 2.17 and 2.28, then every one from 2.31 to 2.40.
@@ -53,6 +53,20 @@ def no_isolation_args(names: Sequence[str]) -> list[str]:
     return [w for name in names for w in ("--no-build-isolation-package", name)]
 
 
+def build_env_command(*, prefix: str, venv: str, slice_file: str) -> list[str]:
+    """The install of one slice below a slice staged on them, into the scratch `prefix` (see
+    `build_env_script`): no --require-hashes (a git slice has no hash; the hashes listed are
+    still checked)."""
+    return ["uv", "pip", "install", "--no-deps", "--no-installer-metadata",
+            "--prefix", prefix, "--python", f"{venv}/bin/python", "-r", slice_file]
+
+
+def build_env_path(prefix: str) -> str:
+    """PYTHONPATH for a slice's install staged on the slices below it: their scratch
+    `prefix`'s site-packages (a shell glob; `build_env_script` expands it)."""
+    return f"{prefix}/lib/python*/site-packages"
+
+
 def build_env_script(*, prefix: str, venv: str, files: str) -> str:
     """Shell that installs the slices below one slice (`files`: their slice files, as shell
     words) into the scratch `prefix` and puts it on PYTHONPATH, so the slice's sdists build
@@ -60,8 +74,7 @@ def build_env_script(*, prefix: str, venv: str, files: str) -> str:
     reaches the layer. One install per file: each names its own index, and uv refuses two
     `--index-url`s in one install. No --require-hashes (a git slice has no hash; the hashes
     listed are still checked). Its status is non-zero when one install fails."""
-    install = ["uv", "pip", "install", "--no-deps", "--no-installer-metadata",
-               "--prefix", prefix, "--python", f"{venv}/bin/python"]
-    return (f'{{ built=0; for lower in {files}; do {" ".join(install)} -r "$lower" >&2 '
+    install = build_env_command(prefix=prefix, venv=venv, slice_file='"$lower"')
+    return (f'{{ built=0; for lower in {files}; do {" ".join(install)} >&2 '
             '|| { built=1; break; }; done; [ "$built" = 0 ]; } && '
-            f'PYTHONPATH="$(echo {prefix}/lib/python*/site-packages)" && export PYTHONPATH')
+            f'PYTHONPATH="$(echo {build_env_path(prefix)})" && export PYTHONPATH')

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpurl_tasks.writer.blob import LayerError, compressor, write_layer
 from gpurl_tasks.writer.composition import compose, record_of_image
+from gpurl_tasks.writer.job import JobInputs, run_compose_env
 from gpurl_tasks.writer.probe import probe
 from gpurl_tasks.writer.records import (
     manifest_blobs,
@@ -22,6 +23,7 @@ from gpurl_tasks.writer.records import (
     slice_keys,
     write_layout,
 )
+from gpurl_tasks.writer.retry import RetryRules
 
 __all__ = ["main"]
 
@@ -61,7 +63,24 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("--level", type=int, required=True)
     sub.add_parser("blobs", help="the blobs a manifest names (config, then layers)") \
         .add_argument("manifest", type=Path)
+    env = sub.add_parser("compose-env", help=(
+        "the cluster job's composition: the slices the cache lacks staged with uv, written and "
+        "recorded, the environment composed and pushed with crane ($WORK/crane); its "
+        "reference in $WORK/env-image"))
+    for flag in ("--cache-repo", "--env-base", "--venv"):
+        env.add_argument(flag, required=True)
+    for flag in ("--work", "--context", "--slice-index"):
+        env.add_argument(flag, type=Path, required=True)
+    for flag in ("--level", "--retries", "--retry-max-wait"):
+        env.add_argument(flag, type=int, required=True)
     return parser
+
+
+def _compose_env(args: argparse.Namespace) -> int:
+    return run_compose_env(JobInputs(
+        cache_repo=args.cache_repo, env_base=args.env_base, work=args.work, context=args.context,
+        slice_index=args.slice_index, venv=args.venv, level=args.level,
+        rules=RetryRules(attempts=args.retries + 1, max_wait=float(args.retry_max_wait))))
 
 
 def _run(args: argparse.Namespace) -> str:
@@ -97,6 +116,8 @@ def _run(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "compose-env":
+        return _compose_env(args)
     try:
         said = _run(args)
     except (LayerError, OSError) as exc:

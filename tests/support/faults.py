@@ -34,6 +34,7 @@ import ssl
 import struct
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -69,7 +70,7 @@ class Fault:
     path: str
     kind: str  # "429" | "500" | "503" | "reset" | "truncate" | "corrupt" | "drop" | "loop" | "gzip" | "serve"
     times: int = 1
-    retry_after: str = "1"
+    retry_after: str | Callable[[], str] = "1"  # a callable: its value when answered (a date)
     method: str | None = None
     body: bytes = b""  # "serve": the document to answer with
     content_type: str = "application/vnd.oci.image.manifest.v1+json"
@@ -126,7 +127,8 @@ class FaultProxy:
                         else b'{"errors":[{"code":"UNKNOWN"}]}'
                     self.send_response(int(fault.kind))
                     if fault.kind == "429":
-                        self.send_header("Retry-After", fault.retry_after)
+                        after = fault.retry_after
+                        self.send_header("Retry-After", after() if callable(after) else after)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     if self.command != "HEAD":

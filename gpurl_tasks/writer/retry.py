@@ -1,6 +1,7 @@
 """When a registry request is tried again, and after how long: the one set of rules, for gpurl's
-own client (oci/registry.py) and, rendered into it, the cluster job's crane wrapper
-(cluster/kaniko.py).
+own client (oci/registry.py), the composing build's crane calls (writer/crane.py) and, rendered
+into it, the rest of the cluster job's crane wrapper (cluster/kaniko.py). Stdlib only: the job
+runs it.
 
 A request is retried on a 429, a 5xx, or a connection that failed or broke mid-body; at most
 `attempts` times in all (`registry.retries` + 1); each wait is the registry's Retry-After when it

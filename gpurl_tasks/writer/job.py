@@ -1,0 +1,168 @@
+"""The cluster job's composition (the layer tool's `compose-env`), run in env-base's own
+filesystem by the composing kaniko build: each slice the cache lacks is installed with uv
+into a scratch tree there (writer/staging.py's words, as the local path's staging container
+runs them) and written by writer/blob.py; writer/orchestration.py does the rest through crane
+(writer/crane.py). Its log is the job's: one line per slice, then the environment's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpurl_tasks.writer.blob import LayerError, write_layer
+from gpurl_tasks.writer.crane import Crane
+from gpurl_tasks.writer.orchestration import (
+    ComposeError,
+    Outcome,
+    SliceFailures,
+    Slot,
+    StagedSlice,
+    compose_env,
+    read_base,
+)
+from gpurl_tasks.writer.probe import probe
+from gpurl_tasks.writer.records import IndexLine, read_index, slice_keys
+from gpurl_tasks.writer.retry import RetryRules
+from gpurl_tasks.writer.staging import build_env_command, build_env_path, install_command
+
+__all__ = ["JobInputs", "compose_in_job", "outcome_line", "run_compose_env", "stager"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobInputs:
+    """What the job script hands the composition (its compose-env.vars, and the config's
+    venv, compression level and retry bounds)."""
+
+    cache_repo: str
+    env_base: str  # CACHE_REPO@sha256:...
+    work: Path  # crane is $WORK/crane; the slices are staged under $WORK/slices
+    context: Path
+    slice_index: Path
+    venv: str
+    level: int
+    rules: RetryRules
+
+
+def outcome_line(outcome: Outcome) -> str:
+    """The job's log line for one slice."""
+    if outcome.state == "cached":
+        return f"    {outcome.name}: cached ({outcome.tag})"
+    if outcome.state == "lost":
+        return (f"    {outcome.name}: its record {outcome.tag} names blob {outcome.blob.digest}, "
+                "which the registry no longer holds: written again")
+    return f"    {outcome.name}: written {json.dumps(outcome.blob.to_json())}"
+
+
+def _tail(log: Path, lines: int) -> str:
+    """The log's last lines, each followed by a space (as `tail | tr '\\n' ' '` shows them)."""
+    said = log.read_text(errors="replace").splitlines()[-lines:]
+    return "".join(f"{line} " for line in said)
+
+
+def _run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> bool:
+    with log.open("a") as out:
+        return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                              check=False).returncode == 0
+
+
+def stager(inputs: JobInputs, lines: dict[str, IndexLine], slices: Path
+            ) -> Callable[[Slot], StagedSlice]:
+    """Stage one slice: a slice whose index line ends in `lower [uv flags]` (the lock's build
+    settings) is staged on the slices below it, their files installed into a scratch build
+    prefix put on PYTHONPATH; the install runs --require-hashes where its history entry says
+    so (a git source, an index that serves no hash, is staged without)."""
+    order = list(lines)
+
+    def stage(slot: Slot) -> StagedSlice:
+        start = time.monotonic()
+        line = lines[slot.name]
+        scratch = slices / slot.name
+        log = slices / f"{slot.name}.log"
+        log.write_text("")
+        lower = line.build.split()[:1] == ["lower"]
+        build_args = line.build.split()[1:] if lower else []
+        below = [lines[n].file for n in order[:order.index(slot.name)]] if lower else []
+        env = None
+        if below:
+            build = scratch / "build"
+            if not all(_run(build_env_command(prefix=str(build), venv=inputs.venv,
+                                              slice_file=str(inputs.context / f)), log)
+                       for f in below):
+                raise ComposeError(f"installing the slices below slice {slot.name} failed: "
+                                   f"{_tail(log, 5)}")
+            site = sorted(glob.glob(build_env_path(str(build))))
+            env = {**os.environ, "PYTHONPATH": " ".join(site) or build_env_path(str(build))}
+        tree = scratch / "tree"
+        if not _run(install_command(prefix=str(tree), venv=inputs.venv,
+                                    slice_file=str(inputs.context / line.file),
+                                    build_args=build_args,
+                                    hashed=" --require-hashes " in line.created_by), log, env):
+            raise ComposeError(f"installing slice {slot.name} ({line.file}) failed: "
+                               f"{_tail(log, 5)}")
+        written = slices / f"{slot.name}.tar.gz"
+        try:
+            blob = write_layer(tree, written, prefix=inputs.venv.removeprefix("/"),
+                               level=inputs.level)
+        except LayerError as exc:
+            raise ComposeError(f"writing slice {slot.name} failed: {exc}") from None
+        shutil.rmtree(scratch)
+        return StagedSlice(path=written, blob=blob, seconds=time.monotonic() - start,
+                           log=log.read_text(errors="replace"))
+
+    return stage
+
+
+def compose_in_job(inputs: JobInputs, say: Callable[[str], None]) -> str:
+    """Compose the environment as the job does -> its reference (`CACHE_REPO@digest`)."""
+    slices = inputs.work / "slices"
+    shutil.rmtree(slices, ignore_errors=True)
+    slices.mkdir(parents=True)
+    crane = Crane(binary=inputs.work / "crane", repository=inputs.cache_repo, scratch=slices,
+                  rules=inputs.rules)
+    base = read_base(crane, inputs.env_base.rpartition("@")[2])
+    index = read_index(inputs.slice_index.read_text(encoding="utf-8"), str(inputs.slice_index))
+    lines = {line.name: line for line in index}
+    tags = dict(slice_keys(inputs.slice_index, inputs.context, venv=inputs.venv,
+                           level=inputs.level, found=probe(inputs.venv)))
+    wanted = [Slot(name=line.name, tag=tags[line.name], created_by=line.created_by)
+              for line in index]
+    composed = compose_env(crane, base=base, wanted=wanted,
+                           stage=stager(inputs, lines, slices),
+                           report=lambda outcome: say(outcome_line(outcome)))
+    shutil.rmtree(slices, ignore_errors=True)
+    (inputs.work / "env-image").write_text(composed.reference + "\n")
+    written = [s for s in composed.slices if s.state == "written"]
+    say(f"==> environment {composed.reference} ({len(written)} slice(s) written, "
+        f"{sum(s.rewritten for s in written)} of them as their record's blob was gone; "
+        f"{len(composed.slices) - len(written)} cached)")
+    return composed.reference
+
+
+def run_compose_env(inputs: JobInputs) -> int:
+    """`compose-env`: the log on stdout, one `compose-env: error:` line and status 1 when the
+    environment cannot be composed (each failed slice's reason on its own line first)."""
+    def say(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    try:
+        compose_in_job(inputs, say)
+    except SliceFailures as failed:
+        for reason in failed.failures.values():
+            say(str(reason))
+        sys.stderr.write(f"compose-env: error: {failed}\n")
+        return 1
+    except (LayerError, OSError) as exc:
+        hint = getattr(exc, "hint", "")
+        sys.stderr.write(f"compose-env: error: {exc}{f' ({hint})' if hint else ''}\n")
+        return 1
+    return 0
