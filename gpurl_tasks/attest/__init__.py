@@ -4,7 +4,7 @@ the image), its build provenance (`provenance`, an in-toto statement with a SLSA
 what they list for a variant (`collect`: the lock's closure and the declared installs, read the
 same way when written and when checked), the one writer of both documents and their OCI
 artifacts on either build path (`documents`), the cluster job's runner of it (`tool`, shipped
-as docker/gpurl-attest.py), verify-layers' rules for them (`check`), and the GPU check's
+in the job's zipapp, cluster/jobapp.py), verify-layers' rules for them (`check`), and the GPU check's
 verdict as an in-toto SLSA Verification Summary (`verification`, what `invoke verify-gpu`
 attaches and `pin` reads back). They are
 attached at the registry by oci/referrers.py (the referrers API, or the `sha256-<digest>` tag

@@ -1,6 +1,6 @@
 """writer: the slice writer, its records and the composition (stdlib only).
 
-What the cluster job runs in env-base's python3 as docker/gpurl-layer.py (these modules' own
+What the cluster job runs in env-base's python3 from the zipapp `invoke build` stages (these modules' own
 text, all but `staging`, which the job's script holds as shell, and `check`) and the local
 path imports,
 so both write the same bytes and compose the same image:
