@@ -36,16 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from gpurl_tasks.cluster.kaniko import (
-    ATTEST_TOOL,
     ROOT_ENV,
     ToolPins,
-    attest_tool_text,
+    job_files,
     prebuilt_wheel_names,
     render_script,
-    skeleton_path,
-    skeleton_text,
 )
 from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.dockerfile.generate import handwritten_plan
 from gpurl_tasks.dockerfile.wheels import ABI_KEY_PREFIX, abi_key, pins_from_args
 from tests.conftest import REPO_ROOT
 from tests.support.rangeserver import serve_files
@@ -206,11 +204,12 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
                         crane_sha256=crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
                         executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
                         wheel_base_url=url + "/wheels")
-        # the bundle's attestation inputs, as `invoke generate` writes them
+        # the job's own files, as `invoke build` stages them in the bundle (the chain path
+        # composes nothing: no slice index, so no plan)
         bundle = root / "app"
-        (bundle / ATTEST_TOOL).parent.mkdir(parents=True, exist_ok=True)
-        (bundle / ATTEST_TOOL).write_text(attest_tool_text())
-        (bundle / skeleton_path(config).relative_to(config.root)).write_text(skeleton_text(config))
+        for name, data in job_files(config, handwritten_plan(config)).items():
+            (bundle / name).parent.mkdir(parents=True, exist_ok=True)
+            (bundle / name).write_bytes(data)
         script = tmp / "build.sh"
         script.write_text(render_script(config, pins))
         yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,
