@@ -85,11 +85,13 @@ def test_imports_point_one_way(module: str) -> None:
 # the image's package-set and `uv pip check` checks, the job's SBOM and provenance writer):
 # they start processes and print
 STANDALONE = {"writer.probe", "writer.tool", "dockerfile.envcheck", "attest.tool", "gpu.check"}
-# What docker/gpurl-attest.py and docker/gpurl-layer.py carry to the cluster job, which has no
-# gpurl installed: each tool's package, whole; the GPU check runs in the image on the node,
-# its package, the error type its modules raise and the atomic writer of its result.
+# What the job's zipapp (cluster/jobapp.py) carries to the cluster job, which has no gpurl
+# installed: each tool's package, whole, and the zipapp's `__main__`; the GPU check runs in the
+# image on the node, its package, the error type its modules raise and the atomic writer of its
+# result.
 SHIPPED = {"attest": {"attest.sbom", "attest.provenance", "attest.documents", "attest.tool"},
            "writer": {m for m in MODULES if m.startswith("writer.")},
+           "cluster": {"cluster.jobmain"},
            "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors", "files"}}
 
 

@@ -15,9 +15,9 @@ runs gpurl's layer tool (the job's zipapp, the writer package's own files) on ea
 the cache repository lacks, in env-base's own filesystem, so each slice is the same blob the
 local path writes; crane pushes each as a one-layer record image; the same tool composes the environment image
 from env-base and the records (writer/composition.py, the local path's composition), which
-crane pushes without moving a layer; the final build runs FROM
-that image. The slice list is the slice index staged in the bundle. After the final push the job attaches the image's SBOM and
-provenance (the zipapp's `attest`, gpurl's attest modules' own files, on the skeleton
+crane pushes without moving a layer; the final build runs FROM that image. The slice list is
+the slice index staged in the bundle. After the final push the job attaches the image's SBOM
+and provenance (the zipapp's `attest`, gpurl's attest modules' own files, on the skeleton
 staged in the bundle of what is known before the build; the digest, the image's dpkg status,
 the executor's digest and the run only the job knows). Rendering reads nothing but the config,
 the `./path` wheel sources' pyproject.toml (their versions name the wheels) and the installed
