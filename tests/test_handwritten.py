@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from gpurl_tasks.cluster import doctor
 from gpurl_tasks.cluster.kaniko import SKELETON, job_files, render_script
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.dockerfile.generate import generate_profiles, handwritten_plan
+from gpurl_tasks.dockerfile.generate import generate_profiles
 from gpurl_tasks.dockerfile.handwritten import base_image, image_inputs
 from gpurl_tasks.dockerfile.ignore import ignore_rules, is_ignored
 from gpurl_tasks.errors import ConfigError
@@ -124,8 +124,7 @@ def test_generate_writes_nothing_for_the_hand_written_dockerfiles(repo: Path) ->
     _commit(repo, "generated")
     generate_profiles(repo, None, check=True)  # current: no error
     # the provenance names the Dockerfile's own base, as the build args make it
-    skeleton = json.loads(job_files(_config(repo, "sft"), handwritten_plan(_config(repo, "sft")))
-                          [SKELETON])
+    skeleton = json.loads(job_files(_config(repo, "sft"))[SKELETON])
     assert skeleton["base_image"] == "debian:bookworm-slim" and skeleton["python"] == []
 
 

@@ -47,18 +47,15 @@ from gpurl_tasks.attest import tool as attest_tool
 from gpurl_tasks.cluster import jobapp
 from gpurl_tasks.cluster.jobapp import JobApp
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.generate import fitted_plan
 from gpurl_tasks.dockerfile.recipe import WORKDIR, apt_options
 from gpurl_tasks.dockerfile.wheels import (
     ABI_KEY_PREFIX,
-    WheelNameError,
     abi_key,
-    configured_globs,
     pins_from_args,
-    prebuilt_filenames,
-    spec_versions,
+    prebuilt_wheel_names,
 )
 from gpurl_tasks.errors import BuildError
-from gpurl_tasks.files import read_text
 from gpurl_tasks.oci import retry
 from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan, SliceBuild
@@ -143,39 +140,6 @@ DEFAULT_PINS = ToolPins()
 def cache_repo(config: Config) -> str:
     """The kaniko layer cache repository (shared across builds: never delete it)."""
     return cache_repository(config)
-
-
-def _source_pyprojects(config: Config) -> dict[str, str]:
-    """{`./path` wheel spec: its pyproject.toml text} for each one that has the file."""
-    texts = {}
-    for spec in config.build.wheel_specs:
-        if spec.startswith("./"):
-            path = config.root / spec[2:] / "pyproject.toml"
-            _relative(path, config.root, "build.wheel-specs")
-            if path.is_file():
-                texts[spec] = read_text(path, what="wheel source pyproject.toml", error=BuildError)
-    return texts
-
-
-def prebuilt_wheel_names(config: Config) -> tuple[str, ...]:
-    """File names of the compiled wheels the prebuilt path fetches (sorted; none for a profile
-    without compiled wheels): one per `build.wheel-globs` entry.
-
-    One derivation for the whole tool (wheels.prebuilt_filenames over the names
-    wheels.expected_filenames gives the pinned pair): the names the Dockerfile's install globs
-    accept, so a bump of a pinned input asks for different files. A name that cannot be derived
-    is refused in one line naming the profile, variant and key to set.
-    """
-    build = config.build
-    pins = pins_from_args({}, build, config.target)  # the ARG defaults are the config's
-    try:
-        return prebuilt_filenames(pins, configured_globs(build, {}, pins),
-                                  spec_versions(build.wheel_specs, pins, _source_pyprojects(config)))
-    except WheelNameError as exc:
-        raise BuildError(f"cannot name the prebuilt wheels of profile {config.profile!r}"
-                         f"{config.variant.note}: {exc.message}",
-                         hint="set the key it names in [tool.gpurl] (docs/config.md), then "
-                              "`invoke generate`") from None
 
 
 def _relative(path: Path, root: Path, key: str) -> str:
@@ -409,10 +373,11 @@ def _build_column(build: SliceBuild | None) -> str:
     return " ".join(["lower", *no_isolation_args(build.no_isolation)])
 
 
-def job_files(config: Config, plan: Plan) -> dict[str, bytes]:
+def job_files(config: Config, plan: Plan | None = None) -> dict[str, bytes]:
     """What `invoke build` stages in the job's workspace for a variant, by path in it: the
-    zipapp, the attestation skeleton and, when the job composes, the slice index."""
+    zipapp, the attestation skeleton and, when the job composes, the slice index (of `plan`,
+    by default the committed slices' fitted plan, the one `generate --check` just proved)."""
     files = {JOB_APP: job_app().data, SKELETON: skeleton_text(config).encode()}
     if composes(config):
-        files[SLICE_INDEX] = slice_index(config, plan).encode()
+        files[SLICE_INDEX] = slice_index(config, plan or fitted_plan(config)).encode()
     return files

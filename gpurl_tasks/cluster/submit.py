@@ -21,7 +21,6 @@ from gpurl_tasks.cluster.doctor import MIN_MEMORY, require
 from gpurl_tasks.cluster.iris import ClusterTarget, JobSpec, job_run_argv
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import ignored_paths
-from gpurl_tasks.dockerfile.generate import fitted_plan, handwritten_plan
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.oci.tags import refuse_to_move
 from gpurl_tasks.redact import Secret, TokenSource
@@ -180,8 +179,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
                      f"{' ...' if len(dirty) > 3 else ''}); iris bundles the working tree, so "
                      f"the image is tagged {config.registry.tag_prefix}-{gitsha}, not as "
                      f"commit {tree.commit}")
-    plan = fitted_plan(config) if kaniko.composes(config) else handwritten_plan(config)
-    job_files = kaniko.job_files(config, plan)
+    job_files = kaniko.job_files(config)
     bundle = with_job_files(world.bundle(config.root), job_files)
     check_bundle(bundle)
 

@@ -50,6 +50,7 @@ from gpurl_tasks.dockerfile.wheels import (
     check_provided,
     check_variant_wheels,
     pins_from_args,
+    prebuilt_wheel_names,
 )
 from gpurl_tasks.errors import CheckFailed, ConfigError, ExitCode, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
@@ -384,7 +385,10 @@ def generated_files(config: Config) -> dict[Path, str]:
     one list `generate`, `doctor` and the build (local or cluster) render and check. The image's
     package-set checker, which a generated Dockerfile COPYs, and (in gpurl's own repository)
     the config reference. What the cluster job runs is rendered at submit time and never
-    committed (cluster/kaniko.py's `job_files`)."""
+    committed (cluster/kaniko.py's `job_files`), but the compiled wheels it fetches by name
+    must be nameable now: a name that cannot be derived is refused here, as the build would."""
+    if config.backend == "iris":  # the job fetches these by name: each one is derivable
+        prebuilt_wheel_names(config)
     files = {config.root / ENVCHECK_SOURCE: envcheck_text()} if config.build.generate else {}
     return {**files, **reference_files(config)}
 

@@ -43,7 +43,6 @@ from gpurl_tasks.cluster.kaniko import (
     render_script,
 )
 from gpurl_tasks.config import Config, load_config
-from gpurl_tasks.dockerfile.generate import handwritten_plan
 from gpurl_tasks.dockerfile.wheels import ABI_KEY_PREFIX, abi_key, pins_from_args
 from tests.conftest import REPO_ROOT
 from tests.support.rangeserver import serve_files
@@ -204,10 +203,9 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
                         crane_sha256=crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
                         executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
                         wheel_base_url=url + "/wheels")
-        # the job's own files, as `invoke build` stages them in the bundle (the chain path
-        # composes nothing: no slice index, so no plan)
+        # the job's own files, as `invoke build` stages them in the bundle
         bundle = root / "app"
-        for name, data in job_files(config, handwritten_plan(config)).items():
+        for name, data in job_files(config).items():
             (bundle / name).parent.mkdir(parents=True, exist_ok=True)
             (bundle / name).write_bytes(data)
         script = tmp / "build.sh"
