@@ -121,7 +121,6 @@ def test_generate_writes_nothing_for_the_hand_written_dockerfiles(repo: Path) ->
     assert "docker/Dockerfile.sft: hand-written (build.generate = false), not generated" \
         in summary.human()
     assert not (repo / "docker" / "layers").exists()  # nothing planned, no slice file
-    _commit(repo, "generated")
     generate_profiles(repo, None, check=True)  # current: no error
     # the provenance names the Dockerfile's own base, as the build args make it
     skeleton = json.loads(job_files(_config(repo, "sft"))[SKELETON])
