@@ -4,7 +4,7 @@ bench-compression`, never in CI).
 A composed environment image from the loopback registry (`--image`, by default its largest
 `env-*` tag) is taken apart layer by layer: each blob is fetched, decompressed to the layer's
 tar (checked against the config's diff_id) and compressed again from that same tar in each
-format: gzip by gpurl's own writer (writer/blob.py's zlib stream at `layers.compression-level`,
+format: gzip by gpurl's own writer (writer/blob.py's zlib stream at `layers.slice-gzip-level`,
 so the slices gpurl wrote come out byte for byte), zstd by the zstd CLI at each `--levels`.
 Each format becomes one image with OCI media types (Docker's schema2 has no zstd layer type)
 and the source's config (the same tars, so the same diff_ids in every format), pushed to a
@@ -52,16 +52,11 @@ from gpurl_tasks.config import LayerSettings
 from gpurl_tasks.errors import GpurlError
 from gpurl_tasks.files import sha256_of, write_atomic
 from gpurl_tasks.imageref import ImageRef, parse_reference
-from gpurl_tasks.oci.image import (
-    DOCKER_MANIFEST,
-    OCI_MANIFEST,
-    Descriptor,
-    PulledImage,
-    parse_diff_ids,
-)
+from gpurl_tasks.oci.image import Descriptor, PulledImage, parse_diff_ids
 from gpurl_tasks.values import format_bytes
 from gpurl_tasks.writer.blob import GzipSink
 from gpurl_tasks.writer.composition import Composition, image_of
+from gpurl_tasks.writer.ocispec import DOCKER_MANIFEST, OCI_MANIFEST
 from gpurl_tasks.writer.records import MEDIA_TYPES, platform_of, slice_of
 
 __all__ = ["OUT", "ZSTD_LAYER", "BenchError", "Format", "chain_id", "formats", "image_documents",
@@ -708,8 +703,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"(default: the largest env-* tag in {HOST})")
     parser.add_argument("--levels", type=int, nargs="+", default=[3, 19], metavar="N",
                         help="zstd levels to compare with gzip (default: 3 19)")
-    parser.add_argument("--gzip-level", type=int, default=LayerSettings().compression_level,
-                        help="the gzip level (default: layers.compression-level's default)")
+    parser.add_argument("--gzip-level", type=int, default=LayerSettings().slice_gzip_level,
+                        help="the gzip level (default: layers.slice-gzip-level's default)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="cold pulls per format, each on a fresh engine (default: 3)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"the JSON results (default: {OUT})")

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar, get_args, overload
@@ -31,6 +31,7 @@ from typing import Any, NoReturn, Protocol, TypeVar, get_args, overload
 from invoke import tasks as invoke_tasks
 from invoke.exceptions import Exit, ParseError
 from invoke.parser.argument import Argument
+from invoke.parser.context import ParserContext
 
 import gpurl_tasks
 from gpurl_tasks import proc, values
@@ -171,12 +172,43 @@ RULES_HELP = {
 }
 
 
+def not_a_flag(task: str, flag: str) -> tuple[str, str]:
+    """(error, hint) for a flag `task` does not have; `--dry-run` of a task that only reads
+    (READ_ONLY) says so, as the README's contract does."""
+    if task in READ_ONLY and flag.partition("=")[0] == "--dry-run":
+        return (f"{task} only reads: it changes nothing, so it has no --dry-run",
+                f"run `invoke {task}` without it")
+    return f"{task} has no flag {flag}", f"`invoke {task} --help` lists the flags"
+
+
 class FlagError(ParseError):
     """A flag's or positional argument's value refused as invoke parses it, with a hint."""
 
-    def __init__(self, message: str, *, hint: str) -> None:
+    def __init__(self, message: str, hint: str) -> None:
         super().__init__(message)
         self.hint = hint
+
+
+def refuse_bare_repeats(tokens: Sequence[str], contexts: Iterable[ParserContext]) -> None:
+    """A repeatable flag (`--extra`) given again without a value, as the last word or before
+    another flag: invoke counts it as given, its list already holding the earlier value, and
+    says nothing. So the command line is read for one before invoke parses it."""
+    by_name = {name: c for c in contexts for name in (c.name, *c.aliases)}
+    words: list[str] = []
+    for token in tokens:  # invoke reads `--flag=value` as the flag, then its value
+        flag, equals, value = token.partition("=")
+        words += [flag, value] if equals and flag.startswith("--") else [token]
+    context: ParserContext | None = None
+    for i, word in enumerate(words):
+        if context is not None and word in context.flags:
+            argument = context.flags[word]
+            after = words[i + 1] if i + 1 < len(words) else None
+            if argument.kind is list and (after is None or after in context.flags
+                                          or after in context.inverse_flags):
+                raise FlagError(f"{word} needs a value", hint=f"{word}: {argument.help}"
+                                if argument.help else f"give {word} a value")
+        elif word in by_name:
+            context = by_name[word]
 
 
 class _Checked(Argument):
@@ -185,8 +217,13 @@ class _Checked(Argument):
     fallback to the default (`--memory ''`, `--profile ''`); an integer flag's value must be
     one (`watch --interval abc`: a parse error naming the flag, not a ValueError)."""
 
+    task = ""  # the task's name, for a positional argument (set by `_Task`)
+
     def set_value(self, value: Any, cast: bool = True) -> None:
         shown = self.names[0].upper() if self.positional else f"--{self.names[0]}"
+        if self.positional and isinstance(value, str) and value.startswith("-") and \
+                value not in HELP_FLAGS:  # no image, job id or pin starts so: a flag the
+            raise FlagError(*not_a_flag(self.task, value))  # task lacks, taken for a value
         if self.kind in (str, int) and isinstance(value, str) and not value.strip():
             raise FlagError(f"{shown} is empty", hint=(
                 f"give {shown} a value" if self.positional else f"leave {shown} out to use its default"))
@@ -233,6 +270,8 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
                     "default" not in argument.help:
                 argument.help += f" (default: {shown})"
         positional = [a for a in arguments if a.positional]
+        for argument in positional:
+            argument.task = self.name  # type: ignore[attr-defined]
         for argument in positional[1:]:
             argument.__class__ = _Trailing
             argument.lead = positional[0]  # type: ignore[attr-defined]
@@ -659,7 +698,7 @@ def choice(flag: str, value: str | None, choices: Any) -> str | None:
         return value
     close = difflib.get_close_matches(value, allowed, n=1)
     raise ConfigError(f"{flag} must be one of {', '.join(map(repr, allowed))}, not {value!r}",
-                      hint=f"did you mean {close[0]!r}?" if close else None)
+                      hint=f"did you mean {close[0]!r}?" if close else f"pass one of them to {flag}")
 
 
 @overload
@@ -679,5 +718,6 @@ def positional(task: str, value: str | None, *, needs: str | None = None, usage:
         out(shown.stdout.rstrip("\n"))
         raise Exit(code=0)
     if needs and (value is None or not value.strip()):
-        raise ConfigError(f"invoke {task} needs {needs}", hint=usage or None)
+        raise ConfigError(f"invoke {task} needs {needs}",
+                          hint=f"usage: {usage}" if usage else f"see `invoke {task} --help`")
     return value

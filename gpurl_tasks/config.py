@@ -53,6 +53,7 @@ __all__ = [
     "declared_bakes",
     "environment_value",
     "environment_variable",
+    "key_doc",
     "load_committed_config",
     "load_config",
     "load_profile_names",
@@ -112,14 +113,22 @@ class _Key:
     check: values.Check | None = None
 
 
-def _field(default: Any, *, bakes: Bakes, size: bool = False, url: bool = False,
+def _field(default: Any, *, doc: str, bakes: Bakes, size: bool = False, url: bool = False,
            root_relative: bool = False, inside: bool = False,
            check: values.Check | None = None) -> Any:
-    """A config field with its reading and its class declared next to it (read back by
-    `_key_of`)."""
+    """A config field with its reading, its class and its description (`doc`, the one
+    docs/config.md shows) declared next to it (read back by `_key_of` and `key_doc`)."""
     key = _Key(bakes=bakes, size=size, url=url, root_relative=root_relative, inside=inside,
                check=check)
-    return dataclasses.field(default=default, metadata={"gpurl": key})
+    return dataclasses.field(default=default, metadata={"gpurl": key, "doc": doc})
+
+
+def key_doc(field: dataclasses.Field[Any]) -> str:
+    """The description a config key's field declares (`doc`): the only one there is."""
+    doc = field.metadata.get("doc")
+    if not isinstance(doc, str) or not doc:  # a declaration error in this file, not a user's
+        raise TypeError(f"config field {field.name!r} has no doc")
+    return doc
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,19 +149,27 @@ Settings = Mapping[str, Setting]  # dotted key -> its setting, as merged so far
 class PythonSelection:
     """What `uv sync` selects: the extras and groups of the environment the slices install."""
 
-    extras: tuple[str, ...] = _field((), check=values.each(values.package_name), bakes="image")
-    groups: tuple[str, ...] = _field((), check=values.each(values.package_name), bakes="image")
-    no_dev: bool = _field(True, bakes="image")
+    extras: tuple[str, ...] = _field((), check=values.each(values.package_name), bakes="image",
+                                     doc="the extras the environment's `uv sync` selects")
+    groups: tuple[str, ...] = _field((), check=values.each(values.package_name), bakes="image",
+                                     doc="the dependency groups it selects")
+    no_dev: bool = _field(True, bakes="image", doc="leave out the dev group (`--no-dev`)")
 
 
 @dataclasses.dataclass(**_KW)
 class TargetSpec:
     """The platform the image runs on (not the machine running this tool)."""
 
-    python: str = _field("3.12", check=values.version, bakes="wheels")
-    os: str = _field("linux", bakes="wheels")
-    arch: Arch = _field("x86_64", bakes="wheels")
-    glibc: str = _field("2.35", check=values.glibc, bakes="image")  # Ubuntu 22.04, the CUDA base
+    python: str = _field("3.12", check=values.version, bakes="wheels",
+                         doc="the image's Python version (the lock's markers and wheel tags are "
+                             "read for it)")
+    os: str = _field("linux", bakes="wheels", doc="the image's operating system")
+    arch: Arch = _field("x86_64", bakes="wheels",
+                        doc="the image's CPU architecture (x86_64: H100 nodes; aarch64: GB200 "
+                            "nodes)")
+    glibc: str = _field("2.35", check=values.glibc, bakes="image",
+                        doc="the image's glibc (manylinux tags); 2.35 is Ubuntu 22.04, the CUDA "
+                            "base")
 
     @property
     def platform(self) -> str:
@@ -162,45 +179,62 @@ class TargetSpec:
 
 
 @dataclasses.dataclass(**_KW)
-class LayerSettings:
-    """How the Python environment is split into layers."""
+class _Packing:
+    """How the planner packs, declared once: config keys of `LayerSettings` and the fields
+    of the planner's `Layout`."""
 
-    cap: int = _field(4 * 10**9, size=True, bakes="image")  # decimal bytes; written "4GB" in config
-    basis: SizeBasis = _field("compressed", bakes="image")
-    # JSON {"name" | "name==version": compressed bytes}
-    size_overrides: Path | None = _field(None, root_relative=True, bakes="image")
-    # written by `invoke sizes --probe`
-    size_cache: Path | None = _field(None, root_relative=True, bakes="image")
-    # independent: each slice is its own layer wherever it sits (a bump costs the slices that
-    # hold a changed package); stacked: each layer sits on the ones below (a bump costs its
-    # layer and every layer above). See docs/plan.md.
-    mode: LayerMode = _field("independent", bakes="image")
-    # independent: a package this large gets a slice of its own
-    own_layer: int = _field(20 * 10**6, size=True, bakes="image")
-    # independent: the smaller packages go into this many stable groups
-    tail_groups: int = _field(32, bakes="image")
-    # The gzip level of the slice layers gpurl writes itself (writer/blob.py, zlib): part of
-    # each slice's cache key and digest, so every builder must use the same one.
-    compression_level: int = _field(6, check=values.gzip_level, bakes="image")
-    # the most layers each variant's image may have, the base image's included: the planner
-    # fits the slices under it (planner.fit_layout). containerd's erofs snapshotter mounts
-    # about 100 (containerd#12662); 120 is the planning ceiling (plan/layerlimit.CEILING: the
-    # builders add empty layers the Dockerfile cannot show)
-    max_image_layers: int = _field(100, check=values.between(1, 120, "a number of image layers"),
-                                   bakes="image")
-
-    @property
-    def layout(self) -> Layout:
-        return Layout(mode=self.mode, own_layer=self.own_layer, tail_groups=self.tail_groups)
+    mode: LayerMode = _field("independent", bakes="image",
+                             doc="independent: each slice its own layer wherever it sits (a bump "
+                                 "costs the slices that hold a changed package); stacked: each "
+                                 "layer on the ones below (a bump costs its layer and every one "
+                                 "above). docs/plan.md compares them")
+    own_layer: int = _field(20 * 10**6, size=True, bakes="image",
+                            doc="independent layers: a package at least this large gets a slice "
+                                "of its own")
+    tail_groups: int = _field(32, bakes="image",
+                              doc="independent layers: how many stable groups the smaller "
+                                  "packages go into (among several variants, each variant's own "
+                                  "packages: a quarter as many)")
 
 
 @dataclasses.dataclass(**_KW)
-class Layout:
+class LayerSettings(_Packing):
+    """How the Python environment is split into layers."""
+
+    cap: int = _field(4 * 10**9, size=True, bakes="image",
+                      doc="the largest slice layer the planner makes")
+    basis: SizeBasis = _field("compressed", bakes="image",
+                              doc="the size the cap applies to: the packages' compressed or "
+                                  "installed bytes")
+    size_overrides: Path | None = _field(None, root_relative=True, bakes="image",
+                                         doc='a JSON table of sizes the lock lacks (`{"name" or '
+                                             '"name==version": compressed bytes}`)')
+    size_cache: Path | None = _field(None, root_relative=True, bakes="image",
+                                     doc="where `invoke sizes --probe` caches the sizes it "
+                                         "fetched")
+    # zlib in writer/blob.py; 6 measured on the heavy torch slice: 1 took 26 s and was 5.4%
+    # larger, 9 took 1.9x as long for 0.2% less (docs/build.md)
+    slice_gzip_level: int = _field(6, check=values.gzip_level, bakes="image",
+                                   doc="the gzip level of the slice layers gpurl's own writer "
+                                       "makes, on either backend: part of each slice's digest "
+                                       "and cache key, so one value for every builder")
+    # containerd's erofs snapshotter mounts about 100 (containerd#12662); 120 is the planning
+    # ceiling (plan/layerlimit.CEILING: the builders add empty layers the Dockerfile cannot show)
+    max_image_layers: int = _field(100, check=values.between(1, 120, "a number of image layers"),
+                                   bakes="image",
+                                   doc="the most layers each variant's image may have, the base "
+                                       "image's included: the planner fits the slices under it "
+                                       "(at most 120)")
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(**{f.name: getattr(self, f.name) for f in dataclasses.fields(_Packing)})
+
+
+@dataclasses.dataclass(**_KW)
+class Layout(_Packing):
     """How the planner packs: the layer mode and, for independent layers, its thresholds."""
 
-    mode: LayerMode = LayerSettings.mode
-    own_layer: int = LayerSettings.own_layer
-    tail_groups: int = LayerSettings.tail_groups
     # the most slices an image may have (None: no budget): independent layers lower the groups,
     # then raise the own-layer threshold, until the packing fits (planner.fit_layout); not a
     # config key, the generator derives it from layers.max-image-layers
@@ -214,20 +248,28 @@ DEFAULT_LAYOUT = Layout()
 class RegistrySettings:
     """Where the image is pushed and how its tags are named."""
 
-    host: str = _field("ghcr.io", check=values.registry_host, bakes="none")
+    host: str = _field("ghcr.io", check=values.registry_host, bakes="none",
+                       doc="the registry the image is pushed to")
     repository: str = _field("open-thoughts/openthoughts-agent", check=values.repository,
-                             bakes="none")
-    user: str = _field("", check=values.optional(values.plain_name), bakes="none")
-    tag_prefix: str = _field("gpu-rl", check=values.plain_name, bakes="none")
-    floating_tag: str = _field("gpu-rl", check=values.plain_name, bakes="none")
-    # None: HTTPS, except that a loopback host that does not speak TLS gets plain HTTP (as
-    # dockerd and crane do); True: plain HTTP; False: HTTPS only (oci/scheme.py)
-    insecure: bool | None = _field(None, bakes="none")
-    # a registry request answered 5xx or 429, or whose connection failed, is retried this many
-    # times with backoff (oci/retry.py: gpurl's client, the cluster job's crane wrapper, and
-    # kaniko's --push-retry); a wait (Retry-After included) is at most retry-max-wait seconds
-    retries: int = _field(3, check=values.between(0, 20, "a number of retries"), bakes="none")
-    retry_max_wait: int = _field(30, check=values.between(0, 600, "seconds"), bakes="none")
+                             bakes="none", doc="the image's repository on it")
+    user: str = _field("", check=values.optional(values.plain_name), bakes="none",
+                       doc="the user the build pushes as (the token comes from the environment)")
+    tag_prefix: str = _field("gpu-rl", check=values.plain_name, bakes="none",
+                             doc="the immutable tag is PREFIX-<git sha>")
+    floating_tag: str = _field("gpu-rl", check=values.plain_name, bakes="none",
+                               doc="the tag that moves to the latest build (pushed on request)")
+    insecure: bool | None = _field(None, bakes="none",
+                                   doc="plain HTTP (true), HTTPS only (false), or unset: HTTPS, "
+                                       "plain HTTP for a loopback host without TLS, as dockerd "
+                                       "and crane do (oci/scheme.py)")
+    retries: int = _field(3, check=values.between(0, 20, "a number of retries"), bakes="none",
+                          doc="how often a registry request answered 5xx or 429, or whose "
+                              "connection failed, is retried with backoff (oci/retry.py): by "
+                              "gpurl's client, and in the cluster job by its crane wrapper and "
+                              "kaniko's `--push-retry`")
+    retry_max_wait: int = _field(30, check=values.between(0, 600, "seconds"), bakes="none",
+                                 doc="the longest wait in seconds before a retry, a Retry-After "
+                                     "included")
 
     @property
     def image(self) -> str:
@@ -256,90 +298,142 @@ class BuildSettings:
     `[tool.gpurl.profiles.NAME.variants.VARIANT.build]`: a fork bump is a config edit.
     """
 
-    dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True, inside=True, bakes="none")
-    # false: build.dockerfile is the team's own, hand-written: gpurl neither plans nor writes it,
-    # and builds it with the same kaniko job, watch, verify-layers and pin (a hand-written
-    # profile; rebuild-needed reads the file, what its COPY/ADD take and build.args)
-    generate: bool = _field(True, bakes="none")
-    # a hand-written Dockerfile's build arguments (`--build-arg`), "NAME=value" each
-    build_args: tuple[str, ...] = _field((), check=values.each(values.build_arg), bakes="image")
-    # a hand-written Dockerfile's build context, relative to the repository root
-    context: Path = _field(Path("."), root_relative=True, inside=True, bakes="image")
+    dockerfile: Path = _field(Path("docker/Dockerfile.gpu-rl"), root_relative=True, inside=True,
+                              bakes="none",
+                              doc="the variant's Dockerfile: generated, or the team's own with "
+                                  "build.generate = false (a variant but the first: "
+                                  "DOCKERFILE-VARIANT unless it sets its own)")
+    # rebuild-needed reads a hand-written file, what its COPY/ADD take and build.build-args
+    generate: bool = _field(True, bakes="none",
+                            doc="false: build.dockerfile is hand-written; gpurl neither plans nor "
+                                "writes it, and builds it with the same kaniko job, watch, "
+                                "verify-layers and pin")
+    build_args: tuple[str, ...] = _field((), check=values.each(values.build_arg), bakes="image",
+                                         doc="a hand-written Dockerfile's build arguments "
+                                             "(`--build-arg`), `NAME=value` each")
+    context: Path = _field(Path("."), root_relative=True, inside=True, bakes="image",
+                           doc="a hand-written Dockerfile's build context, relative to the "
+                               "repository root")
     kaniko_script: Path = _field(Path("docker/build_gpu_rl_kaniko.sh"), root_relative=True,
-                                 inside=True, bakes="none")
-    wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True, inside=True, bakes="image")
-    # slice files go to <slices>/<profile>/NN-label.txt
-    slices: Path = _field(Path("docker/layers"), root_relative=True, inside=True, bakes="none")
+                                 inside=True, bakes="none",
+                                 doc="the generated kaniko script (a variant but the first: "
+                                     "SCRIPT-VARIANT.sh)")
+    wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True, inside=True,
+                              bakes="image",
+                              doc="the directory of prebuilt compiled wheels the image installs; "
+                                  "variants of different ABI keys need their own (generate "
+                                  "refuses a shared one)")
+    slices: Path = _field(Path("docker/layers"), root_relative=True, inside=True, bakes="none",
+                          doc="where the slice files go (<slices>/<profile>/...)")
     base_image: str = _field("nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
-                             check=values.image_reference, bakes="wheels")
-    # the base image's own layers, counted against the layer limit (plan/layerlimit.py) with the
-    # Dockerfile's: the CUDA devel base has about 20; a local single-layer base, 1
-    base_image_layers: int = _field(20, bakes="image")
-    # what the wheel-builder compiles against; must match the lock's torch
-    torch_version: str = _field("", check=values.version, bakes="wheels")
-    # must match the local label of the lock's torch (2.9.1+cu128)
-    cuda_tag: str = _field("cu128", check=values.plain_name, bakes="wheels")
-    flash_attn_version: str = _field("", check=values.version, bakes="wheels")
-    vllm_fork_repo: str = _field("", check=values.git_url, bakes="wheels")
-    vllm_fork_commit: str = _field("", check=values.commit, bakes="wheels")
-    vllm_version: str = _field("", check=values.version, bakes="wheels")
-    # TORCH_CUDA_ARCH_LIST of the compile ("8.0;9.0;10.0"), recorded in the MANIFEST's ABI key
-    cuda_arch_list: str = _field("", check=values.optional(values.cuda_arch_list), bakes="wheels")
-    # wheel-builder: the slow nvcc path
-    wheel_source: WheelSource = _field("prebuilt-wheelhouse", bakes="wheels")
-    # where the prebuilt wheels and their MANIFEST are published
-    wheel_base_url: str = _field("", check=values.url, bakes="image")
-    max_jobs: int = _field(8, bakes="none")
-    # the repository the image is built from: label org.opencontainers.image.source (empty: none)
-    source_url: str = _field("", check=values.optional(values.url), bakes="image")
+                             check=values.image_reference, bakes="wheels",
+                             doc="the image the runtime stages start from")
+    # counted with the Dockerfile's by plan/layerlimit.py
+    base_image_layers: int = _field(20, bakes="image",
+                                    doc="the base image's own layers, counted against the layer "
+                                        "limit (the CUDA devel base has about 20; a local "
+                                        "single-layer base, 1)")
+    torch_version: str = _field("", check=values.version, bakes="wheels",
+                                doc="the torch the wheel-builder compiles against: the lock's")
+    cuda_tag: str = _field("cu128", check=values.plain_name, bakes="wheels",
+                           doc="the local label of the lock's torch (2.9.1+cu128)")
+    flash_attn_version: str = _field("", check=values.version, bakes="wheels",
+                                     doc="the flash-attn the compiled wheels provide")
+    vllm_fork_repo: str = _field("", check=values.git_url, bakes="wheels",
+                                 doc="the git repository of the vLLM fork")
+    vllm_fork_commit: str = _field("", check=values.commit, bakes="wheels",
+                                   doc="the fork's commit the wheels are built from")
+    vllm_version: str = _field("", check=values.version, bakes="wheels",
+                               doc="the fork's version (checked against what the lock's "
+                                   "dependents require)")
+    cuda_arch_list: str = _field("", check=values.optional(values.cuda_arch_list), bakes="wheels",
+                                 doc='TORCH_CUDA_ARCH_LIST of the compile ("8.0;9.0;10.0"), '
+                                     "recorded in the MANIFEST's ABI key; required when the "
+                                     "profile has compiled wheels")
+    wheel_source: WheelSource = _field("prebuilt-wheelhouse", bakes="wheels",
+                                       doc="prebuilt-wheelhouse (published wheels) or "
+                                           "wheel-builder (compile with nvcc in the build: the "
+                                           "slow path)")
+    wheel_base_url: str = _field("", check=values.url, bakes="image",
+                                 doc="where the prebuilt wheels and their MANIFEST are published; "
+                                     "variants of different ABI keys need their own (generate "
+                                     "refuses a shared one)")
+    max_jobs: int = _field(8, bakes="none", doc="parallel compile jobs of the wheel-builder")
+    source_url: str = _field("", check=values.optional(values.url), bakes="image",
+                             doc="the repository the image is built from (label "
+                                 "org.opencontainers.image.source; empty: none)")
     apt_packages: tuple[str, ...] = _field(
         ("ca-certificates", "curl", "git", "ibverbs-providers", "ibverbs-utils", "libibverbs1",
-         "librdmacm1", "rdma-core"), check=values.each(values.apt_package), bakes="image")
-    # empty: uv's default; the demo points it at a loopback index
-    index_url: str = _field("", check=values.optional(values.url), bakes="image")
-    # Bounded network waits in every stage (a stalled mirror once left a 48-core job alive with
-    # no output): apt-get's -o Acquire::Retries / Acquire::http(s)::Timeout (seconds), and
-    # uv's UV_HTTP_TIMEOUT (seconds) / UV_HTTP_RETRIES (pip's PIP_DEFAULT_TIMEOUT / PIP_RETRIES)
-    apt_retries: int = _field(3, bakes="none")
-    apt_timeout: int = _field(60, bakes="none")
-    http_timeout: int = _field(600, bakes="none")
-    http_retries: int = _field(5, bakes="none")
-    # the environment's path in the image (UV_PROJECT_ENVIRONMENT, VIRTUAL_ENV, PATH): where
-    # the launcher's python is (launcher.python-variable)
-    venv: str = _field("/opt/venv", check=values.image_path, bakes="image")
-    # What the generated Dockerfile writes where gpu-rl and the demo differ (see recipe.py).
-    # uv is pip-installed into /opt/uv inside the image
-    uv_version: str = _field("0.13.9", check=values.version, bakes="image")
-    # UV_PYTHON_DOWNLOADS; "never" for the demo
-    python_downloads: PythonDownloads = _field("automatic", bakes="image")
+         "librdmacm1", "rdma-core"), check=values.each(values.apt_package), bakes="image",
+        doc="the runtime stage's apt packages (the InfiniBand verbs userspace is added always)")
+    index_url: str = _field("", check=values.optional(values.url), bakes="image",
+                            doc="the package index the build installs from (empty: uv's default)")
+    # Bounded network waits in every stage: a stalled mirror once left a 48-core job alive
+    # with no output.
+    apt_retries: int = _field(3, bakes="none",
+                              doc="every apt-get's `-o Acquire::Retries` (a stalled mirror fails, "
+                                  "never hangs)")
+    apt_timeout: int = _field(60, bakes="none",
+                              doc="every apt-get's `Acquire::http(s)::Timeout`, in seconds")
+    http_timeout: int = _field(600, bakes="none",
+                               doc="UV_HTTP_TIMEOUT and PIP_DEFAULT_TIMEOUT of every stage, in "
+                                   "seconds")
+    http_retries: int = _field(5, bakes="none",
+                               doc="UV_HTTP_RETRIES and PIP_RETRIES of every stage")
+    venv: str = _field("/opt/venv", check=values.image_path, bakes="image",
+                       doc="the environment's path in the image (UV_PROJECT_ENVIRONMENT, "
+                           "VIRTUAL_ENV, PATH), where the launcher's python is")
+    uv_version: str = _field("0.13.9", check=values.version, bakes="image",
+                             doc="the uv installed into the image (pip-installed into /opt/uv)")
+    python_downloads: PythonDownloads = _field("automatic", bakes="image",
+                                               doc="UV_PYTHON_DOWNLOADS in the image: "
+                                                   "automatic, manual or never")
     builder_apt_packages: tuple[str, ...] = _field(("build-essential", "git", "ninja-build"),
                                                    check=values.each(values.apt_package),
-                                                   bakes="wheels")
-    builder_extra_index_url: str = _field("", check=values.optional(values.url), bakes="wheels")
-    builder_requirements: tuple[str, ...] = _field((), check=values.each(values.requirement), bakes="wheels")
-    # `pip wheel` arguments; "./path" is copied from the context
-    wheel_specs: tuple[str, ...] = _field((), check=values.each(values.wheel_spec), bakes="wheels")
-    # the wheels the rl stage installs with --no-deps
-    wheel_globs: tuple[str, ...] = _field((), check=values.each(values.wheel_glob), bakes="image")
-    # one RUN each, so a failure names itself
-    import_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line), bakes="image")
-    # "module=distribution" where an assert imports a module under another name than its
-    # distribution's (yaml=pyyaml); generate checks every assert against the variant's closure
-    import_names: tuple[str, ...] = _field((), bakes="none")
-    # Requirements installed after the lock's final sync, each pinned (`name==1.2.3`, or
-    # `name[extra] @ git+URL@<commit>`), each with optional asserts after ' | ': `fastapi==0.115.6
-    # | import fastapi`. Their dependencies are resolved at build time; the image proves it holds
-    # exactly the lock's closure plus these and their dependencies (recipe.py).
+                                                   bakes="wheels",
+                                                   doc="the wheel-builder stage's apt packages")
+    builder_extra_index_url: str = _field("", check=values.optional(values.url), bakes="wheels",
+                                          doc="an extra index for the wheel-builder's "
+                                              "requirements")
+    builder_requirements: tuple[str, ...] = _field((), check=values.each(values.requirement),
+                                                   bakes="wheels",
+                                                   doc="what the wheel-builder installs before "
+                                                       "it compiles")
+    wheel_specs: tuple[str, ...] = _field((), check=values.each(values.wheel_spec), bakes="wheels",
+                                          doc="the `pip wheel` arguments of the compiled wheels "
+                                              "(`./path` is copied in); with it and wheel-globs "
+                                              "empty the lock is the whole truth: no "
+                                              "wheel-builder, wheelhouse or MANIFEST anywhere")
+    wheel_globs: tuple[str, ...] = _field((), check=values.each(values.wheel_glob), bakes="image",
+                                          doc="the compiled wheels the rl stage installs with "
+                                              "--no-deps")
+    import_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line), bakes="image",
+                                             doc="Python statements the build runs in the image, "
+                                                 "one `python -c` each in one RUN (a failing one "
+                                                 "names itself); a variant's `import-asserts` are "
+                                                 "added to these")
+    # generate checks every assert against the variant's closure
+    import_names: tuple[str, ...] = _field((), bakes="none",
+                                           doc="`module=distribution` where an assert imports "
+                                               "another name than its distribution's "
+                                               "(yaml=pyyaml)")
+    # Their dependencies are resolved at build time; the image proves it holds exactly the
+    # lock's closure plus these and their dependencies (recipe.py).
     post_install: tuple[str, ...] = _field((), check=values.each(values.post_install),
-                                           bakes="image")
-    # the `uv pip check` gate: the conflicts it tolerates, each an fnmatch pattern of one line
-    # it prints ("The package `aiobotocore` requires `botocore*"); any other conflict fails
+                                           bakes="image",
+                                           doc="requirements installed after the lock's final "
+                                               "sync, each pinned (`name==1.2.3`, or "
+                                               "`name[extra] @ git+URL@<commit>`) with optional "
+                                               "asserts after ` | `: `req[ | assert]...`")
     pip_check_allow: tuple[str, ...] = _field((), check=values.each(values.one_line),
-                                              bakes="none")
-    # Python statements `invoke verify-gpu` runs on the GPU node in the image, `torch` bound
-    # (e.g. a flash-attn forward compared with torch's attention): a launch that fails, or an
-    # assert that does not hold, fails the check's launches
-    gpu_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line), bakes="none")
+                                              bakes="none",
+                                              doc="the `uv pip check` conflicts tolerated, each "
+                                                  "an fnmatch pattern of one line it prints; "
+                                                  "any other fails")
+    gpu_asserts: tuple[str, ...] = _field((), check=values.each(values.one_line), bakes="none",
+                                          doc="Python statements `invoke verify-gpu` runs in the "
+                                              "image on the GPU node, `torch` bound (the check's "
+                                              "kernel launches)")
 
     @property
     def post_installs(self) -> tuple[values.PostInstall, ...]:
@@ -361,106 +455,142 @@ class ClusterSettings:
     and a `--cluster` flag on a task wins over both.
     """
 
-    name: str = _field("cw-us-east-02a", check=values.plain_name, bakes="none")
-    # e.g. http://127.0.0.1:18765; empty: use `name`
-    controller_url: str = _field("", url=True, bakes="none")
-    cpu: int = _field(48, bakes="none")
-    memory: str = _field("512GB", check=values.resource_size, bakes="none")
-    disk: str = _field("400GB", check=values.resource_size, bakes="none")
-    timeout: int = _field(18000, bakes="none")
-    max_retries: int = _field(0, bakes="none")
-    task_image: str = _field("docker.io/library/ubuntu:22.04", check=values.image_reference, bakes="none")
-    # empty: REGISTRY_IMAGE/cache
-    cache_repo: str = _field("", check=values.optional(values.image_reference), bakes="none")
-    # The kaniko executor image, pinned by digest (`crane digest IMAGE:TAG` refreshes it).
-    # Upstream kaniko (gcr.io/kaniko-project/executor) was archived in June 2025; v1.23.2 is its
-    # last release. The maintained fork publishes ghcr.io/osscontainertools/kaniko: point this
-    # key at one of its digests to move.
+    name: str = _field("cw-us-east-02a", check=values.plain_name, bakes="none",
+                       doc="the iris cluster (`iris --cluster=NAME`)")
+    controller_url: str = _field("", url=True, bakes="none",
+                                 doc="an iris controller URL (e.g. http://127.0.0.1:18765) "
+                                     "instead of the cluster name (wins when set)")
+    cpu: int = _field(48, bakes="none", doc="CPUs of the build job")
+    memory: str = _field("512GB", check=values.resource_size, bakes="none",
+                         doc="memory of the build job (below 512GB the wheel packaging OOMs)")
+    disk: str = _field("400GB", check=values.resource_size, bakes="none",
+                       doc="ephemeral disk of the build job")
+    timeout: int = _field(18000, bakes="none", doc="the job's timeout in seconds")
+    max_retries: int = _field(0, bakes="none", doc="iris retries of the build job")
+    task_image: str = _field("docker.io/library/ubuntu:22.04", check=values.image_reference,
+                             bakes="none",
+                             doc="the image the job runs in (the executor is overlaid on it)")
+    cache_repo: str = _field("", check=values.optional(values.image_reference), bakes="none",
+                             doc="the layer cache repository: kaniko's cache and the slice "
+                                 "images (empty: REGISTRY_IMAGE/cache)")
+    # `crane digest IMAGE:TAG` refreshes it. Upstream kaniko (gcr.io/kaniko-project/executor)
+    # was archived in June 2025; v1.23.2 is its last release. The maintained fork publishes
+    # ghcr.io/osscontainertools/kaniko: point this key at one of its digests to move.
     kaniko_executor: str = _field("gcr.io/kaniko-project/executor@sha256:"
                                   "9e69fd4330ec887829c780f5126dd80edc663df6def362cd22e79bcdf00ac53f",
-                                  bakes="image")
-    # crane (go-containerregistry's release archive with `crane` at its top) and its sha256:
-    # the script overlays the executor with it. Refresh both together from the release's
-    # checksums.txt. Empty (both): crane v0.20.3's archive for the variant's target.arch
-    # (CRANE_ARCHIVES); set both or neither.
-    crane_url: str = _field("", url=True, bakes="none")
-    crane_sha256: str = _field("", check=values.optional(values.sha256_hex), bakes="none")
-    # The gzip level kaniko writes layers at. go-containerregistry's default is BestSpeed (1):
-    # the demo's slices came out 9-22% over the plan; at 9 its MB-sized slices were within
-    # 2% (the planner predicts a layer as the sum of its wheels, deflated at about that level).
-    compression_level: int = _field(9, check=values.gzip_level, bakes="image")
-    # How kaniko finds a RUN's changes: "full" hashes every file's content, "redo" compares
-    # size, mtime and mode only (benchmarks/REPORT.md has both at heavy scale).
-    snapshot_mode: SnapshotMode = _field("full", bakes="none")
-    # How the iris job makes the environment: "composed" writes each slice layer with gpurl's
-    # layer writer on env-base and composes them at the registry (the same slice is the same
-    # blob on every builder); "chain" builds the env-chain stage, every slice in one kaniko
-    # layer chain (each layer's cache key chains its parent's).
-    env_source: EnvSource = _field("composed", bakes="image")
-    # Where upstream's kaniko and crane release source archives are, for `invoke setup-kaniko`
-    # (which builds the executors and crane of the cluster path on this machine); their names
-    # and sha256 are pinned in gpurl_tasks/local/builder-sources.toml.
-    source_archives: Path = _field(Path("../shared/third_party"), root_relative=True, bakes="none")
-    # The GPU check's job (`invoke verify-gpu`): the pushed image itself on the GPUs of one node.
-    # gpu-cluster empty: this variant's build cluster (`name`, or `controller-url`); gpu-type
-    # empty: any GPU (iris `--gpu COUNT`), else iris `--gpu TYPExCOUNT` (H100, H200, GB200...)
-    gpu_cluster: str = _field("", check=values.optional(values.plain_name), bakes="none")
-    gpus: int = _field(8, check=values.between(1, 16, "GPUs of one node"), bakes="none")
-    gpu_type: str = _field("", check=values.optional(values.plain_name), bakes="none")
-    gpu_cpu: int = _field(16, bakes="none")
-    gpu_memory: str = _field("128GB", check=values.resource_size, bakes="none")
-    # the job's own timeout (iris --timeout); verify-gpu waits this long plus
-    # gpu-start-timeout for it to be scheduled and its image pulled
-    gpu_timeout: int = _field(3600, bakes="none")
-    gpu_start_timeout: int = _field(1800, bakes="none")
+                                  bakes="image", doc="the kaniko executor image, pinned by digest")
+    # Refresh crane-url and crane-sha256 together from the release's checksums.txt.
+    crane_url: str = _field("", url=True, bakes="none",
+                            doc="the go-containerregistry release archive (`crane` at its top) "
+                                "the script overlays the executor with (empty: v0.20.3's for "
+                                "target.arch)")
+    crane_sha256: str = _field("", check=values.optional(values.sha256_hex), bakes="none",
+                               doc="its sha256 (set with crane-url, or neither)")
+    # go-containerregistry's default is BestSpeed (1): the demo's slices came out 9-22% over
+    # the plan; at 9 its MB-sized ones were within 2% (docs/build.md)
+    kaniko_gzip_level: int = _field(9, check=values.gzip_level, bakes="image",
+                                    doc="the gzip level of the layers kaniko writes (its "
+                                        "`--compression-level`): env-base, the final stage, and "
+                                        "the env-chain slices; never the slices gpurl writes "
+                                        "(layers.slice-gzip-level)")
+    snapshot_mode: SnapshotMode = _field("full", bakes="none",
+                                         doc="kaniko's `--snapshot-mode`, how it finds a RUN's "
+                                             "changes: full hashes every file's content, redo "
+                                             "compares size, mtime and mode, time compares "
+                                             "mtime only (benchmarks/REPORT.md compares full and "
+                                             "redo)")
+    env_source: EnvSource = _field("composed", bakes="image",
+                                   doc="how the iris job makes the environment: composed (each "
+                                       "slice written by gpurl's layer writer on env-base, "
+                                       "composed at the registry: one blob per slice on every "
+                                       "builder) or chain (the env-chain stage, every slice in "
+                                       "one kaniko layer chain)")
+    # their names and sha256 are pinned in gpurl_tasks/local/builder-sources.toml
+    source_archives: Path = _field(Path("../shared/third_party"), root_relative=True,
+                                   bakes="none",
+                                   doc="where kaniko's and crane's release source archives are, "
+                                       "for `invoke setup-kaniko`")
+    gpu_cluster: str = _field("", check=values.optional(values.plain_name), bakes="none",
+                              doc="the iris cluster of `invoke verify-gpu`'s job (empty: the "
+                                  "variant's build cluster, its name or controller-url)")
+    gpus: int = _field(8, check=values.between(1, 16, "GPUs of one node"), bakes="none",
+                       doc="the GPUs of one node the GPU check's job asks for (iris `--gpu`)")
+    gpu_type: str = _field("", check=values.optional(values.plain_name), bakes="none",
+                           doc="the GPU the job asks for, e.g. H100 (`--gpu H100x8`; empty: any)")
+    gpu_cpu: int = _field(16, bakes="none", doc="CPUs of the GPU check's job")
+    gpu_memory: str = _field("128GB", check=values.resource_size, bakes="none",
+                             doc="memory of the GPU check's job")
+    gpu_timeout: int = _field(3600, bakes="none",
+                              doc="the GPU check's job timeout in seconds (iris `--timeout`)")
+    gpu_start_timeout: int = _field(1800, bakes="none",
+                                    doc="how long verify-gpu waits, beyond gpu-timeout, for the "
+                                        "job to be scheduled and its image pulled")
 
 
 @dataclasses.dataclass(**_KW)
 class VerifySettings:
     """Rules a pushed image must meet before it may be pinned."""
 
-    hard_limit: int = _field(8 * 10**9, size=True, bakes="none")
-    min_layers: int = _field(20, bakes="none")
-    # every layer's target; None: layers.cap (a small demo cap is for sync layers)
-    cap: int | None = _field(None, size=True, bakes="none")
-    # the attached SBOM and provenance: "required" (pin refuses an image without them; both
-    # build paths attach them), "if-present" (checked when attached: for images built before
-    # gpurl attached them), "off"
-    attestations: Attestations = _field("required", bakes="none")
-    # the GPU verification summary `invoke verify-gpu` attaches: "required" (pin refuses an
-    # image without a passing one), "if-present" (a failing one is refused, none is accepted),
-    # "off" (not read)
-    gpu: GpuVerification = _field("if-present", bakes="none")
+    hard_limit: int = _field(8 * 10**9, size=True, bakes="none",
+                             doc="no pushed layer may reach this size")
+    min_layers: int = _field(20, bakes="none", doc="a pushed image needs at least this many layers")
+    cap: int | None = _field(None, size=True, bakes="none",
+                             doc="every layer's target (unset: layers.cap; a small demo cap is "
+                                 "for sync layers)")
+    attestations: Attestations = _field("required", bakes="none",
+                                        doc="the image's attached SBOM and provenance: required "
+                                            "(pin refuses an image without them; both build "
+                                            "paths attach them), if-present (checked when "
+                                            "attached: images built before gpurl attached "
+                                            "them), or off")
+    gpu: GpuVerification = _field("if-present", bakes="none",
+                                  doc="the GPU verification summary `invoke verify-gpu` "
+                                      "attaches: required (pin refuses an image without a "
+                                      "passing one), if-present (a failing one is refused, none "
+                                      "is accepted), or off (not read)")
 
 
 @dataclasses.dataclass(**_KW)
 class LauncherSettings:
     """The file and variable that hold the pinned image digest (path relative to workspace)."""
 
-    path: Path = _field(Path("cloud/iris/launch_rl_iris.py"), inside=True, bakes="none")
-    variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier, bakes="none")
-    # this variant's own image (its platform's manifest digest), beside `variable`: where
-    # variants of several platforms share `variable` (their image index), a launcher that names
-    # the platform itself reads this one; unset: no per-platform pin
-    platform_variable: str = _field("", check=values.optional(values.identifier), bakes="none")
-    # the launcher's variable holding the environment's python (or its directory): where the
-    # launcher assigns it, generate and pin refuse a path outside build.venv
-    python_variable: str = _field("RL_PYTHON", check=values.identifier, bakes="none")
-    # A typed image table instead of a variable (launcher/table.py): the module-level dict the
-    # pin writes into, e.g. GPU_RL_IMAGES = {(ImageArchitecture.AMD64, ImageVariant.STANDARD):
-    # GpuRlImage(digest=..., tag=..., source_commit=...), ...}; empty: pin `variable`
-    table: str = _field("", check=values.optional(values.identifier), bakes="none")
-    # the entry's key as Python spells it: {arch} is the variant's OCI arch (amd64), {variant}
-    # its name, {ARCH} and {VARIANT} the same upper-cased (a variant sets its own: table-key)
+    path: Path = _field(Path("cloud/iris/launch_rl_iris.py"), inside=True, bakes="none",
+                        doc="the launcher file the pin is written into, relative to the "
+                            "workspace")
+    variable: str = _field("DEFAULT_RL_DOCKER_IMAGE", check=values.identifier, bakes="none",
+                           doc="the variable holding the pinned image (variants of different "
+                               "platforms naming one: the digest of their image index)")
+    platform_variable: str = _field("", check=values.optional(values.identifier), bakes="none",
+                                    doc="the variable holding this variant's own platform image "
+                                        "(its manifest digest), beside an index's shared "
+                                        "variable; unset: no per-platform pin")
+    python_variable: str = _field("RL_PYTHON", check=values.identifier, bakes="none",
+                                  doc="the launcher's variable naming the environment's python "
+                                      "(or its directory): generate and pin refuse a path "
+                                      "outside build.venv")
+    # launcher/table.py: e.g. GPU_RL_IMAGES = {(ImageArchitecture.AMD64, ImageVariant.STANDARD):
+    # GpuRlImage(digest=..., tag=..., source_commit=...), ...}
+    table: str = _field("", check=values.optional(values.identifier), bakes="none",
+                        doc="the module-level dict of typed entries the pin writes into instead "
+                            "of `variable` (the team's GPU_RL_IMAGES); empty: pin `variable`")
     table_key: str = _field("(ImageArchitecture.{ARCH}, ImageVariant.{VARIANT})",
-                            check=values.one_line, bakes="none")
-    digest_field: str = _field("digest", check=values.identifier, bakes="none")
-    tag_field: str = _field("tag", check=values.identifier, bakes="none")
-    commit_field: str = _field("source_commit", check=values.identifier, bakes="none")
-    # the module-level variable entries may name as their commit (source_commit=SOURCE_COMMIT,
-    # tag=f"gpu-rl-{SOURCE_COMMIT}"): rewritten when every entry naming it is pinned together
+                            check=values.one_line, bakes="none",
+                            doc="the key of the variant's entry in the table, as a Python "
+                                "expression: {arch}/{ARCH} its OCI arch, {variant}/{VARIANT} its "
+                                "name (a variant may set its own `table-key`)")
+    digest_field: str = _field("digest", check=values.identifier, bakes="none",
+                               doc="the entry's field holding the image's manifest digest "
+                                   "(`sha256:<64 hex>`)")
+    tag_field: str = _field("tag", check=values.identifier, bakes="none",
+                            doc="the entry's field holding the image's immutable tag")
+    commit_field: str = _field("source_commit", check=values.identifier, bakes="none",
+                               doc="the entry's field holding the commit the image was built "
+                                   "from")
     commit_variable: str = _field("SOURCE_COMMIT", check=values.optional(values.identifier),
-                                  bakes="none")
+                                  bakes="none",
+                                  doc="the module-level variable the entries may name as their "
+                                      "commit (source_commit=SOURCE_COMMIT): rewritten only "
+                                      "when every entry naming it is pinned together")
 
 
 @dataclasses.dataclass(**_KW)
@@ -543,11 +673,16 @@ class Config:
 
     root: Path
     profile: str
-    workspace: Path
-    lock: Path
+    # the top keys (their defaults: _top_settings)
+    workspace: Path = dataclasses.field(metadata={
+        "doc": "the directory (inside the repository) holding the workspace's pyproject.toml "
+               "and uv.lock"})
+    lock: Path = dataclasses.field(metadata={"doc": "the lock to plan, relative to the workspace"})
     variant: Variant
     variants: tuple[Variant, ...]
-    backend: Backend = "iris"
+    backend: Backend = dataclasses.field(default="iris", metadata={
+        "doc": "where `invoke build` builds: an iris job running kaniko, or the local Docker "
+               "engine"})
     layers: LayerSettings = LayerSettings()
     verify: VerifySettings = VerifySettings()
 
@@ -623,12 +758,14 @@ _VARIANT_TABLES = ("build", "target", "cluster")  # a variant's sub-tables, each
 # backend picks where the build runs, and both backends bake the same inputs.
 _TOP_BAKES: dict[str, Bakes] = {"workspace": "image", "lock": "image", "backend": "none"}
 SHARED = "shared"  # the slice directory of a profile's variants' common layers
-# What a variant may set, as the dotted key it replaces (import-asserts are added to the profile's).
+# What a variant sets in its own table, as the dotted key it sets: keys of the sections that
+# have no variant table, each replacing the profile's, and import-asserts, added to the
+# profile's. Every other build, target or cluster key is written in the variant's table of that
+# name and replaces the profile's; each key has one spelling (_RETIRED_VARIANT_KEYS).
 _VARIANT_KEYS = {"extras": "python.extras", "groups": "python.groups",
                  "tag-prefix": "registry.tag-prefix", "floating-tag": "registry.floating-tag",
                  "launcher-variable": "launcher.variable",
                  "platform-variable": "launcher.platform-variable", "table-key": "launcher.table-key",
-                 "dockerfile": "build.dockerfile",
                  "import-asserts": "build.import-asserts"}
 def _key(name: str) -> str:
     return name.replace("_", "-")
@@ -713,10 +850,24 @@ _MIGRATION_HINT = ('write post-install = ["harbor[EXTRAS] @ git+<harbor-repo>@<h
                    "harbor-commit")
 
 
+# Keys that were renamed: (the new name, what it is). Two keys were called compression-level.
+_RENAMED = {"layers.compression-level": ("layers.slice-gzip-level",
+                                         "the gzip level of the slice layers gpurl writes"),
+            "cluster.compression-level": ("cluster.kaniko-gzip-level",
+                                          "the gzip level of the layers kaniko writes")}
+
+
 def _unknown(key: str, where: str) -> ConfigError:
     if key in _MIGRATED:
         return ConfigError(f"{key} in {where} is no longer a key: {_MIGRATED[key]}",
                            hint=_MIGRATION_HINT)
+    if key in _RENAMED:
+        new, what = _RENAMED[key]
+        section, name = new.split(".")
+        hint = (f"set ${environment_variable(new)} instead" if where.startswith("$") else
+                f"write {name} = N in its {section} table instead")
+        return ConfigError(f"{key} in {where} is now {new}, {what}",
+                           hint=f"{hint} (the same N gives the same layers)")
     close = difflib.get_close_matches(key, (*_known_keys(), "default-profile", "profiles"), n=1)
     hint = f"did you mean {close[0]!r}?" if close else "every key is in docs/config.md"
     return ConfigError(f"unknown config key {key!r} in {where}", hint=hint)
@@ -779,7 +930,8 @@ OTHER_VARIABLES = frozenset({
 def unknown_variables(env: Mapping[str, str]) -> list[tuple[str, str | None]]:
     """GPURL_* variables in `env` that nothing reads (`GPURL_LAYERS_CAPP`), each with the
     closest variable that is read (None: none is close): a typo is otherwise silently ignored."""
-    known = sorted({environment_variable(k) for k in _known_keys()} | OTHER_VARIABLES)
+    # a renamed key's old variable is load_config's error, which names the new one
+    known = sorted({environment_variable(k) for k in (*_known_keys(), *_RENAMED)} | OTHER_VARIABLES)
     found = []
     for name in sorted(n for n in env if n.startswith("GPURL_") and n not in known):
         close = difflib.get_close_matches(name[6:], [k[6:] for k in known], n=1)
@@ -795,7 +947,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
 
 def _table(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where} must be a table, not {shown(value)}")
+        raise ConfigError(f"{where} must be a table, not {shown(value)}",
+                          hint="write it as a TOML table, [section] or { key = value }")
     return value
 
 
@@ -839,7 +992,7 @@ def _convert(dotted: str, hint: Any, setting: Setting, key: _Key | None = None) 
             return value
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
         raise ConfigError(f"{dotted} in {where} must be {_type_name(base)}, not {shown(value)}",
-                          hint=f"did you mean {close[0]!r}?" if close else None)
+                          hint=f"did you mean {close[0]!r}?" if close else f"set {dotted} to one of them")
     if base is bool:
         if isinstance(value, bool):
             return value
@@ -883,7 +1036,8 @@ def _tool_table(root: Path, text: str | None = None) -> Mapping[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{pyproject} is not valid TOML: {exc}") from None
+        raise ConfigError(f"{pyproject} is not valid TOML: {exc}",
+                          hint="fix the TOML the message points at") from None
     return _table(_table(data.get("tool", {}), "[tool]").get("gpurl", {}), "[tool.gpurl]")
 
 
@@ -1006,7 +1160,8 @@ def _chosen_profile(tool: Mapping[str, Any], wanted: str | None) -> tuple[str, M
     _flatten(tool, "[tool.gpurl]")
     default = tool.get("default-profile", "default")
     if not isinstance(default, str) or not default:
-        raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}")
+        raise ConfigError(f"default-profile in [tool.gpurl] must be a profile name, not {shown(default)}",
+                          hint="set default-profile to the name of a [tool.gpurl.profiles.NAME] table")
     name = values.profile_name(wanted or default, "the profile name")
     if profiles and name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=1)
@@ -1026,7 +1181,11 @@ def _file_settings(tool: Mapping[str, Any], name: str, profile: Mapping[str, Any
 
 
 def _late_settings(env: Mapping[str, str], overrides: Mapping[str, Any] | None) -> Settings:
-    """What GPURL_* variables and task flags set (flags last), over every table's keys."""
+    """What GPURL_* variables and task flags set (flags last), over every table's keys; a
+    renamed key's old variable is an error, as its old spelling in a table is."""
+    for old in _RENAMED:
+        if environment_variable(old) in env:
+            raise _unknown(old, f"${environment_variable(old)}")
     late = {k: Setting(v, f"${var}", text=True) for k, (v, var) in _from_env(env).items()}
     for key, value in (overrides or {}).items():
         if value is None:
@@ -1083,8 +1242,7 @@ def _sections(merged: Settings, root: Path, workspace: Path) -> dict[str, Any]:
                     try:
                         key.check(value, dotted)
                     except ConfigError as exc:
-                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.specific_hint or (
-                            f"docs/config.md gives {dotted}'s form and default")) from None
+                        raise ConfigError(f"{exc.message} (in {where})", hint=exc.hint) from None
                 if isinstance(value, Path):
                     value = base / value
                     if key.inside:  # issue 30: written or copied, so never outside the repository
@@ -1131,6 +1289,10 @@ def _variant_values(table: Mapping[str, Any], where: str, shared: Settings) -> d
               for section in _VARIANT_TABLES}
     found: dict[str, Setting] = {}
     for key in keys:
+        if key == "dockerfile":  # one spelling per key: a build key goes in the build table
+            raise ConfigError(f"a variant's dockerfile is written in {where[:-1]}.build], not "
+                              f"in {where}", hint="move the key there, as every build key of a "
+                                                  "variant")
         if key not in _VARIANT_KEYS:
             close = difflib.get_close_matches(key, list(_VARIANT_KEYS), n=1)
             raise ConfigError(f"unknown variant key {key!r} in {where}",
@@ -1144,13 +1306,18 @@ def _variant_values(table: Mapping[str, Any], where: str, shared: Settings) -> d
         for key, value in sub.items():
             if f"{section}.{key}" not in _known_keys():
                 raise _unknown(f"{section}.{key}", sub_where)
+            if _VARIANT_KEYS.get(key) == f"{section}.{key}":  # one spelling: import-asserts
+                raise ConfigError(f"a variant's {key} are written in {where}, not in {sub_where}",
+                                  hint="move the key there: its entries are added to the "
+                                       f"profile's {key}")
             found[f"{section}.{key}"] = Setting(value, sub_where)
     for key, value in keys.items():
         dotted = _VARIANT_KEYS[key]
         if key == "import-asserts":
             base = shared[dotted].value if dotted in shared else list(BuildSettings().import_asserts)
             if not isinstance(value, list) or not isinstance(base, list | tuple):
-                raise ConfigError(f"import-asserts in {where} must be a list of strings")
+                raise ConfigError(f"import-asserts in {where} must be a list of strings",
+                                  hint="write it as a list of strings, e.g. import-asserts = [\"torch\"]")
             value = [*base, *value]
         found[dotted] = Setting(value, where)
     return found

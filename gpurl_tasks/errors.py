@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "BUG_HINT",
     "BuildError",
     "CheckFailed",
     "ConfigError",
@@ -44,24 +45,18 @@ class ExitCode(enum.IntEnum):
 
 
 class GpurlError(Exception):
-    """Base of every expected failure: `message` says what went wrong, `hint` what to do."""
+    """Base of every expected failure: `message` says what went wrong, `hint` what to do.
+
+    Every raise of an error that exits 2 writes its own hint, where it knows what the user
+    should change (tests/test_cli_contract.py fails on one without): there is no class-wide
+    fallback, which would say the same vague thing for every cause."""
 
     exit_code: int = ExitCode.ERROR
-    # What to do when the raise site has nothing more precise to say. A class whose errors
-    # exit 2 sets one, or every raise of it passes `hint=` (tests/test_cli_contract.py checks
-    # both): an `error:` line is never without a next step.
-    default_hint: str | None = None
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.hint = hint or self.default_hint
-
-    @property
-    def specific_hint(self) -> str | None:
-        """The hint its raise site wrote (None: only the class's default), for a caller that
-        has a better one than the default."""
-        return self.hint if self.hint != self.default_hint else None
+        self.hint = hint
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
@@ -76,54 +71,33 @@ class CheckFailed(GpurlError):
 class ConfigError(GpurlError):
     """The [tool.gpurl] config, an environment variable or a flag is invalid."""
 
-    default_hint = ("every key, flag and GPURL_ variable is in docs/config.md, with the "
-                    "form of its value")
-
 
 class LockError(GpurlError):
     """uv.lock is missing, malformed or does not contain what was asked for."""
-
-    default_hint = "run `uv lock` in the project, or pass --lock PATH to the lock to read"
 
 
 class SizeError(GpurlError):
     """A package's size is unknown and no override or probe supplies it."""
 
-    default_hint = ("record the size in the size override file (layers.size-overrides), or "
-                    "run `invoke sizes --probe`")
-
 
 class PlanError(GpurlError):
     """The layer plan cannot satisfy its invariants (e.g. one package exceeds the cap)."""
-
-    default_hint = ("raise the cap (--cap, layers.cap) or split the packages over more "
-                    "slices (docs/config.md)")
 
 
 class RegistryError(GpurlError):
     """The registry refused, failed, or returned something inconsistent."""
 
-    default_hint = "check the registry's address and credentials: `invoke doctor` checks both"
-
 
 class IrisError(GpurlError):
     """The iris CLI is missing, different from what we support, or failed."""
-
-    default_hint = "`invoke doctor` checks the iris CLI and the cluster"
 
 
 class BuildError(GpurlError):
     """A build could not be started or failed."""
 
-    default_hint = ("the lines above say which step failed; `invoke doctor` checks what a "
-                    "build needs")
-
 
 class PinError(GpurlError):
     """The launcher pin cannot be written safely."""
-
-    default_hint = ("check the launcher file and variable the profile's launcher.* keys "
-                    "name (docs/config.md)")
 
 
 class Unreachable(GpurlError):
@@ -134,6 +108,10 @@ class Unreachable(GpurlError):
     def __init__(self, message: str, *, host: str, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.host = host
+
+
+# The hint of an invariant only a bug in gpurl breaks (no input of the user's can reach it).
+BUG_HINT = "a gpurl bug: report it with the command that ran"
 
 
 def unreachable_hint(host: str) -> str:

@@ -78,9 +78,11 @@ def read_text(path: Path, *, what: str, error: type[GpurlError] = GpurlError,
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise error(f"the {what} {path} does not exist", hint=missing_hint) from None
+        raise error(f"the {what} {path} does not exist",
+                    hint=missing_hint or f"check the {what}'s path") from None
     except OSError as exc:
-        raise error(f"cannot read the {what} {path}: {exc.strerror}") from None
+        raise error(f"cannot read the {what} {path}: {exc.strerror}",
+                    hint=f"check that {path} is a file this user may read") from None
     return decode_text(data, what=f"{what} {path}", error=error)
 
 

@@ -22,8 +22,6 @@ __all__ = ["GitError", "Source", "diff_hash", "dirty_tracked_files", "file_histo
 class GitError(GpurlError):
     """git is missing, the directory is not a repository, or a ref does not resolve."""
 
-    default_hint = "run it inside the project's git repository, at a ref `git rev-parse REF` knows"
-
 
 def short_sha(root: Path) -> str | None:
     """`git rev-parse --short HEAD`, or None when there is no commit (or no repository)."""
@@ -122,7 +120,8 @@ def toplevel(path: Path) -> Path:
 def resolve_commit(repo: Path, ref: str) -> str:
     """The full commit id `ref` names; an unknown ref is a clear error, not an empty diff."""
     if ref.startswith("-"):
-        raise GitError(f"{ref!r} is not a git ref")
+        raise GitError(f"{ref!r} is not a git ref",
+                       hint="pass a commit, tag or branch name, not something starting with -")
     done = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if done.returncode != 0:
         raise GitError(f"git ref {ref!r} does not name a commit in {repo}",
@@ -149,7 +148,8 @@ def show_file(repo: Path, commit: str, path: str) -> str | None:
         return None
     done = _git(repo, "show", spec, errors="surrogateescape")
     if done.returncode != 0:
-        raise GitError(f"git show {spec} failed: {done.stderr.strip()}")
+        raise GitError(f"git show {spec} failed: {done.stderr.strip()}",
+                       hint="check the commit exists here: `git fetch` may be needed")
     return decode_text(done.stdout.encode("utf-8", "surrogateescape"), what=f"file {spec}",
                        error=GitError)
 
@@ -161,7 +161,8 @@ def tree_blobs(repo: Path, commit: str, paths: Sequence[str]) -> dict[str, str]:
         return {}
     done = _git(repo, "ls-tree", "-r", "-z", commit, "--", *paths)
     if done.returncode != 0:
-        raise GitError(f"git ls-tree {commit} failed: {done.stderr.strip()}")
+        raise GitError(f"git ls-tree {commit} failed: {done.stderr.strip()}",
+                       hint="check the commit exists here: `git fetch` may be needed")
     out = {}
     for entry in filter(None, done.stdout.split("\0")):
         meta, _, name = entry.partition("\t")

@@ -27,8 +27,6 @@ _HOST_RE = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?$")
 class InvalidReference(GpurlError):
     """An image reference that does not follow the grammar."""
 
-    default_hint = "write it as host/org/image:tag or host/org/image@sha256:<64 hex digits>"
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ImageRef:
@@ -42,12 +40,15 @@ class ImageRef:
 
     def __post_init__(self) -> None:
         if self.host and not _HOST_RE.match(self.host):
-            raise InvalidReference(f"invalid registry host {self.host!r}")
+            raise InvalidReference(f"invalid registry host {self.host!r}",
+                                   hint="a host is a name or IP with an optional :port, "
+                                        "e.g. ghcr.io or 127.0.0.1:5005")
         if not _REPO_RE.match(self.repository):
             raise InvalidReference(f"invalid repository name {self.repository!r}",
                                    hint="repository names are lowercase, e.g. org/image")
         if self.tag is not None and not _TAG_RE.match(self.tag):
-            raise InvalidReference(f"invalid tag {self.tag!r}")
+            raise InvalidReference(f"invalid tag {self.tag!r}",
+                                   hint="a tag is up to 128 of [A-Za-z0-9_.-], not starting with . or -")
         if self.digest is not None and not DIGEST_RE.match(self.digest):
             raise InvalidReference(f"invalid digest {self.digest!r}",
                                    hint="a digest is 'sha256:' followed by 64 lowercase hex digits")

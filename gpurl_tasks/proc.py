@@ -28,13 +28,9 @@ __all__ = ["CommandFailed", "Completed", "ProgramNotFound", "alive", "find_progr
 class ProgramNotFound(GpurlError):
     """A required external program is not installed."""
 
-    default_hint = "install it or put it on PATH; `invoke doctor` lists what each task needs"
-
 
 class CommandFailed(GpurlError):
     """A command exited non-zero (or timed out); output is kept, redacted, for the caller."""
-
-    default_hint = "the command's own output above says why it failed"
 
     def __init__(self, message: str, *, returncode: int | None, stdout: str, stderr: str,
                  hint: str | None = None) -> None:
@@ -59,7 +55,9 @@ def find_program(name: str, *, path: str | None = None) -> str:
     if os.sep in name:
         if os.access(name, os.X_OK) and Path(name).is_file():
             return name
-        raise ProgramNotFound(f"couldn't find {name}: not an executable file")
+        raise ProgramNotFound(f"couldn't find {name}: not an executable file",
+                              hint="the path must name an executable file (chmod +x), "
+                                   "or give the name alone to search PATH")
     found = shutil.which(name, path=path)
     if found is None:
         raise ProgramNotFound(f"couldn't find {name} in PATH",
@@ -111,7 +109,9 @@ def run(
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
         raise CommandFailed(f"{argv[0]} did not finish within {timeout:g}s: {shown}",
                             returncode=None, stdout=redact(out, secrets),
-                            stderr=redact(err, secrets)) from None
+                            stderr=redact(err, secrets),
+                            hint="run it by hand to see where it stops (often a "
+                                 "network wait or a held lock)") from None
     result = Completed(argv=tuple(argv), returncode=proc.returncode,
                        stdout=redact(proc.stdout, secrets), stderr=redact(proc.stderr, secrets))
     if check and proc.returncode != 0:
@@ -164,7 +164,8 @@ def spawn_detached(args: Sequence[str | Path], log_file: Path) -> int:
         check=False, start_new_session=True,
     )
     if done.returncode != 0 or not done.stdout.strip().isdigit():
-        raise BuildError(f"could not start `{format_command(argv)}`: {tail(done.stderr, 3)}")
+        raise BuildError(f"could not start `{format_command(argv)}`: {tail(done.stderr, 3)}",
+                         hint=f"its log is {log_file}")
     return int(done.stdout.strip())
 
 
@@ -223,5 +224,7 @@ def pipe(first: Sequence[str], second: Sequence[str], *, timeout: float | None =
     if result.returncode != 0:
         raise CommandFailed(f"`{format_command(first)} | {format_command(second)}` failed: "
                             f"{tail(result.stderr, 3)}", returncode=result.returncode,
-                            stdout=result.stdout, stderr=result.stderr)
+                            stdout=result.stdout, stderr=result.stderr,
+                            hint="the stderr above is the second command's; "
+                                 "run both by hand to see which failed")
     return result

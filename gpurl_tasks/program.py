@@ -68,8 +68,8 @@ def usage_error(exc: ParseError, *, collection: Collection | None, binary: str,
             close = difflib.get_close_matches(token, flags, n=1)
             named = getattr(context, "name", None)  # None: a flag before the task's name
             if named in cli.READ_ONLY and token.split("=")[0] == "--dry-run":
-                return ConfigError(f"{named} only reads: it changes nothing, so it has no "
-                                   "--dry-run", hint=f"run `{binary} {named}` without it")
+                message, hint = cli.not_a_flag(named, token)
+                return ConfigError(message, hint=hint)
             if not named and token.split("=")[0] in COLLECTION_FLAGS:
                 return ConfigError(f"{binary} has no flag {token}", hint=(
                     f"{binary} runs gpurl's own tasks: run it inside the project, or pass "
@@ -125,7 +125,10 @@ class GpurlProgram(Program):
             cli.use_project(self.args.project.value)
 
     def parse_tasks(self) -> None:
-        self._parsed(super().parse_tasks)
+        def parse() -> None:
+            cli.refuse_bare_repeats(self.core.unparsed, self.collection.to_contexts())
+            super(GpurlProgram, self).parse_tasks()
+        self._parsed(parse)
 
     def parse_cleanup(self) -> None:
         self._parsed(super().parse_cleanup)

@@ -114,7 +114,11 @@ GIT_SCHEMES = ("https", "http", "ssh", "git", "file", "git+https", "git+http", "
 
 def _bad(error: type[GpurlError], key: str, value: object, expected: str,
          hint: str | None = None) -> GpurlError:
-    return error(f"{key} must be {expected}, not {shown(value)}", hint=hint)
+    """The one refusal of a value; without a more precise hint, where `key`'s form is told:
+    a flag's in its task's --help, a config key's in docs/config.md."""
+    where = "its task's --help" if key.startswith("-") else "docs/config.md"
+    return error(f"{key} must be {expected}, not {shown(value)}",
+                 hint=hint or f"{where} gives {key}'s form")
 
 
 def _string(value: object, key: str, error: type[GpurlError], expected: str) -> str:

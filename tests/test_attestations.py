@@ -25,11 +25,11 @@ from gpurl_tasks.attest.collect import listed
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.oci.image import OCI_INDEX
 from gpurl_tasks.oci.referrers import fallback_tag, fetch, find
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.release.attested import BuildContext, attach_attestations, documents
 from gpurl_tasks.release.flow import verify_image
+from gpurl_tasks.writer.ocispec import OCI_INDEX
 from tests.conftest import REPO_ROOT
 from tests.support.pusher import push_image, random_layer, tar_gz_layer
 from tests.support.registry_server import RegistryServer

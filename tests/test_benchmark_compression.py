@@ -30,14 +30,15 @@ from benchmarks.compression import (
 )
 from gpurl_tasks.config import LayerSettings
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.oci.image import DOCKER_MANIFEST, OCI_MANIFEST, Descriptor, parse_manifest
+from gpurl_tasks.oci.image import Descriptor, parse_manifest
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.writer.blob import Blob, write_layer
+from gpurl_tasks.writer.ocispec import DOCKER_MANIFEST, OCI_MANIFEST
 from gpurl_tasks.writer.records import MEDIA_TYPES, SLICE_DIR, written_history
 from tests.support.local_parts import need
 from tests.support.registry_server import RegistryServer
 
-LEVEL = LayerSettings().compression_level
+LEVEL = LayerSettings().slice_gzip_level
 digests = st.text("0123456789abcdef", min_size=64, max_size=64).map(lambda h: "sha256:" + h)
 
 

@@ -1,82 +1,113 @@
 """Issue 53: the CLI contract, second pass.
 
-`test_every_exit_2_error_carries_a_hint` reads gpurl_tasks' source: an `error:` line is never
-without a hint, so every raise of an error class that exits 2 passes `hint=`, unless the class
-has a `default_hint`. The table runs the `gpurl` command in-process (its `main(argv)`, the
-same program a shell runs), with a canary token in the environment of every case.
+`test_every_error_is_raised_with_a_hint` reads gpurl_tasks' source: an `error:` line is never
+without a hint, and the hint is written where the error is raised (no class carries a
+fallback), so every construction of an error class passes a `hint=` that cannot be empty. The
+table runs the `gpurl` command in-process (its `main(argv)`, the same program a shell runs),
+with a canary token in the environment of every case.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import os
-import pkgutil
 from pathlib import Path
 
 import pytest
 
-import gpurl_tasks
 from gpurl_tasks.errors import ExitCode, GpurlError
 from tests.conftest import REPO_ROOT
 
+# Classes whose own __init__ writes the hint (it takes none): the class name and why.
+HINT_IN_INIT = {
+    "PinMismatchError": "built from the mismatches alone; its one hint says to edit those keys",
+}
+# The name under which a helper holds an error class it was handed (values.py's validators,
+# files.read_text): a call of it constructs that error.
+ERROR_PARAMETER = "error"
 
-def _error_classes() -> dict[str, type[GpurlError]]:
-    """Every GpurlError subclass gpurl_tasks defines, by name (names are unique)."""
-    found: dict[str, type[GpurlError]] = {}
-    for module in pkgutil.walk_packages(gpurl_tasks.__path__, "gpurl_tasks."):
-        for value in vars(importlib.import_module(module.name)).values():
-            if isinstance(value, type) and issubclass(value, GpurlError):
-                found[value.__name__] = value
+
+def _error_classes(trees: list[ast.Module]) -> set[str]:
+    """The name of every class gpurl_tasks derives from GpurlError, read from its source
+    (names are unique): no module needs importing."""
+    bases = {node.name: {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
+                         for b in node.bases}
+             for tree in trees for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    found = {"GpurlError"}
+    while grown := {name for name, of in bases.items() if of & found} - found:
+        found |= grown
     return found
 
 
-def _unhinted_raises(classes: dict[str, type[GpurlError]], files: list[Path]) -> list[str]:
-    """`file:line: Class` of each construction of an exit-2 class without a default hint
-    that passes no `hint=` (or passes `hint=None`)."""
-    bare = {name for name, kind in classes.items()
-            if kind.exit_code == ExitCode.ERROR and not kind.default_hint}
+def _empty(node: ast.expr) -> bool:
+    """A hint expression that is, or may be, no hint: None or "", also as one branch of a
+    conditional (`h if c else None`) or the last resort of an `or` (`h or None`)."""
+    if isinstance(node, ast.Constant):
+        return not node.value
+    if isinstance(node, ast.IfExp):
+        return _empty(node.body) or _empty(node.orelse)
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return _empty(node.values[-1])
+    return False
+
+
+def _parsed(files: list[Path]) -> dict[str, ast.Module]:
+    """Each file's syntax tree, by its path in the repository (or its name, outside it)."""
+    return {(path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else
+             path.name): ast.parse(path.read_text(encoding="utf-8")) for path in files}
+
+
+def _unhinted_raises(classes: set[str], trees: dict[str, ast.Module]) -> list[str]:
+    """`file:line: Class` of each construction of an error class (or of the `error` a helper
+    was handed) that passes no `hint=`, or one that may be empty."""
+    checked = (classes - set(HINT_IN_INIT)) | {ERROR_PARAMETER}
     found = []
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for name_of_file, tree in trees.items():
+        for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
             name = func.id if isinstance(func, ast.Name) else \
                 func.attr if isinstance(func, ast.Attribute) else None
-            if name not in bare:
-                continue
+            if name not in checked or (name == ERROR_PARAMETER and not isinstance(func, ast.Name)):
+                continue  # `parser.error(...)` is argparse's, no error class
             hint = next((k.value for k in node.keywords if k.arg == "hint"), None)
-            if hint is None or (isinstance(hint, ast.Constant) and not hint.value):
-                found.append(f"{path.name}:{node.lineno}: {name}")
+            if hint is None or _empty(hint):
+                found.append(f"{name_of_file}:{node.lineno}: {name}")
     return found
 
 
-def test_every_exit_2_error_carries_a_hint() -> None:
-    """A class that exits 2 either has a default hint or every raise of it writes one."""
-    classes = _error_classes()
-    assert {"ConfigError", "RegistryError", "LockError"} <= set(classes)
-    missing = _unhinted_raises(classes, sorted((REPO_ROOT / "gpurl_tasks").rglob("*.py")))
+def test_every_error_is_raised_with_a_hint() -> None:
+    """Each raise site of every error class writes its hint; no class has a fallback."""
+    trees = _parsed(sorted((REPO_ROOT / "gpurl_tasks").rglob("*.py")))
+    classes = _error_classes(list(trees.values()))
+    assert {"ConfigError", "RegistryError", "RegistryUnreachable", "TagMoveRefused",
+            *HINT_IN_INIT} <= classes
+    missing = _unhinted_raises(classes, trees)
     assert not missing, "errors raised without a hint:\n" + "\n".join(missing)
+    assert "default_hint" not in vars(GpurlError)
+    from gpurl_tasks.dockerfile.checks import PinMismatchError
+    assert PinMismatchError([]).hint
 
 
 def test_the_hint_check_finds_a_raise_without_one(tmp_path: Path) -> None:
-    """The check itself: of a class without a default hint, a bare raise and `hint=None` are
-    found, one with a hint is not; a class with a default hint needs none."""
+    """The check itself: a bare raise, `hint=None`, `hint=""`, a hint that is None on one
+    branch or at the end of an `or`, and a helper's `error(...)` without one are found; a
+    written hint, a variable and a re-raise of an existing error are not."""
     class Bare(GpurlError):
         pass
 
-    class Helped(GpurlError):
-        default_hint = "do this"
-
     source = tmp_path / "m.py"
     source.write_text('raise Bare("a")\nraise Bare("b", hint=None)\nraise Bare("c", hint="h")\n'
-                      'raise errors.Bare("d")\nraise Helped("e")\n')
-    found = _unhinted_raises({"Bare": Bare, "Helped": Helped}, [source])
-    assert found == ["m.py:1: Bare", "m.py:2: Bare", "m.py:4: Bare"]
-    assert Bare("x").hint is None and Helped("x").hint == "do this"
-    assert Helped("x", hint="that").specific_hint == "that" and Helped("x").specific_hint is None
+                      'raise errors.Bare("d")\nraise Bare("e", hint="")\n'
+                      'raise Bare("f", hint="h" if x else None)\nraise Bare("g", hint=h or None)\n'
+                      'raise Bare("h", hint=h)\nraise error("i")\nraise error("j", hint=h)\n'
+                      'raise exc\nraise Bare("k", hint=h or "written")\nparser.error("l")\n')
+    found = _unhinted_raises({"Bare"}, _parsed([source]))
+    assert found == ["m.py:1: Bare", "m.py:2: Bare", "m.py:4: Bare", "m.py:5: Bare",
+                     "m.py:6: Bare", "m.py:7: Bare", "m.py:9: error"]
+    assert Bare("x").hint is None and Bare("x", hint="that").hint == "that"
 
 
 # --- the table: the `gpurl` command in-process, a canary token in every case -------------
@@ -112,6 +143,19 @@ TABLE: list[tuple[list[str], dict[str, str], int, str]] = [
     (["watch", "/a/b", "--dry-run"], {}, 2, "only reads"),
     (["verify-layers", "--json", "--dry-run"], {}, 2, "only reads"),
     (["setup-kaniko", "--dry-run", "--json", "--executor", "upstream,{canary}"], {}, 2, "unknown executor"),
+    # a repeatable flag given again without a value, after one with
+    (["sizes", "--json", "--extra=ep", "--extra"], {}, 2, "--extra needs a value"),
+    (["plan", "--extra", "megatron", "--extra", "--cap", "3GB"], {}, 2, "--extra needs a value"),
+    # a flag the task lacks, where a positional argument is still wanted
+    (["diff", "--json", "--dry-run", "r.io/a:1", "r.io/b:2"], {}, 2, "diff only reads"),
+    (["diff", "r.io/a:1", "--bogus={canary}"], {}, 2, "diff has no flag --bogus"),
+    (["kill", "--job", "/u/j\r\nx"], {}, 2, "is not a job id"),
+    (["watch", "--job", "/u/j", "--max-duration", "-" + "9" * 25], {}, 2, "up to 2592000"),
+    # hints written at the raise site, not a class's
+    (["plan", "--json"], {"GPURL_LAYERS_SIZE_OVERRIDES": "README.md"}, 2,
+     "point layers.size-overrides at the right file"),
+    (["plan", "--lock", "README.md"], {}, 2, "run `uv lock`"),
+    (["rebuild-needed", "--json", "--since=-HEAD"], {}, 2, "not something starting with -"),
 ]
 
 

@@ -25,9 +25,10 @@ from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.errors import CheckFailed, ConfigError, RegistryError
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.oci.image import OCI_INDEX, Descriptor, ImageIndex, PulledImage
+from gpurl_tasks.oci.image import Descriptor, ImageIndex, PulledImage
 from gpurl_tasks.rebuild.inputs import provenance_commit
 from gpurl_tasks.release.index import Member, check_listed, compose_index
+from gpurl_tasks.writer.ocispec import OCI_INDEX
 from tests.conftest import REPO_ROOT
 from tests.support.launchers import assigned
 from tests.support.pusher import PushedImage, push_image, push_index, random_layer, tar_gz_layer

@@ -410,7 +410,7 @@ def test_each_slice_is_the_blob_the_local_path_writes(
         local = {step.slice.image_path.rsplit("/", 1)[1]: stage_slice(
             client, image=iid.read_text().strip(), slice_file=step.slice.path(config.variant),
             dest=step.slice.image_path, out_dir=out, name=step.name, venv=config.build.venv,
-            level=config.layers.compression_level).blob.digest for step in plan.layers}
+            level=config.layers.slice_gzip_level).blob.digest for step in plan.layers}
     assert _by_slice(_slice_runs(built.layers)) == local, executor
 
 

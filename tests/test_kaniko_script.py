@@ -64,7 +64,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--skip-unused-stages",
         "--custom-platform=linux/amd64",  # the variant's target.platform, not the node's
         "--compressed-caching=false",
-        f"--compression-level={r.config.cluster.compression_level}",
+        f"--compression-level={r.config.cluster.kaniko_gzip_level}",
         f"--snapshot-mode={r.config.cluster.snapshot_mode}",
         "--cache=true",
         f"--cache-repo={image}/cache",

@@ -31,10 +31,11 @@ from gpurl_tasks.local.setup import cache_dir, index_dir, package_index
 from gpurl_tasks.local.stage import StagedSlice
 from gpurl_tasks.local.write_slices import SlicesWritten, write_slices
 from gpurl_tasks.oci.connect import open_client
-from gpurl_tasks.oci.image import OCI_INDEX, parse_manifest
-from gpurl_tasks.oci.tags import cache_repository
+from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.release.attested import BuildContext, attach_attestations
+from gpurl_tasks.release.configured import cache_repository, client_settings
 from gpurl_tasks.writer.check import check_layer
+from gpurl_tasks.writer.ocispec import OCI_INDEX
 from tests.conftest import REPO_ROOT
 from tests.support.launchers import assigned
 from tests.support.local_parts import docker_ready
@@ -76,7 +77,7 @@ def _gb200_image(config: Config, written: SlicesWritten, tmp: Path) -> str:
         return StagedSlice(path=copy, blob=done.blob, seconds=0.0, log="")
 
     tag = f"{config.registry.tag_prefix}-{source_id(config)}"
-    with open_client(config, cache) as registry:
+    with open_client(client_settings(config), cache) as registry:
         base_ref = dataclasses.replace(cache, tag="env-base-arm64-standin", digest=None)
         _, _, manifest = registry.manifest(base_ref)
         base = BaseDocuments(manifest=manifest, config=registry.blob_json(

@@ -206,6 +206,8 @@ def test_json_output(registry: RegistryServer, launcher: Path) -> None:
     second = one_variant(run_task("pin", "--ref", f"{registry.host}/org/img:gpu-rl-fffffff",
                                   "--json", "--dry-run", env=env).stdout)
     assert (second["changed"], second["written"], second["diff"]) == (False, False, "")
+    # the README's decision: a pin's dry run keeps the per-variant shape, marked as a dry run
+    assert (first["dry_run"], second["dry_run"]) == (False, True)
 
 
 def test_pin_without_variant_pins_every_variant_to_its_own_variable(

@@ -14,6 +14,7 @@ from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import InvalidReference, parse_reference
 from gpurl_tasks.oci.auth import Credentials, credentials_for, parse_challenge
 from gpurl_tasks.oci.scheme import candidate_schemes, credentials_allowed
+from gpurl_tasks.release.configured import client_settings
 from tests.conftest import REPO_ROOT
 
 DIGEST = "sha256:" + "ab" * 32
@@ -145,11 +146,11 @@ def test_the_token_is_only_offered_to_the_configured_registry(tmp_path: Path) ->
     env = {"GPURL_REGISTRY_TOKEN": "canary-3e1", "HOME": str(tmp_path)}
     ours = parse_reference("ghcr.io/org/img:gpu-rl-abc1234", default_host="ghcr.io")
     foreign = parse_reference("evil.example/org/img:gpu-rl-abc1234", default_host="ghcr.io")
-    with open_client(config, ours, env) as client:
+    with open_client(client_settings(config), ours, env) as client:
         assert client._credentials is not None and client._credentials.secret == "canary-3e1"
         assert client._credentials.username == config.registry.user
         assert client.base_url == "https://ghcr.io"
-    with open_client(config, foreign, env) as client:
+    with open_client(client_settings(config), foreign, env) as client:
         assert client._credentials is None
 
 

@@ -47,8 +47,10 @@ from gpurl_tasks.oci.connect import registry_client
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.oci.retry import RETRIED_ANSWERS
 from gpurl_tasks.plan.model import Layer, Slice
+from gpurl_tasks.release.configured import client_settings
 from gpurl_tasks.writer.blob import write_layer
-from gpurl_tasks.writer.records import canonical_json, slice_image, write_layout
+from gpurl_tasks.writer.ocispec import canonical_json
+from gpurl_tasks.writer.records import slice_image, write_layout
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy, Rates
 from tests.support.htpasswd import basic_auth_yaml
@@ -124,7 +126,7 @@ CREDENTIALS = Credentials(username=USER, secret=CANARY)
 
 def _client(host: str, lines: list[str] | None = None, **config: int) -> RegistryClient:
     """gpurl's client as every registry read and write makes it (`registry_client`)."""
-    return registry_client(_config(host, **config), host, CREDENTIALS,
+    return registry_client(client_settings(_config(host, **config)), host, CREDENTIALS,
                            on_retry=None if lines is None else lines.append)
 
 

@@ -448,14 +448,14 @@ def test_a_summary_the_registry_does_not_list_is_an_error(registry: RegistryServ
     answered with another writer's index, or a listing that lags): the verdict is not
     attached, and that is an error, not a success. The stale listing comes from a fault proxy
     in front of the real registry; the artifact itself was pushed for real."""
-    from gpurl_tasks.attest.documents import OCI_INDEX, canonical
+    from gpurl_tasks.writer.ocispec import OCI_INDEX, canonical_json
     from tests.support.faults import Fault, FaultProxy
 
     config = _config(registry, "required")
     client, image = _pushed(registry, config, "demo-f6f6f6f6f6f6", 36)
     client.close()
     digest = image.subject
-    stale = canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
+    stale = canonical_json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
     with FaultProxy(registry.port) as proxy, RegistryClient(proxy.host) as through:
         proxy.inject(Fault(path=f"/manifests/{fallback_tag(digest)}", kind="serve",
                            method="GET", times=2, body=stale, content_type=OCI_INDEX))

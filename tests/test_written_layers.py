@@ -36,9 +36,10 @@ from gpurl_tasks.local.setup import index_dir
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.plan.profile import plan_for_config
+from gpurl_tasks.release.configured import client_settings
 from gpurl_tasks.release.verify import FINAL_SYNC_MARKERS
 from gpurl_tasks.writer.composition import Composition
-from gpurl_tasks.writer.records import canonical_json
+from gpurl_tasks.writer.ocispec import canonical_json
 from tests.conftest import REPO_ROOT
 from tests.support.demo_tree import BUMPED, CACHE, copy_tree, invoke, relock
 from tests.support.local_parts import need
@@ -88,7 +89,7 @@ def test_the_same_slices_from_empty_caches_are_the_same_blobs(client: str,
         [(s.name, s.blob, s.size) for s in second.slices]
     # the registry holds what was said: the composed image's layers end with those blobs
     ref = parse_reference(second.reference, default_host=config.registry.host)
-    with open_client(config, ref) as registry:
+    with open_client(client_settings(config), ref) as registry:
         _, _, manifest = registry.manifest(ref)
     layers = parse_manifest(manifest, "composed").layers
     assert [d.digest for d in layers[-len(plan.layers):]] == [s.blob for s in second.slices]
@@ -127,7 +128,7 @@ def test_a_record_whose_blob_is_gone_is_written_again_and_no_manifest_names_a_lo
         assert [s.blob for s in second.slices] == [s.blob for s in first.slices]
         assert f"their record's blob gone from the registry: {lost.name}" in second.summary()
         ref = parse_reference(second.reference, default_host=server.host)
-        with open_client(config, ref) as registry:
+        with open_client(client_settings(config), ref) as registry:
             _, _, body = registry.manifest(ref)
             manifest = parse_manifest(body, "composed")
             assert all(registry.has_blob(ref, digest, push=False) for digest in
@@ -245,7 +246,7 @@ def test_a_small_bump_writes_and_pulls_only_the_changed_slice(tree: Path, built:
     config = load_config(tree, profile="demo", env={})
     old, new = (f"{config.registry.image}@{r['digest']}" for r in (built, after))
     ref = parse_reference(new, default_host=config.registry.host)
-    with open_client(config, ref) as registry:
+    with open_client(client_settings(config), ref) as registry:
         _, _, manifest = registry.manifest(ref)
     sizes = {d.digest: d.size for d in parse_manifest(manifest, "new image").layers}
     root = Path(tempfile.mkdtemp(prefix="gpurl-pe-", dir="/tmp"))

@@ -1,57 +1,34 @@
-"""The two documents of a pushed image and the OCI 1.1 artifacts that carry them (pure, stdlib
-only: the cluster job runs this module's own text, in the job's zipapp).
+"""The two documents of a pushed image (pure, stdlib only: the cluster job runs this module's own
+text, in the job's zipapp).
 
 What is known before the build (the lock's closure, the declared post-installs, the base image
 as configured) is a `Skeleton`, rendered by `invoke build` into the bundle for the cluster
 job and computed in place by the local build; what only the builder knows after its push (the
 digest, the image's labels, the apt set in the image, the builder, the run) is a `Build`. Both
 paths make their documents with `documents`, and their artifacts and referrers-tag index with
-`artifact_manifest` and `fallback_index`: one writer on either path.
+writer/ocispec.py's `artifact_manifest` and `fallback_index`, each artifact described by
+ANNOTATIONS: one writer on either path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
+from gpurl_tasks.writer.ocispec import canonical_json
 
 __all__ = [
     "ANNOTATIONS",
-    "EMPTY_BLOB",
-    "EMPTY_CONFIG",
-    "EMPTY_MEDIA_TYPE",
-    "OCI_INDEX",
-    "OCI_MANIFEST",
     "Build",
     "Skeleton",
-    "artifact_manifest",
-    "canonical",
     "documents",
-    "fallback_index",
-    "fallback_tag",
-    "index_entry",
 ]
 
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
-EMPTY_BLOB = b"{}"
-EMPTY_CONFIG = {"mediaType": EMPTY_MEDIA_TYPE, "size": 2,
-                "digest": "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()}
-# What each artifact says it holds (an OCI annotation a registry UI shows).
+# What each artifact says it holds (the description annotation a registry UI shows).
 ANNOTATIONS = {cdx.MEDIA_TYPE: "SBOM (CycloneDX 1.6)", slsa.MEDIA_TYPE: "provenance (SLSA v1)"}
-_DESCRIPTION = "org.opencontainers.image.description"
-
-
-def canonical(document: object) -> bytes:
-    """A JSON document as it is pushed: sorted keys, no spaces (the same document, the same
-    digest)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,46 +89,4 @@ def documents(skeleton: Skeleton, build: Build) -> tuple[bytes, bytes]:
         config_fingerprint=build.labels.get(skeleton.config_label, ""),
         base_image=build.base_image or skeleton.base_image, builder=build.builder,
         invocation=build.invocation))
-    return canonical(sbom), canonical(statement)
-
-
-def fallback_tag(subject_digest: str) -> str:
-    """The referrers tag schema: `sha256-<hex>` (a tag cannot hold ':')."""
-    algorithm, _, hexdigest = subject_digest.partition(":")
-    return f"{algorithm}-{hexdigest}"
-
-
-def artifact_manifest(subject: Mapping[str, Any], artifact_type: str, document: bytes) -> bytes:
-    """The OCI 1.1 artifact manifest holding `document` as its one layer, its subject the
-    image's manifest descriptor (mediaType, digest, size), described by ANNOTATIONS."""
-    manifest: dict[str, Any] = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
-        "config": dict(EMPTY_CONFIG),
-        "layers": [{"mediaType": artifact_type, "size": len(document),
-                    "digest": "sha256:" + hashlib.sha256(document).hexdigest()}],
-        "subject": {k: subject[k] for k in ("mediaType", "digest", "size")}}
-    if artifact_type in ANNOTATIONS:
-        manifest["annotations"] = {_DESCRIPTION: ANNOTATIONS[artifact_type]}
-    return canonical(manifest)
-
-
-def index_entry(manifest: bytes) -> dict[str, Any]:
-    """An artifact manifest as a referrers list names it: its artifactType and annotations."""
-    parsed = json.loads(manifest)
-    return {"mediaType": OCI_MANIFEST, "size": len(manifest),
-            "digest": "sha256:" + hashlib.sha256(manifest).hexdigest(),
-            "artifactType": parsed.get("artifactType")
-            or parsed.get("config", {}).get("mediaType", ""),
-            **({"annotations": parsed["annotations"]} if parsed.get("annotations") else {})}
-
-
-def fallback_index(existing: Mapping[str, Any] | None,
-                   entries: Sequence[Mapping[str, Any]]) -> bytes:
-    """The `sha256-<hex>` tag's index: what it listed, each of `entries` (index_entry) in place
-    of any listing of the same digest, sorted (the same set, the same bytes)."""
-    ours = {str(e["digest"]) for e in entries}
-    kept = [dict(m) for m in (existing or {}).get("manifests", []) or []
-            if isinstance(m, Mapping) and m.get("digest") not in ours]
-    listed = sorted([*kept, *(dict(e) for e in entries)],
-                    key=lambda m: (str(m.get("artifactType")), str(m.get("digest"))))
-    return canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": listed})
+    return canonical_json(sbom), canonical_json(statement)

@@ -1,13 +1,14 @@
-"""The cluster job's writer of the image's SBOM and provenance (stdlib only: the job runs it as
-the job's zipapp `attest`: this module and the attest modules it imports, their own files).
+"""The cluster job's writer of the image's SBOM and provenance (stdlib only: the job runs it from
+its zipapp as `job.pyz attest`: this module and the modules it imports, their own files).
 
 After the final push the job has the image's manifest and config (crane), its dpkg status
 (the filesystem kaniko leaves is the image's last stage), the prebuilt wheels' MANIFEST and the
 skeleton `invoke build` staged in the bundle. `documents` makes both documents with
-attest/documents.py and writes each as a one-artifact OCI layout that `crane push` attaches;
-`fallback` writes the `sha256-<hex>` tag's index as a layout, when the registry has no
-referrers API (crane then lists the artifacts under the config's media type, which names
-neither document: this index lists them by their artifactType, as the spec asks).
+attest/documents.py and their artifacts with writer/ocispec.py, and writes each as a
+one-artifact OCI layout that `crane push` attaches; `fallback` writes the `sha256-<hex>` tag's
+index as a layout, when the registry has no referrers API (crane then lists the artifacts under
+the config's media type, which names neither document: this index lists them by their
+artifactType, as the spec asks).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from gpurl_tasks.attest import documents as docs
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
+from gpurl_tasks.writer import ocispec
 
 __all__ = ["compiled_wheels", "main"]
 
@@ -65,8 +67,8 @@ def _layout(directory: Path, top: bytes, media_type: str, blobs: Sequence[bytes]
     store.mkdir(parents=True)
     for data in (top, *blobs):
         (store / hashlib.sha256(data).hexdigest()).write_bytes(data)
-    (directory / "oci-layout").write_bytes(docs.canonical({"imageLayoutVersion": "1.0.0"}))
-    (directory / "index.json").write_bytes(docs.canonical({"schemaVersion": 2, "manifests": [{
+    (directory / "oci-layout").write_bytes(ocispec.canonical_json({"imageLayoutVersion": "1.0.0"}))
+    (directory / "index.json").write_bytes(ocispec.canonical_json({"schemaVersion": 2, "manifests": [{
         "mediaType": media_type, "size": len(top),
         "digest": "sha256:" + hashlib.sha256(top).hexdigest()}]}))
 
@@ -76,7 +78,7 @@ def _documents(args: argparse.Namespace) -> None:
     manifest = args.image_manifest.read_bytes()
     if "sha256:" + hashlib.sha256(manifest).hexdigest() != args.digest:
         raise ToolError(f"the manifest read ({args.image_manifest}) is not {args.digest}")
-    media_type = json.loads(manifest).get("mediaType") or docs.OCI_MANIFEST
+    media_type = json.loads(manifest).get("mediaType") or ocispec.OCI_MANIFEST
     labels = (_read_json(args.image_config, "the image config").get("config") or {}) \
         .get("Labels") or {}
     status = args.dpkg_status.read_text(errors="replace") if args.dpkg_status.is_file() else ""
@@ -88,9 +90,10 @@ def _documents(args: argparse.Namespace) -> None:
         builder=args.builder, invocation=args.invocation, commit=args.commit)
     subject = {"mediaType": media_type, "digest": args.digest, "size": len(manifest)}
     for kind, document in zip(KINDS, docs.documents(skeleton, build), strict=True):
-        artifact = docs.artifact_manifest(subject, KINDS[kind], document)
-        _layout(args.out / kind, artifact, docs.OCI_MANIFEST, [docs.EMPTY_BLOB, document])
-        print(kind, docs.index_entry(artifact)["digest"])
+        artifact = ocispec.artifact_manifest(subject, KINDS[kind], document,
+                                            docs.ANNOTATIONS[KINDS[kind]])
+        _layout(args.out / kind, artifact, ocispec.OCI_MANIFEST, [ocispec.EMPTY_BLOB, document])
+        print(kind, ocispec.index_entry(artifact)["digest"])
     print(f"{len(build.apt)} apt packages, {len(skeleton.python)} lock packages, "
           f"{len(wheels)} compiled wheels, {len(skeleton.post_installs)} post-installs",
           file=sys.stderr)
@@ -102,11 +105,11 @@ def _fallback(args: argparse.Namespace) -> None:
         index = _read_json(args.attached / kind / "index.json", f"the {kind} layout")
         digest = index["manifests"][0]["digest"].removeprefix("sha256:")
         artifact = (args.attached / kind / "blobs" / "sha256" / digest).read_bytes()
-        entries.append(docs.index_entry(artifact))
+        entries.append(ocispec.index_entry(artifact))
         blobs.append(artifact)
     existing = _read_json(args.existing, "the fallback index") if args.existing else None
-    index = docs.fallback_index(existing, entries)
-    _layout(args.out, index, docs.OCI_INDEX, blobs)
+    index = ocispec.fallback_index(existing, entries)
+    _layout(args.out, index, ocispec.OCI_INDEX, blobs)
     ours = {e["digest"] for e in entries}
     for entry in json.loads(index)["manifests"]:
         if entry["digest"] not in ours:

@@ -16,10 +16,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpurl_tasks.attest.documents import canonical
 from gpurl_tasks.attest.provenance import STATEMENT_TYPE
 from gpurl_tasks.errors import CheckFailed, GpurlError, shown
 from gpurl_tasks.gpu import result as gpu_result
+from gpurl_tasks.writer.ocispec import canonical_json
 
 __all__ = [
     "MEDIA_TYPE",
@@ -39,7 +39,9 @@ __all__ = [
 class SummaryError(GpurlError):
     """A GPU verification summary of a shape gpurl does not write."""
 
-    default_hint = "the summary is not what `invoke verify-gpu` attaches: run it again for this image"
+
+# the hint of a summary that is not what verify-gpu attaches
+_REATTACH_HINT = "it is not what `invoke verify-gpu` attaches: run verify-gpu again for this image"
 
 PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
 # The artifactType it is attached under: its own, not the provenance's generic in-toto type,
@@ -64,7 +66,7 @@ class GpuPolicy:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(canonical(self.to_json())).hexdigest()
+        return hashlib.sha256(canonical_json(self.to_json())).hexdigest()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,7 +85,7 @@ def summary(result: gpu_result.Result, *, image: str, digest: str, policy: GpuPo
         raise CheckFailed(f"the GPU check ran {result.image}, not {digest}: refusing to record "
                           "it for this image", hint="run `invoke verify-gpu` for the image again")
     passed = result.passed
-    return canonical({
+    return canonical_json({
         "_type": STATEMENT_TYPE,
         "subject": [{"name": image, "digest": {"sha256": digest.split(":", 1)[1]}}],
         "predicateType": PREDICATE_TYPE,
@@ -145,7 +147,8 @@ def _get(raw: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     value = raw.get(key)
     if not isinstance(value, kind):
         raise SummaryError(f"the GPU verification summary's {where}{key} is not a "
-                         f"{kind.__name__}: {shown(value)}")
+                         f"{kind.__name__}: {shown(value)}",
+                           hint=_REATTACH_HINT)
     return value
 
 
@@ -154,7 +157,8 @@ def read_summary(document: Mapping[str, Any], digest: str) -> Verdict:
     gpurl GPU summary, or when it (or the check it carries) is for another digest."""
     if document.get("_type") != STATEMENT_TYPE or document.get("predicateType") != PREDICATE_TYPE:
         raise SummaryError(f"the GPU verification summary is not an in-toto statement of "
-                         f"{PREDICATE_TYPE}: {shown(document.get('predicateType'))}")
+                         f"{PREDICATE_TYPE}: {shown(document.get('predicateType'))}",
+                           hint=_REATTACH_HINT)
     subjects = _get(document, "subject", list, "")
     said = {f"sha256:{s.get('digest', {}).get('sha256')}" for s in subjects
             if isinstance(s, Mapping) and isinstance(s.get("digest"), Mapping)}
@@ -172,7 +176,8 @@ def read_summary(document: Mapping[str, Any], digest: str) -> Verdict:
     verdict = _get(predicate, "verificationResult", str, "predicate.")
     if verdict not in ("PASSED", "FAILED") or (verdict == "PASSED") != result.passed:
         raise SummaryError(f"the GPU verification summary says {shown(verdict)} but its checks "
-                         f"say {'passed' if result.passed else 'failed'}")
+                         f"say {'passed' if result.passed else 'failed'}",
+                           hint=_REATTACH_HINT)
     return Verdict(digest=digest, passed=result.passed,
                    verified_at=_get(predicate, "timeVerified", str, "predicate."),
                    result=result, job=_get(ours, "job", dict, "predicate.gpurl."),

@@ -42,10 +42,10 @@ from gpurl_tasks.oci.image import (
     same_platform,
 )
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
-from gpurl_tasks.oci.tags import cache_repository, existing_digest
 from gpurl_tasks.proc import CommandFailed, ProgramNotFound, run
 from gpurl_tasks.rebuild.wheelhouse import read_manifest_keyed, redact_url
 from gpurl_tasks.redact import TOKEN_ENVS, Secret, TokenSource, looks_like_docker_hub, redact
+from gpurl_tasks.release.configured import cache_repository, client_settings, existing_digest
 from gpurl_tasks.values import build_arg_map, parse_size
 
 __all__ = [
@@ -381,7 +381,7 @@ def required_token(found: TokenSource | None, host: str) -> TokenSource:
     """The token a build pushes with, or the registry-token check's refusal."""
     require(check := registry_token(found, host))
     if found is None:  # registry_token refuses a missing token; this narrows the type
-        raise BuildError(check.detail)
+        raise BuildError(check.detail, hint=check.fix)
     return found
 
 
@@ -407,11 +407,11 @@ def push_scope(config: Config, repository: str, env: Mapping[str, str], *, what:
     name = f"push-{what}"
     try:
         ref = parse_reference(f"{repository}:doctor", default_host=config.registry.host)
-        with open_client(config, ref, env, on_retry=on_retry) as client:
+        with open_client(client_settings(config), ref, env, on_retry=on_retry) as client:
             how = client.push_access(ref)
     except GpurlError as exc:
         return _problem(name, f"cannot push to {repository}: {exc.message}",
-                        exc.specific_hint or "use credentials that may write to the repository",
+                        exc.hint or "use credentials that may write to the repository",
                         exc)
     return _ok(name, f"{repository}: {_HOW[how]}")
 
@@ -550,7 +550,7 @@ def executor_pin(config: Config, env: Mapping[str, str]) -> Check:
     try:
         image = kaniko.pinned_executor(config.cluster.kaniko_executor)
         ref = parse_reference(image, default_host="docker.io")
-        with open_client(config, ref, env) as client:
+        with open_client(client_settings(config), ref, env) as client:
             held = _platforms_of(client, ref)
     except GpurlError as exc:
         return _from_error("executor-pin", exc)

@@ -73,6 +73,11 @@ class IrisOutputError(IrisError):
     again gets the same answer (a CLI that changed its output, not a network blip)."""
 
 
+# the hint of an answer of the CLI that gpurl cannot read
+_UNREADABLE_HINT = ("iris printed something gpurl cannot read: use the release iris-release.toml "
+                    "pins (`invoke doctor` checks it)")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Observation:
     """One reading of a job's state; `submitted_ms` and `pending_reason` (why the controller
@@ -237,12 +242,14 @@ def _normalise(raw: Any, source: str) -> str:
     if isinstance(raw, int) and not isinstance(raw, bool):
         if raw in _STATE_NUMBERS:
             return _STATE_NUMBERS[raw]
-        raise IrisOutputError(f"{source}: unknown job state number {raw!r}")
+        raise IrisOutputError(f"{source}: unknown job state number {raw!r}",
+                              hint=_UNREADABLE_HINT)
     text = str(raw).strip().lower().removeprefix("job_state_")
     if text.isdigit():
         return _normalise(int(text), source)
     if text not in STATES or text == ABSENT:
-        raise IrisOutputError(f"{source}: unknown job state {raw!r}")
+        raise IrisOutputError(f"{source}: unknown job state {raw!r}",
+                              hint=_UNREADABLE_HINT)
     return text
 
 
@@ -260,7 +267,8 @@ def _load_json(text: str, source: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         snippet = text.strip()[:80]
-        raise IrisOutputError(f"{source}: not JSON ({exc.msg}): {snippet!r}") from None
+        raise IrisOutputError(f"{source}: not JSON ({exc.msg}): {snippet!r}",
+                              hint=_UNREADABLE_HINT) from None
 
 
 def one_line(text: str) -> str:
@@ -302,7 +310,8 @@ def parse_summary_json(text: str) -> Observation:
     """`iris job summary ID --json`: lowercase `state`, `error`, `tasks[]` with exit codes."""
     data = _load_json(text, "job summary")
     if not isinstance(data, dict) or "state" not in data:
-        raise IrisOutputError("job summary: JSON has no 'state'")
+        raise IrisOutputError("job summary: JSON has no 'state'",
+                              hint=_UNREADABLE_HINT)
     state = _normalise(data["state"], "job summary")
     exit_code = _task_exit_code(data) if state not in ACTIVE_STATES else None
     error = str(data.get("error") or "")
@@ -317,7 +326,8 @@ def parse_list_json(text: str, job_id: str) -> Observation:
     """`iris job list --json`: a list of JobStatus dicts; the job missing means `absent`."""
     data = _load_json(text, "job list")
     if not isinstance(data, list):
-        raise IrisOutputError("job list: JSON is not a list")
+        raise IrisOutputError("job list: JSON is not a list",
+                              hint=_UNREADABLE_HINT)
     for item in data:
         if isinstance(item, dict) and item.get("job_id") == job_id:
             state = _normalise(item.get("state", "JOB_STATE_UNSPECIFIED"), "job list")
@@ -343,7 +353,8 @@ def parse_query_csv(text: str) -> Observation:
     """`iris query -f csv`: a header and zero or one row; no row means `absent`."""
     rows = list(csv.reader(io.StringIO(text.strip())))
     if not rows or "state" not in rows[0]:
-        raise IrisOutputError(f"query: no CSV header with 'state' in {text.strip()[:80]!r}")
+        raise IrisOutputError(f"query: no CSV header with 'state' in {text.strip()[:80]!r}",
+                              hint=_UNREADABLE_HINT)
     header = rows[0]
     if len(rows) == 1:
         return Observation(state=ABSENT)
@@ -417,14 +428,16 @@ def parse_kill_output(text: str) -> tuple[str, ...]:
         if line.strip() == "No running jobs matched.":
             return ()
     raise IrisOutputError(f"job kill: neither 'Terminated jobs:' nor 'No running jobs matched.' "
-                          f"in {text.strip()[:80]!r}")
+                          f"in {text.strip()[:80]!r}",
+                          hint=_UNREADABLE_HINT)
 
 
 def parse_prefix_list(text: str) -> dict[str, str]:
     """`iris job list --json --prefix P`: every job id under the (string) prefix -> its state."""
     data = _load_json(text, "job list")
     if not isinstance(data, list):
-        raise IrisOutputError("job list: JSON is not a list")
+        raise IrisOutputError("job list: JSON is not a list",
+                              hint=_UNREADABLE_HINT)
     return {str(item["job_id"]): _normalise(item.get("state", "JOB_STATE_UNSPECIFIED"),
                                             "job list")
             for item in data if isinstance(item, dict) and "job_id" in item}
@@ -449,19 +462,27 @@ class IrisCli:
         """One iris call within the time left; a refusal of the input is not transient."""
         left = deadline - self._clock()
         if left <= 0:
-            raise TransientIrisError(f"no time left for `{' '.join(argv[1:3])}`")
+            raise TransientIrisError(f"no time left for `{' '.join(argv[1:3])}`",
+                                     hint="the cluster is slow to answer: "
+                                          "try again (watch: raise --max-duration)")
         try:
             return self._run(argv, left)
         except CommandFailed as exc:
             refused = refusal(exc.stderr) or refusal(exc.stdout)
             if refused and not is_not_found(refused):
                 raise IrisError(f"iris refused {' '.join(argv[len(self._base):][:2])}: "
-                                f"{refused}") from None
+                                f"{refused}",
+                                hint="fix what iris names (the job id, the cluster: "
+                                     "--cluster, cluster.name)") from None
             if exc.returncode is None:  # timed out: the time left ran out
                 said = _last_words(exc.stderr)
                 raise TransientIrisError(f"iris did not answer within {left:.1f}s"
-                                         + (f" ({said})" if said else "")) from exc
-            raise TransientIrisError(exc.message) from exc
+                                         + (f" ({said})" if said else ""),
+                                         hint="the cluster is slow to answer: try again; "
+                                              "`invoke doctor` checks it") from exc
+            raise TransientIrisError(exc.message,
+                                     hint="the cluster may be restarting or unreachable: try again; "
+                                          "`invoke doctor` checks it") from exc
 
     def _call(self, *args: str, within: float) -> Completed:
         return self._exec([*self._base, *args], self._clock() + within)

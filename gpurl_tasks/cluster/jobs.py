@@ -47,9 +47,9 @@ from gpurl_tasks.cluster.watch import (
 )
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError, ExitCode, GpurlError, IrisError
-from gpurl_tasks.oci.tags import existing_digest
 from gpurl_tasks.proc import CommandFailed, run
 from gpurl_tasks.redact import TokenSource, find_registry_token, known_secrets, redact
+from gpurl_tasks.release.configured import existing_digest
 from gpurl_tasks.steps import DryRun
 
 __all__ = [

@@ -55,11 +55,11 @@ from gpurl_tasks.dockerfile.wheels import (
     pins_from_args,
     prebuilt_wheel_names,
 )
-from gpurl_tasks.errors import BuildError
+from gpurl_tasks.errors import BUG_HINT, BuildError
 from gpurl_tasks.oci import retry
-from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Plan, SliceBuild
 from gpurl_tasks.release.attested import base_image, skeleton
+from gpurl_tasks.release.configured import cache_repository
 from gpurl_tasks.values import (
     SOURCE_ID_ERE,
     inside_repository,
@@ -69,6 +69,7 @@ from gpurl_tasks.values import (
 )
 from gpurl_tasks.writer import blob as writer_blob
 from gpurl_tasks.writer import composition as writer_composition
+from gpurl_tasks.writer import ocispec as writer_ocispec
 from gpurl_tasks.writer import probe as writer_probe
 from gpurl_tasks.writer import records as writer_records
 from gpurl_tasks.writer import tool as writer_tool
@@ -106,8 +107,9 @@ SKELETON = f"{JOB_DIR}/attest.json"
 # The modules whose command lines the job runs (each with every gpurl module it imports): the
 # slice writer and the composition the composing build runs with env-base's python3, and the
 # SBOM and provenance writer the job runs after its push with the image's python3.
-_LAYER_MODULES = (writer_blob, writer_records, writer_probe, writer_composition, writer_tool)
-_ATTEST_MODULES = (cdx, slsa, attest_documents, attest_tool)
+_LAYER_MODULES = (writer_blob, writer_ocispec, writer_records, writer_probe, writer_composition,
+                  writer_tool)
+_ATTEST_MODULES = (writer_ocispec, cdx, slsa, attest_documents, attest_tool)
 
 
 def job_app() -> JobApp:
@@ -169,7 +171,8 @@ def render_template(name: str, values: Mapping[str, str | int]) -> str:
     if named != values.keys():
         raise BuildError(f"template script/{name} and its values disagree: placeholders without "
                          f"a value: {sorted(named - values.keys())}; values without a "
-                         f"placeholder: {sorted(values.keys() - named)}")
+                         f"placeholder: {sorted(values.keys() - named)}",
+                         hint=BUG_HINT)
 
     def value(match: re.Match[str]) -> str:
         if match["line"] is None:
@@ -288,7 +291,7 @@ def _compose(config: Config) -> str:
                                  files='"${below[@]}"')
     compose_env = _fragment("compose-env.sh", {
         "VENV": shlex.quote(config.build.venv), "INSTALL": " ".join(install),
-        "BUILD_ENV": build_env, "LAYER_LEVEL": config.layers.compression_level})
+        "BUILD_ENV": build_env, "LAYER_LEVEL": config.layers.slice_gzip_level})
     compose = _fragment("compose.sh", {
         "SLICE_INDEX": shlex.quote(SLICE_INDEX), "COMPOSE_ENV": compose_env,
         "SNAPSHOT_MODE": config.cluster.snapshot_mode})
@@ -347,7 +350,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         "REGISTRY_USER": _plain("registry.user", registry.user) if registry.user else "",
         "TAG_PREFIX": _plain("registry.tag-prefix", registry.tag_prefix),
         "FLOATING_TAG": _plain("registry.floating-tag", registry.floating_tag),
-        "COMPRESSION_LEVEL": config.cluster.compression_level,
+        "COMPRESSION_LEVEL": config.cluster.kaniko_gzip_level,
         "SNAPSHOT_MODE": config.cluster.snapshot_mode,
         "JOB_APP": shlex.quote(JOB_APP),
         "JOB_APP_SHA256": job_app().sha256,

@@ -66,7 +66,7 @@ class BuildEnv:
     # the tree the job bundles (git.source, as the local backend's source id reads it)
     source: Callable[[Path, Sequence[str]], git.Source | None] = git.source
     # the digest the registry holds under an image reference (None: no such tag);
-    # None here: ask the configured registry (oci.tags.existing_digest)
+    # None here: ask the configured registry (release.configured.existing_digest)
     tag_digest: Callable[[str], str | None] | None = None
 
 

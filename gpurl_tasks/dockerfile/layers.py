@@ -84,7 +84,9 @@ def lineage(dockerfile: Dockerfile, target: str,
         if not isinstance(name, str) or name not in names:
             return tuple(chain)
         if any(s.name == name for s in chain):
-            raise DockerfileError(f"stage {stage.name!r} builds on {name!r}, a cycle")
+            raise DockerfileError(f"stage {stage.name!r} builds on {name!r}, a cycle",
+                                  hint="make each stage build on an earlier one "
+                                       "(FROM names an earlier stage)")
         stage = dockerfile.stage(name)
 
 
@@ -95,7 +97,8 @@ def count_layers(dockerfile: Dockerfile, *, base_layers: int, builder: Builder,
     layer-making instructions, with `chain_stage`'s replaced by one layer per slice when the
     environment is `composed`."""
     if base_layers < 0:
-        raise DockerfileError(f"a base image has at least 0 layers, not {base_layers}")
+        raise DockerfileError(f"a base image has at least 0 layers, not {base_layers}",
+                              hint="set build.base-image-layers to the base image's layer count (0 or more)")
     stages = lineage(dockerfile, target, args)
     instructions = sum(makes_layer(i, builder) for s in stages for i in s.instructions)
     slices = sum(isinstance(i, Copy) and i.from_stage is None

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import re
 
-from gpurl_tasks.errors import GpurlError, shown
+from gpurl_tasks.errors import BUG_HINT, GpurlError, shown
 from gpurl_tasks.imageref import ImageRef, InvalidReference, parse_reference
 
 __all__ = [
@@ -54,8 +54,6 @@ _INDENT = "      "
 class DockerfileError(GpurlError):
     """A Dockerfile model is invalid (bad name, reference, argument or stage order)."""
 
-    default_hint = "the build.* and variant keys that feed the Dockerfile are in docs/config.md"
-
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STAGE = re.compile(r"[a-z][a-z0-9_.-]*")
@@ -65,16 +63,17 @@ _PARTS = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})|([A-Za-z0-9_@%+=:,./*?-]+)"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
-def _check(condition: bool, message: str) -> None:
+def _check(condition: bool, message: str, hint: str) -> None:
     if not condition:
-        raise DockerfileError(message)
+        raise DockerfileError(message, hint=hint)
 
 
 def _one_line(text: str, what: str) -> None:
     """No control character (a newline or carriage return would end the instruction)."""
     if _CONTROL.search(text):
         raise DockerfileError(f"{what} must be one line without control characters, not "
-                              f"{shown(text)}")
+                              f"{shown(text)}",
+                              hint="remove the newline or other control character from that value")
 
 
 def _in_double_quotes(text: str) -> str:
@@ -97,7 +96,8 @@ class ArgImage:
 
     def __post_init__(self) -> None:
         _check(bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name)),
-               f"invalid build arg name {self.name!r}")
+               f"invalid build arg name {self.name!r}",
+               "name build args like shell variables: letters, digits and _ (build.build-args)")
 
     def render(self) -> str:
         return f"${{{self.name}}}"
@@ -141,9 +141,11 @@ class Command:
     unordered: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _check(bool(self.head) and all(self.head), "a command needs a non-empty head")
-        _check(all(g and all(g) for g in self.groups), f"empty argument in {self.head!r}")
-        _check(all(self.unordered), f"empty word in {self.head!r}")
+        _check(bool(self.head) and all(self.head), "a command needs a non-empty head", BUG_HINT)
+        _check(all(g and all(g) for g in self.groups), f"empty argument in {self.head!r}",
+               "remove the empty string from the list key that feeds this command")
+        _check(all(self.unordered), f"empty word in {self.head!r}",
+               "remove the empty string from the list key that feeds this command")
 
     @property
     def words(self) -> tuple[str, ...]:
@@ -167,7 +169,7 @@ class Shell:
     text: str
 
     def __post_init__(self) -> None:
-        _check(bool(self.text.strip()), "a shell fragment must be one non-empty line")
+        _check(bool(self.text.strip()), "a shell fragment must be one non-empty line", BUG_HINT)
         _one_line(self.text, "a shell fragment")
 
     def render(self) -> str:
@@ -195,7 +197,8 @@ class Arg:
     default: str | None = None
 
     def __post_init__(self) -> None:
-        _check(bool(_NAME.fullmatch(self.name)), f"invalid ARG name {self.name!r}")
+        _check(bool(_NAME.fullmatch(self.name)), f"invalid ARG name {self.name!r}",
+               "name build args like shell variables: letters, digits and _ (build.build-args)")
         if self.default is not None:
             _one_line(self.default, f"the ARG {self.name} default")
 
@@ -212,11 +215,13 @@ def _quoted_value(value: str) -> str:
 
 
 def _pairs(kind: str, pairs: tuple[tuple[str, str], ...], key: re.Pattern[str]) -> str:
-    _check(bool(pairs), f"{kind} needs at least one key")
+    _check(bool(pairs), f"{kind} needs at least one key", BUG_HINT)
     names = [k for k, _ in pairs]
-    _check(len(set(names)) == len(names), f"duplicate {kind} key in {names!r}")
+    _check(len(set(names)) == len(names), f"duplicate {kind} key in {names!r}",
+           f"set each {kind} key once")
     for k, v in pairs:
-        _check(bool(key.fullmatch(k)), f"invalid {kind} key {k!r}")
+        _check(bool(key.fullmatch(k)), f"invalid {kind} key {k!r}",
+               f"write the key to match {key.pattern}")
         _one_line(v, f"the {kind} value for {k!r}")
     body = [f"{k}={_quoted_value(v)}" for k, v in sorted(pairs)]
     return f"{kind} " + f" \\\n{_INDENT}".join(body)
@@ -249,7 +254,7 @@ class Run:
     commands: tuple[Command | Shell, ...]
 
     def __post_init__(self) -> None:
-        _check(bool(self.commands), "RUN needs at least one command")
+        _check(bool(self.commands), "RUN needs at least one command", BUG_HINT)
 
     def render(self) -> str:
         return "RUN " + " \\\n && ".join(c.render() for c in self.commands)
@@ -264,14 +269,15 @@ class Copy:
     from_stage: str | None = None
 
     def __post_init__(self) -> None:
-        _check(bool(self.sources) and all(self.sources), "COPY needs sources")
-        _check(bool(self.dest), "COPY needs a destination")
+        _check(bool(self.sources) and all(self.sources), "COPY needs sources", BUG_HINT)
+        _check(bool(self.dest), "COPY needs a destination", BUG_HINT)
         for path in (*self.sources, self.dest):
             _one_line(path, "a COPY path")
             _check(bool(re.fullmatch(r"[A-Za-z0-9_./+@-]+", path)) and not path.startswith("-"),
-                   f"a COPY path is letters, digits and '_./+@-' only, not {shown(path)}")
+                   f"a COPY path is letters, digits and '_./+@-' only, not {shown(path)}",
+                   "rename the path (a local path source or build.wheelhouse) to those characters")
         _check(self.from_stage is None or bool(_STAGE.fullmatch(self.from_stage)),
-               f"invalid COPY --from stage {self.from_stage!r}")
+               f"invalid COPY --from stage {self.from_stage!r}", BUG_HINT)
 
     def render(self) -> str:
         flag = f"--from={self.from_stage} " if self.from_stage else ""
@@ -286,7 +292,7 @@ class Workdir:
 
     def __post_init__(self) -> None:
         _check(bool(re.fullmatch(r"/[A-Za-z0-9_./+-]*", self.path)),
-               f"WORKDIR must be an absolute path of plain characters: {shown(self.path)}")
+               f"WORKDIR must be an absolute path of plain characters: {shown(self.path)}", BUG_HINT)
 
     def render(self) -> str:
         return f"WORKDIR {self.path}"
@@ -300,7 +306,7 @@ class User:
 
     def __post_init__(self) -> None:
         _check(bool(re.fullmatch(r"[a-z0-9_][a-z0-9_:-]*", self.name)),
-               f"invalid USER {self.name!r}")
+               f"invalid USER {self.name!r}", BUG_HINT)
 
     def render(self) -> str:
         return f"USER {self.name}"
@@ -313,7 +319,7 @@ class Entrypoint:
     argv: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        _check(bool(self.argv), "ENTRYPOINT needs argv")
+        _check(bool(self.argv), "ENTRYPOINT needs argv", BUG_HINT)
         for word in self.argv:
             _one_line(word, "an ENTRYPOINT argument")
 
@@ -328,7 +334,7 @@ class Cmd:
     argv: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        _check(bool(self.argv), "CMD needs argv")
+        _check(bool(self.argv), "CMD needs argv", BUG_HINT)
         for word in self.argv:
             _one_line(word, "a CMD argument")
 
@@ -349,7 +355,7 @@ class Stage:
     comment: str = ""
 
     def __post_init__(self) -> None:
-        _check(bool(_STAGE.fullmatch(self.name)), f"invalid stage name {self.name!r}")
+        _check(bool(_STAGE.fullmatch(self.name)), f"invalid stage name {self.name!r}", BUG_HINT)
         for line in self.comment.splitlines():
             _one_line(line, "a stage comment line")
 
@@ -371,32 +377,34 @@ class Dockerfile:
     header: tuple[str, ...] = ()  # comment lines at the top of the file
 
     def __post_init__(self) -> None:
-        _check(bool(self.stages), "a Dockerfile needs at least one stage")
+        _check(bool(self.stages), "a Dockerfile needs at least one stage", BUG_HINT)
         for line in self.header:
             _one_line(line, "a header comment line")
         arg_names = [a.name for a in self.global_args]
-        _check(len(set(arg_names)) == len(arg_names), f"duplicate global ARG in {arg_names!r}")
+        _check(len(set(arg_names)) == len(arg_names), f"duplicate global ARG in {arg_names!r}",
+               "give each build arg one name (build.build-args repeats a name gpurl sets)")
         seen: list[str] = []
         for stage in self.stages:
-            _check(stage.name not in seen, f"duplicate stage name {stage.name!r}")
+            _check(stage.name not in seen, f"duplicate stage name {stage.name!r}", BUG_HINT)
             if isinstance(stage.base, str):
                 _check(stage.base in seen, f"stage {stage.name!r} builds on unknown or later "
-                       f"stage {stage.base!r}")
+                       f"stage {stage.base!r}", BUG_HINT)
             elif isinstance(stage.base, ArgImage):
                 var = stage.base.name
                 _check(var in arg_names, f"stage {stage.name!r} uses ${{{var}}} in FROM, which "
-                       "is not a global ARG")
+                       "is not a global ARG", BUG_HINT)
             for ins in stage.instructions:
                 if isinstance(ins, Copy) and ins.from_stage is not None:
                     _check(ins.from_stage in seen, f"COPY --from={ins.from_stage} in stage "
-                           f"{stage.name!r} names no earlier stage")
+                           f"{stage.name!r} names no earlier stage", BUG_HINT)
             seen.append(stage.name)
 
     def stage(self, name: str) -> Stage:
         for stage in self.stages:
             if stage.name == name:
                 return stage
-        raise DockerfileError(f"no stage named {name!r}")
+        raise DockerfileError(f"no stage named {name!r}",
+                              hint=BUG_HINT)
 
 
 def render(dockerfile: Dockerfile) -> str:

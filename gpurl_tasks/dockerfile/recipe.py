@@ -60,6 +60,7 @@ from gpurl_tasks.dockerfile.wheels import (
     abi_key,
     pins_from_args,
 )
+from gpurl_tasks.errors import BUG_HINT
 from gpurl_tasks.plan.model import Layer, Plan, Slice, SliceBuild
 from gpurl_tasks.values import ARG_REF, format_bytes, inside_repository
 
@@ -543,9 +544,11 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
 def _check_plan(plan: Plan) -> None:
     names = [layer.name for layer in plan.layers]
     if len(set(names)) != len(names) or not all(Slice.STEM.fullmatch(n) for n in names):
-        raise DockerfileError(f"slice names must be unique NN-label names, not {names!r}")
+        raise DockerfileError(f"slice names must be unique NN-label names, not {names!r}",
+                              hint="the committed slice files are damaged: run `invoke plan --repack`")
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", plan.fingerprint):
-        raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}")
+        raise DockerfileError(f"unexpected plan fingerprint {plan.fingerprint!r}",
+                              hint="the committed slice files are damaged: run `invoke plan --repack`")
 
 
 _URL_FIELDS = ("index_url", "builder_extra_index_url", "vllm_fork_repo")
@@ -593,7 +596,8 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
     _check_config(config)
     _check_plan(plan)
     if not re.fullmatch(r"[0-9a-f]{64}", lock_sha256):
-        raise DockerfileError(f"lock_sha256 must be 64 hex digits, not {lock_sha256!r}")
+        raise DockerfileError(f"lock_sha256 must be 64 hex digits, not {lock_sha256!r}",
+                              hint=BUG_HINT)
     args = _args(config)
     stages = (
         _base_stage(config),

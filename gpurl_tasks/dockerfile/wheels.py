@@ -94,19 +94,13 @@ VLLM, FLASH_ATTN = "vllm", "flash-attn"
 class WheelCheckError(GpurlError):
     """The wheelhouse or MANIFEST cannot be read at all (as opposed to holding wrong wheels)."""
 
-    default_hint = "run `invoke build-wheels` to write the wheelhouse and its MANIFEST again"
-
 
 class WheelNameError(GpurlError):
     """A compiled wheel's exact file name cannot be derived; the message names the key to set."""
 
-    default_hint = "set the key the message names (docs/config.md, the wheels table)"
-
 
 class NoCompiledWheels(GpurlError):
     """A wheel task asked of a profile that compiles none: its lock is the whole truth."""
-
-    default_hint = "pass --profile NAME of a profile that compiles wheels"
 
 
 def require_compiled_wheels(config: Config, task: str) -> None:
@@ -525,7 +519,8 @@ def _generic_filename(spec: WheelSpec, pins: WheelPins, versions: Mapping[str, s
     glob = spec.glob or ""
     if spec.project is None:
         raise WheelNameError(f"build.wheel-globs entry {glob!r} does not start with its "
-                             "project's name")
+                             "project's name",
+                             hint="start the glob with the project's wheel name, e.g. 'mypkg-*.whl'")
     version, key = _glob_version(glob), "build.wheel-globs"
     if version is None:
         version, key = versions.get(spec.project), "build.wheel-specs"
@@ -534,16 +529,18 @@ def _generic_filename(spec: WheelSpec, pins: WheelPins, versions: Mapping[str, s
             f"nothing pins the version of {spec.project} (wheel glob {glob!r}): write it into "
             f"build.wheel-globs ('{glob.split('-', 1)[0]}-<version>-*.whl'), or pin it in "
             f"build.wheel-specs ('{spec.project}==<version>', or a ./path source whose "
-            "pyproject.toml declares a static version)")
+            "pyproject.toml declares a static version)",
+            hint="set the version in one of the two keys the message names")
     try:
         version = str(Version(version))
     except InvalidVersion:
         raise WheelNameError(f"{spec.project}'s version {version!r} (from {key}) is not a "
-                             "PEP 440 version") from None
+                             "PEP 440 version", hint="write a PEP 440 version there, e.g. 1.2.3") from None
     name = f"{spec.project.replace('-', '_')}-{version}-{_tail(pins)}"
     if not fnmatch.fnmatchcase(name, glob):
         raise WheelNameError(f"build.wheel-globs entry {glob!r} does not accept {name}, the "
-                             "name `pip wheel` gives the pinned build")
+                             "name `pip wheel` gives the pinned build",
+                             hint=f"write the glob so it matches {name}")
     return name
 
 
@@ -554,7 +551,8 @@ def _pair_filename(spec: WheelSpec, pins: WheelPins) -> str:
     empty = [key for field, key in _PAIR_PINS[spec.label] if not getattr(pins, field)]
     if empty:
         raise WheelNameError(f"the {spec.label} wheel (glob {spec.glob!r}) is named after "
-                             f"{empty[0]}, which is empty: set it")
+                             f"{empty[0]}, which is empty: set it",
+                             hint=f"set {empty[0]} (docs/config.md, the wheels table)")
     try:
         _, _, build_tag, tags = parse_wheel_filename(spec.expected)
         split = bool(build_tag) or Tag(pins.python_tag, pins.python_tag, pins.platform) not in tags
@@ -562,7 +560,8 @@ def _pair_filename(spec: WheelSpec, pins: WheelPins) -> str:
         split = True
     if split:
         raise WheelNameError(f"the {spec.label} wheel's derived name {spec.expected!r} is "
-                             f"malformed: check {', '.join(keys)} (no '-' in a pin)")
+                             f"malformed: check {', '.join(keys)} (no '-' in a pin)",
+                             hint=f"set {', '.join(keys)} without a '-' in any of them")
     return spec.expected
 
 

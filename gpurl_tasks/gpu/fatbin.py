@@ -50,7 +50,9 @@ __all__ = [
 class FatbinError(GpurlError):
     """A library's device code that cannot be read as fatbin containers."""
 
-    default_hint = "the file's device code is not in a form gpurl reads; name the file in a report"
+
+# the hint of a library whose device code cannot be read as fatbin containers
+_DAMAGED_HINT = "the file may be truncated: reinstall its package; if it persists, report the file"
 
 FATBIN_MAGIC = 0xBA55ED50
 SECTIONS = (".nv_fatbin", "__nv_relfatbin")  # the runtime's modules; the pre-link objects
@@ -130,7 +132,8 @@ def parse_sm(text: str) -> tuple[int, int]:
     """"9.0" or "10.0" (a capability as torch names it) -> (9, 0)."""
     major, dot, minor = text.strip().partition(".")
     if not (dot and major.isdigit() and minor.isdigit() and len(minor) == 1):
-        raise FatbinError(f"not a compute capability like 9.0: {text!r}")
+        raise FatbinError(f"not a compute capability like 9.0: {text!r}",
+                          hint="write it as MAJOR.MINOR, e.g. 9.0 or 10.0")
     return int(major), int(minor)
 
 
@@ -164,14 +167,16 @@ def _exact(stream: BinaryIO, offset: int, size: int, what: str) -> bytes:
     stream.seek(offset)
     data = stream.read(size)
     if len(data) != size:
-        raise FatbinError(f"truncated {what} at offset {offset}: {len(data)} of {size} bytes")
+        raise FatbinError(f"truncated {what} at offset {offset}: {len(data)} of {size} bytes",
+                          hint=_DAMAGED_HINT)
     return data
 
 
 def _entry(header: bytes, where: int) -> tuple[Entry, int, int]:
     (kind, _, header_size, size, _, _, minor, major, sm, _, _, flags, _, _) = _ENTRY.unpack(header)
     if header_size < ENTRY_HEADER:
-        raise FatbinError(f"fatbin entry at offset {where} has a {header_size}-byte header")
+        raise FatbinError(f"fatbin entry at offset {where} has a {header_size}-byte header",
+                          hint=_DAMAGED_HINT)
     variant = "a" if flags & _ARCH_SPECIFIC else "f" if flags & _FAMILY else ""
     entry = Entry(kind=_KINDS.get(kind, f"kind-{kind}"), sm=sm, variant=variant,
                   compressed=bool(flags & _COMPRESSED),
@@ -187,7 +192,8 @@ def entries(stream: BinaryIO, start: int, size: int) -> Iterator[tuple[Entry, ..
         if end - pos < _CONTAINER.size:
             tail = _exact(stream, pos, end - pos, "fatbin padding")
             if tail.strip(b"\0"):
-                raise FatbinError(f"trailing bytes after the last fatbin container at offset {pos}")
+                raise FatbinError(f"trailing bytes after the last fatbin container at offset {pos}",
+                                  hint=_DAMAGED_HINT)
             return
         magic, _, header_size, payload = _CONTAINER.unpack(
             _exact(stream, pos, _CONTAINER.size, "fatbin container header"))
@@ -197,7 +203,8 @@ def entries(stream: BinaryIO, start: int, size: int) -> Iterator[tuple[Entry, ..
         body, body_end = pos + header_size, pos + header_size + payload
         if header_size < _CONTAINER.size or body_end > end:
             raise FatbinError(f"fatbin container at offset {pos} runs past its section "
-                             f"({payload} bytes from {body}, the section ends at {end})")
+                             f"({payload} bytes from {body}, the section ends at {end})",
+                              hint=_DAMAGED_HINT)
         found = []
         while body < body_end:
             entry, entry_header, entry_size = _entry(
@@ -207,7 +214,8 @@ def entries(stream: BinaryIO, start: int, size: int) -> Iterator[tuple[Entry, ..
                                                                     entry_size))
             body += entry_header + entry_size
             if body > body_end:
-                raise FatbinError(f"fatbin entry {entry.name} runs past its container at offset {pos}")
+                raise FatbinError(f"fatbin entry {entry.name} runs past its container at offset {pos}",
+                                  hint=_DAMAGED_HINT)
             found.append(entry)
         yield tuple(found)
         pos = body_end
@@ -220,7 +228,8 @@ def _skip_padding(stream: BinaryIO, pos: int, end: int) -> int:
     zeros = len(window) - len(window.lstrip(b"\0"))
     if not zeros:
         raise FatbinError(f"no fatbin container at offset {pos} "
-                         f"(magic {window[:4][::-1].hex()}, not {FATBIN_MAGIC:08x})")
+                         f"(magic {window[:4][::-1].hex()}, not {FATBIN_MAGIC:08x})",
+                          hint=_DAMAGED_HINT)
     return pos + zeros
 
 
@@ -230,21 +239,25 @@ def _section_table(stream: BinaryIO, base: int, what: str) -> list[tuple[str, in
     head = _exact(stream, base, _ELF_HEADER.size, f"ELF header of {what}")
     ident, *_, shoff, _, _, _, _, shentsize, shnum, shstrndx = _ELF_HEADER.unpack(head)
     if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
-        raise FatbinError(f"{what} is not a 64-bit little-endian ELF file")
+        raise FatbinError(f"{what} is not a 64-bit little-endian ELF file",
+                          hint=_DAMAGED_HINT)
     if shoff == 0:
         return []
     if shentsize != _SECTION.size:
-        raise FatbinError(f"{what} has {shentsize}-byte section headers, not {_SECTION.size}")
+        raise FatbinError(f"{what} has {shentsize}-byte section headers, not {_SECTION.size}",
+                          hint=_DAMAGED_HINT)
     first = _SECTION.unpack(_exact(stream, base + shoff, _SECTION.size, f"section table of {what}"))
     shnum = shnum or first[5]  # extended numbering: section 0 holds the count and the index
     shstrndx = first[6] if shstrndx == 0xFFFF else shstrndx
     if not shnum or shnum > 1 << 20 or shstrndx >= shnum:
-        raise FatbinError(f"{what} has a bad section table ({shnum} sections, names in {shstrndx})")
+        raise FatbinError(f"{what} has a bad section table ({shnum} sections, names in {shstrndx})",
+                          hint=_DAMAGED_HINT)
     table = _exact(stream, base + shoff, shnum * _SECTION.size, f"section table of {what}")
     headers = [_SECTION.unpack_from(table, i * _SECTION.size) for i in range(shnum)]
     names_at, names_size = headers[shstrndx][4], headers[shstrndx][5]
     if names_size > 1 << 24:
-        raise FatbinError(f"{what} has a {names_size}-byte section name table")
+        raise FatbinError(f"{what} has a {names_size}-byte section name table",
+                          hint=_DAMAGED_HINT)
     names = _exact(stream, base + names_at, names_size, f"section names of {what}")
     return [(names[at:names.find(b"\0", at)].decode(errors="replace"), kind, offset, size)
             for at, kind, _, _, offset, size, *_ in headers]
@@ -310,11 +323,14 @@ def read(path: Path, *, embedded: bool = False) -> Holds | None:
                 try:
                     sections[name] = tuple(entries(stream, offset, size))
                 except GpurlError as exc:
-                    raise FatbinError(f"{path} {name}: {exc.message}") from None
+                    raise FatbinError(f"{path} {name}: {exc.message}", hint=exc.hint) from None
             if embedded:
                 sections[EMBEDDED] = _embedded(stream, _sections(stream, path, DATA_SECTIONS))
             return Holds(sections=sections) if any(sections.values()) or found else None
     except OSError as exc:
-        raise FatbinError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise FatbinError(f"cannot read {path}: {exc.strerror or exc}",
+                          hint="check the file's permissions in the image, "
+                               "then run the check again") from None
     except (struct.error, OverflowError, ValueError) as exc:  # an offset past what seek takes
-        raise FatbinError(f"{path} is not a well-formed ELF file: {exc}") from None
+        raise FatbinError(f"{path} is not a well-formed ELF file: {exc}",
+                          hint=_DAMAGED_HINT) from None

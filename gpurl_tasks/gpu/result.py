@@ -37,7 +37,9 @@ __all__ = [
 class ResultError(GpurlError):
     """A GPU result document that is not one gpurl's check writes."""
 
-    default_hint = "the document is not what `invoke verify-gpu` writes: run it again for this image"
+
+# the hint of a result document that is not what the check writes
+_RERUN_HINT = "it is not what `invoke verify-gpu` writes: run verify-gpu again for this image"
 
 SCHEMA = "gpurl.gpu-check/v1"
 CHECKS = ("driver", "kernels", "launches", "network", "build-proof")
@@ -86,10 +88,12 @@ class Result:
 
     def __post_init__(self) -> None:
         if not _DIGEST.fullmatch(self.image):
-            raise ResultError(f"the GPU result's image is not a sha256 digest: {shown(self.image)}")
+            raise ResultError(f"the GPU result's image is not a sha256 digest: {shown(self.image)}",
+                              hint=_RERUN_HINT)
         names = [c.name for c in self.checks]
         if len(set(names)) != len(names):
-            raise ResultError(f"the GPU result names a check twice: {', '.join(names)}")
+            raise ResultError(f"the GPU result names a check twice: {', '.join(names)}",
+                              hint=_RERUN_HINT)
 
     @property
     def passed(self) -> bool:
@@ -110,14 +114,17 @@ def _check(check: Check) -> None:
         raise ResultError(f"the GPU result's {check.name} check has an unknown status "
                          f"{shown(check.status)}", hint=f"statuses are {', '.join(STATUSES)}")
     if check.status != "passed" and not check.reason.strip():
-        raise ResultError(f"the GPU result's {check.name} check is {check.status} without a reason")
+        raise ResultError(f"the GPU result's {check.name} check is {check.status} without a reason",
+                          hint=_RERUN_HINT)
     if "\n" in check.reason:
-        raise ResultError(f"the GPU result's {check.name} check's reason is not one line")
+        raise ResultError(f"the GPU result's {check.name} check's reason is not one line",
+                          hint=_RERUN_HINT)
     for key, value in check.figures.items():
         if isinstance(value, bool) or not isinstance(value, int | float | str) \
                 or (isinstance(value, float) and not math.isfinite(value)):
             raise ResultError(f"the GPU result's {check.name} figure {shown(key)} is not a finite "
-                             f"number or a string: {shown(value)}")
+                             f"number or a string: {shown(value)}",
+                              hint=_RERUN_HINT)
 
 
 def _to_dict(result: Result) -> dict[str, Any]:
@@ -145,20 +152,23 @@ def to_json(result: Result, *, indent: int | None = None) -> str:
 def _object(raw: object, where: str, keys: Sequence[str], optional: Sequence[str] = ()
             ) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ResultError(f"the GPU result's {where} is not an object: {shown(raw)}")
+        raise ResultError(f"the GPU result's {where} is not an object: {shown(raw)}",
+                          hint=_RERUN_HINT)
     missing = [k for k in keys if k not in raw]
     unknown = sorted(set(raw) - set(keys) - set(optional))
     if missing or unknown:
         raise ResultError(f"the GPU result's {where} "
                          + (f"lacks {', '.join(missing)}" if missing else
-                            f"has unknown keys {', '.join(map(str, unknown))}"))
+                            f"has unknown keys {', '.join(map(str, unknown))}"),
+                          hint=_RERUN_HINT)
     return raw
 
 
 def _typed(raw: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     value = raw[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ResultError(f"the GPU result's {where}.{key} is not a {kind.__name__}: {shown(value)}")
+        raise ResultError(f"the GPU result's {where}.{key} is not a {kind.__name__}: {shown(value)}",
+                          hint=_RERUN_HINT)
     return value
 
 
@@ -166,10 +176,12 @@ def _gpu(raw: object, where: str) -> Gpu:
     gpu = _object(raw, where, ("index", "name", "capability"))
     capability = _typed(gpu, "capability", str, where)
     if not _CAPABILITY.fullmatch(capability):
-        raise ResultError(f"the GPU result's {where}.capability is not like 9.0: {shown(capability)}")
+        raise ResultError(f"the GPU result's {where}.capability is not like 9.0: {shown(capability)}",
+                          hint=_RERUN_HINT)
     index = _typed(gpu, "index", int, where)
     if index < 0:
-        raise ResultError(f"the GPU result's {where}.index is negative: {index}")
+        raise ResultError(f"the GPU result's {where}.index is negative: {index}",
+                          hint=_RERUN_HINT)
     return Gpu(index=index, name=_typed(gpu, "name", str, where), capability=capability)
 
 
@@ -185,7 +197,8 @@ def _check_of(raw: object, where: str) -> Check:
     check = _object(raw, where, ("name", "status", "figures", "findings"), ("reason",))
     findings = _typed(check, "findings", list, where)
     if not all(isinstance(f, str) for f in findings):
-        raise ResultError(f"the GPU result's {where}.findings are not all strings")
+        raise ResultError(f"the GPU result's {where}.findings are not all strings",
+                          hint=_RERUN_HINT)
     figures = _typed(check, "figures", dict, where)
     reason = _typed(check, "reason", str, where) if "reason" in check else ""
     return Check(name=_typed(check, "name", str, where), status=_typed(check, "status", str, where),
@@ -197,7 +210,8 @@ def parse(text: str | bytes) -> Result:
     try:
         raw = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
-        raise ResultError(f"the GPU result is not JSON: {exc}") from None
+        raise ResultError(f"the GPU result is not JSON: {exc}",
+                          hint=_RERUN_HINT) from None
     doc = _object(raw, "document", ("schema", "image", "node", "checks", "passed"))
     if doc["schema"] != SCHEMA:
         raise ResultError(f"the GPU result's schema is {shown(doc['schema'])}, not {SCHEMA}",

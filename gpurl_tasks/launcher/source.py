@@ -54,7 +54,8 @@ def find_assignment(tree: ast.Module, variable: str, where: str, *,
                 continue
             if not isinstance(target, ast.Name) or len(_targets(node)) != 1:
                 raise PinError(f"{where}:{node.lineno}: {variable} is assigned together with "
-                               "other names; gpurl only rewrites `NAME = \"...\"`")
+                               "other names; gpurl only rewrites `NAME = \"...\"`",
+                               hint=f"assign {variable} alone, as {variable} = \"...\", then pin again")
             found.append(node)
     if not found:
         raise PinError(f"{where} has no assignment to {variable}",
@@ -83,6 +84,7 @@ def string_literal(value: str, old: str, where: str) -> str:
     """`value` as a string literal in the quotes of the literal `old` it replaces (double
     quotes for anything else); a value that would need escaping is refused."""
     if not value.isprintable() or any(c in value for c in "\"'\\"):
-        raise PinError(f"refusing to write {value!r} into {where}: it needs escaping")
+        raise PinError(f"refusing to write {value!r} into {where}: it needs escaping",
+                       hint="pin a reference without quotes, backslashes or control characters")
     quote = "'" if old.lstrip("rRuUfF")[:1] == "'" else '"'
     return f"{quote}{value}{quote}"

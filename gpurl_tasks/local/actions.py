@@ -129,7 +129,8 @@ def ensure_wheels(config: Config, say: Say) -> tuple[None, str]:
     report = check_source(config, str(config.build.wheelhouse))
     if report.mismatches:
         raise BuildError("the freshly built wheels do not match the Dockerfile's pins:\n"
-                         + "\n".join(report.lines()))
+                         + "\n".join(report.lines()),
+                         hint="align build.wheel-specs with the pins the lines name, then `invoke generate`")
     return None, f"built {len(report.found)} wheel(s) with the wheel-builder stage"
 
 

@@ -16,6 +16,7 @@ from gpurl_tasks.local.builder import BuildResult
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.rebuild.wheelhouse import read_wheelhouse
 from gpurl_tasks.release.attested import BuildContext, attach_attestations
+from gpurl_tasks.release.configured import client_settings
 
 __all__ = ["DPKG_FORMAT", "apt_command", "attest_build"]
 
@@ -61,7 +62,7 @@ def attest_build(config: Config, built: BuildResult, *, client: str) -> tuple[Bu
     version = proc.run([client, "version", "--format", "{{.Client.Version}}"], check=False,
                        echo=None).stdout.strip() or "unknown"
     ref = parse_reference(built.reference)
-    with open_client(config, ref) as registry:
+    with open_client(client_settings(config), ref) as registry:
         image = registry.pull(dataclasses.replace(ref, digest=built.digest))
         image = dataclasses.replace(image, ref=ref)
         context = BuildContext(apt=apt, wheels=_wheels(config),

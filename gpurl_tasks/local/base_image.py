@@ -123,10 +123,11 @@ def debootstrap_import(
             proc.pipe([proc.require("tar"), "-C", str(root), "-c", "."],
                       [client, "import", *changes, "-", name], timeout=1200)
         except proc.CommandFailed as exc:
-            raise BuildError(f"docker import of {name} failed: {exc.message}") from None
+            raise BuildError(f"docker import of {name} failed: {exc.message}", hint=exc.hint) from None
         finally:
             shutil.rmtree(root, ignore_errors=True)
     found = image_id(client, name)
     if found is None:
-        raise BuildError(f"{name} is missing right after docker import")
+        raise BuildError(f"{name} is missing right after docker import",
+                         hint="the engine lost the image: run `invoke setup-local` again")
     return found

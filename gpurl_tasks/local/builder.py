@@ -33,6 +33,7 @@ from gpurl_tasks.local.engine import BUILDKIT_ENV, find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir
 from gpurl_tasks.oci import tags
 from gpurl_tasks.oci.connect import registry_client
+from gpurl_tasks.release.configured import client_settings, existing_image
 from gpurl_tasks.values import SOURCE_ID_PATTERN
 
 __all__ = [
@@ -177,7 +178,7 @@ def run_build(argv: list[str], on_line: LineSink | None, log_file: Path | None,
         else:
             where, said = "", proc.tail(log, 3)
         raise BuildError(f"docker build failed{where}:\n{proc.tail(said, 6)}",
-                         hint=f"full log: {log_file}" if log_file else None)
+                         hint=f"full log: {log_file}" if log_file else "the failed step's output is above")
     return log, steps
 
 
@@ -206,7 +207,8 @@ def push_image(client: str, reference: str) -> str:
     done = proc.run_quiet(push_command(client, reference), timeout=3600)
     found = _PUSH_DIGEST.search(done.stdout)
     if not found:
-        raise BuildError(f"`docker push {reference}` printed no digest")
+        raise BuildError(f"`docker push {reference}` printed no digest",
+                         hint=f"run `docker push {reference}` by hand to see what it prints")
     return found.group(1)
 
 
@@ -242,7 +244,7 @@ def build_and_push(
         target=target, progress=progress, push_floating=push_floating, context=context,
         dockerfile=dockerfile, no_cache=no_cache)
     start = time.monotonic()
-    existing = tags.existing_image(config, reference)
+    existing = existing_image(config, reference)
     with serving_index(config.build.index_url, served_from, on_wait=say or on_line):
         log, steps = run_build(argv, on_line, log_file)
         built = time.monotonic()  # before any wait for other builds sharing the index
@@ -259,7 +261,7 @@ def build_and_push(
                                 f"the registry's {existing[1][:19]})")
     digest = push_image(client, reference)
     ref = parse_reference(reference, default_host=config.registry.host)
-    with registry_client(config, ref.host) as registry:
+    with registry_client(client_settings(config), ref.host) as registry:
         registry_digest = registry.resolve(ref)
     if registry_digest != digest:
         raise BuildError(f"pushed {reference} as {digest} but the registry serves "

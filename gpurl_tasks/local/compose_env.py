@@ -43,8 +43,8 @@ from gpurl_tasks.local.stage import (
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import parse_manifest
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
-from gpurl_tasks.oci.tags import cache_repository
 from gpurl_tasks.plan.model import Layer, Plan
+from gpurl_tasks.release.configured import cache_repository, client_settings
 from gpurl_tasks.writer.blob import LayerError, compressor
 from gpurl_tasks.writer.composition import Composition, Record, compose, record_of_image
 from gpurl_tasks.writer.records import (
@@ -105,7 +105,8 @@ def _env_base(registry: RegistryClient, ref: ImageRef) -> BaseDocuments:
     base = BaseDocuments(manifest=manifest, config=registry.blob_json(ref, digest))
     if base.media_type not in MEDIA_TYPES:
         raise RegistryError(f"env-base's manifest is {base.media_type}, not a Docker or OCI "
-                            "image manifest")
+                            "image manifest",
+                            hint="build env-base again: a plain image manifest, not an index")
     return base
 
 
@@ -123,7 +124,9 @@ def _cached(registry: RegistryClient, ref: ImageRef, name: str) -> tuple[Record 
     except ManifestUnknown:  # its config is gone
         return None, True
     except LayerError as exc:
-        raise RegistryError(str(exc)) from None
+        raise RegistryError(str(exc),
+                            hint="the cached slice's record is damaged: "
+                                 "delete its tag from the cache repository, build again") from None
     if not registry.has_blob(ref, str(record.layer["digest"])):
         return None, True
     return record, False
@@ -168,7 +171,7 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
     commands += [stage_command(client, image="<image id>", slice_file=layer.slice.path(config.variant),
                                dest=layer.slice.image_path, out_dir=Path("<out>"),
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
-                               level=config.layers.compression_level,
+                               level=config.layers.slice_gzip_level,
                                build=staging.get(layer.name), hashed=layer.hashed)
                  for layer in plan.layers]
     return tuple(tuple(argv) for argv in commands)
@@ -207,7 +210,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
     cache = parse_reference(cache_repository(config), default_host=config.registry.host,
                             bare=True)
     target = parse_reference(config.registry.image, default_host=config.registry.host, bare=True)
-    level = config.layers.compression_level
+    level = config.layers.slice_gzip_level
     with tempfile.TemporaryDirectory(prefix="gpurl-env-") as tmp:
         iidfile = Path(tmp) / "env-base.iid"
         builds.run(ENV_BASE_STAGE, iidfile=iidfile)
@@ -219,7 +222,7 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
         probe = probe_base(client, base_id, config.build.venv)
         compressor_id = compressor(level, probe.zlib)
         platform = staging_platform(config, probe.machine)
-        with open_client(config, cache, on_retry=on_line) as registry:
+        with open_client(client_settings(config), cache, on_retry=on_line) as registry:
             base = _env_base(registry, base_ref)
             wanted = []
             for layer in plan.layers:
@@ -274,11 +277,14 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
     slices = [record for w in wanted if (record := found[w.layer.name]) is not None]
     if len(slices) != len(wanted):
         raise BuildError(f"{len(wanted) - len(slices)} slice(s) have no record after writing: "
-                         "the environment is not composed without them")
+                         "the environment is not composed without them",
+                         hint="the slice logs above say which failed; build again")
     try:
         composed = compose(base.manifest, base.config, slices)
     except LayerError as exc:
-        raise RegistryError(str(exc)) from None
+        raise RegistryError(str(exc),
+                            hint="a slice record does not fit env-base: delete the slice tags from the "
+                                 "cache repository, build again") from None
     for blob in composed.layers:
         registry.mount_blob(target, blob, cache.repository)
     registry.push_blob(target, composed.config)

@@ -120,7 +120,8 @@ def go_toolchain(cache: Path, requirement: str) -> Path:
     proc.run_quiet([uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
                     requirement])
     if not go.exists():
-        raise BuildError(f"{requirement} installed no {go}")
+        raise BuildError(f"{requirement} installed no {go}",
+                         hint=f"delete {venv} and run `invoke setup-kaniko` again")
     return go
 
 
@@ -149,7 +150,9 @@ def build_binary(source: Source, cache: Path, go: Path,
                         cwd=top, env=env, check=False, echo=None)
         if done.returncode != 0:
             raise BuildError(f"go build of {source.archive.name} failed: "
-                             f"{proc.tail(done.stderr, 3)}")
+                             f"{proc.tail(done.stderr, 3)}",
+                             hint="go's own error is in the message: "
+                                  "the archives and the Go pin (cluster.source-archives) must match")
         out.parent.mkdir(parents=True, exist_ok=True)
         built.replace(out)
     return out
@@ -180,7 +183,8 @@ def executor_image(executor: Path, ref: str, *, client: str = "docker",
     pushed = proc.run_quiet([client, "push", ref], timeout=600)
     match = re.search(r"digest: (sha256:[0-9a-f]{64})", pushed.stdout)
     if not match:
-        raise BuildError(f"docker push {ref} printed no digest: {proc.tail(pushed.stdout, 2)}")
+        raise BuildError(f"docker push {ref} printed no digest: {proc.tail(pushed.stdout, 2)}",
+                         hint=f"run `docker push {ref}` by hand to see what it prints")
     return f"{ref.rsplit(':', 1)[0]}@{match.group(1)}"
 
 

@@ -50,7 +50,9 @@ def probe_base(client: str, image: str, venv: str) -> Probe:
                      machine=str(said["machine"]))
     except (ValueError, KeyError, IndexError):
         raise BuildError(f"env-base ({image[:19]}) did not say what its slices depend on: "
-                         f"{proc.tail(done.stderr or done.stdout, 3)}") from None
+                         f"{proc.tail(done.stderr or done.stdout, 3)}",
+                         hint="its output is in the message; "
+                              "run the task again to rebuild env-base") from None
 
 
 def _volume(host: Path, at: str, mode: str = "") -> list[str]:
@@ -145,6 +147,8 @@ def stage_slice(client: str, *, image: str, slice_file: Path, dest: str, out_dir
         blob = Blob(digest=said["digest"], diff_id=said["diff_id"], size=int(said["size"]))
     except (ValueError, KeyError, IndexError):
         raise BuildError(f"the layer writer for slice {name} printed no blob: "
-                         f"{proc.tail(done.stdout, 3)}") from None
+                         f"{proc.tail(done.stdout, 3)}",
+                         hint="the slice's log says why the writer failed; "
+                              "fix it and write the slices again") from None
     return StagedSlice(path=out_dir / output, blob=blob, seconds=time.monotonic() - start,
                        log=done.stderr)

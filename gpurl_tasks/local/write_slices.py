@@ -152,7 +152,7 @@ def _dry_run(config: Config, plan: Plan, staging: Variant, out: Path, machine: s
                                slice_file=layer.slice.path(config.variant),
                                dest=layer.slice.image_path, out_dir=out,
                                output=f"{layer.name}.tar.gz", venv=config.build.venv,
-                               level=config.layers.compression_level, platform=cross,
+                               level=config.layers.slice_gzip_level, platform=cross,
                                build=builds.get(layer.name), hashed=layer.hashed)
                  for layer in _wanted(plan, _left_out(config, plan, machine))]
     return DryRun(tuple(tuple(argv) for argv in commands))
@@ -177,7 +177,7 @@ def write_slices(config: Config, *, output: Path | None, dry_run: bool, say: Say
     out.mkdir(parents=True, exist_ok=True)
     client = find_buildkit_client()[0]
     logs = log_dir(config) / f"write-slices-{config.profile}-{config.variant.name}"
-    venv, level = config.build.venv, config.layers.compression_level
+    venv, level = config.build.venv, config.layers.slice_gzip_level
     builds = stage_builds(config, plan)
     written = []
     # the index serves env-base's uv and the slices' wheels
@@ -193,7 +193,9 @@ def write_slices(config: Config, *, output: Path | None, dry_run: bool, say: Say
         probe = probe_base(client, base_id, venv)
         if probe.machine != machine:
             raise BuildError(f"the staging image {base_id[:19]} is {probe.machine}, not this "
-                             f"{machine} machine's")
+                             f"{machine} machine's",
+                             hint="stage on a machine of the staging image's architecture, "
+                                  "or set the variant's target.arch")
         cross = staging_platform(config, probe.machine)
         for layer in wanted:
             written.append(_write_one(config, layer, client=client, image=base_id, out=out,

@@ -82,7 +82,8 @@ def credentials_for(
                 sep = ""
             if not sep:
                 raise RegistryError(f"the auth entry for {host} in {docker_config} is not "
-                                    "valid base64 of user:token") from None
+                                    "valid base64 of user:token",
+                                    hint="log in again: `docker login HOST` rewrites the entry") from None
             return Credentials(username=username, secret=secret, source=str(docker_config))
         if entry.get("username") and entry.get("password"):
             return Credentials(username=str(entry["username"]), secret=str(entry["password"]),

@@ -13,15 +13,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpurl_tasks.errors import RegistryError, shown
+from gpurl_tasks.errors import BUG_HINT, RegistryError, shown
 from gpurl_tasks.imageref import DIGEST_RE, ImageRef
+from gpurl_tasks.writer.ocispec import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 
 __all__ = [
     "ACCEPT_MANIFESTS",
     "IMAGE_TYPES",
     "INDEX_TYPES",
-    "OCI_INDEX",
-    "OCI_MANIFEST",
+    "MALFORMED_HINT",
     "Descriptor",
     "HistoryEntry",
     "ImageConfig",
@@ -36,20 +36,21 @@ __all__ = [
     "same_platform",
 ]
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+
+
+# the hint of an image whose documents are not what a registry and a builder write
+MALFORMED_HINT = "the image's documents are malformed: build and push it again (`invoke build`)"
 
 
 def _field(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = doc.get(key)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise RegistryError(f"{where}: field {shown(key)} is {shown(value)}, not the expected "
-                            f"{getattr(kind, '__name__', 'value')}")
+                            f"{getattr(kind, '__name__', 'value')}",
+                            hint=MALFORMED_HINT)
     return value
 
 
@@ -65,16 +66,20 @@ class Descriptor:
     @staticmethod
     def from_json(obj: Any, where: str) -> Descriptor:
         if not isinstance(obj, Mapping):
-            raise RegistryError(f"{where} is {shown(obj)}, not an object")
+            raise RegistryError(f"{where} is {shown(obj)}, not an object",
+                                hint=MALFORMED_HINT)
         digest = _field(obj, "digest", str, where)
         if not DIGEST_RE.match(digest):
-            raise RegistryError(f"{where}: digest {shown(digest)} is not sha256:<64 hex>")
+            raise RegistryError(f"{where}: digest {shown(digest)} is not sha256:<64 hex>",
+                                hint=MALFORMED_HINT)
         size = _field(obj, "size", int, where)
         if size < 0:
-            raise RegistryError(f"{where}: size {size} is negative")
+            raise RegistryError(f"{where}: size {size} is negative",
+                                hint=MALFORMED_HINT)
         media_type = obj.get("mediaType", "")
         if not isinstance(media_type, str):
-            raise RegistryError(f"{where}: mediaType is {shown(media_type)}, not a string")
+            raise RegistryError(f"{where}: mediaType is {shown(media_type)}, not a string",
+                                hint=MALFORMED_HINT)
         plat = obj.get("platform")
         platform = None
         if isinstance(plat, Mapping):
@@ -89,7 +94,9 @@ class Descriptor:
         """The descriptor as an index lists a manifest: with its platform object."""
         if not self.platform or self.platform.count("/") not in (1, 2):
             raise RegistryError(f"index entry {self.digest[:19]} has platform "
-                                f"{shown(self.platform)}, not os/architecture[/variant]")
+                                f"{shown(self.platform)}, not os/architecture[/variant]",
+                                hint="each image's config must name its os and "
+                                     "architecture: build and push it again")
         os_, arch, *variant = self.platform.split("/")
         platform = {"os": os_, "architecture": arch, **({"variant": variant[0]} if variant else {})}
         return {**self.to_json(), "platform": platform}
@@ -144,7 +151,8 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         """The manifest document (schema 2) for these layers and config."""
         if self.config is None:
-            raise RegistryError("a manifest without its config descriptor cannot be written")
+            raise RegistryError("a manifest without its config descriptor cannot be written",
+                                hint=BUG_HINT)
         return {"schemaVersion": 2, "mediaType": self.media_type or OCI_MANIFEST,
                 "config": self.config.to_json(), "layers": [d.to_json() for d in self.layers]}
 
@@ -180,10 +188,12 @@ def parse_diff_ids(doc: Mapping[str, Any], where: str) -> tuple[str, ...]:
     """The config's `rootfs.diff_ids`: one uncompressed-layer digest per manifest layer."""
     rootfs = doc.get("rootfs")
     if not isinstance(rootfs, Mapping):
-        raise RegistryError(f"{where}: field 'rootfs' is {shown(rootfs)}, not an object")
+        raise RegistryError(f"{where}: field 'rootfs' is {shown(rootfs)}, not an object",
+                            hint=MALFORMED_HINT)
     ids = _field(rootfs, "diff_ids", list, f"{where}: rootfs")
     if not all(isinstance(i, str) and DIGEST_RE.match(i) for i in ids):
-        raise RegistryError(f"{where}: rootfs.diff_ids holds {shown(ids)}, not sha256 digests")
+        raise RegistryError(f"{where}: rootfs.diff_ids holds {shown(ids)}, not sha256 digests",
+                            hint=MALFORMED_HINT)
     return tuple(ids)
 
 
@@ -195,25 +205,31 @@ def parse_index(doc: Mapping[str, Any], where: str) -> tuple[Descriptor, ...]:
 def parse_config(doc: Mapping[str, Any], where: str) -> ImageConfig:
     inner = doc.get("config") or {}
     if not isinstance(inner, Mapping):
-        raise RegistryError(f"{where}: field 'config' is {shown(inner)}, not an object")
+        raise RegistryError(f"{where}: field 'config' is {shown(inner)}, not an object",
+                            hint=MALFORMED_HINT)
     labels = inner.get("Labels") or {}
     if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
-        raise RegistryError(f"{where}: config.Labels is {shown(labels)}, not an object of strings")
+        raise RegistryError(f"{where}: config.Labels is {shown(labels)}, not an object of strings",
+                            hint=MALFORMED_HINT)
     raw_history = doc.get("history") or []
     if not isinstance(raw_history, list):
-        raise RegistryError(f"{where}: field 'history' is {shown(raw_history)}, not a list")
+        raise RegistryError(f"{where}: field 'history' is {shown(raw_history)}, not a list",
+                            hint=MALFORMED_HINT)
     history = []
     for i, entry in enumerate(raw_history):
         if not isinstance(entry, Mapping):
-            raise RegistryError(f"{where}: history[{i}] is {shown(entry)}, not an object")
+            raise RegistryError(f"{where}: history[{i}] is {shown(entry)}, not an object",
+                                hint=MALFORMED_HINT)
         created_by, empty = entry.get("created_by", ""), entry.get("empty_layer", False)
         if not isinstance(created_by, str) or not isinstance(empty, bool):
             raise RegistryError(f"{where}: history[{i}] has created_by {shown(created_by)} and "
-                                f"empty_layer {shown(empty)}; expected a string and a boolean")
+                                f"empty_layer {shown(empty)}; expected a string and a boolean",
+                                hint=MALFORMED_HINT)
         history.append(HistoryEntry(created_by=created_by, empty_layer=empty))
     fields = [doc.get(k) for k in ("os", "architecture", "variant")]
     if not all(f is None or isinstance(f, str) for f in fields):
-        raise RegistryError(f"{where}: os/architecture/variant are {shown(fields)}, not strings")
+        raise RegistryError(f"{where}: os/architecture/variant are {shown(fields)}, not strings",
+                            hint=MALFORMED_HINT)
     return ImageConfig(labels={str(k): v for k, v in labels.items()}, history=tuple(history),
                        platform=platform_name(*fields))
 

@@ -14,19 +14,21 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gpurl_tasks.attest.documents import (
+from gpurl_tasks.errors import RegistryError
+from gpurl_tasks.imageref import ImageRef
+from gpurl_tasks.oci.image import Descriptor, parse_manifest
+from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
+from gpurl_tasks.writer.ocispec import (
     EMPTY_BLOB,
     EMPTY_CONFIG,
     EMPTY_MEDIA_TYPE,
+    OCI_INDEX,
+    OCI_MANIFEST,
     artifact_manifest,
     fallback_index,
     fallback_tag,
     index_entry,
 )
-from gpurl_tasks.errors import RegistryError
-from gpurl_tasks.imageref import ImageRef
-from gpurl_tasks.oci.image import OCI_INDEX, OCI_MANIFEST, Descriptor, parse_manifest
-from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
 
 __all__ = ["Referrer", "attach", "fallback_tag", "fetch", "find"]
 
@@ -43,12 +45,13 @@ class Referrer:
 
 
 def attach(client: RegistryClient, ref: ImageRef, subject: Descriptor, artifact_type: str,
-           document: bytes) -> Referrer:
-    """Push `document` as an artifact whose subject is `subject` (in `ref`'s repository), and
-    list it under the fallback tag when the registry has no referrers API."""
+           document: bytes, description: str = "") -> Referrer:
+    """Push `document` as an artifact whose subject is `subject` (in `ref`'s repository),
+    described by `description` when given, and list it under the fallback tag when the
+    registry has no referrers API."""
     client.push_blob(ref, EMPTY_BLOB, str(EMPTY_CONFIG["digest"]))
     client.push_blob(ref, document)
-    body = artifact_manifest(subject.to_json(), artifact_type, document)
+    body = artifact_manifest(subject.to_json(), artifact_type, document, description)
     entry = index_entry(body)
     client.put_manifest(ref, entry["digest"], body, OCI_MANIFEST)
     found = Referrer(digest=entry["digest"], size=len(body), artifact_type=artifact_type,
@@ -110,5 +113,7 @@ def fetch(client: RegistryClient, ref: ImageRef, referrer: Referrer) -> dict[str
     parsed = parse_manifest(manifest, f"artifact {referrer.digest[:19]} of {ref}")
     if len(parsed.layers) != 1:
         raise RegistryError(f"artifact {referrer.digest[:19]} of {ref} holds "
-                            f"{len(parsed.layers)} layers, not one document")
+                            f"{len(parsed.layers)} layers, not one document",
+                            hint="an artifact not written by gpurl is attached: "
+                                 "run the task that attaches it again")
     return client.blob_json(ref, parsed.layers[0].digest)

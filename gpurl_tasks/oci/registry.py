@@ -36,8 +36,7 @@ from gpurl_tasks.oci.image import (
     ACCEPT_MANIFESTS,
     IMAGE_TYPES,
     INDEX_TYPES,
-    OCI_INDEX,
-    OCI_MANIFEST,
+    MALFORMED_HINT,
     Descriptor,
     ImageIndex,
     PulledImage,
@@ -54,6 +53,7 @@ from gpurl_tasks.oci.scheme import (
     tls_failure,
     untrusted_certificate,
 )
+from gpurl_tasks.writer.ocispec import OCI_INDEX, OCI_MANIFEST
 
 __all__ = ["ManifestUnknown", "PushAccess", "RegistryClient"]
 
@@ -210,7 +210,9 @@ class RegistryClient:
             return (found,)
         entries = [e for e in found.manifests if e.platform and "unknown" not in e.platform]
         if not entries:
-            raise RegistryError(f"the index {top_digest[:19]} of {ref} lists no platform's image")
+            raise RegistryError(f"the index {top_digest[:19]} of {ref} lists no platform's image",
+                                hint="push an image for the target's platform under that "
+                                     "reference (`invoke build`)")
         return tuple(self._entry(ref, top_digest, top_type, found, e) for e in entries)
 
     def _top(self, ref: ImageRef) -> tuple[str, str, PulledImage | ImageIndex]:
@@ -229,7 +231,9 @@ class RegistryClient:
         there is an error naming it."""
         digest, media_type, document = self.manifest(ref)
         if media_type not in INDEX_TYPES:
-            raise RegistryError(f"{ref} is an image manifest ({digest[:19]}), not an image index")
+            raise RegistryError(f"{ref} is an image manifest ({digest[:19]}), not an image index",
+                                hint="name the index (the multi-platform tag), "
+                                     "or pin the image manifest directly")
         return digest, ImageIndex.from_json(document, f"index {digest} of {ref}", media_type)
 
     def put_index(self, ref: ImageRef, tag: str, index: ImageIndex) -> str:
@@ -243,12 +247,14 @@ class RegistryClient:
         digest, media_type, document, size = self._fetch_manifest(ref, entry.digest)
         if media_type not in IMAGE_TYPES:
             raise RegistryError(f"{ref}: the {entry.platform} entry {entry.digest[:19]} is "
-                                f"{media_type or 'untyped'}, not an image manifest")
+                                f"{media_type or 'untyped'}, not an image manifest",
+                                hint=MALFORMED_HINT)
         image = self._image(ref, top_digest, top_type, index.platforms, digest, media_type,
                             document, size)
         if entry.platform and image.platform and not same_platform(image.platform, entry.platform):
             raise RegistryError(f"{ref}: the index lists {digest[:19]} as {entry.platform}, and "
-                                f"its config says {image.platform}")
+                                f"its config says {image.platform}",
+                                hint=MALFORMED_HINT)
         return image
 
     def _image(self, ref: ImageRef, top_digest: str, top_type: str, platforms: tuple[str, ...],
@@ -358,7 +364,9 @@ class RegistryClient:
             location = started.headers.get("Location", "")
             if not location:
                 raise RegistryError(f"{self.host} started an upload to {ref.repository} "
-                                    "without a Location")
+                                    "without a Location",
+                                    hint="the registry broke the upload protocol: "
+                                         "check registry.host names a registry")
             url = httpx.URL(self.base_url).join(location).copy_merge_params({"digest": digest})
             try:
                 self._request("PUT", ref, "", push=True, url=url, content=data, once=True,
@@ -383,7 +391,9 @@ class RegistryClient:
         said = response.headers.get("Docker-Content-Digest")
         if said and said != digest:
             raise RegistryError(f"{self.host} stored the manifest for {ref.repository}:{tag} "
-                                f"as {said}, not {digest}")
+                                f"as {said}, not {digest}",
+                                hint="the registry rewrote the manifest: "
+                                     "use one that stores manifests as pushed")
         return digest
 
     # --- transport ---------------------------------------------------------------------
@@ -430,7 +440,9 @@ class RegistryClient:
                 continue
             except httpx.HTTPError as exc:  # a redirect loop, a body that is not what it says
                 raise RegistryError(f"the registry at {self.base_url} sent an unusable answer "
-                                    f"for {ref} ({path}): {_fault(exc)}") from None
+                                    f"for {ref} ({path}): {_fault(exc)}",
+                                    hint="check registry.host (and registry.insecure "
+                                         "for plain HTTP), then retry") from None
             status = response.status_code
             if status == 401 and not authenticated:
                 authenticated = True  # one challenge round per request; a second 401 is final
@@ -457,7 +469,8 @@ class RegistryClient:
                                     f"{_error_codes(response)}",
                                     hint=_status_hint(status, self._scheme))
             if len(response.content) > _MAX_DOCUMENT:
-                raise RegistryError(f"{ref}: {path} is larger than {_MAX_DOCUMENT} bytes")
+                raise RegistryError(f"{ref}: {path} is larger than {_MAX_DOCUMENT} bytes",
+                                    hint="that reference names something other than an image: check it")
             return response
 
     def _send(self, method: str, target: httpx.URL, headers: Mapping[str, str],
@@ -511,7 +524,9 @@ class RegistryClient:
         except (httpx.InvalidURL, ValueError):
             realm = None
         if realm is None or not realm.host:
-            raise RegistryError(f"{self.host} named an invalid token service {params['realm']!r}")
+            raise RegistryError(f"{self.host} named an invalid token service {params['realm']!r}",
+                                hint="the registry's auth setup is broken: ask its operator, "
+                                     "or try another registry.host")
         # credentials travel only over TLS, or in the clear to a token service on loopback
         safe = realm.scheme == HTTPS or is_loopback(realm.host)
         headers = ({"Authorization": self._credentials.basic_header()}
@@ -520,21 +535,27 @@ class RegistryClient:
             answer = self._http.get(realm, params=query, headers=headers)
         except httpx.HTTPError as exc:
             raise RegistryError(f"cannot get a token from the token service of {self.host} "
-                                f"({realm.host}) for {ref}: {_fault(exc)}") from None
+                                f"({realm.host}) for {ref}: {_fault(exc)}",
+                                hint="check that this machine can reach the token "
+                                     "service host named, then retry") from None
         if answer.status_code in (401, 403):
             raise RegistryError(
                 f"the token service of {self.host} refused the credentials for {ref} "
                 f"({answer.status_code})", hint=credential_hint(self.host, self._credentials))
         if answer.status_code != 200:
             raise RegistryError(f"the token service of {self.host} answered "
-                                f"{answer.status_code} for {ref}")
+                                f"{answer.status_code} for {ref}",
+                                hint="the token service failed: try again later, "
+                                     "or ask the registry's operator")
         try:
             body = answer.json()
             token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
         except ValueError:
             token = None
         if not isinstance(token, str) or not token:
-            raise RegistryError(f"the token service of {self.host} returned no token for {ref}")
+            raise RegistryError(f"the token service of {self.host} returned no token for {ref}",
+                                hint="the token service failed: try again later, "
+                                     "or ask the registry's operator")
         self._tokens[scope] = token
 
     def _refusal(self, ref: ImageRef, response: httpx.Response) -> RegistryError:
@@ -600,7 +621,8 @@ def _json_document(body: bytes, what: str) -> dict[str, Any]:
         raise RegistryError(f"the {what} is not valid JSON ({len(body)} bytes)",
                             hint="the response may have been truncated; retry") from None
     if not isinstance(document, dict):
-        raise RegistryError(f"the {what} is not a JSON object")
+        raise RegistryError(f"the {what} is not a JSON object",
+                            hint="the registry or a proxy answered with something else: check registry.host")
     return document
 
 

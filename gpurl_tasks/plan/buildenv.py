@@ -53,7 +53,8 @@ class UvBuildSettings:
 
 def _names(value: Any, where: str) -> list[str]:
     if not isinstance(value, list):
-        raise ConfigError(f"{where} must be a list of package names, not {shown(value)}")
+        raise ConfigError(f"{where} must be a list of package names, not {shown(value)}",
+                          hint="write it as a list of strings: [\"torch\"]")
     return [str(canonicalize_name(values.package_name(v, where))) for v in value]
 
 
@@ -64,11 +65,13 @@ def _requirement(entry: Any, where: str) -> tuple[str, bool]:
         text, runtime = entry.get("requirement"), entry.get("match-runtime", False)
     if not isinstance(text, str) or not isinstance(runtime, bool):
         raise ConfigError(f"{where}: {shown(entry)} is not a requirement or "
-                          "{ requirement = ..., match-runtime = true }")
+                          "{ requirement = ..., match-runtime = true }",
+                          hint="write \"name>=1.0\" or { requirement = \"name>=1.0\", match-runtime = true }")
     try:
         return str(canonicalize_name(Requirement(text).name)), runtime
     except InvalidRequirement:
-        raise ConfigError(f"{where}: {shown(text)} is not a requirement") from None
+        raise ConfigError(f"{where}: {shown(text)} is not a requirement",
+                          hint="write a PEP 508 requirement, e.g. \"setuptools>=70\"") from None
 
 
 def parse_build_settings(text: str, *, where: str = "pyproject.toml",
@@ -78,7 +81,8 @@ def parse_build_settings(text: str, *, where: str = "pyproject.toml",
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where} is not valid TOML: {exc}") from None
+        raise ConfigError(f"{where} is not valid TOML: {exc}",
+                          hint="fix the TOML the message points at") from None
     uv = document if uv_toml else document.get("tool", {}).get("uv", {})
     if uv.get("no-build-isolation") is True:
         raise ConfigError(f"{where}: [tool.uv] no-build-isolation = true is not supported: "
@@ -88,13 +92,14 @@ def parse_build_settings(text: str, *, where: str = "pyproject.toml",
                                     f"{where}: [tool.uv] no-build-isolation-package"))
     raw = uv.get("extra-build-dependencies", {})
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: [tool.uv] extra-build-dependencies must be a table")
+        raise ConfigError(f"{where}: [tool.uv] extra-build-dependencies must be a table",
+                          hint="write it as a table: [tool.uv.extra-build-dependencies] NAME = [...]")
     extra: dict[str, tuple[str, ...]] = {}
     runtime: dict[str, tuple[str, ...]] = {}
     for package, entries in raw.items():
         at = f"{where}: [tool.uv.extra-build-dependencies] {package}"
         if not isinstance(entries, list):
-            raise ConfigError(f"{at} must be a list")
+            raise ConfigError(f"{at} must be a list", hint="write it as a list, e.g. [\"torch\"]")
         found = [_requirement(e, at) for e in entries]
         name = str(canonicalize_name(values.package_name(package, at)))
         extra[name] = tuple(n for n, _ in found)

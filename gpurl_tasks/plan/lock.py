@@ -61,6 +61,10 @@ LOCAL_SOURCE_KINDS = frozenset({"path", "directory", "editable", "virtual"})
 SUPPORTED_REVISIONS = range(1, 6)  # 1-3 seen in the wild, 4-5 written by uv 0.13
 
 
+# the hint of a lock whose tables are not what uv writes
+_RELOCK_HINT = "uv.lock is not what uv writes: run `uv lock` to write it again"
+
+
 @dataclasses.dataclass(**_KW)
 class Artifact:
     """A wheel or sdist entry: the file uv would download."""
@@ -182,7 +186,8 @@ class Closure:
 def _expect(value: Any, kind: type | tuple[type, ...], where: str, source: str) -> Any:
     if not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise LockError(f"{source}: {where} must be a {names}, got {type(value).__name__}")
+        raise LockError(f"{source}: {where} must be a {names}, got {type(value).__name__}",
+                        hint=_RELOCK_HINT)
     return value
 
 
@@ -239,7 +244,8 @@ def _artifact(raw: Any, where: str, source: str) -> Artifact:
     url = raw.get("url")
     path = raw.get("path") or raw.get("filename")
     if url is None and path is None:
-        raise LockError(f"{source}: {where} has neither 'url' nor 'path'")
+        raise LockError(f"{source}: {where} has neither 'url' nor 'path'",
+                        hint=_RELOCK_HINT)
     if url is not None:
         _check(values.url, url, f"{where}.url", source)
     if path is not None:
@@ -249,7 +255,8 @@ def _artifact(raw: Any, where: str, source: str) -> Artifact:
     filename = unquote(str(url or path).rsplit("/", 1)[-1].split("#", 1)[0])
     size = raw.get("size")
     if size is not None and (not isinstance(size, int) or size < 0):
-        raise LockError(f"{source}: {where}.size must be a non-negative integer, got {size!r}")
+        raise LockError(f"{source}: {where}.size must be a non-negative integer, got {size!r}",
+                        hint=_RELOCK_HINT)
     return Artifact(url=url, filename=filename, hash=raw.get("hash"), size=size)
 
 
@@ -259,7 +266,8 @@ def _dependencies(raw: Any, where: str, source: str) -> tuple[Dependency, ...]:
         here = f"{where}[{i}]"
         _expect(entry, dict, here, source)
         if "name" not in entry:
-            raise LockError(f"{source}: {here} has no 'name'")
+            raise LockError(f"{source}: {here} has no 'name'",
+                            hint=_RELOCK_HINT)
         # edges are most of a lock: the fields an edge leaves out cost nothing
         marker = entry.get("marker")
         if marker is not None:
@@ -292,8 +300,10 @@ def _marker(marker: Any, where: str, source: str) -> str | None:
         try:  # the message in the lock's own words
             Marker(text)
         except InvalidMarker as exc:
-            raise LockError(f"{source}: {where} is invalid: {exc}") from None
-        raise LockError(f"{source}: {where} is invalid") from None
+            raise LockError(f"{source}: {where} is invalid: {exc}",
+                            hint="fix the marker in pyproject.toml, then run `uv lock`") from None
+        raise LockError(f"{source}: {where} is invalid",
+                        hint="fix the marker in pyproject.toml, then run `uv lock`") from None
     return text
 
 
@@ -306,12 +316,14 @@ def _requirements(raw: Any, where: str, source: str) -> tuple[Requirement, ...]:
         _expect(entry, dict, here, source)
         name, specifier = entry.get("name"), entry.get("specifier", "")
         if not isinstance(name, str) or not isinstance(specifier, str):
-            raise LockError(f"{source}: {here} needs a string 'name' (and 'specifier')")
+            raise LockError(f"{source}: {here} needs a string 'name' (and 'specifier')",
+                            hint=_RELOCK_HINT)
         try:
             SpecifierSet(specifier)
         except InvalidSpecifier:
             raise LockError(f"{source}: {here}.specifier must be a version specifier such as "
-                            f"'>=1.0', not {shown(specifier)}") from None
+                            f"'>=1.0', not {shown(specifier)}",
+                            hint="fix the specifier in pyproject.toml, then run `uv lock`") from None
         direct = next(((kind, entry[kind]) for kind in DIRECT_REQUIREMENT_KINDS
                        if isinstance(entry.get(kind), str)), None)
         found.append(Requirement(name=_name(name, f"{here}.name", source), specifier=specifier,
@@ -324,7 +336,8 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
     where = f"package[{index}]"
     _expect(raw, dict, where, source)
     if "name" not in raw:
-        raise LockError(f"{source}: {where} has no 'name'")
+        raise LockError(f"{source}: {where} has no 'name'",
+                        hint=_RELOCK_HINT)
     name = _name(raw["name"], f"{where}.name", source)
     version = raw.get("version")
     if version is not None:
@@ -334,7 +347,8 @@ def _package(raw: Any, index: int, source: str) -> LockedPackage:
                   f"{where}.source", source)
     kinds = [k for k in SOURCE_KINDS if k in src]
     if len(kinds) != 1:
-        raise LockError(f"{source}: {where}.source must name exactly one of {', '.join(SOURCE_KINDS)}")
+        raise LockError(f"{source}: {where}.source must name exactly one of {', '.join(SOURCE_KINDS)}",
+                        hint=_RELOCK_HINT)
     optional: dict[str, tuple[Dependency, ...]] = {
         _name(extra, f"{where}.optional-dependencies.{extra}", source):
             _dependencies(deps, f"{where}.optional-dependencies.{extra}", source)
@@ -393,7 +407,8 @@ def _parse_lock(text: str, source: str) -> Lock:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"{source} is not valid TOML: {exc}") from None
+        raise LockError(f"{source} is not valid TOML: {exc}",
+                        hint="fix the file (a merge conflict?) or run `uv lock` to write it again") from None
     version = data.get("version")
     if version != 1:
         raise LockError(f"{source}: lock version {version!r} is not supported (expected 1)",
@@ -427,7 +442,8 @@ def _conflicts(raw: Any, source: str) -> tuple[tuple[ConflictItem, ...], ...]:
             kinds = [k for k in ("extra", "group") if isinstance(item.get(k), str)]
             if len(kinds) != 1 or not isinstance(item.get("package"), str):
                 raise LockError(f"{source}: conflicts[{i}][{j}] must name a package and one "
-                                f"extra or group, not {item!r}")
+                                f"extra or group, not {item!r}",
+                                hint="fix [tool.uv] conflicts in pyproject.toml, then run `uv lock`")
             here = f"conflicts[{i}][{j}]"
             items.append(ConflictItem(package=_name(item["package"], f"{here}.package", source),
                                       kind=kinds[0],
@@ -538,7 +554,8 @@ def _resolve(lock: Lock, dep: Dependency, parent: LockedPackage) -> LockedPackag
     if len(candidates) != 1:
         found = "no package" if not candidates else f"{len(candidates)} packages"
         raise LockError(f"{lock.source}: {parent.name} depends on {dep.name} "
-                        f"{dep.version or ''} but the lock has {found} matching it".replace("  ", " "))
+                        f"{dep.version or ''} but the lock has {found} matching it".replace("  ", " "),
+                        hint="the lock is inconsistent: run `uv lock` to resolve it again")
     return candidates[0]
 
 
@@ -650,7 +667,8 @@ def _pyproject_requirements(project: Mapping[str, Any],
                 at = _git_location(req.url) if kind == "git" else _url_location(req.url)
                 referenced.setdefault(canonicalize_name(req.name), set()).add((kind, at))
     except (InvalidRequirement, InvalidMarker, InvalidSpecifier) as exc:
-        raise LockError(f"{where}: a requirement is invalid: {exc}") from None
+        raise LockError(f"{where}: a requirement is invalid: {exc}",
+                        hint="fix that requirement in pyproject.toml, then run `uv lock`") from None
     return asked, referenced
 
 
@@ -720,7 +738,8 @@ def lock_staleness(pyproject_text: str, lock: Lock, *, where: str = "pyproject.t
     try:
         data = tomllib.loads(pyproject_text)
     except tomllib.TOMLDecodeError as exc:
-        raise LockError(f"{where} is not valid TOML: {exc}") from None
+        raise LockError(f"{where} is not valid TOML: {exc}",
+                        hint="fix the TOML the message points at in pyproject.toml") from None
     project = data.get("project", {})
     name = project.get("name")
     locked = next((p for p in lock.by_name(name) if p.is_local), None) if isinstance(name, str) \

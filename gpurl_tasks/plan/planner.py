@@ -332,11 +332,13 @@ def fit_layout(pack: Pack, layout: Layout, weights: Sequence[int]) -> Layout:
 def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> None:
     """A positive cap, each package once, none above the cap."""
     if cap <= 0:
-        raise PlanError(f"layer cap must be positive, got {cap}")
+        raise PlanError(f"layer cap must be positive, got {cap}",
+                        hint="pass a positive --cap (e.g. --cap 4GB), or set layers.cap")
     names = [s.name for s in sizes]
     if len(set(names)) != len(names):
         raise PlanError("the closure lists a package twice: " +
-                        ", ".join(sorted({n for n in names if names.count(n) > 1})))
+                        ", ".join(sorted({n for n in names if names.count(n) > 1})),
+                        hint="the lock is inconsistent: run `uv lock` to resolve it again")
     too_big = [s for s in sizes if weight(s, basis) > cap]
     if too_big:
         biggest_first = sorted(too_big, key=lambda s: (-weight(s, basis), s.name))

@@ -74,7 +74,8 @@ def probe_url(client: httpx.Client, url: str) -> dict[str, int]:
             return result  # the server ignores ranges: compressed size only
         eocd = tail.rfind(_EOCD)
         if eocd < 0:
-            raise SizeError(f"{url} is not a zip file (no end-of-central-directory record)")
+            raise SizeError(f"{url} is not a zip file (no end-of-central-directory record)",
+                            hint="record its size in the layers.size-overrides file")
         cd_size, cd_offset = struct.unpack_from("<II", tail, eocd + 12)
         locator = tail.rfind(_ZIP64_LOCATOR, 0, eocd)
         if cd_offset == 0xFFFFFFFF and locator >= 0:
@@ -133,7 +134,8 @@ def write_cache(path: Path, entries: dict[str, dict[str, int]]) -> None:
         try:
             current = json.loads(read_text(path, what="size cache", error=SizeError))
         except json.JSONDecodeError as exc:
-            raise SizeError(f"size cache {path} is not valid JSON: {exc}") from None
+            raise SizeError(f"size cache {path} is not valid JSON: {exc}",
+                            hint="delete the cache file; `invoke sizes --probe` writes it again") from None
     current.update(entries)
     write_atomic(path, json.dumps(current, indent=2, sort_keys=True) + "\n")
 
@@ -214,7 +216,8 @@ def survey_sizes(configs: Sequence[Config], *, probe: bool, dry_run: bool,
         return SizeSurvey(to_probe=urls, no_compressed=no_compressed)
     cache = configs[0].layers.size_cache
     if cache is None:
-        raise ConfigError("layers.size-cache is not set; nowhere to store probed sizes")
+        raise ConfigError("layers.size-cache is not set; nowhere to store probed sizes",
+                          hint="set layers.size-cache to a JSON file path, e.g. \"sizes.json\"")
     found, failed = probe_urls(urls, progress=lambda url: progress(f"probing {url}"))
     if found:
         write_cache(cache, found)

@@ -111,6 +111,17 @@ def select_wheel(package: LockedPackage, supported: Sequence[Tag]) -> Artifact |
     return best[2] if best else None
 
 
+# (the key naming it, what it holds) of each JSON file, for the hint of one that is not that
+_FORMS = {"size override file": ("layers.size-overrides", 'a JSON object {"name==version": bytes}'),
+          "size cache": ("layers.size-cache",
+                         "the object `invoke sizes --probe` writes (delete it to start over)")}
+
+
+def _json_hint(what: str) -> str:
+    key, form = _FORMS[what]
+    return f"point {key} at the right file, or make it {form}"
+
+
 def _read_json_object(path: Path, what: str, *, optional: bool) -> dict[str, object]:
     if optional and not path.exists():
         return {}
@@ -119,9 +130,11 @@ def _read_json_object(path: Path, what: str, *, optional: bool) -> dict[str, obj
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SizeError(f"{what} {path} is not valid JSON: {exc}") from None
+        raise SizeError(f"{what} {path} is not valid JSON: {exc}",
+                        hint=_json_hint(what)) from None
     if not isinstance(data, dict):
-        raise SizeError(f"{what} {path} must hold a JSON object")
+        raise SizeError(f"{what} {path} must hold a JSON object",
+                        hint=_json_hint(what))
     return data
 
 
@@ -132,7 +145,8 @@ def load_size_sources(overrides: Path | None, cache: Path | None) -> SizeSources
         for key, value in _read_json_object(overrides, "size override file", optional=False).items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SizeError(f"size override {key!r} in {overrides} must be a byte count, "
-                                f"got {value!r}")
+                                f"got {value!r}",
+                                hint="write the size as a whole number of bytes, e.g. 123456789")
             name, _, version = key.partition("==")
             table[canonicalize_name(name) + (f"=={version.strip()}" if version else "")] = value
     probed: dict[str, Mapping[str, int]] = {}

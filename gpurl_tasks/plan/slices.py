@@ -126,7 +126,8 @@ def slice_line(pkg: LockedPackage) -> SliceLine:
         return SliceLine(requirement=_checked(pkg, _git_requirement(pkg.name, where), []),
                          index=None, hashed=False)
     raise PlanError(f"{pkg.name} is a {kind} source; local packages are installed with the "
-                    "workspace, not from a slice")
+                    "workspace, not from a slice",
+                    hint="make it a workspace member, or give it an index, URL or git source")
 
 
 def render_slice(lines: Iterable[SliceLine]) -> str:

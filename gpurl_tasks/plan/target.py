@@ -25,7 +25,8 @@ def _python_parts(target: TargetSpec) -> tuple[int, int, str]:
     try:
         major, minor = int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
-        raise ConfigError(f"target.python {target.python!r} must look like '3.12' or '3.12.7'") from None
+        raise ConfigError(f"target.python {target.python!r} must look like '3.12' or '3.12.7'",
+                          hint="set target.python to e.g. \"3.12\"") from None
     full = target.python if len(parts) >= 3 else f"{major}.{minor}.0"
     return major, minor, full
 
@@ -33,13 +34,16 @@ def _python_parts(target: TargetSpec) -> tuple[int, int, str]:
 def platform_tags(target: TargetSpec) -> list[str]:
     """Platform tags in priority order: newest manylinux first, then the plain linux tag."""
     if target.os != "linux":
-        raise ConfigError(f"target.os {target.os!r} is not supported; images are linux")
+        raise ConfigError(f"target.os {target.os!r} is not supported; images are linux",
+                          hint="set target.os = \"linux\" (or leave it out)")
     try:
         glibc_major, glibc_minor = (int(x) for x in target.glibc.split("."))
     except ValueError:
-        raise ConfigError(f"target.glibc {target.glibc!r} must look like '2.28'") from None
+        raise ConfigError(f"target.glibc {target.glibc!r} must look like '2.28'",
+                          hint="set target.glibc to the base image's glibc, e.g. \"2.35\"") from None
     if glibc_major != 2:
-        raise ConfigError(f"target.glibc {target.glibc!r}: only glibc 2.x is known")
+        raise ConfigError(f"target.glibc {target.glibc!r}: only glibc 2.x is known",
+                          hint="set target.glibc to the base image's glibc, e.g. \"2.35\"")
     arch = target.arch
     result: list[str] = []
     for minor in range(glibc_minor, 4, -1):

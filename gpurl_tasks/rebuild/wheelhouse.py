@@ -57,7 +57,8 @@ def _dist_info(path: Path) -> tuple[str | None, tuple[str, ...]]:
     # a damaged zip shows as any of these (a bad CRC, an unknown method, encryption, truncation)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError,
             zlib.error) as exc:
-        raise WheelCheckError(f"{path} is not a readable wheel: {exc}") from None
+        raise WheelCheckError(f"{path} is not a readable wheel: {exc}",
+                              hint="run `invoke build-wheels` to write the wheelhouse again") from None
     return version, tags
 
 
@@ -108,7 +109,9 @@ def read_manifest_keyed(location: str, *,
                                       f"({type(exc).__name__})", host=host,
                                       hint=unreachable_hint(host)) from None
         except httpx.HTTPError as exc:
-            raise WheelCheckError(f"cannot fetch {shown}: {type(exc).__name__}") from None
+            raise WheelCheckError(f"cannot fetch {shown}: {type(exc).__name__}",
+                                  hint="check build.wheel-base-url and that the "
+                                       "MANIFEST is published there") from None
         if response.status_code != 200:
             raise WheelCheckError(f"{shown} answered HTTP {response.status_code}",
                                   hint="check the wheel base URL and that MANIFEST is published")

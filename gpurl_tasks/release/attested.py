@@ -21,7 +21,7 @@ from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest import verification as vsa
 from gpurl_tasks.attest.check import check_attestations
 from gpurl_tasks.attest.collect import listed
-from gpurl_tasks.attest.documents import Build, Skeleton
+from gpurl_tasks.attest.documents import ANNOTATIONS, Build, Skeleton
 from gpurl_tasks.attest.documents import documents as attest_documents
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile import handwritten
@@ -33,7 +33,7 @@ from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage
 from gpurl_tasks.oci.referrers import Referrer, attach, fetch, find
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.tags import resolve_reference
+from gpurl_tasks.release.configured import client_settings, resolve_reference
 from gpurl_tasks.release.gpu import latest_verdict
 from gpurl_tasks.release.verify import Finding
 
@@ -90,8 +90,9 @@ def attach_attestations(config: Config, image: PulledImage, client: RegistryClie
     """Attach the image's SBOM and provenance to it (its top manifest is their subject)."""
     subject = client.descriptor(image.ref, image.subject)
     sbom, statement = documents(config, image, context)
-    return (attach(client, image.ref, subject, cdx.MEDIA_TYPE, sbom),
-            attach(client, image.ref, subject, slsa.MEDIA_TYPE, statement))
+    return (attach(client, image.ref, subject, cdx.MEDIA_TYPE, sbom, ANNOTATIONS[cdx.MEDIA_TYPE]),
+            attach(client, image.ref, subject, slsa.MEDIA_TYPE, statement,
+                   ANNOTATIONS[slsa.MEDIA_TYPE]))
 
 
 def tag_commit(config: Config, image: PulledImage) -> str | None:
@@ -198,7 +199,7 @@ def sbom_task(config: Config, text: str | None, *, document: bool) -> Attestatio
     up (or the SBOM itself), its GPU verdict included; of an image index, its variant's
     platform's image's."""
     ref = resolve_reference(config, text)
-    with open_client(config, ref) as client:
+    with open_client(client_settings(config), ref) as client:
         image = client.pull(ref, platform=config.target.platform)
         found = read_attestations(client, ref, image.subject)
         try:

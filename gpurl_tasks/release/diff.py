@@ -28,6 +28,7 @@ from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import PulledImage, same_platform
 from gpurl_tasks.rebuild.inputs import closure_entries
 from gpurl_tasks.release.attested import read_attestations
+from gpurl_tasks.release.configured import client_settings
 from gpurl_tasks.release.index import platform_config
 from gpurl_tasks.release.verify import layer_instructions
 from gpurl_tasks.values import format_bytes
@@ -268,7 +269,7 @@ def _pull_each(config: Config, text: str, env: Mapping[str, str] | None) -> list
     """Every platform's image `text` names (one unless it is an index), each with its SBOM."""
     ref = parse_reference(text, default_host=config.registry.host)
     out: list[_Pulled] = []
-    with open_client(config, ref, env) as client:
+    with open_client(client_settings(config), ref, env) as client:
         for image in client.pull_each(ref):
             try:
                 sbom = read_attestations(client, ref, image.subject).sbom

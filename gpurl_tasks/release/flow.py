@@ -28,9 +28,16 @@ from gpurl_tasks.launcher.table import EntryPin, TableShape, check_entries, pin_
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.image import ImageIndex, PulledImage, parse_manifest, same_platform
 from gpurl_tasks.oci.registry import ManifestUnknown, RegistryClient
-from gpurl_tasks.oci.tags import cache_repository, index_reference, is_index_tag, resolve_reference
+from gpurl_tasks.oci.tags import is_index_tag
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.release.attested import attestation_findings
+from gpurl_tasks.release.configured import (
+    cache_repository,
+    client_settings,
+    index_prefix,
+    index_reference,
+    resolve_reference,
+)
 from gpurl_tasks.release.gpu import GPU_CODES, gpu_findings
 from gpurl_tasks.release.index import (
     Member,
@@ -334,7 +341,7 @@ def verify_reference(config: Config, text: str | None, *,
     """The report for `text` (default: this commit's tag); of an index, its entry for the
     variant's platform."""
     ref = resolve_reference(config, text)
-    with open_client(config, ref, env) as client:
+    with open_client(client_settings(config), ref, env) as client:
         return verify_image(config, ref, client)[1]
 
 
@@ -343,7 +350,7 @@ def verify_task(config: Config, text: str | None, *,
     """`invoke verify-layers`: the report for `text` (default: this commit's tag); an image
     index is checked platform by platform, each under the rules of its platform's variant."""
     ref = resolve_reference(config, text)
-    with open_client(config, ref, env) as client:
+    with open_client(client_settings(config), ref, env) as client:
         images = client.pull_each(ref)
         if not images[0].is_index:
             return verify_image(config, ref, client, image=images[0])[1]
@@ -405,7 +412,7 @@ def verified_image(config: Config, text: str | None, *, env: Mapping[str, str] |
     refused before any network."""
     ref = resolve_reference(config, text)
     check_immutable(ref, config.registry)
-    with open_client(config, ref, env) as client:
+    with open_client(client_settings(config), ref, env) as client:
         return verify_image(config, ref, client)
 
 
@@ -544,7 +551,7 @@ def pin_index(configs: tuple[Config, ...], text: str | None, *, force: bool, dry
     index_ref = parse_reference(text or index_reference(first), default_host=first.registry.host)
     members: list[Member] = []
     reports: list[Report] = []
-    with open_client(first, index_ref, env) as client:
+    with open_client(client_settings(first), index_ref, env) as client:
         for config, ref in _index_members(configs, client, index_ref, given=text is not None):
             image, report = verify_image(config, ref, client)
             refuse_failing(ref, report, force=force)
@@ -596,7 +603,9 @@ def _put_or_find(client: RegistryClient, index_ref: ImageRef, index: ImageIndex,
             return composed, "not put (dry run)"
         put = client.put_index(index_ref, index_ref.tag or "", index)
         if put != composed:
-            raise RegistryError(f"the registry stored the index as {put}, not {composed}")
+            raise RegistryError(f"the registry stored the index as {put}, not {composed}",
+                                hint="the registry rewrote the index: "
+                                     "use one that stores manifests as pushed")
         state = "composed"
     digest, back = client.read_index(index_ref.with_digest(composed))
     check_listed(f"{index_ref} ({digest[:19]})", back, members)
@@ -675,7 +684,7 @@ def pin_each(configs: tuple[Config, ...], text: str | None, *, force: bool, dry_
             continue
         names = [v.name for v in group]
         tag = parse_reference(text, default_host=config.registry.host).tag if text else None
-        if (text is None and chosen >= set(names)) or (tag and is_index_tag(config, tag)):
+        if (text is None and chosen >= set(names)) or (tag and is_index_tag(index_prefix(config), tag)):
             outcome = pin_index(tuple(config.for_variant(v) for v in group), text, force=force,
                                 dry_run=dry_run, today=today)
             bad = [r.reference for r in outcome.reports if not r.ok]

@@ -12,7 +12,7 @@ order), so the pin names no byte that was not checked: an index gpurl did not co
 read back and compared entry by entry before it is pinned.
 
 Its tag is `PREFIX-<source id>-index` (PREFIX: the first variant of the group's tag prefix,
-oci/tags.index_reference): immutable as the variants' tags are (composed once per source id,
+release/configured.index_reference): immutable as the variants' tags are (composed once per source id,
 never moved without --force); it can never be a variant's tag (no source id ends in
 `-index`), and it carries the source id where rebuild-needed reads a pin's commit.
 """
@@ -25,8 +25,9 @@ from collections.abc import Sequence
 
 from gpurl_tasks.config import Config, Variant
 from gpurl_tasks.errors import CheckFailed
-from gpurl_tasks.oci.image import OCI_INDEX, Descriptor, ImageIndex, PulledImage, same_platform
+from gpurl_tasks.oci.image import Descriptor, ImageIndex, PulledImage, same_platform
 from gpurl_tasks.values import PIN_MARKER, format_bytes
+from gpurl_tasks.writer.ocispec import OCI_INDEX
 
 __all__ = ["Member", "check_listed", "compose_index", "index_comment", "index_group",
            "index_groups", "platform_config"]
@@ -102,7 +103,8 @@ def compose_index(members: Sequence[Member]) -> ImageIndex:
                           hint="give the variants one registry.host and registry.repository")
     platforms = [m.platform for m in members]
     if len(set(platforms)) != len(platforms):
-        raise CheckFailed(f"an index lists one image per platform, not {', '.join(platforms)}")
+        raise CheckFailed(f"an index lists one image per platform, not {', '.join(platforms)}",
+                          hint="give each variant that shares launcher.variable its own target.arch")
     return ImageIndex(manifests=tuple(m.descriptor for m in members), media_type=OCI_INDEX)
 
 

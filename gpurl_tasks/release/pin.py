@@ -120,7 +120,8 @@ def rewrite_assignment(source: str, variable: str, value: str, comment: str, *,
     node = find_assignment(parse_module(source, where), variable, where)
     literal = node.value
     if not (isinstance(literal, ast.Constant) and isinstance(literal.value, str)):
-        raise PinError(f"{where}:{node.lineno}: {variable} is not assigned a plain string literal")
+        raise PinError(f"{where}:{node.lineno}: {variable} is not assigned a plain string literal",
+                       hint=f"assign {variable} a plain string literal (\"...\"), then pin again")
     lines = source_lines(source)
     stmt_line = node.lineno - 1
     above = stmt_line

@@ -10,6 +10,8 @@ so both write the same bytes and compose the same image:
   record image, the slice index;
 - `probe`: what a slice's bytes depend on in the image the writer runs in;
 - `composition`: the environment image from env-base and the slice records;
+- `ocispec`: the OCI and Docker media types, each spelled once, and the OCI 1.1 artifact that
+  carries an attached document (the job's zipapp carries it too; oci/ reads it);
 - `staging`: the staging install of one slice (for another machine's wheels, too);
 - `check`: what a written layer must hold (its ELF objects' machine, its entry points' Python);
 - `tool`: the command line the job runs.

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpurl_tasks.writer.blob import LayerError
-from gpurl_tasks.writer.records import MEDIA_TYPES, canonical_json
+from gpurl_tasks.writer.ocispec import canonical_json
+from gpurl_tasks.writer.records import MEDIA_TYPES
 
 __all__ = ["Composition", "Record", "compose", "composed_tag", "image_of", "record_of_image"]
 

@@ -17,9 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from gpurl_tasks.writer.blob import WRITER_VERSION, Blob, LayerError, compressor
+from gpurl_tasks.writer.ocispec import (
+    DOCKER_CONFIG,
+    DOCKER_LAYER_GZIP,
+    DOCKER_MANIFEST,
+    OCI_CONFIG,
+    OCI_LAYER_GZIP,
+    OCI_MANIFEST,
+    canonical_json,
+)
 
 __all__ = ["MEDIA_TYPES", "SLICE_DIR", "IndexLine", "Probe", "SliceEntry",
-           "canonical_json", "manifest_blobs", "platform_of", "read_document",
+           "manifest_blobs", "platform_of", "read_document",
            "read_index", "record_of", "recorded_history", "slice_image", "slice_key",
            "slice_keys", "slice_of", "uv_on", "write_layout", "written_history"]
 
@@ -29,12 +38,8 @@ _SLICE_FILE = re.compile(re.escape(SLICE_DIR) + r"/([^\s'\"]+)\.txt")
 
 _KEY_VERSION = "gpurl-written-slice-1"  # bump when what a cached slice image means changes
 # An image manifest's media type -> (its config's, its gzip layers'): Docker's or OCI's.
-MEDIA_TYPES = {"application/vnd.docker.distribution.manifest.v2+json":
-                    ("application/vnd.docker.container.image.v1+json",
-                     "application/vnd.docker.image.rootfs.diff.tar.gzip"),
-                "application/vnd.oci.image.manifest.v1+json":
-                    ("application/vnd.oci.image.config.v1+json",
-                     "application/vnd.oci.image.layer.v1.tar+gzip")}
+MEDIA_TYPES = {DOCKER_MANIFEST: (DOCKER_CONFIG, DOCKER_LAYER_GZIP),
+               OCI_MANIFEST: (OCI_CONFIG, OCI_LAYER_GZIP)}
 
 
 def slice_key(*, label: str, slice_text: bytes, created_by: str, python: str, venv: str,
@@ -115,12 +120,6 @@ def slice_keys(index: Path, context: Path, *, venv: str, level: int,
                                   compressor=compressor(level, found.zlib),
                                   arch=found.machine))
             for line in lines]
-
-
-def canonical_json(document: object) -> bytes:
-    """A JSON document as the registry receives it: sorted keys, no spaces (one spelling, so
-    the same document is the same digest)."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _descriptor(media_type: str, data_or_blob: bytes | Blob) -> dict[str, object]:
