@@ -5,9 +5,9 @@ Baselines, computed from the same closure sizes:
 - per-package: one layer per package above 100 MB, everything else in one layer;
 - first-fit: packages in lock order (uv.lock lists them by name) into the first layer with room.
 A package larger than the cap cannot be placed by any method; the planner refuses such a plan,
-so its row says which package made it infeasible instead of showing numbers. "planner" is the
-planner with stacked layers (within ceil(total / cap) + 1 layers); "planner, independent layers"
-packs for independent layers (more, smaller slices: a bump costs only the slices it touches).
+so its row says which package made it infeasible instead of showing numbers. "planner,
+independent layers" is the planner with the config's default thresholds (more, smaller slices
+than the fewest the cap allows: a bump costs only the slices it touches).
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def _infeasible(sizes: Sequence[PackageSize], *, lock: str, cap: int, total: int
 
 def quality_rows(sizes: Sequence[PackageSize], *, lock: str, cap: int,
                  sync_flags: tuple[str, ...] = ()) -> list[QualityRow]:
-    """The planner (stacked layers, and independent layers with the config's default
-    thresholds) and the three baselines for one closure and cap."""
+    """The planner (the config's default thresholds) and the three baselines for one closure
+    and cap."""
     total = sum(s.compressed_bytes for s in sizes)
 
     def planned(method: str, layout: Layout) -> QualityRow:
@@ -120,11 +120,8 @@ def quality_rows(sizes: Sequence[PackageSize], *, lock: str, cap: int,
         return layer_stats([layer.compressed_bytes for layer in plan.layers], lock=lock, cap=cap,
                            method=method, total=total)
 
-    planner = planned("planner", Layout(mode="stacked"))
-    independent = planned(INDEPENDENT, DEFAULT_LAYOUT)
     return [
-        planner,
-        independent,
+        planned(INDEPENDENT, DEFAULT_LAYOUT),
         layer_stats(single_sync(sizes), lock=lock, cap=cap, method="single sync", total=total),
         layer_stats(per_heavy_package(sizes), lock=lock, cap=cap, method="one per package >100 MB",
                     total=total),

@@ -9,18 +9,18 @@ Designs compared on the same versions, closure sizes and cap:
 - **chain (before)**: the previous generated Dockerfile: `COPY pyproject.toml uv.lock`, then
   one `uv sync` per layer; the lock is an input of every sync step, so any byte of lock change
   rebuilds all of them;
-- **slices, repacked**: this design's slice files, but every version packed afresh (what
+- **slices, repacked**: the default slices, but every version packed afresh (what
   `generate --repack` on every bump would do): shows what stable assignment buys;
-- **slices, stacked**: the rl stage `render_recipe` writes for stacked layers (`layers.mode =
-  "stacked"`), slices from the real planner, each version re-planned from the previous version's
-  slices (as committed slice files make `invoke generate` do); its first plan is packed
-  afresh, with the package churn learned from the versions before it when the sequence has
+- **independent, own-layer X, N groups**: the planner's layers, each version re-planned from
+  the previous version's slices (as committed slice files make `invoke generate` do; the first
+  plan is packed afresh, with the package churn learned from the versions before it when the
+  sequence has them); each slice is its own layer wherever it sits, so a bump costs the bytes
+  of the slices whose file changed (a slice whose file is byte-equal to one of the old build's
+  is the same blob); the thresholds tried are INDEPENDENT_LAYOUTS, the config's default among
   them;
-- **independent, own-layer X, N groups**: the planner's independent layers (`layers.mode =
-  "independent"`), re-planned the same way; each slice is its own layer wherever it sits, so a
-  bump costs the bytes of the slices whose file changed (a slice whose file is byte-equal to
-  one of the old build's is the same blob); the thresholds tried are INDEPENDENT_LAYOUTS, the
-  config's default among them;
+- **independent plan, chain build**: the default plan built as one chain of the env-chain
+  stage's steps (`cluster.env-source = "chain"`, `build --chain`), where a changed slice
+  rebuilds every slice above it;
 - **floor**: the bytes of the packages whose version changed (or that are new): what any
   layering must push.
 What is counted: compressed bytes of the Python environment's layers (the slices, or the
@@ -57,8 +57,6 @@ __all__ = [
     "INDEPENDENT_LAYOUTS",
     "ON_CHAIN",
     "REPACKED",
-    "STACKED",
-    "STACKED_LAYOUT",
     "THIS_DESIGN",
     "BuildStep",
     "PairCost",
@@ -77,7 +75,6 @@ __all__ = [
 ]
 
 MB = 10**6
-STACKED_LAYOUT = Layout(mode="stacked")
 # Independent layers: the thresholds compared (the config's default among them).
 INDEPENDENT_LAYOUTS = tuple(dict.fromkeys((
     Layout(own_layer=100 * MB, tail_groups=8), Layout(own_layer=50 * MB, tail_groups=16),
@@ -91,14 +88,12 @@ def independent_design(layout: Layout) -> str:
 
 BEFORE = "chain (before)"
 REPACKED = "slices, repacked"
-STACKED = "slices, stacked"
 THIS_DESIGN = independent_design(DEFAULT_LAYOUT)
 FLOOR = "floor (changed packages)"
 # the default independent plan built as one chain (`cluster.env-source = "chain"`, or
 # `build --chain`); by default both paths compose written slices, which THIS_DESIGN models
 ON_CHAIN = "independent plan, chain build (env-source chain)"
-DESIGNS = (BEFORE, REPACKED, STACKED, *map(independent_design, INDEPENDENT_LAYOUTS), ON_CHAIN,
-           FLOOR)
+DESIGNS = (BEFORE, REPACKED, *map(independent_design, INDEPENDENT_LAYOUTS), ON_CHAIN, FLOOR)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -245,10 +240,8 @@ def floor_bytes(old: Plan, new: Plan) -> tuple[int, int]:
 
 
 def _layout(design: str) -> Layout:
-    if design == ON_CHAIN:
-        return DEFAULT_LAYOUT
     found = [layout for layout in INDEPENDENT_LAYOUTS if independent_design(layout) == design]
-    return found[0] if found else STACKED_LAYOUT
+    return found[0] if found else DEFAULT_LAYOUT
 
 
 def rebuild_costs(versions: Sequence[LockInput], *, cap: int, learn: Sequence[LockInput] = (),
@@ -274,7 +267,7 @@ def rebuild_costs(versions: Sequence[LockInput], *, cap: int, learn: Sequence[Lo
         for old_plan, new_plan, old, new in zip(plans, plans[1:], versions, versions[1:], strict=False):
             if design == FLOOR:
                 count, rebuilt = floor_bytes(old_plan, new_plan)
-            elif layout.mode == "independent" and design != ON_CHAIN:
+            elif design not in (BEFORE, ON_CHAIN):
                 count, rebuilt = independent_rebuilt(old_plan, new_plan)
             else:
                 build = chain_steps if design == BEFORE else slice_steps

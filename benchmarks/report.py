@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from benchmarks import layer_budget
-from benchmarks.rebuild_cost import BEFORE, FLOOR, ON_CHAIN, REPACKED, STACKED, THIS_DESIGN
+from benchmarks.quality import INDEPENDENT
+from benchmarks.rebuild_cost import BEFORE, FLOOR, ON_CHAIN, REPACKED, THIS_DESIGN
 from gpurl_tasks.values import format_bytes
 
 __all__ = ["render_markdown"]
@@ -168,13 +169,11 @@ def _rebuild(data: dict[str, Any]) -> list[str]:
            "are in no layer: they come from the wheels. Cells: share (bytes, layers rebuilt / layers).",
            "",
            f"Designs: **{BEFORE}** = the Dockerfile before slices (`COPY pyproject.toml uv.lock`, "
-           f"then one `uv sync` per layer); **{REPACKED}** = stacked-layer slice files packed afresh "
-           f"every version; **{STACKED}** = stacked layers (`layers.mode = \"stacked\"`: each slice's "
-           "layer sits on the ones below, so a changed slice rebuilds every layer above it), each "
-           "version re-planned from the previous slices; **independent, own-layer X, N groups** = "
-           "independent layers (`layers.mode = \"independent\"`: each slice is its own layer "
-           "wherever it sits) with a slice of its own for every package of at least X and the rest "
-           "in N stable groups, re-planned the same way: a bump costs the slices whose file changed "
+           f"then one `uv sync` per layer); **{REPACKED}** = the default slices packed afresh "
+           "every version; **independent, own-layer X, N groups** = independent layers (each "
+           "slice is its own layer wherever it sits) with a slice of its own for every package of "
+           "at least X and the rest in N stable groups, each version re-planned from the previous "
+           "slices: a bump costs the slices whose file changed "
            f"(**{THIS_DESIGN}** is the config's default, and what both the local build and the "
            "cluster's kaniko job build: gpurl writes each slice's layer and composes them at the "
            f"registry); **{ON_CHAIN}** = that default plan built as one chain "
@@ -213,35 +212,34 @@ def _findings(results: dict[str, Any]) -> list[str]:
     gen = [p for p in pairs if p["sequence"] == "generated bumps"]
     hist = [p for p in pairs if p["sequence"] == "lock history, ordered by size"]
     small = {p["design"]: p for p in gen if p["new"] == gen[0]["new"]} if gen else {}
-    s_new, s_stacked, s_floor, s_old = (summary(hist, d) for d in (THIS_DESIGN, STACKED, FLOOR, BEFORE))
+    s_new, s_chain, s_floor, s_old = (summary(hist, d) for d in (THIS_DESIGN, ON_CHAIN, FLOOR, BEFORE))
     if hist:
         out += [f"Independent layers, composed (both paths: the local build and the cluster's "
                 f"kaniko job), on the whole lock history at {format_bytes(4 * 10**9)} "
                 f"({THIS_DESIGN}):", "",
                 f"- Bumps that change the closure ({s_new['changed']}): median "
                 f"{_pct(s_new['median'])}, mean {_pct(s_new['mean'])}, worst {_pct(s_new['worst'])} "
-                f"(stacked layers: median {_pct(s_stacked['median'])}, mean {_pct(s_stacked['mean'])}, "
-                f"worst {_pct(s_stacked['worst'])}; floor: median {_pct(s_floor['median'])}, mean "
+                f"(built as one chain: median {_pct(s_chain['median'])}, mean {_pct(s_chain['mean'])}, "
+                f"worst {_pct(s_chain['worst'])}; floor: median {_pct(s_floor['median'])}, mean "
                 f"{_pct(s_floor['mean'])}, worst {_pct(s_floor['worst'])}). Target: median at most "
                 "5%, mean at most 25%: "
                 + ("met." if s_new["median"] <= 0.05 and s_new["mean"] <= 0.25 else "NOT met."),
-                f"- Slices: {s_new['fewest_layers']}-{s_new['layers']} (stacked layers "
-                f"{s_stacked['fewest_layers']}-{s_stacked['layers']}); Docker allows 127 layers in an "
-                "image, base and other layers included.",
+                f"- Slices: {s_new['fewest_layers']}-{s_new['layers']}; Docker allows 127 layers in "
+                "an image, base and other layers included.",
                 f"- Bumps whose install closure did not change: {s_new['noop']} of "
                 f"{s_new['bumps']}; worst {_pct(s_new['noop_worst'])} rebuilt (target: 0 bytes)."]
     if THIS_DESIGN in small and BEFORE in small:
         mine, before = small[THIS_DESIGN], small[BEFORE]
         out.append(f"- One small package bumped ({mine['new']}): {_pct(mine['fraction'])} "
-                   f"({format_bytes(mine['bytes_rebuilt'])}) of the Python layers; stacked layers "
-                   f"{_pct(small[STACKED]['fraction'])}, before slices {_pct(before['fraction'])}.")
-    out += ["", f"Stacked layers (issue 17; {STACKED}):", "",
-            f"- Closure-changing bumps on the lock history: median {_pct(s_stacked['median'])} "
-            f"(before slices {_pct(s_old['median'])}); target at most 10%."]
+                   f"({format_bytes(mine['bytes_rebuilt'])}) of the Python layers; before slices "
+                   f"{_pct(before['fraction'])}.")
+    if hist:
+        out.append(f"- Closure-changing bumps on the lock history before slices: median "
+                   f"{_pct(s_old['median'])}.")
     for item in rebuild["layer_counts"]:
         out.append(f"- Layers at {format_bytes(item['cap'])} for {item['lock']}: {item['layers']} "
-                   f"(lower bound {item['lower_bound']}, so at most {item['lower_bound'] + 1} allowed); "
-                   f"largest {format_bytes(item['largest'])}.")
+                   f"(lower bound {item['lower_bound']}); largest "
+                   f"{format_bytes(item['largest'])}.")
     return [*out, ""]
 
 
@@ -255,14 +253,13 @@ def _headlines(results: dict[str, Any]) -> list[str]:
     s = sp[-1]
     out.append(f"- {s['label'].capitalize()} ({s['closure']} in the closure): {_ms(s['plan_seconds'])} "
                f"({s['ratio']:.1f}x `tomllib.load`).")
-    q4 = [r for r in results["quality"] if r["method"] == "planner" and r["layers"]]
+    q4 = [r for r in results["quality"] if r["method"] == INDEPENDENT and r["layers"]]
     if q4:
-        out.append("- Plan quality: the planner with stacked layers stays within the lower bound + 1 "
-                   "(the light tail) in "
-                   f"{sum(r['layers'] <= r['lower_bound'] + 1 for r in q4)}/{len(q4)} feasible "
-                   "(lock, cap) cases; "
+        out.append("- Plan quality: the planner's layers over the lower bound, "
+                   f"{', '.join(str(r['layers'] - r['lower_bound']) for r in q4)} in the "
+                   f"{len(q4)} feasible (lock, cap) cases; "
                    f"worst largest/cap {_pct(max(r['largest'] / r['cap'] for r in q4))}.")
-    bad = [r for r in results["quality"] if r["method"] == "planner" and not r["layers"]]
+    bad = [r for r in results["quality"] if r["method"] == INDEPENDENT and not r["layers"]]
     for r in bad:
         out.append(f"- {r['lock']} at {format_bytes(r['cap'])}: {r['note']}.")
     pred = results["prediction"]
@@ -272,19 +269,19 @@ def _headlines(results: dict[str, Any]) -> list[str]:
     if rb:
         gen = [p for p in rb["pairs"] if p["sequence"] == "generated bumps" and p["cap"] == 4 * 10**9]
         new = next((p for p in gen if p["design"] == THIS_DESIGN), None)
-        old = next((p for p in gen if p["design"] == STACKED), None)
+        old = next((p for p in gen if p["design"] == ON_CHAIN), None)
         if new and old:
             out.append(f"- Rebuild cost of one small bump ({new['new']}) at 4 GB: "
                        f"{_pct(new['fraction'])} of the Python layers "
-                       f"({format_bytes(new['bytes_rebuilt'])}) with independent layers; stacked "
-                       f"layers {_pct(old['fraction'])} ({format_bytes(old['bytes_rebuilt'])}).")
+                       f"({format_bytes(new['bytes_rebuilt'])}) composed; built as one chain "
+                       f"{_pct(old['fraction'])} ({format_bytes(old['bytes_rebuilt'])}).")
         hist = [p for p in rb["pairs"]
                 if p["sequence"] == "lock history, ordered by size" and p["cap"] == 4 * 10**9]
         if hist:
-            s_new, s_stacked, s_floor = (summary(hist, d) for d in (THIS_DESIGN, STACKED, FLOOR))
-            out.append(f"- Lock history, closure-changing bumps at 4 GB: independent layers median "
-                       f"{_pct(s_new['median'])} / mean {_pct(s_new['mean'])}; stacked layers "
-                       f"{_pct(s_stacked['median'])} / {_pct(s_stacked['mean'])}; floor "
+            s_new, s_chain, s_floor = (summary(hist, d) for d in (THIS_DESIGN, ON_CHAIN, FLOOR))
+            out.append(f"- Lock history, closure-changing bumps at 4 GB: composed median "
+                       f"{_pct(s_new['median'])} / mean {_pct(s_new['mean'])}; as one chain "
+                       f"{_pct(s_chain['median'])} / {_pct(s_chain['mean'])}; floor "
                        f"{_pct(s_floor['median'])} / {_pct(s_floor['mean'])}.")
     return [*out, ""]
 

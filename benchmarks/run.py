@@ -156,7 +156,7 @@ def _rebuild(real: list[LockInput], texts: dict[str, str], scratch: Path,
              for cost in rebuild_cost.rebuild_costs(seq, cap=cap, learn=learn)]
     counts = []
     for item in real:
-        planned = rebuild_cost.plan_version(item, 4 * GB, layout=rebuild_cost.STACKED_LAYOUT)
+        planned = rebuild_cost.plan_version(item, 4 * GB)
         counts.append({"lock": item.label, "cap": 4 * GB, "layers": len(planned.layers),
                        "lower_bound": planned.lower_bound_layers,
                        "largest": max(layer.compressed_bytes for layer in planned.layers)})

@@ -244,7 +244,7 @@ class _Trailing(_Checked):
 
     @property
     def value(self) -> Any:
-        value = self._value if self._value is not None else self.default
+        value = super().value
         return "" if value is None and self.lead.value in HELP_FLAGS else value
 
     @value.setter
@@ -261,21 +261,30 @@ class _Task(invoke_tasks.Task[Callable[..., None]]):
         helps = dict(self.help)
         arguments: list[Argument] = super().get_arguments(ignore_unknown_help)
         self.help = helps  # invoke pops each flag's help: a second parse would show none
+        lead = next((a for a in arguments if a.positional), None)
+        checked: list[Argument] = []
+        first: Argument | None = None  # the first positional argument, as checked
         for argument in arguments:
-            argument.__class__ = _Checked
-            if argument.kind is list:  # invoke starts a repeatable flag's raw value at [], so
-                argument.raw_value = None  # `--extra` with no value would pass as given none
+            help_ = argument.help
             shown = argument.default
-            if argument.help and shown not in (None, False, "", []) and \
-                    "default" not in argument.help:
-                argument.help += f" (default: {shown})"
-        positional = [a for a in arguments if a.positional]
-        for argument in positional:
-            argument.task = self.name  # type: ignore[attr-defined]
-        for argument in positional[1:]:
-            argument.__class__ = _Trailing
-            argument.lead = positional[0]  # type: ignore[attr-defined]
-        return arguments
+            if help_ and shown not in (None, False, "", []) and "default" not in help_:
+                help_ += f" (default: {shown})"
+            # invoke builds plain Arguments; each is built again, by the same constructor, as
+            # the class that checks it (`_Trailing` after the first positional argument)
+            kind = _Trailing if argument.positional and argument is not lead else _Checked
+            made = kind(names=argument.names, kind=argument.kind, default=argument.default,
+                        help=help_, positional=argument.positional, optional=argument.optional,
+                        incrementable=argument.incrementable, attr_name=argument.attr_name)
+            if made.positional:
+                made.task = self.name
+            if argument is lead:
+                first = made
+            elif isinstance(made, _Trailing) and first is not None:
+                made.lead = first  # invoke puts the positional arguments first, in order
+            if made.kind is list:  # invoke starts a repeatable flag's raw value at [], so
+                made.raw_value = None  # `--extra` with no value would pass as given none
+            checked.append(made)
+        return checked
 
     def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
         opts: dict[str, Any] = super().arg_opts(name, default, taken_names)

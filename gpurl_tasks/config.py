@@ -67,9 +67,8 @@ _KW = {"frozen": True, "kw_only": True}
 
 Backend = Literal["iris", "local"]
 SizeBasis = Literal["compressed", "installed"]
-# independent: every slice its own layer wherever it sits; stacked: each layer on the ones
-# below (not to be confused with the env-chain build of the slices, `build --chain`)
-LayerMode = Literal["independent", "stacked"]
+# every slice its own layer wherever it sits (the one mode: "stacked" was retired)
+LayerMode = Literal["independent"]
 WheelSource = Literal["prebuilt-wheelhouse", "wheel-builder"]
 PythonDownloads = Literal["automatic", "manual", "never"]
 SnapshotMode = Literal["full", "redo", "time"]  # kaniko --snapshot-mode
@@ -185,9 +184,8 @@ class _Packing:
 
     mode: LayerMode = _field("independent", bakes="image",
                              doc="independent: each slice its own layer wherever it sits (a bump "
-                                 "costs the slices that hold a changed package); stacked: each "
-                                 "layer on the ones below (a bump costs its layer and every one "
-                                 "above). docs/plan.md compares them")
+                                 "costs the slices that hold a changed package); the one mode "
+                                 "(\"stacked\" was retired)")
     own_layer: int = _field(20 * 10**6, size=True, bakes="image",
                             doc="independent layers: a package at least this large gets a slice "
                                 "of its own")
@@ -856,6 +854,14 @@ _RENAMED = {"layers.compression-level": ("layers.slice-gzip-level",
             "cluster.compression-level": ("cluster.kaniko-gzip-level",
                                           "the gzip level of the layers kaniko writes")}
 
+# Values that were retired, with why and what to write instead: (dotted key, value) -> hint.
+_RETIRED_VALUES = {
+    ("layers.mode", "stacked"): ("a bump rebuilt every layer above the changed one; every "
+                                 "slice is now its own layer (docs/plan.md)",
+                                 'remove layers.mode (or write "independent"), then '
+                                 "`invoke generate`"),
+}
+
 
 def _unknown(key: str, where: str) -> ConfigError:
     if key in _MIGRATED:
@@ -990,6 +996,9 @@ def _convert(dotted: str, hint: Any, setting: Setting, key: _Key | None = None) 
         choices = get_args(base)
         if value in choices:
             return value
+        if (dotted, value) in _RETIRED_VALUES:
+            why, hint = _RETIRED_VALUES[dotted, value]
+            raise ConfigError(f"{dotted} = {value!r} in {where} was retired: {why}", hint=hint)
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
         raise ConfigError(f"{dotted} in {where} must be {_type_name(base)}, not {shown(value)}",
                           hint=f"did you mean {close[0]!r}?" if close else f"set {dotted} to one of them")

@@ -26,7 +26,8 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "oci.image",
         "oci.scheme", "release.verify",
         "release.pin", "release.index", "rebuild.fingerprint", "cluster.watch", "imageref", "errors", "steps",
-        "plan.layerlimit", "dockerfile.layers", "attest.sbom", "attest.provenance", "attest.check",
+        "plan.layerlimit", "plan.fitting", "dockerfile.layers", "attest.sbom", "attest.provenance",
+        "attest.check",
         "attest.documents", "attest.verification", "launcher.source", "launcher.table",
         "config", "values", "gpu.result", "gpu.fatbin"]
 

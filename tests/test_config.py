@@ -64,11 +64,20 @@ def test_layer_mode_and_thresholds(root: Path) -> None:
     default = load_config(root, env={}).layers.layout
     assert (default.mode, default.own_layer, default.tail_groups) == ("independent", 20 * 10**6, 32)
     chosen = load_config(root, env={"GPURL_LAYERS_TAIL_GROUPS": "16"},
-                         overrides={"layers.mode": "stacked", "layers.own-layer": "50MB"}).layers
-    assert (chosen.mode, chosen.own_layer, chosen.tail_groups) == ("stacked", 50 * 10**6, 16)
+                         overrides={"layers.own-layer": "50MB"}).layers
+    assert (chosen.mode, chosen.own_layer, chosen.tail_groups) == ("independent", 50 * 10**6, 16)
     with pytest.raises(ConfigError) as info:
-        load_config(root, env={}, overrides={"layers.mode": "stackd"})
-    assert info.value.hint == "did you mean 'stacked'?"
+        load_config(root, env={}, overrides={"layers.mode": "independant"})
+    assert info.value.hint == "did you mean 'independent'?"
+
+
+def test_the_retired_stacked_mode_is_refused_with_what_to_write(root: Path) -> None:
+    """layers.mode = "stacked" was retired: a config that still names it gets one error that
+    says so and what to write, wherever the value comes from."""
+    for overrides, env in (({"layers.mode": "stacked"}, {}), ({}, {"GPURL_LAYERS_MODE": "stacked"})):
+        with pytest.raises(ConfigError, match=r"layers\.mode = 'stacked' in .* was retired") as info:
+            load_config(root, env=env, overrides=overrides)
+        assert (info.value.hint or "").startswith("remove layers.mode")
 
 
 @pytest.mark.parametrize(("key", "value"), [("layers.cap", "four"), ("layers.cap", "4XB"),

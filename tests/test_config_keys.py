@@ -63,9 +63,9 @@ def test_the_packing_keys_are_declared_once() -> None:
     layers = {f.name: f for f in dataclasses.fields(cfg.LayerSettings)}
     assert set(packing) == {"mode", "own_layer", "tail_groups"}
     assert all(packing[name] is layers[name] for name in packing)
-    chosen = cfg.LayerSettings(mode="stacked", own_layer=7, tail_groups=3).layout
+    chosen = cfg.LayerSettings(mode="independent", own_layer=7, tail_groups=3).layout
     assert (chosen.mode, chosen.own_layer, chosen.tail_groups, chosen.max_slices) == \
-        ("stacked", 7, 3, None)
+        ("independent", 7, 3, None)
 
 
 def test_the_two_gzip_levels_are_two_keys(tmp_path: Path) -> None:

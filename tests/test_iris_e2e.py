@@ -113,9 +113,9 @@ def submit(workspace: Path, env: dict[str, str], r: Rig, **request: object) -> s
     git(workspace, "commit", "-q", "--allow-empty", "-m", f"build {len(JOBS)}")
     said: list[str] = []
     options = {"cpu": 1, "memory": "1GB", "disk": "1GB", "force": True, **request}
-    submission = jobs.run_build(_config(workspace, env), BuildRequest(**options),  # type: ignore[arg-type]
-                                dry_run=False, say=said.append, world=jobs.real_world(env),
-                                pins=r.pins)
+    submission = jobs.run_build(_config(workspace, {**env, **r.pin_env}),
+                                BuildRequest(**options),  # type: ignore[arg-type]
+                                dry_run=False, say=said.append, world=jobs.real_world(env))
     assert isinstance(submission, jobs.Submission)  # not a dry run
     PRINTED.extend([*said, submission.human(), json.dumps(submission.to_json())])
     sha = git(workspace, "rev-parse", "--short", "HEAD").strip()

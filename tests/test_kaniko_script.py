@@ -140,7 +140,7 @@ def test_the_pushed_image_gets_its_sbom_and_provenance_from_the_one_writer(r: Ri
     assert len(wheels) == len(r.wheels) > 0
     assert slsa.commit_of(statement) == GITSHA
     run = statement["predicate"]["runDetails"]
-    assert run["builder"]["id"] == r.pins.executor_image
+    assert run["builder"]["id"] == r.config.cluster.kaniko_executor
     assert run["metadata"]["invocationId"] == f"iris:gpurl-kaniko-{GITSHA}"
     assert "SBOM and provenance, listed by the registry's referrers API" in proc.stdout
     assert attest.is_dir()

@@ -15,7 +15,14 @@ from gpurl_tasks.config import Layout, PythonSelection, TargetSpec
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.lock import install_closure, parse_lock
 from gpurl_tasks.plan.model import Layer, Plan, sync_selection_flags
-from gpurl_tasks.plan.planner import GROUP, assemble, assignment_of, group_label, group_of, packer_for
+from gpurl_tasks.plan.planner import (
+    GROUP,
+    assemble,
+    assignment_of,
+    group_label,
+    group_of,
+    independent_buckets,
+)
 from gpurl_tasks.plan.sizes import PackageSize, SizeSources, package_sizes
 from gpurl_tasks.plan.slices import Assignment, SliceLine, render_slice
 from gpurl_tasks.plan.target import target_tags
@@ -24,9 +31,7 @@ from tests.support.locks import lock_texts
 from tests.support.planning import plan_one
 
 TARGET = TargetSpec()
-STACKED = Layout(mode="stacked")
-INDEPENDENT = Layout(mode="independent", own_layer=3000, tail_groups=4)
-LAYOUTS = pytest.mark.parametrize("layout", [STACKED, INDEPENDENT], ids=["stacked", "independent"])
+LAYOUT = Layout(mode="independent", own_layer=3000, tail_groups=4)
 selections = st.builds(
     PythonSelection,
     extras=st.lists(st.sampled_from(["x", "y"]), unique=True).map(tuple),
@@ -54,12 +59,11 @@ def _sizes(weights: list[int]) -> list[PackageSize]:
                         source="lock", artifact=None) for i, w in enumerate(weights)]
 
 
-@LAYOUTS
 @settings(max_examples=100, deadline=None)
 @given(lock_texts(), selections, st.integers(1000, 5000))
-def test_slices_partition_the_closure_under_the_cap(layout: Layout, text: str,
-                                                    selection: PythonSelection, cap: int) -> None:
-    plan, sizes = _plan(text, selection, cap, layout)
+def test_slices_partition_the_closure_under_the_cap(text: str, selection: PythonSelection,
+                                                    cap: int) -> None:
+    plan, sizes = _plan(text, selection, cap, LAYOUT)
     installed_by: dict[str, int] = {}
     for layer in plan.layers:
         for name in layer.names:
@@ -71,31 +75,27 @@ def test_slices_partition_the_closure_under_the_cap(layout: Layout, text: str,
     assert len({layer.name for layer in plan.layers}) == len(plan.layers)
 
 
-@LAYOUTS
 @settings(max_examples=60, deadline=None)
 @given(lock_texts(), selections, st.integers(1000, 5000))
-def test_one_image_is_its_packers_packing_of_the_whole_closure(layout: Layout, text: str,
-                                                              selection: PythonSelection,
-                                                              cap: int) -> None:
+def test_one_image_is_the_packing_of_the_whole_closure(text: str, selection: PythonSelection,
+                                                       cap: int) -> None:
     """One image is the variants path with nothing shared: no shared slices, and its whole
-    closure packed by its mode's packer as a profile's (`group-NN`, every group; stacked: its
-    tail's budget a share of the whole closure), not split into a common and an own part."""
-    plan, sizes = _plan(text, selection, cap, layout)
-    buckets = packer_for(layout).pack(sorted(sizes, key=lambda s: s.name), cap, "compressed", layout,
-                                      {}, stem=GROUP, groups=layout.tail_groups,
-                                      tail_base=sum(s.compressed_bytes for s in sizes), taken=set())
+    closure packed as a profile's (`group-NN`, every group), not split into a common and an
+    own part."""
+    plan, sizes = _plan(text, selection, cap, LAYOUT)
+    buckets = independent_buckets(sorted(sizes, key=lambda s: s.name), cap, "compressed", LAYOUT,
+                                  {}, stem=GROUP, groups=LAYOUT.tail_groups, taken=set())
     assert plan.shared == 0
     assert plan == assemble(buckets, sizes, kept=False, cap=cap, basis="compressed",
-                            sync_flags=plan.sync_flags, local=(), provided=(), changes={}, history=0,
-                            lines={}, layout=layout)
+                            sync_flags=plan.sync_flags, local=(), provided=(), history=0,
+                            lines={}, layout=LAYOUT)
 
 
-@LAYOUTS
 @settings(max_examples=50, deadline=None)
 @given(lock_texts(), selections, st.integers(1000, 5000), st.randoms())
-def test_plan_is_deterministic_and_order_independent(layout: Layout, text: str,
-                                                     selection: PythonSelection, cap: int,
-                                                     rng: random.Random) -> None:
+def test_plan_is_deterministic_and_order_independent(text: str, selection: PythonSelection,
+                                                     cap: int, rng: random.Random) -> None:
+    layout = LAYOUT
     plan, sizes = _plan(text, selection, cap, layout)
     again, _ = _plan(text, selection, cap, layout)
     assert again == plan and again.fingerprint == plan.fingerprint
@@ -105,11 +105,11 @@ def test_plan_is_deterministic_and_order_independent(layout: Layout, text: str,
                     layout=layout) == plan
 
 
-@LAYOUTS
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(1, 10_000), min_size=1, max_size=60), st.integers(10_000, 40_000))
-def test_replanning_an_unchanged_closure_gives_identical_slices(layout: Layout, weights: list[int],
+def test_replanning_an_unchanged_closure_gives_identical_slices(weights: list[int],
                                                                 cap: int) -> None:
+    layout = LAYOUT
     sizes = _sizes(weights)
     first = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
     again = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(),
@@ -117,15 +117,14 @@ def test_replanning_an_unchanged_closure_gives_identical_slices(layout: Layout, 
     assert _slices(again) == _slices(first)
 
 
-@LAYOUTS
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(1, 10_000), min_size=2, max_size=60), st.integers(10_000, 40_000),
        st.data())
-def test_a_version_bump_edits_one_line_of_one_slice(layout: Layout, weights: list[int], cap: int,
+def test_a_version_bump_edits_one_line_of_one_slice(weights: list[int], cap: int,
                                                     data: st.DataObject) -> None:
-    """Unless the cap forces a split, or (stacked layers) the bump is in the lowest slice (then
-    every layer is rebuilt anyway and a fresh packing costs nothing), one line of one slice
-    changes. Independent layers never repack."""
+    """Unless the cap forces a split, one line of one slice changes: the planner never
+    repacks by itself."""
+    layout = LAYOUT
     sizes = _sizes(weights)
     first = plan_one(sizes, cap=cap, basis="compressed", sync_flags=(), layout=layout)
     i = data.draw(st.integers(0, len(sizes) - 1))
@@ -138,25 +137,11 @@ def test_a_version_bump_edits_one_line_of_one_slice(layout: Layout, weights: lis
     assert all(layer.compressed_bytes <= cap for layer in second.layers)
     before, after = _slices(first), _slices(second)
     home = next(layer for layer in first.layers if sizes[i].name in layer.names)
-    # stacked: every layer is rebuilt anyway, the planner may pack afresh
-    lowest = home.index == 0 and layout.mode == "stacked"
-    if home.compressed_bytes - sizes[i].compressed_bytes + grown <= cap and not lowest:
+    if home.compressed_bytes - sizes[i].compressed_bytes + grown <= cap:
         changed = [name for name in after if before.get(name) != after[name]]
         assert changed == [home.name] and set(before) == set(after)
         diff = set(before[home.name].splitlines()) ^ set(after[home.name].splitlines())
         assert diff == {f"{sizes[i].name}==1", f"{sizes[i].name}==2"}
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(1, 10_000), min_size=1, max_size=60), st.integers(10_000, 40_000))
-def test_layer_count_bound(weights: list[int], cap: int) -> None:
-    """LPT opens bucket k+1 only when all k hold more than cap - largest; the light tail adds one
-    layer at most: never more than floor(total / (cap - largest)) + 2 layers."""
-    plan = plan_one(_sizes(weights), cap=cap, basis="compressed", sync_flags=(), layout=STACKED)
-    largest = max(weights)
-    if largest < cap:
-        assert len(plan.layers) <= sum(weights) // (cap - largest) + 2
-    assert len(plan.layers) >= plan.lower_bound_layers
 
 
 @settings(max_examples=100, deadline=None)

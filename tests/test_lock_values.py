@@ -158,7 +158,7 @@ def test_a_git_source_no_longer_drops_require_hashes_for_its_layer() -> None:
                                  index=None, hashed=False)}
     sizes = [_size("six"), _size("harbor")]
     plan = assemble([("tail", sizes)], sizes, kept=False, cap=10**6, basis="compressed",
-                    sync_flags=(), local=(), provided=(), changes={}, history=0, lines=lines)
+                    sync_flags=(), local=(), provided=(), history=0, lines=lines)
     assert [(layer.name, layer.hashed, layer.names) for layer in plan.layers] == [
         ("00-tail-git", False, ("harbor",)), ("01-tail", True, ("six",))]
     assert all(isinstance(layer, Layer) and all(isinstance(p, PlannedPackage)

@@ -54,20 +54,16 @@ def test_closure_matches_uv_export(commit: str, extra: str, tmp_path: Path) -> N
            {n: v for n, v in expected.items() if v is not None}
 
 
-@pytest.mark.parametrize("mode", ["stacked", "independent"])
 @pytest.mark.parametrize("commit", COMMITS)
-def test_vllm_plan_fits_4gb(commit: str, mode: str) -> None:
+def test_vllm_plan_fits_4gb(commit: str) -> None:
     config = load_config(REPO_ROOT, profile="gpu-rl", env={}, overrides={
         "python.extras": ["vllm"], "layers.cap": "4GB", "lock": str(skyrl_lock(commit)),
         "build.post-install": [],  # gpu-rl's post-installs pin against its own lock, not SkyRL's
-        "layers.size-overrides": str(REPO_ROOT / "sizes" / "skyrl-train.json"),
-        "layers.mode": mode})
+        "layers.size-overrides": str(REPO_ROOT / "sizes" / "skyrl-train.json")})
     plan = plan_for_config(config, repack=True)
     assert all(layer.compressed_bytes <= 4 * 10**9 for layer in plan.layers)
-    if mode == "stacked":
-        assert plan.lower_bound_layers <= len(plan.layers) <= plan.lower_bound_layers + 1
-    else:  # a slice per package of 20 MB or more, the rest in 32 groups: well under 127 layers
-        assert plan.lower_bound_layers <= len(plan.layers) <= 80
+    # a slice per package of 20 MB or more, the rest in 32 groups: well under 127 layers
+    assert plan.lower_bound_layers <= len(plan.layers) <= 80
     assert {p.name for p in plan.provided} == {"vllm", "flash-attn"}  # from the compiled wheels
     assert not {"vllm", "flash-attn"} & {p.name for p in plan.closure}
     assert set(plan.local) == {"skyrl-gym", "skyrl-train"}

@@ -130,11 +130,10 @@ class Submission:
 
 
 def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say = _quiet,
-              world: BuildEnv | None = None,
-              pins: kaniko.ToolPins = kaniko.DEFAULT_PINS) -> Submission | DryRun:
+              world: BuildEnv | None = None) -> Submission | DryRun:
     """Guard rails, then submit the job (or with `dry_run`, the command, secrets redacted)."""
     world = world or real_world(os.environ)
-    prepared = prepare_build(config, request, world, pins, dry_run=dry_run)
+    prepared = prepare_build(config, request, world, dry_run=dry_run)
     if not dry_run:  # a dry run touches no registry
         lookup = world.tag_digest or (lambda ref: existing_digest(config, ref, world.env))
         prepared = guard_immutable_tag(prepared, lookup(prepared.image_tag), force=request.force)

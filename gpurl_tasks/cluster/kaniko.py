@@ -33,7 +33,6 @@ host reaches the auth file as a JSON string made by `json.dumps`, so no host can
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shlex
@@ -77,12 +76,10 @@ from gpurl_tasks.writer.records import IndexLine, written_history
 from gpurl_tasks.writer.staging import build_env_script, install_command, no_isolation_args
 
 __all__ = [
-    "DEFAULT_PINS",
     "JOB_APP",
     "ROOT_ENV",
     "SKELETON",
     "SLICE_INDEX",
-    "ToolPins",
     "cache_repo",
     "composes",
     "job_app",
@@ -121,22 +118,6 @@ def skeleton_text(config: Config) -> str:
     """What the job's documents say that is known before the build (the lock's closure, the
     declared installs, the base image as configured): a lock bump changes it, not the script."""
     return json.dumps(skeleton(config).to_json(), indent=1, sort_keys=True) + "\n"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ToolPins:
-    """Where crane comes from, which executor image is exported and where the prebuilt wheels
-    are fetched (tests use local stand-ins; an empty field means the config's
-    `cluster.crane-url`, `cluster.crane-sha256`, `cluster.kaniko-executor` or
-    `build.wheel-base-url`, so the default pins render the script `invoke build` submits)."""
-
-    crane_url: str = ""
-    crane_sha256: str = ""
-    executor_image: str = ""
-    wheel_base_url: str = ""
-
-
-DEFAULT_PINS = ToolPins()
 
 
 def cache_repo(config: Config) -> str:
@@ -240,7 +221,7 @@ def _attest(config: Config, wheels: tuple[str, ...]) -> str:
         "ATTEST_WHEEL_ARGS": ' "${WHEEL_ARGS[@]}"' if wheels else ""})
 
 
-def _wheel_vars(config: Config, pins: ToolPins, wheels: tuple[str, ...]) -> dict[str, str]:
+def _wheel_vars(config: Config, wheels: tuple[str, ...]) -> dict[str, str]:
     """The script's compiled-wheel parts (wheel-vars.sh, WHEEL_SOURCE's build arg and input
     line); empty, so absent from the script, for a profile without compiled wheels."""
     if not config.build.compiled_wheels:
@@ -251,7 +232,7 @@ def _wheel_vars(config: Config, pins: ToolPins, wheels: tuple[str, ...]) -> dict
                        "wheels come from.",
         "WHEEL_VARS": _fragment("wheel-vars.sh", {
             "WHEELHOUSE": q(_relative(config.build.wheelhouse, config.root, "build.wheelhouse")),
-            "WHEEL_BASE_URL": q((pins.wheel_base_url or config.build.wheel_base_url).rstrip("/")),
+            "WHEEL_BASE_URL": q(config.build.wheel_base_url.rstrip("/")),
             "WHEELS": " ".join(q(n) for n in wheels),
             "WHEEL_SOURCE": _plain("build.wheel-source", config.build.wheel_source)}),
         "WHEEL_BUILD_ARG": '  --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"',
@@ -317,7 +298,7 @@ def _build_context(config: Config) -> str:
     return "" if rel in ("", ".") else f"/{shlex.quote(rel)}"
 
 
-def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
+def render_script(config: Config) -> str:
     """The script text for `config` (pure; the same config always gives the same bytes)."""
     q = shlex.quote
     registry = config.registry
@@ -343,9 +324,9 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         "IMAGE": q(registry.image),
         "CACHE_REPO": q(cache_repo(config)),
         "DOCKERFILE": q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
-        "CRANE_URL": q(pins.crane_url or config.variant.crane_archive[0]),
-        "CRANE_SHA256": q(pins.crane_sha256 or config.variant.crane_archive[1]),
-        "EXECUTOR_IMAGE": q(pinned_executor(pins.executor_image or config.cluster.kaniko_executor)),
+        "CRANE_URL": q(config.variant.crane_archive[0]),
+        "CRANE_SHA256": q(config.variant.crane_archive[1]),
+        "EXECUTOR_IMAGE": q(pinned_executor(config.cluster.kaniko_executor)),
         # unset: the job's DOCKER_USER_ID only (`build` passes it, and refuses without one)
         "REGISTRY_USER": _plain("registry.user", registry.user) if registry.user else "",
         "TAG_PREFIX": _plain("registry.tag-prefix", registry.tag_prefix),
@@ -354,7 +335,7 @@ def render_script(config: Config, pins: ToolPins = DEFAULT_PINS) -> str:
         "SNAPSHOT_MODE": config.cluster.snapshot_mode,
         "JOB_APP": shlex.quote(JOB_APP),
         "JOB_APP_SHA256": job_app().sha256,
-        **_wheel_vars(config, pins, wheels),
+        **_wheel_vars(config, wheels),
     })
 
 

@@ -124,15 +124,12 @@ ACCESS_CHECKS = ("kubeconfig", "registry-token", "registry-user")
 NO_TOKEN = TokenSource(token=Secret("<no token>"), source="nowhere (a dry run without one)")
 
 
-def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
-                  pins: kaniko.ToolPins = kaniko.DEFAULT_PINS, *,
+def prepare_build(config: Config, request: BuildRequest, world: BuildEnv, *,
                   dry_run: bool = False) -> PreparedBuild:
     """Run every guard rail and compose the job; raise BuildError naming the first refusal.
 
     A stale checkout is refused first, in generate --check's words: regenerating changes
     the tree the job bundles (and its tag), whatever else needs fixing.
-    `pins` say where the job's script gets crane and the kaniko executor (tests serve
-    stand-ins from 127.0.0.1; production uses the pinned release and image digest).
     `dry_run`: a missing kubeconfig, token or user (ACCESS_CHECKS) is a warning of the result,
     not a refusal, so the commands can be reviewed without cluster access."""
     warnings: list[str] = []
@@ -185,7 +182,7 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv,
 
     # the variant's script with this run's settings: byte-identical to the committed file just
     # checked unless a GPURL_* variable overrides a value the script carries (registry, wheels)
-    script = kaniko.render_script(config, pins)
+    script = kaniko.render_script(config)
     env: list[tuple[str, str | Secret]] = [
         ("DOCKER_USER_ID", config.registry.user),
         ("DOCKER_TOKEN", token.token),

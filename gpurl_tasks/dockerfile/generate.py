@@ -1,8 +1,9 @@
 """Render a profile's Dockerfiles, slice files and other generated build files and write them
 atomically, or check the committed ones are current: the one writer of generated build files.
 
-The edge around the pure recipe: it reads the lock (for its hash), asks the planner for the
-plan (which keeps the committed slices' assignment), checks what the lock already tells
+The edge around the pure recipe: it reads the lock (for its hash), asks plan/fitting.py for
+the plans fitted under the layer budget (given the planner, which keeps the committed slices'
+assignment, and this Dockerfile's layer count), checks what the lock already tells
 (the compiled wheels against what the lock's dependents require, the wheel-builder's torch,
 the build asserts, the path sources), lints the model, and then either replaces each file via
 temp file + rename or compares bytes. Every file of every variant (and every profile) is
@@ -55,7 +56,8 @@ from gpurl_tasks.dockerfile.wheels import (
 from gpurl_tasks.errors import CheckFailed, ConfigError, ExitCode, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
 from gpurl_tasks.plan.buildenv import build_note
-from gpurl_tasks.plan.layerlimit import BudgetCost, LayerCount, TooManyLayers
+from gpurl_tasks.plan.fitting import Fitted, budget_costs, check_fits, fit
+from gpurl_tasks.plan.layerlimit import LayerCount
 from gpurl_tasks.plan.lockcheck import stale_findings
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs
@@ -199,41 +201,15 @@ def _count(config: Config, plan: Plan, base_layers: int | None) -> LayerCount:
     return layer_count(config, plan, _counted_local(config, plan), base_layers=base_layers)
 
 
-def _check_fits(config: Config, count: LayerCount) -> None:
-    if not count.fits():
-        raise TooManyLayers.of(count, profile=config.profile)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Fitted:
-    """A profile's plans fitted under the layer budget, each image's count, and the plans and
-    counts of the same planning without the budget (the first pass)."""
-
-    plans: dict[str, Plan]
-    counts: dict[str, LayerCount]
-    free: dict[str, Plan]
-    free_counts: dict[str, LayerCount]
-
-
 def _fitted(config: Config, *, repack: bool, base_layers: int | None,
-            inputs: Sequence[VariantInput] | None = None) -> _Fitted:
-    """Every variant's plan fitted under layers.max-image-layers (`fitted_plans`) and its
-    image's layer count; a variant whose second plan differs from its first only in the
-    layout it records keeps the first's count (the Dockerfile does not read the layout;
-    rendering is the cost)."""
-    variants = {v.name: config.for_variant(v) for v in config.variants}
-    inputs = profile_inputs(config) if inputs is None else inputs  # closures and sizes once
-    first = plan_profile(config, repack=repack, inputs=inputs)
-    first_counts = {name: _count(variants[name], first[name], base_layers) for name in variants}
-    # every image's other layers count against its budget; the shared slices make one budget
-    budget = min(c.slice_budget() for c in first_counts.values())
-    plans = plan_profile(config, repack=repack, max_slices=budget, inputs=inputs)
-    counts = {name: first_counts[name]
-              if dataclasses.replace(plans[name], layout=first[name].layout) == first[name]
-              else _count(variants[name], plans[name], base_layers) for name in variants}
-    for count in counts.values():
-        _check_fits(config, count)
-    return _Fitted(plans=plans, counts=counts, free=first, free_counts=first_counts)
+            inputs: Sequence[VariantInput] | None = None) -> Fitted:
+    """plan/fitting.py's `fit` of `config`'s profile: its planner over the lock (closures and
+    sizes read once) and this Dockerfile's layer count."""
+    inputs = profile_inputs(config) if inputs is None else inputs
+    return fit({v.name: config.for_variant(v) for v in config.variants},
+               lambda budget: plan_profile(config, repack=repack, max_slices=budget,
+                                           inputs=inputs),
+               lambda variant, plan: _count(variant, plan, base_layers))
 
 
 def fitted_plans(config: Config, *, repack: bool = False,
@@ -251,20 +227,6 @@ def fitted_plan(config: Config, *, repack: bool = False) -> Plan:
     return fitted_plans(config, repack=repack)[config.variant.name]
 
 
-def _budget_costs(config: Config, fitted: _Fitted, *, fresh: bool, base_layers: int | None,
-                  inputs: Sequence[VariantInput]) -> dict[str, BudgetCost]:
-    """What the budget cost each image in re-push terms: its plan, and a fresh packing under
-    the budget against one without it (`fitted` itself when it was packed afresh)."""
-    afresh = fitted if fresh else _fitted(config, repack=True, base_layers=base_layers,
-                                          inputs=inputs)
-    return {name: BudgetCost(budget=count.budget, repush_bytes=fitted.plans[name].repush_per_bump,
-                             fresh_repush_bytes=afresh.plans[name].repush_per_bump,
-                             free_repush_bytes=afresh.free[name].repush_per_bump,
-                             free_layers=afresh.free_counts[name].total,
-                             free_slices=len(afresh.free[name].layers))
-            for name, count in fitted.counts.items()}
-
-
 def fitted_views(config: Config, *, repack: bool, only: str | None = None,
                  selection_given: bool = False, lock_given: bool = False,
                  base_layers: int | None = None) -> PlanViews:
@@ -274,7 +236,9 @@ def fitted_views(config: Config, *, repack: bool, only: str | None = None,
     fresh = repack or lock_given
     inputs = profile_inputs(config)
     fitted = _fitted(config, repack=fresh, base_layers=base_layers, inputs=inputs)
-    costs = _budget_costs(config, fitted, fresh=fresh, base_layers=base_layers, inputs=inputs)
+    afresh = fitted if fresh else _fitted(config, repack=True, base_layers=base_layers,
+                                          inputs=inputs)
+    costs = budget_costs(fitted, afresh)
     views = plan_views(fitted.plans, config, only=only, selection_given=selection_given)
     return dataclasses.replace(views, counts=tuple(fitted.counts[name] for name, _ in views.plans),
                                costs=tuple(costs[name] for name, _ in views.plans))
@@ -428,7 +392,7 @@ def render_variant(config: Config, plan: Plan) -> Rendered:
     notes += [f"outside the lock (its dependencies resolved at build time): {r}"
               for r in plan.outside_lock]
     local = _local(config, plan)
-    _check_fits(config, layer_count(config, plan, local))
+    check_fits(layer_count(config, plan, local), profile=config.profile)
     return Rendered(config=config, plan=plan, dockerfile=render_dockerfile(config, plan, local),
                     slices=slice_files(config, plan),
                     others=generated_files(config),

@@ -7,6 +7,7 @@ layout (`slices`), what the lock's git history says changes often (`history`), w
 compiled-wheel glob names (`wheelglobs`), the workspace's sdist build settings and the
 slices staged with them (`buildenv`), the pure packer (`planner`) and its variants
 (`variants`, planned together), the edge that feeds them from a config (`profile`), and the
-plan as data (`model`, `report`), and how many layers an image may have (`layerlimit`).
+plan as data (`model`, `report`), how many layers an image may have (`layerlimit`), and
+fitting the plans under that budget (`fitting`, given the count).
 Imports only the shared basics and `writer`.
 """

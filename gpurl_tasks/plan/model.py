@@ -195,8 +195,8 @@ class Plan:
     # requirements the image installs outside the lock, resolved at build time (harbor when
     # the lock lacks it)
     outside_lock: tuple[str, ...] = ()
-    # independent: each slice is its own layer wherever it sits, composed in plan order;
-    # stacked: each slice's layer sits on the ones below (config layers.mode)
+    # each slice is its own layer wherever it sits, composed in plan order (config layers.mode,
+    # whose one value the plan's fingerprint still carries)
     mode: LayerMode = Layout.mode
     # what the slices were packed by: the configured layout, or the one the slice budget chose
     layout: Layout = dataclasses.field(default_factory=Layout)
@@ -238,14 +238,9 @@ class Plan:
     @property
     def repush_per_bump(self) -> int:
         """The compressed bytes a bump of one package re-pushes on average, every package as
-        likely to move: its slice (independent layers), or its layer and every one above it
-        (stacked). What fewer, larger slices cost (`layers.max-image-layers`)."""
+        likely to move: its slice. What fewer, larger slices cost (`layers.max-image-layers`)."""
         members = sum(len(layer.packages) for layer in self.layers)
-        above = 0
-        total = 0
-        for layer in reversed(self.layers):
-            above += layer.compressed_bytes
-            total += len(layer.packages) * (above if self.mode == "stacked" else layer.compressed_bytes)
+        total = sum(len(layer.packages) * layer.compressed_bytes for layer in self.layers)
         return total // members if members else 0
 
     @property

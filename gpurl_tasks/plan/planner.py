@@ -2,11 +2,8 @@
 and keep the committed assignment when re-planning. Its entry point is
 `variants.plan_images`, which plans every image of a profile (one image: the case N = 1).
 
-What the layer mode decides is one `Packer` per mode (`IndependentPacker`, `StackedPacker`),
-chosen once by `packer_for`; the rest of planning is the same for both modes.
-
-**Independent layers** (`Layout.mode == "independent"`, the config's default and what every
-profile uses): each slice is its own layer wherever it sits (each slice image is built alone on
+**Independent layers** (`Layout.mode == "independent"`, the one mode): each slice is its own
+layer wherever it sits (each slice image is built alone on
 env-base, and the local build composes the environment from them: writer/composition.py), so a bump
 costs only the slices holding a changed package.
 
@@ -19,20 +16,8 @@ costs only the slices holding a changed package.
   largest packages keep their own slices.
 - **Re-planning** (committed slices present): every package still in the closure keeps its
   slice (a version bump edits one line); removed ones drop; a new package goes to its own
-  slice or its group (`IndependentPacker.home`); only a slice the change pushes over the cap
-  is split. The planner never packs afresh by itself.
-
-**Stacked layers** (`mode == "stacked"`, kept for comparison: benchmarks/rebuild_cost.py):
-each layer sits on the ones below, as Docker's and kaniko's cache keys chain the parent, so a
-changed layer invalidates every layer above it and the order decides what a bump costs. A
-fresh packing puts the smallest packages, up to 8% of the environment (never above the cap),
-in a light *tail* that goes last (most bumps move small packages; new packages land there);
-the heavy rest goes in order of changes per byte in the lock's git history (which minimises
-the expected bytes rebuilt per bump), then by size, largest first, each layer filled before
-the next opens; should that cost a layer over ceil(total / cap) + 1, the heavy rest is packed
-longest-processing-time first into the fewest layers instead. Re-planning keeps the committed
-slices (new packages join the last), except that a change to the lowest slice, which rebuilds
-every layer anyway, packs afresh at no extra cost.
+  slice or its group (`_home`); only a slice the change pushes over the cap is split. The
+  planner never packs afresh by itself.
 
 Packages the compiled wheels provide are in no slice; the final sync excludes them.
 
@@ -47,9 +32,8 @@ import hashlib
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
 
-from gpurl_tasks.config import DEFAULT_LAYOUT, LayerMode, Layout, SizeBasis
+from gpurl_tasks.config import DEFAULT_LAYOUT, Layout, SizeBasis
 from gpurl_tasks.errors import PlanError
 from gpurl_tasks.plan.model import Layer, Plan, PlannedPackage, ProvidedPackage, Slice
 from gpurl_tasks.plan.sizes import PackageSize
@@ -60,32 +44,22 @@ __all__ = [
     "GROUP",
     "MAX_GROUPS",
     "OWN_GROUP",
-    "PACKERS",
-    "TAIL",
-    "TAIL_SHARE",
     "Bucket",
-    "IndependentPacker",
     "Learn",
-    "Packer",
-    "StackedPacker",
     "assemble",
     "assignment_of",
+    "check_layout",
     "check_sizes",
     "fit_layout",
-    "fresh_buckets",
     "group_label",
     "group_of",
     "hashed_in",
     "independent_buckets",
     "keep",
-    "packer_for",
     "slice_requirement",
-    "tail_names",
     "weight",
 ]
 
-TAIL = "tail"
-TAIL_SHARE = 0.08  # the tail's budget: a share of the environment, never above the cap
 GROUP = "group"  # independent layers: the label stem of the groups of smaller packages
 OWN_GROUP = "own"  # ... of a variant's own smaller packages (its shared ones are `group-NN`)
 MAX_GROUPS = 99  # a group's label has two digits; Docker allows 127 layers in all
@@ -141,74 +115,10 @@ def _label(members: Sequence[PackageSize], basis: SizeBasis, taken: set[str]) ->
     return label
 
 
-def _next_fit(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> list[list[PackageSize]]:
-    """Fill buckets in the given order, opening the next when a package does not fit: what comes
-    later in the order never lands in an earlier (lower) layer."""
-    buckets: list[list[PackageSize]] = []
-    load = 0
-    for size in sizes:
-        bytes_ = weight(size, basis)
-        if not buckets or load + bytes_ > cap:
-            buckets.append([])
-            load = 0
-        buckets[-1].append(size)
-        load += bytes_
-    return buckets
-
-
-def tail_names(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, *,
-               tail_base: int | None = None) -> set[str]:
-    """The light tail of a fresh packing: the smallest packages within TAIL_SHARE of the
-    environment (`tail_base`, default these packages' total; 0: no tail), never above the cap."""
-    total = _load(sizes, basis) if tail_base is None else tail_base
-    budget = min(cap, TAIL_SHARE * total)
-    names: set[str] = set()
-    load = 0
-    for size in sorted(sizes, key=lambda s: (weight(s, basis), s.name)):
-        load += weight(size, basis)
-        if load > budget:
-            break
-        names.add(size.name)
-    return names
-
-
 def slice_requirement(lines: Mapping[str, SliceLine], size: PackageSize) -> str:
     """A package's slice line as the lock records it (`name==version` when none was given)."""
     line = lines.get(size.name)
     return line.requirement if line else f"{size.name}=={size.version}"
-
-
-def _fresh(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, changes: Mapping[str, int], *,
-           tail_base: int | None = None) -> tuple[list[list[PackageSize]], list[PackageSize]]:
-    """The smallest packages within the tail's budget, last (the long tail churns at random:
-    history cannot say which small package moves next); the heavy rest in order of how often it
-    changed, then of size, filled layer after layer. `tail_base`: the environment the tail's
-    budget is a share of (default: these packages; 0: no tail)."""
-    total = _load(sizes, basis)
-    in_tail = tail_names(sizes, cap, basis, tail_base=tail_base)
-    tail = sorted((s for s in sizes if s.name in in_tail), key=lambda s: (weight(s, basis), s.name))
-    # Smith's rule: a package costs (its layer and all above) each time it changes, so what
-    # changes least per byte goes lowest; never-changed packages by size, largest first.
-    heavy = sorted((s for s in sizes if s.name not in in_tail),
-                   key=lambda s: (changes.get(s.name, 0) / max(1, weight(s, basis)),
-                                  -weight(s, basis), s.name))
-    bound = max(1, math.ceil(total / cap)) + 1  # the layer budget, tail included
-    heavy_buckets = _next_fit(heavy, cap, basis)
-    if len(heavy_buckets) + bool(tail) > bound:  # in order costs a layer: pack them tightly
-        heavy_buckets = sorted(_fewest_buckets(heavy, cap, basis), key=lambda b: (
-            max(changes.get(s.name, 0) for s in b), -_load(b, basis), min(s.name for s in b)))
-    return heavy_buckets, tail
-
-
-def fresh_buckets(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, changes: Mapping[str, int],
-                  *, tail_base: int | None = None, taken: set[str] | None = None) -> list[Bucket]:
-    """The fresh packing, labelled: the heavy buckets by their anchor (unique among `taken`,
-    which grows), the tail as `tail`."""
-    heavy, tail = _fresh(sizes, cap, basis, changes, tail_base=tail_base)
-    taken = taken if taken is not None else set()
-    taken.add(TAIL)
-    buckets = [(_label(b, basis, taken), b) for b in heavy]
-    return [*buckets, (TAIL, tail)] if tail else buckets
 
 
 def _replan(sizes: Sequence[PackageSize], previous: Assignment, cap: int,
@@ -350,162 +260,53 @@ def check_sizes(sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> Non
                         hint="raise the cap (--cap) or split the package out of the image")
 
 
-class Packer(Protocol):
-    """What the layer mode decides, and nothing else: how a closure is packed afresh, where a
-    package new to the committed slices goes, when those slices are kept, and why a slice sits
-    where it does. `packer_for` chooses one by `Layout.mode`."""
-
-    own_required: bool  # each image needs slices of its own beside the shared ones
-
-    def check(self, layout: Layout) -> None:
-        """Refuse a layout this mode cannot pack by."""
-
-    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int]) -> Layout:
-        """The layout to pack by under `layout.max_slices`."""
-
-    def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:
-        """The packages of an image that stay out of the slices its profile's images share."""
-
-    def pack(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, layout: Layout,
-             changes: Mapping[str, int], *, stem: str, groups: int, tail_base: int,
-             taken: set[str]) -> list[Bucket]:
-        """A fresh packing: the smaller packages in `groups` groups `<stem>-NN` (independent),
-        or a tail whose budget is a share of `tail_base` (stacked; 0: no tail). `taken`: the
-        labels already used (it grows)."""
-
-    def home(self, layout: Layout, basis: SizeBasis, stem: str) -> Home | None:
-        """Where a package new to the committed slices goes (None: the last slice)."""
-
-    def keeps(self, buckets: Sequence[Bucket], previous: Assignment, lines: Mapping[str, SliceLine]) -> bool:
-        """Whether the committed slices, re-planned into `buckets`, beat a fresh packing."""
-
-    def reason(self, label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
-               changes: Mapping[str, int], history: int, layout: Layout, basis: SizeBasis) -> str:
-        """Why the slice sits where it does (the plan's text)."""
+def check_layout(layout: Layout) -> None:
+    """At least one group and at most MAX_GROUPS (an own-layer threshold above the cap is no
+    error: then every package goes into the groups)."""
+    if not 1 <= layout.tail_groups <= MAX_GROUPS:
+        raise PlanError(f"layers.tail-groups must be between 1 and {MAX_GROUPS}, not "
+                        f"{layout.tail_groups}", hint="32 groups measure well (docs/plan.md)")
 
 
-class IndependentPacker:
-    """Independent layers: each slice costs only itself, so packages go by size and a hash of
-    the name alone, the committed slices are always kept, and the slice budget is fitted."""
-
-    own_required = False  # every package of a variant may be shared
-
-    def check(self, layout: Layout) -> None:
-        """At least one group and at most MAX_GROUPS (an own-layer threshold above the cap is
-        no error: then every package goes into the groups)."""
-        if not 1 <= layout.tail_groups <= MAX_GROUPS:
-            raise PlanError(f"layers.tail-groups must be between 1 and {MAX_GROUPS}, not "
-                            f"{layout.tail_groups}", hint="32 groups measure well (docs/plan.md)")
-
-    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int]) -> Layout:
-        return fit_layout(pack, layout, weights)
-
-    def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:
-        return set()
-
-    def pack(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, layout: Layout,
-             changes: Mapping[str, int], *, stem: str, groups: int, tail_base: int,
-             taken: set[str]) -> list[Bucket]:
-        return independent_buckets(sizes, cap, basis, layout, changes, stem=stem, groups=groups, taken=taken)
-
-    def home(self, layout: Layout, basis: SizeBasis, stem: str) -> Home:
-        """A slice of its own when at least `own-layer`, else its group by the hash of its name."""
-        def home(size: PackageSize, taken: set[str]) -> str:
-            if weight(size, basis) >= layout.own_layer:
-                return _label([size], basis, taken)
-            return group_label(group_of(size.name, layout.tail_groups), stem)
-        return home
-
-    def keeps(self, buckets: Sequence[Bucket], previous: Assignment, lines: Mapping[str, SliceLine]) -> bool:
-        return True  # never packs afresh by itself: a bump costs only the slices it touches
-
-    def reason(self, label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
-               changes: Mapping[str, int], history: int, layout: Layout, basis: SizeBasis) -> str:
-        origin = "kept from the committed slices; " if kept else ""
-        if len(bucket) == 1 and weight(bucket[0], basis) >= layout.own_layer:
-            return (f"{origin}its own layer ({format_bytes(weight(bucket[0], basis))}, at least "
-                    f"own-layer {format_bytes(layout.own_layer)}): a bump of it re-pushes this slice alone")
-        if re.fullmatch(rf"({GROUP}|{OWN_GROUP})-\d\d(-git)?", label):
-            how = "the hash of the name" + (f", and whether it changed in {history} lock versions"
-                                            if history and not kept else "")
-            return (f"{origin}a stable group of {len({s.name for s in bucket})} package(s) under "
-                    f"own-layer (by {how}): a bump re-pushes only the groups holding a changed package")
-        return f"{origin}an independent layer: a bump re-pushes it only when one of its packages changes"
+def _home(layout: Layout, basis: SizeBasis, stem: str) -> Home:
+    """Where a package new to the committed slices goes: a slice of its own when at least
+    `own-layer`, else its group by the hash of its name."""
+    def home(size: PackageSize, taken: set[str]) -> str:
+        if weight(size, basis) >= layout.own_layer:
+            return _label([size], basis, taken)
+        return group_label(group_of(size.name, layout.tail_groups), stem)
+    return home
 
 
-class StackedPacker:
-    """Stacked layers: a changed layer rebuilds every layer above it, so the order decides what
-    a bump costs, each image keeps a light tail of its own, and the layout is never refitted."""
-
-    own_required = True  # each image's light tail is its own
-
-    def check(self, layout: Layout) -> None:
-        return None
-
-    def fit(self, pack: Pack, layout: Layout, weights: Sequence[int]) -> Layout:
-        return layout
-
-    def unshared(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis) -> set[str]:
-        return tail_names(sizes, cap, basis)
-
-    def pack(self, sizes: Sequence[PackageSize], cap: int, basis: SizeBasis, layout: Layout,
-             changes: Mapping[str, int], *, stem: str, groups: int, tail_base: int,
-             taken: set[str]) -> list[Bucket]:
-        return fresh_buckets(sizes, cap, basis, changes, tail_base=tail_base, taken=taken)
-
-    def home(self, layout: Layout, basis: SizeBasis, stem: str) -> None:
-        return None
-
-    def keeps(self, buckets: Sequence[Bucket], previous: Assignment, lines: Mapping[str, SliceLine]) -> bool:
-        """Not when the lowest slice changes: every layer above it is rebuilt anyway, so packing
-        afresh (a better layout for the new closure) costs no extra bytes."""
-        if not previous or not previous.lines or not buckets:
-            return True
-        label, bucket = buckets[0]
-        now = frozenset(slice_requirement(lines, s) for s in bucket)
-        return label == previous.labels[0] and now == previous.lines.get(label)
-
-    def reason(self, label: str, bucket: Sequence[PackageSize], *, last: bool, kept: bool,
-               changes: Mapping[str, int], history: int, layout: Layout, basis: SizeBasis) -> str:
-        origin = "kept from the committed slices; " if kept else ""
-        if label == TAIL or last:
-            largest = max((weight(s, basis) for s in bucket), default=0)
-            return (f"{origin}last: the light tail ({len(bucket)} packages up to "
-                    f"{format_bytes(largest)} each) where new packages land, so a small bump "
-                    "rebuilds only this layer")
-        if kept:
-            return (f"{origin}its packages stay put so a version bump edits one line of one slice "
-                    "(`invoke generate --repack` packs afresh)")
-        if not history:
-            return f"{origin}heavy packages, ordered by size (no lock history to learn from)"
-        moved = sorted(((changes.get(s.name, 0), s.name) for s in bucket), reverse=True)
-        if not moved or moved[0][0] == 0:
-            return f"{origin}stable: no package changed version in {history} lock versions"
-        busiest = ", ".join(f"{name} {n}x" for n, name in moved[:3] if n)
-        return f"{origin}changes: {busiest} in {history} lock versions, so it sits above the stable ones"
+def keep(sizes: Sequence[PackageSize], previous: Assignment, *, cap: int, basis: SizeBasis,
+         layout: Layout, stem: str) -> list[Bucket] | None:
+    """The committed slices re-planned over `sizes` (a new package goes to its `_home`, by
+    `layout`'s groups labelled `stem`), or None when there are none: the committed slices are
+    always kept, since a bump costs only the slices it touches."""
+    buckets = _replan(sorted(sizes, key=lambda s: s.name), previous, cap, basis,
+                      _home(layout, basis, stem))
+    return buckets or None
 
 
-PACKERS: Mapping[LayerMode, Packer] = {"independent": IndependentPacker(), "stacked": StackedPacker()}
-
-
-def packer_for(layout: Layout) -> Packer:
-    """The packer of the layout's mode: the one place planning looks at `Layout.mode`."""
-    return PACKERS[layout.mode]
-
-
-def keep(packer: Packer, sizes: Sequence[PackageSize], previous: Assignment, *, cap: int,
-         basis: SizeBasis, layout: Layout, lines: Mapping[str, SliceLine], stem: str) -> list[Bucket] | None:
-    """The committed slices re-planned over `sizes` (a new package goes where `packer.home`
-    says, by `layout`'s groups labelled `stem`), or None when the packer would pack afresh."""
-    home = packer.home(layout, basis, stem)
-    buckets = _replan(sorted(sizes, key=lambda s: s.name), previous, cap, basis, home)
-    return buckets if buckets and packer.keeps(buckets, previous, lines) else None
+def _reason(label: str, bucket: Sequence[PackageSize], *, kept: bool, history: int,
+            layout: Layout, basis: SizeBasis) -> str:
+    """Why the slice sits where it does (the plan's text)."""
+    origin = "kept from the committed slices; " if kept else ""
+    if len(bucket) == 1 and weight(bucket[0], basis) >= layout.own_layer:
+        return (f"{origin}its own layer ({format_bytes(weight(bucket[0], basis))}, at least "
+                f"own-layer {format_bytes(layout.own_layer)}): a bump of it re-pushes this slice alone")
+    if re.fullmatch(rf"({GROUP}|{OWN_GROUP})-\d\d(-git)?", label):
+        how = "the hash of the name" + (f", and whether it changed in {history} lock versions"
+                                        if history and not kept else "")
+        return (f"{origin}a stable group of {len({s.name for s in bucket})} package(s) under "
+                f"own-layer (by {how}): a bump re-pushes only the groups holding a changed package")
+    return f"{origin}an independent layer: a bump re-pushes it only when one of its packages changes"
 
 
 def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: bool,
              cap: int, basis: SizeBasis, sync_flags: tuple[str, ...], local: tuple[str, ...],
-             provided: tuple[ProvidedPackage, ...], changes: Mapping[str, int], history: int,
-             lines: Mapping[str, SliceLine], shared: int = 0, layout: Layout = DEFAULT_LAYOUT) -> Plan:
+             provided: tuple[ProvidedPackage, ...], history: int, lines: Mapping[str, SliceLine],
+             shared: int = 0, layout: Layout = DEFAULT_LAYOUT) -> Plan:
     """The Plan for chosen buckets (the lowest `shared` of them common to every variant)."""
     buckets, shared = split_unhashed(buckets, hashed_in(lines), shared=shared)
 
@@ -518,14 +319,12 @@ def assemble(buckets: Sequence[Bucket], sizes: Sequence[PackageSize], *, kept: b
                               hashed=line.hashed if line else True,
                               built=not (s.artifact or "").endswith(".whl"))
 
-    reason = packer_for(layout).reason
     labels = [label for label, _ in buckets]
     layers = tuple(
         Layer(slice=Slice(position=i, label=label, shared=i < shared,
                           unique=labels.count(label) == 1),
               reason=("shared by every variant; " if i < shared else "")
-              + reason(label, bucket, last=i == len(buckets) - 1, kept=kept, changes=changes,
-                       history=history, layout=layout, basis=basis),
+              + _reason(label, bucket, kept=kept, history=history, layout=layout, basis=basis),
               packages=tuple(planned(s) for s in sorted(bucket, key=lambda s: s.name)))
         for i, (label, bucket) in enumerate(buckets)
     )

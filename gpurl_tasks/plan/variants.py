@@ -3,17 +3,11 @@
 A variant is the same workspace with other extras or groups (SkyRL: `vllm` for the standard
 image, `mcore` for megatron), so its closure is another set of packages, not necessarily a
 superset. Each variant's image is planned under the cap; to share blobs, the packages common
-to every variant (same pin, same slice line) and heavy enough to stay out of a light tail are
-packed first, into `shared` slices every variant's Dockerfile installs in the same order with
-the same RUN: identical instructions over identical files give identical cache keys, so the
-builds reuse one another's layers and the registry and the nodes hold those blobs once. Each
-variant's own heavy packages come next and its own light tail last, so a small bump still
-rebuilds only a tail.
-
-With independent layers (`layers.mode`), a slice's layer is the same blob wherever it sits:
-every package common to all variants with the same pin is shared, packed like one profile
-(own slices for the large, `group-NN` for the rest), and each variant's own packages follow
-(own slices, and `own-NN` groups, a quarter as many: fewer packages). A package new to a
+to every variant (same pin, same slice line) are packed first, into `shared` slices: a slice's
+layer is the same blob wherever it sits, so the registry and the nodes hold those blobs once.
+The shared slices are packed like one profile (own slices for the large, `group-NN` for the
+rest), and each variant's own packages follow (own slices, and `own-NN` groups, a quarter as
+many: fewer packages). A package new to a
 variant's committed slices joins its own slices, so the shared ones stay identical.
 
 Re-planning keeps the committed slices (shared and each variant's) while every variant agrees
@@ -37,12 +31,13 @@ from gpurl_tasks.plan.planner import (
     OWN_GROUP,
     Bucket,
     Learn,
-    Packer,
     assemble,
+    check_layout,
     check_sizes,
+    fit_layout,
     hashed_in,
+    independent_buckets,
     keep,
-    packer_for,
     slice_requirement,
     weight,
 )
@@ -87,66 +82,61 @@ def own_groups(layout: Layout, images: int) -> tuple[str, int]:
     return (OWN_GROUP, max(1, layout.tail_groups // 4)) if images > 1 else (GROUP, layout.tail_groups)
 
 
-def _common(packer: Packer, variants: Sequence[VariantInput], cap: int,
-            basis: SizeBasis) -> list[PackageSize]:
-    """Packages every variant installs with the same slice line, none of them `unshared` in any
-    variant (stacked: in its tail); one image shares nothing."""
+def _common(variants: Sequence[VariantInput]) -> list[PackageSize]:
+    """Packages every variant installs with the same slice line; one image shares nothing."""
     if len(variants) < 2:
         return []
     first, *rest = variants
-    kept_out = set().union(*(packer.unshared(v.sizes, cap, basis) for v in variants))
     lines = [{s.name: _line(v, s) for s in v.sizes} for v in rest]
-    return [s for s in first.sizes if s.name not in kept_out
-            and all(other.get(s.name) == _line(first, s) for other in lines)]
+    return [s for s in first.sizes if all(other.get(s.name) == _line(first, s) for other in lines)]
 
 
-def _fresh(packer: Packer, variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
+def _fresh(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
            changes: Mapping[str, int], layout: Layout) -> tuple[list[Bucket], dict[str, list[Bucket]]]:
-    """Shared buckets over the common packages (stacked: no tail), then each variant's own."""
-    common = sorted(_common(packer, variants, cap, basis), key=lambda s: s.name)
+    """Shared buckets over the common packages, then each variant's own."""
+    common = sorted(_common(variants), key=lambda s: s.name)
     taken: set[str] = set()
-    shared = packer.pack(common, cap, basis, layout, changes, stem=GROUP,
-                         groups=layout.tail_groups, tail_base=0, taken=taken)
+    shared = independent_buckets(common, cap, basis, layout, changes, stem=GROUP,
+                                 groups=layout.tail_groups, taken=taken)
     names = {s.name for s in common}
     stem, groups = own_groups(layout, len(variants))
     own: dict[str, list[Bucket]] = {}
     for variant in variants:
         rest = sorted((s for s in variant.sizes if s.name not in names), key=lambda s: s.name)
-        total = sum(weight(s, basis) for s in variant.sizes)  # its tail's share is of all of it
-        own[variant.name] = packer.pack(rest, cap, basis, layout, changes, stem=stem, groups=groups,
-                                        tail_base=total, taken=set(taken))
+        own[variant.name] = independent_buckets(rest, cap, basis, layout, changes, stem=stem,
+                                                groups=groups, taken=set(taken))
     return shared, own
 
 
-def _committed(packer: Packer, variants: Sequence[VariantInput], shared: Assignment | None,
+def _committed(variants: Sequence[VariantInput], shared: Assignment | None,
                previous: Mapping[str, Assignment]) -> tuple[Assignment, dict[str, Assignment]] | None:
     """The committed slices to re-plan: the shared ones (one image: none) and each variant's
     own, or None when there are none to keep: several images without shared slices, a variant
-    without slices, or one without slices of its own where the packer needs them."""
+    without slices, or one image without any."""
     if len(variants) > 1 and not shared:
         return None
     low = shared if shared and len(variants) > 1 else NOTHING
     own: dict[str, Assignment] = {}
     for variant in variants:
         mine = previous.get(variant.name)
-        if mine is None or (not mine and (packer.own_required or not low)):
+        if mine is None or (not mine and not low):
             return None
         own[variant.name] = mine
     return low, own
 
 
-def _kept(packer: Packer, variants: Sequence[VariantInput], shared: Assignment,
+def _kept(variants: Sequence[VariantInput], shared: Assignment,
           own: Mapping[str, Assignment], cap: int, basis: SizeBasis,
           layout: Layout) -> dict[str, list[Bucket]] | None:
     """Each variant's buckets from the committed slices, or None when they cannot be kept:
-    the packer packs afresh, or the shared slices no longer agree. A package new to a
+    a variant has none, or the shared slices no longer agree. A package new to a
     variant joins its own slices (`own_groups`), so the shared ones stay identical."""
     stem, groups = own_groups(layout, len(variants))
     chosen: dict[str, list[Bucket]] = {}
     for variant in variants:
-        buckets = keep(packer, variant.sizes, merge_assignments(shared, own[variant.name]),
+        buckets = keep(variant.sizes, merge_assignments(shared, own[variant.name]),
                        cap=cap, basis=basis, layout=dataclasses.replace(layout, tail_groups=groups),
-                       lines=variant.lines, stem=stem)
+                       stem=stem)
         if buckets is None:
             return None
         chosen[variant.name] = buckets
@@ -158,10 +148,10 @@ def _kept(packer: Packer, variants: Sequence[VariantInput], shared: Assignment,
     return chosen
 
 
-def _images(packer: Packer, variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
+def _images(variants: Sequence[VariantInput], cap: int, basis: SizeBasis,
             changes: Mapping[str, int], layout: Layout) -> list[list[Bucket]]:
     """Each variant's buckets of a fresh packing: the shared ones, then its own."""
-    low, own = _fresh(packer, variants, cap, basis, changes, layout)
+    low, own = _fresh(variants, cap, basis, changes, layout)
     return [split_unhashed([*low, *own[v.name]], hashed_in(v.lines))[0] for v in variants]
 
 
@@ -176,25 +166,24 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
     `learn` gives (changes per package, lock versions read) when a fresh packing needs them
     (read lazily: re-planning never looks at history). Several images share their lowest
     `plan.shared` layers; one image is the case with nothing shared. With
-    `layout.max_slices` (from layers.max-image-layers), independent layers are fitted to it
+    `layout.max_slices` (from layers.max-image-layers), the layout is fitted to it
     (`fit_layout`) over every image; committed slices are kept while they keep it (a new
     package homed by the configured layout, else by the fitted one), and packed afresh when
     they do not."""
-    packer = packer_for(layout)
     for variant in variants:
         check_sizes(variant.sizes, cap, basis)
-    packer.check(layout)
+    check_layout(layout)
     weights = [weight(s, basis) for v in variants for s in v.sizes]
 
     def fitted(changes: Mapping[str, int]) -> Layout:
-        return packer.fit(lambda trial: _images(packer, variants, cap, basis, changes, trial),
+        return fit_layout(lambda trial: _images(variants, cap, basis, changes, trial),
                           layout, weights)
 
-    committed = _committed(packer, variants, shared, previous or {})
+    committed = _committed(variants, shared, previous or {})
 
     def keeps(homes: Layout) -> dict[str, list[Bucket]] | None:
         """The committed slices, a new package homed by `homes`; None over the slice budget."""
-        kept = _kept(packer, variants, *committed, cap, basis,
+        kept = _kept(variants, *committed, cap, basis,
                      dataclasses.replace(homes, max_slices=None)) if committed else None
         # counted as the image holds them: a bucket mixing hashed and unhashed lines is two
         over = kept is not None and layout.max_slices is not None \
@@ -218,11 +207,11 @@ def plan_images(variants: Sequence[VariantInput], *, cap: int, basis: SizeBasis,
         if learn is not None:
             changes, history = learn()
         used = fitted(changes)
-        low, own = _fresh(packer, variants, cap, basis, changes, used)
+        low, own = _fresh(variants, cap, basis, changes, used)
         width = len(low)
         chosen = {name: [*low, *buckets] for name, buckets in own.items()}
     return {v.name: assemble(chosen[v.name], v.sizes, kept=kept is not None, cap=cap, basis=basis,
                              sync_flags=v.sync_flags, local=v.local, provided=v.provided,
-                             changes=changes, history=history, lines=v.lines, shared=width,
+                             history=history, lines=v.lines, shared=width,
                              layout=used)
             for v in variants}

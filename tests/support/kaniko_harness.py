@@ -37,12 +37,11 @@ from typing import Any
 
 from gpurl_tasks.cluster.kaniko import (
     ROOT_ENV,
-    ToolPins,
     job_files,
     prebuilt_wheel_names,
     render_script,
 )
-from gpurl_tasks.config import Config, load_config
+from gpurl_tasks.config import Config, environment_variable, load_config
 from gpurl_tasks.dockerfile.wheels import ABI_KEY_PREFIX, abi_key, pins_from_args
 from tests.conftest import REPO_ROOT
 from tests.support.rangeserver import serve_files
@@ -131,7 +130,12 @@ class Rig:
     log: Path
     auth_seen: Path
     wheels: tuple[str, ...]
-    pins: ToolPins
+    pins: dict[str, str]  # the config keys that point the script at the stand-ins
+
+    @property
+    def pin_env(self) -> dict[str, str]:
+        """`pins` as the GPURL_* variables a user's shell would set."""
+        return {environment_variable(key): value for key, value in self.pins.items()}
 
     def run(self, env: dict[str, str], *, trace: bool = False) -> subprocess.CompletedProcess[str]:
         base = {"PATH": os.environ["PATH"], "HOME": str(self.tmp), ROOT_ENV: str(self.root),
@@ -184,9 +188,13 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
         "kaniko/.docker/config.json": (b"{}\n", 0o644),
     }, gz=False))
     with serve_files(served) as url:
+        pins = {"cluster.crane-url": f"{url}/crane.tgz",
+                "cluster.crane-sha256": crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
+                "cluster.kaniko-executor": "registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
+                "build.wheel-base-url": url + "/wheels"}
         config = load_config(project, profile=profile, variant=variant, env={},
                              overrides={"cluster.env-source": "chain", **(overrides or {}),
-                                        "build.wheel-base-url": url + "/wheels"})
+                                        **pins})
         names = prebuilt_wheel_names(config)
         (served / "wheels").mkdir()
         for i, name in enumerate(names if wheels is None else ()):
@@ -199,17 +207,13 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
         key = abi_key(pins_from_args({}, config.build, config.target))
         (served / "wheels" / "MANIFEST").write_text(
             f"{ABI_KEY_PREFIX}{key}\n" + "".join(f"{line}\n" for line in lines))
-        pins = ToolPins(crane_url=f"{url}/crane.tgz",
-                        crane_sha256=crane_sha256 or hashlib.sha256(crane_tgz).hexdigest(),
-                        executor_image="registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
-                        wheel_base_url=url + "/wheels")
         # the job's own files, as `invoke build` stages them in the bundle
         bundle = root / "app"
         for name, data in job_files(config).items():
             (bundle / name).parent.mkdir(parents=True, exist_ok=True)
             (bundle / name).write_bytes(data)
         script = tmp / "build.sh"
-        script.write_text(render_script(config, pins))
+        script.write_text(render_script(config))
         yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,
                   log=tmp / "standin.log", auth_seen=tmp / "auth-seen.json", wheels=names,
                   pins=pins)
