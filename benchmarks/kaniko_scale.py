@@ -170,6 +170,7 @@ def _bump(tree: Path, say: Callable[[str], None]) -> None:
 
 
 def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) -> dict[str, Any]:
+    from gpurl_tasks.cluster.kaniko import job_files, render_script
     from gpurl_tasks.config import load_config
     from gpurl_tasks.local.builder import serving_index
     from gpurl_tasks.local.from_source import run_job
@@ -180,10 +181,16 @@ def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) 
     gitsha = uuid.uuid4().hex[:7]
     say(f"==> {label}")
     start = time.monotonic()
+    # what `invoke build` stages beside the tree's files, and the script it submits
+    for name, data in job_files(config).items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(data)
+    script = tree.parent / "build.sh"
+    script.write_text(render_script(config))
     with serving_index(config.build.index_url, index_dir(Path(os.environ["GPURL_CACHE_DIR"]))):
-        code, output = run_job(tree, "docker/build_heavy_kaniko.sh",
+        code, output = run_job(tree, "/job/build.sh",
                                {"GITSHA": gitsha, "DOCKER_TOKEN": "unused-on-a-plain-registry"},
-                               image=JOB_IMAGE, timeout=5400)
+                               image=JOB_IMAGE, mounts={script: "/job/build.sh"}, timeout=5400)
     seconds = round(time.monotonic() - start, 1)
     (OUT / f"kaniko-{label}.log").write_text(output)
     if code != 0:

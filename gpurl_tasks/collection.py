@@ -69,15 +69,14 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
              json: bool = False) -> Outcome | None:
     """Render every generated file from the committed config and plan.
 
-    Each variant's Dockerfile, slice files and (cluster profiles) kaniko script,
-    .dockerignore's rules, and (in gpurl's own repository) docs/config.md, the config
-    reference; everything is checked first, and a failure writes nothing."""
-    from gpurl_tasks.cluster.kaniko import script_files
-    from gpurl_tasks.configdoc import reference_files
+    Each variant's Dockerfile, slice files and package-set checker, .dockerignore's rules,
+    and (in gpurl's own repository) docs/config.md, the config reference; everything is
+    checked first, and a failure writes nothing. What a cluster job runs (its script, slice
+    index, attestation skeleton and gpurl's own code) is rendered when `invoke build` submits
+    it, never committed."""
     from gpurl_tasks.dockerfile.generate import generate_profiles
     return generate_profiles(cli.project_root(), cli.text_flag("--profile", profile), check=check,
-                             repack=repack,
-                             extra=lambda c, p: {**script_files(c, p), **reference_files(c)})
+                             repack=repack)
 
 
 @task(help={

@@ -88,12 +88,14 @@ def test_imports_point_one_way(module: str) -> None:
 # (the layer tool's composition in the job runs uv and crane: writer.job, writer.crane)
 STANDALONE = {"writer.probe", "writer.tool", "writer.crane", "writer.job", "dockerfile.envcheck",
               "attest.tool", "gpu.check"}
-# What docker/gpurl-attest.py and docker/gpurl-layer.py carry to the cluster job, which has no
-# gpurl installed: each tool's package, whole; the GPU check runs in the image on the node,
-# its package, the error type its modules raise and the atomic writer of its result.
+# What the job's zipapp (cluster/jobapp.py) carries to the cluster job, which has no gpurl
+# installed: each tool's package, whole (the attestation writer with the writer's OCI
+# spellings), and the zipapp's `__main__`; the GPU check runs in the image on the node, its
+# package, the error type its modules raise and the atomic writer of its result.
 SHIPPED = {"attest": {"attest.sbom", "attest.provenance", "attest.documents", "attest.tool",
                       "writer.ocispec"},
            "writer": {m for m in MODULES if m.startswith("writer.")},
+           "cluster": {"cluster.jobmain"},
            "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors", "files"}}
 
 

@@ -20,6 +20,7 @@ from packaging.version import Version
 from gpurl_tasks.cli import say
 from gpurl_tasks.cluster import jobs
 from gpurl_tasks.cluster.bundle import measure_bundle
+from gpurl_tasks.cluster.kaniko import JOB_APP, job_app, render_script
 from gpurl_tasks.cluster.submit import BuildEnv, BuildRequest
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import GpurlError
@@ -37,6 +38,11 @@ RECORDED_NAME = "gpurl-kaniko-0123abc"
 RECORDED_USER = (IRIS_DATA / "job-run-no-wait.stdout").read_text().split("/")[1]
 STANDIN_IRIS = f"""#!/usr/bin/env bash
 printf '%s\\n' "$@" > "$IRIS_CALLED"
+# the workspace iris would bundle (its cwd), and whether git finds a repository there
+find . -type f | sort > "$IRIS_CALLED.files"
+git rev-parse --show-toplevel > "$IRIS_CALLED.git" 2>&1 || echo none >> "$IRIS_CALLED.git"
+sha256sum .gpurl/job.pyz > "$IRIS_CALLED.sha256" 2>&1
+pwd > "$IRIS_CALLED.pwd"
 name=$(for a in "$@"; do [ "$prev" = --job-name ] && echo "$a"; prev="$a"; done)
 sed "s/{RECORDED_NAME}/$name/g" "{IRIS_DATA}/job-run-no-wait.stderr" >&2
 sed "s/{RECORDED_NAME}/$name/g" "{IRIS_DATA}/job-run-no-wait.stdout"
@@ -110,6 +116,27 @@ def test_submits_and_prints_the_watch_command(repo: Path, env: dict[str, str],
     sha = short_sha(repo)
     assert f"next: invoke watch /{RECORDED_USER}/gpurl-kaniko-{sha} --interval 60" in out.out
     assert CANARY not in out.out + out.err
+
+
+def test_iris_runs_in_a_staged_workspace_of_the_bundle_and_the_jobs_files(
+        repo: Path, env: dict[str, str]) -> None:
+    """iris bundles the directory it runs in: `invoke build` runs it in a temp dir outside any
+    git repository holding the repository's bundle files and the job's own (the zipapp whose
+    sha256 the script checks, the slice index, the attestation skeleton), never written into
+    the repository, and gone once iris has returned."""
+    _build(repo, env)
+    called = Path(env["IRIS_CALLED"])
+    staged = {line.removeprefix("./") for line in Path(f"{called}.files").read_text().split()}
+    job = {".gpurl/job.pyz", ".gpurl/slices", ".gpurl/attest.json"}
+    assert staged == set(ls_bundle_files(repo)) | job
+    assert Path(f"{called}.git").read_text().endswith("none\n")  # iris bundles the files as-is
+    argv = called.read_text().splitlines()
+    script = base64.b64decode(argv[argv.index("BUILD_B64") + 1]).decode()
+    (sha, _) = Path(f"{called}.sha256").read_text().split()
+    assert f'echo "{sha}  $JOB_APP" | sha256sum -c' in script
+    assert not any((repo / name).exists() for name in job)
+    assert git(repo, "status", "--porcelain") == ""
+    assert not Path(Path(f"{called}.pwd").read_text().strip()).exists()
 
 
 def test_dry_run_prints_redacted_command_and_runs_nothing(
@@ -270,11 +297,13 @@ def test_bundle_over_25_mib(repo: Path, env: dict[str, str],
     assert "over iris's hard cap of 25 MiB" in msg
 
 
-def test_stale_kaniko_script(repo: Path, env: dict[str, str],
+def test_a_stale_generated_file_is_refused(repo: Path, env: dict[str, str],
         capsys: pytest.CaptureFixture[str]) -> None:
-    script = repo / "docker" / "build_gpu_rl_kaniko.sh"
-    script.write_text(script.read_text() + "# edited\n")
-    assert "docker/build_gpu_rl_kaniko.sh missing or stale" in _refused(repo, env, capsys)
+    """The build checks the one list of generated files `generate` writes: the package-set
+    checker the Dockerfile COPYs is one."""
+    checker = repo / "docker" / "gpurl-envcheck.py"
+    checker.write_text(checker.read_text() + "# edited\n")
+    assert "docker/gpurl-envcheck.py missing or stale" in _refused(repo, env, capsys)
 
 
 def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
@@ -327,7 +356,8 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
 
 def test_the_gb200_dry_run_runs_on_its_own_cluster_with_its_aarch64_script() -> None:
     """`invoke build -p multiarch --variant gb200 --dry-run` (and --json): the iris job goes
-    to the variant's cluster, and the script it ships is the committed aarch64 one."""
+    to the variant's cluster, the script it ships is the variant's aarch64 one, and the run
+    names the zipapp it stages by sha256 and size (the script checks that sha256)."""
     argv = [sys.executable, "-m", "invoke", "build", "-p", "multiarch", "--variant", "gb200",
             "--dry-run"]
     shown = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
@@ -339,8 +369,12 @@ def test_the_gb200_dry_run_runs_on_its_own_cluster_with_its_aarch64_script() -> 
     (command,) = json.loads(done.stdout)["commands"]
     assert command[:4] == ["iris", "--cluster=cw-us-east-08a", "job", "run"]
     script = base64.b64decode(command[command.index("BUILD_B64") + 1]).decode()
-    assert script == (REPO_ROOT / "docker" / "build_multiarch_kaniko-gb200.sh").read_text()
+    assert script == render_script(load_config(REPO_ROOT, profile="multiarch", variant="gb200",
+                                               env={}))
     assert "TARGET_PLATFORM=linux/arm64\n" in script
+    app = job_app()
+    assert f"{JOB_APP}: {app.size} bytes, sha256 {app.sha256})" in shown.stderr
+    assert f'echo "{app.sha256}  $JOB_APP" | sha256sum -c' in script
 
 
 def test_local_only_flags_are_refused_for_the_cluster_backend() -> None:

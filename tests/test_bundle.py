@@ -85,3 +85,38 @@ def test_git_queries(repo: Path, tmp_path: Path) -> None:
     (repo / "pkg" / "mod.py").write_text("x = 2\n")
     assert dirty_tracked_files(repo) == ["pkg/mod.py"]
     assert short_sha(tmp_path) is None
+
+
+def test_the_staged_workspace_is_the_bundle_and_the_jobs_files_even_inside_a_repository(
+        repo: Path) -> None:
+    """Staged where git would find the repository above it (a TMPDIR inside a checkout), git
+    in the iris call's environment finds none, so iris bundles the staged files as they are
+    (its walk when git lists nothing), and its measure is the bundle's plus the job's files."""
+    import subprocess
+
+    from gpurl_tasks.cluster.bundle import stage_workspace, staged_env, with_job_files
+
+    files = bundle_files(repo, ls_bundle_files)
+    job = {".gpurl/job.pyz": b"PK" * 500, ".gpurl/slices": b"00-torch torch x\n"}
+    alone = measure_bundle(repo, ls_bundle_files)
+    measured = with_job_files(alone, job)
+    dest = repo / "tmp" / "workspace"
+    dest.mkdir(parents=True)
+    stage_workspace(repo, files, job, dest)
+    staged = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert staged == sorted([*files, *job])
+    assert (dest / "pkg" / "mod.py").read_bytes() == (repo / "pkg" / "mod.py").read_bytes()
+    env = staged_env({**os.environ, "GIT_DIR": str(repo / ".git")}, dest)
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=dest, env=env, capture_output=True, text=True, check=False)
+    assert listed.returncode != 0 and "not a git repository" in listed.stderr
+    assert set(measured.files) == set(staged) and measured.zip_bytes > alone.zip_bytes
+
+
+def test_a_repository_file_where_the_jobs_files_go_is_refused(repo: Path, tmp_path: Path) -> None:
+    from gpurl_tasks.cluster.bundle import stage_workspace
+
+    with pytest.raises(BuildError, match=r"the repository has \.gpurl/notes\.txt, where invoke "
+                                         r"build stages the job's own files") as info:
+        stage_workspace(repo, (".gpurl/notes.txt",), {".gpurl/job.pyz": b""}, tmp_path / "ws2")
+    assert "rename or gitignore it" in (info.value.hint or "")

@@ -14,14 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpurl_tasks.cluster.kaniko import job_app
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.image import PulledImage, parse_config, parse_manifest
 from gpurl_tasks.release.verify import layer_instructions
 from gpurl_tasks.writer.blob import Blob, LayerError
 from gpurl_tasks.writer.composition import Record, compose, composed_tag, record_of_image
 from gpurl_tasks.writer.records import slice_image, slice_key, slice_of
-
-ROOT = Path(__file__).resolve().parent.parent
 
 MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
@@ -137,7 +136,7 @@ def test_a_cached_slice_reads_back_as_written() -> None:
 
 
 def test_the_layer_tool_composes_what_the_local_path_composes(tmp_path: Path) -> None:
-    """docker/gpurl-layer.py (the cluster job's copy) run on the same documents writes the
+    """The job's zipapp (what the cluster job runs) on the same documents writes the
     same manifest and config as the package's `compose`, as an OCI layout crane pushes."""
     base_manifest, base_config = _base()
     slices = [_written("torch"), _written("lxml")]
@@ -151,8 +150,10 @@ def test_the_layer_tool_composes_what_the_local_path_composes(tmp_path: Path) ->
         (tmp_path / f"{s.name}.m").write_bytes(manifest)
         (tmp_path / f"{s.name}.c").write_bytes(config)
         args += ["--record", s.name, str(tmp_path / f"{s.name}.m"), str(tmp_path / f"{s.name}.c")]
+    tool = tmp_path / "job.pyz"
+    tool.write_bytes(job_app().data)
     done = subprocess.run(
-        [sys.executable, "-S", str(ROOT / "docker" / "gpurl-layer.py"), "compose",
+        [sys.executable, "-S", str(tool), "compose",
          str(tmp_path / "env"), "--base-manifest", str(tmp_path / "base.manifest"),
          "--base-config", str(tmp_path / "base.config"), *args],
         capture_output=True, text=True, check=True)
@@ -165,7 +166,7 @@ def test_the_layer_tool_composes_what_the_local_path_composes(tmp_path: Path) ->
         d.removeprefix("sha256:") for d in (expected.digest, expected.config_digest))
     assert (blobs / expected.digest.removeprefix("sha256:")).read_bytes() == expected.manifest
     bad = subprocess.run(
-        [sys.executable, "-S", str(ROOT / "docker" / "gpurl-layer.py"), "compose",
+        [sys.executable, "-S", str(tool), "compose",
          str(tmp_path / "none"), "--base-manifest", str(tmp_path / "base.manifest"),
          "--base-config", str(tmp_path / "base.config")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr == "gpurl-layer: no slice layers to compose\n"

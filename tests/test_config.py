@@ -117,8 +117,6 @@ def test_the_repository_config_loads_for_every_profile(profile: str, variant: st
     assert config.workspace == (REPO_ROOT / table["workspace"]).resolve()
     assert config.lock.is_file(), config.lock
     assert config.build.dockerfile.is_file(), config.build.dockerfile
-    if config.backend == "iris":
-        assert config.build.kaniko_script.is_file(), config.build.kaniko_script
 
     expected: dict[str, Any] = {}
     for source in (tool, table):

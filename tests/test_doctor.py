@@ -293,10 +293,10 @@ def repo(tmp_path: Path) -> Path:
 def test_generated_files_current_then_stale(repo: Path) -> None:
     config = load_config(repo, profile="gpu-rl", env={})
     assert doctor.generated_files(config).status == "ok"
-    script = repo / "docker" / "build_gpu_rl_kaniko.sh"
-    script.write_text(script.read_text() + "# edited\n")
+    checker = repo / "docker" / "gpurl-envcheck.py"  # one of the one list generate writes
+    checker.write_text(checker.read_text() + "# edited\n")
     stale = doctor.generated_files(config)
-    assert stale.failed and "docker/build_gpu_rl_kaniko.sh missing or stale" in stale.detail
+    assert stale.failed and "docker/gpurl-envcheck.py missing or stale" in stale.detail
     assert "invoke generate" in stale.detail + str(stale.fix)
 
 
@@ -361,9 +361,9 @@ def test_doctor_on_a_healthy_and_a_broken_setup(
         other = tmp_path / "other-kubeconfig"
         other.write_text(OTHER_KUBECONFIG)
         (tmp_path / "files" / "crane.tar.gz").unlink()
-        script = repo / "docker" / "build_gpu_rl_kaniko.sh"
-        script.write_text(script.read_text() + "# edited\n")
-        git(repo, "commit", "-qam", "edit the script")  # committed: the tag stays a clean sha
+        checker = repo / "docker" / "gpurl-envcheck.py"
+        checker.write_text(checker.read_text() + "# edited\n")
+        git(repo, "commit", "-qam", "edit a generated file")  # committed: the tag stays clean
         sha = git(repo, "rev-parse", "--short", "HEAD").strip()
         push_image(open_registry.url, "org/img", [random_layer(300, "RUN x", seed=3)],
                    tag=f"gpu-rl-{sha}")

@@ -331,6 +331,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 ])
 def test_demo_as_a_cluster_profile_fetches_its_own_wheel_and_a_bad_pin_writes_nothing(
         tmp_path: Path, globs: str, key: str) -> None:
+    from gpurl_tasks.cluster.kaniko import render_script
     from gpurl_tasks.config import load_committed_config
 
     root = repo_copy(tmp_path / "repo")
@@ -341,8 +342,8 @@ def test_demo_as_a_cluster_profile_fetches_its_own_wheel_and_a_bad_pin_writes_no
     built = [build_source_wheel(root / spec[2:], demo.target.python, tmp_path / str(i)).name
              for i, spec in enumerate(demo.build.wheel_specs)]  # what its wheel-builder makes
     for variant in demo.variants:
-        script = demo.for_variant(variant).build.kaniko_script
-        assert f"PREBUILT_WHEELS=({' '.join(built)})\n" in script.read_text(), variant.name
+        script = render_script(demo.for_variant(variant))
+        assert f"PREBUILT_WHEELS=({' '.join(built)})\n" in script, variant.name
     (committed,) = [line for line in (root / "pyproject.toml").read_text().splitlines()
                     if line.startswith("wheel-globs = ") and "gpurl_demo_ext" in line]
     _edit(root / "pyproject.toml", [(committed + "\n", f"wheel-globs = {globs}\n")])

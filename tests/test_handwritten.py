@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpurl_tasks.cluster import doctor
-from gpurl_tasks.cluster.kaniko import render_script, script_files
+from gpurl_tasks.cluster.kaniko import SKELETON, job_files, render_script
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import generate_profiles
 from gpurl_tasks.dockerfile.handwritten import base_image, image_inputs
@@ -108,35 +108,33 @@ def test_planning_or_sizing_a_hand_written_profile_is_one_clear_refusal(repo: Pa
                                         "plans no layers for it")
 
 
-# --- generate: the Dockerfile is read, never written; its script is ------------------------
+# --- generate: the Dockerfile is read, never written; the job's files are rendered at submit -
 
 
-def test_generate_writes_the_scripts_and_never_the_hand_written_dockerfiles(repo: Path) -> None:
+def test_generate_writes_nothing_for_the_hand_written_dockerfiles(repo: Path) -> None:
     before = {p: p.read_bytes() for p in (repo / "docker").iterdir()}
-    summary = generate_profiles(repo, None, check=False, extra=script_files)
+    summary = generate_profiles(repo, None, check=False)
     assert {p: p.read_bytes() for p in before} == before  # not a byte of either Dockerfile
-    written = {p.relative_to(repo).as_posix() for r in summary.results for p in r.others}
-    assert written == {"docker/build_sft_kaniko.sh", "docker/build_sft_kaniko.attest.json",
-                       "docker/build_sandbox_kaniko.sh", "docker/build_sandbox_kaniko.attest.json",
-                       "docker/gpurl-attest.py"}
-    assert all(r.hand_written and r.steps == 0 and not r.slices for r in summary.results)
+    assert sorted((repo / "docker").iterdir()) == sorted(before)  # and no file of its own
+    assert all(r.hand_written and r.steps == 0 and not r.slices and not r.others
+               for r in summary.results)
     assert "docker/Dockerfile.sft: hand-written (build.generate = false), not generated" \
         in summary.human()
     assert not (repo / "docker" / "layers").exists()  # nothing planned, no slice file
-    _commit(repo, "generated")
-    generate_profiles(repo, None, check=True, extra=script_files)  # current: no error
+    generate_profiles(repo, None, check=True)  # current: no error
     # the provenance names the Dockerfile's own base, as the build args make it
-    skeleton = json.loads((repo / "docker/build_sft_kaniko.attest.json").read_text())
+    skeleton = json.loads(job_files(_config(repo, "sft"))[SKELETON])
     assert skeleton["base_image"] == "debian:bookworm-slim" and skeleton["python"] == []
 
 
 def test_a_missing_hand_written_dockerfile_is_one_error_and_nothing_is_written(repo: Path) -> None:
     (repo / "docker" / "Dockerfile.sandbox").unlink()
+    before = sorted(repo.rglob("*"))
     with pytest.raises(ConfigError) as caught:
-        generate_profiles(repo, None, check=False, extra=script_files)
+        generate_profiles(repo, None, check=False)
     assert "docker/Dockerfile.sandbox does not exist" in caught.value.message
     assert "build.generate = false" in caught.value.message
-    assert not (repo / "docker" / "build_sft_kaniko.sh").exists()  # the other profile's neither
+    assert sorted(repo.rglob("*")) == before  # the other profile's files neither
 
 
 # --- the kaniko script ----------------------------------------------------------------------

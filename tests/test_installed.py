@@ -111,6 +111,24 @@ def test_plan_and_generate_work_on_the_project_and_write_only_its_files(venv: Pa
 
 
 @pytest.mark.integration
+def test_the_installed_gpurl_submits_its_own_modules_by_the_same_sha256(
+        venv: Path, project: Path, tmp_path: Path) -> None:
+    """`gpurl build --dry-run` from the wheel, outside any checkout: the job's zipapp is built
+    from the installed package's module files, and its sha256 (which the script checks) is the
+    one this checkout's files give: the same package, the same bytes, wherever it is installed."""
+    from gpurl_tasks.cluster.kaniko import JOB_APP, job_app
+
+    env = {**user_env(venv), "KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)}
+    assert _run(["gpurl", "generate"], cwd=project, env=env).returncode == 0
+    shown = _run(["gpurl", "build", "--dry-run", "--json"], cwd=project, env=env)
+    assert shown.returncode == 0, shown.stderr
+    app = job_app()
+    assert f"{JOB_APP}: {app.size} bytes, sha256 {app.sha256})" in shown.stderr, shown.stderr
+    (command,) = json.loads(shown.stdout)["commands"]
+    assert command[:3] == ["iris", "--cluster=cw-us-east-02a", "job"]
+
+
+@pytest.mark.integration
 def test_the_project_is_found_from_below_and_named_from_elsewhere(venv: Path, project: Path,
                                                                    tmp_path: Path) -> None:
     """From a subdirectory the nearest [tool.gpurl] above is the project; `--project DIR`

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gpurl_tasks.cluster import jobs
+from gpurl_tasks.cluster.kaniko import render_script
 from gpurl_tasks.cluster.submit import JOB_COMMAND, BuildRequest, prepare_build
 from gpurl_tasks.config import load_config
 from tests.conftest import REPO_ROOT
@@ -105,9 +106,9 @@ def test_the_megatron_variant_argv_names_its_dockerfile_and_tags(tmp_path: Path)
                              jobs.real_world(env))
     params = parse_job_run(prepared.argv("iris", reveal=True)[1:])
     env_vars = dict(params["env_vars"])
-    # the variant ships its own committed script: its Dockerfile and tags are the defaults there
+    # the variant ships its own script: its Dockerfile and tags are the defaults there
     script = base64.b64decode(env_vars["BUILD_B64"]).decode()
-    assert script == (REPO_ROOT / "docker" / "build_gpu_rl_kaniko-megatron.sh").read_text()
+    assert script == render_script(load_config(REPO_ROOT, env={}, variant="megatron"))
     assert "DEFAULT_DOCKERFILE=docker/Dockerfile.gpu-rl-megatron" in script
     assert 'TAG_PREFIX="${TAG_PREFIX:-gpu-rl-megatron}"' in script
     assert "INSTALL_MEGATRON" not in env_vars
@@ -118,7 +119,7 @@ def test_the_megatron_variant_argv_names_its_dockerfile_and_tags(tmp_path: Path)
 def test_the_gb200_variant_argv_runs_on_its_cluster_with_its_aarch64_script(
         tmp_path: Path) -> None:
     """The multiarch profile's aarch64 variant: the real parser reads its own cluster and the
-    committed gb200 script (linux/arm64 throughout). The pinned `job run` has no platform,
+    gb200 script (linux/arm64 throughout). The pinned `job run` has no platform,
     arch, constraint or node-selector option, so nothing else asks for an arm64 node: the
     cluster name does, and the script's `uname -m` check refuses any other node."""
     kube = tmp_path / "kubeconfig"
@@ -130,7 +131,7 @@ def test_the_gb200_variant_argv_runs_on_its_cluster_with_its_aarch64_script(
     assert params["top"]["cluster_name"] == "cw-us-east-08a" == config.cluster.name
     assert params["job_name"] == f"gpurl-kaniko-gb200-{prepared.gitsha}"
     script = base64.b64decode(dict(params["env_vars"])["BUILD_B64"]).decode()
-    assert script == (REPO_ROOT / "docker" / "build_multiarch_kaniko-gb200.sh").read_text()
+    assert script == render_script(config)
     assert "TARGET_ARCH=aarch64\nTARGET_PLATFORM=linux/arm64\nCLUSTER_NAME=cw-us-east-08a\n" \
         in script
     options = {opt for p in jobs_run_params() for opt in p}

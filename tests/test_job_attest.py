@@ -1,5 +1,5 @@
-"""The cluster job's attachment of the SBOM and provenance, outside kaniko: the generated
-docker/gpurl-attest.py run as the job runs it (`python3 -I`, no gpurl importable) on a pushed
+"""The cluster job's attachment of the SBOM and provenance, outside kaniko:
+The job zipapp's `attest` run as the job runs it (`python3 -I`, no gpurl importable) on a pushed
 image, its layouts pushed with real crane, read back by verify-layers' reader, on both kinds of
 registry: Debian's distribution 2.8 (no referrers API: crane lists each artifact under the
 `sha256-<hex>` tag by its config's media type, the tool's index lists them by artifactType) and
@@ -23,7 +23,7 @@ import pytest
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest.collect import listed
-from gpurl_tasks.cluster.kaniko import attest_tool_text, skeleton_text
+from gpurl_tasks.cluster.kaniko import job_app, skeleton_text
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.imageref import parse_reference
@@ -106,10 +106,10 @@ def _job_attach(tmp: Path, crane: Path, config: Config, ref: str) -> tuple[str, 
         timeout=60).stdout)
     (tmp / "status").write_text(STATUS)
     (tmp / "skeleton.json").write_text(skeleton_text(config))
-    tool = tmp / "gpurl-attest.py"
-    tool.write_text(attest_tool_text())
+    tool = tmp / "job.pyz"
+    tool.write_bytes(job_app().data)
     made = subprocess.run(
-        ["python3", "-I", "-B", str(tool), "documents", "--skeleton", str(tmp / "skeleton.json"),
+        ["python3", "-I", "-B", str(tool), "attest", "documents", "--skeleton", str(tmp / "skeleton.json"),
          "--out", str(tmp / "attest"), "--image", image, "--tag", tag, "--digest", digest,
          "--image-manifest", str(tmp / "image.manifest"), "--image-config",
          str(tmp / "image.config"), "--dpkg-status", str(tmp / "status"), "--base-image",
@@ -125,7 +125,7 @@ def _job_attach(tmp: Path, crane: Path, config: Config, ref: str) -> tuple[str, 
     listed_tag = subprocess.run([str(crane), "manifest", fallback], **run)
     if listed_tag.returncode == 0:
         (tmp / "fallback.index").write_text(listed_tag.stdout)
-        fixed = subprocess.run(["python3", "-I", "-B", str(tool), "fallback", "--existing",
+        fixed = subprocess.run(["python3", "-I", "-B", str(tool), "attest", "fallback", "--existing",
                                 str(tmp / "fallback.index"), "--attached", str(tmp / "attest"),
                                 "--out", str(tmp / "fallback")], **run)
         assert fixed.returncode == 0 and fixed.stdout == "", fixed.stderr  # no others listed

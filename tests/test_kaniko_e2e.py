@@ -47,7 +47,8 @@ import pytest
 
 from gpurl_tasks.attest.collect import listed
 from gpurl_tasks.attest.sbom import python_components, requirement_name
-from gpurl_tasks.cluster.bundle import bundle_files
+from gpurl_tasks.cluster.bundle import bundle_files, stage_workspace
+from gpurl_tasks.cluster.kaniko import job_files, render_script
 from gpurl_tasks.config import load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import layer_count
@@ -72,6 +73,7 @@ from tests.support.tasks_runner import one_variant
 from tests.support.tls import LocalCA, make_ca
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.kaniko, pytest.mark.slow]
+SCRIPT = "/job/build.sh"  # where the job's script is mounted: iris hands it over in BUILD_B64
 
 SOURCES = load_config(REPO_ROOT, profile="demo", env={}).cluster.source_archives
 PLAIN = "127.0.0.1:5005"  # setup-local's registry (the demo's): executor and base image
@@ -180,15 +182,17 @@ class Built:
     bundle: Path  # the job's /app, as the build left it
 
 
-def _bundle(tree: Path, dest: Path) -> dict[str, str]:
-    """The files iris uploads from `tree`, written into `dest` as its init container unpacks
-    them into the job's workdir volume; {path: sha256}."""
-    files = {}
-    for name in bundle_files(tree, ls_bundle_files):
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(tree / name, dest / name)
-        files[name] = hashlib.sha256((dest / name).read_bytes()).hexdigest()
-    return files
+def _bundle(tree: Path, dest: Path, profile: str = "demo") -> tuple[dict[str, str], dict[Path, str]]:
+    """The workspace `invoke build` stages from `tree` (the files iris uploads and the job's
+    own: its zipapp, slice index and skeleton), written into `dest` as iris's init container
+    unpacks it into the job's workdir volume, and the script it submits, rendered beside it:
+    ({path: sha256}, the script's mount at SCRIPT)."""
+    config = load_config(tree, profile=profile, env={})
+    dest.mkdir(parents=True)
+    stage_workspace(tree, bundle_files(tree, ls_bundle_files), job_files(config), dest)
+    script = dest.parent / f"{dest.name}.sh"
+    script.write_text(render_script(config))
+    return _contents(dest), {script: SCRIPT}
 
 
 def _contents(root: Path) -> dict[str, str]:
@@ -210,10 +214,10 @@ def _run(tree: Path, parts: Parts, gitsha: str, *, image: str = JOB_IMAGE,
     config = load_config(tree, profile="demo", env={})
     bundle = tree.parent / f"bundle-{gitsha}"
     shutil.rmtree(bundle, ignore_errors=True)
-    files = _bundle(tree, bundle)
+    files, script = _bundle(tree, bundle)
     with serving_index(config.build.index_url, index_dir(CACHE)):
-        code, output = run_job(bundle, "docker/build_demo_kaniko.sh", _job_env(gitsha, cert_file),
-                               image=image, mounts={parts.ca_dir: "/ca"} if cert_file else {},
+        code, output = run_job(bundle, SCRIPT, _job_env(gitsha, cert_file), image=image,
+                               mounts={**script, **({parts.ca_dir: "/ca"} if cert_file else {})},
                                timeout=1800, name=name)
     return code, output, files, bundle
 
@@ -289,7 +293,7 @@ def full_commit(gitsha: str) -> str:
 def test_the_job_attaches_the_sbom_and_provenance_that_verify_layers_requires(
         parts: Parts, cluster: tuple[str, Path, Built]) -> None:
     """After its push the job writes both documents with gpurl's attest modules (the bundle's
-    docker/gpurl-attest.py) and attaches them to the pushed digest: verify-layers, with them
+    zipapp's `attest`) and attaches them to the pushed digest: verify-layers, with them
     required, finds both under the referrers tag (the registry has no referrers API); the
     SBOM's Python packages are exactly the lock's closure plus the declared installs, its apt
     packages dpkg's in the image; the provenance names the tag's commit and the executor by
@@ -773,13 +777,13 @@ def test_a_hand_written_dockerfile_builds_as_iris_runs_it_and_is_pinned(
                             capture_output=True, text=True).stdout.strip()
     gitsha = commit[:7]
     bundle = tmp_path / "bundle"
-    _bundle(tree, bundle)
-    code, output = run_job(bundle, "docker/build_sft_kaniko.sh", {
+    _, script = _bundle(tree, bundle, "sft")
+    code, output = run_job(bundle, SCRIPT, {
         "GITSHA": gitsha, "DOCKER_TOKEN": CANARY, "DOCKER_USER_ID": USER, "GIT_COMMIT": commit,
         "JOB_NAME": f"gpurl-kaniko-{gitsha}", "SSL_CERT_FILE": "/ca/bundle.pem"},
-        image=JOB_IMAGE, mounts={parts.ca_dir: "/ca"}, timeout=900)
+        image=JOB_IMAGE, mounts={**script, parts.ca_dir: "/ca"}, timeout=900)
     assert code == 0, output[-6000:]
-    assert "--skip-unused-stages" in (bundle / "docker" / "build_sft_kaniko.sh").read_text()
+    assert "--skip-unused-stages" in next(iter(script)).read_text()
     secret_forms = (CANARY, base64.b64encode(f"{USER}:{CANARY}".encode()).decode())
     assert not [form for form in secret_forms if form in output]
     (pushed,) = [line for line in output.splitlines() if line.startswith("pushed ")]

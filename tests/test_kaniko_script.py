@@ -1,4 +1,4 @@
-"""The generated kaniko script, run for real under bash.
+"""The rendered kaniko script, run for real under bash.
 
 Stand-ins (kaniko and crane cannot run here): `crane` comes from a checksum-pinned
 tarball served on 127.0.0.1 and its `export` lays down a stand-in `/kaniko/executor`
@@ -22,6 +22,7 @@ from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest.collect import listed
 from gpurl_tasks.attest.sbom import python_components, requirement_name
+from gpurl_tasks.cluster.kaniko import JOB_APP, job_app
 from gpurl_tasks.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.support.kaniko_harness import AS_CLUSTER, STANDIN_DIGEST, Rig, rig
@@ -243,6 +244,18 @@ def test_checksum_mismatch_stops_before_the_executor(r: Rig) -> None:
     proc = r.run(_env())
     assert proc.returncode != 0
     assert f"checksum mismatch for {r.wheels[0]}" in proc.stderr
+    assert r.calls("executor") == []
+
+
+def test_a_zipapp_other_than_the_one_submitted_stops_before_the_executor(r: Rig) -> None:
+    """The bundle's gpurl (the zipapp invoke build staged) runs only with the sha256 the
+    script was rendered with: an edited one is refused before any build."""
+    app = r.root / "app" / JOB_APP
+    app.write_bytes(app.read_bytes() + b"\n")
+    proc = r.run(_env())
+    assert proc.returncode != 0
+    assert f"{JOB_APP} is not the zipapp invoke build staged (expected sha256 " \
+           f"{job_app().sha256})" in proc.stderr
     assert r.calls("executor") == []
 
 

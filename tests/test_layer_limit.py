@@ -13,7 +13,6 @@ from dockerfile_parse import DockerfileParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpurl_tasks.cluster.kaniko import script_files
 from gpurl_tasks.config import Config, Layout, load_config
 from gpurl_tasks.dockerfile.generate import generate_profiles, layer_count
 from gpurl_tasks.dockerfile.layers import Builder, composes, count_layers
@@ -186,7 +185,7 @@ def test_generate_refuses_an_image_over_the_ceiling_and_writes_nothing(tmp_path:
     (root / "docker" / "Dockerfile.skyrl").unlink()  # standard's: would be written first
     before = _snapshot(root)
     with pytest.raises(TooManyLayers) as err:
-        generate_profiles(root, "skyrl", check=False, extra=script_files)
+        generate_profiles(root, "skyrl", check=False)
     assert "profile 'skyrl' variant 'standard' would have" in err.value.message
     assert "(base 105 + " in err.value.message
     assert "layer budget 100" in err.value.message and str(HARD_LIMIT) in err.value.message
@@ -213,7 +212,7 @@ def test_generate_fits_an_over_budget_profile_afresh(tmp_path: Path, profile: st
         table = f"[tool.gpurl.profiles.{profile}.build]\n"
         text = text.replace(table, table + f"base-image-layers = {base}\n")
     pyproject.write_text(text)
-    summary = generate_profiles(root, profile, check=False, extra=script_files)
+    summary = generate_profiles(root, profile, check=False)
     config = load_config(root, profile=profile, variant=variant or None, env={})
     count = layer_count(config, plan_for_config(config))
     assert count.base == base and count.total <= config.layers.max_image_layers

@@ -156,17 +156,22 @@ def test_the_module_runs_as_a_script_and_prints_its_blob(tmp_path: Path) -> None
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not bad.stdout
 
 
-def test_the_generated_tool_runs_alone_and_records_a_slice_as_the_local_path_does(
+def test_the_job_app_runs_alone_and_records_a_slice_as_the_local_path_does(
         tmp_path: Path) -> None:
-    """docker/gpurl-layer.py is what the cluster job runs with env-base's python3, from the
-    bundle, with no gpurl on its path: it must be this module's own text, run with the stdlib
-    alone, and record a slice as the same one-layer image the local path pushes."""
-    from gpurl_tasks.cluster.kaniko import LAYER_TOOL, layer_tool_text
+    """The zipapp is what the cluster job runs with env-base's python3, from the bundle, with
+    no gpurl on its path: its writer modules are this package's own files, it runs with the
+    stdlib alone, and it records a slice as the same one-layer image the local path pushes."""
+    import zipfile
+
+    from gpurl_tasks.cluster.kaniko import job_app
+    from gpurl_tasks.writer import tool as writer_tool
     from gpurl_tasks.writer.blob import Blob
     from gpurl_tasks.writer.records import slice_image
 
-    tool = ROOT / LAYER_TOOL
-    assert tool.read_text() == layer_tool_text()
+    tool = tmp_path / "job.pyz"
+    tool.write_bytes(job_app().data)
+    with zipfile.ZipFile(tool) as app:
+        assert app.read("gpurl_tasks/writer/tool.py") == Path(writer_tool.__file__).read_bytes()
     (tmp_path / "tree" / "lib").mkdir(parents=True)
     (tmp_path / "tree" / "lib" / "m.py").write_text("x = 1\n")
     base_manifest = tmp_path / "m.json"
@@ -250,7 +255,10 @@ def test_the_tool_keys_each_indexed_slice_as_the_local_path_does(tmp_path: Path)
     if need_uv is None:
         pytest.skip("no uv on PATH")
     venv = sys.prefix
-    tool = [sys.executable, "-S", str(ROOT / "docker" / "gpurl-layer.py")]
+    from gpurl_tasks.cluster.kaniko import job_app
+
+    (tmp_path / "job.pyz").write_bytes(job_app().data)
+    tool = [sys.executable, "-S", str(tmp_path / "job.pyz")]
     said = json.loads(subprocess.run([*tool, "probe", "--venv", venv], capture_output=True,
                                      text=True, check=True).stdout)
     uv = subprocess.run([need_uv, "--version"], capture_output=True, text=True,

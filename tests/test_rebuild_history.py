@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from gpurl_tasks.cluster.kaniko import script_files
 from gpurl_tasks.config import PythonSelection, TargetSpec, load_config
 from gpurl_tasks.dockerfile.generate import generate_profiles
 from gpurl_tasks.errors import LockError
@@ -105,7 +104,7 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str, str
         (root / WORKSPACE / "pyproject.toml").write_text(pyproject_text)
         (root / "pyproject.toml").write_text(head + _profile(committed, closure))
         try:
-            generate_profiles(root, "skyrl", check=False, extra=script_files)
+            generate_profiles(root, "skyrl", check=False)
         except LockError as exc:  # the history holds a commit whose lock is stale against
             # its own pyproject (SkyRL relocked in the next one): generate refuses it, as a
             # user's would; the replay goes on from the last version that generated

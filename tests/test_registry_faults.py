@@ -44,6 +44,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpurl_tasks.cluster.kaniko import job_app
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import parse_reference
@@ -720,7 +721,7 @@ def _wheel(directory: Path, name: str) -> Path:
 def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
         local: Local, ca: LocalCA, crane: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The layer tool the job runs (docker/gpurl-layer.py `compose-env`, as compose-env.sh
+    """The layer tool the job runs (the job's zipapp `compose-env`, as compose-env.sh
     calls it): real uv installs each slice (a wheel made here; the second staged on the
     first, as the lock's build settings ask) into a scratch tree, the writer writes it, real
     crane records it and pushes the composed image; the log is the job's, one line per step,
@@ -748,9 +749,12 @@ def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
     env_base = f"{local.server.host}/{CACHE_REPO}@sha256:" + hashlib.sha256(
         canonical_json(local.base.manifest)).hexdigest()
 
+    app = tmp_path / "job.pyz"
+    app.write_bytes(job_app().data)
+
     def compose_env_job() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-B", str(REPO_ROOT / "docker" / "gpurl-layer.py"), "compose-env",
+            [sys.executable, "-B", str(app), "compose-env",
              "--cache-repo", f"{local.server.host}/{CACHE_REPO}", "--env-base", env_base,  # type: ignore[union-attr]
              "--work", str(work), "--context", str(context),
              "--slice-index", str(context / "slices.index"), "--venv", str(venv),

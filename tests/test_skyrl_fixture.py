@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
-from gpurl_tasks.cluster.kaniko import script_files
+from gpurl_tasks.cluster.kaniko import render_script
 from gpurl_tasks.config import BuildSettings, load_config
 from gpurl_tasks.dockerfile.context import ignored_paths
 from gpurl_tasks.dockerfile.generate import StaleFileError, generate_profiles, render_variant
@@ -50,7 +50,7 @@ def old_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of this checkout with the fixture on SkyRL's older lock, generated."""
     root = repo_copy(tmp_path_factory.mktemp("skyrl-old"), untracked=True)
     skyrl_at(root, SKYRL_COMMITS[0])
-    generate_profiles(root, "skyrl", check=False, extra=script_files)
+    generate_profiles(root, "skyrl", check=False)
     return root
 
 
@@ -147,7 +147,7 @@ def test_a_path_source_outside_the_build_context_is_an_error(tmp_path: Path) -> 
     link.symlink_to(outside)
     before = _snapshot(root)
     with pytest.raises(DockerfileError) as err:
-        generate_profiles(root, "skyrl", check=False, extra=script_files)
+        generate_profiles(root, "skyrl", check=False)
     assert f"skyrl-gym's source 'skyrl-gym' (resolved to {outside})" in err.value.message
     assert "outside the build context" in err.value.message
     assert _snapshot(root) == before
@@ -211,8 +211,7 @@ def test_each_variant_carries_its_own_compiled_wheel_pins() -> None:
         REPO_ROOT / "docker/Dockerfile.skyrl-megatron").read_text()
     assert f'ARG FLASH_ATTN_VERSION="{pins["standard"]}"' in (
         REPO_ROOT / "docker/Dockerfile.skyrl").read_text()
-    scripts = {v: (REPO_ROOT / "docker" / f"build_skyrl_kaniko{s}.sh").read_text()
-               for v, s in (("standard", ""), ("megatron", "-megatron"))}
+    scripts = {"standard": render_script(standard), "megatron": render_script(megatron)}
     for variant, pin in pins.items():
         assert f"flash_attn-{pin}-cp312-cp312-linux_x86_64.whl" in scripts[variant]
     assert "DEFAULT_DOCKERFILE=docker/Dockerfile.skyrl-megatron" in scripts["megatron"]
@@ -228,7 +227,7 @@ def test_a_variants_wrong_pin_names_the_variant_and_writes_nothing(tmp_path: Pat
     (root / "docker" / "Dockerfile.skyrl").unlink()  # standard's: generate would write it first
     before = _snapshot(root)
     with pytest.raises(DockerfileError) as err:
-        generate_profiles(root, "skyrl", check=False, extra=script_files)
+        generate_profiles(root, "skyrl", check=False)
     assert f'{MEGATRON_BUILD} flash-attn-version = "2.8.1" (now "2.8.3": flash-attn 2.8.3 ' \
            "(compiled) does not satisfy skyrl-train's requirement flash-attn==2.8.1" \
            in err.value.message
@@ -257,16 +256,15 @@ def test_a_removed_variant_leaves_no_generated_file(tmp_path: Path) -> None:
     end = text.index("[tool.gpurl.profiles.skyrl.python]")
     pyproject.write_text(text[:start] + text[end:])
     gone = [root / "docker" / "Dockerfile.skyrl-megatron",
-            root / "docker" / "build_skyrl_kaniko-megatron.sh",
             *(root / "docker" / "layers" / "skyrl" / "megatron").glob("*.txt")]
     assert all(p.exists() for p in gone) and len(gone) > 2
     with pytest.raises(StaleFileError, match=r"docker/Dockerfile\.skyrl-megatron, .* left over "
                                               r"\(no current variant or plan calls for it\)"):
-        generate_profiles(root, "skyrl", check=True, extra=script_files)
-    generate_profiles(root, "skyrl", check=False, extra=script_files)
+        generate_profiles(root, "skyrl", check=True)
+    generate_profiles(root, "skyrl", check=False)
     assert not any(p.exists() for p in gone)
     assert not (root / "docker" / "layers" / "skyrl" / "megatron").exists()
-    generate_profiles(root, "skyrl", check=True, extra=script_files)
+    generate_profiles(root, "skyrl", check=True)
 
 
 # --- harbor: from the lock when the lock has it ---------------------------------------------
@@ -332,8 +330,7 @@ def test_build_dry_run_ships_each_variants_own_script(variant: str, tmp_path: Pa
     (argv,) = out["commands"]  # the one iris command
     env = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-e"}
     script = base64.b64decode(env["BUILD_B64"]).decode()
-    suffix = "" if variant == "standard" else f"-{variant}"
-    assert script == (REPO_ROOT / "docker" / f"build_skyrl_kaniko{suffix}.sh").read_text()
+    assert script == render_script(load_config(REPO_ROOT, profile="skyrl", variant=variant, env={}))
     name = argv[argv.index("--job-name") + 1]
     assert name.startswith("gpurl-kaniko-" + ("" if variant == "standard" else f"{variant}-"))
 
@@ -345,14 +342,14 @@ def test_rebuild_needed_across_the_two_real_lock_versions(tmp_path: Path) -> Non
     root = repo_copy(tmp_path / "repo", untracked=True)
     committed = (root / "pyproject.toml").read_text()
     skyrl_at(root, SKYRL_COMMITS[0])
-    generate_profiles(root, "skyrl", check=False, extra=script_files)
+    generate_profiles(root, "skyrl", check=False)
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "skyrl at the older lock")
     old = git(root, "rev-parse", "HEAD").strip()
     (root / "pyproject.toml").write_text(committed)
     skyrl_at(root, SKYRL_COMMITS[-1])
-    generate_profiles(root, "skyrl", check=False, extra=script_files)
+    generate_profiles(root, "skyrl", check=False)
     git(root, "add", "-A")
     git(root, "commit", "-qm", "skyrl at the newer lock")
     done = _invoke(root, "rebuild-needed", "--profile", "skyrl", "--since", old)

@@ -1,8 +1,8 @@
 """The two documents of a pushed image (pure, stdlib only: the cluster job runs this module's own
-text, shipped as docker/gpurl-attest.py).
+text, in the job's zipapp).
 
 What is known before the build (the lock's closure, the declared post-installs, the base image
-as configured) is a `Skeleton`, rendered by `invoke generate` into the bundle for the cluster
+as configured) is a `Skeleton`, rendered by `invoke build` into the bundle for the cluster
 job and computed in place by the local build; what only the builder knows after its push (the
 digest, the image's labels, the apt set in the image, the builder, the run) is a `Build`. Both
 paths make their documents with `documents`, and their artifacts and referrers-tag index with

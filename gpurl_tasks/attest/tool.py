@@ -1,9 +1,9 @@
-"""The cluster job's writer of the image's SBOM and provenance (stdlib only: the job runs it as
-docker/gpurl-attest.py, this module and the modules it imports, their own text).
+"""The cluster job's writer of the image's SBOM and provenance (stdlib only: the job runs it from
+its zipapp as `job.pyz attest`: this module and the modules it imports, their own files).
 
 After the final push the job has the image's manifest and config (crane), its dpkg status
 (the filesystem kaniko leaves is the image's last stage), the prebuilt wheels' MANIFEST and the
-skeleton `invoke generate` wrote into the bundle. `documents` makes both documents with
+skeleton `invoke build` staged in the bundle. `documents` makes both documents with
 attest/documents.py and their artifacts with writer/ocispec.py, and writes each as a
 one-artifact OCI layout that `crane push` attaches; `fallback` writes the `sha256-<hex>` tag's
 index as a layout, when the registry has no referrers API (crane then lists the artifacts under

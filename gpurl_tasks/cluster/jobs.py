@@ -9,12 +9,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from gpurl_tasks import git
-from gpurl_tasks.cluster.bundle import Bundle, measure_bundle
+from gpurl_tasks.cluster import kaniko
+from gpurl_tasks.cluster.bundle import Bundle, measure_bundle, stage_workspace, staged_env
 from gpurl_tasks.cluster.doctor import DoctorReport, run_doctor
 from gpurl_tasks.cluster.iris import (
     ABSENT,
@@ -138,18 +141,26 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
     for note in prepared.notes:
         say(f"note: {note}")
     say(f"bundle: {len(prepared.bundle.files)} files, {prepared.bundle.zip_bytes} bytes zipped")
+    app = kaniko.job_app()
+    say(f"job files staged beside the repository's: {', '.join(sorted(prepared.job_files))} "
+        f"(gpurl's own code {kaniko.JOB_APP}: {app.size} bytes, sha256 {app.sha256})")
     for warning in prepared.warnings:
         say(f"warning: {warning}")
     if dry_run:
         return DryRun((prepared.argv(program, reveal=False),),
                       shown=(prepared.display(program),), warnings=prepared.warnings)
     _find_iris(program, world.env)
-    try:
-        result = run(prepared.argv(program, reveal=True), cwd=config.root, env=dict(world.env),
-                     secrets=prepared.secrets, echo=say)
-    except CommandFailed as exc:
-        raise BuildError(f"iris job run failed: {exc.message}",
-                         hint="see the output above; nothing was pushed") from None
+    with tempfile.TemporaryDirectory(prefix="gpurl-job-") as staged:
+        workspace = Path(staged) / "workspace"  # git finds no repository at or above it
+        workspace.mkdir()
+        repository = tuple(n for n in prepared.bundle.files if n not in prepared.job_files)
+        stage_workspace(config.root, repository, prepared.job_files, workspace)
+        try:
+            result = run(prepared.argv(program, reveal=True), cwd=workspace,
+                         env=staged_env(world.env, workspace), secrets=prepared.secrets, echo=say)
+        except CommandFailed as exc:
+            raise BuildError(f"iris job run failed: {exc.message}",
+                             hint="see the output above; nothing was pushed") from None
     say(redact(result.stdout.strip(), prepared.secrets))
     job_id = parse_job_id(result.stdout + "\n" + result.stderr, prepared.spec.job_name)
     return Submission(prepared=prepared, program=program, job_id=job_id)

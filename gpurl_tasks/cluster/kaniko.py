@@ -1,4 +1,4 @@
-"""The in-cluster build script (docker/build_gpu_rl_kaniko.sh), generated from the config.
+"""The in-cluster build script, rendered from the config when `invoke build` submits it.
 
 The iris job runs ubuntu:22.04 (kaniko's image is distroless, no bash), so the script:
 refuses a node whose `uname -m` is not the variant's target.arch (naming the variant's
@@ -9,20 +9,20 @@ and would clobber it) with tracing off until the token is consumed; fetches the 
 prebuilt compiled wheels (by exact name, none for a profile without any) + MANIFEST and
 verifies them (the MANIFEST's platform first), never falling back to a compile; then runs
 the executor with per-instruction layers, `--skip-unused-stages` and the variant's
-`--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment is
-written, not built: the executor builds env-base alone; an unpushed second build FROM it runs
-gpurl's layer tool (docker/gpurl-layer.py, the writer package's own text) `compose-env`: the
+`--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment
+is written, not built: the executor builds env-base alone; an unpushed second build FROM it
+runs gpurl's layer tool (the job's zipapp, the writer package's own files) `compose-env`: the
 local path's orchestration (writer/orchestration.py) with crane as its registry, which stages
 each slice the cache repository lacks with uv in env-base's own filesystem (so each slice is
 the same blob the local path writes), records it as a one-layer image and composes the
 environment image from env-base and the records (writer/composition.py), pushed without moving
-a layer; the final build runs FROM that image. The slice list is the generated
-`<script>.slices` index, so a lock bump changes the index, never the script. After the final
-push the job attaches the image's SBOM and provenance (docker/gpurl-attest.py, gpurl's attest
-modules' own text, on the skeleton `<script>.attest.json` of what is known before the build;
-the digest, the image's dpkg status, the executor's digest and the run only the job knows).
-Rendering reads nothing but the config and the `./path` wheel sources' pyproject.toml (their
-versions name the wheels) and is byte-reproducible.
+a layer; the final build runs FROM that image. The slice list is
+the slice index staged in the bundle. After the final push the job attaches the image's SBOM
+and provenance (the zipapp's `attest`, gpurl's attest modules' own files, on the skeleton
+staged in the bundle of what is known before the build; the digest, the image's dpkg status,
+the executor's digest and the run only the job knows). Rendering reads nothing but the config,
+the `./path` wheel sources' pyproject.toml (their versions name the wheels) and the installed
+package (the zipapp's sha256, which the script checks) and is byte-reproducible.
 
 The bash is files, not strings: script/ holds job.sh (the whole script) and the fragments
 spliced into it, shellcheck-clean as they stand; `render_template` fills their `@NAME@`s.
@@ -34,33 +34,28 @@ host reaches the auth file as a JSON string made by `json.dumps`, so no host can
 
 from __future__ import annotations
 
-import ast
-import importlib
-import importlib.util
 import json
 import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
 
 from gpurl_tasks.attest import documents as attest_documents
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest import tool as attest_tool
+from gpurl_tasks.cluster import jobapp
+from gpurl_tasks.cluster.jobapp import JobApp
 from gpurl_tasks.config import Config
+from gpurl_tasks.dockerfile.generate import fitted_plan
 from gpurl_tasks.dockerfile.recipe import WORKDIR, apt_options
 from gpurl_tasks.dockerfile.wheels import (
     ABI_KEY_PREFIX,
-    WheelNameError,
     abi_key,
-    configured_globs,
     pins_from_args,
-    prebuilt_filenames,
-    spec_versions,
+    prebuilt_wheel_names,
 )
 from gpurl_tasks.errors import BUG_HINT, BuildError
-from gpurl_tasks.files import read_text
 from gpurl_tasks.plan.model import Plan, SliceBuild
 from gpurl_tasks.release.attested import base_image, skeleton
 from gpurl_tasks.release.configured import cache_repository
@@ -86,118 +81,43 @@ from gpurl_tasks.writer.records import IndexLine, written_history
 from gpurl_tasks.writer.staging import no_isolation_args
 
 __all__ = [
+    "JOB_APP",
     "ROOT_ENV",
+    "SKELETON",
+    "SLICE_INDEX",
     "cache_repo",
     "composes",
-    "module_closure",
+    "job_app",
+    "job_files",
     "pinned_executor",
     "prebuilt_wheel_names",
     "render_script",
     "render_template",
-    "script_files",
-    "standalone_tool",
 ]
 
 # Tests point this at a temp dir so the script's /kaniko and /app live there (job.sh reads
 # it by this name: a placeholder cannot stand inside `${...:-}`).
 ROOT_ENV = "GPURL_KANIKO_ROOT"
-# Tools the job runs on their own (stdlib only), written into the repository by
-# `invoke generate` so the bundle carries them: gpurl's modules' own text, loaded as modules
-# by a few lines of stdlib (one implementation on either path).
-_LOADER = """
-def _load():
-    import sys
-    import types
-    for name in @PACKAGES@:
-        package = sys.modules.setdefault(name, types.ModuleType(name))
-        package.__path__ = []
-    for name, text in _SOURCES.items():
-        module = types.ModuleType(name)
-        sys.modules[name] = module
-        exec(compile(text, name, "exec"), module.__dict__)  # noqa: S102 (gpurl's own modules)
-        parent, _, leaf = name.rpartition(".")
-        setattr(sys.modules[parent], leaf, module)
-    return sys.modules[@ENTRY@]
-
-
-if __name__ == "__main__":
-    raise SystemExit(_load().main())
-"""
-
-
-def standalone_tool(modules: tuple[ModuleType, ...], purpose: str) -> str:
-    """A tool of `modules` (the last one's `main` runs), their source carried verbatim, under
-    every package they sit in."""
-    entry = modules[-1].__name__
-    package = entry.rpartition(".")[0]
-    sources = "".join(f"    {m.__name__!r}: {Path(str(m.__file__)).read_text(encoding='utf-8')!r},\n"
-                      for m in modules)
-    packages = ["gpurl_tasks", package, *sorted({m.__name__.rpartition(".")[0] for m in modules}
-                                                  - {"gpurl_tasks", package})]
-    loader = _LOADER.replace("@PACKAGES@", "(" + ", ".join(f'"{p}"' for p in packages) + ")") \
-        .replace("@ENTRY@", f'"{entry}"')
-    return (f"#!/usr/bin/env python3\n# Generated by gpurl from {package.replace('.', '/')}/ for "
-            f"{purpose};\n# do not edit (`invoke generate`).\n"
-            f"_SOURCES = {{\n{sources}}}\n{loader}")
-
-
-def module_closure(entry: str) -> tuple[ModuleType, ...]:
-    """`entry` and every gpurl module it imports, transitively, each after what it imports:
-    the order `standalone_tool` loads them in. Read from their source, so a module a tool
-    starts to import is shipped with it (gpurl's imports form no cycle: an architecture test)."""
-    ordered: dict[str, ModuleType] = {}
-    seen: set[str] = set()
-
-    def visit(name: str) -> None:
-        if name in seen:
-            return
-        seen.add(name)
-        module = importlib.import_module(name)
-        for node in ast.walk(ast.parse(Path(str(module.__file__)).read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "gpurl_tasks":
-                for alias in node.names:
-                    child = f"{node.module}.{alias.name}"
-                    visit(child if _is_module(child) else str(node.module))
-        ordered[name] = module
-
-    visit(entry)
-    return tuple(ordered.values())
-
-
-def _is_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # a name inside a module, not a submodule
-        return False
-
-
-# The slice writer, the composition and its orchestration (writer/job.py, `compose-env`) the
-# composing build runs with env-base's python3, each module after what it imports.
-LAYER_TOOL = "docker/gpurl-layer.py"
+# What `invoke build` stages beside the repository's files in the workspace iris bundles
+# (cluster/bundle.py), rendered for the variant at submit time and never committed: gpurl's job
+# modules as one zipapp (cluster/jobapp.py), checked by its sha256 before it runs, the slice
+# index and the attestation skeleton.
+JOB_DIR = ".gpurl"
+JOB_APP = f"{JOB_DIR}/job.pyz"
+SLICE_INDEX = f"{JOB_DIR}/slices"
+SKELETON = f"{JOB_DIR}/attest.json"
+# The modules whose command lines the job runs (each with every gpurl module it imports): the
+# slice writer and the composition the composing build runs with env-base's python3, and the
+# SBOM and provenance writer the job runs after its push with the image's python3.
 _LAYER_MODULES = (writer_blob, writer_ocispec, writer_records, writer_probe, writer_composition,
                   writer_staging, retry, writer_orchestration, writer_crane, writer_job,
                   writer_tool)
-
-
-def layer_tool_text() -> str:
-    """What `invoke generate` writes at LAYER_TOOL."""
-    return standalone_tool(_LAYER_MODULES, "the cluster build's layer writing and composition")
-
-
-# The writer of the image's SBOM and provenance the job runs after its push with the image's
-# python3: attest/tool.py and the modules it imports (the attest ones and writer/ocispec.py).
-ATTEST_TOOL = "docker/gpurl-attest.py"
 _ATTEST_MODULES = (writer_ocispec, cdx, slsa, attest_documents, attest_tool)
 
 
-def attest_tool_text() -> str:
-    """What `invoke generate` writes at ATTEST_TOOL."""
-    return standalone_tool(_ATTEST_MODULES, "the cluster build's SBOM and provenance")
-
-
-def skeleton_path(config: Config) -> Path:
-    """The variant's attestation skeleton: beside its kaniko script, named after it."""
-    return config.build.kaniko_script.with_suffix(".attest.json")
+def job_app() -> JobApp:
+    """The zipapp the job runs (the same bytes for the same installed package)."""
+    return jobapp.job_app((*_LAYER_MODULES, *_ATTEST_MODULES))
 
 
 def skeleton_text(config: Config) -> str:
@@ -209,39 +129,6 @@ def skeleton_text(config: Config) -> str:
 def cache_repo(config: Config) -> str:
     """The kaniko layer cache repository (shared across builds: never delete it)."""
     return cache_repository(config)
-
-
-def _source_pyprojects(config: Config) -> dict[str, str]:
-    """{`./path` wheel spec: its pyproject.toml text} for each one that has the file."""
-    texts = {}
-    for spec in config.build.wheel_specs:
-        if spec.startswith("./"):
-            path = config.root / spec[2:] / "pyproject.toml"
-            _relative(path, config.root, "build.wheel-specs")
-            if path.is_file():
-                texts[spec] = read_text(path, what="wheel source pyproject.toml", error=BuildError)
-    return texts
-
-
-def prebuilt_wheel_names(config: Config) -> tuple[str, ...]:
-    """File names of the compiled wheels the prebuilt path fetches (sorted; none for a profile
-    without compiled wheels): one per `build.wheel-globs` entry.
-
-    One derivation for the whole tool (wheels.prebuilt_filenames over the names
-    wheels.expected_filenames gives the pinned pair): the names the Dockerfile's install globs
-    accept, so a bump of a pinned input asks for different files. A name that cannot be derived
-    is refused in one line naming the profile, variant and key to set.
-    """
-    build = config.build
-    pins = pins_from_args({}, build, config.target)  # the ARG defaults are the config's
-    try:
-        return prebuilt_filenames(pins, configured_globs(build, {}, pins),
-                                  spec_versions(build.wheel_specs, pins, _source_pyprojects(config)))
-    except WheelNameError as exc:
-        raise BuildError(f"cannot name the prebuilt wheels of profile {config.profile!r}"
-                         f"{config.variant.note}: {exc.message}",
-                         hint="set the key it names in [tool.gpurl] (docs/config.md), then "
-                              "`invoke generate`") from None
 
 
 def _relative(path: Path, root: Path, key: str) -> str:
@@ -324,7 +211,7 @@ def _attest(config: Config, wheels: tuple[str, ...]) -> str:
     """The script's last step (attest.sh): the pushed image's SBOM and provenance.
 
     Attached to the pushed digest as OCI 1.1 artifacts (their `subject` the image), written by
-    docker/gpurl-attest.py (gpurl's attest modules) from the bundle's skeleton and what only
+    the zipapp's `attest` (gpurl's attest modules) from the bundle's skeleton and what only
     this job knows: the digest, the image's labels, the apt set as installed (the filesystem
     there is the image's last stage: its dpkg status, its python3), the executor by digest. A
     registry without the referrers API gets the `sha256-<hex>` tag. The prebuilt wheels the
@@ -333,8 +220,7 @@ def _attest(config: Config, wheels: tuple[str, ...]) -> str:
     wheel_args = (_fragment("attest-wheels.sh", {"ABI_PREFIX": shlex.quote(ABI_KEY_PREFIX)})
                   if wheels else "")
     return _fragment("attest.sh", {
-        "TOOL": shlex.quote(ATTEST_TOOL),
-        "SKELETON": shlex.quote(_relative(skeleton_path(config), config.root, "build.kaniko-script")),
+        "SKELETON": shlex.quote(SKELETON),
         "BASE_IMAGE": shlex.quote(base_image(config)),
         "VENV": shlex.quote(config.build.venv),
         "WHEEL_ARGS": wheel_args,
@@ -388,9 +274,7 @@ def _compose(config: Config) -> str:
     compose_env = _fragment("compose-env.sh", {
         "VENV": shlex.quote(config.build.venv), "LAYER_LEVEL": config.layers.slice_gzip_level})
     compose = _fragment("compose.sh", {
-        "SLICE_INDEX": shlex.quote(_relative(slice_index_path(config), config.root,
-                                             "build.kaniko-script")),
-        "LAYER_TOOL": shlex.quote(LAYER_TOOL), "COMPOSE_ENV": compose_env,
+        "SLICE_INDEX": shlex.quote(SLICE_INDEX), "COMPOSE_ENV": compose_env,
         "SNAPSHOT_MODE": config.cluster.snapshot_mode})
     return f"\n{compose}\n"  # a paragraph of its own: its placeholder's line is the blank line
 
@@ -449,13 +333,10 @@ def render_script(config: Config) -> str:
         "FLOATING_TAG": _plain("registry.floating-tag", registry.floating_tag),
         "COMPRESSION_LEVEL": config.cluster.kaniko_gzip_level,
         "SNAPSHOT_MODE": config.cluster.snapshot_mode,
+        "JOB_APP": shlex.quote(JOB_APP),
+        "JOB_APP_SHA256": job_app().sha256,
         **_wheel_vars(config, wheels),
     })
-
-
-def slice_index_path(config: Config) -> Path:
-    """The variant's slice index: beside its kaniko script, named after it."""
-    return config.build.kaniko_script.with_suffix(".slices")
 
 
 def slice_index(config: Config, plan: Plan) -> str:
@@ -476,16 +357,11 @@ def _build_column(build: SliceBuild | None) -> str:
     return " ".join(["lower", *no_isolation_args(build.no_isolation)])
 
 
-def script_files(config: Config, plan: Plan) -> dict[Path, str]:
-    """What `invoke generate` writes for a variant built on the cluster (nothing for one built
-    with the local backend): the script, its attestation skeleton and tool and, when it
-    composes, the slice index and the layer tool it runs."""
-    if config.backend != "iris":
-        return {}
-    files = {config.build.kaniko_script: render_script(config),
-             skeleton_path(config): skeleton_text(config),
-             config.root / ATTEST_TOOL: attest_tool_text()}
+def job_files(config: Config, plan: Plan | None = None) -> dict[str, bytes]:
+    """What `invoke build` stages in the job's workspace for a variant, by path in it: the
+    zipapp, the attestation skeleton and, when the job composes, the slice index (of `plan`,
+    by default the committed slices' fitted plan, the one `generate --check` just proved)."""
+    files = {JOB_APP: job_app().data, SKELETON: skeleton_text(config).encode()}
     if composes(config):
-        files[slice_index_path(config)] = slice_index(config, plan)
-        files[config.root / LAYER_TOOL] = layer_tool_text()
+        files[SLICE_INDEX] = slice_index(config, plan or fitted_plan(config)).encode()
     return files

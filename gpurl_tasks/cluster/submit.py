@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpurl_tasks import git
 from gpurl_tasks.cluster import doctor, kaniko
-from gpurl_tasks.cluster.bundle import Bundle, check_bundle
+from gpurl_tasks.cluster.bundle import Bundle, check_bundle, with_job_files
 from gpurl_tasks.cluster.doctor import MIN_MEMORY, require
 from gpurl_tasks.cluster.iris import ClusterTarget, JobSpec, job_run_argv
 from gpurl_tasks.config import Config
@@ -79,7 +79,9 @@ class PreparedBuild:
     image_tag: str
     secrets: tuple[Secret, ...]
     notes: tuple[str, ...]
-    bundle: Bundle
+    bundle: Bundle  # with the job's files (`job_files`): what iris uploads
+    # what `invoke build` stages beside the repository's files, by path in the workspace
+    job_files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
     # a dry run's missing cluster access (kubeconfig, token): what the real build refuses on
     warnings: tuple[str, ...] = ()
 
@@ -174,7 +176,8 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv, *,
                      f"{' ...' if len(dirty) > 3 else ''}); iris bundles the working tree, so "
                      f"the image is tagged {config.registry.tag_prefix}-{gitsha}, not as "
                      f"commit {tree.commit}")
-    bundle = world.bundle(config.root)
+    job_files = kaniko.job_files(config)
+    bundle = with_job_files(world.bundle(config.root), job_files)
     check_bundle(bundle)
 
     # the variant's script with this run's settings: byte-identical to the committed file just
@@ -213,4 +216,4 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv, *,
                          notes=tuple(notes),
                          # the token, and USER:TOKEN as the registry auth file carries it (base64)
                          secrets=(token.token, Secret(f"{config.registry.user}:{token.token.reveal()}")),
-                         bundle=bundle, warnings=tuple(warnings))
+                         bundle=bundle, job_files=job_files, warnings=tuple(warnings))

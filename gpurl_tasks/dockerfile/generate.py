@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from gpurl_tasks.config import Config, load_committed_config, load_profile_names
+from gpurl_tasks.configdoc import reference_files
 from gpurl_tasks.dockerfile import envcheck
 from gpurl_tasks.dockerfile.checks import (
     LocalCopy,
@@ -50,6 +51,7 @@ from gpurl_tasks.dockerfile.wheels import (
     check_provided,
     check_variant_wheels,
     pins_from_args,
+    prebuilt_wheel_names,
 )
 from gpurl_tasks.errors import CheckFailed, ConfigError, ExitCode, GpurlError, LockError
 from gpurl_tasks.files import read_text, write_atomic
@@ -65,7 +67,6 @@ from gpurl_tasks.plan.variants import VariantInput
 from gpurl_tasks.plan.wheelglobs import provided_names
 
 __all__ = [
-    "ExtraFiles",
     "GenerateResult",
     "GenerateSummary",
     "Planner",
@@ -77,6 +78,7 @@ __all__ = [
     "fitted_views",
     "generate",
     "generate_profiles",
+    "generated_files",
     "handwritten_plan",
     "layer_count",
     "lock_sha256",
@@ -85,9 +87,6 @@ __all__ = [
 ]
 
 Planner = Callable[[Config], Plan]
-# Other generated files of a variant (the kaniko script), rendered from its committed config;
-# passed in by the task layer, which may import the cluster package this one may not.
-ExtraFiles = Callable[[Config, Plan], Mapping[Path, str]]
 # The first lines of a generated file name the profile (and variant) it was generated for.
 _OWNER = re.compile(r"profile '(?P<profile>[^']+)'(?:,? \(?variant '(?P<variant>[^']+)')?")
 
@@ -345,9 +344,22 @@ def handwritten_plan(config: Config) -> Plan:
                 layers=(), local=(), lower_bound_layers=0, platform=config.target.platform)
 
 
-def _render_handwritten(config: Config, extra: ExtraFiles | None) -> Rendered:
+def generated_files(config: Config) -> dict[Path, str]:
+    """Every committed generated file of a variant besides its Dockerfile and slice files: the
+    one list `generate`, `doctor` and the build (local or cluster) render and check. The image's
+    package-set checker, which a generated Dockerfile COPYs, and (in gpurl's own repository)
+    the config reference. What the cluster job runs is rendered at submit time and never
+    committed (cluster/kaniko.py's `job_files`), but the compiled wheels it fetches by name
+    must be nameable now: a name that cannot be derived is refused here, as the build would."""
+    if config.backend == "iris":  # the job fetches these by name: each one is derivable
+        prebuilt_wheel_names(config)
+    files = {config.root / ENVCHECK_SOURCE: envcheck_text()} if config.build.generate else {}
+    return {**files, **reference_files(config)}
+
+
+def _render_handwritten(config: Config) -> Rendered:
     """A hand-written Dockerfile's variant: the file is read, never written (its text is what
-    it is), and only the other generated files (the kaniko script, its skeleton) rendered."""
+    it is), and only the other generated files rendered."""
     path = config.build.dockerfile
     if not path.is_file():
         raise ConfigError(f"{path.relative_to(config.root)} does not exist: profile "
@@ -357,15 +369,15 @@ def _render_handwritten(config: Config, extra: ExtraFiles | None) -> Rendered:
     plan = handwritten_plan(config)
     return Rendered(config=config, plan=plan,
                     dockerfile=read_text(path, what="hand-written Dockerfile", error=ConfigError),
-                    slices={}, others=dict(extra(config, plan)) if extra else {},
+                    slices={}, others=generated_files(config),
                     notes=(), links=())
 
 
-def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) -> Rendered:
+def render_variant(config: Config, plan: Plan) -> Rendered:
     """Check a variant against its lock and render every file it generates; writes nothing.
     A hand-written Dockerfile's variant renders its other files alone (`plan` unused)."""
     if not config.build.generate:
-        return _render_handwritten(config, extra)
+        return _render_handwritten(config)
     check_launcher(config)
     check_lock_current(config)
     mismatches, compiled = pin_mismatches(config, plan)
@@ -383,8 +395,7 @@ def render_variant(config: Config, plan: Plan, extra: ExtraFiles | None = None) 
     check_fits(layer_count(config, plan, local), profile=config.profile)
     return Rendered(config=config, plan=plan, dockerfile=render_dockerfile(config, plan, local),
                     slices=slice_files(config, plan),
-                    others={config.root / ENVCHECK_SOURCE: envcheck_text(),
-                            **(dict(extra(config, plan)) if extra else {})},
+                    others=generated_files(config),
                     notes=tuple(notes), links=tuple(c.link for c in local if c.link))
 
 
@@ -562,23 +573,23 @@ def _apply(root: Path, rendered: list[Rendered], leftover: list[Leftover], *, ch
     return results
 
 
-def generate(config: Config, *, check: bool = False, planner: Planner | None = None,
-             extra: ExtraFiles | None = None) -> GenerateResult:
-    """Write one variant's Dockerfile and slice files (and `extra` files), or with `check` raise
+def generate(config: Config, *, check: bool = False, planner: Planner | None = None
+             ) -> GenerateResult:
+    """Write one variant's Dockerfile, slice files and `generated_files`, or with `check` raise
     StaleFileError when one is stale (a slice left over from an older plan counts as stale)."""
     plan_of = (planner or fitted_plan) if config.build.generate else handwritten_plan
-    rendered = _rendered([config], lambda: [render_variant(config, plan_of(config), extra)],
+    rendered = _rendered([config], lambda: [render_variant(config, plan_of(config))],
                          check=check)[0]
     leftover = _leftovers(config.profile, [rendered], whole_profile=False)
     return _apply(config.root, [rendered], leftover, check=check)[0]
 
 
-def check_committed(config: Config, extra: ExtraFiles | None = None) -> GenerateResult:
+def check_committed(config: Config) -> GenerateResult:
     """`generate --check` for `config`'s variant as committed: rendered from pyproject alone,
     never from GPURL_* variables or flags. A build refuses stale files with its message."""
     committed = load_committed_config(config.root, config.profile)
     committed = committed.for_variant(committed.variant_named(config.variant.name))
-    return generate(committed, check=True, extra=extra)
+    return generate(committed, check=True)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -618,7 +629,7 @@ class GenerateSummary:
 
 
 def generate_profiles(root: Path, profile: str | None, *, check: bool,
-                      repack: bool = False, extra: ExtraFiles | None = None) -> GenerateSummary:
+                      repack: bool = False) -> GenerateSummary:
     """Generate (or check) `profile`'s files, or every profile's, from the committed config.
     `repack` packs the layers afresh instead of keeping the committed slices. Everything is
     rendered and checked first; nothing is written when anything fails."""
@@ -632,14 +643,14 @@ def generate_profiles(root: Path, profile: str | None, *, check: bool,
 
         def render(config: Config = config, configs: list[Config] = configs) -> list[Rendered]:
             if not config.build.generate:  # hand-written: nothing to plan
-                return [_render_handwritten(c, extra) for c in configs]
+                return [_render_handwritten(c) for c in configs]
             check_variant_wheels(configs)
             plans = fitted_plans(config, repack=repack)  # every variant at once: shared slices
             done: list[Rendered] = []
             pins: list[PinMismatch] = []
             for c in configs:  # every variant's pin mismatches, not only the first one's
                 try:
-                    done.append(render_variant(c, plans[c.variant.name], extra))
+                    done.append(render_variant(c, plans[c.variant.name]))
                 except PinMismatchError as exc:
                     pins += exc.mismatches
             if pins:

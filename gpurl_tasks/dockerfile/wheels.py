@@ -51,11 +51,12 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from gpurl_tasks.config import Arch, BuildSettings, Config, TargetSpec
-from gpurl_tasks.errors import ConfigError, GpurlError
+from gpurl_tasks.errors import BuildError, ConfigError, GpurlError
+from gpurl_tasks.files import read_text
 from gpurl_tasks.plan.model import ProvidedPackage
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import glob_project
-from gpurl_tasks.values import expand_variables
+from gpurl_tasks.values import expand_variables, inside_repository
 
 __all__ = [
     "ABI_KEY_PREFIX",
@@ -78,6 +79,7 @@ __all__ = [
     "parse_manifest",
     "pins_from_args",
     "prebuilt_filenames",
+    "prebuilt_wheel_names",
     "require_compiled_wheels",
     "spec_versions",
     "target_wheel_tags",
@@ -682,3 +684,36 @@ def check_provided(provided: Sequence[ProvidedPackage], pins: WheelPins,
                 problems.append(f"{package.name} {compiled} (compiled) does not satisfy "
                                 f"{dependent}'s requirement {package.name}{specifier}")
     return lines, problems
+
+
+def _source_pyprojects(config: Config) -> dict[str, str]:
+    """{`./path` wheel spec: its pyproject.toml text} for each one that has the file."""
+    texts = {}
+    for spec in config.build.wheel_specs:
+        if spec.startswith("./"):
+            path = config.root / spec[2:] / "pyproject.toml"
+            inside_repository(path, config.root, "build.wheel-specs", error=BuildError)
+            if path.is_file():
+                texts[spec] = read_text(path, what="wheel source pyproject.toml", error=BuildError)
+    return texts
+
+
+def prebuilt_wheel_names(config: Config) -> tuple[str, ...]:
+    """File names of the compiled wheels the prebuilt path fetches (sorted; none for a profile
+    without compiled wheels): one per `build.wheel-globs` entry.
+
+    One derivation for the whole tool (wheels.prebuilt_filenames over the names
+    wheels.expected_filenames gives the pinned pair): the names the Dockerfile's install globs
+    accept, so a bump of a pinned input asks for different files. A name that cannot be derived
+    is refused in one line naming the profile, variant and key to set.
+    """
+    build = config.build
+    pins = pins_from_args({}, build, config.target)  # the ARG defaults are the config's
+    try:
+        return prebuilt_filenames(pins, configured_globs(build, {}, pins),
+                                  spec_versions(build.wheel_specs, pins, _source_pyprojects(config)))
+    except WheelNameError as exc:
+        raise BuildError(f"cannot name the prebuilt wheels of profile {config.profile!r}"
+                         f"{config.variant.note}: {exc.message}",
+                         hint="set the key it names in [tool.gpurl] (docs/config.md), then "
+                              "`invoke generate`") from None

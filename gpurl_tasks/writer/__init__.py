@@ -1,7 +1,7 @@
 """writer: the slice writer, its records and the composition (stdlib only).
 
-What the cluster job runs in env-base's python3 as docker/gpurl-layer.py (these modules' own
-text, all but `check`) and the local path imports,
+What the cluster job runs in env-base's python3 from the zipapp `invoke build` stages (these
+modules' own files, all but `check`) and the local path imports,
 so both write the same bytes and compose the same image:
 
 - `blob`: one deterministic layer blob from a staging tree;
@@ -10,7 +10,7 @@ so both write the same bytes and compose the same image:
 - `probe`: what a slice's bytes depend on in the image the writer runs in;
 - `composition`: the environment image from env-base and the slice records;
 - `ocispec`: the OCI and Docker media types, each spelled once, and the OCI 1.1 artifact that
-  carries an attached document (docker/gpurl-attest.py carries it too; oci/ reads it);
+  carries an attached document (the job's zipapp carries it too; oci/ reads it);
 - `staging`: the staging install of one slice (for another machine's wheels, too);
 - `check`: what a written layer must hold (its ELF objects' machine, its entry points' Python);
 - `retry`: when a registry request is tried again and after how long (gpurl's client, crane);

@@ -2,7 +2,7 @@
 documents out): the one composition, for both paths.
 
 The local path calls it through gpurl's registry client (local/compose_env.py); the cluster job
-calls it through its layer tool (`gpurl-layer.py compose`) in the composing kaniko build, where
+calls it through its layer tool (`job.pyz compose`) in the composing kaniko build, where
 env-base's python3 already runs the writer, and crane moves the documents. Either way the image
 is written, never built: env-base's layers, then each slice record's one layer in plan order,
 under env-base's config with `rootfs.diff_ids` and `history` extended to match (each slice's

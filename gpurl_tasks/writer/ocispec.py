@@ -1,5 +1,5 @@
-"""The OCI and Docker vocabulary every layer shares, each spelling once (stdlib only: both job
-tools carry this module's text, docker/gpurl-layer.py and docker/gpurl-attest.py).
+"""The OCI and Docker vocabulary every layer shares, each spelling once (stdlib only: the job's
+zipapp carries this module's file for both of its tools, the layer tool and `attest`).
 
 The media types of images, indexes, configs and layers; and the OCI 1.1 artifact an attached
 document travels in: its manifest around the empty config, the entry a referrers list names it

@@ -1,6 +1,6 @@
 """The layer tool's command line (stdlib only): env-base's python3 runs it, from the package
-(`python3 -m gpurl_tasks.writer.tool`) or as the copy `invoke generate` writes for the cluster
-job (docker/gpurl-layer.py: this package's own modules and a stdlib loader)."""
+(`python3 -m gpurl_tasks.writer.tool`) or from the zipapp `invoke build` stages for the cluster
+job (cluster/jobapp.py: this package's own module files; `python3 -B job.pyz SUBCOMMAND`)."""
 
 from __future__ import annotations
 

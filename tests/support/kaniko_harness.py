@@ -36,13 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from gpurl_tasks.cluster.kaniko import (
-    ATTEST_TOOL,
     ROOT_ENV,
-    attest_tool_text,
+    job_files,
     prebuilt_wheel_names,
     render_script,
-    skeleton_path,
-    skeleton_text,
 )
 from gpurl_tasks.config import Config, environment_variable, load_config
 from gpurl_tasks.dockerfile.wheels import ABI_KEY_PREFIX, abi_key, pins_from_args
@@ -210,11 +207,11 @@ def rig(tmp: Path, *, crane_sha256: str | None = None, executor_tail: str = "",
         key = abi_key(pins_from_args({}, config.build, config.target))
         (served / "wheels" / "MANIFEST").write_text(
             f"{ABI_KEY_PREFIX}{key}\n" + "".join(f"{line}\n" for line in lines))
-        # the bundle's attestation inputs, as `invoke generate` writes them
+        # the job's own files, as `invoke build` stages them in the bundle
         bundle = root / "app"
-        (bundle / ATTEST_TOOL).parent.mkdir(parents=True, exist_ok=True)
-        (bundle / ATTEST_TOOL).write_text(attest_tool_text())
-        (bundle / skeleton_path(config).relative_to(config.root)).write_text(skeleton_text(config))
+        for name, data in job_files(config).items():
+            (bundle / name).parent.mkdir(parents=True, exist_ok=True)
+            (bundle / name).write_bytes(data)
         script = tmp / "build.sh"
         script.write_text(render_script(config))
         yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,

@@ -1,11 +1,10 @@
 # shellcheck shell=bash
-ATTEST_TOOL="$CONTEXT"/@TOOL@
 ATTEST_SKELETON="$CONTEXT"/@SKELETON@
 ATTEST="$WORK/attest"
 BASE_IMAGE=@BASE_IMAGE@
 echo "==> SBOM and provenance of $DESTINATION@$DIGEST"
-[ -f "$ATTEST_TOOL" ] && [ -f "$ATTEST_SKELETON" ] \
-  || die "the attestation tool or skeleton is missing from the bundle (run invoke generate)"
+[ -f "$ATTEST_SKELETON" ] \
+  || die "the attestation skeleton is missing from the bundle (submit with invoke build)"
 PY=""
 for candidate in python3 @VENV@/bin/python3; do
   if command -v "$candidate" >/dev/null 2>&1; then PY="$candidate"; break; fi
@@ -27,7 +26,7 @@ fi
 @WHEEL_ARGS@
 COMMIT="${GIT_COMMIT:-$GITSHA}"
 if [[ "$GITSHA" == *-dirty-* ]]; then COMMIT="${COMMIT%%-dirty-*}-dirty-${GITSHA##*-dirty-}"; fi
-"$PY" -I -B "$ATTEST_TOOL" documents --skeleton "$ATTEST_SKELETON" --out "$ATTEST" \
+"$PY" -I -B "$JOB_APP" attest documents --skeleton "$ATTEST_SKELETON" --out "$ATTEST" \
   --image "$IMAGE" --tag "$TAG_PREFIX-$GITSHA" --digest "$DIGEST" \
   --image-manifest "$WORK/image.manifest" --image-config "$WORK/image.config" \
   --dpkg-status "$ROOT/var/lib/dpkg/status" --base-image "$BASE_REF" \
@@ -44,7 +43,7 @@ done <"$WORK/attest.list"
 # its config's media type): the tag is rewritten to list each by its artifactType.
 FALLBACK="$IMAGE:sha256-${DIGEST#sha256:}"
 if attest_crane manifest "$FALLBACK" >"$WORK/fallback.index"; then
-  "$PY" -I -B "$ATTEST_TOOL" fallback --existing "$WORK/fallback.index" --attached "$ATTEST" \
+  "$PY" -I -B "$JOB_APP" attest fallback --existing "$WORK/fallback.index" --attached "$ATTEST" \
     --out "$ATTEST/fallback" >"$WORK/fallback.others" 2>"$WORK/attest.err" \
     || die "cannot write the referrers tag's index: $(attest_said)"
   while read -r other; do

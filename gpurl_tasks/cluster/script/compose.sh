@@ -1,8 +1,7 @@
 # shellcheck shell=bash
 SLICE_INDEX="$CONTEXT"/@SLICE_INDEX@
-LAYER_TOOL="$CONTEXT"/@LAYER_TOOL@
-[ -f "$SLICE_INDEX" ] || die "the slice index $SLICE_INDEX is missing (run invoke generate)"
-[ -f "$LAYER_TOOL" ] || die "the layer tool $LAYER_TOOL is missing (run invoke generate)"
+LAYER_TOOL="$JOB_APP"
+[ -f "$SLICE_INDEX" ] || die "the slice index $SLICE_INDEX is missing (submit with invoke build)"
 cat >"$WORK/compose-env.sh" <<'COMPOSE_ENV'
 @COMPOSE_ENV@
 COMPOSE_ENV

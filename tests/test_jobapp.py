@@ -1,0 +1,79 @@
+"""The gpurl the cluster job runs: a zipapp of the installed package's own module files, the
+same bytes (so the same sha256) wherever and whenever it is built, running on a bare python3."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from gpurl_tasks.attest import tool as attest_tool
+from gpurl_tasks.cluster import jobmain
+from gpurl_tasks.cluster.bundle import MAX_BUNDLE_BYTES
+from gpurl_tasks.cluster.jobapp import ZIP_TIME, build_job_app
+from gpurl_tasks.cluster.kaniko import job_app
+from gpurl_tasks.writer import tool as writer_tool
+from tests.conftest import REPO_ROOT
+from tests.test_architecture import SHIPPED
+
+PACKAGE = REPO_ROOT / "gpurl_tasks"
+
+
+def test_it_carries_the_shipped_modules_byte_for_byte_and_nothing_else(tmp_path: Path) -> None:
+    app = job_app()
+    path = tmp_path / "job.pyz"
+    path.write_bytes(app.data)
+    shipped = {f"gpurl_tasks.{m}" for m in SHIPPED["writer"] | SHIPPED["attest"]}
+    assert set(app.modules) <= shipped and "gpurl_tasks.writer.tool" in app.modules \
+        and "gpurl_tasks.attest.tool" in app.modules
+    with zipfile.ZipFile(path) as archive:
+        entries = archive.infolist()
+        assert [e.filename for e in entries] == sorted(e.filename for e in entries)
+        assert {e.date_time for e in entries} == {ZIP_TIME}
+        assert {e.compress_type for e in entries} == {zipfile.ZIP_STORED}
+        assert archive.read("__main__.py") == Path(jobmain.__file__).read_bytes()
+        for module in app.modules:
+            name = module.replace(".", "/") + ".py"
+            assert archive.read(name) == (REPO_ROOT / name).read_bytes(), name
+        inits = {e.filename for e in entries if e.filename.endswith("__init__.py")}
+        assert inits == {"gpurl_tasks/__init__.py", "gpurl_tasks/writer/__init__.py",
+                         "gpurl_tasks/attest/__init__.py"}
+        assert all(archive.read(n) == b"" for n in inits)  # no package's own imports run
+    assert app.size < MAX_BUNDLE_BYTES // 100  # far inside the bundle's cap
+
+
+def test_the_same_package_gives_the_same_sha256_in_another_process(tmp_path: Path) -> None:
+    """Another interpreter, hash seed and working directory, and module files with other
+    mtimes (a fresh copy of the package): the same bytes."""
+    copy = tmp_path / "copy"
+    (copy / "gpurl_tasks").mkdir(parents=True)
+    for source in PACKAGE.rglob("*.py"):
+        target = copy / "gpurl_tasks" / source.relative_to(PACKAGE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+        os.utime(target, (1_000_000_000, 1_000_000_000))
+    code = ("import gpurl_tasks; from gpurl_tasks.cluster.jobapp import build_job_app; "
+            "from gpurl_tasks.attest import tool as a; from gpurl_tasks.writer import tool as w; "
+            "print(build_job_app((w, a)).sha256, gpurl_tasks.__file__)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": "7", "PYTHONPATH": str(copy)})
+    sha, where = done.stdout.split()
+    assert where == str(copy / "gpurl_tasks" / "__init__.py")  # built from the copy
+    assert sha == build_job_app((writer_tool, attest_tool)).sha256 == job_app().sha256
+
+
+def test_it_runs_on_a_bare_python_and_each_tool_answers(tmp_path: Path) -> None:
+    """`python3 -I` (no site, no environment, no gpurl importable): the layer tool by default,
+    `attest` for the attestation writer, each its own command line."""
+    path = tmp_path / "job.pyz"
+    path.write_bytes(job_app().data)
+    for args, prog in (([], "gpurl-layer"), (["attest"], "gpurl-attest")):
+        done = subprocess.run([sys.executable, "-I", "-B", str(path), *args, "--help"],
+                              cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert done.returncode == 0 and done.stdout.startswith(f"usage: {prog} "), done.stderr
+    bad = subprocess.run([sys.executable, "-I", "-B", str(path), "nonsense"], cwd=tmp_path,
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "usage: gpurl-layer" in bad.stderr
