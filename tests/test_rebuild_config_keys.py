@@ -97,7 +97,8 @@ FOLLOWS = {"workspace": {"lock", "launcher.path"}}
 # Keys set only together (config refuses one without the other): the edit writes both.
 TOGETHER = {"cluster.crane-url": "cluster.crane-sha256", "cluster.crane-sha256": "cluster.crane-url"}
 # Keys with a single valid value: nothing to edit.
-ONE_VALUE = {"target.os": "images are linux only (config refuses any other)"}
+ONE_VALUE = {"target.os": "images are linux only (config refuses any other)",
+             "layers.mode": "independent only since stacked was retired (config refuses it)"}
 
 
 def _declared(dotted: str) -> tuple[Any, dataclasses.Field[Any] | None]:
