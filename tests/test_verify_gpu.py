@@ -493,3 +493,20 @@ def test_the_job_runs_no_zipapp_but_the_one_built_here(tmp_path: Path) -> None:
                                 f"not {app.sha256}")
         assert (ran.returncode, ran.stdout) == (1, "")
         assert list(tmp_path.iterdir()) == []  # not unpacked, no result written
+
+
+def test_a_zipapp_too_large_for_one_environment_string_is_refused_before_submit(
+        tmp_path: Path) -> None:
+    """Linux refuses to start a process with one environment string over 128 KiB (the build
+    job's zipapp, 137 kB in base64, is that large); the GPU job's is bounded well below, so a
+    closure grown past it is one error at submit, not a job that cannot start."""
+    from gpurl_tasks.cluster.jobapp import JobApp
+    from gpurl_tasks.errors import BuildError
+
+    config = load_config(REPO_ROOT, profile="demo", env={"HOME": str(tmp_path)})
+    grown = JobApp(data=gpu_app().data + bytes(40_000), modules=gpu_app().modules)
+    with pytest.raises(BuildError) as refused:
+        gpu_job(config, "ghcr.io/team/img", DIGEST, target=gpu_target(config), app=grown)
+    encoded = len(base64.b64encode(grown.data))
+    assert refused.value.message.startswith(f"the GPU check's zipapp is {encoded} bytes in "
+                                            "base64, over the 100000")
