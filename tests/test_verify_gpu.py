@@ -384,7 +384,7 @@ def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
     assert f"--task-image {registry.host}/{config.registry.repository}@{image.subject}" in line
     assert " --gpu 8 " in line and " --timeout 3600 " in line and "--no-wait" in line
     # the zipapp, elided: base64 of a zip's first bytes, "PK\x03\x04"
-    assert re.search(r" -e GPU_CHECK_PYZ_B64 UEsDB[A-Za-z0-9+/]{19}\.\.\.<\d+ chars> ", line), line
+    assert re.search(r" -e GPU_CHECK_PYZ_B64 'UEsDB[A-Za-z0-9+/]{19}\.\.\.<\d+ chars>' ", line), line
     assert line.endswith(" --assert 'import math' --assert 'assert math.isclose(1 + 1, 3), "
                          "'\"'\"'one plus one'\"'\"''")
     shown = json.loads(run_task("verify-gpu", "--profile", "demo", "--ref", ref, "--dry-run",
