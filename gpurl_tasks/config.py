@@ -312,10 +312,6 @@ class BuildSettings:
     context: Path = _field(Path("."), root_relative=True, inside=True, bakes="image",
                            doc="a hand-written Dockerfile's build context, relative to the "
                                "repository root")
-    kaniko_script: Path = _field(Path("docker/build_gpu_rl_kaniko.sh"), root_relative=True,
-                                 inside=True, bakes="none",
-                                 doc="the generated kaniko script (a variant but the first: "
-                                     "SCRIPT-VARIANT.sh)")
     wheelhouse: Path = _field(Path("docker/wheelhouse"), root_relative=True, inside=True,
                               bakes="image",
                               doc="the directory of prebuilt compiled wheels the image installs; "
@@ -594,7 +590,7 @@ class LauncherSettings:
 @dataclasses.dataclass(**_KW)
 class Variant:
     """One image of a profile, with every setting a profile's images may differ in: what its
-    `uv sync` selects, its build pins, Dockerfile and kaniko script (`build`), its tag prefix
+    `uv sync` selects, its build pins and Dockerfile (`build`), its tag prefix
     and floating tag (`registry`), the launcher variable its pin goes to (`launcher`), and
     where its slice files live. Every profile has at least one: a profile that declares none
     has its implicit default (`declared` False), whose files are named as the profile's.
@@ -854,6 +850,11 @@ _RENAMED = {"layers.compression-level": ("layers.slice-gzip-level",
             "cluster.compression-level": ("cluster.kaniko-gzip-level",
                                           "the gzip level of the layers kaniko writes")}
 
+# Keys that were retired, nothing reads them: (why, what to do with what it named).
+_RETIRED_KEYS = {"build.kaniko-script": (
+    "the job's script is rendered when `invoke build` submits it, and nothing rendered is "
+    "committed", "nothing reads the script it named either: delete it")}
+
 # Values that were retired, with why and what to write instead: (dotted key, value) -> hint.
 _RETIRED_VALUES = {
     ("layers.mode", "stacked"): ("a bump rebuilt every layer above the changed one; every "
@@ -874,6 +875,12 @@ def _unknown(key: str, where: str) -> ConfigError:
                 f"write {name} = N in its {section} table instead")
         return ConfigError(f"{key} in {where} is now {new}, {what}",
                            hint=f"{hint} (the same N gives the same layers)")
+    if key in _RETIRED_KEYS:
+        why, after = _RETIRED_KEYS[key]
+        section, name = key.split(".")
+        remove = (f"unset ${environment_variable(key)}" if where.startswith("$") else
+                  f"remove {name} from its {section} table")
+        return ConfigError(f"{key} in {where} was retired: {why}", hint=f"{remove}; {after}")
     close = difflib.get_close_matches(key, (*_known_keys(), "default-profile", "profiles"), n=1)
     hint = f"did you mean {close[0]!r}?" if close else "every key is in docs/config.md"
     return ConfigError(f"unknown config key {key!r} in {where}", hint=hint)
@@ -936,8 +943,9 @@ OTHER_VARIABLES = frozenset({
 def unknown_variables(env: Mapping[str, str]) -> list[tuple[str, str | None]]:
     """GPURL_* variables in `env` that nothing reads (`GPURL_LAYERS_CAPP`), each with the
     closest variable that is read (None: none is close): a typo is otherwise silently ignored."""
-    # a renamed key's old variable is load_config's error, which names the new one
-    known = sorted({environment_variable(k) for k in (*_known_keys(), *_RENAMED)} | OTHER_VARIABLES)
+    # a renamed or retired key's variable is load_config's error, which says what to do
+    known = sorted({environment_variable(k) for k in (*_known_keys(), *_RENAMED, *_RETIRED_KEYS)}
+                   | OTHER_VARIABLES)
     found = []
     for name in sorted(n for n in env if n.startswith("GPURL_") and n not in known):
         close = difflib.get_close_matches(name[6:], [k[6:] for k in known], n=1)
@@ -1191,8 +1199,8 @@ def _file_settings(tool: Mapping[str, Any], name: str, profile: Mapping[str, Any
 
 def _late_settings(env: Mapping[str, str], overrides: Mapping[str, Any] | None) -> Settings:
     """What GPURL_* variables and task flags set (flags last), over every table's keys; a
-    renamed key's old variable is an error, as its old spelling in a table is."""
-    for old in _RENAMED:
+    renamed or retired key's variable is an error, as the key in a table is."""
+    for old in (*_RENAMED, *_RETIRED_KEYS):
         if environment_variable(old) in env:
             raise _unknown(old, f"${environment_variable(old)}")
     late = {k: Setting(v, f"${var}", text=True) for k, (v, var) in _from_env(env).items()}
@@ -1334,14 +1342,12 @@ def _variant_values(table: Mapping[str, Any], where: str, shared: Settings) -> d
 
 def _own_image(own: Mapping[str, Any], variant: str) -> dict[str, dict[str, Any]]:
     """What a variant other than the first defaults to, from the profile's own settings:
-    PREFIX-VARIANT tags, a Dockerfile named DOCKERFILE-VARIANT and a kaniko script
-    SCRIPT-VARIANT.sh, as {section: {field: value}}."""
+    PREFIX-VARIANT tags and a Dockerfile named DOCKERFILE-VARIANT, as {section: {field:
+    value}}."""
     registry, build = own["registry"], own["build"]
-    script = build.kaniko_script
     return {"registry": {"tag_prefix": f"{registry.tag_prefix}-{variant}",
                          "floating_tag": f"{registry.floating_tag}-{variant}"},
-            "build": {"dockerfile": Path(f"{build.dockerfile}-{variant}"),
-                      "kaniko_script": script.with_name(f"{script.stem}-{variant}{script.suffix}")}}
+            "build": {"dockerfile": Path(f"{build.dockerfile}-{variant}")}}
 
 
 def _resolve_variant(profile: Mapping[str, Any], name: str, variant: str, *, first: bool,
@@ -1400,7 +1406,7 @@ def load_committed_config(root: Path, profile: str | None, variant: str | None =
     """The config as committed: pyproject.toml alone, no GPURL_* variables and no flags (the
     profile, when not named, is still the one $GPURL_PROFILE selects).
 
-    Files that are generated and committed (Dockerfiles, the kaniko script, slice files) must
+    Files that are generated and committed (Dockerfiles, slice files) must
     not depend on whoever runs the generator.
     """
     return load_config(root, profile=profile or profile_from_env(), env={}, variant=variant)

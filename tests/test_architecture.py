@@ -85,9 +85,10 @@ def test_imports_point_one_way(module: str) -> None:
 # scripts gpurl writes into the repository to run on their own (the cluster job's layer writer,
 # the image's package-set and `uv pip check` checks, the job's SBOM and provenance writer):
 # they start processes and print
-# (the layer tool's composition in the job runs uv and crane: writer.job, writer.crane)
+# (the layer tool's composition in the job runs uv and crane: writer.job, writer.crane; the
+# zipapp's `__main__` refuses a tool its zipapp does not carry: cluster.jobmain)
 STANDALONE = {"writer.probe", "writer.tool", "writer.crane", "writer.job", "dockerfile.envcheck",
-              "attest.tool", "gpu.check"}
+              "attest.tool", "gpu.check", "cluster.jobmain"}
 # What the job's zipapp (cluster/jobapp.py) carries to the cluster job, which has no gpurl
 # installed: each tool's package, whole (the attestation writer with the writer's OCI
 # spellings), and the zipapp's `__main__`; the GPU check runs in the image on the node, its
@@ -108,7 +109,7 @@ def test_the_modules_the_job_runs_import_only_the_stdlib_and_each_other(package:
     for module in sorted(shipped):
         ours = {t.removeprefix("gpurl_tasks.") for t in _imports(MODULES[module])
                 if t.startswith("gpurl_tasks")}
-        packages = {m.rpartition(".")[0] for m in shipped} - {""}  # the loader makes them
+        packages = {m.rpartition(".")[0] for m in shipped} - {""}  # the zipapp makes them
         assert ours <= shipped | packages, (module, ours - shipped - packages)
         others = {t.split(".")[0] for t in _imports(MODULES[module])} - {"gpurl_tasks"}
         assert others <= set(sys.stdlib_module_names) | {"__future__"}, (module, others)

@@ -228,7 +228,6 @@ def test_workspace_and_lock_paths_are_checked_at_the_edge(env: dict[str, str], n
 @pytest.mark.parametrize(("env", "needle"), [
     ({"GPURL_LAUNCHER_PATH": "../../../elsewhere/launch.py"},
      "launcher.path in $GPURL_LAUNCHER_PATH = "),
-    ({"GPURL_BUILD_KANIKO_SCRIPT": "../outside.sh"}, "build.kaniko-script in $GPURL_BUILD_KANIKO_SCRIPT = "),
     ({"GPURL_BUILD_SLICES": "/tmp/slices"}, "build.slices in $GPURL_BUILD_SLICES = "),
     ({"GPURL_LAUNCHER_PATH": "launch.py\nsecrets/"},
      "launcher.path in $GPURL_LAUNCHER_PATH must be text on one line"),
@@ -237,7 +236,7 @@ def test_workspace_and_lock_paths_are_checked_at_the_edge(env: dict[str, str], n
     ({"GPURL_BUILD_WHEEL_GLOBS": "/etc/*.whl"}, "build.wheel-globs[0] must be a glob inside the wheelhouse"),
 ])
 def test_path_values_stay_inside_the_repository(env: dict[str, str], needle: str) -> None:
-    """A path gpurl writes (the launcher it pins, the kaniko script, the slice files) or
+    """A path gpurl writes (the launcher it pins, the slice files) or
     that becomes a .dockerignore rule is refused where the config is read when it leaves
     the repository or spans lines; a wheel glob matches inside the wheelhouse only."""
     with pytest.raises(ConfigError) as err:
@@ -272,15 +271,13 @@ launcher-variable = "TWO_IMAGE"
 
 
 def test_a_later_variant_defaults_to_its_own_image(root: Path) -> None:
-    """A variant other than the first gets its own tags, Dockerfile and kaniko script,
-    derived from the profile's; a variable or flag still wins over the derived default."""
+    """A variant other than the first gets its own tags and Dockerfile, derived from the
+    profile's; a variable or flag still wins over the derived default."""
     (root / "pyproject.toml").write_text(VARIANTS)
     one, two = load_config(root, env={}).variants
     assert (one.registry.tag_prefix, two.registry.tag_prefix) == ("img", "img-two")
     assert two.registry.floating_tag == f"{one.registry.floating_tag}-two"
     assert two.build.dockerfile.name == f"{one.build.dockerfile.name}-two"
-    script = one.build.kaniko_script
-    assert two.build.kaniko_script == script.with_name(f"{script.stem}-two{script.suffix}")
     assert (one.launcher.variable, two.launcher.variable) == ("DEFAULT_RL_DOCKER_IMAGE", "TWO_IMAGE")
     mine = load_config(root, env={"GPURL_REGISTRY_TAG_PREFIX": "mine"}).variants
     assert {v.registry.tag_prefix for v in mine} == {"mine"}

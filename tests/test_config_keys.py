@@ -111,17 +111,31 @@ RETIRED = [
      "a variant's import-asserts are written in [tool.gpurl.profiles.a.variants.two], not in "
      "[tool.gpurl.profiles.a.variants.two.build]",
      "move the key there: its entries are added to the profile's import-asserts"),
+    # a retired key: nothing reads it (the job's script is rendered at submit time)
+    ('[tool.gpurl.build]\nkaniko-script = "docker/build_gpu_rl_kaniko.sh"\n', {},
+     "build.kaniko-script in [tool.gpurl] was retired: the job's script is rendered "
+     "when `invoke build` submits it, and nothing rendered is committed",
+     "remove kaniko-script from its build table; nothing reads the script it named either: "
+     "delete it"),
+    ('[tool.gpurl.profiles.a.variants.two.build]\nkaniko-script = "docker/two.sh"\n', {},
+     "build.kaniko-script in [tool.gpurl.profiles.a.variants.two.build] was retired: ",
+     "remove kaniko-script from its build table; nothing reads the script it named either: "
+     "delete it"),
+    ("", {"GPURL_BUILD_KANIKO_SCRIPT": "docker/build_a_kaniko.sh"},
+     "build.kaniko-script in $GPURL_BUILD_KANIKO_SCRIPT was retired: ",
+     "unset $GPURL_BUILD_KANIKO_SCRIPT; nothing reads the script it named either: delete it"),
 ]
 
 
 @pytest.mark.parametrize(("added", "env", "message", "hint"), RETIRED,
                          ids=["layers-level", "cluster-level", "variant-cluster-level",
-                              "level-variable", "variant-dockerfile", "variant-build-asserts"])
+                              "level-variable", "variant-dockerfile", "variant-build-asserts",
+                              "kaniko-script", "variant-kaniko-script", "kaniko-script-variable"])
 def test_a_retired_spelling_names_the_one_to_write(tmp_path: Path, added: str,
                                                    env: dict[str, str], message: str,
                                                    hint: str) -> None:
-    """A key's old name or its other spelling in a variant is refused in one line that says
-    what to write instead; a user's pyproject.toml may still have it."""
+    """A key's old name, its other spelling in a variant, or a retired key is refused in one
+    line that says what to write instead; a user's pyproject.toml may still have it."""
     text = BASE.replace("[tool.gpurl.profiles.a]\n", added + "[tool.gpurl.profiles.a]\n") \
         if added.startswith("[tool.gpurl.layers]") else BASE + added
     with pytest.raises(ConfigError) as caught:

@@ -299,15 +299,14 @@ def test_generate_adds_a_missing_launcher_rule_and_check_refuses_it(tmp_path: Pa
 
 
 # The demo profile configured for the cluster in a copy's pyproject.toml: the iris backend, a
-# registry user, its own script path and where its prebuilt wheels are published.
+# registry user and where its prebuilt wheels are published.
 _DEMO_AS_CLUSTER = [
     ('workspace = "examples/demo"\nbackend = "local"\n',
      'workspace = "examples/demo"\nbackend = "iris"\n'),
     ('tag-prefix = "demo"\nfloating-tag = "demo"\nuser = ""\n',
      'tag-prefix = "demo"\nfloating-tag = "demo"\nuser = "gpurl"\n'),
     ("[tool.gpurl.profiles.demo.build]\n",
-     '[tool.gpurl.profiles.demo.build]\nkaniko-script = "docker/build_demo_kaniko.sh"\n'
-     'wheel-base-url = "https://wheels.example/demo"\n'),
+     '[tool.gpurl.profiles.demo.build]\nwheel-base-url = "https://wheels.example/demo"\n'),
 ]
 
 

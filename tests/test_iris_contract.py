@@ -160,11 +160,11 @@ def test_the_gpu_check_argv_parses_to_the_intended_parameters(registry: Any) -> 
     """`invoke verify-gpu --dry-run`'s exact argv (the GB200 variant's image pushed to a
     loopback registry standing in for GHCR, resolved to its digest): the image itself by
     digest as the task image, the GPUs of one node through `--gpu` (a count, or TYPExCOUNT as
-    the pinned release spells it), the check's own timeout, and the shipped script run by the
-    image's environment's python with the variant's arch list."""
+    the pinned release spells it), the check's own timeout, and the shipped zipapp run by the
+    image's environment's python, its sha256 checked, with the variant's arch list."""
     from iris.cli.job import parse_gpu_spec
 
-    from gpurl_tasks.cluster.gpujob import TOOL_ENV, run_verify_gpu
+    from gpurl_tasks.cluster.gpujob import APP_ENV, gpu_app, run_verify_gpu
     from gpurl_tasks.steps import DryRun
     from tests.support.pusher import push_image, random_layer
 
@@ -189,8 +189,9 @@ def test_the_gpu_check_argv_parses_to_the_intended_parameters(registry: Any) -> 
         assert params["enable_extra_resources"] is True and params["no_wait"] is True
         assert (params["timeout"], params["cpu"], params["memory"], params["max_retries"]) == (
             3600, 16, "128GB", 0)
-        assert set(dict(params["env_vars"])) == {TOOL_ENV}
+        assert set(dict(params["env_vars"])) == {APP_ENV}
         assert params["cmd"][0] == f"{config.build.venv}/bin/python"
-        assert params["cmd"][3:] == ("--image-digest", digest, "--out", "gpurl-gpu-result.json",
-                                     "--gpus", str(wanted[1]), "--arch-list", "10.0")
+        assert params["cmd"][3:] == (gpu_app().sha256, "gpu-check", "--image-digest", digest,
+                                     "--out", "gpurl-gpu-result.json", "--gpus", str(wanted[1]),
+                                     "--arch-list", "10.0")
         assert params["job_name"] == "gpurl-gpu-" + digest[7:19]

@@ -12,7 +12,7 @@ from pathlib import Path
 from gpurl_tasks.attest import tool as attest_tool
 from gpurl_tasks.cluster import jobmain
 from gpurl_tasks.cluster.bundle import MAX_BUNDLE_BYTES
-from gpurl_tasks.cluster.jobapp import ZIP_TIME, build_job_app
+from gpurl_tasks.cluster.jobapp import ZIP_TIME, build_job_app, module_closure
 from gpurl_tasks.cluster.kaniko import job_app
 from gpurl_tasks.writer import tool as writer_tool
 from tests.conftest import REPO_ROOT
@@ -66,14 +66,45 @@ def test_the_same_package_gives_the_same_sha256_in_another_process(tmp_path: Pat
 
 
 def test_it_runs_on_a_bare_python_and_each_tool_answers(tmp_path: Path) -> None:
-    """`python3 -I` (no site, no environment, no gpurl importable): the layer tool by default,
+    """`python3 -S -I` (no site, no environment, no gpurl importable: this venv's editable
+    install would answer what the zip lacks): the layer tool by default,
     `attest` for the attestation writer, each its own command line."""
     path = tmp_path / "job.pyz"
     path.write_bytes(job_app().data)
     for args, prog in (([], "gpurl-layer"), (["attest"], "gpurl-attest")):
-        done = subprocess.run([sys.executable, "-I", "-B", str(path), *args, "--help"],
+        done = subprocess.run([sys.executable, "-S", "-I", "-B", str(path), *args, "--help"],
                               cwd=tmp_path, capture_output=True, text=True, check=False)
         assert done.returncode == 0 and done.stdout.startswith(f"usage: {prog} "), done.stderr
-    bad = subprocess.run([sys.executable, "-I", "-B", str(path), "nonsense"], cwd=tmp_path,
+    bad = subprocess.run([sys.executable, "-S", "-I", "-B", str(path), "nonsense"], cwd=tmp_path,
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "usage: gpurl-layer" in bad.stderr
+
+
+def test_the_gpu_checks_zipapp_carries_the_check_alone_and_runs_on_a_bare_python(
+        tmp_path: Path) -> None:
+    """verify-gpu's zipapp is the same kind, built from the GPU check's closure: the check,
+    the modules it imports and `__main__`, none of the build job's tools; on `python3 -I` it
+    runs the check by its tool name and refuses, in one line, a tool it does not carry (-S:
+    this venv's editable gpurl would answer what the zip lacks)."""
+    from gpurl_tasks.cluster.gpujob import gpu_app
+    from gpurl_tasks.gpu import check
+
+    app = gpu_app()
+    assert app.modules == tuple(sorted(m.__name__ for m in module_closure(check.__name__)))
+    assert "gpurl_tasks.gpu.check" in app.modules
+    assert {m.removeprefix("gpurl_tasks.") for m in app.modules} <= SHIPPED["gpu"]
+    assert app.data == build_job_app((check,)).data != job_app().data
+    path = tmp_path / "gpu.pyz"
+    path.write_bytes(app.data)
+    with zipfile.ZipFile(path) as archive:
+        assert archive.read("__main__.py") == Path(jobmain.__file__).read_bytes()
+        assert not {n for n in archive.namelist() if n.startswith(("gpurl_tasks/writer/",
+                                                                   "gpurl_tasks/attest/"))}
+    done = subprocess.run([sys.executable, "-S", "-I", str(path), "gpu-check", "--help"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("usage: gpurl-gpu-check "), done.stderr
+    for args, tool in (([], jobmain.LAYER), (["attest", "--help"], jobmain.TOOLS["attest"])):
+        refused = subprocess.run([sys.executable, "-S", "-I", str(path), *args], cwd=tmp_path,
+                                 capture_output=True, text=True, check=False)
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr == f"{path}: error: this zipapp does not carry {tool}\n"

@@ -136,7 +136,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
 
 def _as_cluster_profile(tree: Path, parts: Parts, executor: str, host: str = "",
                         repository: str = "") -> None:
-    """The demo profile built on the cluster path: backend iris, its script, loopback pins;
+    """The demo profile built on the cluster path: backend iris, loopback pins;
     the destination registry `host` (default the TLS registry's own) and `repository`
     (default one per executor)."""
     pyproject = tree / "pyproject.toml"
@@ -144,7 +144,7 @@ def _as_cluster_profile(tree: Path, parts: Parts, executor: str, host: str = "",
     edits = [
         ('workspace = "examples/demo"\nbackend = "local"', 'workspace = "examples/demo"\nbackend = "iris"'),
         ('base-image = "gpurl/bookworm-python:3.11"',
-         f'base-image = "{PLAIN}/{BASE}"\nkaniko-script = "docker/build_demo_kaniko.sh"'),
+         f'base-image = "{PLAIN}/{BASE}"'),
         # a repository (and cache repository) per executor: each writes its own slices
         ('host = "127.0.0.1:5005"\nrepository = "gpurl/demo"',
          f'host = "{host or parts.registry.host}"\n'

@@ -11,8 +11,12 @@ the ones `run_verify_gpu` calls. The check script's own output is the gpucheck b
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +25,11 @@ from hypothesis import strategies as st
 
 from gpurl_tasks.attest import verification as vsa
 from gpurl_tasks.cluster.gpujob import (
+    APP_ENV,
     check_node,
     find_result,
+    gpu_app,
+    gpu_job,
     gpu_spec,
     gpu_target,
     no_result,
@@ -352,14 +359,12 @@ def test_invoke_sbom_shows_the_gpu_verdict(registry: RegistryServer, tmp_path: P
 def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
         registry: RegistryServer, tmp_path: Path) -> None:
     """`verify-gpu --dry-run` resolves the tag to its digest at the registry and submits
-    nothing: one line, the script elided, each build.gpu-asserts entry an `--assert`; `--json`
-    (the task as a user runs it) carries the whole argv. The script it ships (gpurl's own
-    check modules' text) runs here as the job runs it, with this machine's python and no
-    GPU: the configured assert runs, and the result line is what `find_result` reads: the
-    job's contract end to end, but for the node."""
+    nothing: one line, the zipapp elided, each build.gpu-asserts entry an `--assert`; `--json`
+    (the task as a user runs it) carries the whole argv. The zipapp it ships (gpurl's own
+    check modules' files) runs here as the job runs it, its sha256 checked first, with this
+    machine's python and no GPU: the configured assert runs, and the result line is what
+    `find_result` reads: the job's contract end to end, but for the node."""
     import os
-    import subprocess
-    import sys
 
     from gpurl_tasks.cluster.gpujob import run_verify_gpu
     from gpurl_tasks.steps import DryRun
@@ -378,7 +383,8 @@ def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
     assert line.startswith("iris --cluster=cw-us-east-02a job run ")
     assert f"--task-image {registry.host}/{config.registry.repository}@{image.subject}" in line
     assert " --gpu 8 " in line and " --timeout 3600 " in line and "--no-wait" in line
-    assert "-e GPU_CHECK_B64 'IyEvdXNyL2Jpbi9lbnYgcHl0...<" in line  # elided, one line
+    # the zipapp, elided: base64 of a zip's first bytes, "PK\x03\x04"
+    assert re.search(r" -e GPU_CHECK_PYZ_B64 'UEsDB[A-Za-z0-9+/]{19}\.\.\.<\d+ chars>' ", line), line
     assert line.endswith(" --assert 'import math' --assert 'assert math.isclose(1 + 1, 3), "
                          "'\"'\"'one plus one'\"'\"''")
     shown = json.loads(run_task("verify-gpu", "--profile", "demo", "--ref", ref, "--dry-run",
@@ -386,15 +392,16 @@ def test_dry_run_prints_the_job_and_its_shipped_script_runs_here(
     assert shown == [a for a in planned.commands[0] if a not in asserting.build.gpu_asserts
                      and a != "--assert"]  # the committed config has no asserts
     argv = planned.commands[0]
-    tool = argv[argv.index("GPU_CHECK_B64") + 1]
+    app = argv[argv.index("GPU_CHECK_PYZ_B64") + 1]
     command = argv[argv.index("--") + 1:]
     assert command[0] == f"{config.build.venv}/bin/python"
+    assert command[3:5] == (hashlib.sha256(base64.b64decode(app)).hexdigest(), "gpu-check")
     (tmp_path / "site").mkdir()
-    # -S -I: no site-packages (no gpurl installed, as in the image), only the shipped text
+    # -S -I: no site-packages (no gpurl installed, as in the image), only the shipped zipapp
     ran = subprocess.run([sys.executable, "-S", "-I", *command[1:], "--root",
                           str(tmp_path / "site")],
-                         cwd=tmp_path, env={**os.environ, "GPU_CHECK_B64": tool,
-                                            "CUDA_VISIBLE_DEVICES": ""},
+                         cwd=tmp_path, env={**os.environ, "GPU_CHECK_PYZ_B64": app,
+                                            "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)},
                          capture_output=True, text=True, timeout=60)
     found = find_result(ran.stdout)
     assert found is not None, ran.stderr
@@ -464,3 +471,42 @@ def test_a_summary_the_registry_does_not_list_is_an_error(registry: RegistryServ
                                               rf"for {digest[:19]} \(sha256-"):
             attach_summary(through, where, digest, statement(check_result(digest), digest))
         assert proxy.faults[0].times == 0  # both reads of the listing were the stale one
+
+
+def test_the_job_runs_no_zipapp_but_the_one_built_here(tmp_path: Path) -> None:
+    """The job's command checks the shipped zipapp's sha256 before it runs a byte of it: the
+    value cut on the way (its last base64 quantum), a byte of it altered, or none is one error
+    line naming the sha256 expected, exit 1, and no result line or file."""
+    config = load_config(REPO_ROOT, profile="demo", env={"HOME": str(tmp_path)})
+    app = gpu_app()
+    spec = gpu_job(config, "ghcr.io/team/img", DIGEST, target=gpu_target(config), app=app)
+    shipped = dict(spec.env)[APP_ENV]
+    assert isinstance(shipped, str) and base64.b64decode(shipped) == app.data
+    altered = app.data[:-1] + bytes([app.data[-1] ^ 1])
+    for value in (shipped[:-4], base64.b64encode(altered).decode(), ""):
+        ran = subprocess.run([sys.executable, "-S", "-I", *spec.command[1:]], cwd=tmp_path,
+                             env={APP_ENV: value, "TMPDIR": str(tmp_path)},
+                             capture_output=True, text=True, timeout=30, check=False)
+        error, = ran.stderr.splitlines()
+        assert error.startswith("gpurl-gpu-check: error: the shipped zipapp has sha256 "
+                                f"{hashlib.sha256(base64.b64decode(value)).hexdigest()}, "
+                                f"not {app.sha256}")
+        assert (ran.returncode, ran.stdout) == (1, "")
+        assert list(tmp_path.iterdir()) == []  # not unpacked, no result written
+
+
+def test_a_zipapp_too_large_for_one_environment_string_is_refused_before_submit(
+        tmp_path: Path) -> None:
+    """Linux refuses to start a process with one environment string over 128 KiB (the build
+    job's zipapp, 137 kB in base64, is that large); the GPU job's is bounded well below, so a
+    closure grown past it is one error at submit, not a job that cannot start."""
+    from gpurl_tasks.cluster.jobapp import JobApp
+    from gpurl_tasks.errors import BuildError
+
+    config = load_config(REPO_ROOT, profile="demo", env={"HOME": str(tmp_path)})
+    grown = JobApp(data=gpu_app().data + bytes(40_000), modules=gpu_app().modules)
+    with pytest.raises(BuildError) as refused:
+        gpu_job(config, "ghcr.io/team/img", DIGEST, target=gpu_target(config), app=grown)
+    encoded = len(base64.b64encode(grown.data))
+    assert refused.value.message.startswith(f"the GPU check's zipapp is {encoded} bytes in "
+                                            "base64, over the 100000")

@@ -2,11 +2,13 @@
 checks itself there (gpu/check.py), and its verdict is attached to the image's manifest.
 
 The job's task image is the image by digest, so the node's own containerd pulls exactly what
-a pin would name, and that pull is part of the test. The check script is gpurl's own modules'
-text, shipped in the job's environment as the build's script is (`standalone_tool`), and run
-with the image's environment's python (build.venv). It prints one `GPURL-GPU-RESULT <json>`
-line, which is read back from the job's log once the watch ends. Every way the job can end
-without a usable result is one line (`no_result`), and nothing is attached then.
+a pin would name, and that pull is part of the test. The check is a zipapp of the installed
+package's own module files (cluster/jobapp.py, the build job's kind, with the GPU check's
+closure only), carried base64 in the job's environment (the job has no workspace bundle: it
+runs the image as it is), and run with the image's environment's python (build.venv) once its
+sha256 is the one built here. It prints one `GPURL-GPU-RESULT <json>` line, which is read back
+from the job's log once the watch ends. Every way the job can end without a usable result is
+one line (`no_result`), and nothing is attached then.
 """
 
 from __future__ import annotations
@@ -19,20 +21,19 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gpurl_tasks
 from gpurl_tasks.attest import verification as vsa
 from gpurl_tasks.cluster.iris import ClusterTarget, IrisCli, JobSpec, job_run_argv, parse_job_id
 from gpurl_tasks.cluster.iris_release import find_iris, iris_program
-from gpurl_tasks.cluster.jobapp import module_closure
+from gpurl_tasks.cluster.jobapp import JobApp, job_app
 from gpurl_tasks.cluster.jobs import run_watch
 from gpurl_tasks.cluster.submit import elide_argument
 from gpurl_tasks.cluster.watch import WatchResult
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BUG_HINT, BuildError, CheckFailed, ExitCode, GpurlError
+from gpurl_tasks.gpu import check as gpu_check
 from gpurl_tasks.gpu import result as gpu_result
 from gpurl_tasks.gpu.check import LINE_PREFIX
 from gpurl_tasks.oci.connect import open_client
@@ -44,10 +45,11 @@ from gpurl_tasks.release.gpu import attach_summary
 from gpurl_tasks.steps import DryRun
 
 __all__ = [
-    "TOOL_ENV",
+    "APP_ENV",
     "GpuCheckOutcome",
     "check_node",
     "find_result",
+    "gpu_app",
     "gpu_job",
     "gpu_spec",
     "gpu_target",
@@ -56,12 +58,25 @@ __all__ = [
     "unschedulable",
 ]
 
-TOOL_ENV = "GPU_CHECK_B64"
-# The job's command: exec the shipped tool (its `__main__` runs the check) with its arguments
-_EXEC = f"import base64,os;exec(base64.b64decode(os.environ['{TOOL_ENV}']))"
-_TOOL_ENTRY = "gpurl_tasks.gpu.check"  # shipped with every gpurl module it imports
-# One argument of an exec'd command may hold 128 KiB (Linux MAX_ARG_STRLEN): stay well below
-_MAX_TOOL_B64 = 100_000
+APP_ENV = "GPU_CHECK_PYZ_B64"
+# The job's command, before the check's own arguments (`python -c _BOOT SHA256 gpu-check ...`):
+# stdlib only, it decodes the shipped zipapp, refuses bytes other than the ones built here
+# (a value cut or altered on the way), and runs it as `python gpu.pyz gpu-check ...` would, in
+# this process (`runpy`), so its exit code is the job's.
+_BOOT = ";".join((
+    "import base64,hashlib,os,pathlib,runpy,sys,tempfile",
+    f"data=base64.b64decode(os.environ.get('{APP_ENV}',''))",
+    "want,*args=sys.argv[1:]",
+    "got=hashlib.sha256(data).hexdigest()",
+    "got==want or sys.exit(f'gpurl-gpu-check: error: the shipped zipapp has sha256 {got}, "
+    "not {want}: it was cut or altered on the way')",
+    "path=pathlib.Path(tempfile.mkdtemp(),'gpu.pyz')",
+    "path.write_bytes(data)",
+    "sys.argv=[str(path),*args]",
+    "runpy.run_path(str(path),run_name='__main__')"))
+# One environment string of an exec'd process may hold 128 KiB (Linux MAX_ARG_STRLEN), and so
+# may the one argument `iris job run -e` takes it as: stay well below (iris sets no lower cap)
+_MAX_APP_B64 = 100_000
 LOG_LINES = 400  # the log tail searched for the result line (it is the check's last line)
 AFTER_WATCH_S = 60.0
 _PULL_FAILURE = re.compile(r"ImagePull|ErrImagePull|pull access denied|manifest unknown|"
@@ -84,60 +99,25 @@ def gpu_spec(config: Config) -> str:
     return f"{cluster.gpu_type}x{cluster.gpus}" if cluster.gpu_type else str(cluster.gpus)
 
 
-# The check runs alone (stdlib only) in the image's python: gpurl's modules' own text, loaded
-# as modules by a few lines of stdlib.
-_LOADER = """
-def _load():
-    import sys
-    import types
-    for name in @PACKAGES@:
-        package = sys.modules.setdefault(name, types.ModuleType(name))
-        package.__path__ = []
-    for name, text in _SOURCES.items():
-        module = types.ModuleType(name)
-        sys.modules[name] = module
-        exec(compile(text, name, "exec"), module.__dict__)  # noqa: S102 (gpurl's own modules)
-        parent, _, leaf = name.rpartition(".")
-        setattr(sys.modules[parent], leaf, module)
-    return sys.modules[@ENTRY@]
+def gpu_app() -> JobApp:
+    """The zipapp the GPU job runs: the check (`gpu-check`, jobmain's tool) with every gpurl
+    module it imports, the same bytes for the same installed package."""
+    return job_app((gpu_check,))
 
 
-if __name__ == "__main__":
-    raise SystemExit(_load().main())
-"""
-
-
-def standalone_tool(modules: tuple[ModuleType, ...], purpose: str) -> str:
-    """A tool of `modules` (the last one's `main` runs), their source carried verbatim, under
-    every package they sit in."""
-    entry = modules[-1].__name__
-    package = entry.rpartition(".")[0]
-    sources = "".join(f"    {m.__name__!r}: {Path(str(m.__file__)).read_text(encoding='utf-8')!r},\n"
-                      for m in modules)
-    packages = ["gpurl_tasks", package, *sorted({m.__name__.rpartition(".")[0] for m in modules}
-                                                  - {"gpurl_tasks", package})]
-    loader = _LOADER.replace("@PACKAGES@", "(" + ", ".join(f'"{p}"' for p in packages) + ")") \
-        .replace("@ENTRY@", f'"{entry}"')
-    return (f"#!/usr/bin/env python3\n# Generated by gpurl from {package.replace('.', '/')}/ for "
-            f"{purpose};\n# do not edit (`invoke generate`).\n"
-            f"_SOURCES = {{\n{sources}}}\n{loader}")
-
-
-def _tool_b64() -> str:
-    """The check script as the job runs it, base64 (gpurl's own modules' text)."""
-    text = standalone_tool(module_closure(_TOOL_ENTRY),
-                           "the GPU check `invoke verify-gpu` runs on the node")
-    encoded = base64.b64encode(text.encode()).decode()
-    if len(encoded) > _MAX_TOOL_B64:
-        raise BuildError(f"the GPU check script is {len(encoded)} bytes in base64, over the "
-                         f"{_MAX_TOOL_B64} one job argument may carry",
+def _app_b64(app: JobApp) -> str:
+    """`app` as the job's environment carries it."""
+    encoded = base64.b64encode(app.data).decode()
+    if len(encoded) > _MAX_APP_B64:
+        raise BuildError(f"the GPU check's zipapp is {len(encoded)} bytes in base64, over the "
+                         f"{_MAX_APP_B64} one environment variable of the job may carry",
                          hint=BUG_HINT)
     return encoded
 
 
 def gpu_job(config: Config, image: str, digest: str, *, target: ClusterTarget,
-            tool_b64: str) -> JobSpec:
-    """The iris job that runs the check in `image`@`digest` on the GPUs of one node."""
+            app: JobApp) -> JobSpec:
+    """The iris job that runs the check (`app`) in `image`@`digest` on the GPUs of one node."""
     cluster = config.cluster
     python = f"{config.build.venv.rstrip('/')}/bin/python"
     return JobSpec(
@@ -145,9 +125,9 @@ def gpu_job(config: Config, image: str, digest: str, *, target: ClusterTarget,
         cpu=cluster.gpu_cpu, memory=cluster.gpu_memory, disk="10GB",
         job_name=f"gpurl-gpu-{digest.split(':', 1)[1][:12]}", max_retries=0,
         timeout=cluster.gpu_timeout,
-        env=((TOOL_ENV, tool_b64),),
-        command=(python, "-c", _EXEC, "--image-digest", digest, "--out", "gpurl-gpu-result.json",
-                 "--gpus", str(cluster.gpus),
+        env=((APP_ENV, _app_b64(app)),),
+        command=(python, "-c", _BOOT, app.sha256, "gpu-check", "--image-digest", digest,
+                 "--out", "gpurl-gpu-result.json", "--gpus", str(cluster.gpus),
                  *(("--arch-list", config.build.cuda_arch_list)
                    if config.build.cuda_arch_list else ()),
                  *(arg for code in config.build.gpu_asserts for arg in ("--assert", code))))
@@ -260,10 +240,10 @@ def run_verify_gpu(config: Config, text: str | None, *, dry_run: bool, say: Say,
                           hint="pass the variant the image was built for (--variant)")
     digest, repository = image.subject, image.ref.name
     target = gpu_target(config, cluster)
-    spec = gpu_job(config, repository, digest, target=target, tool_b64=_tool_b64())
+    spec = gpu_job(config, repository, digest, target=target, app=gpu_app())
     program = iris_program(env)
     argv = (program, *job_run_argv(spec, reveal=True))
-    shown = shlex.join(elide_argument(a) for a in argv)  # the script: its start and length
+    shown = shlex.join(elide_argument(a) for a in argv)  # the zipapp: its start, length
     if dry_run:
         return DryRun((argv,), shown=(shown,))
     find_iris(program, env)

@@ -3,9 +3,13 @@ only, so the job needs nothing but a python3.
 
     python3 -B job.pyz SUBCOMMAND ...          the layer tool (writer/tool.py)
     python3 -B job.pyz attest SUBCOMMAND ...   the SBOM and provenance writer (attest/tool.py)
+    python3 gpu.pyz gpu-check --out R.json ... the GPU check (gpu/check.py), in the image
+                                               on its GPU node (`invoke verify-gpu`)
 
 The layer tool takes no tool name, so the job calls it as it always has
-(`python3 -B "$LAYER_TOOL" SUBCOMMAND`); a tool named first is that tool.
+(`python3 -B "$LAYER_TOOL" SUBCOMMAND`); a tool named first is that tool. Each zipapp carries
+the tools its job runs (the build job's the first two, verify-gpu's the GPU check); one it does
+not carry is refused in one line.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 LAYER = "gpurl_tasks.writer.tool"
-TOOLS = {"attest": "gpurl_tasks.attest.tool"}
+TOOLS = {"attest": "gpurl_tasks.attest.tool", "gpu-check": "gpurl_tasks.gpu.check"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,7 +28,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = TOOLS.get(args[0], LAYER) if args else LAYER
     if module != LAYER:
         args = args[1:]
-    result: int = importlib.import_module(module).main(args)
+    try:
+        tool = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if not f"{module}.".startswith(f"{exc.name}."):  # a module the tool imports is missing
+            raise
+        print(f"{sys.argv[0]}: error: this zipapp does not carry {module}", file=sys.stderr)
+        return 2
+    result: int = tool.main(args)
     return result
 
 
