@@ -107,13 +107,15 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         assert not (r.root / "app" / "docker" / "wheelhouse" / name).exists()  # not the bundle
 
 
-def test_the_environment_is_composed_on_env_base_before_the_final_build(r: Rig) -> None:
+def test_the_environment_is_composed_on_env_base_before_the_final_build(
+        tmp_path: Path, parts: ComposeParts) -> None:
     """The composed path, as every cluster profile runs it: env-base is built and pushed to
     the cache repository, the composing build runs the job's compose-env (its zipapp: real uv
     stages each slice, real crane pushes the records and the composed image to a real
-    registry), and the final build runs FROM that image. The executor is a stand-in (see
-    kaniko_harness); the registry's own answers are what is checked."""
-    proc = r.run(_env())
+    registry, here an empty cache repository), and the final build runs FROM that image. The
+    executor is a stand-in (see kaniko_harness); the registry's own answers are checked."""
+    with rig(tmp_path, parts, own_cache=True) as r:
+        proc = r.run(_env())
     assert proc.returncode == 0, proc.stderr
     work = r.root / "kaniko" / "gpurl"
     env_base, composing, final = (shlex.split(call)[1:] for call in r.calls("executor"))

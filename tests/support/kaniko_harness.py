@@ -277,14 +277,16 @@ class Rig:
 
 
 @contextmanager
-def rig(tmp: Path, parts: ComposeParts | None, *, chain: bool = False,
+def rig(tmp: Path, parts: ComposeParts | None, *, chain: bool = False, own_cache: bool = False,
         crane_sha256: str | None = None, executor_tail: str = "",
         profile: str | None = None, variant: str | None = None,
         overrides: Mapping[str, Any] | None = None,
         wheels: Sequence[Path] | None = None, project: Path = REPO_ROOT) -> Iterator[Rig]:
     """Serve wheels + MANIFEST + a crane tarball and render the script against them
     (`project`: the repository whose config renders it, gpurl's own by default). A script
-    that composes needs `parts`; `chain` renders the chain script instead."""
+    that composes needs `parts`; `chain` renders the chain script instead. The composed
+    script's cache repository is shared by every rig of `parts`, as every build shares the
+    cluster's (a later run finds the slices cached); `own_cache` gives it an empty one."""
     served = tmp / "served"
     served.mkdir()
     root = tmp / "root"
@@ -313,9 +315,10 @@ def rig(tmp: Path, parts: ComposeParts | None, *, chain: bool = False,
                 "cluster.kaniko-executor": "registry.invalid/kaniko/executor@sha256:" + "ab" * 32,
                 "build.wheel-base-url": url + "/wheels"}
         composed: dict[str, Any] = {"cluster.env-source": "chain"} if chain else {}
-        if parts and not chain:  # a cache repository of its own on the rig's registry
-            composed = {"build.venv": str(parts.venv), "cluster.cache-repo":
-                        f"{parts.registry}/rig/{hashlib.sha256(bytes(tmp)).hexdigest()[:12]}/cache"}
+        if parts and not chain:  # the module's cache repository, or an empty one of its own
+            repository = hashlib.sha256(bytes(tmp)).hexdigest()[:12] if own_cache else "shared"
+            composed = {"build.venv": str(parts.venv),
+                        "cluster.cache-repo": f"{parts.registry}/rig/{repository}/cache"}
         config = load_config(project, profile=profile, variant=variant, env={},
                              overrides={**composed, **(overrides or {}), **pins})
         if composes(config) and parts is None:
