@@ -163,7 +163,7 @@ def test_the_sandbox_job_builds_its_context_with_the_same_guard_rails(repo: Path
     token never in the log even under bash -x."""
     need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed")
     canary = "ghp_CANARY0handwritten9"
-    with rig(tmp_path, project=repo, profile="sandbox") as r:
+    with rig(tmp_path, None, project=repo, profile="sandbox") as r:
         done = r.run({"GITSHA": "0123abc", "DOCKER_TOKEN": canary, "DOCKER_USER_ID": "bob"},
                      trace=True)
         argv = _executor_argv(r.calls("executor"))
@@ -182,7 +182,7 @@ def test_the_sandbox_job_builds_its_context_with_the_same_guard_rails(repo: Path
 @pytest.mark.integration
 def test_the_sft_job_passes_its_build_args(repo: Path, tmp_path: Path) -> None:
     need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed")
-    with rig(tmp_path, project=repo, profile="sft") as r:
+    with rig(tmp_path, None, project=repo, profile="sft") as r:
         done = r.run({"GITSHA": "0123abc", "DOCKER_TOKEN": "t", "DOCKER_USER_ID": "bob"})
         argv = _executor_argv(r.calls("executor"))
     assert done.returncode == 0, done.stderr

@@ -96,8 +96,9 @@ def user_env(cluster: LocalIris, workspace: Path, registry: RegistryServer,
     kube.write_text("apiVersion: v1\n")
     return {**os.environ, "GPURL_REGISTRY_TOKEN": CANARY, "KUBECONFIG": str(kube),
             jobs.IRIS_ENV: str(cluster.iris), "GPURL_CLUSTER_CONTROLLER_URL": cluster.url,
-            # the stand-in executor builds nothing, so there is no env-base to write slices on:
-            # the job runs the chain script (the composed one runs for real in test_kaniko_e2e)
+            # invoke build stages the checkout's own slice index, whose slices (torch, ...)
+            # cannot be installed offline: the job runs the chain script (the composed one
+            # runs in test_kaniko_script, on the rig's slices, and in test_kaniko_e2e)
             "GPURL_CLUSTER_ENV_SOURCE": "chain",
             "GPURL_REGISTRY_HOST": registry.host,
             "HOME": str(cluster.home.parent / "client-home")}
@@ -152,14 +153,15 @@ def timed_out_job(cluster: LocalIris, workspace: Path, user_env: dict[str, str],
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Submitted first, watched last: the controller sweeps `--timeout` only every 60 s, so
     the other tests run while it waits."""
-    with rig(tmp_path_factory.mktemp("rig-timeout"), executor_tail="sleep 300") as r:
+    with rig(tmp_path_factory.mktemp("rig-timeout"), None, chain=True,
+             executor_tail="sleep 300") as r:
         yield submit(workspace, user_env, r, timeout=1)
 
 
 def test_build_runs_the_real_script_and_watch_follows_it_to_succeeded(
         cluster: LocalIris, workspace: Path, user_env: dict[str, str], timed_out_job: str,
         registry: RegistryServer, tmp_path: Path) -> None:
-    with rig(tmp_path) as r:
+    with rig(tmp_path, None, chain=True) as r:
         job_id = submit(workspace, user_env, r)
         proc, out = watch(workspace, user_env, job_id)
     assert proc.returncode == 0, proc.stderr
@@ -186,7 +188,7 @@ def test_build_runs_the_real_script_and_watch_follows_it_to_succeeded(
 def test_a_failing_script_ends_failed_with_the_log_tail(
         cluster: LocalIris, workspace: Path, user_env: dict[str, str], tmp_path: Path) -> None:
     """The MANIFEST checksum check fails inside the job (a wheel changed after MANIFEST)."""
-    with rig(tmp_path) as r:
+    with rig(tmp_path, None, chain=True) as r:
         (r.served / "wheels" / r.wheels[0]).write_bytes(b"not the wheel MANIFEST names")
         job_id = submit(workspace, user_env, r)
         proc, out = watch(workspace, user_env, job_id)
@@ -206,7 +208,7 @@ def test_a_long_log_shows_its_real_tail_redacted(
              'echo "auth: $(sed -e \'s/.*"auth":"//\' -e \'s/".*//\' '
              '"$DOCKER_CONFIG/config.json" | base64 -d)"\n'
              'echo "error building image: exit status 1" >&2; exit 1')
-    with rig(tmp_path, executor_tail=leaky) as r:
+    with rig(tmp_path, None, chain=True, executor_tail=leaky) as r:
         job_id = submit(workspace, user_env, r)
         JOBS.remove(job_id)  # this one leaks on purpose
         proc, out = watch(workspace, user_env, job_id)
@@ -226,7 +228,7 @@ def test_a_long_log_shows_its_real_tail_redacted(
 
 def test_kill_ends_the_job_killed(cluster: LocalIris, workspace: Path, user_env: dict[str, str],
                                   tmp_path: Path) -> None:
-    with rig(tmp_path, executor_tail="sleep 300") as r:
+    with rig(tmp_path, None, chain=True, executor_tail="sleep 300") as r:
         job_id = submit(workspace, user_env, r)
         iris = IrisCli(lambda argv, timeout: run(argv, echo=None, timeout=timeout),
                        program=str(cluster.iris), cluster=ClusterTarget(controller_url=cluster.url))

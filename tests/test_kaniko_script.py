@@ -13,9 +13,11 @@ import json
 import platform
 import shlex
 import shutil
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gpurl_tasks.attest import provenance as slsa
@@ -25,19 +27,34 @@ from gpurl_tasks.attest.sbom import python_components, requirement_name
 from gpurl_tasks.cluster.kaniko import JOB_APP, job_app
 from gpurl_tasks.config import load_config
 from tests.conftest import REPO_ROOT
-from tests.support.kaniko_harness import AS_CLUSTER, STANDIN_DIGEST, Rig, rig
+from tests.support.kaniko_harness import (
+    AS_CLUSTER,
+    STANDIN_DIGEST,
+    ComposeParts,
+    Rig,
+    compose_parts,
+    rig,
+)
 from tests.support.local_parts import build_source_wheel, need
+from tests.support.registry_state import manifest
 
 pytestmark = pytest.mark.integration
 
 GITSHA = "0123abc"
 CANARY = "ghp_CANARY7f3e9d1c5b"
+OCI = "application/vnd.oci.image.manifest.v1+json"
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeParts]:
+    with compose_parts(tmp_path_factory.mktemp("compose")) as made:
+        yield made
 
 
 @pytest.fixture
-def r(tmp_path: Path) -> Rig:
+def r(tmp_path: Path, parts: ComposeParts) -> Iterator[Rig]:
     need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
-    with rig(tmp_path) as prepared:
+    with rig(tmp_path, parts) as prepared:
         yield prepared
 
 
@@ -46,8 +63,15 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _executor_argv(r: Rig) -> list[str]:
-    (call,) = r.calls("executor")
+    """The final build's argv: the last executor run (env-base's and the composing build's
+    come first)."""
+    *_, call = r.calls("executor")
     return shlex.split(call)[1:]
+
+
+def _env_image(r: Rig) -> str:
+    """The composed environment's reference, as compose-env wrote it for the final build."""
+    return (r.root / "kaniko" / "gpurl" / "env-image").read_text().strip()
 
 
 def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
@@ -67,19 +91,57 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         f"--compression-level={r.config.cluster.kaniko_gzip_level}",
         f"--snapshot-mode={r.config.cluster.snapshot_mode}",
         "--cache=true",
-        f"--cache-repo={image}/cache",
+        f"--cache-repo={r.config.cluster.cache_repo}",
         f"--push-retry={r.config.registry.retries}",
         f"--image-download-retry={r.config.registry.retries}",
         f"--image-fs-extract-retry={r.config.registry.retries}",
         "--skip-push-permission-check",  # one unretried POST; the retried push is the check
         "--destination", f"{image}:gpu-rl-{GITSHA}",
         "--digest-file", digest_file,
+        "--build-arg", f"ENV_SOURCE={_env_image(r)}",  # FROM the composed environment
     ]
     assert "--single-snapshot" not in argv
     assert f"pushed {image}:gpu-rl-{GITSHA}@{STANDIN_DIGEST}" in proc.stdout
     for name in r.wheels:  # fetched into the context's wheelhouse before the executor ran
         assert (r.root / "kaniko" / "context" / "docker" / "wheelhouse" / name).is_file()
         assert not (r.root / "app" / "docker" / "wheelhouse" / name).exists()  # not the bundle
+
+
+def test_the_environment_is_composed_on_env_base_before_the_final_build(
+        tmp_path: Path, parts: ComposeParts) -> None:
+    """The composed path, as every cluster profile runs it: env-base is built and pushed to
+    the cache repository, the composing build runs the job's compose-env (its zipapp: real uv
+    stages each slice, real crane pushes the records and the composed image to a real
+    registry, here an empty cache repository), and the final build runs FROM that image. The
+    executor is a stand-in (see kaniko_harness); the registry's own answers are checked."""
+    with rig(tmp_path, parts, own_cache=True) as r:
+        proc = r.run(_env())
+    assert proc.returncode == 0, proc.stderr
+    work = r.root / "kaniko" / "gpurl"
+    env_base, composing, final = (shlex.split(call)[1:] for call in r.calls("executor"))
+    cache = r.config.cluster.cache_repo
+    assert env_base[env_base.index("--target") + 1] == "env-base"
+    assert env_base[env_base.index("--destination") + 1] == f"{cache}:env-base-{GITSHA}"
+    assert composing[composing.index("--dockerfile") + 1] == f"{work}/compose-env.Dockerfile"
+    assert "--no-push" in composing
+    reference = _env_image(r)
+    assert final[-2:] == ["--build-arg", f"ENV_SOURCE={reference}"]
+    written = [line for line in proc.stdout.splitlines() if ": written " in line]
+    assert [line.split(": written ")[0] for line in written] == ["    01-alpha", "    02-beta"]
+    assert f"==> environment {reference} (2 slice(s) written, 0 of them as their record's " \
+           "blob was gone; 0 cached)" in proc.stdout
+    host, _, path = cache.partition("/")
+    with httpx.Client(base_url=f"http://{host}", timeout=30) as http:
+        base = manifest(http, path, f"env-base-{GITSHA}")
+        image = manifest(http, path, reference.rpartition("@")[2])
+        pushed = http.head(f"/v2/{path}/manifests/env-base-{GITSHA}", headers={"Accept": OCI})
+    assert base is not None and image is not None
+    # the digest file the executor wrote is the registry's digest of env-base
+    assert (work / "env-base.digest").read_text() == pushed.headers["Docker-Content-Digest"]
+    # env-base's layer, then each slice's blob as compose-env said it wrote them, in order
+    assert [layer["digest"] for layer in image["layers"]] == [
+        base["layers"][0]["digest"],
+        *(json.loads(line.split(": written ")[1])["digest"] for line in written)]
 
 
 def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
@@ -158,7 +220,9 @@ def test_an_existing_immutable_tag_stops_before_the_build(r: Rig) -> None:
     assert not (r.root / "kaniko" / "context" / "docker" / "wheelhouse" / r.wheels[0]).exists()
     forced = r.run(_env(STANDIN_EXISTING_DIGEST=existing, OVERWRITE_TAG="1"))
     assert forced.returncode == 0, forced.stderr
-    assert f"overwriting {existing}" in forced.stdout and len(r.calls("executor")) == 1
+    assert f"overwriting {existing}" in forced.stdout
+    argv = _executor_argv(r)  # the final build ran, to the immutable tag
+    assert argv[argv.index("--destination") + 1] == f"{r.config.registry.image}:gpu-rl-{GITSHA}"
 
 
 def test_a_failed_tag_lookup_is_not_taken_for_a_free_tag(r: Rig) -> None:
@@ -328,15 +392,17 @@ def test_canary_token_never_appears_under_bash_x(r: Rig) -> None:
     assert f"+ {r.root}/kaniko/executor --context" in proc.stderr
 
 
-def test_crane_checksum_mismatch_stops(tmp_path: Path) -> None:
-    with rig(tmp_path, crane_sha256="0" * 64) as bad:
+def test_crane_checksum_mismatch_stops(
+        tmp_path: Path, parts: ComposeParts) -> None:
+    with rig(tmp_path, parts, crane_sha256="0" * 64) as bad:
         proc = bad.run(_env())
     assert proc.returncode != 0
     assert "crane archive checksum mismatch" in proc.stderr
     assert bad.calls("crane") == [] and bad.calls("executor") == []
 
 
-def test_demo_as_a_cluster_profile_fetches_its_own_built_wheel(tmp_path: Path) -> None:
+def test_demo_as_a_cluster_profile_fetches_its_own_built_wheel(
+        tmp_path: Path, parts: ComposeParts) -> None:
     """The wheel its wheel-builder makes (the real build backend on the target's Python),
     published with its MANIFEST, is exactly what the demo's script fetches and checks."""
     need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
@@ -344,7 +410,7 @@ def test_demo_as_a_cluster_profile_fetches_its_own_built_wheel(tmp_path: Path) -
     (spec,) = demo.build.wheel_specs
     built = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, tmp_path / "build")
     (tmp_path / "rig").mkdir()
-    with rig(tmp_path / "rig", profile="demo", overrides=AS_CLUSTER, wheels=[built]) as demo_rig:
+    with rig(tmp_path / "rig", parts, profile="demo", overrides=AS_CLUSTER, wheels=[built]) as demo_rig:
         proc = demo_rig.run(_env(WHEEL_SOURCE="prebuilt-wheelhouse"))
         assert proc.returncode == 0, proc.stderr
         assert demo_rig.wheels == (built.name,)
@@ -354,9 +420,10 @@ def test_demo_as_a_cluster_profile_fetches_its_own_built_wheel(tmp_path: Path) -
         assert "--dockerfile" in _executor_argv(demo_rig)
 
 
-def test_a_profile_without_compiled_wheels_skips_the_fetch(tmp_path: Path) -> None:
+def test_a_profile_without_compiled_wheels_skips_the_fetch(
+        tmp_path: Path, parts: ComposeParts) -> None:
     need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
-    with rig(tmp_path, profile="heavy", overrides=AS_CLUSTER, wheels=[]) as heavy:
+    with rig(tmp_path, parts, profile="heavy", overrides=AS_CLUSTER, wheels=[]) as heavy:
         (heavy.served / "wheels" / "MANIFEST").unlink()  # nothing is published for it
         proc = heavy.run(_env(WHEEL_SOURCE="prebuilt-wheelhouse"))
     assert proc.returncode == 0, proc.stderr
@@ -373,7 +440,7 @@ def _rig_ready() -> None:
 
 
 def test_a_script_on_a_node_of_another_platform_stops_in_one_line_naming_its_cluster(
-        tmp_path: Path) -> None:
+        tmp_path: Path, parts: ComposeParts) -> None:
     """The multiarch variant of the other platform than this machine's (gb200, aarch64, here)
     on this node: one line naming the platform, the node's and the variant's cluster, before
     crane is fetched or anything else runs."""
@@ -383,7 +450,7 @@ def test_a_script_on_a_node_of_another_platform_stops_in_one_line_naming_its_clu
     other, arch, oci, cluster = (("gb200", "aarch64", "linux/arm64", "cw-us-east-08a")
                                  if machine == "x86_64" else
                                  ("h100", "x86_64", "linux/amd64", "cw-us-east-02a"))
-    with rig(tmp_path, profile="multiarch", variant=other, wheels=[]) as away:
+    with rig(tmp_path, parts, profile="multiarch", variant=other, wheels=[]) as away:
         assert (away.config.target.arch, away.config.cluster.name) == (arch, cluster)
         proc = away.run(_env())
     assert proc.returncode == 1
@@ -396,12 +463,12 @@ def test_a_script_on_a_node_of_another_platform_stops_in_one_line_naming_its_clu
 
 
 def test_the_aarch64_script_on_an_aarch64_node_exports_and_builds_for_linux_arm64(
-        tmp_path: Path) -> None:
+        tmp_path: Path, parts: ComposeParts) -> None:
     """The gb200 variant's real script where its platform check passes (a stand-in `uname`
     says aarch64, as a GB200 node does): the executor is exported for linux/arm64 and every
     executor run builds for it; the same script on this x86 node was refused above."""
     _rig_ready()
-    with rig(tmp_path, profile="multiarch", variant="gb200", wheels=[]) as gb200:
+    with rig(tmp_path, parts, profile="multiarch", variant="gb200", wheels=[]) as gb200:
         proc = gb200.run({**_env(), **gb200.on_node("aarch64")})
         assert proc.returncode == 0, proc.stderr
         export = shlex.split(gb200.calls("crane")[0])[1:]
@@ -413,18 +480,19 @@ def test_the_aarch64_script_on_an_aarch64_node_exports_and_builds_for_linux_arm6
         assert x86 not in script
 
 
-def _aarch64_rig(tmp_path: Path) -> AbstractContextManager[Rig]:
+def _aarch64_rig(tmp_path: Path, parts: ComposeParts) -> AbstractContextManager[Rig]:
     """gpu-rl (a profile with compiled wheels) as an aarch64 variant: its MANIFEST's key names
     linux_aarch64 (the rig writes the key of the config's pins, as a wheel-builder does). Its
     workspace is the multiarch fixture's, whose lock resolves for aarch64 (rl/uv.lock resolves
     for x86_64 only, and an aarch64 image of it is refused where the lock is read)."""
     _rig_ready()
-    return rig(tmp_path, overrides={"target.arch": "aarch64", "workspace": "examples/multiarch",
+    return rig(tmp_path, parts, overrides={"target.arch": "aarch64", "workspace": "examples/multiarch",
                                     "target.python": "3.11", "python.extras": []})
 
 
-def test_an_aarch64_script_expects_the_linux_aarch64_manifest(tmp_path: Path) -> None:
-    with _aarch64_rig(tmp_path) as arm:
+def test_an_aarch64_script_expects_the_linux_aarch64_manifest(
+        tmp_path: Path, parts: ComposeParts) -> None:
+    with _aarch64_rig(tmp_path, parts) as arm:
         manifest = (arm.served / "wheels" / "MANIFEST").read_text()
         assert " platform=linux_aarch64 " in manifest.splitlines()[0]
         assert all(name.endswith("_aarch64.whl") for name in arm.wheels), arm.wheels
@@ -435,11 +503,12 @@ def test_an_aarch64_script_expects_the_linux_aarch64_manifest(tmp_path: Path) ->
             assert f"    ok {name}" in proc.stdout
 
 
-def test_a_manifest_of_the_other_platform_is_named_as_such(tmp_path: Path) -> None:
+def test_a_manifest_of_the_other_platform_is_named_as_such(
+        tmp_path: Path, parts: ComposeParts) -> None:
     """An x86_64 wheelhouse behind an aarch64 job's wheel-base-url: the script stops right
     after the MANIFEST, saying plainly that it is for linux_x86_64 and the job wants
     linux_aarch64 (not only "another ABI key"), before any wheel is fetched."""
-    with _aarch64_rig(tmp_path) as arm:
+    with _aarch64_rig(tmp_path, parts) as arm:
         manifest = arm.served / "wheels" / "MANIFEST"
         manifest.write_text(manifest.read_text().replace(" platform=linux_aarch64 ",
                                                          " platform=linux_x86_64 ", 1))

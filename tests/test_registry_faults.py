@@ -34,10 +34,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
-import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -48,7 +46,6 @@ from gpurl_tasks.cluster.kaniko import job_app
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.errors import RegistryError
 from gpurl_tasks.imageref import parse_reference
-from gpurl_tasks.local.from_source import setup_kaniko
 from gpurl_tasks.oci.auth import Credentials
 from gpurl_tasks.oci.composing import ClientRegistry
 from gpurl_tasks.oci.connect import registry_client
@@ -72,7 +69,7 @@ from gpurl_tasks.writer.retry import RETRIED_ANSWERS, RetryRules
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy, Rates
 from tests.support.htpasswd import basic_auth_yaml
-from tests.support.local_parts import need
+from tests.support.local_parts import pure_wheel, real_crane
 from tests.support.registry_server import RegistryServer, running_registry
 from tests.support.registry_state import manifest as _manifest
 from tests.support.registry_state import missing_blobs as _missing_blobs
@@ -87,7 +84,6 @@ VENV = "/opt/venv"
 CACHE_REPO = "gpurl/faults/cache"
 IMAGE_REPO = "gpurl/faults"
 OCI = "application/vnd.oci.image.manifest.v1+json"
-CRANE_ARCHIVE = REPO_ROOT / ".cache" / "gpurl" / "builders" / "crane"
 
 # (case, path, outcome, retries, the rerun's reuse): filled by the tests, written at the end
 OUTCOMES: list[dict[str, str]] = []
@@ -166,19 +162,8 @@ def _sound(server: RegistryServer, ca: LocalCA, settle: float = 0.0) -> dict[str
 
 @pytest.fixture(scope="module")
 def crane(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real crane, from the release archive `invoke setup-kaniko` builds from its source
-    archive: built here (crane alone, cached for the kaniko e2e) where the archives are."""
-    archives = sorted(CRANE_ARCHIVE.glob("*.tar.gz")) if CRANE_ARCHIVE.is_dir() else []
-    sources = load_config(REPO_ROOT, profile="demo", env={}).cluster.source_archives
-    if not archives and sources.is_dir():
-        archives = [setup_kaniko(CRANE_ARCHIVE.parent, sources, "127.0.0.1:5005",
-                                 executors=()).crane_archive]
-    need(archives, f"no crane release archive under {CRANE_ARCHIVE} and no source archives at "
-         f"{sources} to build it from (invoke setup-kaniko)")
-    out = tmp_path_factory.mktemp("crane")
-    with tarfile.open(archives[0]) as archive:
-        archive.extract("crane", out, filter="data")
-    return out / "crane"
+    """Real crane (`real_crane`: skipped, saying why, where none can be had)."""
+    return real_crane(tmp_path_factory.mktemp("crane"))
 
 
 def _login(host: str) -> None:
@@ -701,23 +686,6 @@ def test_crane_says_its_answer_and_retry_after_without_the_credentials() -> None
 
 # --- the job's compose-env, whole: real uv, real crane, the tool the job runs ------------------
 
-def _wheel(directory: Path, name: str) -> Path:
-    """A pure-Python wheel of one module, made here (uv installs it from its path, offline)."""
-    files = {f"{name}/__init__.py": f"NAME = {name!r}\n".encode(),
-             f"{name}-0.1.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\n"
-                                               "Version: 0.1\n".encode(),
-             f"{name}-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: gpurl-test\n"
-                                           b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(
-        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip('=')},"
-        f"{len(data)}\n" for path, data in files.items()) + f"{name}-0.1.dist-info/RECORD,,\n"
-    wheel = directory / f"{name}-0.1-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in {**files, f"{name}-0.1.dist-info/RECORD": record.encode()}.items():
-            archive.writestr(path, data)
-    return wheel
-
-
 def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
         local: Local, ca: LocalCA, crane: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -737,7 +705,7 @@ def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
     index = []
     for n, (name, build) in enumerate((("alpha", ""), ("beta", "lower"))):
         slice_file = context / "slices" / f"{n + 1:02d}-{name}.txt"
-        slice_file.write_text(f"{_wheel(tmp_path, name)}\n")
+        slice_file.write_text(f"{pure_wheel(tmp_path, name)}\n")
         index.append(IndexLine(name=f"{n + 1:02d}-{name}", label=name,
                                file=f"slices/{slice_file.name}",
                                created_by=written_history(f"/tmp/gpurl-layers/{slice_file.name}",

@@ -5,17 +5,24 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
 
-__all__ = ["BASE_IMAGE", "build_source_wheel", "docker_ready", "free_port", "need",
-           "non_loopback_address", "python312", "shellcheck", "uv"]
+from gpurl_tasks.config import load_config
+from gpurl_tasks.local.from_source import setup_kaniko
+
+__all__ = ["BASE_IMAGE", "CRANE_ARCHIVE", "build_source_wheel", "docker_ready", "free_port", "need",
+           "non_loopback_address", "pure_wheel", "python312", "real_crane", "shellcheck", "uv"]
 
 
 def need(present: object, reason: str) -> None:
@@ -101,4 +108,43 @@ def build_source_wheel(source: Path, python: str, dest: Path, *, arch_list: str 
                           env={**os.environ, "TORCH_CUDA_ARCH_LIST": arch_list})
     assert done.returncode == 0, done.stderr
     (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+_REPO = Path(__file__).resolve().parents[2]
+# Where `invoke setup-kaniko` caches the crane release archive it builds (the kaniko e2e too).
+CRANE_ARCHIVE = _REPO / ".cache" / "gpurl" / "builders" / "crane"
+
+
+def real_crane(out: Path) -> Path:
+    """Real crane, from the release archive `invoke setup-kaniko` builds from its source
+    archive (../shared): built here (crane alone, cached for the kaniko e2e) where the
+    archives are; skipped (failed under CI) where no crane can be had."""
+    archives = sorted(CRANE_ARCHIVE.glob("*.tar.gz")) if CRANE_ARCHIVE.is_dir() else []
+    sources = load_config(_REPO, profile="demo", env={}).cluster.source_archives
+    if not archives and sources.is_dir():
+        archives = [setup_kaniko(CRANE_ARCHIVE.parent, sources, "127.0.0.1:5005",
+                                 executors=()).crane_archive]
+    need(archives, f"no crane release archive under {CRANE_ARCHIVE} and no source archives at "
+         f"{sources} to build it from (invoke setup-kaniko)")
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archives[0]) as archive:
+        archive.extract("crane", out, filter="data")
+    return out / "crane"
+
+
+def pure_wheel(directory: Path, name: str) -> Path:
+    """A pure-Python wheel of one module, made here (uv installs it from its path, offline)."""
+    files = {f"{name}/__init__.py": f"NAME = {name!r}\n".encode(),
+             f"{name}-0.1.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\n"
+                                               "Version: 0.1\n".encode(),
+             f"{name}-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: gpurl-test\n"
+                                           b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip('=')},"
+        f"{len(data)}\n" for path, data in files.items()) + f"{name}-0.1.dist-info/RECORD,,\n"
+    wheel = directory / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in {**files, f"{name}-0.1.dist-info/RECORD": record.encode()}.items():
+            archive.writestr(path, data)
     return wheel
