@@ -211,7 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         _job(args)
-    except (ToolError, OSError) as exc:
+    except ToolError as exc:
         print(f"gpurl-attest: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # crane, the skeleton or --out: the job script provides them
+        print(f"gpurl-attest: error: {exc} (the job script runs this step after it fetched "
+              "crane and staged the bundle)", file=sys.stderr)
         return 1
     return 0

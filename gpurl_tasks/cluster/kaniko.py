@@ -179,7 +179,8 @@ def _fragment(name: str, values: Mapping[str, str | int]) -> str:
 def _retry(config: Config) -> str:
     """The crane wrapper (retry.sh) with the config's bounds and writer/retry.py's rules.
 
-    Every crane call that talks to the registry goes through `retried`, with writer/retry.py's
+    The job's crane calls before it has a python3 (the executor's export, the immutable tag's
+    lookup; the rest run in writer/crane.py) go through `retried`, with writer/retry.py's
     rules (which gpurl's own client follows) and config's bounds. crane (go-containerregistry
     v0.20.3) retries by itself only a little: a 5xx (408, 500, 502-504) or a reset, 3 tries in
     ~4 s (0.1 s, 0.3 s between reads; 1 s, 3 s between a blob's or manifest's upload attempts),
