@@ -90,11 +90,12 @@ def test_imports_point_one_way(module: str) -> None:
 STANDALONE = {"writer.probe", "writer.tool", "writer.crane", "writer.job", "dockerfile.envcheck",
               "attest.tool", "gpu.check", "cluster.jobmain"}
 # What the job's zipapp (cluster/jobapp.py) carries to the cluster job, which has no gpurl
-# installed: each tool's package, whole (the attestation writer with the writer's OCI
-# spellings), and the zipapp's `__main__`; the GPU check runs in the image on the node, its
-# package, the error type its modules raise and the atomic writer of its result.
+# installed: each tool's package, whole (the attestation step with the writer's OCI
+# spellings and crane adapter), and the zipapp's `__main__`; the GPU check runs in the image on
+# the node, its package, the error type its modules raise and the atomic writer of its result.
 SHIPPED = {"attest": {"attest.sbom", "attest.provenance", "attest.documents", "attest.tool",
-                      "writer.ocispec"},
+                      "writer.ocispec", "writer.crane", "writer.retry", "writer.orchestration",
+                      "writer.composition", "writer.records", "writer.blob"},
            "writer": {m for m in MODULES if m.startswith("writer.")},
            "cluster": {"cluster.jobmain"},
            "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors", "files"}}

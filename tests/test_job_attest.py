@@ -91,48 +91,34 @@ def _push(served: Served | RegistryServer, config: Config, tag: str, seed: int) 
     return f"{served.host}/{config.registry.repository}:{tag}"
 
 
-def _job_attach(tmp: Path, crane: Path, config: Config, ref: str) -> tuple[str, str]:
-    """What the job script does after its push, with the same tool and crane calls; returns
-    (the pushed digest, the tool's summary)."""
+def _job_attach(tmp: Path, crane: Path, config: Config, ref: str,
+                commit: str = "fedcba9876540000000000000000000000000000") -> tuple[str, str]:
+    """The job's attestation step as the job script runs it (`attest job` of the zipapp, with
+    the image's python3 isolated and real crane); returns (the pushed digest, its log)."""
     image, tag = ref.rsplit(":", 1)
     run = {"env": {"PATH": "/usr/bin:/bin", "DOCKER_TOKEN": CANARY, "HOME": str(tmp)},
            "capture_output": True, "text": True, "timeout": 120}
     digest = subprocess.run([str(crane), "digest", ref], check=True, **run).stdout.strip()
-    (tmp / "image.manifest").write_bytes(subprocess.run(
-        [str(crane), "manifest", f"{image}@{digest}"], check=True, capture_output=True,
-        timeout=60).stdout)
-    (tmp / "image.config").write_bytes(subprocess.run(
-        [str(crane), "config", f"{image}@{digest}"], check=True, capture_output=True,
-        timeout=60).stdout)
     (tmp / "status").write_text(STATUS)
     (tmp / "skeleton.json").write_text(skeleton_text(config))
     tool = tmp / "job.pyz"
     tool.write_bytes(job_app().data)
-    made = subprocess.run(
-        ["python3", "-I", "-B", str(tool), "attest", "documents", "--skeleton", str(tmp / "skeleton.json"),
-         "--out", str(tmp / "attest"), "--image", image, "--tag", tag, "--digest", digest,
-         "--image-manifest", str(tmp / "image.manifest"), "--image-config",
-         str(tmp / "image.config"), "--dpkg-status", str(tmp / "status"), "--base-image",
-         "gpurl/bookworm-python:3.11@sha256:" + "b" * 64, "--builder",
-         "registry.invalid/kaniko@sha256:" + "e" * 64, "--invocation", "iris:gpurl-kaniko-x",
-         "--commit", "fedcba9876540000000000000000000000000000"], cwd="/", **run)
-    assert made.returncode == 0, made.stderr
-    for line in made.stdout.splitlines():
-        kind, artifact = line.split()
-        subprocess.run([str(crane), "push", str(tmp / "attest" / kind), f"{image}@{artifact}"],
-                       check=True, **run)
-    fallback = f"{image}:{fallback_tag(digest)}"
-    listed_tag = subprocess.run([str(crane), "manifest", fallback], **run)
-    if listed_tag.returncode == 0:
-        (tmp / "fallback.index").write_text(listed_tag.stdout)
-        fixed = subprocess.run(["python3", "-I", "-B", str(tool), "attest", "fallback", "--existing",
-                                str(tmp / "fallback.index"), "--attached", str(tmp / "attest"),
-                                "--out", str(tmp / "fallback")], **run)
-        assert fixed.returncode == 0 and fixed.stdout == "", fixed.stderr  # no others listed
-        subprocess.run([str(crane), "push", str(tmp / "fallback"), fallback], check=True, **run)
-    else:
-        assert "MANIFEST_UNKNOWN" in listed_tag.stderr, listed_tag.stderr
-    return digest, made.stderr
+    done = subprocess.run(
+        ["python3", "-I", "-B", str(tool), "attest", "job", "--skeleton", str(tmp / "skeleton.json"),
+         "--crane", str(crane), "--out", str(tmp / "attest"), "--image", image, "--tag", tag,
+         "--digest", digest, "--dpkg-status", str(tmp / "status"),
+         "--base-image", "gpurl/bookworm-python:3.11@sha256:" + "b" * 64,
+         "--builder", "registry.invalid/kaniko@sha256:" + "e" * 64,
+         "--invocation", "iris:gpurl-kaniko-x", "--commit", commit,
+         "--source-id", "fedcba987654", "--retries", "0", "--retry-max-wait", "1"], cwd="/", **run)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert CANARY not in done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"==> SBOM and provenance of {ref}@{digest}"
+    # the base image is not in this registry: named as configured, the registry's answer said
+    assert lines[1].startswith("    the base image's digest is unknown (")
+    assert [line.split(":")[0] for line in lines[3:5]] == ["    sbom", "    provenance"]
+    return digest, done.stdout
 
 
 def _check_read_back(config: Config, ref: str, digest: str, via: str) -> None:
@@ -158,21 +144,31 @@ def test_the_job_tool_attaches_through_the_fallback_tag_on_distribution(
     config = _config(registry.host)
     ref = _push(registry, config, "demo-fedcba987654", 31)
     digest, said = _job_attach(tmp_path, crane, config, ref)
-    assert "2 apt packages" in said
+    assert "    2 apt packages" in said
+    assert said.endswith(f"attested {ref.rsplit(':', 1)[0]}@{digest}: SBOM and provenance, "
+                         f"listed by the tag {ref.rsplit(':', 1)[0]}:{fallback_tag(digest)}\n")
     client = RegistryClient(registry.host)
     _, _, index = client.manifest(parse_reference(ref), fallback_tag(digest))
     # crane's entries (by the empty config's media type) replaced by the documents' own types
     assert sorted(m["artifactType"] for m in index["manifests"]) == sorted(
         [cdx.MEDIA_TYPE, slsa.MEDIA_TYPE])
-    client.close()
     _check_read_back(config, ref, digest, fallback_tag(digest))
+    # attested again from another commit: the tag keeps listing the first provenance, read
+    # back from the registry into the index's layout, beside the new one
+    _job_attach(tmp_path, crane, config, ref, commit="0123456789ab" + "0" * 28)
+    _, _, again = client.manifest(parse_reference(ref), fallback_tag(digest))
+    assert [m for m in again["manifests"] if m in index["manifests"]] == index["manifests"]
+    assert sorted(m["artifactType"] for m in again["manifests"]) == sorted(
+        [cdx.MEDIA_TYPE, slsa.MEDIA_TYPE, slsa.MEDIA_TYPE])
+    client.close()
 
 
 def test_the_job_tool_attaches_through_the_referrers_api(
         api_registry: Served, crane: Path, tmp_path: Path) -> None:
     config = _config(api_registry.host)
     ref = _push(api_registry, config, "demo-fedcba987654", 32)
-    digest, _ = _job_attach(tmp_path, crane, config, ref)
+    digest, said = _job_attach(tmp_path, crane, config, ref)
+    assert said.endswith(": SBOM and provenance, listed by the registry's referrers API\n")
     client = RegistryClient(api_registry.host)
     assert client.referrers(parse_reference(ref), digest) is not None
     with pytest.raises(ManifestUnknown):  # the API lists them: no tag was written

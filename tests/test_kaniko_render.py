@@ -172,7 +172,7 @@ def test_a_profile_without_compiled_wheels_fetches_nothing() -> None:
     assert heavy.build.wheel_globs == ()
     assert prebuilt_wheel_names(heavy) == ()
     plain, compiled = render_script(heavy), render_script(config())
-    wheel_vars = {"WHEELHOUSE", "WHEEL_BASE_URL", "PREBUILT_WHEELS", "WHEEL_SOURCE", "WHEEL_ARGS"}
+    wheel_vars = {"WHEELHOUSE", "WHEEL_BASE_URL", "PREBUILT_WHEELS", "WHEEL_SOURCE"}
 
     def assigned(script: str) -> set[str]:
         return {m[1] for m in re.finditer(r"^\s*([A-Z_][A-Z0-9_]*)=", script, re.M)}

@@ -153,7 +153,7 @@ def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
                                        f"{r.root}/kaniko/gpurl/executor.tar"]
     assert shlex.split(lookup)[1:] == ["-v", "digest",
                                        f"{r.config.registry.image}:gpu-rl-{GITSHA}"]
-    # the attestation step's reads go through the same wrapper (crane -v)
+    # the attestation step's reads go through writer/crane.py, as crane -v too
     assert [shlex.split(c)[1:3] for c in after_push][:3] == [
         ["-v", "manifest"], ["-v", "config"], ["-v", "digest"]]
 

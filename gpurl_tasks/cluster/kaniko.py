@@ -179,7 +179,8 @@ def _fragment(name: str, values: Mapping[str, str | int]) -> str:
 def _retry(config: Config) -> str:
     """The crane wrapper (retry.sh) with the config's bounds and writer/retry.py's rules.
 
-    Every crane call that talks to the registry goes through `retried`, with writer/retry.py's
+    The job's crane calls before it has a python3 (the executor's export, the immutable tag's
+    lookup; the rest run in writer/crane.py) go through `retried`, with writer/retry.py's
     rules (which gpurl's own client follows) and config's bounds. crane (go-containerregistry
     v0.20.3) retries by itself only a little: a 5xx (408, 500, 502-504) or a reset, 3 tries in
     ~4 s (0.1 s, 0.3 s between reads; 1 s, 3 s between a blob's or manifest's upload attempts),
@@ -210,21 +211,24 @@ def _fetch(config: Config, wheels: tuple[str, ...]) -> str:
 def _attest(config: Config, wheels: tuple[str, ...]) -> str:
     """The script's last step (attest.sh): the pushed image's SBOM and provenance.
 
-    Attached to the pushed digest as OCI 1.1 artifacts (their `subject` the image), written by
-    the zipapp's `attest` (gpurl's attest modules) from the bundle's skeleton and what only
-    this job knows: the digest, the image's labels, the apt set as installed (the filesystem
-    there is the image's last stage: its dpkg status, its python3), the executor by digest. A
-    registry without the referrers API gets the `sha256-<hex>` tag. The prebuilt wheels the
-    image installed (attest-wheels.sh) are named with the sha256 their MANIFEST records.
+    Attached to the pushed digest as OCI 1.1 artifacts (their `subject` the image) by the
+    zipapp's `attest job` (attest/tool.py: gpurl's attest modules, its registry calls through
+    writer/crane.py) from the bundle's skeleton and what only this job knows: the digest, the
+    image's labels, the apt set as installed (the filesystem there is the image's last stage:
+    its dpkg status, its python3), the executor by digest. A registry without the referrers
+    API gets the `sha256-<hex>` tag. The prebuilt wheels the image installed are named with
+    the sha256 their MANIFEST records.
     """
-    wheel_args = (_fragment("attest-wheels.sh", {"ABI_PREFIX": shlex.quote(ABI_KEY_PREFIX)})
-                  if wheels else "")
+    q = shlex.quote
+    wheel_args = "".join(
+        [' \\\n  --wheel-source "$WHEEL_SOURCE" --wheel-manifest "$WHEELHOUSE/MANIFEST"'
+         f" --abi-prefix {q(ABI_KEY_PREFIX)}", *(f" \\\n  --wheel {q(n)}" for n in wheels)]
+    ) if wheels else ""
     return _fragment("attest.sh", {
-        "SKELETON": shlex.quote(SKELETON),
-        "BASE_IMAGE": shlex.quote(base_image(config)),
-        "VENV": shlex.quote(config.build.venv),
-        "WHEEL_ARGS": wheel_args,
-        "ATTEST_WHEEL_ARGS": ' "${WHEEL_ARGS[@]}"' if wheels else ""})
+        "SKELETON": q(SKELETON),
+        "BASE_IMAGE": q(base_image(config)),
+        "VENV": q(config.build.venv),
+        "WHEEL_ARGS": wheel_args})
 
 
 def _wheel_vars(config: Config, wheels: tuple[str, ...]) -> dict[str, str]:

@@ -3,7 +3,8 @@ it: crane as a subprocess, stdlib only. Each call runs with `-v`, so the registr
 and its Retry-After (delta-seconds or an HTTP date) are in crane's stderr, and is sent again
 by writer/retry.py's rules: crane (go-containerregistry v0.20.3) retries a little by itself,
 never a 429 on a read, and never reads Retry-After. The composed image goes to the cache
-repository itself, where every layer it names already is: crane moves none.
+repository itself, where every layer it names already is: crane moves none. The job's
+attestation step (attest/tool.py) reads and pushes by full reference through the same calls.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gpurl_tasks.writer.orchestration import ComposeError, Slot, StagedSlice
 from gpurl_tasks.writer.records import write_layout
 from gpurl_tasks.writer.retry import RETRIED_ANSWERS, RetryRules
 
-__all__ = ["Crane", "crane_answer", "retry_after_of"]
+__all__ = ["Crane", "CraneFailed", "crane_answer", "retry_after_of"]
 
 _RETRIED = re.compile(RETRIED_ANSWERS)
 _RETRY_AFTER = re.compile(r"^retry-after:[ \t]*(.+?)\s*$", re.I | re.M)
@@ -51,10 +52,18 @@ def crane_answer(said: str) -> str:
     return answer
 
 
-class _Failed(Exception):
+class CraneFailed(Exception):
+    """A crane call's final answer (redacted, one line): not worth sending again, or no
+    retry left."""
+
     def __init__(self, answer: str) -> None:
         super().__init__(answer)
         self.answer = answer
+
+    @property
+    def absent(self) -> bool:
+        """The registry said it holds no such manifest, repository or blob."""
+        return _ABSENT.search(self.answer) is not None
 
 
 def _say(line: str) -> None:
@@ -84,7 +93,7 @@ class Crane:
     def _attempt(self, args: list[str], what: str, attempt: int, *, first_byte: bool = False
                  ) -> bytes | None:
         """One try of `crane -v ARGS`: its stdout (`first_byte`: only its first byte, and the
-        call ends there), None to try again (the wait done, the line said), _Failed when the
+        call ends there), None to try again (the wait done, the line said), CraneFailed when the
         answer is final or no retry is left."""
         # stderr to a file: -v logs every request, more than a pipe holds while stdout is read
         with tempfile.TemporaryFile() as log, subprocess.Popen(
@@ -100,9 +109,9 @@ class Crane:
             said = log.read().decode(errors="replace")
         answer = crane_answer(said)
         if not _RETRIED.search(answer):
-            raise _Failed(answer)
+            raise CraneFailed(answer)
         if not self.rules.again(attempt):
-            raise _Failed(f"{answer} after {attempt} attempts")
+            raise CraneFailed(f"{answer} after {attempt} attempts")
         after = retry_after_of(said)
         ms = int(self.rules.delay(attempt, after) * 1000)
         shown = f"Retry-After {after}{' s' if after.isdigit() else ''}, " if after else ""
@@ -120,8 +129,8 @@ class Crane:
     def _json(self, args: list[str], what: str) -> Mapping[str, Any] | None:
         try:
             document = json.loads(self._call(args, what))
-        except _Failed as failed:
-            if _ABSENT.search(failed.answer):
+        except CraneFailed as failed:
+            if failed.absent:
                 return None
             raise ComposeError(f"cannot read {args[-1]}: {failed.answer}") from None
         except ValueError:
@@ -130,14 +139,28 @@ class Crane:
             raise ComposeError(f"{args[-1]} is not a JSON object")
         return document
 
+    # --- any reference (the job's attestation step): CraneFailed on a final answer --------
+
+    def read(self, document: str, reference: str) -> bytes:
+        """`crane manifest|config REFERENCE`: the `document`'s bytes as the registry holds
+        them (a manifest's are what its digest is of)."""
+        return self._call([document, reference], f"crane {document} {reference}")
+
+    def digest(self, reference: str) -> str:
+        return self._call(["digest", reference], f"crane digest {reference}").decode().strip()
+
+    def push_layout(self, layout: Path, reference: str, what: str) -> str:
+        """`crane push LAYOUT REFERENCE`: the layout's one image or index -> its reference."""
+        return self._call(["push", str(layout), reference], what).decode().strip()
+
     # --- writer/orchestration.py's Registry ------------------------------------------------
 
     def lookup(self, tag: str) -> str | None:
         ref = self._ref(tag)
         try:
-            return self._call(["digest", ref], f"crane digest {ref}").decode().strip()
-        except _Failed as failed:
-            if _ABSENT.search(failed.answer):
+            return self.digest(ref)
+        except CraneFailed as failed:
+            if failed.absent:
                 return None
             raise ComposeError(f"cannot look up {ref}: {failed.answer}") from None
 
@@ -158,16 +181,16 @@ class Crane:
         ref = self._ref(digest)
         try:
             self._call(["blob", ref], f"read of blob {ref}", first_byte=True)
-        except _Failed as failed:
-            if _ABSENT.search(failed.answer):
+        except CraneFailed as failed:
+            if failed.absent:
                 return False
             raise ComposeError(f"cannot read blob {ref}: {failed.answer}") from None
         return True
 
     def _push(self, layout: Path, ref: str, what: str) -> str:
         try:
-            return self._call(["push", str(layout), ref], what).decode().strip()
-        except _Failed as failed:
+            return self.push_layout(layout, ref, what)
+        except CraneFailed as failed:
             raise ComposeError(f"cannot push {what.removeprefix('push of ')} to {ref}: "
                                f"{failed.answer}") from None
 
