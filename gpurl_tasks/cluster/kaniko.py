@@ -186,8 +186,8 @@ def _retry(config: Config) -> str:
     ~4 s (0.1 s, 0.3 s between reads; 1 s, 3 s between a blob's or manifest's upload attempts),
     a 429 only on a write, and it never reads Retry-After. So the whole call is tried again, at
     most REGISTRY_RETRIES times, when its answer (crane's `Error:` line) is worth it; crane runs
-    with -v so the registry's Retry-After is in its log. Written to a file: the composing build,
-    in env-base's filesystem, sources it too.
+    with -v so the registry's Retry-After is in its log. Its functions are written to a file
+    and sourced: as a quoted heredoc, the template with its placeholders stays shellcheck-clean.
     """
     return _fragment("retry.sh", {"RETRIES": config.registry.retries,
                                   "MAX_WAIT": config.registry.retry_max_wait,
