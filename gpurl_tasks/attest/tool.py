@@ -28,6 +28,7 @@ from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.writer import ocispec
 from gpurl_tasks.writer.crane import Crane, CraneFailed
+from gpurl_tasks.writer.records import write_layout
 from gpurl_tasks.writer.retry import RetryRules
 
 __all__ = ["compiled_wheels", "main", "provenance_commit"]
@@ -62,19 +63,6 @@ def compiled_wheels(manifest_text: str, names: Sequence[str], abi_prefix: str
     if missing:
         raise ToolError(f"the wheels' MANIFEST has no entry for {', '.join(missing)}")
     return tuple(cdx.CompiledWheel(filename=n, sha256=sums[n], abi_key=key) for n in names)
-
-
-def _layout(directory: Path, top: bytes, media_type: str, blobs: Sequence[bytes]) -> None:
-    """An OCI image layout whose index.json names `top` (what `crane push DIR REF` pushes)."""
-    shutil.rmtree(directory, ignore_errors=True)
-    store = directory / "blobs" / "sha256"
-    store.mkdir(parents=True)
-    for data in (top, *blobs):
-        (store / hashlib.sha256(data).hexdigest()).write_bytes(data)
-    (directory / "oci-layout").write_bytes(ocispec.canonical_json({"imageLayoutVersion": "1.0.0"}))
-    (directory / "index.json").write_bytes(ocispec.canonical_json({"schemaVersion": 2, "manifests": [{
-        "mediaType": media_type, "size": len(top),
-        "digest": "sha256:" + hashlib.sha256(top).hexdigest()}]}))
 
 
 def provenance_commit(commit: str, source_id: str) -> str:
@@ -128,8 +116,8 @@ def _documents(args: argparse.Namespace, manifest: bytes, config: bytes, base_im
     for kind, document in zip(KINDS, docs.documents(skeleton, build), strict=True):
         artifacts[kind] = ocispec.artifact_manifest(subject, KINDS[kind], document,
                                                     docs.ANNOTATIONS[KINDS[kind]])
-        _layout(args.out / kind, artifacts[kind], ocispec.OCI_MANIFEST,
-                [ocispec.EMPTY_BLOB, document])
+        shutil.rmtree(args.out / kind, ignore_errors=True)
+        write_layout(args.out / kind, artifacts[kind], ocispec.EMPTY_BLOB, document)
     _say(f"    {len(build.apt)} apt packages, {len(skeleton.python)} lock packages, "
          f"{len(wheels)} compiled wheels, {len(skeleton.post_installs)} post-installs")
     return artifacts
@@ -153,7 +141,8 @@ def _listed_by(crane: Crane, image: str, digest: str, artifacts: Sequence[bytes]
         raise ToolError(f"cannot write the referrers tag's index: {fallback} is no JSON") from None
     entries = [ocispec.index_entry(artifact) for artifact in artifacts]
     index = ocispec.fallback_index(listed if isinstance(listed, dict) else None, entries)
-    _layout(out, index, ocispec.OCI_INDEX, artifacts)
+    shutil.rmtree(out, ignore_errors=True)
+    write_layout(out, index, *artifacts)
     ours = {e["digest"] for e in entries}
     for other in (e["digest"] for e in json.loads(index)["manifests"] if e["digest"] not in ours):
         (out / "blobs" / "sha256" / other.removeprefix("sha256:")).write_bytes(

@@ -201,7 +201,7 @@ class Crane:
         under a tag of its own first, which uploads the blob, then under its own tag again."""
         layout = self.scratch / f"{slot.name}.image"
         shutil.rmtree(layout, ignore_errors=True)
-        write_layout(layout, manifest, config, (staged.blob, staged.path))
+        write_layout(layout, manifest, config, moved=(staged.blob, staged.path))
         tags = [slot.tag]
         if lost:
             tags.insert(0, f"{slot.tag}-rewrite-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}")

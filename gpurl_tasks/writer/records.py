@@ -146,19 +146,21 @@ def slice_image(blob: Blob, *, created_by: str, media_type: str,
     return manifest, config
 
 
-def write_layout(directory: Path, manifest: bytes, config: bytes,
-                 blob: tuple[Blob, Path] | None = None) -> None:
-    """An OCI image layout of one image (what `crane push DIR REF` pushes)."""
-    media_type = json.loads(manifest)["mediaType"]
-    blobs = directory / "blobs" / "sha256"
-    blobs.mkdir(parents=True, exist_ok=True)
-    for data in (manifest, config):
-        (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
-    if blob is not None:
-        blob[1].replace(blobs / blob[0].digest.removeprefix("sha256:"))
+def write_layout(directory: Path, top: bytes, *blobs: bytes,
+                 moved: tuple[Blob, Path] | None = None) -> None:
+    """An OCI image layout whose index.json names `top` (a manifest or an index, what
+    `crane push DIR REF` pushes), with the blobs it names: `blobs` as bytes, `moved` a written
+    file moved into the store (a slice's gzip, never read into memory)."""
+    media_type = json.loads(top)["mediaType"]
+    store = directory / "blobs" / "sha256"
+    store.mkdir(parents=True, exist_ok=True)
+    for data in (top, *blobs):
+        (store / hashlib.sha256(data).hexdigest()).write_bytes(data)
+    if moved is not None:
+        moved[1].replace(store / moved[0].digest.removeprefix("sha256:"))
     (directory / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
     (directory / "index.json").write_bytes(canonical_json(
-        {"schemaVersion": 2, "manifests": [_descriptor(media_type, manifest)]}))
+        {"schemaVersion": 2, "manifests": [_descriptor(media_type, top)]}))
 
 
 def read_document(path: Path, what: str) -> dict[str, Any]:

@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> str:
     record, record_config = slice_image(
         blob, media_type=str(manifest.get("mediaType")), platform=platform_of(config),
         created_by=recorded_history(args.created_by, args.record))
-    write_layout(args.output, record, record_config, (blob, written))
+    write_layout(args.output, record, record_config, moved=(blob, written))
     return json.dumps(blob.to_json())
 
 

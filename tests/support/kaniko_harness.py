@@ -194,7 +194,7 @@ def _env_base_layout(directory: Path) -> Path:
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
                     "digest": blob.digest, "size": blob.size}]})
     layout = directory / "env-base"
-    write_layout(layout, manifest, config, (blob, directory / "env-base.tar.gz"))
+    write_layout(layout, manifest, config, moved=(blob, directory / "env-base.tar.gz"))
     return layout
 
 
