@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -49,29 +50,41 @@ __all__ = ["DATA", "compare", "json_paths_differing", "main", "render_table"]
 
 def _worker(profile: str, out: Path) -> None:
     """Run in a side's tree (PYTHONPATH, cwd): compose each variant of `profile` with that
-    side's code and write what it reports. Imports only what both sides have."""
+    side's code and write what it reports. Imports only what both sides have.
+
+    The package index is held open around every variant and the report written inside that
+    block: a build that serves the shared index keeps it up, when its block ends, for as long
+    as another build on the machine uses it (pyindex.shared), and the parent reads the report
+    without waiting for that."""
     import gpurl_tasks
     from gpurl_tasks.config import load_config
     from gpurl_tasks.dockerfile.generate import fitted_plan
     from gpurl_tasks.dockerfile.recipe import wheel_source_arg
-    from gpurl_tasks.local import actions
+    from gpurl_tasks.local import actions, builder
+    from gpurl_tasks.local.setup import cache_dir, index_dir
 
     root = Path.cwd()
     if not Path(gpurl_tasks.__file__).resolve().is_relative_to(root.resolve()):
         raise SystemExit(f"error: gpurl_tasks imported from {gpurl_tasks.__file__}, not {root}")
-    variants = {}
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
     chosen = load_config(root, profile=profile)
-    for name in [v.name for v in chosen.variants]:
-        # a profile without [variants] has one, named by the profile and chosen by None
-        config = load_config(root, profile=profile,
-                             variant=name if len(chosen.variants) > 1 else None)
-        args = {**wheel_source_arg(config, None), "GITSHA": "digest-proof"}
-        composed, line = actions.compose(config, fitted_plan(config), git_sha="digest-proof",
-                                         build_args=args, on_line=None,
-                                         say=lambda s: print(s, file=sys.stderr))
-        print(f"{profile}/{name}: {line}", file=sys.stderr)
-        variants[name] = composed.to_json()
-    out.write_text(json.dumps(variants, indent=1))
+    variants = {}
+    with builder.serving_index(chosen.build.index_url, index_dir(cache_dir(root)), on_wait=say):
+        for name in [v.name for v in chosen.variants]:
+            # a profile without [variants] has one, named by the profile and chosen by None
+            config = load_config(root, profile=profile,
+                                 variant=name if len(chosen.variants) > 1 else None)
+            args = {**wheel_source_arg(config, None), "GITSHA": "digest-proof"}
+            composed, line = actions.compose(config, fitted_plan(config), git_sha="digest-proof",
+                                             build_args=args, on_line=None, say=say)
+            say(f"{profile}/{name}: {line}")
+            variants[name] = composed.to_json()
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(variants, indent=1))
+        tmp.replace(out)
 
 
 # --- the registry, read back -----------------------------------------------------------------
@@ -159,10 +172,15 @@ def run_side(tree: Path, profile: str, scratch: Path) -> dict[str, Any]:
         out = scratch / "composed.json"
         env = {**os.environ, "PYTHONPATH": str(tree), "GPURL_REGISTRY_HOST": host,
                "GPURL_CACHE_DIR": str(cache)}
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker",
-                               profile, str(out)], cwd=tree, env=env, check=False)
-        if done.returncode != 0:
+        worker = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker",
+                                   profile, str(out)], cwd=tree, env=env)
+        while worker.poll() is None and not out.exists():
+            time.sleep(2)
+        if not out.exists():
             raise SystemExit(f"error: the compose step failed at {tree} ({profile})")
+        if worker.poll() is None:
+            print(f"{profile}: the worker (pid {worker.pid}) keeps the package index up for "
+                  "another build on this machine, and exits when that build ends", file=sys.stderr)
         composed = json.loads(out.read_text())
         return {name: read_back(host, variant) for name, variant in composed.items()}
 
@@ -279,6 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = compare(sides["before"], sides["after"])
             results[profile] = {
                 "before": before_commit, "after": _commit(REPO_ROOT, "HEAD"),
+                # what each side ran: the package's tree (a commit on top that leaves it alone
+                # ran the same code)
+                "code": {"before": _commit(before_tree, "HEAD:gpurl_tasks"),
+                         "after": _commit(REPO_ROOT, "HEAD:gpurl_tasks")},
                 "written": {side: sum(s["written"] for v in got.values() for s in v["slices"].values())
                             for side, got in sides.items()},
                 "rows": rows,
