@@ -271,8 +271,12 @@ def _worktree(ref: str, given: Path | None) -> Iterator[tuple[Path, str]]:
 
 
 def _commit(tree: Path, ref: str) -> str:
-    return subprocess.run(["git", "-C", str(tree), "rev-parse", ref], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--verify", "--quiet", ref],
+                          check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"error: git cannot resolve {ref!r} in {tree} "
+                         "(hint: --before takes a commit of this repository)")
+    return done.stdout.strip()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
