@@ -163,6 +163,13 @@ def bench_compression(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.compression", *session.posargs)
 
 
+@nox.session(name="digest-proof", default=False)
+def digest_proof(session: nox.Session) -> None:
+    """The same pushed bytes before and after a change: `-- --before REF` (demo and heavy, not CI)."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.digest_proof", *session.posargs)
+
+
 @nox.session(name="bench-installed", default=False)
 def bench_installed(session: nox.Session) -> None:
     """The wheel as a user installs it: its size, `gpurl --version` and `gpurl plan` wall time."""
