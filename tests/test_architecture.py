@@ -25,7 +25,7 @@ PURE = ["plan.lock", "plan.target", "plan.sizes", "plan.planner", "plan.variants
         "dockerfile.provenance", "dockerfile.wheels", "dockerfile.handwritten", "dockerfile.ignore",
         "oci.image",
         "oci.scheme", "release.verify",
-        "release.pin", "release.index", "rebuild.fingerprint", "cluster.watch", "imageref", "errors", "steps",
+        "release.pin", "release.index", "rebuild.fingerprint", "rebuild.inputs_key", "cluster.watch", "imageref", "errors", "steps",
         "plan.layerlimit", "plan.fitting", "dockerfile.layers", "attest.sbom", "attest.provenance",
         "attest.check",
         "attest.documents", "attest.verification", "launcher.source", "launcher.table",
