@@ -36,7 +36,7 @@ from gpurl_tasks.dockerfile.inputs import DockerfileInputs, parse_dockerfile_inp
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH, label_value
 from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
-from gpurl_tasks.files import read_text
+from gpurl_tasks.files import read_text, sha256_of
 from gpurl_tasks.launcher.table import TableShape, entry_commit
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
 from gpurl_tasks.rebuild.inputs_key import inputs_key
@@ -362,8 +362,9 @@ def build_inputs(config: Config, *, wheel_source: str,
                  base_digest: Callable[[str], str | None]) -> BuildInputs:
     """What a build of the working tree would read, as a key: the rebuild fingerprint as
     `rebuild-needed` computes it for the working tree, the context files the image's stages
-    copy (tracked and untracked, not ignored: an uncommitted edit is an input), the base image
-    and `wheel_source`. `base_digest(reference)` resolves the base (the engine's image id on
+    copy (tracked and untracked, not ignored: an uncommitted edit is an input), the prebuilt
+    wheelhouse's files by sha256 (for `prebuilt-wheelhouse`), the base image and
+    `wheel_source`. `base_digest(reference)` resolves the base (the engine's image id on
     the local path, the registry's digest on the cluster path); None leaves the reference as
     written in the key, so a base tag moved since the last push is not noticed (`--force`)."""
     repo = git.toplevel(config.root)
@@ -387,6 +388,10 @@ def build_inputs(config: Config, *, wheel_source: str,
         fp = _handwritten_fingerprint(text, config, repo, blobs, lambda path: (
             (repo / path).read_text(encoding="utf-8") if (repo / path).is_file() else None))
     copied = copied_files(parsed, blobs([context]), context, ignore)
+    if wheel_source == "prebuilt-wheelhouse" and config.build.wheelhouse.is_dir():
+        # the prebuilt wheels are no tracked files: their bytes, by sha256
+        copied |= {path.relative_to(repo).as_posix(): sha256_of(path)
+                   for path in sorted(config.build.wheelhouse.iterdir()) if path.is_file()}
     base = base_image(parsed)
     digest = base_digest(base) if base else None
     pinned = f"{base.partition('@')[0]}@{digest}" if digest else base
