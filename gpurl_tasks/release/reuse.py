@@ -129,7 +129,10 @@ def reuse_pushed(config: Config, inputs: BuildInputs, *, reference: str, floatin
         return None
     labels = expected_labels(read_text(config.build.dockerfile, what="Dockerfile"))
     try:
-        with open_client(client_settings(config), image, env) as client:
+        # one try per request: a registry that does not answer at once is not waited for
+        # (the build asks it again, with its retries)
+        once = dataclasses.replace(client_settings(config), attempts=1)
+        with open_client(once, image, env) as client:
             digest, why = find_recorded(client, image, inputs.key, labels,
                                         config.target.platform)
             if digest is None:
