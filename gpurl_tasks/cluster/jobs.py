@@ -193,8 +193,9 @@ def _inputs(config: Config, world: BuildEnv, say: Say, *, resolve_base: bool
         ref = parse_reference(image, default_host="docker.io")
         if world.tag_digest is not None:
             return world.tag_digest(str(ref))
+        once = dataclasses.replace(client_settings(config), attempts=1)  # not waited for
         try:
-            with open_client(client_settings(config), ref, world.env) as client:
+            with open_client(once, ref, world.env) as client:
                 return client.lookup(ref)
         except GpurlError:
             return None
