@@ -4,10 +4,11 @@ A build whose key equals an image's already pushed runs no executor (`invoke bui
 image instead; release/reuse.py). The key is the rebuild fingerprint (fingerprint.py: the
 config, the Dockerfile's stages, the plan they carry, the lock's closure, the prebuilt wheels)
 with every context file the image's stages copy in its `context` field (the workspace, the
-slice files, gpurl's own helpers, the prebuilt wheels by sha256: a source-only edit that `rebuild-needed` rightly calls
-`none` still changes the image's bytes), the base image by digest, and the wheel source the
-build uses. Nothing else enters: the commit (GITSHA) is a label, not an input, so a new
-commit of the same inputs finds the image of the last one. Pure: callers pass the parts.
+slice files, gpurl's own helpers, the prebuilt wheels by sha256: a source-only edit that
+`rebuild-needed` rightly calls `none` still changes the image's bytes), the base image by
+digest, and the wheel source the build uses. Nothing else enters: the commit (GITSHA) is a
+label, not an input, so a new commit of the same inputs finds the image of the last one.
+Pure: callers pass the parts.
 """
 
 from __future__ import annotations
