@@ -5,8 +5,10 @@ repository: there the manifest's blobs already are, so tagging it again is one m
 and a cache repository's cleanup cannot orphan the tag. `invoke build` (both paths) asks for
 the tag before any executor runs; an image found there is trusted only when its manifest, its
 config and every layer blob are in the registry and its labels name the same generated config,
-lock and plan as this build's Dockerfile. Then the immutable tag (never moved, oci/tags.py)
-and the floating one when asked are put on its digest, and nothing is built or pushed.
+lock and plan as this build's Dockerfile. Then the immutable tag and the floating one when
+asked are put on its digest, and nothing is built or pushed. An immutable tag that already
+holds another image is never moved here: the build goes on, under the rule as always
+(oci/tags.py: the same image pushes nothing, another is refused unless `--force`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from gpurl_tasks.files import read_text
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.oci.tags import TagMoveRefused, refuse_to_move
 from gpurl_tasks.rebuild.inputs import BuildInputs
 from gpurl_tasks.rebuild.inputs_key import inputs_tag
 from gpurl_tasks.release.configured import client_settings
@@ -94,19 +95,19 @@ def find_recorded(client: RegistryClient, image: ImageRef, key: str, labels: Map
 
 
 def _put_tags(client: RegistryClient, image: ImageRef, digest: str, immutable: str,
-              floating: str | None) -> None:
-    """The immutable tag (refused when it holds another image), then the floating one."""
-    for tag in (immutable, floating):
-        if tag is None:
-            continue
-        ref = dataclasses.replace(image, tag=tag, digest=None)
-        existing = client.lookup(ref)
-        if existing == digest:
-            continue
-        if existing is not None and tag == immutable:
-            refuse_to_move(str(ref), existing, force=False,
-                           why="the image of this build's inputs is another one")
-        client.tag_manifest(image, digest, tag)
+              floating: str | None) -> str:
+    """The immutable tag, then the floating one, on `digest`; "" when done, else why not: an
+    immutable tag that holds another image is never moved here (the build that follows
+    applies the rule as always: the same image pushes nothing, another one is refused)."""
+    held = client.lookup(dataclasses.replace(image, tag=immutable, digest=None))
+    if held is not None and held != digest:
+        return f"{image.name}:{immutable} already holds {held[:19]}, not this image"
+    if held is None:
+        client.tag_manifest(image, digest, immutable)
+    if floating is not None and client.lookup(
+            dataclasses.replace(image, tag=floating, digest=None)) != digest:
+        client.tag_manifest(image, digest, floating)
+    return ""
 
 
 def reuse_pushed(config: Config, inputs: BuildInputs, *, reference: str, floating: str | None,
@@ -139,10 +140,11 @@ def reuse_pushed(config: Config, inputs: BuildInputs, *, reference: str, floatin
                 if why:
                     say(f"note: building: {why}")
                 return None
-            _put_tags(client, image, digest, parse_reference(reference).tag or "",
-                      parse_reference(floating).tag if floating else None)
-    except TagMoveRefused:
-        raise
+            why = _put_tags(client, image, digest, parse_reference(reference).tag or "",
+                            parse_reference(floating).tag if floating else None)
+            if why:
+                say(f"note: building: {why}")
+                return None
     except GpurlError as exc:
         say(f"note: building: the inputs tag could not be looked up ({exc.message})")
         return None
