@@ -88,7 +88,8 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
     "variant": "the variant to build (default: the profile's first)",
     "dry_run": "print every command (secrets redacted) and run nothing",
     "force": "override a guard rail knowingly: --memory below 512GB, or an immutable tag that "
-             "already holds a different image",
+             "already holds a different image; and build even when an image of the same inputs "
+             "was pushed (no inputs-tag lookup)",
     "wheel_source": "local: prebuilt-wheelhouse or wheel-builder (config: build.wheel-source)",
     "push_floating": "local: also push the floating tag", "no_cache": "local: rebuild every step",
     "verbose": "local: stream the whole build log",
@@ -100,7 +101,10 @@ def build(c: Context, profile: str | None = None, backend: str | None = None,
           dry_run: bool = False, force: bool = False, json: bool = False,
           wheel_source: str | None = None, push_floating: bool = False, no_cache: bool = False,
           verbose: bool = False, chain: bool = False) -> Outcome | None:
-    """Build and push the image: an iris job running kaniko, or the local Docker engine."""
+    """Build and push the image: an iris job running kaniko, or the local Docker engine.
+
+    An image of the same inputs already pushed (its `inputs-<key>` tag) is tagged instead and
+    nothing runs (docs/build.md)."""
     from gpurl_tasks.cluster.jobs import run_build
     from gpurl_tasks.cluster.submit import BuildRequest
     from gpurl_tasks.local.pipeline import build_task

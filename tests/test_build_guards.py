@@ -484,3 +484,68 @@ def test_a_stale_build_says_stale_first_then_the_size_generate_needs(
     assert f"run `invoke generate --profile {profile}`" in first
     assert any(bumped in line and "size" in line for line in rest), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_an_image_of_the_same_inputs_is_tagged_and_no_job_is_submitted(
+        repo: Path, env: dict[str, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A real `docker-registry` on loopback holds an image under this tree's inputs tag (as a
+    job's attest step records it; its labels the generated Dockerfile's): the dry run names
+    that tag and touches no registry, the build tags gpu-rl-<sha> on its digest and submits no
+    job; --force submits, telling the job the inputs tag to record; with a blob of that image
+    gone, a new commit of the same inputs submits and says why (stand-in iris: the cluster is
+    not reachable here)."""
+    import httpx
+
+    from gpurl_tasks.rebuild.inputs import build_inputs
+    from gpurl_tasks.release.reuse import Reused, expected_labels
+    from tests.support.pusher import push_image, random_layer
+    from tests.support.registry_server import running_registry
+
+    with running_registry(tmp_path / "registry") as server:
+        env = {**env, "GPURL_REGISTRY_HOST": server.host, "GPURL_REGISTRY_REPOSITORY": "org/img",
+               "GPURL_REGISTRY_RETRIES": "0", "HOME": str(tmp_path)}
+        config = load_config(repo, env=env)
+        key = build_inputs(config, wheel_source=config.build.wheel_source,
+                           base_digest=lambda ref: None).key  # the base's registry: unreachable
+        labels = expected_labels(config.build.dockerfile.read_text())
+        assert labels  # the generated Dockerfile names its config, lock and plan
+        image = push_image(server.url, "org/img", [random_layer(1000, "RUN x", seed=2)],
+                           tag=f"inputs-{key}", labels=labels)
+        tag = f"{server.host}/org/img:gpu-rl-{short_sha(repo)}"
+
+        def build(**flags: object) -> object:
+            return jobs.run_build(config, BuildRequest(**{k: v for k, v in flags.items()
+                                                          if k != "dry_run"}),  # type: ignore[arg-type]
+                                  dry_run=bool(flags.get("dry_run")), say=say,
+                                  world=_world(env, real_registry=True))
+
+        def held(reference: str) -> str | None:
+            host, _, rest = reference.partition("/")
+            name, _, ref = rest.rpartition(":")
+            answer = httpx.head(f"http://{host}/v2/{name}/manifests/{ref}",
+                                headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+            return answer.headers.get("Docker-Content-Digest") if answer.status_code == 200 else None
+
+        capsys.readouterr()
+        planned = build(dry_run=True)  # touches no registry: names the tag it would look up
+        assert not isinstance(planned, Reused) and held(tag) is None
+        assert f"looks up {server.host}/org/img:inputs-{key}" in capsys.readouterr().err
+        done = build()
+        assert isinstance(done, Reused) and held(tag) == image.manifest_digest
+        assert done.to_json()["reused"] is True and not Path(env["IRIS_CALLED"]).exists()
+        assert build().digest == image.manifest_digest  # type: ignore[attr-defined]
+
+        submitted = build(force=True)
+        assert not isinstance(submitted, Reused)
+        argv = Path(env["IRIS_CALLED"]).read_text().splitlines()
+        assert argv[argv.index("INPUTS_TAG") + 1] == f"inputs-{key}"
+        Path(env["IRIS_CALLED"]).unlink()
+
+        layer = image.layers[0].digest
+        assert httpx.delete(f"{server.url}/v2/org/img/blobs/{layer}").status_code == 202
+        git(repo, "commit", "-q", "--allow-empty", "-m", "same inputs, a new tag")
+        capsys.readouterr()
+        assert not isinstance(build(), Reused)  # never a broken image: submitted
+        assert "lacks 1 of its 2 blobs" in capsys.readouterr().err
+        assert Path(env["IRIS_CALLED"]).exists()

@@ -134,9 +134,10 @@ def test_the_pushed_image_carries_its_sbom_and_provenance(tree: Path,
 def test_pin_then_rebuild_gives_the_same_digest(tree: Path, first: dict[str, Any]) -> None:
     """The image does not contain its own pin (the launcher is kept out of the build context),
     so after `pin` edited the launcher a rebuild is the same image: every step cached, the
-    same digest, nothing pushed, the immutable tag unmoved (issue 13)."""
+    same digest, nothing pushed, the immutable tag unmoved (issue 13). --force: a real build
+    (without it the image of these inputs is found and tagged, test_same_inputs_run_no_build)."""
     done = invoke(tree, "build", "--backend", "local", "--profile", "demo",
-                  "--wheel-source", "prebuilt-wheelhouse", "--json")
+                  "--wheel-source", "prebuilt-wheelhouse", "--json", "--force")
     assert done.returncode == 0, done.stderr[-3000:]
     again = json.loads(done.stdout)
     assert again["reference"] == first["reference"]  # the pinned launcher does not dirty the tag
@@ -181,6 +182,50 @@ def test_a_dirty_tree_gets_its_own_tag(tree: Path, first: dict[str, Any]) -> Non
         assert f"{first['reference']}-dirty-" in done.stdout
     finally:
         source.write_text(original)
+
+
+def tree_image(tree: Path) -> str:
+    return load_config(tree, profile="demo", env={}).registry.image
+
+
+def test_same_inputs_run_no_build(tree: Path, first: dict[str, Any]) -> None:
+    """A new commit of the same inputs: the image the demo pushed (and recorded by its inputs)
+    is tagged with the new commit's tag, no step runs and no blob is pushed; a dry run names
+    that inputs tag, and with a workspace file edited another one (which no build recorded).
+    --force builds (a real engine build: the only way to time what the no-op saves)."""
+    flags = ("build", "--backend", "local", "--profile", "demo", "--wheel-source",
+             "prebuilt-wheelhouse", "--json")
+    git = ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost"]
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "same inputs"], cwd=tree,
+                   check=True)
+    source = tree / "examples" / "demo" / "src" / "gpurl_demo" / "__init__.py"
+    try:
+        planned = invoke(tree, *flags, "--dry-run")
+        assert planned.returncode == 0, planned.stderr[-3000:]
+        start = time.monotonic()
+        done = invoke(tree, *flags)
+        noop = time.monotonic() - start
+        assert done.returncode == 0, done.stderr[-3000:]
+        reused = json.loads(done.stdout)
+        assert reused["reused"] is True and reused["digest"] == first["digest"]
+        assert reused["reference"] != first["reference"]  # the new commit's tag...
+        assert _registry_digest(reused["reference"]).endswith(first["digest"])  # ...on it
+        assert "<== " not in done.stderr  # no step ran: neither compose nor build + push
+        assert f"looks up {tree_image(tree)}:{reused['inputs_tag']}:" in planned.stderr
+        source.write_text(source.read_text() + "# edited\n")
+        edited = invoke(tree, *flags, "--dry-run")
+        assert edited.returncode == 0, edited.stderr[-3000:]
+        assert "looks up " in edited.stderr and reused["inputs_tag"] not in edited.stderr
+        subprocess.run(["git", "checkout", "--", str(source)], cwd=tree, check=True)
+        start = time.monotonic()
+        forced = invoke(tree, *flags, "--force")
+        full = time.monotonic() - start
+        assert forced.returncode == 0, forced.stderr[-3000:]
+        assert "reused" not in json.loads(forced.stdout) and "<== build + push:" in forced.stderr
+        print(f"same inputs, new commit: no-op build {noop:.1f}s, --force build {full:.1f}s")
+    finally:
+        subprocess.run(["git", "checkout", "--", str(source)], cwd=tree, check=True)
+        subprocess.run(["git", "reset", "-q", "--soft", "HEAD~1"], cwd=tree, check=True)
 
 
 # --- the demo's two variants: both built, verified and pinned; their shared slices one set of blobs

@@ -92,9 +92,11 @@ def _push(served: Served | RegistryServer, config: Config, tag: str, seed: int) 
 
 
 def _job_attach(tmp: Path, crane: Path, config: Config, ref: str,
-                commit: str = "fedcba9876540000000000000000000000000000") -> tuple[str, str]:
+                commit: str = "fedcba9876540000000000000000000000000000",
+                inputs_tag: str = "") -> tuple[str, str]:
     """The job's attestation step as the job script runs it (`attest job` of the zipapp, with
-    the image's python3 isolated and real crane); returns (the pushed digest, its log)."""
+    the image's python3 isolated and real crane; the job script passes `$INPUTS_TAG`, empty
+    when unset); returns (the pushed digest, its log)."""
     image, tag = ref.rsplit(":", 1)
     run = {"env": {"PATH": "/usr/bin:/bin", "DOCKER_TOKEN": CANARY, "HOME": str(tmp)},
            "capture_output": True, "text": True, "timeout": 120}
@@ -110,7 +112,8 @@ def _job_attach(tmp: Path, crane: Path, config: Config, ref: str,
          "--base-image", "gpurl/bookworm-python:3.11@sha256:" + "b" * 64,
          "--builder", "registry.invalid/kaniko@sha256:" + "e" * 64,
          "--invocation", "iris:gpurl-kaniko-x", "--commit", commit,
-         "--source-id", "fedcba987654", "--retries", "0", "--retry-max-wait", "1"], cwd="/", **run)
+         "--source-id", "fedcba987654", "--retries", "0", "--retry-max-wait", "1",
+         "--inputs-tag", inputs_tag], cwd="/", **run)
     assert done.returncode == 0, done.stdout + done.stderr
     assert CANARY not in done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -167,9 +170,14 @@ def test_the_job_tool_attaches_through_the_referrers_api(
         api_registry: Served, crane: Path, tmp_path: Path) -> None:
     config = _config(api_registry.host)
     ref = _push(api_registry, config, "demo-fedcba987654", 32)
-    digest, said = _job_attach(tmp_path, crane, config, ref)
-    assert said.endswith(": SBOM and provenance, listed by the registry's referrers API\n")
+    inputs = "inputs-" + "a" * 64
+    digest, said = _job_attach(tmp_path, crane, config, ref, inputs_tag=inputs)
+    image = ref.rsplit(":", 1)[0]
+    assert said.endswith(": SBOM and provenance, listed by the registry's referrers API\n"
+                         f"recorded {image}@{digest} as {inputs}\n")
     client = RegistryClient(api_registry.host)
+    # the next `invoke build` of these inputs finds the image by that tag (release/reuse.py)
+    assert client.lookup(parse_reference(f"{image}:{inputs}")) == digest
     assert client.referrers(parse_reference(ref), digest) is not None
     with pytest.raises(ManifestUnknown):  # the API lists them: no tag was written
         client.manifest(parse_reference(ref), fallback_tag(digest))

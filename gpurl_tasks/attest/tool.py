@@ -9,7 +9,8 @@ through crane (writer/crane.py: its retry rules, its redaction), makes both docu
 attest/documents.py and their artifacts with writer/ocispec.py, pushes each as a one-artifact
 OCI layout, and rewrites the `sha256-<hex>` tag's index when the registry has no referrers API
 (crane then lists the artifacts under the config's media type, which names neither document:
-this index lists them by their artifactType, as the spec asks).
+this index lists them by their artifactType, as the spec asks). Then, given `--inputs-tag`, the
+pushed image is tagged by its inputs, so that `invoke build` of the same inputs reuses it.
 """
 
 from __future__ import annotations
@@ -176,6 +177,21 @@ def _job(args: argparse.Namespace) -> None:
         _say(f"    {kind}: {digest}")
     via = _listed_by(crane, args.image, args.digest, list(artifacts.values()), args.out / "fallback")
     _say(f"attested {pushed}: SBOM and provenance, listed by {via}")
+    if args.inputs_tag:
+        _record(crane, pushed, args.inputs_tag)
+
+
+def _record(crane: Crane, pushed: str, tag: str) -> None:
+    """The pushed image under its inputs tag (release/reuse.py), once it is attested: the next
+    `invoke build` of the same inputs tags it instead of building. Not written, the image
+    stands and the next build builds: said, not failed."""
+    try:
+        crane.tag(pushed, tag)
+    except CraneFailed as failed:
+        _say(f"    the inputs tag {tag} was not written ({failed.answer}): the next build of "
+             "these inputs builds")
+        return
+    _say(f"recorded {pushed} as {tag}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -196,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     job.add_argument("--wheel-source", default="",
                      help=f"the wheels' MANIFEST names the --wheel files for {PREBUILT} only")
     job.add_argument("--abi-prefix", default="")
+    job.add_argument("--inputs-tag", default="",
+                     help="also tag the pushed image so (its inputs' tag; empty: no tag)")
     job.add_argument("--wheel", action="append", default=[])
     args = parser.parse_args(argv)
     try:

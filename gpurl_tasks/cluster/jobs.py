@@ -47,9 +47,14 @@ from gpurl_tasks.cluster.watch import (
 )
 from gpurl_tasks.config import Config
 from gpurl_tasks.errors import BuildError, ConfigError, ExitCode, GpurlError, IrisError
+from gpurl_tasks.imageref import parse_reference
+from gpurl_tasks.oci.connect import open_client
 from gpurl_tasks.proc import CommandFailed, run
+from gpurl_tasks.rebuild.inputs import BuildInputs, build_inputs
+from gpurl_tasks.rebuild.inputs_key import inputs_tag
 from gpurl_tasks.redact import TokenSource, find_registry_token, known_secrets, redact
-from gpurl_tasks.release.configured import existing_digest
+from gpurl_tasks.release.configured import client_settings, existing_digest
+from gpurl_tasks.release.reuse import Reused, reuse_pushed
 from gpurl_tasks.steps import DryRun
 
 __all__ = [
@@ -130,10 +135,21 @@ class Submission:
 
 
 def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say = _quiet,
-              world: BuildEnv | None = None) -> Submission | DryRun:
-    """Guard rails, then submit the job (or with `dry_run`, the command, secrets redacted)."""
+              world: BuildEnv | None = None) -> Submission | DryRun | Reused:
+    """Guard rails, then submit the job (or with `dry_run`, the command, secrets redacted);
+    an image of the same inputs already pushed is tagged instead and no job submitted
+    (release/reuse.py; `force` builds), and the job is told the inputs tag to record."""
     world = world or real_world(os.environ)
     prepared = prepare_build(config, request, world, dry_run=dry_run)
+    inputs = _inputs(config, world, say, resolve_base=not dry_run)
+    if inputs is not None and not request.force:  # before any job: no iris, no executor
+        reused = reuse_pushed(config, inputs, reference=prepared.image_tag, floating=None,
+                              dry_run=dry_run, say=say, env=world.env, lookup=world.tag_digest)
+        if reused is not None:
+            return reused
+    if inputs is not None:  # the job records what it pushes by these inputs
+        prepared = dataclasses.replace(prepared, spec=dataclasses.replace(prepared.spec, env=(
+            *prepared.spec.env, ("INPUTS_TAG", inputs_tag(inputs.key)))))
     if not dry_run:  # a dry run touches no registry
         lookup = world.tag_digest or (lambda ref: existing_digest(config, ref, world.env))
         prepared = guard_immutable_tag(prepared, lookup(prepared.image_tag), force=request.force)
@@ -164,6 +180,32 @@ def run_build(config: Config, request: BuildRequest, *, dry_run: bool, say: Say 
     say(redact(result.stdout.strip(), prepared.secrets))
     job_id = parse_job_id(result.stdout + "\n" + result.stderr, prepared.spec.job_name)
     return Submission(prepared=prepared, program=program, job_id=job_id)
+
+
+def _inputs(config: Config, world: BuildEnv, say: Say, *, resolve_base: bool
+            ) -> BuildInputs | None:
+    """This tree's inputs key, the base resolved at its registry (world.tag_digest stands in
+    for the registry; not `resolve_base`, as a dry run: named by its tag); None, said in one
+    line, when it cannot be read."""
+    def base_digest(image: str) -> str | None:
+        if not resolve_base:
+            return None
+        ref = parse_reference(image, default_host="docker.io")
+        if world.tag_digest is not None:
+            return world.tag_digest(str(ref))
+        once = dataclasses.replace(client_settings(config), attempts=1)  # not waited for
+        try:
+            with open_client(once, ref, world.env) as client:
+                return client.lookup(ref)
+        except GpurlError:
+            return None
+
+    wheel_source = config.build.wheel_source if config.build.compiled_wheels else ""
+    try:
+        return build_inputs(config, wheel_source=wheel_source, base_digest=base_digest)
+    except GpurlError as exc:
+        say(f"note: the build's inputs could not be read ({exc.message}): no reuse")
+        return None
 
 
 def cluster_target(config: Config, flag: str | None) -> ClusterTarget:

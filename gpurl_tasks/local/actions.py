@@ -13,9 +13,11 @@ from typing import Any
 
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.generate import generate
+from gpurl_tasks.dockerfile.recipe import wheel_source_arg
 from gpurl_tasks.dockerfile.wheels import require_compiled_wheels
-from gpurl_tasks.errors import BuildError
+from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
+from gpurl_tasks.local.base_image import image_id
 from gpurl_tasks.local.builder import BuildResult, WheelsResult
 from gpurl_tasks.local.compose_env import compose_environment
 from gpurl_tasks.local.composed import ComposedEnv
@@ -23,8 +25,10 @@ from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.report import render_plan
+from gpurl_tasks.rebuild.inputs import BuildInputs, build_inputs
 from gpurl_tasks.rebuild.wheelhouse import WheelReport, check_source
 from gpurl_tasks.release import flow as release
+from gpurl_tasks.release import reuse
 from gpurl_tasks.release.verify import Report, render_table
 from gpurl_tasks.steps import timed
 
@@ -36,9 +40,11 @@ __all__ = [
     "compose",
     "ensure_wheels",
     "generate_files",
+    "inputs_here",
     "log_dir",
     "pin",
     "plan",
+    "record_inputs",
     "setup",
     "verify",
     "wheelhouse_problem",
@@ -98,6 +104,30 @@ def build_and_push(config: Config, *, git_sha: str, build_args: Mapping[str, str
                                    on_line=on_line, force=force, log_file=log_file, say=say)
     built = dataclasses.replace(built, environment=environment)
     return built, build_summary(built)
+
+
+def inputs_here(config: Config, wheel_source: str | None, say: Say | None) -> BuildInputs | None:
+    """This tree's inputs key (rebuild/inputs.py), the base named by the engine's image id;
+    None, said in one line, when it cannot be read (then nothing is reused or recorded)."""
+    try:
+        client = find_buildkit_client()[0]
+        return build_inputs(
+            config, wheel_source=wheel_source_arg(config, wheel_source).get("WHEEL_SOURCE", ""),
+            base_digest=lambda ref: image_id(client, ref))
+    except GpurlError as exc:
+        if say:
+            say(f"note: the build's inputs could not be read ({exc.message}): no reuse")
+        return None
+
+
+def record_inputs(config: Config, inputs: BuildInputs | None, digest: str) -> str:
+    """The pushed image recorded under its inputs tag: what the step's line adds."""
+    if inputs is None:
+        return ""
+    try:
+        return f"; recorded as {reuse.record(config, inputs, digest)}"
+    except GpurlError as exc:  # the image is pushed; the next build of it just builds
+        return f"; its inputs tag not written ({exc.message})"
 
 
 def build_summary(built: BuildResult) -> str:

@@ -28,6 +28,7 @@ from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.rebuild.wheelhouse import check_source
+from gpurl_tasks.release.reuse import Reused, reuse_pushed
 from gpurl_tasks.release.verify import Report, report_json
 from gpurl_tasks.steps import Argv, DryRun, Step, StepRecord, Steps, dry_run_of
 
@@ -35,6 +36,7 @@ __all__ = [
     "DRY_RUN_CLIENT",
     "LocalBuild",
     "PipelineResult",
+    "Reused",
     "build_local",
     "build_steps",
     "build_task",
@@ -91,12 +93,13 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
     built: list[BuildResult] = []
 
     def build_and_push() -> tuple[BuildResult, str]:
+        inputs = actions.inputs_here(config, wheel_source, say)  # read before the build runs
         result, line = actions.build_and_push(
             config, git_sha=git_sha, build_args=args, environment=composed[0] if composed else None,
             push_floating=push_floating, no_cache=no_cache, on_line=on_line, force=force,
             say=say)
         built.append(result)
-        return result, line
+        return result, line + actions.record_inputs(config, inputs, result.digest)
 
     steps.append(Step("build + push", (tuple(argv), *pushes), build_and_push))
     # the SBOM and provenance, attached at the registry; returns the build (the last value)
@@ -152,16 +155,28 @@ def _build_json(r: BuildResult) -> dict[str, Any]:
 
 def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_floating: bool,
                no_cache: bool, say: Say, stream: bool, force: bool = False,
-               chain: bool = False) -> LocalBuild | DryRun:
+               chain: bool = False) -> LocalBuild | DryRun | Reused:
     """setup-local, then build and push (or with `dry_run`, the commands those steps run); a
     stale Dockerfile or slice set is refused first, the dry run's too, and so is a variant of
     another platform than this machine's, and --wheel-source for a profile without compiled
-    wheels."""
+    wheels. An image of the same inputs already pushed is tagged instead, no step run
+    (release/reuse.py; a dry run names the tag it would look up); `force` and `no_cache`
+    build."""
     if wheel_source is not None:
         require_compiled_wheels(config, f"--wheel-source {wheel_source}")
     check_native(config, platform.machine())
     check_committed(config)
-    steps = build_steps(config, git_sha=source_id(config), wheel_source=wheel_source,
+    git_sha = source_id(config)
+    if not (force or no_cache):
+        inputs = actions.inputs_here(config, wheel_source, say)
+        floating = f"{config.registry.image}:{config.registry.floating_tag}" \
+            if push_floating else None
+        reused = inputs and reuse_pushed(config, inputs, dry_run=dry_run, say=say,
+                                         reference=builder.image_reference(config, git_sha),
+                                         floating=floating)
+        if reused:
+            return reused
+    steps = build_steps(config, git_sha=git_sha, wheel_source=wheel_source,
                         push_floating=push_floating, no_cache=no_cache,
                         on_line=say if stream else None, force=force, chain=chain, say=say)
     if dry_run:

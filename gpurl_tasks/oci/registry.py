@@ -382,6 +382,19 @@ class RegistryClient:
                     ) from None
                 self._retry(attempt, "PUT", url, again.answer, again.retry_after)
 
+    def tag_manifest(self, ref: ImageRef, digest: str, tag: str) -> str:
+        """Put the manifest `digest` of `ref`'s repository under `tag` as well, its bytes as
+        stored (so the tag names that very digest); its blobs are already there."""
+        response = self._request("GET", ref, f"manifests/{digest}",
+                                 headers={"Accept": ACCEPT_MANIFESTS})
+        body = response.content
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise RegistryError(f"the manifest {digest[:19]} of {ref.repository} read back as "
+                                "other bytes", hint="retry; check any proxy in between")
+        media_type = str(_json_document(body, f"manifest {digest[:19]}").get("mediaType") or
+                         response.headers.get("Content-Type", "")).split(";")[0].strip()
+        return self.put_manifest(ref, tag, body, media_type)
+
     def put_manifest(self, ref: ImageRef, tag: str, body: bytes, media_type: str) -> str:
         """Store an image manifest under `tag` in `ref`'s repository; returns its digest,
         checked against the registry's Docker-Content-Digest."""

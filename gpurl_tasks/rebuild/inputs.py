@@ -31,19 +31,22 @@ from gpurl_tasks.config import (
     load_config,
     sets_config,
 )
-from gpurl_tasks.dockerfile.handwritten import copied_files, image_inputs
+from gpurl_tasks.dockerfile.handwritten import base_image, copied_files, image_inputs
 from gpurl_tasks.dockerfile.inputs import DockerfileInputs, parse_dockerfile_inputs
 from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH, label_value
 from gpurl_tasks.dockerfile.wheels import pins_from_args
 from gpurl_tasks.errors import ConfigError, GpurlError, LockError
-from gpurl_tasks.files import read_text
+from gpurl_tasks.files import read_text, sha256_of
 from gpurl_tasks.launcher.table import TableShape, entry_commit
 from gpurl_tasks.rebuild.fingerprint import ClosureEntry, Decision, Fingerprint, decide, fingerprint
+from gpurl_tasks.rebuild.inputs_key import inputs_key
 from gpurl_tasks.values import PIN_MARKER
 
 __all__ = [
+    "BuildInputs",
     "ClosureFn",
     "RebuildReport",
+    "build_inputs",
     "closure_entries",
     "default_since",
     "pinned_commit",
@@ -344,3 +347,55 @@ def _committed(config: Config) -> Config | None:
         return committed.for_variant(committed.variant_named(config.variant.name))
     except ConfigError:
         return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BuildInputs:
+    """The working tree's inputs key (rebuild/inputs_key.py) and the base it names."""
+
+    key: str
+    base: str  # the base image by digest, or as configured when its digest is unknown
+    base_note: str = ""  # why the base is named by its tag: a moved tag goes unnoticed
+
+
+def build_inputs(config: Config, *, wheel_source: str,
+                 base_digest: Callable[[str], str | None]) -> BuildInputs:
+    """What a build of the working tree would read, as a key: the rebuild fingerprint as
+    `rebuild-needed` computes it for the working tree, the context files the image's stages
+    copy (tracked and untracked, not ignored: an uncommitted edit is an input), the prebuilt
+    wheelhouse's files by sha256 (for `prebuilt-wheelhouse`), the base image and
+    `wheel_source`. `base_digest(reference)` resolves the base (the engine's image id on
+    the local path, the registry's digest on the cluster path); None leaves the reference as
+    written in the key, so a base tag moved since the last push is not noticed (`--force`)."""
+    repo = git.toplevel(config.root)
+    text = read_text(config.build.dockerfile, what="Dockerfile", error=ConfigError)
+
+    def blobs(paths: list[str]) -> dict[str, str]:
+        return git.worktree_blobs(repo, paths)
+
+    context = config.build.context.relative_to(repo).as_posix()
+    ignore_file = config.build.context / ".dockerignore"
+    ignore = ignore_file.read_text(encoding="utf-8") if ignore_file.is_file() else ""
+    if config.build.generate:
+        lock = _read(config.lock, "lock", LockError, "run uv lock in the workspace")
+        fp = _fingerprint(text, lock, config, closure_entries, repo, blobs)
+        parsed = parse_dockerfile_inputs(text, {"WHEEL_SOURCE": wheel_source} if wheel_source else {})
+        reached = parsed.image_stages()
+        parsed = dataclasses.replace(parsed, stages=tuple(
+            s for s in parsed.stages if s.name in reached))
+    else:
+        parsed = image_inputs(text, values.build_arg_map(config.build.build_args))
+        fp = _handwritten_fingerprint(text, config, repo, blobs, lambda path: (
+            (repo / path).read_text(encoding="utf-8") if (repo / path).is_file() else None))
+    copied = copied_files(parsed, blobs([context]), context, ignore)
+    if wheel_source == "prebuilt-wheelhouse" and config.build.wheelhouse.is_dir():
+        # the prebuilt wheels are no tracked files: their bytes, by sha256
+        copied |= {path.relative_to(repo).as_posix(): sha256_of(path)
+                   for path in sorted(config.build.wheelhouse.iterdir()) if path.is_file()}
+    base = base_image(parsed)
+    digest = base_digest(base) if base else None
+    pinned = f"{base.partition('@')[0]}@{digest}" if digest else base
+    note = "" if digest or not base else (
+        f"the base {base} is keyed by its tag (its digest is unknown here)")
+    return BuildInputs(key=inputs_key(fp, copied, pinned, wheel_source), base=pinned,
+                       base_note=note)

@@ -149,6 +149,11 @@ class Crane:
     def digest(self, reference: str) -> str:
         return self._call(["digest", reference], f"crane digest {reference}").decode().strip()
 
+    def tag(self, reference: str, tag: str) -> None:
+        """`crane tag REFERENCE TAG`: the manifest `reference` names, also under `tag` in its
+        repository (one manifest PUT, no blob moves)."""
+        self._call(["tag", reference, tag], f"crane tag {reference} {tag}")
+
     def push_layout(self, layout: Path, reference: str, what: str) -> str:
         """`crane push LAYOUT REFERENCE`: the layout's one image or index -> its reference."""
         return self._call(["push", str(layout), reference], what).decode().strip()

@@ -67,9 +67,11 @@ def _block(doc: str, first: int, body: list[str], scenario: str) -> list[Sample]
 
 
 def normalize(text: str, roots: Sequence[Path]) -> str:
-    """Only what depends on the checkout: its path, commit ids, the script's base64 length."""
+    """Only what depends on the checkout: its path, commit ids, the script's base64 length, the
+    key of its build inputs."""
     for root in roots:
         text = text.replace(str(root), "/path/to/gpurl")
+    text = re.sub(r"\binputs-[0-9a-f]{64}\b", "inputs-<key>", text)
     text = re.sub(r"\b(?:[0-9a-f]{7}|[0-9a-f]{12}|[0-9a-f]{40})(?:-dirty-[0-9a-f]{12})?\b",
                   "<sha>", text)
     return re.sub(r"\.\.\.<\d+ chars>", "...<N chars>", text)

@@ -11,4 +11,4 @@ done
   --dpkg-status "$ROOT/var/lib/dpkg/status" --base-image @BASE_IMAGE@ \
   --builder "$EXECUTOR_IMAGE" --invocation "iris:${JOB_NAME:-gpurl-kaniko-$GITSHA}" \
   --commit "${GIT_COMMIT:-}" --source-id "$GITSHA" --retries "$REGISTRY_RETRIES" \
-  --retry-max-wait "$REGISTRY_RETRY_MAX_WAIT"@WHEEL_ARGS@
+  --retry-max-wait "$REGISTRY_RETRY_MAX_WAIT" --inputs-tag "${INPUTS_TAG:-}"@WHEEL_ARGS@

@@ -5,7 +5,8 @@
 # Inputs (environment): GITSHA (required), DOCKER_TOKEN (required), DOCKER_USER_ID,
 # PUSH_FLOATING (0 | 1), DOCKERFILE (a variant's), TAG_PREFIX, FLOATING_TAG, OVERWRITE_TAG
 # (0 | 1: move an existing immutable tag knowingly), GIT_COMMIT and JOB_NAME (what the
-# provenance names: the full commit, the iris job). SINGLE_SNAPSHOT=1 is refused.
+# provenance names: the full commit, the iris job), INPUTS_TAG (the tag that records the
+# pushed image by its inputs: release/reuse.py). SINGLE_SNAPSHOT=1 is refused.
 @WHEEL_INPUT@
 set -euo pipefail
 
