@@ -581,7 +581,14 @@ def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_only_the_changed
     exactly the slices whose file changed and reuses every other slice's blob, wherever it
     sits in the plan (no slice's cache chains another's)."""
     executor, tree, cold = cluster
+    held = parts.registry.blobs()
     warm = _build(tree, parts, "c02d" + ("0a1" if executor == "upstream" else "0f1"))
+    stored = parts.registry.blobs()
+    repushed = [(row["instruction"], row["size"]) for row in warm.layers
+                if row["digest"] not in held]
+    print(f"{executor} rebuild, nothing changed: {len(repushed)} new layer blob(s) "
+          f"{repushed}; the registry stored {len(stored) - len(held)} new blob(s), "
+          f"{sum(v for k, v in stored.items() if k not in held):,} bytes in all")
     cold_runs, warm_runs = _slice_runs(cold.layers), _slice_runs(warm.layers)
     assert [r["digest"] for r in warm_runs] == [r["digest"] for r in cold_runs]
     assert "0 slice(s) written" in warm.output, warm.output[-2000:]
