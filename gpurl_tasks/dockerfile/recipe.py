@@ -14,7 +14,12 @@ forget one (runbook sections 2, 4, 5, 6):
   --require-hashes -r` it, then one final `uv sync --frozen` with the profile's selection; no
   uv cache in a layer, no bytecode (it would break the size model);
 - the compiled wheels survive the final sync because that sync is `--inexact` (an exact sync
-  would uninstall them) and excludes the packages the compiled wheels provide;
+  would uninstall them) and excludes the packages the compiled wheels provide; they are
+  installed in a stage of their own and the rl stage copies what they installed (and their
+  MANIFEST), so no wheel file is in the image;
+- no layer after the environment is new on a rebuild with nothing changed: env-base's RUN
+  makes the workspace directory before its WORKDIR (a WORKDIR that makes it is a layer kaniko
+  stamps anew), and the job caches COPY layers (`--cache-copy-layers`);
 - the MANIFEST's ABI key is compared before any wheel installs; every apt-get and uv/pip
   download waits a bounded time (build.apt-* and build.http-*);
 - after the lock: `build.post-install`, then the proof that the environment is the lock's set
