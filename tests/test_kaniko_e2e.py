@@ -576,12 +576,22 @@ def _by_slice(runs: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_only_the_changed_slice(
         parts: Parts, cluster: tuple[str, Path, Built]) -> None:
-    """Nothing changed: every slice layer is the same blob, and none is written again. A small
-    lock bump (one tail package, one slice file edited): the composed environment writes
-    exactly the slices whose file changed and reuses every other slice's blob, wherever it
-    sits in the plan (no slice's cache chains another's)."""
+    """Nothing changed: every slice layer is the same blob, and none is written again; no layer
+    of the whole image is a blob the registry did not hold (the final stage's COPYs come from
+    kaniko's cache, env-base's WORKDIR makes none). A small lock bump (one tail package, one
+    slice file edited): the composed environment writes exactly the slices whose file changed
+    and reuses every other slice's blob, wherever it sits in the plan (no slice's cache
+    chains another's)."""
     executor, tree, cold = cluster
+    held = parts.registry.blobs()
     warm = _build(tree, parts, "c02d" + ("0a1" if executor == "upstream" else "0f1"))
+    stored = parts.registry.blobs()
+    repushed = [(row["instruction"], row["size"]) for row in warm.layers
+                if row["digest"] not in held]
+    print(f"{executor} rebuild, nothing changed: {len(repushed)} new layer blob(s) "
+          f"{repushed}; the registry stored {len(stored) - len(held)} new blob(s), "
+          f"{sum(v for k, v in stored.items() if k not in held):,} bytes in all")
+    assert not repushed, (executor, repushed)
     cold_runs, warm_runs = _slice_runs(cold.layers), _slice_runs(warm.layers)
     assert [r["digest"] for r in warm_runs] == [r["digest"] for r in cold_runs]
     assert "0 slice(s) written" in warm.output, warm.output[-2000:]
@@ -602,7 +612,8 @@ def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_only_the_changed
     fresh = [row for row in bumped.layers if row["digest"] not in had]
     print(f"{executor} bump {BUMPED}: {len(fresh)} new blobs, {sum(r['size'] for r in fresh):,} "
           f"bytes of {sum(r['size'] for r in bumped.layers):,}; slices rewritten "
-          f"{sorted(rewritten)} of {len(new)}")
+          f"{sorted(rewritten)} of {len(new)}; new: "
+          f"{[(r['instruction'][:60], r['size']) for r in fresh]}")
 
 
 @pytest.mark.kaniko_faults

@@ -45,10 +45,11 @@ def _text_count(text: str, builder: Builder, target: str = "rl",
                 args: dict[str, str] | None = None) -> int:
     """Layer-making instructions of the target's lineage, read back from the rendered text
     (an independent reading: dockerfile-parse, FROM ${ARG} by the global ARG's default or
-    `args`)."""
+    `args`). A WORKDIR whose directory a RUN of its stage made (`mkdir -p`) makes none, but
+    for the fork's empty layer."""
     parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
     values: dict[str, str] = {}
-    stages: dict[str, tuple[str, list[str]]] = {}
+    stages: dict[str, tuple[str, list[tuple[str, str]]]] = {}
     current = None
     for ins in parser.structure:
         if ins["instruction"] == "FROM":
@@ -59,12 +60,14 @@ def _text_count(text: str, builder: Builder, target: str = "rl",
             key, _, value = ins["value"].partition("=")
             values[key] = value.strip('"')
         elif current is not None:
-            stages[current][1].append(ins["instruction"])
+            stages[current][1].append((ins["instruction"], ins["value"]))
     values |= args or {}
     total, name = 0, target
     while True:
         base, keywords = stages[name]
-        total += sum(k in _KEYWORDS[builder] for k in keywords)
+        made = {w for k, v in keywords if k == "RUN" for w in re.findall(r"mkdir -p (\S+)", v)}
+        total += sum(k in _KEYWORDS[builder] and not (
+            k == "WORKDIR" and v in made and builder != "kaniko-fork") for k, v in keywords)
         name = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], base)
         if name not in stages:
             return total

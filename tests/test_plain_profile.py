@@ -19,7 +19,7 @@ from gpurl_tasks.rebuild.fingerprint import ClosureEntry, decide, fingerprint
 from tests.conftest import REPO_ROOT
 from tests.support.tasks_runner import run_task
 
-WHEEL_STAGES = {"wheel-builder", "prebuilt-wheelhouse", "wheels"}
+WHEEL_STAGES = {"wheel-builder", "prebuilt-wheelhouse", "wheels", "compiled-wheels"}
 NO_WHEELS = {"build.wheel-specs": [], "build.wheel-globs": []}
 
 

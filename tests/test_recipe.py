@@ -188,6 +188,7 @@ def test_stages_in_order(gpu: Parsed) -> None:
         ("env-base", "base"),
         ("env-chain", "env-base"),
         ("env", "${ENV_SOURCE}"),
+        ("compiled-wheels", "env"),
         ("rl", "env"),
     ]
     assert gpu.global_args["ENV_SOURCE"] == ENV_CHAIN
@@ -263,7 +264,8 @@ def test_the_asserts_are_one_run_that_records_them(gpu: Parsed) -> None:
     commands = [shlex.split(c) for c in runs[0].split(" && ")]
     codes = [c[3] for c in commands if c[:3] == ["python", "-B", "-c"]]
     compiled = codes.pop(0)  # first: the compiled wheels are what is installed, nothing reverted
-    assert "/tmp/wheels/vllm-*g${VLLM_FORK_COMMIT}*.whl" in compiled
+    assert "'vllm-*g${VLLM_FORK_COMMIT}*.whl'" in compiled  # named by the image's MANIFEST
+    assert "open('/etc/gpurl/provenance/wheels.MANIFEST')" in compiled
     assert "m.version(n) != v" in compiled
     post = [a for e in config.build.post_installs for a in e.asserts]
     assert post and codes == [*config.build.import_asserts, *post]  # the post-installs' last
@@ -302,26 +304,33 @@ def test_slices_then_wheels_then_the_one_sync_then_the_post_installs(gpu: Parsed
     order = [(i["instruction"], i["value"]) for i in rl.instructions]
     slices = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "-r /tmp/gpurl-layers/" in v]
     syncs = [k for k, (kind, v) in enumerate(order) if kind == "RUN" and "uv sync" in v]
-    wheels_copy = order.index(("COPY", "--from=wheels /wheels/ /tmp/wheels/"))
-    wheel_install = next(k for k, (_, v) in enumerate(order) if "/tmp/wheels/" in v and _ == "RUN")
+    compiled = [(i["instruction"], i["value"]) for i in gpu.stage("compiled-wheels").instructions]
+    assert compiled[0] == ("COPY", "--from=wheels /wheels/ /tmp/wheels/")
+    (wheel_run,) = [v for kind, v in compiled if kind == "RUN"]
+    wheels_copy = order.index(("COPY", "--from=compiled-wheels /tmp/gpurl-compiled/ /"))
+    assert not [v for _, v in order if "/tmp/wheels" in v]  # no wheel file reaches the image
     lock_set = next(k for k, (_, v) in enumerate(order) if "envcheck.py lock-set" in v)
     post = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
     prove = next(k for k, (_, v) in enumerate(order) if "envcheck.py prove" in v)
     source = order.index(("COPY", f"rl/ {WORKDIR}/"))
     assert len(syncs) == 1 and len(slices) == 3
-    assert slices[-1] < wheels_copy < wheel_install < source < syncs[0] < lock_set < post < prove
+    assert slices[-1] < wheels_copy < source < syncs[0] < lock_set < post < prove
     post_argv = shlex.split(order[post][1])
     config = load_config(REPO_ROOT, profile="gpu-rl", env={}, variant="standard")
     assert sorted(post_argv[3:]) == sorted(e.requirement for e in config.build.post_installs)
     prove_argv = shlex.split(order[prove][1].split(" && ")[0] if order[prove][1].startswith(
-        "python") else next(c for c in order[prove][1].split(" && ") if "prove" in c))
+        "python") else next(c for c in order[prove][1].split(" && ") if "envcheck.py prove" in c))
     assert [prove_argv[k + 1] for k, w in enumerate(prove_argv) if w == "--post-install"] == [
         e.requirement for e in config.build.post_installs]
     assert not any("uv.lock" in v for kind, v in order[:source] if kind == "COPY")  # no slice
     final = sync_runs(rl)[-1]  # depends on the whole lock
     assert "--inexact" in final and "--no-install-project" not in final
-    wheel_argv = shlex.split(order[wheel_install][1])
+    install = next(c for c in wheel_run.split(" && ") if c.startswith("uv pip install"))
+    wheel_argv = shlex.split(install)
     assert "/tmp/wheels/flash_attn-${FLASH_ATTN_VERSION}-*.whl" in wheel_argv
+    # installed into the tree the rl stage copies onto /: the venv's files under its path
+    venv = load_config(REPO_ROOT, profile="gpu-rl", env={}).build.venv
+    assert wheel_argv[wheel_argv.index("--prefix") + 1] == f"/tmp/gpurl-compiled{venv}"
 
 
 def test_no_cache_and_no_bytecode(gpu: Parsed) -> None:
@@ -356,7 +365,11 @@ def test_provenance_files_name_the_wheels_and_every_git_source(gpu: Parsed) -> N
     config = load_config(REPO_ROOT, profile="gpu-rl", env={})
     record = next(v for v in gpu.stage("rl").of("RUN") if "sources.txt" in v)
     commands = [shlex.split(c) for c in record.split(" && ")]
-    assert ["cp", "/tmp/wheels/MANIFEST", "/etc/gpurl/provenance/wheels.MANIFEST"] in commands
+    assert not [c for c in commands if "MANIFEST" in " ".join(c)]  # it came with the wheels
+    compiled = gpu.stage("compiled-wheels").of("RUN")[0]
+    assert ["cp", "/tmp/wheels/MANIFEST",
+            "/tmp/gpurl-compiled/etc/gpurl/provenance/wheels.MANIFEST"] in [
+        shlex.split(c) for c in compiled.split(" && ")]
     printf = next(c for c in commands if c[0] == "printf")
     b = config.build
     assert printf[2:-2] == [f"vllm-fork {b.vllm_fork_repo}@{b.vllm_fork_commit}",
@@ -412,7 +425,7 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     parsed = parse(render(render_recipe(demo_config, plan, lock_sha256=LOCK_SHA)))
     assert [s.name for s in parsed.stages] == [
         "base", "wheel-builder", "prebuilt-wheelhouse", "wheels", "env-base", "env-chain", "env",
-        "rl"]
+        "compiled-wheels", "rl"]
     assert parsed.global_args["BASE_IMAGE"] == demo_config.build.base_image
     assert "INSTALL_MEGATRON" not in parsed.global_args
     builder = parsed.stage("wheel-builder")
@@ -537,8 +550,9 @@ def test_credentials_in_urls_are_refused_without_echoing_them(gpu_config: Config
 
 
 def _abi_check_and_writer(parsed: Parsed) -> tuple[str, str]:
-    """(the rl stage's ABI check, the wheel-builder's MANIFEST writer), as their shell text."""
-    check = next(v for v in parsed.stage("rl").of("RUN") if "ABI key" in v)
+    """(the compiled wheels' ABI check, the wheel-builder's MANIFEST writer), as their shell
+    text."""
+    check = next(v for v in parsed.stage("compiled-wheels").of("RUN") if "ABI key" in v)
     writer = next(v for v in parsed.stage("wheel-builder").of("RUN") if "> MANIFEST" in v)
     return check.split(" && uv pip install")[0], writer
 

@@ -74,8 +74,10 @@ class DockerfileInputs:
 
     @property
     def wheel_globs(self) -> tuple[str, ...]:
-        """The prebuilt-wheel patterns the target stage installs (e.g. vllm-*g<commit>*.whl)."""
-        return tuple(g for s in self.stages if s.name == self.target for g in s.wheel_globs)
+        """The prebuilt-wheel patterns installed for the image (e.g. vllm-*g<commit>*.whl): by
+        any stage whose contents reach it (the recipe installs them in a stage of their own)."""
+        reaching = self.image_stages()
+        return tuple(g for s in self.stages if s.name in reaching for g in s.wheel_globs)
 
     def image_stages(self) -> frozenset[str]:
         """Stages whose contents reach the target image (FROM and COPY --from edges)."""

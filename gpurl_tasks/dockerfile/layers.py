@@ -9,11 +9,12 @@ slices (the default, on both paths) has one layer per slice where the env-chain 
 COPY and RUN pairs. Which instructions make a layer depends on the builder:
 
 - docker (BuildKit, the local engine): COPY, RUN (and ADD, which the model never writes) and
-  WORKDIR, which makes a layer when it creates its directory (the model's WORKDIR is
-  /opt/workspace, which no base image has: the demo's env-base shows its 98-byte layer);
+  WORKDIR, which makes a layer when it creates its directory (the recipe's WORKDIR comes after
+  the RUN that makes its directory, `Workdir.exists`, and makes none);
 - kaniko (upstream v1.23.2, the pinned executor): the same; a cached RUN that made no files is
   still a layer (an empty one), so every RUN counts;
-- kaniko-fork (osscontainertools/kaniko): also an empty layer for every ARG, ENV and LABEL.
+- kaniko-fork (osscontainertools/kaniko): also an empty layer for every ARG, ENV and LABEL,
+  and for a WORKDIR whose directory exists (the same 30-byte blob every time).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def composes(config: Config) -> bool:
 
 
 def makes_layer(instruction: Instruction, builder: Builder) -> bool:
+    if isinstance(instruction, Workdir) and instruction.exists and builder != "kaniko-fork":
+        return False  # the fork's is an empty layer, as for every file-less instruction
     return isinstance(instruction, LAYER_MAKERS[builder])
 
 

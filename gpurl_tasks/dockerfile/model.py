@@ -286,9 +286,12 @@ class Copy:
 
 @dataclasses.dataclass(**_KW)
 class Workdir:
-    """`WORKDIR /abs/path`."""
+    """`WORKDIR /abs/path`. `exists`: an earlier instruction of the stage's lineage makes the
+    directory, so this one only sets the working directory and makes no layer of it (kaniko's
+    layer of a directory it creates is a new blob on every build: its time)."""
 
     path: str
+    exists: bool = False
 
     def __post_init__(self) -> None:
         _check(bool(re.fullmatch(r"/[A-Za-z0-9_./+-]*", self.path)),

@@ -14,7 +14,12 @@ forget one (runbook sections 2, 4, 5, 6):
   --require-hashes -r` it, then one final `uv sync --frozen` with the profile's selection; no
   uv cache in a layer, no bytecode (it would break the size model);
 - the compiled wheels survive the final sync because that sync is `--inexact` (an exact sync
-  would uninstall them) and excludes the packages the compiled wheels provide;
+  would uninstall them) and excludes the packages the compiled wheels provide; they are
+  installed in a stage of their own and the rl stage copies what they installed (and their
+  MANIFEST), so no wheel file is in the image;
+- no layer after the environment is new on a rebuild with nothing changed: env-base's RUN
+  makes the workspace directory before its WORKDIR (a WORKDIR that makes it is a layer kaniko
+  stamps anew), and the job caches COPY layers (`--cache-copy-layers`);
 - the MANIFEST's ABI key is compared before any wheel installs; every apt-get and uv/pip
   download waits a bounded time (build.apt-* and build.http-*);
 - after the lock: `build.post-install`, then the proof that the environment is the lock's set
@@ -67,6 +72,7 @@ from gpurl_tasks.values import ARG_REF, format_bytes, inside_repository
 __all__ = [
     "ASSERTS_RECORD",
     "BOOTSTRAP_APT",
+    "COMPILED_STAGE",
     "ENV_BASE_STAGE",
     "ENV_CHAIN",
     "IB_VERBS_APT",
@@ -85,6 +91,12 @@ IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1
 # misses the image (and writes into the job's bundle); see docs/build.md.
 WORKDIR = "/opt/workspace"
 _WHEELS_TMP = "/tmp/wheels"
+# The compiled wheels are installed in a stage of their own into this tree, laid out as the
+# image's root (the venv's files under the venv's path, the MANIFEST under PROVENANCE_DIR): the
+# rl stage copies the tree onto / in one layer, so the image holds the installed files and
+# never the wheel files beside them.
+COMPILED_STAGE = "compiled-wheels"
+_COMPILED_ROOT = "/tmp/gpurl-compiled"
 ENV_BASE_STAGE = "env-base"  # every slice image's base: the rl stage's apt set and `uv venv`
 ENV_CHAIN = "env-chain"  # ENV_SOURCE's default: every slice in one layer chain
 
@@ -342,10 +354,13 @@ def slice_run(layer: Layer, build: SliceBuild | None = None) -> Run:
 
 
 def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
-    """Each compiled wheel is what is installed: no sync replaced or reverted it."""
-    stmt = ("import glob, os, importlib.metadata as m; "
-            f"found = [os.path.basename(w).split('-')[:2] for g in {list(globs)!r} "
-            "for w in glob.glob(g)]; "
+    """Each compiled wheel is what is installed: no sync replaced or reverted it. The wheels
+    are named by the MANIFEST the image keeps (the wheel files are not in the image)."""
+    stmt = ("import fnmatch, importlib.metadata as m; "
+            f"names = [line.split()[-1] for line in open('{WHEELS_MANIFEST}') "
+            "if line.strip() and not line.startswith('#')]; "
+            f"found = [w.split('-')[:2] for w in names if any(fnmatch.fnmatch(w, g) "
+            f"for g in {list(globs)!r})]; "
             "bad = [(n, v, m.version(n)) for n, v in found if m.version(n) != v]; "
             "assert found and not bad, ('compiled wheel not installed', found, bad); "
             "print('compiled wheels installed:', ', '.join('=='.join(f) for f in found))")
@@ -378,6 +393,7 @@ ENVCHECK = "/etc/gpurl/envcheck.py"  # dockerfile/envcheck.py, as generate write
 ENVCHECK_SOURCE = "docker/gpurl-envcheck.py"  # where generate writes it, in the context
 FREEZE_LOCK = f"{PROVENANCE_DIR}/freeze-lock.txt"  # after the final sync: the lock's set
 FREEZE = f"{PROVENANCE_DIR}/freeze.txt"  # `uv pip freeze`: the environment's whole set
+WHEELS_MANIFEST = f"{PROVENANCE_DIR}/wheels.MANIFEST"  # the compiled wheels' sha256, ABI key
 
 
 def provenance_sources(config: Config) -> tuple[str, ...]:
@@ -395,15 +411,13 @@ def _post_install_steps(config: Config, plan: Plan) -> list[Instruction]:
     it equal to the lock), then install the post-install requirements (their dependencies
     resolved now)."""
     record: list[Command | Shell] = [Command(head=("mkdir", "-p", PROVENANCE_DIR))]
-    if config.build.wheel_globs:  # the compiled wheels' sha256 and ABI key
-        record.append(Command(head=("cp", f"{_WHEELS_TMP}/MANIFEST",
-                                    f"{PROVENANCE_DIR}/wheels.MANIFEST")))
     sources = provenance_sources(config)
     record.append(Shell(text=("printf '%s\\n' " + " ".join(shlex.quote(s) for s in sources)
                               if sources else ":") + f" > {PROVENANCE_DIR}/sources.txt"))
     steps: list[Instruction] = [
         Comment(text=f"Provenance in {PROVENANCE_DIR}: "
-                + ("the compiled wheels' MANIFEST, " if config.build.wheel_globs else "")
+                + ("the compiled wheels' MANIFEST (copied with them), "
+                   if config.build.wheel_globs else "")
                 + "the git sources, the package set;"),
         Comment(text="the lock's set as the final sync left it (the asserts prove the "
                 "environment is it plus the post-installs)."),
@@ -454,8 +468,13 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
         _apt(config, (*b.apt_packages, *IB_VERBS_APT)),
         Env(pairs=(("PATH", f"{b.venv}/bin:${{PATH}}"), ("UV_PROJECT_ENVIRONMENT", b.venv),
                    ("VIRTUAL_ENV", b.venv))),
-        Workdir(path=WORKDIR),
-        Run(commands=(Command(head=("uv", "venv", b.venv)),)),
+        Comment(text="The workspace directory is made by the RUN (a cached layer, the same "
+                "blob on every build);"),
+        Comment(text="a WORKDIR that made it would be a new layer on every kaniko build "
+                "(the directory's time)."),
+        Run(commands=(Command(head=("uv", "venv", b.venv)),
+                      Command(head=("mkdir", "-p", WORKDIR)))),
+        Workdir(path=WORKDIR, exists=True),
     ]
     known = _args(config)
     stages = [Stage(name=ENV_BASE_STAGE, base="base", instructions=_with_args(base, known),
@@ -480,29 +499,50 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
     return tuple(stages)
 
 
+def _compiled_stage(config: Config, plan: Plan) -> tuple[Stage, ...]:
+    """The compiled wheels installed on the environment into a tree laid out as the image's
+    root (`--prefix`: the venv's lib and bin, scripts naming the venv's python), with their
+    MANIFEST; none for a profile without compiled wheels."""
+    b = config.build
+    if not b.wheel_globs:
+        return ()
+    prefix = f"{_COMPILED_ROOT}{b.venv}"
+    provenance_dir = f"{_COMPILED_ROOT}{PROVENANCE_DIR}"
+    provided = plan.final_exclusions
+    body: list[Instruction] = [
+        Copy(sources=("/wheels/",), dest=f"{_WHEELS_TMP}/", from_stage="wheels"),
+        Comment(text="The compiled wheels provide "
+                + (", ".join(provided) if provided else "packages the lock does not pin")
+                + "; the final sync excludes them,"),
+        Comment(text="so the lock's copies are never installed, built or put back over them."),
+        Comment(text="The MANIFEST's ABI key must be the pins' before anything installs: "
+                "wheels built for"),
+        Comment(text="another fork commit, torch, CUDA, Python or arch list fail here, "
+                "not on the cluster."),
+        Run(commands=(
+            _abi_check(config),
+            Command(head=("uv", "pip", "install"),
+                    groups=(("--no-deps",), ("--prefix", prefix),
+                            *((f"{_WHEELS_TMP}/{g}",) for g in b.wheel_globs))),
+            Command(head=("rm", "-f", f"{prefix}/.lock")),  # uv's lock of the prefix
+            Command(head=("mkdir", "-p", provenance_dir)),
+            Command(head=("cp", f"{_WHEELS_TMP}/MANIFEST", f"{provenance_dir}/wheels.MANIFEST")),
+        )),
+    ]
+    return (Stage(name=COMPILED_STAGE, base="env", instructions=_with_args(body, _args(config)),
+                  comment="The compiled wheels installed on the environment, apart: the rl "
+                          "stage copies what they install\nand their MANIFEST, never the "
+                          "wheel files."),)
+
+
 def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
               local: tuple[LocalCopy, ...]) -> Stage:
     b = config.build
     ws = _rel(config, str(config.workspace))
     body: list[Instruction] = []
-    globs = tuple(f"{_WHEELS_TMP}/{g}" for g in b.wheel_globs)
-    provided = plan.final_exclusions
+    globs = tuple(b.wheel_globs)
     if globs:
-        body += [
-            Copy(sources=("/wheels/",), dest=f"{_WHEELS_TMP}/", from_stage="wheels"),
-            Comment(text="The compiled wheels provide "
-                    + (", ".join(provided) if provided else "packages the lock does not pin")
-                    + "; the final sync excludes them,"),
-            Comment(text="so the lock's copies are never installed, built or put back over "
-                    "them."),
-            Comment(text="The MANIFEST's ABI key must be the pins' before anything installs: "
-                    "wheels built for"),
-            Comment(text="another fork commit, torch, CUDA, Python or arch list fail here, "
-                    "not on the cluster."),
-            Run(commands=(_abi_check(config),
-                          Command(head=("uv", "pip", "install"),
-                                  groups=(("--no-deps",), *((g,) for g in globs))))),
-        ]
+        body.append(Copy(sources=(f"{_COMPILED_ROOT}/",), dest="/", from_stage=COMPILED_STAGE))
     if local:
         body.append(Comment(text="Local packages the lock installs from a path outside the "
                             "workspace directory, where it expects them."))
@@ -603,6 +643,7 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
         _base_stage(config),
         *_wheel_stages(config),
         *_env_stages(config, plan),
+        *_compiled_stage(config, plan),
         _rl_stage(config, plan, lock_sha256=lock_sha256, local=local),
     )
     used = {n for s in stages for i in s.instructions if isinstance(i, Arg) for n in [i.name]}

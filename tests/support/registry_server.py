@@ -84,6 +84,13 @@ class RegistryServer:
         data = self.storage / "docker/registry/v2/blobs/sha256" / hexdigest[:2] / hexdigest / "data"
         data.unlink()
 
+    def blobs(self) -> dict[str, int]:
+        """{digest: size} of every blob in the storage directory (layers, configs and
+        manifests alike): what the registry holds, read from its disk."""
+        root = self.storage / "docker/registry/v2/blobs/sha256"
+        return {f"sha256:{data.parent.name}": data.stat().st_size
+                for data in root.glob("*/*/data")}
+
     def stop(self) -> None:
         if self._proc is None:
             return
