@@ -278,7 +278,7 @@ def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset
 
 
 def _slice_summary(build: dict[str, Any]) -> str:
-    rows = build["slices"]
+    rows = build.get("slices", [])
     if build.get("composed"):
         written, cached = build["composed"]
         return f"composed: {written} slice(s) written, {cached} cached"
@@ -305,9 +305,9 @@ def render_section(data: dict[str, Any] | None) -> str:
         if "failed" in b:
             lines.append(f"| {b['label']} | failed | | | | | see below |")
             continue
-        lines.append(f"| {b['label']} | {b['seconds']:.0f} | {b['layers']} | "
-                     f"{format_bytes(b['image_bytes'])} | {b['new_blobs']} | "
-                     f"{format_bytes(b['new_bytes'])} | {_slice_summary(b)} |")
+        lines.append(f"| {b['label']} | {b['seconds']:.0f} | {b.get('layers', '?')} | "
+                     f"{format_bytes(b.get('image_bytes'))} | {b.get('new_blobs', '?')} | "
+                     f"{format_bytes(b.get('new_bytes'))} | {_slice_summary(b)} |")
     ratios = []
     if "upstream-cold" in by and "fork-cold" in by:
         ratios.append(f"fork/upstream cold {by['fork-cold']['seconds'] / by['upstream-cold']['seconds']:.2f}")
@@ -347,10 +347,10 @@ def _resources_table(builds: list[dict[str, Any]]) -> list[str]:
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for b in measured:
         lines.append(f"| {b['label']} | {b['seconds']:.0f} | {format_bytes(b['peak_memory_bytes'])}"
-                     f" | {format_bytes(b['peak_working_set_bytes'])} | "
-                     f"{format_bytes(b['peak_rss_bytes'])} | {format_bytes(b['peak_disk_bytes'])}"
-                     f" | {b['peak_memory_bytes'] / memory:.3f} | "
-                     f"{b['peak_disk_bytes'] / disk:.3f} |")
+                     f" | {format_bytes(b.get('peak_working_set_bytes'))} | "
+                     f"{format_bytes(b.get('peak_rss_bytes'))} | "
+                     f"{format_bytes(b['peak_disk_bytes'])} | {b['peak_memory_bytes'] / memory:.3f}"
+                     f" | {b['peak_disk_bytes'] / disk:.3f} |")
     return lines
 
 
@@ -374,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--registry-port", type=int, default=int(PLAIN.rsplit(":", 1)[1]),
                         help="the loopback registry's port (started if none answers there), "
                              "so a run can leave the shared 5005 to other work")
+    parser.add_argument("--data", type=Path, default=DATA,
+                        help="the results file to write (and render from)")
     args = parser.parse_args(argv)
     only = frozenset(filter(None, args.only.split(",")))
     if only - {p[0] for p in PLANS}:
@@ -385,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: no kaniko/crane source archives at {SOURCES}", file=sys.stderr)
             return 2
         data = measure(only=only, registry=f"127.0.0.1:{args.registry_port}")
-        DATA.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    section = render_section(load_data())
+        args.data.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    section = render_section(load_data(args.data))
     REPORT.write_text(splice_section(REPORT.read_text(), section))
     print(section)
     return 0
