@@ -469,10 +469,11 @@ class ClusterSettings:
                              "peak, or below 512GB where kaniko snapshots the environment "
                              "(env-source chain, wheel-source wheel-builder)")
     disk: str = _field("32GB", check=values.resource_size, bakes="none",
-                       doc="ephemeral disk of the build job: twice the composed job's measured "
-                           "peak disk (its writable layer and workdir, benchmarks/REPORT.md, "
-                           "\"Real kaniko\"), rounded up to a power of two; it grows with the "
-                           "environment's installed bytes")
+                       doc="ephemeral disk of the build job: twice the composed job's peak "
+                           "disk (its writable layer as measured through the composition, plus "
+                           "the environment's installed bytes the final stage unpacks; "
+                           "benchmarks/REPORT.md, \"Real kaniko\"), rounded up to a power of "
+                           "two; it grows with the environment's installed bytes")
     timeout: int = _field(18000, bakes="none", doc="the job's timeout in seconds")
     max_retries: int = _field(0, bakes="none", doc="iris retries of the build job")
     task_image: str = _field("docker.io/library/ubuntu:22.04", check=values.image_reference,
