@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.job_resources import JobSampler
 from benchmarks.real_scale import BUMP, apply_bump, registry_layers
 from gpurl_tasks.writer.records import slice_of
 
@@ -49,9 +50,11 @@ DATA = REPO_ROOT / "benchmarks" / "data" / "kaniko-scale.json"
 OUT = REPO_ROOT / "benchmarks" / "out"
 REPORT = REPO_ROOT / "benchmarks" / "REPORT.md"
 BEGIN, END = "<!-- kaniko-scale:begin -->", "<!-- kaniko-scale:end -->"
-PLAIN = "127.0.0.1:5005"
+PLAIN = "127.0.0.1:5005"  # the heavy profile's registry; `--registry-port` moves it
 BASE = "gpurl/bookworm-python:3.11"
 JOB_IMAGE = "gpurl/kaniko-job:bookworm"
+# the job's request before it was measured (the runbook's: kaniko snapshotted the environment)
+RUNBOOK_MEMORY, RUNBOOK_DISK = "512GB", "400GB"
 _STAMP = re.compile(r"INFO\S*\[(\d+)\] (.*)")
 _COMPOSED = re.compile(r"==> environment \S+ \((\d+) slice\(s\) written, \d+ of them as their "
                        r"record's blob was gone; (\d+) cached\)")
@@ -127,7 +130,8 @@ def _invoke(tree: Path, *args: str) -> None:
 
 
 def _configure(tree: Path, *, repository: str, executor: str, crane: tuple[str, str],
-               snapshot: str = "full", one_layer: bool = False, env_source: str = "chain") -> None:
+               snapshot: str = "full", one_layer: bool = False, env_source: str = "chain",
+               registry: str = PLAIN) -> None:
     """The heavy profile as a cluster profile, built into `repository`."""
     pyproject = tree / "pyproject.toml"
     text = pyproject.read_text()
@@ -137,8 +141,10 @@ def _configure(tree: Path, *, repository: str, executor: str, crane: tuple[str, 
     for old, new in (
         ('workspace = "examples/heavy"\nbackend = "local"',
          'workspace = "examples/heavy"\nbackend = "iris"'),
-        (f'base-image = "{BASE}"', f'base-image = "{PLAIN}/{BASE}"'),
+        (f'base-image = "{BASE}"',
+         f'base-image = "{registry}/{BASE}"'),
         ('repository = "gpurl/heavy"', f'repository = "{repository}"'),
+        (f'host = "{PLAIN}"', f'host = "{registry}"'),
         ('user = ""', 'user = "gpurl"'),
         ("[tool.gpurl.profiles.heavy.layers]\ncap = \"1GB\"",
          "[tool.gpurl.profiles.heavy.cluster]\n"
@@ -168,7 +174,8 @@ def _bump(tree: Path, say: Callable[[str], None]) -> None:
     _commit(tree, f"bump {' '.join(BUMP)}")
 
 
-def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) -> dict[str, Any]:
+def _build(tree: Path, label: str, repository: str, say: Callable[[str], None],
+           registry: str = PLAIN) -> dict[str, Any]:
     from gpurl_tasks.cluster.kaniko import job_files, render_script
     from gpurl_tasks.config import load_config
     from gpurl_tasks.local.builder import serving_index
@@ -176,7 +183,7 @@ def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) 
     from gpurl_tasks.local.setup import index_dir
 
     config = load_config(tree, profile=PROFILE, env={})
-    before = registry_layers(PLAIN, repository)
+    before = registry_layers(registry, repository)
     gitsha = uuid.uuid4().hex[:7]
     say(f"==> {label}")
     start = time.monotonic()
@@ -186,26 +193,31 @@ def _build(tree: Path, label: str, repository: str, say: Callable[[str], None]) 
         (tree / name).write_bytes(data)
     script = tree.parent / "build.sh"
     script.write_text(render_script(config))
-    with serving_index(config.build.index_url, index_dir(Path(os.environ["GPURL_CACHE_DIR"]))):
+    container = f"gpurl-kaniko-scale-{label}-{gitsha}"
+    with (serving_index(config.build.index_url, index_dir(Path(os.environ["GPURL_CACHE_DIR"]))),
+          JobSampler(container, tree) as sampled):
         code, output = run_job(tree, "/job/build.sh",
                                {"GITSHA": gitsha, "DOCKER_TOKEN": "unused-on-a-plain-registry"},
-                               image=JOB_IMAGE, mounts={script: "/job/build.sh"}, timeout=5400)
+                               image=JOB_IMAGE, mounts={script: "/job/build.sh"}, timeout=5400,
+                               name=container)
     seconds = round(time.monotonic() - start, 1)
     (OUT / f"kaniko-{label}.log").write_text(output)
     if code != 0:
         raise RuntimeError(f"{label}: the script failed: {output[-3000:]}")
-    after = registry_layers(PLAIN, repository)
+    after = registry_layers(registry, repository)
     pushed = {d: s for d, s in after.items() if d not in before}
     from gpurl_tasks.imageref import parse_reference
     from gpurl_tasks.oci.registry import RegistryClient
 
-    ref = parse_reference(f"{PLAIN}/{repository}:{PROFILE}-{gitsha}", default_host=PLAIN)
-    with RegistryClient(PLAIN, insecure=True) as client:
+    ref = parse_reference(f"{registry}/{repository}:{PROFILE}-{gitsha}", default_host=registry)
+    with RegistryClient(registry, insecure=True) as client:
         image = client.pull(ref)
-    say(f"<== {label}: {seconds:.0f}s, {len(image.layers)} layers, {len(pushed)} new blobs")
+    resources = sampled.to_json()
+    say(f"<== {label}: {seconds:.0f}s, {len(image.layers)} layers, {len(pushed)} new blobs, "
+        f"peak memory {resources['peak_memory_bytes']} B, disk {resources['peak_disk_bytes']} B")
     return {"label": label, "seconds": seconds, "layers": len(image.layers),
             "image_bytes": sum(d.size for d in image.layers), "new_blobs": len(pushed),
-            "new_bytes": sum(pushed.values()), "slices": slice_timings(output),
+            "new_bytes": sum(pushed.values()), "slices": slice_timings(output), **resources,
             "composed": [int(n) for n in found.groups()] if (found := _COMPOSED.search(output))
             else None}
 
@@ -214,6 +226,9 @@ PLANS = (  # label, executor, snapshot mode, one layer, env-source, repository k
     ("upstream-composed-cold", "upstream", "full", False, "composed", "e"),
     ("upstream-composed-warm", "upstream", "full", False, "composed", "e"),
     ("upstream-composed-bump", "upstream", "full", False, "composed", "e"),
+    ("fork-composed-cold", "fork", "full", False, "composed", "f"),
+    ("fork-composed-warm", "fork", "full", False, "composed", "f"),
+    ("fork-composed-bump", "fork", "full", False, "composed", "f"),
     ("upstream-cold", "upstream", "full", False, "chain", "a"),
     ("fork-cold", "fork", "full", False, "chain", "b"),
     ("fork-warm", "fork", "full", False, "chain", "b"),
@@ -222,18 +237,21 @@ PLANS = (  # label, executor, snapshot mode, one layer, env-source, repository k
 )
 
 
-def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset()
-            ) -> dict[str, Any]:
+def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset(),
+            registry: str = PLAIN) -> dict[str, Any]:
     os.environ.setdefault("GPURL_CACHE_DIR", str(REPO_ROOT / ".cache" / "gpurl-heavy"))
     from gpurl_tasks.config import load_config
     from gpurl_tasks.local.from_source import job_image, setup_kaniko
     from gpurl_tasks.local.setup import setup_local
 
     OUT.mkdir(parents=True, exist_ok=True)
-    setup_local(load_config(REPO_ROOT, profile=PROFILE, env={}))
-    builders = setup_kaniko(REPO_ROOT / ".cache" / "gpurl" / "builders", SOURCES, PLAIN, say=say)
+    setup_local(load_config(REPO_ROOT, profile=PROFILE, env={},
+                            overrides={"registry.host": registry}))
+    builders = setup_kaniko(REPO_ROOT / ".cache" / "gpurl" / "builders", SOURCES, registry,
+                            say=say)
     job_image(BASE, JOB_IMAGE)
-    for argv in (["docker", "tag", BASE, f"{PLAIN}/{BASE}"], ["docker", "push", f"{PLAIN}/{BASE}"]):
+    for argv in (["docker", "tag", BASE, f"{registry}/{BASE}"],
+                 ["docker", "push", f"{registry}/{BASE}"]):
         subprocess.run(argv, check=True, capture_output=True)
     served = builders.crane_archive.parent
     run = uuid.uuid4().hex[:6]
@@ -247,11 +265,11 @@ def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset
             tree = _tree(OUT / f"kaniko-tree-{run}-{label}")
             _configure(tree, repository=repository, executor=builders.executors[executor],
                        crane=crane, snapshot=snapshot, one_layer=one_layer,
-                       env_source=env_source)
+                       env_source=env_source, registry=registry)
             if label.endswith("-bump"):
                 _bump(tree, say)
             try:
-                builds.append(_build(tree, label, repository, say))
+                builds.append(_build(tree, label, repository, say, registry))
             except RuntimeError as exc:  # keep what the run measured; say what failed
                 say(f"<== {label}: failed: {str(exc)[-300:]}")
                 builds.append({"label": label, "failed": str(exc)[-300:]})
@@ -260,7 +278,7 @@ def measure(say: Callable[[str], None] = print, only: frozenset[str] = frozenset
 
 
 def _slice_summary(build: dict[str, Any]) -> str:
-    rows = build["slices"]
+    rows = build.get("slices", [])
     if build.get("composed"):
         written, cached = build["composed"]
         return f"composed: {written} slice(s) written, {cached} cached"
@@ -287,9 +305,9 @@ def render_section(data: dict[str, Any] | None) -> str:
         if "failed" in b:
             lines.append(f"| {b['label']} | failed | | | | | see below |")
             continue
-        lines.append(f"| {b['label']} | {b['seconds']:.0f} | {b['layers']} | "
-                     f"{format_bytes(b['image_bytes'])} | {b['new_blobs']} | "
-                     f"{format_bytes(b['new_bytes'])} | {_slice_summary(b)} |")
+        lines.append(f"| {b['label']} | {b['seconds']:.0f} | {b.get('layers', '?')} | "
+                     f"{format_bytes(b.get('image_bytes'))} | {b.get('new_blobs', '?')} | "
+                     f"{format_bytes(b.get('new_bytes'))} | {_slice_summary(b)} |")
     ratios = []
     if "upstream-cold" in by and "fork-cold" in by:
         ratios.append(f"fork/upstream cold {by['fork-cold']['seconds'] / by['upstream-cold']['seconds']:.2f}")
@@ -305,11 +323,35 @@ def render_section(data: dict[str, Any] | None) -> str:
         ratios.append("layered/one layer "
                       f"{by['fork-cold']['seconds'] / by['fork-one-layer-cold']['seconds']:.2f}")
     lines += ["", "Ratios (same run): " + ("; ".join(ratios) or "none (a build failed)") + "."]
+    lines += _resources_table(data["builds"])
     lines += [f"\n{b['label']} failed: `{b['failed'].splitlines()[-1][:200]}`" for b in failed]
     if data.get("note"):  # the run's conditions, recorded with its figures
         lines += ["", str(data["note"])]
     lines.append(END)
     return "\n".join(lines)
+
+
+def _resources_table(builds: list[dict[str, Any]]) -> list[str]:
+    """The job container's peaks (benchmarks/job_resources.py) against the runbook's request."""
+    from gpurl_tasks.values import format_bytes, parse_size
+
+    measured = [b for b in builds if "peak_memory_bytes" in b]
+    if not measured:
+        return []
+    memory = parse_size(RUNBOOK_MEMORY, binary_gb=True)
+    disk = parse_size(RUNBOOK_DISK, binary_gb=True)
+    lines = ["", f"The job's resources (its container's memory cgroup and disk; the runbook's "
+             f"request {RUNBOOK_MEMORY} memory, {RUNBOOK_DISK} disk):", "",
+             "| build | seconds | peak memory | working set | RSS | peak disk | "
+             f"memory / {RUNBOOK_MEMORY} | disk / {RUNBOOK_DISK} |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for b in measured:
+        lines.append(f"| {b['label']} | {b['seconds']:.0f} | {format_bytes(b['peak_memory_bytes'])}"
+                     f" | {format_bytes(b.get('peak_working_set_bytes'))} | "
+                     f"{format_bytes(b.get('peak_rss_bytes'))} | "
+                     f"{format_bytes(b['peak_disk_bytes'])} | {b['peak_memory_bytes'] / memory:.3f}"
+                     f" | {b['peak_disk_bytes'] / disk:.3f} |")
+    return lines
 
 
 def load_data(path: Path = DATA) -> dict[str, Any] | None:
@@ -329,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-render the REPORT.md section from benchmarks/data/kaniko-scale.json")
     parser.add_argument("--only", default="", help="comma-separated build labels to run: "
                         + ", ".join(p[0] for p in PLANS))
+    parser.add_argument("--registry-port", type=int, default=int(PLAIN.rsplit(":", 1)[1]),
+                        help="the loopback registry's port (started if none answers there), "
+                             "so a run can leave the shared 5005 to other work")
+    parser.add_argument("--data", type=Path, default=DATA,
+                        help="the results file to write (and render from)")
     args = parser.parse_args(argv)
     only = frozenset(filter(None, args.only.split(",")))
     if only - {p[0] for p in PLANS}:
@@ -339,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
         if not SOURCES.is_dir():
             print(f"error: no kaniko/crane source archives at {SOURCES}", file=sys.stderr)
             return 2
-        DATA.write_text(json.dumps(measure(only=only), indent=1, sort_keys=True) + "\n")
-    section = render_section(load_data())
+        data = measure(only=only, registry=f"127.0.0.1:{args.registry_port}")
+        args.data.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    section = render_section(load_data(args.data))
     REPORT.write_text(splice_section(REPORT.read_text(), section))
     print(section)
     return 0

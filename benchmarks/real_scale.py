@@ -183,6 +183,8 @@ def registry_layers(host: str, repository: str) -> dict[str, int]:
     blobs: dict[str, int] = {}
     with RegistryClient(host, insecure=True) as client:
         for tag in tags:
+            if re.fullmatch(r"sha256-[0-9a-f]{64}", tag):  # the job's attestation (an index)
+                continue
             image = client.pull(parse_reference(f"{host}/{repository}:{tag}", default_host=host))
             blobs.update({d.digest: d.size for d in image.layers})
     return blobs

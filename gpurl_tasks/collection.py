@@ -82,12 +82,13 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
 @task(help={
     "backend": "iris (kaniko in an iris job) or local (Docker engine)",
     "cpu": "CPUs for the build job (config key: cluster.cpu)",
-    "memory": "memory for the build job; below 512GB OOMs (config key: cluster.memory)",
+    "memory": "memory for the build job (config key: cluster.memory); refused below 512GB "
+              "where kaniko snapshots the environment, below the measured peak otherwise",
     "disk": "ephemeral disk for the build job (config key: cluster.disk)",
     "timeout": "job timeout in seconds (config key: cluster.timeout)",
     "variant": "the variant to build (default: the profile's first)",
     "dry_run": "print every command (secrets redacted) and run nothing",
-    "force": "override a guard rail knowingly: --memory below 512GB, or an immutable tag that "
+    "force": "override a guard rail knowingly: --memory below its floor, or an immutable tag that "
              "already holds a different image; and build even when an image of the same inputs "
              "was pushed (no inputs-tag lookup)",
     "wheel_source": "local: prebuilt-wheelhouse or wheel-builder (config: build.wheel-source)",

@@ -90,8 +90,8 @@ def _world(env: dict[str, str], gh: str | None = None, *, real_registry: bool = 
 
 
 def _build(repo: Path, env: dict[str, str], *, dry_run: bool = False, gh: str | None = None,
-           **flags: object) -> None:
-    config: Config = load_config(repo, env={})
+           config_env: dict[str, str] | None = None, **flags: object) -> None:
+    config: Config = load_config(repo, env=config_env or {})
     outcome = jobs.run_build(config, BuildRequest(**flags),  # type: ignore[arg-type]
                              dry_run=dry_run, say=say, world=_world(env, gh))
     print(outcome.human())  # what the task prints
@@ -163,16 +163,26 @@ def test_kubeconfig_file_missing(repo: Path, env: dict[str, str],
     assert "does not exist" in _refused(repo, env, capsys)
 
 
-def test_memory_below_512gb(repo: Path, env: dict[str, str],
-        capsys: pytest.CaptureFixture[str]) -> None:
-    msg = _refused(repo, env, capsys, memory="256GB")
+CHAIN = {"GPURL_CLUSTER_ENV_SOURCE": "chain"}  # kaniko snapshots the environment itself
+
+
+def test_memory_below_512gb_where_kaniko_snapshots_the_environment(
+        repo: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    msg = _refused(repo, env, capsys, memory="256GB", config_env=CHAIN)
     assert "below 512GB" in msg and "dies silently" in msg
 
 
 def test_memory_below_512gb_with_force_is_allowed(
         repo: Path, env: dict[str, str],
         capsys: pytest.CaptureFixture[str]) -> None:
-    _build(repo, env, dry_run=True, memory="256GB", force=True)
+    _build(repo, env, dry_run=True, memory="256GB", force=True, config_env=CHAIN)
+    assert "--memory 256GB" in capsys.readouterr().out
+
+
+def test_memory_below_the_composed_jobs_measured_peak(
+        repo: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert "measured peak" in _refused(repo, env, capsys, memory="1MB")
+    _build(repo, env, dry_run=True, memory="256GB")  # the composed job: no runbook floor
     assert "--memory 256GB" in capsys.readouterr().out
 
 

@@ -78,9 +78,9 @@ def test_build_argv_parses_to_the_intended_parameters(build_argv: tuple[str, ...
     params = parse_job_run(build_argv)
     config = load_config(REPO_ROOT, env={})
     assert params["top"]["cluster_name"] == config.cluster.name
-    assert params["memory"] == "512GB"
-    assert params["cpu"] == 48
-    assert params["disk"] == "400GB"
+    assert params["memory"] == config.cluster.memory
+    assert params["cpu"] == config.cluster.cpu
+    assert params["disk"] == config.cluster.disk
     assert params["task_image"] == "docker.io/library/ubuntu:22.04"
     assert params["no_sync"] is True
     assert params["no_wait"] is True
@@ -152,8 +152,9 @@ def test_a_misspelled_option_parses_but_is_passed_through(build_argv: tuple[str,
     i = argv.index("--memory")
     argv[i] = "--memroy"
     params = parse_job_run(argv)
-    assert params["memory"] != "512GB"
-    assert params["cmd"][:2] == ("--memroy", "512GB")
+    memory = load_config(REPO_ROOT, env={}).cluster.memory
+    assert params["memory"] != memory
+    assert params["cmd"][:2] == ("--memroy", memory)
 
 
 def test_the_gpu_check_argv_parses_to_the_intended_parameters(registry: Any) -> None:

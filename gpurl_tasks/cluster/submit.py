@@ -155,7 +155,8 @@ def prepare_build(config: Config, request: BuildRequest, world: BuildEnv, *,
     memory = request.memory or cluster.memory
     access(doctor.kubeconfig(world.env))
     named = doctor.kubeconfig_cluster(world.env, cluster.name)
-    require(doctor.job_memory(memory, force=request.force))
+    require(doctor.job_memory(memory, force=request.force,
+                              snapshots_environment=doctor.snapshots_environment(config)))
     found = world.token()
     access(doctor.registry_token(found, config.registry.host))
     token = (found or NO_TOKEN) if dry_run else doctor.required_token(found, config.registry.host)
