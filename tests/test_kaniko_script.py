@@ -91,7 +91,6 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         f"--compression-level={r.config.cluster.kaniko_gzip_level}",
         f"--snapshot-mode={r.config.cluster.snapshot_mode}",
         "--cache=true",
-        "--cache-copy-layers",  # an unchanged COPY is its cached blob, not a new tar
         f"--cache-repo={r.config.cluster.cache_repo}",
         f"--push-retry={r.config.registry.retries}",
         f"--image-download-retry={r.config.registry.retries}",

@@ -17,9 +17,9 @@ forget one (runbook sections 2, 4, 5, 6):
   would uninstall them) and excludes the packages the compiled wheels provide; they are
   installed in a stage of their own and the rl stage copies what they installed (and their
   MANIFEST), so no wheel file is in the image;
-- no layer after the environment is new on a rebuild with nothing changed: env-base's RUN
-  makes the workspace directory before its WORKDIR (a WORKDIR that makes it is a layer kaniko
-  stamps anew), and the job caches COPY layers (`--cache-copy-layers`);
+- on a rebuild with nothing changed only the final stage's COPY layers are new blobs: env-base's
+  RUN makes the workspace directory before its WORKDIR (a WORKDIR that makes it is a layer
+  kaniko stamps anew), and every RUN comes from kaniko's cache;
 - the MANIFEST's ABI key is compared before any wheel installs; every apt-get and uv/pip
   download waits a bounded time (build.apt-* and build.http-*);
 - after the lock: `build.post-install`, then the proof that the environment is the lock's set

@@ -194,10 +194,9 @@ COMMON=(
   --compression-level=@COMPRESSION_LEVEL@
   --snapshot-mode=@SNAPSHOT_MODE@
   --cache=true
-  # COPY layers from the cache too: kaniko keys a COPY by its files' contents (mode, owner,
-  # bytes, never their times) and takes the cached layer as is, so an unchanged COPY is the
-  # same blob on every build instead of a new tar stamped with the copy's time
-  --cache-copy-layers
+  # no --cache-copy-layers: with every instruction of the last stage cached, kaniko skips
+  # unpacking that stage, and the attestation step after it reads the image's files (seen
+  # here on both executors: "the built image has no python3")
   "--cache-repo=$CACHE_REPO"
   "${KANIKO_RETRIES[@]}"
   # kaniko checks push access with one upload POST it never retries (a single 5xx there failed
