@@ -26,6 +26,7 @@ import pytest
 
 from gpurl_tasks.config import Config, load_config
 from gpurl_tasks.dockerfile.generate import fitted_plan, layer_count
+from gpurl_tasks.dockerfile.recipe import WORKDIR
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.local.build_log import parse_plain_progress, vertex_output
 from gpurl_tasks.local.builder import serving_index
@@ -72,7 +73,7 @@ def test_the_same_slices_from_empty_caches_are_the_same_blobs(client: str,
     config = load_config(REPO_ROOT, profile="demo", env={})
     plan = fitted_plan(config)
     other = tmp_path / "Dockerfile.rebuilt"
-    marker = f"RUN uv venv {config.build.venv}\n"
+    marker = f"RUN uv venv {config.build.venv} \\\n && mkdir -p {WORKDIR}\n"
     text = config.build.dockerfile.read_text()
     assert text.count(marker) == 1
     other.write_text(text.replace(marker, marker + f"RUN echo {uuid.uuid4().hex} > /etc/rebuilt\n"))

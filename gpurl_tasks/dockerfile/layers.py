@@ -67,8 +67,9 @@ def composes(config: Config) -> bool:
 
 
 def makes_layer(instruction: Instruction, builder: Builder) -> bool:
-    if isinstance(instruction, Workdir) and instruction.exists and builder != "kaniko-fork":
-        return False  # the fork's is an empty layer, as for every file-less instruction
+    if isinstance(instruction, Workdir) and instruction.exists and builder == "kaniko":
+        return False  # the fork's is an empty layer, as for every file-less instruction, and
+        # Docker's a layer of the directory's entry all the same (seen: 32 bytes)
     return isinstance(instruction, LAYER_MAKERS[builder])
 
 
