@@ -27,6 +27,7 @@ from gpurl_tasks.local.compose_env import compose_commands
 from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.plan.model import Plan
+from gpurl_tasks.rebuild.inputs import BuildInputs
 from gpurl_tasks.rebuild.wheelhouse import check_source
 from gpurl_tasks.release.reuse import Reused, reuse_pushed
 from gpurl_tasks.release.verify import Report, report_json
@@ -59,12 +60,13 @@ def _task(name: str, config: Config, *extra: str) -> Argv:
 def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None,
                 push_floating: bool = False, no_cache: bool = False, on_line: Say | None = None,
                 force: bool = False, chain: bool = False, say: Say | None = None,
-                setup: bool = True) -> tuple[Step[Any], ...]:
+                setup: bool = True, inputs: BuildInputs | None = None) -> tuple[Step[Any], ...]:
     """`invoke build --backend local`: setup-local (`setup`), the environment composed at the
     registry from env-base and the slice layers gpurl writes (or with `chain` built as the
     env-chain stage, as kaniko builds it), then the image built from the generated Dockerfile
     and pushed. `no_cache` rebuilds every step of the final build; written slices are named
-    by their inputs and reused."""
+    by their inputs and reused. The pushed image is recorded under `inputs` (read before the
+    build when not given)."""
     args = {**wheel_source_arg(config, wheel_source), "GITSHA": git_sha}
     steps: list[Step[Any]] = []
     if setup:
@@ -93,13 +95,13 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
     built: list[BuildResult] = []
 
     def build_and_push() -> tuple[BuildResult, str]:
-        inputs = actions.inputs_here(config, wheel_source, say)  # read before the build runs
+        found = inputs or actions.inputs_here(config, wheel_source, say)  # before the build runs
         result, line = actions.build_and_push(
             config, git_sha=git_sha, build_args=args, environment=composed[0] if composed else None,
             push_floating=push_floating, no_cache=no_cache, on_line=on_line, force=force,
             say=say)
         built.append(result)
-        return result, line + actions.record_inputs(config, inputs, result.digest)
+        return result, line + actions.record_inputs(config, found, result.digest)
 
     steps.append(Step("build + push", (tuple(argv), *pushes), build_and_push))
     # the SBOM and provenance, attached at the registry; returns the build (the last value)
@@ -167,6 +169,7 @@ def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_
     check_native(config, platform.machine())
     check_committed(config)
     git_sha = source_id(config)
+    inputs = None
     if not (force or no_cache):
         inputs = actions.inputs_here(config, wheel_source, say)
         floating = f"{config.registry.image}:{config.registry.floating_tag}" \
@@ -178,7 +181,8 @@ def build_task(config: Config, *, dry_run: bool, wheel_source: str | None, push_
             return reused
     steps = build_steps(config, git_sha=git_sha, wheel_source=wheel_source,
                         push_floating=push_floating, no_cache=no_cache,
-                        on_line=say if stream else None, force=force, chain=chain, say=say)
+                        on_line=say if stream else None, force=force, chain=chain, say=say,
+                        inputs=inputs)
     if dry_run:
         return dry_run_of(steps)
     return LocalBuild(result=_run(steps, Steps(say))[-1], profile=config.profile)
