@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help=f"the wheels' MANIFEST names the --wheel files for {PREBUILT} only")
     job.add_argument("--abi-prefix", default="")
     job.add_argument("--inputs-tag", default="",
-                     help="also tag the pushed image so (its inputs' tag; empty: no tag)")
+                     help="also put the pushed image under this tag (its inputs tag; empty: none)")
     job.add_argument("--wheel", action="append", default=[])
     args = parser.parse_args(argv)
     try:
