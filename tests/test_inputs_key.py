@@ -13,7 +13,8 @@ from gpurl_tasks.dockerfile.wheels import WheelPins
 from gpurl_tasks.rebuild.fingerprint import fingerprint
 from gpurl_tasks.rebuild.inputs_key import INPUTS_TAG_PREFIX, inputs_key, inputs_tag
 
-NAME = st.text("abcdefgh-", min_size=1, max_size=6)
+# a name never starts with "-": apt would read it as an option, not a package
+NAME = st.text("abcdefgh-", min_size=1, max_size=6).filter(lambda name: not name.startswith("-"))
 HEX = st.text("0123456789abcdef", min_size=4, max_size=8)
 INPUTS = st.fixed_dictionaries({
     "base_arg": st.sampled_from(["debian:12", "debian:13", "ubuntu:22.04"]),
