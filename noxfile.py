@@ -156,6 +156,13 @@ def bench_kaniko(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.kaniko_scale", *session.posargs)
 
 
+@nox.session(name="bench-noop", default=False)
+def bench_noop(session: nox.Session) -> None:
+    """The no-op rebuild's wall time against the previous release's, local and real kaniko (not CI)."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.noop_rebuild", *session.posargs)
+
+
 @nox.session(name="bench-compression", default=False)
 def bench_compression(session: nox.Session) -> None:
     """zstd against gzip for a composed environment: bytes, CPU, cold containerd pulls (not CI)."""

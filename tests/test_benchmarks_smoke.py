@@ -168,3 +168,21 @@ def test_kaniko_slice_timings_read_a_real_kaniko_log() -> None:
         {"slice": "group-05", "install_s": 0, "snapshot_s": 1},
         {"slice": "group-06", "install_s": 0, "snapshot_s": 0},
     ]
+
+
+def test_noop_rebuild_section_states_both_paths_and_keeps_the_rest_of_the_report() -> None:
+    """The no-op benchmark's ratio is baseline / no-op; its section replaces only itself, and
+    a half that failed shows its error instead of figures."""
+    from benchmarks.noop_rebuild import BEGIN, END, render_section, speedup, splice_section
+
+    assert speedup(1.5, 4.5) == 3.0 and speedup(0.0, 1.0) == float("inf")
+    data = {"measured_at": "2026-01-01 00:00 UTC", "cpus": 2,
+            "local": {"first_s": 30.0, "noop_s": 1.5, "force_s": 4.5, "speedup": 3.0},
+            "kaniko-upstream": {"failed": "the cold job failed: boom"}}
+    section = render_section(data)
+    assert "| 30.0s | 1.5s | 4.5s (`--force`, warm cache) | 3.0x |" in section
+    assert "the cold job failed: boom" in section
+    report = f"# head\n\n{BEGIN}\nold\n{END}\n\n## tail\n"
+    assert splice_section(report, section) == f"# head\n\n{section}\n\n## tail\n"
+    assert splice_section("# head\n", section).endswith(f"{section}\n")
+    assert render_section(None).startswith(BEGIN)

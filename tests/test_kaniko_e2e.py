@@ -62,10 +62,10 @@ from gpurl_tasks.local.stage import stage_slice
 from gpurl_tasks.plan.model import Slice
 from gpurl_tasks.plan.profile import plan_for_config
 from tests.conftest import REPO_ROOT
-from tests.support.demo_tree import BUMPED, CACHE, DEMO_ABI_LINE, copy_tree, invoke, relock
+from tests.support.demo_tree import BUMPED, CACHE, copy_tree, demo_wheelhouse, invoke, relock
 from tests.support.faults import FaultProxy, Rates
 from tests.support.htpasswd import basic_auth_yaml
-from tests.support.local_parts import build_source_wheel, need
+from tests.support.local_parts import need
 from tests.support.rangeserver import serve_files
 from tests.support.registry_server import RegistryServer, running_registry
 from tests.support.registry_state import sound
@@ -110,15 +110,8 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     ca_dir.mkdir()
     (ca_dir / "bundle.pem").write_bytes(HOST_CA.read_bytes() + ca.ca.read_bytes())
     served = tmp / "served"
-    (served / "wheels").mkdir(parents=True)
+    demo_wheelhouse(served / "wheels", tmp / "wheel")
     shutil.copy2(builders.crane_archive, served)
-    demo = load_config(REPO_ROOT, profile="demo", env={})
-    (spec,) = demo.build.wheel_specs
-    wheel = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, tmp / "wheel",
-                               arch_list=demo.build.cuda_arch_list)
-    shutil.copy2(wheel, served / "wheels")
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    (served / "wheels" / "MANIFEST").write_text(f"{DEMO_ABI_LINE}\n{digest}  {wheel.name}\n")
     with tarfile.open(builders.crane_archive) as archive:
         archive.extract("crane", tmp / "bin", filter="data")
     docker_config = tmp / "docker"

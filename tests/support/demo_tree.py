@@ -3,6 +3,7 @@ demo's small lock bump (one tail package moved to another release on the loopbac
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ from gpurl_tasks.local.setup import index_dir
 from tests.conftest import REPO_ROOT
 from tests.support.checkout import repo_copy
 
-__all__ = ["BUMPED", "CACHE", "DEMO_ABI_LINE", "copy_tree", "invoke", "relock"]
+__all__ = ["BUMPED", "CACHE", "DEMO_ABI_LINE", "copy_tree", "demo_wheelhouse", "invoke", "relock"]
 
 CACHE = REPO_ROOT / ".cache" / "gpurl"
 BUMPED = "pycparser==3.11"  # the demo lock pins 3.12 (a tail package)
@@ -33,6 +34,23 @@ def copy_tree(dest: Path) -> Path:
                  ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost",
                   "commit", "-qm", "demo workspace"]):
         subprocess.run(argv, cwd=dest, check=True)
+    return dest
+
+
+def demo_wheelhouse(dest: Path, work: Path) -> Path:
+    """The demo's compiled wheel, built from its source (in `work`) as the wheel-builder builds
+    it, in `dest` with a MANIFEST shaped like the wheel dataset's: a prebuilt wheelhouse to
+    serve at the cluster profile's wheel-base-url."""
+    from tests.support.local_parts import build_source_wheel
+
+    demo = load_config(REPO_ROOT, profile="demo", env={})
+    (spec,) = demo.build.wheel_specs
+    wheel = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, work,
+                               arch_list=demo.build.cuda_arch_list)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(wheel, dest)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (dest / "MANIFEST").write_text(f"{DEMO_ABI_LINE}\n{digest}  {wheel.name}\n")
     return dest
 
 
