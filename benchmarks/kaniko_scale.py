@@ -41,6 +41,7 @@ from typing import Any
 
 from benchmarks.job_resources import JobSampler
 from benchmarks.real_scale import BUMP, apply_bump, registry_layers
+from benchmarks.report import splice_marked
 from gpurl_tasks.writer.records import slice_of
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -360,9 +361,7 @@ def load_data(path: Path = DATA) -> dict[str, Any] | None:
 
 
 def splice_section(text: str, section: str) -> str:
-    if BEGIN in text and END in text:
-        return text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    return text.rstrip("\n") + "\n\n## Real kaniko at heavy scale\n\n" + section + "\n"
+    return splice_marked(text, section, begin=BEGIN, end=END, heading="Real kaniko at heavy scale")
 
 
 def main(argv: list[str] | None = None) -> int:

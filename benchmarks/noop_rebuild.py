@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kaniko_scale import BASE, JOB_IMAGE, PLAIN, SOURCES
+from benchmarks.report import splice_marked
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA = REPO_ROOT / "benchmarks" / "data" / "noop-rebuild.json"
@@ -46,7 +47,7 @@ LOCAL_FLAGS = ("build", "--backend", "local", "--profile", "demo", "--wheel-sour
 TOKEN = "unused-on-a-plain-registry"  # the loopback registry asks for none
 Say = Callable[[str], None]
 
-__all__ = ["main", "measure", "render_section", "speedup", "splice_section"]
+__all__ = ["load_data", "main", "measure", "render_section", "speedup", "splice_section"]
 
 
 def speedup(noop_s: float, baseline_s: float) -> float:
@@ -295,10 +296,13 @@ def render_section(data: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def load_data(path: Path = DATA) -> dict[str, Any] | None:
+    """The last run's figures (benchmarks/data/noop-rebuild.json), if any."""
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def splice_section(text: str, section: str) -> str:
-    if BEGIN in text and END in text:
-        return text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    return text.rstrip("\n") + "\n\n## No-op rebuild: wall time\n\n" + section + "\n"
+    return splice_marked(text, section, begin=BEGIN, end=END, heading="No-op rebuild: wall time")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         data = measure(parts, tuple(filter(None, args.executors.split(","))))
         args.data.parent.mkdir(parents=True, exist_ok=True)
         args.data.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    section = render_section(json.loads(args.data.read_text()) if args.data.exists() else None)
+    section = render_section(load_data(args.data))
     REPORT.write_text(splice_section(REPORT.read_text(), section))
     print(section)
     return 0

@@ -14,9 +14,17 @@ from benchmarks.quality import INDEPENDENT
 from benchmarks.rebuild_cost import BEFORE, FLOOR, ON_CHAIN, REPACKED, THIS_DESIGN
 from gpurl_tasks.values import format_bytes
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "splice_marked"]
 
 MEASURED_FORMAT = '{"build": name, "layers": [{"step": i, "predicted": bytes, "actual": bytes}]}'
+
+
+def splice_marked(text: str, section: str, *, begin: str, end: str, heading: str) -> str:
+    """`text` with the section between `begin` and `end` replaced by `section` (which carries
+    its markers), or appended under `heading` where it has none yet; pure."""
+    if begin in text and end in text:
+        return text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+    return text.rstrip("\n") + f"\n\n## {heading}\n\n" + section + "\n"
 
 
 def _ms(seconds: float) -> str:
