@@ -17,7 +17,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import kaniko_scale, layer_budget, prediction, quality, real_scale, rebuild_cost, speed
+from benchmarks import (
+    kaniko_scale,
+    layer_budget,
+    noop_rebuild,
+    prediction,
+    quality,
+    real_scale,
+    rebuild_cost,
+    speed,
+)
 from benchmarks.common import (
     REPO_ROOT,
     SHARED_LOCKS,
@@ -225,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ... and the real-kaniko section from `nox -s bench-kaniko`'s last run
     markdown = kaniko_scale.splice_section(markdown,
                                            kaniko_scale.render_section(kaniko_scale.load_data()))
+    # ... and the no-op rebuild's from `nox -s bench-noop`'s last run
+    markdown = noop_rebuild.splice_section(markdown,
+                                           noop_rebuild.render_section(noop_rebuild.load_data()))
     _write(args.out / "report.json", json.dumps(results, indent=2, sort_keys=True) + "\n")
     _write(args.report, markdown)
     print(markdown)
