@@ -316,15 +316,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated kaniko executors to time (setup-kaniko builds both)")
     parser.add_argument("--data", type=Path, default=DATA, help="the results file")
     args = parser.parse_args(argv)
+    executors = tuple(filter(None, args.executors.split(",")))
+    unknown = sorted(set(executors) - {"upstream", "fork"})
+    if unknown or not executors:
+        parser.error(f"--executors takes upstream and/or fork, comma-separated; got "
+                     f"{args.executors!r}")
     if not args.render:
         parts = frozenset({args.only} if args.only else {"local", "kaniko"})
         if "kaniko" in parts and not SOURCES.is_dir():
             print(f"error: no kaniko/crane source archives at {SOURCES}", file=sys.stderr)
             return 2
-        data = measure(parts, tuple(filter(None, args.executors.split(","))))
+        data = measure(parts, executors)
         args.data.parent.mkdir(parents=True, exist_ok=True)
         args.data.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    section = render_section(load_data(args.data))
+    try:
+        recorded = load_data(args.data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        parser.error(f"--data {args.data} is not a results file this benchmark wrote: {exc}")
+    section = render_section(recorded)
     REPORT.write_text(splice_section(REPORT.read_text(), section))
     print(section)
     return 0
