@@ -263,8 +263,8 @@ class RegistrySettings:
     retries: int = _field(3, check=values.between(0, 20, "a number of retries"), bakes="none",
                           doc="how often a registry request answered 5xx or 429, or whose "
                               "connection failed, is retried with backoff (writer/retry.py): by "
-                              "gpurl's client, and in the cluster job by its crane wrapper and "
-                              "kaniko's `--push-retry`")
+                              "gpurl's client, and in the cluster job by its crane calls "
+                              "(writer/crane.py) and kaniko's `--push-retry`")
     retry_max_wait: int = _field(30, check=values.between(0, 600, "seconds"), bakes="none",
                                  doc="the longest wait in seconds before a retry, a Retry-After "
                                      "included")
@@ -477,9 +477,11 @@ class ClusterSettings:
                            "two; it grows with the environment's installed bytes")
     timeout: int = _field(18000, bakes="none", doc="the job's timeout in seconds")
     max_retries: int = _field(0, bakes="none", doc="iris retries of the build job")
-    task_image: str = _field("docker.io/library/ubuntu:22.04", check=values.image_reference,
-                             bakes="none",
-                             doc="the image the job runs in (the executor is overlaid on it)")
+    task_image: str = _field("docker.io/library/python:3.12-slim-bookworm",
+                             check=values.image_reference, bakes="none",
+                             doc="the image the job runs in: bash, tar, coreutils and python3 "
+                                 "3.11 or newer, which runs gpurl's steps before the executor "
+                                 "(overlaid on it) first runs")
     cache_repo: str = _field("", check=values.optional(values.image_reference), bakes="none",
                              doc="the layer cache repository: kaniko's cache and the slice "
                                  "images (empty: REGISTRY_IMAGE/cache)")

@@ -89,7 +89,7 @@ def test_imports_point_one_way(module: str) -> None:
 # (the layer tool's composition in the job runs uv and crane: writer.job, writer.crane; the
 # zipapp's `__main__` refuses a tool its zipapp does not carry: cluster.jobmain)
 STANDALONE = {"writer.probe", "writer.tool", "writer.crane", "writer.job", "dockerfile.envcheck",
-              "attest.tool", "gpu.check", "cluster.jobmain"}
+              "attest.tool", "gpu.check", "cluster.jobmain", "cluster.jobstart"}
 # What the job's zipapp (cluster/jobapp.py) carries to the cluster job, which has no gpurl
 # installed: each tool's package, whole (the attestation step with the writer's OCI
 # spellings and crane adapter), and the zipapp's `__main__`; the GPU check runs in the image on
@@ -98,7 +98,9 @@ SHIPPED = {"attest": {"attest.sbom", "attest.provenance", "attest.documents", "a
                       "writer.ocispec", "writer.crane", "writer.retry", "writer.orchestration",
                       "writer.composition", "writer.records", "writer.blob"},
            "writer": {m for m in MODULES if m.startswith("writer.")},
-           "cluster": {"cluster.jobmain"},
+           "cluster": {"cluster.jobmain", "cluster.jobstart", "writer.crane", "writer.retry",
+                       "writer.orchestration", "writer.composition", "writer.records",
+                       "writer.blob", "writer.ocispec"},
            "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors", "files"}}
 
 

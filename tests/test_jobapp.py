@@ -25,7 +25,8 @@ def test_it_carries_the_shipped_modules_byte_for_byte_and_nothing_else(tmp_path:
     app = job_app()
     path = tmp_path / "job.pyz"
     path.write_bytes(app.data)
-    shipped = {f"gpurl_tasks.{m}" for m in SHIPPED["writer"] | SHIPPED["attest"]}
+    shipped = {f"gpurl_tasks.{m}" for m in SHIPPED["writer"] | SHIPPED["attest"]
+               | SHIPPED["cluster"]}
     assert set(app.modules) <= shipped and "gpurl_tasks.writer.tool" in app.modules \
         and "gpurl_tasks.attest.tool" in app.modules
     with zipfile.ZipFile(path) as archive:

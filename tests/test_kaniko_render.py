@@ -42,9 +42,9 @@ def cluster_config(profile: str, **overrides: object) -> Config:
     return load_config(REPO_ROOT, profile=profile, env={}, overrides={**AS_CLUSTER, **overrides})
 
 
-def prebuilt_line(script: str) -> str:
-    (line,) = [x for x in script.splitlines() if x.startswith("PREBUILT_WHEELS=")]
-    return line
+def prebuilt_wheels(script: str) -> list[str]:
+    """The wheels the script's `start admit` fetches, in order (its `--wheel` options)."""
+    return [x.split()[1] for x in script.splitlines() if x.startswith("  --wheel ")]
 
 
 def demo_wheel_names(demo: Config, tmp_path: Path) -> list[str]:
@@ -60,18 +60,18 @@ def test_the_script_reads_the_root_the_tests_set() -> None:
 
 
 def test_a_template_and_its_values_must_name_the_same_placeholders() -> None:
-    values = {"ABI_KEY": "k", "ABI_PREFIX": "p ", "WHEEL_PLATFORM": "linux_x86_64"}
-    assert render_template("fetch.sh", values).startswith("ABI_KEY=k\n")
-    with pytest.raises(BuildError, match=r"script/fetch\.sh .* without a value: \['ABI_PREFIX'\]"):
-        render_template("fetch.sh", {"ABI_KEY": "k", "WHEEL_PLATFORM": "linux_x86_64"})
+    values = {"VENV": "/opt/venv", "LAYER_LEVEL": 6}
+    assert "--venv /opt/venv \\\n  --level 6 " in render_template("compose-env.sh", values)
+    with pytest.raises(BuildError,
+                       match=r"script/compose-env\.sh .* without a value: \['LAYER_LEVEL'\]"):
+        render_template("compose-env.sh", {"VENV": "/opt/venv"})
     with pytest.raises(BuildError, match=r"values without a placeholder: \['EXTRA'\]"):
-        render_template("fetch.sh", {**values, "EXTRA": "x"})
+        render_template("compose-env.sh", {**values, "EXTRA": "x"})
 
 
 def test_a_value_is_not_searched_for_placeholders() -> None:
-    text = render_template("fetch.sh", {"ABI_KEY": "@ABI_PREFIX@", "ABI_PREFIX": "p ",
-                                        "WHEEL_PLATFORM": "@ABI_KEY@"})
-    assert text.startswith("ABI_KEY=@ABI_PREFIX@\nWHEEL_PLATFORM=@ABI_KEY@\n")
+    text = render_template("compose-env.sh", {"VENV": "@LAYER_LEVEL@", "LAYER_LEVEL": "@VENV@"})
+    assert "--venv @LAYER_LEVEL@ \\\n  --level @VENV@ " in text
 
 
 @pytest.mark.parametrize("seed", ["0", "4242"])
@@ -95,12 +95,12 @@ def test_rendering_is_byte_reproducible_across_processes(seed: str, tmp_path: Pa
     ("registry.host", "registry.example.com", "REGISTRY_HOST=registry.example.com"),
     ("registry.user", "bob", "DOCKER_USER_ID=\"${DOCKER_USER_ID:-bob}\""),
     ("cluster.cache-repo", "ghcr.io/x/cache2", "CACHE_REPO=ghcr.io/x/cache2"),
-    ("build.wheel-base-url", "https://w.example/base/", "WHEEL_BASE_URL=https://w.example/base\n"),
+    ("build.wheel-base-url", "https://w.example/base/", "--wheel-base-url https://w.example/base\n"),
     ("build.flash-attn-version", "2.9.0", "flash_attn-2.9.0-cp312-cp312-linux_x86_64.whl"),
     ("build.vllm-fork-commit", "deadbeef1", "+gdeadbeef1.cu128"),
     # the node check, the executor's export, every executor run and the MANIFEST's platform
     ("target.arch", "aarch64", "TARGET_ARCH=aarch64\nTARGET_PLATFORM=linux/arm64\n"),
-    ("target.arch", "aarch64", "WHEEL_PLATFORM=linux_aarch64\n"),
+    ("target.arch", "aarch64", "--wheel-platform linux_aarch64\n"),
     ("cluster.name", "cw-elsewhere", "CLUSTER_NAME=cw-elsewhere\n"),
 ])
 def test_config_values_reach_the_script(key: str, value: str, expect: str) -> None:
@@ -116,10 +116,10 @@ def test_each_script_is_for_its_variants_platform_and_cluster() -> None:
         cfg = load_config(REPO_ROOT, profile="multiarch", variant=variant, env={})
         script = render_script(cfg)
         assert f"TARGET_ARCH={arch}\nTARGET_PLATFORM={oci}\nCLUSTER_NAME={cluster}\n" in script
-        assert '--platform "$TARGET_PLATFORM" "$EXECUTOR_IMAGE"' in script
+        assert '--executor-image "$EXECUTOR_IMAGE" --platform "$TARGET_PLATFORM"' in script
         assert script.count('"--custom-platform=$TARGET_PLATFORM"') == 2  # env-base/final, compose
         assert '[ "$NODE_ARCH" = "$TARGET_ARCH" ]' in script
-        assert script.index("NODE_ARCH=") < script.index("GITSHA:?")  # before anything else
+        assert script.index("NODE_ARCH=") < script.index("python3")  # before anything else
 
 
 def test_default_cache_repo_hangs_off_the_image() -> None:
@@ -151,7 +151,7 @@ def test_demo_as_a_cluster_profile_fetches_the_wheel_its_builder_makes(tmp_path:
     demo = cluster_config("demo")
     built = demo_wheel_names(demo, tmp_path)
     assert list(prebuilt_wheel_names(demo)) == built
-    assert prebuilt_line(render_script(demo)) == f"PREBUILT_WHEELS=({' '.join(built)})"
+    assert prebuilt_wheels(render_script(demo)) == list(built)
     extra = load_config(REPO_ROOT, profile="demo", variant="extra", env={}, overrides=AS_CLUSTER)
     assert list(prebuilt_wheel_names(extra)) == built  # the variant compiles the same wheel
 
@@ -172,17 +172,19 @@ def test_a_profile_without_compiled_wheels_fetches_nothing() -> None:
     assert heavy.build.wheel_globs == ()
     assert prebuilt_wheel_names(heavy) == ()
     plain, compiled = render_script(heavy), render_script(config())
-    wheel_vars = {"WHEELHOUSE", "WHEEL_BASE_URL", "PREBUILT_WHEELS", "WHEEL_SOURCE"}
+    wheel_options = {"wheel-source", "wheelhouse", "wheel-base-url", "abi-key", "abi-prefix",
+                     "wheel-platform", "wheel"}
 
-    def assigned(script: str) -> set[str]:
-        return {m[1] for m in re.finditer(r"^\s*([A-Z_][A-Z0-9_]*)=", script, re.M)}
+    def options(script: str) -> set[str]:
+        """The options of the script's `start` steps (its START array, one per line)."""
+        return {m[1] for m in re.finditer(r"^  --([a-z-]+) ", script, re.M)}
 
     def build_args(script: str) -> set[str]:
         return set(re.findall(r'--build-arg "([A-Z_]+)=', script))
 
-    assert wheel_vars <= assigned(compiled) and "WHEEL_SOURCE" in build_args(compiled)
-    assert not wheel_vars & assigned(plain) and "WHEEL_SOURCE" not in build_args(plain)
-    assert "/MANIFEST" in compiled and "/MANIFEST" not in plain
+    assert wheel_options <= options(compiled) and "WHEEL_SOURCE" in build_args(compiled)
+    assert not wheel_options & options(plain) and "WHEEL_SOURCE" not in build_args(plain)
+    assert "--wheel-manifest" in compiled and "--wheel-manifest" not in plain
 
 
 @pytest.mark.parametrize(("profile", "overrides", "key"), [

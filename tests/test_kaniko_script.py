@@ -53,7 +53,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeParts]:
 
 @pytest.fixture
 def r(tmp_path: Path, parts: ComposeParts) -> Iterator[Rig]:
-    need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
+    need(shutil.which("bash") and shutil.which("python3"), "bash and python3 are needed to run the script")
     with rig(tmp_path, parts) as prepared:
         yield prepared
 
@@ -405,7 +405,7 @@ def test_demo_as_a_cluster_profile_fetches_its_own_built_wheel(
         tmp_path: Path, parts: ComposeParts) -> None:
     """The wheel its wheel-builder makes (the real build backend on the target's Python),
     published with its MANIFEST, is exactly what the demo's script fetches and checks."""
-    need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
+    need(shutil.which("bash") and shutil.which("python3"), "bash and python3 are needed to run the script")
     demo = load_config(REPO_ROOT, profile="demo", env={})
     (spec,) = demo.build.wheel_specs
     built = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, tmp_path / "build")
@@ -422,7 +422,7 @@ def test_demo_as_a_cluster_profile_fetches_its_own_built_wheel(
 
 def test_a_profile_without_compiled_wheels_skips_the_fetch(
         tmp_path: Path, parts: ComposeParts) -> None:
-    need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
+    need(shutil.which("bash") and shutil.which("python3"), "bash and python3 are needed to run the script")
     with rig(tmp_path, parts, profile="heavy", overrides=AS_CLUSTER, wheels=[]) as heavy:
         (heavy.served / "wheels" / "MANIFEST").unlink()  # nothing is published for it
         proc = heavy.run(_env(WHEEL_SOURCE="prebuilt-wheelhouse"))
@@ -436,7 +436,7 @@ def test_a_profile_without_compiled_wheels_skips_the_fetch(
 
 
 def _rig_ready() -> None:
-    need(shutil.which("bash") and shutil.which("curl"), "bash and curl are needed to run the script")
+    need(shutil.which("bash") and shutil.which("python3"), "bash and python3 are needed to run the script")
 
 
 def test_a_script_on_a_node_of_another_platform_stops_in_one_line_naming_its_cluster(
@@ -496,7 +496,7 @@ def test_an_aarch64_script_expects_the_linux_aarch64_manifest(
         manifest = (arm.served / "wheels" / "MANIFEST").read_text()
         assert " platform=linux_aarch64 " in manifest.splitlines()[0]
         assert all(name.endswith("_aarch64.whl") for name in arm.wheels), arm.wheels
-        assert "WHEEL_PLATFORM=linux_aarch64\n" in arm.script.read_text()
+        assert "  --wheel-platform linux_aarch64\n" in arm.script.read_text()
         proc = arm.run({**_env(), **arm.on_node("aarch64")})
         assert proc.returncode == 0, proc.stderr
         for name in arm.wheels:
@@ -513,9 +513,9 @@ def test_a_manifest_of_the_other_platform_is_named_as_such(
         manifest.write_text(manifest.read_text().replace(" platform=linux_aarch64 ",
                                                          " platform=linux_x86_64 ", 1))
         proc = arm.run({**_env(), **arm.on_node("aarch64")})
-        assert proc.returncode == 1
+        assert proc.returncode == 2
         assert proc.stderr.splitlines()[-1] == (
-            f"build.sh: error: the MANIFEST at {arm.base_url}/wheels is for platform "
+            f"gpurl job: error: the MANIFEST at {arm.base_url}/wheels is for platform "
             "linux_x86_64, not this job's linux_aarch64: point build.wheel-base-url at the "
             "linux_aarch64 wheels (not compiling instead; set WHEEL_SOURCE=wheel-builder to "
             "compile)")

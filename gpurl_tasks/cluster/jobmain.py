@@ -3,6 +3,8 @@ only, so the job needs nothing but a python3.
 
     python3 -B job.pyz SUBCOMMAND ...          the layer tool (writer/tool.py)
     python3 -B job.pyz attest SUBCOMMAND ...   the SBOM and provenance writer (attest/tool.py)
+    python3 -B job.pyz start STEP ...          the job's steps before its first executor run
+                                               (cluster/jobstart.py)
     python3 gpu.pyz gpu-check --out R.json ... the GPU check (gpu/check.py), in the image
                                                on its GPU node (`invoke verify-gpu`)
 
@@ -19,11 +21,18 @@ import sys
 from collections.abc import Sequence
 
 LAYER = "gpurl_tasks.writer.tool"
-TOOLS = {"attest": "gpurl_tasks.attest.tool", "gpu-check": "gpurl_tasks.gpu.check"}
+TOOLS = {"attest": "gpurl_tasks.attest.tool", "gpu-check": "gpurl_tasks.gpu.check",
+         "start": "gpurl_tasks.cluster.jobstart"}
+OLDEST = (3, 11)  # the package's requires-python
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool `argv` names (the layer tool when it names none) on the rest of it."""
+    if sys.version_info < OLDEST:
+        print(f"{sys.argv[0]}: error: this python3 is {sys.version.split()[0]}; gpurl's job "
+              f"steps need {'.'.join(map(str, OLDEST))} or newer (cluster.task-image)",
+              file=sys.stderr)
+        return 2
     args = list(sys.argv[1:] if argv is None else argv)
     module = TOOLS.get(args[0], LAYER) if args else LAYER
     if module != LAYER:

@@ -1,28 +1,29 @@
 """The in-cluster build script, rendered from the config when `invoke build` submits it.
 
-The iris job runs ubuntu:22.04 (kaniko's image is distroless, no bash), so the script:
-refuses a node whose `uname -m` is not the variant's target.arch (naming the variant's
-cluster); fetches crane (the variant's arch) at a pinned version and checks its sha256;
-`crane export`s the kaniko executor (pinned by digest, for the variant's platform) over
-`/`; writes the registry auth file *after* that overlay (kaniko's image ships its own /kaniko
-and would clobber it) with tracing off until the token is consumed; fetches the profile's
-prebuilt compiled wheels (by exact name, none for a profile without any) + MANIFEST and
-verifies them (the MANIFEST's platform first), never falling back to a compile; then runs
-the executor with per-instruction layers, `--skip-unused-stages` and the variant's
-`--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment
-is written, not built: the executor builds env-base alone; an unpushed second build FROM it
-runs gpurl's layer tool (the job's zipapp, the writer package's own files) `compose-env`: the
-local path's orchestration (writer/orchestration.py) with crane as its registry, which stages
-each slice the cache repository lacks with uv in env-base's own filesystem (so each slice is
-the same blob the local path writes), records it as a one-layer image and composes the
-environment image from env-base and the records (writer/composition.py), pushed without moving
-a layer; the final build runs FROM that image. The slice list is
-the slice index staged in the bundle. After the final push the job attaches the image's SBOM
-and provenance (the zipapp's `attest`, gpurl's attest modules' own files, on the skeleton
-staged in the bundle of what is known before the build; the digest, the image's dpkg status,
-the executor's digest and the run only the job knows). Rendering reads nothing but the config,
-the `./path` wheel sources' pyproject.toml (their versions name the wheels) and the installed
-package (the zipapp's sha256, which the script checks) and is byte-reproducible.
+The iris job runs cluster.task-image (a slim python image: kaniko's own image is distroless,
+no bash). gpurl's own code, the zipapp staged in the bundle (cluster/jobapp.py, checked by its
+sha256), runs every step but the executor; bash keeps what must be bash:
+- the node check: a node whose `uname -m` is not the variant's target.arch is refused (naming
+  the variant's cluster);
+- `start prepare` (cluster/jobstart.py, the task image's python3): the job's inputs checked,
+  its CA bundle copied where every later step reads it, crane fetched and checked by sha256,
+  the executor (pinned by digest, for the variant's platform) exported;
+- the overlay of the executor over `/`, then the registry auth file (kaniko's image ships its
+  own /kaniko and would clobber it) with tracing off until the token is consumed;
+- `start admit`: the immutable tag looked up, the profile's prebuilt compiled wheels (by exact
+  name, none for a profile without any) fetched and checked against their MANIFEST (its
+  platform first), never falling back to a compile;
+- the executor runs, with per-instruction layers, `--skip-unused-stages` and the variant's
+  `--custom-platform`. With `cluster.env-source = "composed"` (the default) the environment is
+  written, not built: the executor builds env-base alone; an unpushed second build FROM it
+  runs the zipapp's `compose-env` (writer/job.py: the local path's orchestration with crane as
+  its registry) in env-base's own filesystem, so each slice is the same blob the local path
+  writes; the final build runs FROM the composed image;
+- after the final push the zipapp's `attest job`, with the image's python3 (the job's own is
+  gone with kaniko's first reset), attaches the image's SBOM and provenance.
+Rendering reads nothing but the config, the `./path` wheel sources' pyproject.toml (their
+versions name the wheels) and the installed package (the zipapp's sha256, which the script
+checks) and is byte-reproducible.
 
 The bash is files, not strings: script/ holds job.sh (the whole script) and the fragments
 spliced into it, shellcheck-clean as they stand; `render_template` fills their `@NAME@`s.
@@ -44,11 +45,11 @@ from gpurl_tasks.attest import documents as attest_documents
 from gpurl_tasks.attest import provenance as slsa
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest import tool as attest_tool
-from gpurl_tasks.cluster import jobapp
+from gpurl_tasks.cluster import jobapp, jobstart
 from gpurl_tasks.cluster.jobapp import JobApp
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.generate import fitted_plan
-from gpurl_tasks.dockerfile.recipe import WORKDIR, apt_options
+from gpurl_tasks.dockerfile.recipe import WORKDIR
 from gpurl_tasks.dockerfile.wheels import (
     ABI_KEY_PREFIX,
     abi_key,
@@ -60,7 +61,7 @@ from gpurl_tasks.plan.model import Plan, SliceBuild
 from gpurl_tasks.release.attested import base_image, skeleton
 from gpurl_tasks.release.configured import cache_repository
 from gpurl_tasks.values import (
-    SOURCE_ID_ERE,
+    SOURCE_ID_PATTERN,
     inside_repository,
     plain_name,
     profile_name,
@@ -112,12 +113,13 @@ SKELETON = f"{JOB_DIR}/attest.json"
 _LAYER_MODULES = (writer_blob, writer_ocispec, writer_records, writer_probe, writer_composition,
                   writer_staging, retry, writer_orchestration, writer_crane, writer_job,
                   writer_tool)
+_START_MODULES = (jobstart,)
 _ATTEST_MODULES = (writer_ocispec, cdx, slsa, attest_documents, attest_tool)
 
 
 def job_app() -> JobApp:
     """The zipapp the job runs (the same bytes for the same installed package)."""
-    return jobapp.job_app((*_LAYER_MODULES, *_ATTEST_MODULES))
+    return jobapp.job_app((*_START_MODULES, *_LAYER_MODULES, *_ATTEST_MODULES))
 
 
 def skeleton_text(config: Config) -> str:
@@ -176,36 +178,34 @@ def _fragment(name: str, values: Mapping[str, str | int]) -> str:
     return render_template(name, values).removesuffix("\n")
 
 
-def _retry(config: Config) -> str:
-    """The crane wrapper (retry.sh) with the config's bounds and writer/retry.py's rules.
-
-    The job's crane calls before it has a python3 (the executor's export, the immutable tag's
-    lookup; the rest run in writer/crane.py) go through `retried`, with writer/retry.py's
-    rules (which gpurl's own client follows) and config's bounds. crane (go-containerregistry
-    v0.20.3) retries by itself only a little: a 5xx (408, 500, 502-504) or a reset, 3 tries in
-    ~4 s (0.1 s, 0.3 s between reads; 1 s, 3 s between a blob's or manifest's upload attempts),
-    a 429 only on a write, and it never reads Retry-After. So the whole call is tried again, at
-    most REGISTRY_RETRIES times, when its answer (crane's `Error:` line) is worth it; crane runs
-    with -v so the registry's Retry-After is in its log. Its functions are written to a file
-    and sourced: as a quoted heredoc, the template with its placeholders stays shellcheck-clean.
-    """
-    return _fragment("retry.sh", {"RETRIES": config.registry.retries,
-                                  "MAX_WAIT": config.registry.retry_max_wait,
-                                  "RETRIED": shlex.quote(retry.RETRIED_ANSWERS),
-                                  "BACKOFF_MS": int(retry.BACKOFF * 1000)})
-
-
-def _fetch(config: Config, wheels: tuple[str, ...]) -> str:
-    """The prebuilt fetch (fetch.sh), with the ABI key the MANIFEST must record (checked right
-    after the MANIFEST is fetched: a wrong wheelhouse fails in seconds, before any executor
-    run), its platform word checked first so wheels of the other platform are named as such;
-    nothing (no line) when no prebuilt wheel is installed."""
-    if not wheels:
-        return ""
-    pins = pins_from_args({}, config.build, config.target)
-    return _fragment("fetch.sh", {"ABI_KEY": shlex.quote(abi_key(pins)),
-                                  "WHEEL_PLATFORM": shlex.quote(pins.platform),
-                                  "ABI_PREFIX": ABI_KEY_PREFIX})
+def _start_args(config: Config, wheels: tuple[str, ...]) -> str:
+    """The rendered options of the zipapp's `start` steps (cluster/jobstart.py), one per line
+    of the script's START array: the config's values the job's environment may override, and
+    the prebuilt wheels the job fetches with the ABI key their MANIFEST must record (no wheel
+    option for a profile without compiled wheels)."""
+    q = shlex.quote
+    options = {
+        "image-workspace": WORKDIR, "source-id": SOURCE_ID_PATTERN,
+        "dockerfile": _relative(config.build.dockerfile, config.root, "build.dockerfile"),
+        "tag-prefix": _plain("registry.tag-prefix", config.registry.tag_prefix),
+        "floating-tag": _plain("registry.floating-tag", config.registry.floating_tag),
+        "crane-url": config.variant.crane_archive[0],
+        "crane-sha256": config.variant.crane_archive[1],
+        "retries": str(config.registry.retries),
+        "retry-max-wait": str(config.registry.retry_max_wait)}
+    if config.build.compiled_wheels:
+        pins = pins_from_args({}, config.build, config.target)
+        options |= {
+            "wheel-source": _plain("build.wheel-source", config.build.wheel_source),
+            "wheelhouse": "$CONTEXT/" + _relative(config.build.wheelhouse, config.root,
+                                                  "build.wheelhouse"),
+            "wheel-base-url": config.build.wheel_base_url.rstrip("/"),
+            "abi-key": abi_key(pins), "abi-prefix": ABI_KEY_PREFIX,
+            "wheel-platform": pins.platform}
+    words = [*options.items(), *(("wheel", name) for name in wheels)]
+    return "\n".join(
+        f'  --{name} "$CONTEXT"/{q(value.removeprefix("$CONTEXT/"))}'
+        if value.startswith("$CONTEXT/") else f"  --{name} {q(value)}" for name, value in words)
 
 
 def _attest(config: Config, wheels: tuple[str, ...]) -> str:
@@ -231,22 +231,10 @@ def _attest(config: Config, wheels: tuple[str, ...]) -> str:
         "WHEEL_ARGS": wheel_args})
 
 
-def _wheel_vars(config: Config, wheels: tuple[str, ...]) -> dict[str, str]:
-    """The script's compiled-wheel parts (wheel-vars.sh, WHEEL_SOURCE's build arg and input
-    line); empty, so absent from the script, for a profile without compiled wheels."""
-    if not config.build.compiled_wheels:
-        return {"WHEEL_INPUT": "", "WHEEL_VARS": "", "WHEEL_BUILD_ARG": ""}
-    q = shlex.quote
-    return {
-        "WHEEL_INPUT": "# WHEEL_SOURCE (prebuilt-wheelhouse | wheel-builder): where the compiled "
-                       "wheels come from.",
-        "WHEEL_VARS": _fragment("wheel-vars.sh", {
-            "WHEELHOUSE": q(_relative(config.build.wheelhouse, config.root, "build.wheelhouse")),
-            "WHEEL_BASE_URL": q(config.build.wheel_base_url.rstrip("/")),
-            "WHEELS": " ".join(q(n) for n in wheels),
-            "WHEEL_SOURCE": _plain("build.wheel-source", config.build.wheel_source)}),
-        "WHEEL_BUILD_ARG": '  --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"',
-    }
+def _wheel_build_arg(config: Config) -> str:
+    """WHEEL_SOURCE's build arg (start prepare checks the job's value); nothing (no line) for
+    a profile without compiled wheels."""
+    return '  --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"' if config.build.compiled_wheels else ""
 
 
 def _plain(key: str, value: str) -> str:
@@ -312,34 +300,25 @@ def render_script(config: Config) -> str:
         "COMPOSE": _compose(config),
         "BUILD_ARGS": _build_args(config),
         "BUILD_CONTEXT": _build_context(config),
-        "RETRY": _retry(config),
+        "START_ARGS": _start_args(config, wheels),
         "ATTEST": _attest(config, wheels),
-        "FETCH": _fetch(config, wheels),
-        "APT_OPTIONS": " ".join(w for pair in apt_options(config) for w in pair),
-        "IMAGE_WORKSPACE": q(WORKDIR),
         "PROFILE": profile_name(config.profile, "profile", error=BuildError),
         "TARGET_ARCH": q(config.target.arch),
         "TARGET_PLATFORM": q(config.target.platform),
         "CLUSTER_NAME": q(config.cluster.name),
         "VARIANT": config.variant.note,
-        "SOURCE_ID": SOURCE_ID_ERE,
         "REGISTRY_HOST": q(host),
         "REGISTRY_HOST_JSON": q(json.dumps(host)),
         "IMAGE": q(registry.image),
         "CACHE_REPO": q(cache_repo(config)),
-        "DOCKERFILE": q(_relative(config.build.dockerfile, config.root, "build.dockerfile")),
-        "CRANE_URL": q(config.variant.crane_archive[0]),
-        "CRANE_SHA256": q(config.variant.crane_archive[1]),
         "EXECUTOR_IMAGE": q(pinned_executor(config.cluster.kaniko_executor)),
         # unset: the job's DOCKER_USER_ID only (`build` passes it, and refuses without one)
         "REGISTRY_USER": _plain("registry.user", registry.user) if registry.user else "",
-        "TAG_PREFIX": _plain("registry.tag-prefix", registry.tag_prefix),
-        "FLOATING_TAG": _plain("registry.floating-tag", registry.floating_tag),
         "COMPRESSION_LEVEL": config.cluster.kaniko_gzip_level,
         "SNAPSHOT_MODE": config.cluster.snapshot_mode,
         "JOB_APP": shlex.quote(JOB_APP),
         "JOB_APP_SHA256": job_app().sha256,
-        **_wheel_vars(config, wheels),
+        "WHEEL_BUILD_ARG": _wheel_build_arg(config),
     })
 
 

@@ -276,12 +276,13 @@ def setup_kaniko_task(config: Config, executors: str, *, dry_run: bool = False,
 
 
 def job_image(base: str, name: str, *, client: str = "docker") -> str:
-    """The iris job's image as the cluster has it (ubuntu with bash and curl), made locally
-    from `base` (Docker Hub is out of reach here); returns `name`."""
+    """The iris job's image as the cluster has it (cluster.task-image, python:3.12-slim: bash,
+    python3 and ca-certificates, no curl), made locally from `base`, a slim python image
+    (Docker Hub is out of reach here); returns `name`."""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "Dockerfile").write_text(
             f"FROM {base}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install"
-            " -y --no-install-recommends bash ca-certificates curl && rm -rf /var/lib/apt/lists/*\n")
+            " -y --no-install-recommends bash ca-certificates && rm -rf /var/lib/apt/lists/*\n")
         proc.run_quiet([client, "build", "--network", "host", "-q", "-t", name, tmp], timeout=900)
     return name
 

@@ -149,6 +149,12 @@ class Crane:
     def digest(self, reference: str) -> str:
         return self._call(["digest", reference], f"crane digest {reference}").decode().strip()
 
+    def export(self, reference: str, platform: str, target: Path) -> None:
+        """`crane export --platform PLATFORM REFERENCE TARGET`: the image's filesystem as one
+        tar (the job's executor, for its overlay)."""
+        self._call(["export", "--platform", platform, reference, str(target)],
+                   f"export of {reference}")
+
     def tag(self, reference: str, tag: str) -> None:
         """`crane tag REFERENCE TAG`: the manifest `reference` names, also under `tag` in its
         repository (one manifest PUT, no blob moves)."""

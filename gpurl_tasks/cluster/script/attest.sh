@@ -7,7 +7,7 @@ done
 [ -f "$CONTEXT"/@SKELETON@ ] \
   || die "the attestation skeleton is missing from the bundle (submit with invoke build)"
 "$PY" -I -B "$JOB_APP" attest job --skeleton "$CONTEXT"/@SKELETON@ --crane "$WORK/crane" \
-  --out "$WORK/attest" --image "$IMAGE" --tag "$TAG_PREFIX-$GITSHA" --digest "$DIGEST" \
+  --out "$WORK/attest" --image "$IMAGE" --tag "$TAG" --digest "$DIGEST" \
   --dpkg-status "$ROOT/var/lib/dpkg/status" --base-image @BASE_IMAGE@ \
   --builder "$EXECUTOR_IMAGE" --invocation "iris:${JOB_NAME:-gpurl-kaniko-$GITSHA}" \
   --commit "${GIT_COMMIT:-}" --source-id "$GITSHA" --retries "$REGISTRY_RETRIES" \
