@@ -342,7 +342,8 @@ def test_demo_as_a_cluster_profile_fetches_its_own_wheel_and_a_bad_pin_writes_no
              for i, spec in enumerate(demo.build.wheel_specs)]  # what its wheel-builder makes
     for variant in demo.variants:
         script = render_script(demo.for_variant(variant))
-        assert f"PREBUILT_WHEELS=({' '.join(built)})\n" in script, variant.name
+        # the wheels `start admit` fetches: the START array's last options
+        assert "".join(f"  --wheel {name}\n" for name in built) + ")\n" in script, variant.name
     (committed,) = [line for line in (root / "pyproject.toml").read_text().splitlines()
                     if line.startswith("wheel-globs = ") and "gpurl_demo_ext" in line]
     _edit(root / "pyproject.toml", [(committed + "\n", f"wheel-globs = {globs}\n")])

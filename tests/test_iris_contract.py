@@ -81,7 +81,7 @@ def test_build_argv_parses_to_the_intended_parameters(build_argv: tuple[str, ...
     assert params["memory"] == config.cluster.memory
     assert params["cpu"] == config.cluster.cpu
     assert params["disk"] == config.cluster.disk
-    assert params["task_image"] == "docker.io/library/ubuntu:22.04"
+    assert params["task_image"] == config.cluster.task_image
     assert params["no_sync"] is True
     assert params["no_wait"] is True
     assert params["enable_extra_resources"] is True

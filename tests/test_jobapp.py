@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 from gpurl_tasks.attest import tool as attest_tool
-from gpurl_tasks.cluster import jobmain
+from gpurl_tasks.cluster import jobmain, jobstart
 from gpurl_tasks.cluster.bundle import MAX_BUNDLE_BYTES
 from gpurl_tasks.cluster.jobapp import ZIP_TIME, build_job_app, module_closure
 from gpurl_tasks.cluster.kaniko import job_app
@@ -40,7 +40,7 @@ def test_it_carries_the_shipped_modules_byte_for_byte_and_nothing_else(tmp_path:
             assert archive.read(name) == (REPO_ROOT / name).read_bytes(), name
         inits = {e.filename for e in entries if e.filename.endswith("__init__.py")}
         assert inits == {"gpurl_tasks/__init__.py", "gpurl_tasks/writer/__init__.py",
-                         "gpurl_tasks/attest/__init__.py"}
+                         "gpurl_tasks/attest/__init__.py", "gpurl_tasks/cluster/__init__.py"}
         assert all(archive.read(n) == b"" for n in inits)  # no package's own imports run
     assert app.size < MAX_BUNDLE_BYTES // 100  # far inside the bundle's cap
 
@@ -57,13 +57,14 @@ def test_the_same_package_gives_the_same_sha256_in_another_process(tmp_path: Pat
         os.utime(target, (1_000_000_000, 1_000_000_000))
     code = ("import gpurl_tasks; from gpurl_tasks.cluster.jobapp import build_job_app; "
             "from gpurl_tasks.attest import tool as a; from gpurl_tasks.writer import tool as w; "
-            "print(build_job_app((w, a)).sha256, gpurl_tasks.__file__)")
+            "from gpurl_tasks.cluster import jobstart as s; "
+            "print(build_job_app((s, w, a)).sha256, gpurl_tasks.__file__)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, check=True,
                           env={**os.environ, "PYTHONHASHSEED": "7", "PYTHONPATH": str(copy)})
     sha, where = done.stdout.split()
     assert where == str(copy / "gpurl_tasks" / "__init__.py")  # built from the copy
-    assert sha == build_job_app((writer_tool, attest_tool)).sha256 == job_app().sha256
+    assert sha == build_job_app((jobstart, writer_tool, attest_tool)).sha256 == job_app().sha256
 
 
 def test_it_runs_on_a_bare_python_and_each_tool_answers(tmp_path: Path) -> None:

@@ -44,7 +44,9 @@ def cluster_config(profile: str, **overrides: object) -> Config:
 
 def prebuilt_wheels(script: str) -> list[str]:
     """The wheels the script's `start admit` fetches, in order (its `--wheel` options)."""
-    return [x.split()[1] for x in script.splitlines() if x.startswith("  --wheel ")]
+    start = script[script.index("\nSTART=("):]
+    start = start[:start.index("\n)\n")]
+    return [x.split()[1] for x in start.splitlines() if x.startswith("  --wheel ")]
 
 
 def demo_wheel_names(demo: Config, tmp_path: Path) -> list[str]:

@@ -1,0 +1,187 @@
+"""The cluster job's steps before its first executor run (cluster/jobstart.py), alone.
+
+The whole job runs them in tests/test_kaniko_script.py (stand-in executor) and
+tests/test_kaniko_e2e.py (real kaniko and crane); here are their rules, input by input, and
+the download's retries against a real HTTP server on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import certifi
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpurl_tasks.cluster.jobstart import (
+    JobStartError,
+    download,
+    job_inputs,
+    manifest_key,
+    manifest_sha256,
+    mount_over,
+)
+from gpurl_tasks.values import SOURCE_ID_PATTERN
+from gpurl_tasks.writer.retry import RetryRules
+
+GITSHA = "0123abc"
+
+
+def _args(**extra: str) -> argparse.Namespace:
+    values = {"source_id": SOURCE_ID_PATTERN, "dockerfile": "docker/Dockerfile.gpu-rl",
+              "tag_prefix": "gpu-rl", "floating_tag": "gpu-rl-latest", "retries": 3,
+              "retry_max_wait": 30, "wheel_source": "prebuilt-wheelhouse"}
+    return argparse.Namespace(**{**values, **extra})
+
+
+def test_the_rendered_defaults_stand_when_the_environment_sets_nothing() -> None:
+    inputs = job_inputs({"GITSHA": GITSHA}, _args())
+    assert (inputs.tag, inputs.dockerfile, inputs.floating_tag, inputs.overwrite) == (
+        f"gpu-rl-{GITSHA}", "docker/Dockerfile.gpu-rl", None, False)
+    assert (inputs.retries, inputs.retry_max_wait, inputs.wheel_source) == (
+        3, 30, "prebuilt-wheelhouse")
+    assert inputs.rules.attempts == 4 and inputs.rules.max_wait == 30.0
+
+
+def test_the_environment_overrides_each_default() -> None:
+    env = {"GITSHA": f"{GITSHA}-dirty-0123456789ab", "DOCKERFILE": "docker/Dockerfile.x",
+           "TAG_PREFIX": "exp", "PUSH_FLOATING": "1", "OVERWRITE_TAG": "1",
+           "REGISTRY_RETRIES": "0", "REGISTRY_RETRY_MAX_WAIT": "5", "WHEEL_SOURCE": "wheel-builder"}
+    inputs = job_inputs(env, _args())
+    assert inputs.tag == f"exp-{GITSHA}-dirty-0123456789ab"
+    assert inputs.floating_tag == "exp"  # another prefix floats under its own name
+    assert (inputs.dockerfile, inputs.overwrite, inputs.wheel_source) == (
+        "docker/Dockerfile.x", True, "wheel-builder")
+    assert inputs.rules.attempts == 1 and inputs.rules.max_wait == 5.0
+    assert job_inputs({"GITSHA": GITSHA, "PUSH_FLOATING": "1"}, _args()).floating_tag == \
+        "gpu-rl-latest"
+    assert job_inputs({"GITSHA": GITSHA, "PUSH_FLOATING": "1", "FLOATING_TAG": "mine"},
+                      _args()).floating_tag == "mine"
+
+
+def test_a_profile_without_compiled_wheels_ignores_wheel_source() -> None:
+    assert job_inputs({"GITSHA": GITSHA, "WHEEL_SOURCE": "junk"},
+                      _args(wheel_source="")).wheel_source is None
+
+
+@pytest.mark.parametrize(("env", "said"), [
+    ({"GITSHA": ""}, "GITSHA is required"),
+    ({"GITSHA": "0123ABC"}, "GITSHA must be a lowercase hex commit id"),
+    ({"GITSHA": f"{GITSHA}-dirty-x"}, "GITSHA must be a lowercase hex commit id"),
+    ({"GITSHA": f"{GITSHA}\n"}, "GITSHA must be a lowercase hex commit id"),
+    ({"SINGLE_SNAPSHOT": "1"}, "SINGLE_SNAPSHOT=1 is refused"),
+    ({"DOCKERFILE": "/etc/passwd"}, "DOCKERFILE must be a path inside the build context"),
+    ({"DOCKERFILE": "docker/../../x"}, "DOCKERFILE must be a path inside the build context"),
+    ({"TAG_PREFIX": "a b"}, "TAG_PREFIX must be a tag"),
+    ({"TAG_PREFIX": "$(id)"}, "TAG_PREFIX must be a tag"),
+    ({"TAG_PREFIX": "-x"}, "TAG_PREFIX must be a tag"),
+    ({"FLOATING_TAG": "x:y"}, "FLOATING_TAG must be a tag"),
+    ({"REGISTRY_RETRIES": "3; rm -rf /"}, "must be whole numbers"),
+    ({"REGISTRY_RETRY_MAX_WAIT": "-1"}, "must be whole numbers"),
+    ({"WHEEL_SOURCE": "compile"}, "WHEEL_SOURCE must be prebuilt-wheelhouse or wheel-builder"),
+])
+def test_each_input_is_refused_in_one_line_naming_it(env: dict[str, str], said: str) -> None:
+    with pytest.raises(JobStartError) as refused:
+        job_inputs({"GITSHA": GITSHA, **env}, _args())
+    assert said in str(refused.value) and "\n" not in str(refused.value)
+
+
+MOUNTINFO = """\
+22 1 0:21 / / rw,relatime - overlay overlay rw
+23 22 0:22 / /proc rw,nosuid - proc proc rw
+30 22 8:1 /pods/x/volumes/app /app rw,relatime - ext4 /dev/sda1 rw
+31 22 8:1 /pods/x/volumes/odd /mnt/with\\040space rw,relatime - ext4 /dev/sda1 rw
+"""
+
+
+@pytest.mark.parametrize(("path", "mount"), [
+    ("/opt/workspace", None),  # the root mount is every path's: never a reason to refuse
+    ("/app/workspace", "/app"),
+    ("/app", "/app"),
+    ("/apple/workspace", None),  # a prefix of the name is not the mount
+    ("/mnt/with space/ws", "/mnt/with space"),  # mountinfo's octal escapes are read
+])
+def test_the_workspace_under_a_mount_of_the_job_is_found(path: str, mount: str | None) -> None:
+    assert mount_over(path, MOUNTINFO) == mount
+
+
+@given(st.lists(st.from_regex(r"/[a-z]{1,6}(/[a-z]{1,6}){0,2}", fullmatch=True), max_size=6),
+       st.from_regex(r"/[a-z]{1,6}(/[a-z]{1,6}){0,3}", fullmatch=True))
+def test_a_found_mount_is_a_whole_leading_part_of_the_path(mounts: list[str], path: str) -> None:
+    info = "".join(f"{n} 1 0:1 / {m} rw - ext4 x rw\n" for n, m in enumerate(mounts))
+    found = mount_over(path, info)
+    expected = [m for m in mounts if path == m or path.startswith(f"{m}/")]
+    assert found == (expected[0] if expected else None)
+
+
+def test_the_manifest_is_read_as_a_wheel_builder_writes_it() -> None:
+    manifest = ("# gpurl-abi fork=1 platform=linux_x86_64\n"
+                f"{'a' * 64}  vllm-1-cp312-linux_x86_64.whl\n"
+                f"{'b' * 64} *flash_attn-2-cp312-linux_x86_64.whl\n")
+    assert manifest_key(manifest, "# gpurl-abi ") == "fork=1 platform=linux_x86_64"
+    assert manifest_key("no key\n", "# gpurl-abi ") == ""
+    assert manifest_sha256(manifest, "vllm-1-cp312-linux_x86_64.whl") == "a" * 64
+    assert manifest_sha256(manifest, "flash_attn-2-cp312-linux_x86_64.whl") == "b" * 64  # binary mode
+    assert manifest_sha256(manifest, "vllm-1") is None
+
+
+@contextmanager
+def _answering(answers: list[tuple[int, bytes]]) -> Iterator[str]:
+    """A real HTTP server on loopback giving `answers` in turn (a 503 with Retry-After: 0)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = answers.pop(0) if answers else (500, b"")
+            self.send_response(status)
+            if status == 503:
+                self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/file"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _ca(tmp_path: Path) -> Path:
+    """A CA bundle (plain HTTP reads none; the download's TLS context still loads one)."""
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(Path(certifi.where()).read_bytes())
+    return ca
+
+
+def test_a_download_is_sent_again_on_a_503_and_lands_whole(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    with _answering([(503, b""), (503, b""), (200, b"crane bytes")]) as url:
+        download(url, tmp_path / "crane.tgz", RetryRules(attempts=4, max_wait=1), _ca(tmp_path))
+    assert (tmp_path / "crane.tgz").read_bytes() == b"crane bytes"
+    said = capsys.readouterr().out
+    assert said.count("    retry ") == 2 and "HTTP 503" in said
+
+
+def test_a_404_is_final_and_leaves_no_file(tmp_path: Path) -> None:
+    with _answering([(404, b"no"), (200, b"never asked")]) as url, \
+            pytest.raises(JobStartError, match="HTTP 404"):
+        download(url, tmp_path / "MANIFEST", RetryRules(attempts=4, max_wait=1), _ca(tmp_path))
+    assert list(tmp_path.iterdir()) == [tmp_path / "ca.crt"]
+
+
+def test_retries_run_out_in_one_error(tmp_path: Path) -> None:
+    with _answering([(503, b"")] * 5) as url, pytest.raises(JobStartError, match="HTTP 503"):
+        download(url, tmp_path / "w.whl", RetryRules(attempts=2, max_wait=1), _ca(tmp_path))
+    assert not (tmp_path / "w.whl").exists() and not (tmp_path / "w.whl.partial").exists()
