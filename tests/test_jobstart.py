@@ -78,6 +78,8 @@ def test_a_profile_without_compiled_wheels_ignores_wheel_source() -> None:
     ({"SINGLE_SNAPSHOT": "1"}, "SINGLE_SNAPSHOT=1 is refused"),
     ({"DOCKERFILE": "/etc/passwd"}, "DOCKERFILE must be a path inside the build context"),
     ({"DOCKERFILE": "docker/../../x"}, "DOCKERFILE must be a path inside the build context"),
+    ({"DOCKERFILE": "docker/Dockerfile\nx"}, "DOCKERFILE must be a path inside the build context"),
+    ({"DOCKERFILE": "docker/\udcff"}, "DOCKERFILE must be a path inside the build context"),
     ({"TAG_PREFIX": "a b"}, "TAG_PREFIX must be a tag"),
     ({"TAG_PREFIX": "$(id)"}, "TAG_PREFIX must be a tag"),
     ({"TAG_PREFIX": "-x"}, "TAG_PREFIX must be a tag"),

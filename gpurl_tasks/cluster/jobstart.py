@@ -84,7 +84,7 @@ def job_inputs(env: Mapping[str, str], args: argparse.Namespace) -> JobInputs:
                             "layer that cannot be pulled over the cluster's registry egress "
                             "(every pod ImagePullBackOff); per-instruction layers are the default")
     dockerfile = env.get("DOCKERFILE") or args.dockerfile
-    if dockerfile.startswith("/") or ".." in dockerfile:
+    if dockerfile.startswith("/") or ".." in dockerfile or not _printable(dockerfile):
         raise JobStartError(f"DOCKERFILE must be a path inside the build context, got "
                             f"{dockerfile!r}")
     prefix = env.get("TAG_PREFIX") or args.tag_prefix
@@ -108,6 +108,11 @@ def job_inputs(env: Mapping[str, str], args: argparse.Namespace) -> JobInputs:
                      floating_tag=floating if env.get("PUSH_FLOATING") == "1" else None,
                      overwrite=env.get("OVERWRITE_TAG") == "1", retries=int(bounds[0]),
                      retry_max_wait=int(bounds[1]), wheel_source=wheel_source)
+
+
+def _printable(value: str) -> bool:
+    """Text a file and a log line can hold (an undecodable byte is a surrogate: not printable)."""
+    return value.isprintable()
 
 
 def mount_over(path: str, mountinfo: str) -> str | None:
@@ -134,8 +139,8 @@ def job_ca_bundle(work: Path, env: Mapping[str, str]) -> Path:
     text = found.read_text(encoding="utf-8", errors="replace") + "\n" if found else ""
     extra = env.get("SSL_CERT_FILE")
     if extra:
-        if not Path(extra).is_file():
-            raise JobStartError(f"SSL_CERT_FILE={extra} is not a file in this job")
+        if not _printable(extra) or not Path(extra).is_file():
+            raise JobStartError(f"SSL_CERT_FILE={extra!r} is not a file in this job")
         text += Path(extra).read_text(encoding="utf-8", errors="replace")
     if not text.strip():
         raise JobStartError("this job has no CA bundle (/etc/ssl/certs/ca-certificates.crt, or "

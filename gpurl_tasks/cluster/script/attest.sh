@@ -1,9 +1,6 @@
 # shellcheck shell=bash
-PY=""
-for candidate in python3 @VENV@/bin/python3; do
-  if command -v "$candidate" >/dev/null 2>&1; then PY="$candidate"; break; fi
-done
-[ -n "$PY" ] || die "the built image has no python3 to write its SBOM and provenance with"
+PY="$(command -v python3 || command -v @VENV@/bin/python3)" \
+  || die "the built image has no python3 to write its SBOM and provenance with"
 [ -f "$CONTEXT"/@SKELETON@ ] \
   || die "the attestation skeleton is missing from the bundle (submit with invoke build)"
 "$PY" -I -B "$JOB_APP" attest job --skeleton "$CONTEXT"/@SKELETON@ --crane "$WORK/crane" \

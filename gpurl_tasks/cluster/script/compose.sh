@@ -1,6 +1,5 @@
 # shellcheck shell=bash
 SLICE_INDEX="$CONTEXT"/@SLICE_INDEX@
-LAYER_TOOL="$JOB_APP"
 [ -f "$SLICE_INDEX" ] || die "the slice index $SLICE_INDEX is missing (submit with invoke build)"
 cat >"$WORK/compose-env.sh" <<'COMPOSE_ENV'
 @COMPOSE_ENV@
@@ -14,7 +13,7 @@ read -r ENV_BASE_DIGEST <"$WORK/env-base.digest" || true
 {
   printf '%s=%q\n' CACHE_REPO "$CACHE_REPO" ENV_BASE "$CACHE_REPO@$ENV_BASE_DIGEST" \
     GITSHA "$GITSHA" WORK "$WORK" CONTEXT "$CONTEXT" SLICE_INDEX "$SLICE_INDEX" \
-    LAYER_TOOL "$LAYER_TOOL" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CA "$SSL_CERT_FILE" \
+    LAYER_TOOL "$JOB_APP" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CA "$SSL_CERT_FILE" \
     REGISTRY_RETRIES "$REGISTRY_RETRIES" REGISTRY_RETRY_MAX_WAIT "$REGISTRY_RETRY_MAX_WAIT"
 } >"$WORK/compose-env.vars"
 printf 'FROM %s\nRUN ["/bin/bash", "%s"]\n' "$CACHE_REPO@$ENV_BASE_DIGEST" \

@@ -1,18 +1,13 @@
 #!/usr/bin/env bash
 # In-cluster build of the image of profile '@PROFILE@'@VARIANT@: kaniko in an iris job.
-# Rendered by `invoke build` from [tool.gpurl] in pyproject.toml when it submits the job.
-# gpurl's own code (the zipapp in the bundle, checked by its sha256) runs every step but the
-# executor: `start prepare` and `start admit` read and check the job's environment (GITSHA,
-# required; DOCKERFILE, TAG_PREFIX, FLOATING_TAG, PUSH_FLOATING, OVERWRITE_TAG, WHEEL_SOURCE,
-# REGISTRY_RETRIES, REGISTRY_RETRY_MAX_WAIT, SSL_CERT_FILE: cluster/jobstart.py). The push
-# authenticates as DOCKER_USER_ID with DOCKER_TOKEN (required); GIT_COMMIT, JOB_NAME and
-# INPUTS_TAG are what the provenance names.
+# Rendered by `invoke build` when it submits the job. gpurl's own code (the bundle's zipapp)
+# runs every step but the executor and reads the job's environment (cluster/jobstart.py); the
+# push authenticates as DOCKER_USER_ID with DOCKER_TOKEN (required).
 set -euo pipefail
 
 die() { echo "${0##*/}: error: $*" >&2; exit 1; }
 
-# The image is built for the node the job runs on (kaniko, crane and uv run natively on it):
-# a job of one platform on a node of another is refused before anything runs.
+# kaniko, crane and uv run natively: a node of another platform is refused before anything.
 TARGET_ARCH=@TARGET_ARCH@
 TARGET_PLATFORM=@TARGET_PLATFORM@
 CLUSTER_NAME=@CLUSTER_NAME@
@@ -24,10 +19,8 @@ NODE_ARCH="$(uname -m)"
 ROOT="${GPURL_KANIKO_ROOT:-}"
 APP_DIR="$ROOT/app"
 KANIKO_DIR="$ROOT/kaniko"
-# kaniko builds in this job's own root filesystem and deletes it between stages, all but
-# $KANIKO_DIR and mount points: the build context, crane and gpurl's files live under
-# $KANIKO_DIR, so they outlive the first stage. iris mounts the bundle at $APP_DIR (the task's
-# workdir, an emptyDir), so the image's workspace is elsewhere (start prepare checks it).
+# kaniko builds in this job's root filesystem and deletes it between stages, all but $KANIKO_DIR
+# and mounts (iris mounts the bundle at $APP_DIR): what must outlive a stage is under $KANIKO_DIR.
 CONTEXT="$KANIKO_DIR/context"
 WORK="$KANIKO_DIR/gpurl"
 IMAGE=@IMAGE@
@@ -53,27 +46,21 @@ START=(python3 -I -B "$JOB_APP" start --root "${ROOT:-/}" --work "$WORK" --image
 # shellcheck source=/dev/null  # written by start prepare: DESTINATION, TAG, DOCKERFILE, ...
 . "$WORK/job.vars"
 export SSL_CERT_FILE  # the job's CA bundle, which outlives kaniko's reset of /etc/ssl
-tar -xf "$WORK/executor.tar" -C "${ROOT:-/}"
-rm -f "$WORK/executor.tar"
+tar -xf "$WORK/executor.tar" -C "${ROOT:-/}" && rm -f "$WORK/executor.tar"
 [ -x "$KANIKO_DIR/executor" ] || die "the exported image has no $KANIKO_DIR/executor"
 # The executor is static and `crane export` carries no ENV: give it what it looks up.
 export USER="${USER:-root}" HOME="${HOME:-/root}"
-
-# The auth file is written after the overlay: the executor image ships its own /kaniko.
-# Tracing stays off until the token has been consumed, so it never reaches the job log.
+# The auth file after the overlay (the executor image ships its own /kaniko), tracing off.
 case "$-" in *x*) TRACING=1 ;; *) TRACING=0 ;; esac
 { set +x; } 2>/dev/null
-if [ -z "${DOCKER_TOKEN:-}" ]; then
-  die "DOCKER_TOKEN is not set: the push to $REGISTRY_HOST needs a registry token"
-fi
-if [ -z "$DOCKER_USER_ID" ]; then
-  die "DOCKER_USER_ID is not set: the push to $REGISTRY_HOST authenticates as USER:TOKEN (registry.user)"
-fi
+[ -n "${DOCKER_TOKEN:-}" ] \
+  || die "DOCKER_TOKEN is not set: the push to $REGISTRY_HOST needs a registry token"
+[ -n "$DOCKER_USER_ID" ] || die "DOCKER_USER_ID is not set: the push to $REGISTRY_HOST" \
+  "authenticates as USER:TOKEN (registry.user)"
 export DOCKER_CONFIG="$KANIKO_DIR/.docker"
 mkdir -p "$DOCKER_CONFIG"
 AUTH="$(printf '%s:%s' "$DOCKER_USER_ID" "$DOCKER_TOKEN" | base64 -w0)"
-printf '{"auths":{%s:{"auth":"%s"}}}\n' @REGISTRY_HOST_JSON@ "$AUTH" \
-  >"$DOCKER_CONFIG/.config.tmp"
+printf '{"auths":{%s:{"auth":"%s"}}}\n' @REGISTRY_HOST_JSON@ "$AUTH" >"$DOCKER_CONFIG/.config.tmp"
 mv "$DOCKER_CONFIG/.config.tmp" "$DOCKER_CONFIG/config.json"
 # iris also hands the task every -e variable again as JSON in IRIS_JOB_ENV: drop that copy too.
 unset AUTH DOCKER_TOKEN IRIS_JOB_ENV
@@ -97,12 +84,10 @@ COMMON=(
   --compression-level=@COMPRESSION_LEVEL@
   --snapshot-mode=@SNAPSHOT_MODE@
   --cache=true
-  # no --cache-copy-layers: with every instruction of the last stage cached, kaniko skips
-  # unpacking that stage, and the attestation step after it reads the image's files
+  # no --cache-copy-layers: a fully cached last stage is not unpacked, and attest reads it
   "--cache-repo=$CACHE_REPO"
   "${KANIKO_RETRIES[@]}"
-  # kaniko checks push access with one upload POST it never retries; the push itself,
-  # retried, is the check (doctor checks the token's push scope before the job is submitted)
+  # kaniko's push check is one POST it never retries: the retried push is the check
   --skip-push-permission-check
 )
 ARGS=("${COMMON[@]}" --destination "$DESTINATION" --digest-file "$WORK/digest")
@@ -111,8 +96,7 @@ if [ -n "$FLOATING" ]; then ARGS+=(--destination "$FLOATING"); fi
 echo "==> kaniko build of $DESTINATION"
 cd "$CONTEXT"
 "$KANIKO_DIR/executor" "${ARGS[@]}"
-# Builtins, crane and the image's python3 only from here: the filesystem is now the
-# image's last stage, not this job's.
+# Builtins, crane and the image's python3 only from here: the filesystem is the image's.
 [ -s "$WORK/digest" ] || die "the executor wrote no digest"
 read -r DIGEST <"$WORK/digest" || true
 echo "pushed $DESTINATION@$DIGEST"
