@@ -2,14 +2,12 @@
 
 The whole job runs them in tests/test_kaniko_script.py (stand-in executor) and
 tests/test_kaniko_e2e.py (real kaniko and crane); here are their rules, input by input, and
-the download's retries against a real HTTP server on loopback.
+the download's retries against a real HTTP server on loopback behind the fault proxy.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.server
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +27,8 @@ from gpurl_tasks.cluster.jobstart import (
 )
 from gpurl_tasks.values import SOURCE_ID_PATTERN
 from gpurl_tasks.writer.retry import RetryRules
+from tests.support.faults import Fault, FaultProxy
+from tests.support.rangeserver import serve_files
 
 GITSHA = "0123abc"
 
@@ -134,29 +134,16 @@ def test_the_manifest_is_read_as_a_wheel_builder_writes_it() -> None:
 
 
 @contextmanager
-def _answering(answers: list[tuple[int, bytes]]) -> Iterator[str]:
-    """A real HTTP server on loopback giving `answers` in turn (a 503 with Retry-After: 0)."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, body = answers.pop(0) if answers else (500, b"")
-            self.send_response(status)
-            if status == 503:
-                self.send_header("Retry-After", "0")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/file"
-    finally:
-        server.shutdown()
-        server.server_close()
+def _behind_faults(tmp_path: Path, *faults: Fault) -> Iterator[str]:
+    """`tmp_path/served/file` ("crane bytes") from a real HTTP server on loopback, reached
+    through the fault proxy answering the next requests with `faults`; yields its URL."""
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "file").write_bytes(b"crane bytes")
+    with serve_files(served) as url, FaultProxy(int(url.rsplit(":", 1)[1])) as proxy:
+        for fault in faults:
+            proxy.inject(fault)
+        yield f"http://{proxy.host}/file"
 
 
 def _ca(tmp_path: Path) -> Path:
@@ -166,24 +153,30 @@ def _ca(tmp_path: Path) -> Path:
     return ca
 
 
-def test_a_download_is_sent_again_on_a_503_and_lands_whole(tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]
-                                                           ) -> None:
-    with _answering([(503, b""), (503, b""), (200, b"crane bytes")]) as url:
-        download(url, tmp_path / "crane.tgz", RetryRules(attempts=4, max_wait=1), _ca(tmp_path))
+RULES = RetryRules(attempts=4, max_wait=1)
+
+
+@pytest.mark.parametrize("fault", [Fault("/file", "503", times=2),
+                                   Fault("/file", "429", times=2, retry_after="0"),
+                                   Fault("/file", "truncate"), Fault("/file", "drop")])
+def test_a_download_is_sent_again_on_a_fault_worth_it_and_lands_whole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: Fault) -> None:
+    faulty = fault.times  # the proxy counts it down
+    with _behind_faults(tmp_path, fault) as url:
+        download(url, tmp_path / "crane.tgz", RULES, _ca(tmp_path))
     assert (tmp_path / "crane.tgz").read_bytes() == b"crane bytes"
-    said = capsys.readouterr().out
-    assert said.count("    retry ") == 2 and "HTTP 503" in said
+    assert capsys.readouterr().out.count("    retry ") == faulty
+    assert not (tmp_path / "crane.tgz.partial").exists()
 
 
 def test_a_404_is_final_and_leaves_no_file(tmp_path: Path) -> None:
-    with _answering([(404, b"no"), (200, b"never asked")]) as url, \
-            pytest.raises(JobStartError, match="HTTP 404"):
-        download(url, tmp_path / "MANIFEST", RetryRules(attempts=4, max_wait=1), _ca(tmp_path))
-    assert list(tmp_path.iterdir()) == [tmp_path / "ca.crt"]
+    with _behind_faults(tmp_path) as url, pytest.raises(JobStartError, match="HTTP 404"):
+        download(url.replace("/file", "/absent"), tmp_path / "MANIFEST", RULES, _ca(tmp_path))
+    assert not (tmp_path / "MANIFEST").exists() and not (tmp_path / "MANIFEST.partial").exists()
 
 
 def test_retries_run_out_in_one_error(tmp_path: Path) -> None:
-    with _answering([(503, b"")] * 5) as url, pytest.raises(JobStartError, match="HTTP 503"):
+    with _behind_faults(tmp_path, Fault("/file", "503", times=5)) as url, \
+            pytest.raises(JobStartError, match="HTTP 503"):
         download(url, tmp_path / "w.whl", RetryRules(attempts=2, max_wait=1), _ca(tmp_path))
     assert not (tmp_path / "w.whl").exists() and not (tmp_path / "w.whl.partial").exists()

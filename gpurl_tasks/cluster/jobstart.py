@@ -170,6 +170,10 @@ def download(url: str, target: Path, rules: RetryRules, ca: Path) -> None:
             with urllib.request.urlopen(url, timeout=60, context=context) as answer, \
                     partial.open("wb") as out:
                 shutil.copyfileobj(answer, out, 1 << 20)
+                expected = answer.headers.get("Content-Length")
+                # a connection closed early ends the read quietly: count what came
+                if expected is not None and expected.isdigit() and out.tell() != int(expected):
+                    raise OSError(f"the answer was cut short: {out.tell()} of {expected} bytes")
             partial.replace(target)
             return
         except urllib.error.HTTPError as error:
