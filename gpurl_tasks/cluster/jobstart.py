@@ -84,7 +84,8 @@ def job_inputs(env: Mapping[str, str], args: argparse.Namespace) -> JobInputs:
                             "layer that cannot be pulled over the cluster's registry egress "
                             "(every pod ImagePullBackOff); per-instruction layers are the default")
     dockerfile = env.get("DOCKERFILE") or args.dockerfile
-    if dockerfile.startswith("/") or ".." in dockerfile or not _printable(dockerfile):
+    # an undecodable byte reads as a surrogate, which is not printable either
+    if dockerfile.startswith("/") or ".." in dockerfile or not dockerfile.isprintable():
         raise JobStartError(f"DOCKERFILE must be a path inside the build context, got "
                             f"{dockerfile!r}")
     prefix = env.get("TAG_PREFIX") or args.tag_prefix
@@ -108,11 +109,6 @@ def job_inputs(env: Mapping[str, str], args: argparse.Namespace) -> JobInputs:
                      floating_tag=floating if env.get("PUSH_FLOATING") == "1" else None,
                      overwrite=env.get("OVERWRITE_TAG") == "1", retries=int(bounds[0]),
                      retry_max_wait=int(bounds[1]), wheel_source=wheel_source)
-
-
-def _printable(value: str) -> bool:
-    """Text a file and a log line can hold (an undecodable byte is a surrogate: not printable)."""
-    return value.isprintable()
 
 
 def mount_over(path: str, mountinfo: str) -> str | None:
@@ -139,7 +135,7 @@ def job_ca_bundle(work: Path, env: Mapping[str, str]) -> Path:
     text = found.read_text(encoding="utf-8", errors="replace") + "\n" if found else ""
     extra = env.get("SSL_CERT_FILE")
     if extra:
-        if not _printable(extra) or not Path(extra).is_file():
+        if not extra.isprintable() or not Path(extra).is_file():
             raise JobStartError(f"SSL_CERT_FILE={extra!r} is not a file in this job")
         text += Path(extra).read_text(encoding="utf-8", errors="replace")
     if not text.strip():

@@ -45,11 +45,11 @@ START=(python3 -I -B "$JOB_APP" start --root "${ROOT:-/}" --work "$WORK" --image
 "${START[@]}" prepare
 # shellcheck source=/dev/null  # written by start prepare: DESTINATION, TAG, DOCKERFILE, ...
 . "$WORK/job.vars"
-export SSL_CERT_FILE  # the job's CA bundle, which outlives kaniko's reset of /etc/ssl
-tar -xf "$WORK/executor.tar" -C "${ROOT:-/}" && rm -f "$WORK/executor.tar"
+tar -xf "$WORK/executor.tar" -C "${ROOT:-/}" || die "cannot unpack $EXECUTOR_IMAGE over ${ROOT:-/}"
+rm -f "$WORK/executor.tar"
 [ -x "$KANIKO_DIR/executor" ] || die "the exported image has no $KANIKO_DIR/executor"
-# The executor is static and `crane export` carries no ENV: give it what it looks up.
-export USER="${USER:-root}" HOME="${HOME:-/root}"
+# What the static executor looks up (`crane export` carries no ENV), and the job's CA bundle.
+export USER="${USER:-root}" HOME="${HOME:-/root}" SSL_CERT_FILE
 # The auth file after the overlay (the executor image ships its own /kaniko), tracing off.
 case "$-" in *x*) TRACING=1 ;; *) TRACING=0 ;; esac
 { set +x; } 2>/dev/null
