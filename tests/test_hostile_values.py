@@ -204,11 +204,12 @@ def script_shape(text: str, tmp: Path) -> list[str]:
 
 
 def auth_hosts(text: str) -> list[str]:
-    """Run the script's own assignments and auth `printf` line: the hosts the file names."""
-    lines = text.splitlines()
-    top = [ln for ln in lines if ln.startswith("REGISTRY_HOST_JSON=")]
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("printf '{\"auths\""))
-    body = "\n".join([*top, 'AUTH="dTp0"', lines[start].removesuffix(" \\")])
+    """Run the script's own auth `printf` line (the host its rendered JSON word), to stdout
+    instead of the auth file: the hosts the file names."""
+    line = next(ln for ln in text.splitlines() if ln.startswith("printf '{\"auths\""))
+    printf, redirect = line.rsplit(' >"$DOCKER_CONFIG/', 1)
+    assert redirect == '.config.tmp"'
+    body = "\n".join(['AUTH="dTp0"', printf])
     out = subprocess.run(["bash", "-c", body], check=True, capture_output=True, text=True).stdout
     return list(json.loads(out)["auths"])
 

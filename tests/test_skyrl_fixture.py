@@ -214,7 +214,7 @@ def test_each_variant_carries_its_own_compiled_wheel_pins() -> None:
     scripts = {"standard": render_script(standard), "megatron": render_script(megatron)}
     for variant, pin in pins.items():
         assert f"flash_attn-{pin}-cp312-cp312-linux_x86_64.whl" in scripts[variant]
-    assert "DEFAULT_DOCKERFILE=docker/Dockerfile.skyrl-megatron" in scripts["megatron"]
+    assert "  --dockerfile docker/Dockerfile.skyrl-megatron\n" in scripts["megatron"]
 
 
 def test_a_variants_wrong_pin_names_the_variant_and_writes_nothing(tmp_path: Path) -> None:
