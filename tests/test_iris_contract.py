@@ -109,8 +109,8 @@ def test_the_megatron_variant_argv_names_its_dockerfile_and_tags(tmp_path: Path)
     # the variant ships its own script: its Dockerfile and tags are the defaults there
     script = base64.b64decode(env_vars["BUILD_B64"]).decode()
     assert script == render_script(load_config(REPO_ROOT, env={}, variant="megatron"))
-    assert "DEFAULT_DOCKERFILE=docker/Dockerfile.gpu-rl-megatron" in script
-    assert 'TAG_PREFIX="${TAG_PREFIX:-gpu-rl-megatron}"' in script
+    assert "  --dockerfile docker/Dockerfile.gpu-rl-megatron\n" in script
+    assert "  --tag-prefix gpu-rl-megatron\n" in script
     assert "INSTALL_MEGATRON" not in env_vars
     assert params["job_name"] == f"gpurl-kaniko-megatron-{prepared.gitsha}"
     assert prepared.image_tag.endswith(f":gpu-rl-megatron-{prepared.gitsha}")

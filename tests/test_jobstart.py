@@ -21,6 +21,7 @@ from gpurl_tasks.cluster.jobstart import (
     JobStartError,
     download,
     job_inputs,
+    main,
     manifest_key,
     manifest_sha256,
     mount_over,
@@ -180,3 +181,19 @@ def test_retries_run_out_in_one_error(tmp_path: Path) -> None:
             pytest.raises(JobStartError, match="HTTP 503"):
         download(url, tmp_path / "w.whl", RetryRules(attempts=2, max_wait=1), _ca(tmp_path))
     assert not (tmp_path / "w.whl").exists() and not (tmp_path / "w.whl.partial").exists()
+
+
+def test_a_refused_input_stops_the_step_in_one_line_and_exit_1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 1 and `gpurl job: error:`, as the script's own guards end the job (the watcher
+    reads the job's exit code); nothing is written."""
+    monkeypatch.delenv("GITSHA", raising=False)
+    argv = ["prepare", "--work", str(tmp_path), "--retries", "3", "--retry-max-wait", "30",
+            *(a for name in ("root", "image-workspace", "image", "source-id", "dockerfile",
+                             "tag-prefix", "floating-tag", "crane-url", "crane-sha256",
+                             "executor-image", "platform") for a in (f"--{name}", "x"))]
+    assert main(argv) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "gpurl job: error: GITSHA is required: the image is pushed as the immutable tag "
+        "PREFIX-GITSHA"]
+    assert list(tmp_path.iterdir()) == []

@@ -12,7 +12,7 @@ first run replaces the job's filesystem (the image's own python3 runs the steps 
   their MANIFEST (its platform, its ABI key, each wheel's sha256), never compiled instead.
 
 Every registry call and download is retried by writer/retry.py's rules, crane's through
-writer/crane.py. An error is one `gpurl job: error:` line and exit 2.
+writer/crane.py. An error is one `gpurl job: error:` line and exit 1, as the script's own.
 """
 
 from __future__ import annotations
@@ -349,5 +349,5 @@ def main(argv: Sequence[str]) -> int:
             admit(args, inputs)
     except JobStartError as failed:
         print(f"gpurl job: error: {failed}", file=sys.stderr)
-        return 2
+        return 1
     return 0
