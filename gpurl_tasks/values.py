@@ -35,7 +35,6 @@ __all__ = [
     "ARG_REF",
     "HASH_LENGTHS",
     "PIN_MARKER",
-    "SOURCE_ID_ERE",
     "SOURCE_ID_PATTERN",
     "VARIABLE",
     "Check",
@@ -89,8 +88,6 @@ _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 # The source id an immutable tag ends with: a commit's short (or full) sha, with
 # `-dirty-<12 hex of the diff>` when the tree had uncommitted tracked edits (source_id).
 SOURCE_ID_PATTERN = r"[0-9a-f]{7,40}(?:-dirty-[0-9a-f]{12})?"
-# The same pattern as bash's `[[ =~ ]]` (POSIX ERE, no `(?:`) reads it: the kaniko script.
-SOURCE_ID_ERE = SOURCE_ID_PATTERN.replace("(?:", "(")
 # Debian policy 5.6.1: lowercase letters, digits, + - . ; at least two; starts alphanumeric.
 # An optional `:arch` qualifier and `=version` pin, as apt-get accepts them.
 _APT = re.compile(r"[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[A-Za-z0-9.+~:-]+)?")

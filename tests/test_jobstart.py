@@ -188,7 +188,8 @@ def test_a_refused_input_stops_the_step_in_one_line_and_exit_1(
     """Exit 1 and `gpurl job: error:`, as the script's own guards end the job (the watcher
     reads the job's exit code); nothing is written."""
     monkeypatch.delenv("GITSHA", raising=False)
-    argv = ["prepare", "--work", str(tmp_path), "--retries", "3", "--retry-max-wait", "30",
+    argv = ["prepare", "--work", str(tmp_path), "--context", str(tmp_path), "--retries", "3",
+            "--retry-max-wait", "30",
             *(a for name in ("root", "image-workspace", "image", "source-id", "dockerfile",
                              "tag-prefix", "floating-tag", "crane-url", "crane-sha256",
                              "executor-image", "platform") for a in (f"--{name}", "x"))]

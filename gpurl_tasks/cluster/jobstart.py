@@ -232,7 +232,8 @@ def prepare(args: argparse.Namespace, inputs: JobInputs, env: Mapping[str, str])
               "FLOATING": f"{args.image}:{inputs.floating_tag}" if inputs.floating_tag else "",
               "REGISTRY_RETRIES": str(inputs.retries),
               "REGISTRY_RETRY_MAX_WAIT": str(inputs.retry_max_wait),
-              "WHEEL_SOURCE": inputs.wheel_source or "", "WHEELHOUSE": str(args.wheelhouse)}
+              "WHEEL_SOURCE": inputs.wheel_source or "",
+              "WHEELHOUSE": str(args.context / args.wheelhouse)}
     _write(args.work / "job.vars",
            "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()).encode())
 
@@ -277,12 +278,13 @@ def fetch_wheels(args: argparse.Namespace, rules: RetryRules, ca: Path) -> None:
     """The MANIFEST first: another platform or ABI key fails in seconds, before any wheel."""
     base = args.wheel_base_url
     _say(f"==> prebuilt wheels from {base}")
-    args.wheelhouse.mkdir(parents=True, exist_ok=True)
+    wheelhouse: Path = args.context / args.wheelhouse
+    wheelhouse.mkdir(parents=True, exist_ok=True)
     try:
-        download(f"{base}/MANIFEST", args.wheelhouse / "MANIFEST", rules, ca)
+        download(f"{base}/MANIFEST", wheelhouse / "MANIFEST", rules, ca)
     except JobStartError:
         raise JobStartError(f"MANIFEST is missing at {base}/MANIFEST ({_NO_COMPILE})") from None
-    manifest = (args.wheelhouse / "MANIFEST").read_text(encoding="utf-8", errors="replace")
+    manifest = (wheelhouse / "MANIFEST").read_text(encoding="utf-8", errors="replace")
     found = manifest_key(manifest, args.abi_prefix)
     for word in found.split():
         if word.startswith("platform=") and word != f"platform={args.wheel_platform}":
@@ -299,11 +301,11 @@ def fetch_wheels(args: argparse.Namespace, rules: RetryRules, ca: Path) -> None:
         if want is None:
             raise JobStartError(f"MANIFEST at {base} has no entry for {wheel}")
         try:
-            download(f"{base}/{wheel}", args.wheelhouse / wheel, rules, ca)
+            download(f"{base}/{wheel}", wheelhouse / wheel, rules, ca)
         except JobStartError:
             raise JobStartError(f"wheel {wheel} is missing at {base}/{wheel} "
                                 f"({_NO_COMPILE})") from None
-        got = _sha256_of(args.wheelhouse / wheel)
+        got = _sha256_of(wheelhouse / wheel)
         if got != want:
             raise JobStartError(f"checksum mismatch for {wheel}: MANIFEST says {want}, the "
                                 f"download is {got}")
@@ -327,11 +329,13 @@ def _parser() -> argparse.ArgumentParser:
                  "floating-tag", "crane-url", "crane-sha256", "executor-image", "platform"):
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--context", type=Path, required=True)
     parser.add_argument("--retries", type=int, required=True)
     parser.add_argument("--retry-max-wait", type=int, required=True)
     wheels = parser.add_argument_group("the profile's compiled wheels (none: no option)")
     wheels.add_argument("--wheel-source", default="")
-    wheels.add_argument("--wheelhouse", type=Path, default=Path())
+    wheels.add_argument("--wheelhouse", type=Path, default=Path(),
+                        help="where the wheels are fetched to, in the build context")
     for name in ("wheel-base-url", "abi-key", "abi-prefix", "wheel-platform"):
         wheels.add_argument(f"--{name}", default="")
     wheels.add_argument("--wheel", action="append", default=[])

@@ -197,15 +197,12 @@ def _start_args(config: Config, wheels: tuple[str, ...]) -> str:
         pins = pins_from_args({}, config.build, config.target)
         options |= {
             "wheel-source": _plain("build.wheel-source", config.build.wheel_source),
-            "wheelhouse": "$CONTEXT/" + _relative(config.build.wheelhouse, config.root,
-                                                  "build.wheelhouse"),
+            "wheelhouse": _relative(config.build.wheelhouse, config.root, "build.wheelhouse"),
             "wheel-base-url": config.build.wheel_base_url.rstrip("/"),
             "abi-key": abi_key(pins), "abi-prefix": ABI_KEY_PREFIX,
             "wheel-platform": pins.platform}
     words = [*options.items(), *(("wheel", name) for name in wheels)]
-    return "\n".join(
-        f'  --{name} "$CONTEXT"/{q(value.removeprefix("$CONTEXT/"))}'
-        if value.startswith("$CONTEXT/") else f"  --{name} {q(value)}" for name, value in words)
+    return "\n".join(f"  --{name} {q(value)}" for name, value in words)
 
 
 def _attest(config: Config, wheels: tuple[str, ...]) -> str:

@@ -39,7 +39,7 @@ JOB_APP="$CONTEXT"/@JOB_APP@
 echo "@JOB_APP_SHA256@  $JOB_APP" | sha256sum -c --quiet - \
   || die "$JOB_APP is not the zipapp invoke build staged (expected sha256 @JOB_APP_SHA256@)"
 START=(python3 -I -B "$JOB_APP" start --root "${ROOT:-/}" --work "$WORK" --image "$IMAGE"
-  --executor-image "$EXECUTOR_IMAGE" --platform "$TARGET_PLATFORM"
+  --executor-image "$EXECUTOR_IMAGE" --platform "$TARGET_PLATFORM" --context "$CONTEXT"
 @START_ARGS@
 )
 "${START[@]}" prepare
