@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from gpurl_tasks.attest import tool as attest_tool
 from gpurl_tasks.cluster import jobmain, jobstart
 from gpurl_tasks.cluster.bundle import MAX_BUNDLE_BYTES
@@ -110,3 +112,15 @@ def test_the_gpu_checks_zipapp_carries_the_check_alone_and_runs_on_a_bare_python
                                  capture_output=True, text=True, check=False)
         assert (refused.returncode, refused.stdout) == (2, "")
         assert refused.stderr == f"{path}: error: this zipapp does not carry {tool}\n"
+
+
+def test_a_python3_older_than_the_package_allows_is_refused_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A task image's python3 3.10 (ubuntu:22.04's): one line naming cluster.task-image, exit 2,
+    before any tool is imported (their modules may use what 3.10 lacks)."""
+    monkeypatch.setattr(sys, "version_info", (3, 10, 12, "final", 0))
+    monkeypatch.setattr(sys, "version", "3.10.12 (main) [GCC 11.4.0]")
+    assert jobmain.main(["start", "prepare"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("error: this python3 is 3.10.12; gpurl's job steps need 3.11 or newer "
+                         "(cluster.task-image)")
