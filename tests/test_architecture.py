@@ -100,7 +100,8 @@ SHIPPED = {"attest": {"attest.sbom", "attest.provenance", "attest.documents", "a
            "writer": {m for m in MODULES if m.startswith("writer.")},
            "cluster": {"cluster.jobmain", "cluster.jobstart", "writer.crane", "writer.retry",
                        "writer.orchestration", "writer.composition", "writer.records",
-                       "writer.blob", "writer.ocispec"},
+                       "writer.blob", "writer.ocispec", "attest.tool", "attest.sbom",
+                       "attest.provenance", "attest.documents", "errors", "files"},
            "gpu": {m for m in MODULES if m.startswith("gpu.")} | {"errors", "files"}}
 
 

@@ -17,13 +17,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpurl_tasks.attest.tool import manifest_key, manifest_sums
 from gpurl_tasks.cluster.jobstart import (
     JobStartError,
     download,
     job_inputs,
     main,
-    manifest_key,
-    manifest_sha256,
     mount_over,
 )
 from gpurl_tasks.values import SOURCE_ID_PATTERN
@@ -129,9 +128,10 @@ def test_the_manifest_is_read_as_a_wheel_builder_writes_it() -> None:
                 f"{'b' * 64} *flash_attn-2-cp312-linux_x86_64.whl\n")
     assert manifest_key(manifest, "# gpurl-abi ") == "fork=1 platform=linux_x86_64"
     assert manifest_key("no key\n", "# gpurl-abi ") == ""
-    assert manifest_sha256(manifest, "vllm-1-cp312-linux_x86_64.whl") == "a" * 64
-    assert manifest_sha256(manifest, "flash_attn-2-cp312-linux_x86_64.whl") == "b" * 64  # binary mode
-    assert manifest_sha256(manifest, "vllm-1") is None
+    sums = manifest_sums(manifest)
+    assert sums.get("vllm-1-cp312-linux_x86_64.whl") == "a" * 64
+    assert sums.get("flash_attn-2-cp312-linux_x86_64.whl") == "b" * 64  # binary mode
+    assert sums.get("vllm-1") is None
 
 
 @contextmanager

@@ -32,7 +32,7 @@ from gpurl_tasks.writer.crane import Crane, CraneFailed
 from gpurl_tasks.writer.records import write_layout
 from gpurl_tasks.writer.retry import RetryRules
 
-__all__ = ["compiled_wheels", "main", "provenance_commit"]
+__all__ = ["compiled_wheels", "main", "manifest_key", "manifest_sums", "provenance_commit"]
 
 KINDS = {"sbom": cdx.MEDIA_TYPE, "provenance": slsa.MEDIA_TYPE}
 PREBUILT = "prebuilt-wheelhouse"  # the wheel source whose wheels the MANIFEST names
@@ -49,17 +49,28 @@ def _read_json(path: Path, what: str) -> Any:
         raise ToolError(f"cannot read {what} {path}: {exc}") from None
 
 
-def compiled_wheels(manifest_text: str, names: Sequence[str], abi_prefix: str
-                    ) -> tuple[cdx.CompiledWheel, ...]:
-    """The prebuilt wheels the image installed, with the sha256 and ABI key their MANIFEST
-    records (`<sha256>  <file>` lines, the key on its `abi_prefix` line)."""
-    key = next((line[len(abi_prefix):].strip() for line in manifest_text.splitlines()
-                if abi_prefix and line.startswith(abi_prefix)), "")
+def manifest_key(manifest_text: str, abi_prefix: str) -> str:
+    """The ABI key a wheel-builder's MANIFEST records on its `abi_prefix` line ("" without)."""
+    return next((line[len(abi_prefix):].strip() for line in manifest_text.splitlines()
+                 if abi_prefix and line.startswith(abi_prefix)), "")
+
+
+def manifest_sums(manifest_text: str) -> dict[str, str]:
+    """{file: sha256} of a MANIFEST's `<sha256>  <file>` lines (`*file`: sha256sum's binary mode)."""
     sums = {}
     for line in manifest_text.splitlines():
         parts = line.split()
         if len(parts) == 2 and not line.startswith("#"):
             sums[parts[1].lstrip("*")] = parts[0]
+    return sums
+
+
+def compiled_wheels(manifest_text: str, names: Sequence[str], abi_prefix: str
+                    ) -> tuple[cdx.CompiledWheel, ...]:
+    """The prebuilt wheels the image installed, with the sha256 and ABI key their MANIFEST
+    records."""
+    key = manifest_key(manifest_text, abi_prefix)
+    sums = manifest_sums(manifest_text)
     missing = [n for n in names if n not in sums]
     if missing:
         raise ToolError(f"the wheels' MANIFEST has no entry for {', '.join(missing)}")

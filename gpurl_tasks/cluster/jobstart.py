@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import os
 import re
 import shlex
@@ -33,6 +32,8 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gpurl_tasks.attest.tool import manifest_key, manifest_sums
+from gpurl_tasks.files import sha256_of, write_atomic
 from gpurl_tasks.writer.crane import Crane, CraneFailed
 from gpurl_tasks.writer.retry import RetryRules, retryable_status
 
@@ -127,6 +128,11 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def ca_bundle_path(work: Path) -> Path:
+    """Where the job's CA bundle is kept (under the kaniko dir: it outlives kaniko's reset)."""
+    return work / "ca-certificates.crt"
+
+
 def job_ca_bundle(work: Path, env: Mapping[str, str]) -> Path:
     """The job's trust, its system bundle plus $SSL_CERT_FILE, copied under the kaniko dir:
     kaniko's reset after its first run puts the built stage's /etc/ssl in place of this job's,
@@ -141,17 +147,11 @@ def job_ca_bundle(work: Path, env: Mapping[str, str]) -> Path:
     if not text.strip():
         raise JobStartError("this job has no CA bundle (/etc/ssl/certs/ca-certificates.crt, or "
                             "SSL_CERT_FILE): install ca-certificates in the task image")
-    bundle = work / "ca-certificates.crt"
-    _write(bundle, text.encode())
+    bundle = ca_bundle_path(work)
+    write_atomic(bundle, text)
     _say(f"==> CA bundle for every step: {bundle} "
          f"({text.count('BEGIN CERTIFICATE')} certificates)")
     return bundle
-
-
-def _write(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    partial.replace(path)
 
 
 def download(url: str, target: Path, rules: RetryRules, ca: Path) -> None:
@@ -193,7 +193,7 @@ def fetch_crane(args: argparse.Namespace, rules: RetryRules, ca: Path) -> Path:
         download(args.crane_url, archive, rules, ca)
     except JobStartError as failed:
         raise JobStartError(f"could not download crane from {args.crane_url}: {failed}") from None
-    if hashlib.sha256(archive.read_bytes()).hexdigest() != args.crane_sha256:
+    if sha256_of(archive) != args.crane_sha256:
         raise JobStartError(f"crane archive checksum mismatch (expected sha256 "
                             f"{args.crane_sha256})")
     binary: Path = args.work / "crane"
@@ -201,8 +201,7 @@ def fetch_crane(args: argparse.Namespace, rules: RetryRules, ca: Path) -> Path:
         member = tar.extractfile("crane")
         if member is None:
             raise JobStartError(f"the crane archive at {args.crane_url} has no crane")
-        _write(binary, member.read())
-    binary.chmod(0o755)
+        write_atomic(binary, member.read(), mode=0o755)
     return binary
 
 
@@ -234,8 +233,8 @@ def prepare(args: argparse.Namespace, inputs: JobInputs, env: Mapping[str, str])
               "REGISTRY_RETRY_MAX_WAIT": str(inputs.retry_max_wait),
               "WHEEL_SOURCE": inputs.wheel_source or "",
               "WHEELHOUSE": str(args.context / args.wheelhouse)}
-    _write(args.work / "job.vars",
-           "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()).encode())
+    write_atomic(args.work / "job.vars",
+                 "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))
 
 
 def admit(args: argparse.Namespace, inputs: JobInputs) -> None:
@@ -256,22 +255,7 @@ def admit(args: argparse.Namespace, inputs: JobInputs) -> None:
                                 "--force to overwrite it knowingly)")
         _say(f"    overwriting {existing} (OVERWRITE_TAG=1)")
     if inputs.wheel_source == "prebuilt-wheelhouse":
-        fetch_wheels(args, inputs.rules, args.work / "ca-certificates.crt")
-
-
-def manifest_key(manifest: str, prefix: str) -> str:
-    """The ABI key line a wheel-builder wrote first in its MANIFEST ("" when none)."""
-    return "\n".join(line[len(prefix):] for line in manifest.splitlines()
-                     if line.startswith(prefix))
-
-
-def manifest_sha256(manifest: str, wheel: str) -> str | None:
-    """The sha256 the MANIFEST (`sha256sum` lines) records for `wheel`."""
-    for line in manifest.splitlines():
-        fields = line.split()
-        if len(fields) == 2 and fields[1] in (wheel, f"*{wheel}"):
-            return fields[0]
-    return None
+        fetch_wheels(args, inputs.rules, ca_bundle_path(args.work))
 
 
 def fetch_wheels(args: argparse.Namespace, rules: RetryRules, ca: Path) -> None:
@@ -286,6 +270,7 @@ def fetch_wheels(args: argparse.Namespace, rules: RetryRules, ca: Path) -> None:
         raise JobStartError(f"MANIFEST is missing at {base}/MANIFEST ({_NO_COMPILE})") from None
     manifest = (wheelhouse / "MANIFEST").read_text(encoding="utf-8", errors="replace")
     found = manifest_key(manifest, args.abi_prefix)
+    sums = manifest_sums(manifest)
     for word in found.split():
         if word.startswith("platform=") and word != f"platform={args.wheel_platform}":
             raise JobStartError(
@@ -297,7 +282,7 @@ def fetch_wheels(args: argparse.Namespace, rules: RetryRules, ca: Path) -> None:
                             f"{args.abi_key!r}, found {found or 'none'!r} (rebuild the wheels "
                             f"for these pins; {_NO_COMPILE})")
     for wheel in args.wheel:
-        want = manifest_sha256(manifest, wheel)
+        want = sums.get(wheel)
         if want is None:
             raise JobStartError(f"MANIFEST at {base} has no entry for {wheel}")
         try:
@@ -305,19 +290,11 @@ def fetch_wheels(args: argparse.Namespace, rules: RetryRules, ca: Path) -> None:
         except JobStartError:
             raise JobStartError(f"wheel {wheel} is missing at {base}/{wheel} "
                                 f"({_NO_COMPILE})") from None
-        got = _sha256_of(wheelhouse / wheel)
+        got = sha256_of(wheelhouse / wheel)
         if got != want:
             raise JobStartError(f"checksum mismatch for {wheel}: MANIFEST says {want}, the "
                                 f"download is {got}")
         _say(f"    ok {wheel}")
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _parser() -> argparse.ArgumentParser:
