@@ -18,8 +18,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpurl_tasks.attest import provenance as slsa
+from gpurl_tasks.attest import sameinputs
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest.collect import listed
 from gpurl_tasks.config import Config, load_config
@@ -236,3 +239,60 @@ def test_another_locks_image_is_not_compared_with_this_lock(registry: RegistrySe
     assert any("built from another lock" in n for n in report.notes)
     assert any("provenance: built from 0d0d0d0d0d0d" in n for n in report.notes)
     client.close()
+
+
+def test_a_tag_a_build_of_the_same_inputs_put_verifies_and_one_put_by_hand_does_not(
+        registry: RegistryServer) -> None:
+    """A new commit whose inputs equal a pushed image's: `reuse_pushed` puts the new commit's
+    tag on the image built from the old one, and verify-layers of that tag passes on the
+    statement the reuse attached (the provenance names the old commit, as it must). The same
+    image under a third commit's tag put by hand, with no statement, still fails."""
+    from gpurl_tasks.files import read_text
+    from gpurl_tasks.rebuild.inputs import BuildInputs
+    from gpurl_tasks.release.reuse import expected_labels, record, reuse_pushed
+
+    config = _config(registry)
+    labels = expected_labels(read_text(config.build.dockerfile, what="Dockerfile"))
+    built_tag, later = f"demo-{COMMIT[:12]}", "abcdef0123456789abcdef0123456789abcdef01"
+    push_image(registry.url, config.registry.repository, [
+        tar_gz_layer({"etc/os-release": b"ID=debian\n"}, "ADD rootfs /"),
+        random_layer(50_000, "RUN /bin/sh -c uv sync --frozen", seed=5)],
+        tag=built_tag, labels=labels)
+    client, image = _pulled(registry, f"{registry.host}/{config.registry.repository}:{built_tag}")
+    attach_attestations(config, image, client, _context())
+    inputs = BuildInputs(key="5" * 64, base="gpurl/bookworm-python:3.11")
+    record(config, inputs, image.top_digest)
+    said: list[str] = []
+    reference = f"{registry.host}/{config.registry.repository}:demo-{later[:12]}"
+    reused = reuse_pushed(config, inputs, reference=reference, floating=None, dry_run=False,
+                          say=said.append)
+    assert reused is not None and reused.digest == image.top_digest, said
+    _, report = verify_image(config, parse_reference(reference), client)
+    assert report.ok, report.human()
+    assert any(f"built from {COMMIT}; the tag naming {later[:12]} was put on it by a build of "
+               f"the same inputs (inputs-{'5' * 64})" in n for n in report.notes), report.notes
+    by_hand = "demo-0123456789ab"
+    client.tag_manifest(image.ref, image.top_digest, by_hand)
+    _, refused = verify_image(config, dataclasses.replace(image.ref, tag=by_hand), client)
+    failing = {f.code: f.message for f in refused.findings if f.failing}
+    assert "provenance-commit" in failing and "0123456789ab" in failing["provenance-commit"]
+    client.close()
+
+
+_HEX = "0123456789abcdef"
+
+
+@given(tag=st.from_regex(r"[a-z]{1,8}-[0-9a-f]{7,12}", fullmatch=True),
+       digest=st.text(_HEX, min_size=64, max_size=64),
+       other=st.text(_HEX, min_size=64, max_size=64),
+       key=st.text(_HEX, min_size=64, max_size=64))
+def test_a_same_inputs_statement_vouches_for_its_own_tag_on_its_own_digest_only(
+        tag: str, digest: str, other: str, key: str) -> None:
+    document = json.loads(sameinputs.statement(name="gpurl/demo", digest=f"sha256:{digest}",
+                                               tag=tag, inputs_tag=f"inputs-{key}"))
+    assert sameinputs.vouching([document], f"sha256:{digest}", tag) == f"inputs-{key}"
+    assert sameinputs.vouching([document], f"sha256:{digest}", tag + "0") is None
+    if other != digest:
+        assert sameinputs.vouching([document], f"sha256:{other}", tag) is None
+    foreign = {**document, "predicateType": slsa.PREDICATE_TYPE}
+    assert sameinputs.vouching([foreign], f"sha256:{digest}", tag) is None

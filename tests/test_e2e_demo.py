@@ -190,7 +190,8 @@ def tree_image(tree: Path) -> str:
 
 def test_same_inputs_run_no_build(tree: Path, first: dict[str, Any]) -> None:
     """A new commit of the same inputs: the image the demo pushed (and recorded by its inputs)
-    is tagged with the new commit's tag, no step runs and no blob is pushed; a dry run names
+    is tagged with the new commit's tag, no step runs and no blob is pushed, and verify-layers
+    passes that tag (attestations required) on the statement the reuse attached; a dry run names
     that inputs tag, and with a workspace file edited another one (which no build recorded).
     --force builds (a real engine build: the only way to time what the no-op saves)."""
     flags = ("build", "--backend", "local", "--profile", "demo", "--wheel-source",
@@ -211,6 +212,13 @@ def test_same_inputs_run_no_build(tree: Path, first: dict[str, Any]) -> None:
         assert reused["reference"] != first["reference"]  # the new commit's tag...
         assert _registry_digest(reused["reference"]).endswith(first["digest"])  # ...on it
         assert "<== " not in done.stderr  # no step ran: neither compose nor build + push
+        # the new commit's tag verifies: the provenance names the commit the image was built
+        # from, and the reuse attached the statement that it put this tag there
+        verified = invoke(tree, "verify-layers", "--profile", "demo", "--ref",
+                          reused["reference"], env={**os.environ,
+                                                    "GPURL_VERIFY_ATTESTATIONS": "required"})
+        assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+        assert f"by a build of the same inputs ({reused['inputs_tag']})" in verified.stdout
         assert f"looks up {tree_image(tree)}:{reused['inputs_tag']}:" in planned.stderr
         source.write_text(source.read_text() + "# edited\n")
         edited = invoke(tree, *flags, "--dry-run")

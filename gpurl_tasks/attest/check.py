@@ -36,9 +36,13 @@ def _names(items: Collection[tuple[str, str]]) -> str:
 def check_attestations(*, sbom: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None,
                        expected: Collection[tuple[str, str]] | None,
                        post_installs: Collection[str], commit: str | None, required: bool,
-                       where: str) -> tuple[list[Problem], list[str]]:
+                       where: str, same_inputs: str | None = None
+                       ) -> tuple[list[Problem], list[str]]:
     """(findings, notes) for the documents found attached to the image (None: not found);
-    `expected` None: the image was built from another lock, its packages are not compared."""
+    `expected` None: the image was built from another lock, its packages are not compared;
+    `same_inputs`: the inputs tag of a statement that a build of the same inputs put the
+    verified tag on the image (attest/sameinputs.py), which lets the tag name another commit
+    than the provenance."""
     findings: list[Problem] = []
     notes: list[str] = []
     absent = [name for name, document in (("SBOM", sbom), ("provenance", provenance))
@@ -80,6 +84,10 @@ def check_attestations(*, sbom: Mapping[str, Any] | None, provenance: Mapping[st
         said = commit_of(provenance)
         if commit is None:
             notes.append(f"provenance: built from {said} (the tag names no commit to compare)")
+        elif said is not None and same_inputs is not None and not (
+                said.startswith(commit) or commit.startswith(said)):
+            notes.append(f"provenance: built from {said}; the tag naming {commit} was put on it "
+                         f"by a build of the same inputs ({same_inputs})")
         elif said is None or not (said.startswith(commit) or commit.startswith(said)):
             findings.append(Problem(code="provenance-commit", message=(
                 f"the provenance says the image was built from {said or 'no commit'}, but its "

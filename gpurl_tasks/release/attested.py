@@ -17,6 +17,7 @@ from typing import Any
 
 from gpurl_tasks import values
 from gpurl_tasks.attest import provenance as slsa
+from gpurl_tasks.attest import sameinputs
 from gpurl_tasks.attest import sbom as cdx
 from gpurl_tasks.attest import verification as vsa
 from gpurl_tasks.attest.check import check_attestations
@@ -127,7 +128,8 @@ def attestation_findings(config: Config, image: PulledImage, client: RegistryCli
         sbom=sbom, provenance=attached.provenance,
         expected={(p.name, p.version) for p in python} if ours and sbom else None,
         post_installs=declared,
-        commit=tag_commit(config, image), required=required, where=where)
+        commit=tag_commit(config, image), required=required, where=where,
+        same_inputs=sameinputs.vouching(attached.same_inputs, image.subject, image.ref.tag or ""))
     return [Finding(code=p.code, message=p.message, failing=True) for p in problems], notes
 
 
@@ -143,6 +145,7 @@ class Attestations:
     document: bool = False  # `invoke sbom --document`: show the SBOM itself
     gpu: vsa.Verdict | None = None  # the latest GPU verification summary (`invoke verify-gpu`)
     gpu_problem: str = ""  # why an attached one cannot be used
+    same_inputs: tuple[Mapping[str, Any], ...] = ()  # attest/sameinputs.py's statements
     exit_code: int = ExitCode.OK
 
     def counts(self) -> dict[str, int]:
@@ -185,12 +188,16 @@ class Attestations:
 
 
 def read_attestations(client: RegistryClient, ref: ImageRef, digest: str) -> Attestations:
-    """The SBOM and provenance attached to manifest `digest` of `ref`'s repository."""
-    found = {r.artifact_type: r for r in find(client, ref, digest)}
+    """The SBOM, provenance and same-inputs statements attached to manifest `digest` of
+    `ref`'s repository."""
+    listed = find(client, ref, digest)
+    found = {r.artifact_type: r for r in listed}
     docs = {kind: fetch(client, ref, found[kind]) if kind in found else None
             for kind in (cdx.MEDIA_TYPE, slsa.MEDIA_TYPE)}
+    same = tuple(fetch(client, ref, r) for r in listed
+                 if r.artifact_type == sameinputs.MEDIA_TYPE)
     return Attestations(reference=str(ref), digest=digest, sbom=docs[cdx.MEDIA_TYPE],
-                        provenance=docs[slsa.MEDIA_TYPE],
+                        provenance=docs[slsa.MEDIA_TYPE], same_inputs=same,
                         via=next((r.via for r in found.values()), "not attached"))
 
 

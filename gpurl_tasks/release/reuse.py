@@ -1,14 +1,16 @@
 """A build whose inputs equal a pushed image's: found by its inputs tag, checked, then tagged.
 
 Every push records its image under `inputs-<key>` (rebuild/inputs_key.py) in the image's own
-repository: there the manifest's blobs already are, so tagging it again is one manifest PUT,
-and a cache repository's cleanup cannot orphan the tag. `invoke build` (both paths) asks for
-the tag before any executor runs; an image found there is trusted only when its manifest, its
-config and every layer blob are in the registry and its labels name the same generated config,
-lock and plan as this build's Dockerfile. Then the immutable tag and the floating one when
-asked are put on its digest, and nothing is built or pushed. An immutable tag that already
-holds another image is never moved here: the build goes on, under the rule as always
-(oci/tags.py: the same image pushes nothing, another is refused unless `--force`).
+repository: there the manifest's blobs already are, so tagging it again pushes no layer, and a
+cache repository's cleanup cannot orphan the tag. `invoke build` (both paths) asks for the tag
+before any executor runs; an image found there is trusted only when its manifest, its config
+and every layer blob are in the registry and its labels name the same generated config, lock
+and plan as this build's Dockerfile. Then a statement that this build put the immutable tag
+there is attached (attest/sameinputs.py: verify-layers reads it, as the image's provenance
+names the commit it was built from), and the immutable tag and the floating one when asked are
+put on its digest; nothing is built or pushed. An immutable tag that already holds another
+image is never moved here: the build goes on, under the rule as always (oci/tags.py: the same
+image pushes nothing, another is refused unless `--force`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpurl_tasks.attest import sameinputs
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.provenance import (
     LABEL_CONFIG_HASH,
@@ -29,6 +32,7 @@ from gpurl_tasks.errors import ExitCode, GpurlError, RegistryError
 from gpurl_tasks.files import read_text
 from gpurl_tasks.imageref import ImageRef, parse_reference
 from gpurl_tasks.oci.connect import open_client
+from gpurl_tasks.oci.referrers import attach
 from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.rebuild.inputs import BuildInputs
 from gpurl_tasks.rebuild.inputs_key import inputs_tag
@@ -95,13 +99,20 @@ def find_recorded(client: RegistryClient, image: ImageRef, key: str, labels: Map
 
 
 def _put_tags(client: RegistryClient, image: ImageRef, digest: str, immutable: str,
-              floating: str | None) -> str:
-    """The immutable tag, then the floating one, on `digest`; "" when done, else why not: an
-    immutable tag that holds another image is never moved here (the build that follows
-    applies the rule as always: the same image pushes nothing, another one is refused)."""
+              floating: str | None, inputs: str) -> str:
+    """The same-inputs statement for the immutable tag (attest/sameinputs.py: the image's
+    provenance names the commit it was built from, the tag this one), then the immutable tag,
+    then the floating one, on `digest`; "" when done, else why not: an immutable tag that
+    holds another image is never moved here (the build that follows applies the rule as
+    always: the same image pushes nothing, another one is refused). The statement goes first:
+    a tag never stands without it, and attaching it again is the same artifact."""
     held = client.lookup(dataclasses.replace(image, tag=immutable, digest=None))
     if held is not None and held != digest:
         return f"{image.name}:{immutable} already holds {held[:19]}, not this image"
+    subject = client.descriptor(image, digest)
+    attach(client, image, subject, sameinputs.MEDIA_TYPE,
+           sameinputs.statement(name=image.name, digest=digest, tag=immutable, inputs_tag=inputs),
+           sameinputs.DESCRIPTION)
     if held is None:
         client.tag_manifest(image, digest, immutable)
     if floating is not None and client.lookup(
@@ -141,7 +152,7 @@ def reuse_pushed(config: Config, inputs: BuildInputs, *, reference: str, floatin
                     say(f"note: building: {why}")
                 return None
             why = _put_tags(client, image, digest, parse_reference(reference).tag or "",
-                            parse_reference(floating).tag if floating else None)
+                            parse_reference(floating).tag if floating else None, tag)
             if why:
                 say(f"note: building: {why}")
                 return None
