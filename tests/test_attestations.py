@@ -30,7 +30,12 @@ from gpurl_tasks.dockerfile.provenance import LABEL_CONFIG_HASH, LABEL_LOCK_HASH
 from gpurl_tasks.imageref import parse_reference
 from gpurl_tasks.oci.referrers import fallback_tag, fetch, find
 from gpurl_tasks.oci.registry import RegistryClient
-from gpurl_tasks.release.attested import BuildContext, attach_attestations, documents
+from gpurl_tasks.release.attested import (
+    BuildContext,
+    attach_attestations,
+    documents,
+    read_attestations,
+)
 from gpurl_tasks.release.flow import verify_image
 from gpurl_tasks.writer.ocispec import OCI_INDEX
 from tests.conftest import REPO_ROOT
@@ -271,6 +276,11 @@ def test_a_tag_a_build_of_the_same_inputs_put_verifies_and_one_put_by_hand_does_
     assert report.ok, report.human()
     assert any(f"built from {COMMIT}; the tag naming {later[:12]} was put on it by a build of "
                f"the same inputs (inputs-{'5' * 64})" in n for n in report.notes), report.notes
+    shown = read_attestations(client, parse_reference(reference), image.top_digest)
+    assert (f"same inputs: demo-{later[:12]} put on this image by a build of the same inputs "
+            f"(inputs-{'5' * 64})") in shown.human()
+    assert shown.to_json()["same_inputs"] == [{"tag": f"demo-{later[:12]}",
+                                               "inputs_tag": f"inputs-{'5' * 64}"}]
     by_hand = "demo-0123456789ab"
     client.tag_manifest(image.ref, image.top_digest, by_hand)
     _, refused = verify_image(config, dataclasses.replace(image.ref, tag=by_hand), client)

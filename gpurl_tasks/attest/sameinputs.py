@@ -16,7 +16,7 @@ from typing import Any
 from gpurl_tasks.attest.provenance import STATEMENT_TYPE
 from gpurl_tasks.writer.ocispec import canonical_json
 
-__all__ = ["DESCRIPTION", "MEDIA_TYPE", "PREDICATE_TYPE", "statement", "vouching"]
+__all__ = ["DESCRIPTION", "MEDIA_TYPE", "PREDICATE_TYPE", "statement", "vouched", "vouching"]
 
 MEDIA_TYPE = "application/vnd.gpurl.same-inputs.v1+json"  # the artifactType it is listed under
 PREDICATE_TYPE = "urn:gpurl:predicate:same-inputs:v1"
@@ -34,10 +34,11 @@ def statement(*, name: str, digest: str, tag: str, inputs_tag: str) -> bytes:
     })
 
 
-def vouching(documents: Iterable[Mapping[str, Any]], digest: str, tag: str) -> str | None:
-    """The inputs tag of the first statement among `documents` that puts `tag` on `digest`
-    (None: none does; a statement of another subject or type never counts)."""
+def vouched(documents: Iterable[Mapping[str, Any]], digest: str) -> list[tuple[str, str]]:
+    """(tag, inputs tag) of every statement among `documents` whose subject is `digest`, in
+    their order (a statement of another subject or type never counts)."""
     hex_digest = digest.removeprefix("sha256:")
+    found = []
     for document in documents:
         predicate = document.get("predicate")
         subjects = document.get("subject")
@@ -46,7 +47,13 @@ def vouching(documents: Iterable[Mapping[str, Any]], digest: str, tag: str) -> s
             continue
         names_digest = any(isinstance(s, Mapping) and isinstance(s.get("digest"), Mapping)
                            and s["digest"].get("sha256") == hex_digest for s in subjects)
-        inputs_tag = predicate.get("inputsTag")
-        if names_digest and predicate.get("tag") == tag and isinstance(inputs_tag, str):
-            return inputs_tag
-    return None
+        tag, inputs_tag = predicate.get("tag"), predicate.get("inputsTag")
+        if names_digest and isinstance(tag, str) and isinstance(inputs_tag, str):
+            found.append((tag, inputs_tag))
+    return found
+
+
+def vouching(documents: Iterable[Mapping[str, Any]], digest: str, tag: str) -> str | None:
+    """The inputs tag of the first statement among `documents` that puts `tag` on `digest`
+    (None: none does)."""
+    return next((inputs for said, inputs in vouched(documents, digest) if said == tag), None)

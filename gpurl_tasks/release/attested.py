@@ -174,6 +174,8 @@ class Attestations:
             lines.append(f"provenance: commit {slsa.commit_of(self.provenance)}, builder "
                          f"{run.get('builder', {}).get('id')}, invocation "
                          f"{run.get('metadata', {}).get('invocationId')}")
+        lines += [f"same inputs: {tag} put on this image by a build of the same inputs "
+                  f"({inputs})" for tag, inputs in sameinputs.vouched(self.same_inputs, self.digest)]
         lines.append(self.gpu.line() if self.gpu else
                      f"GPU check: {self.gpu_problem or 'none attached'}")
         return "\n".join(lines)
@@ -184,7 +186,10 @@ class Attestations:
                 if self.sbom is not None else None,
                 "provenance": dict(self.provenance) if self.provenance is not None else None,
                 "gpu": self.gpu.to_json() if self.gpu else None,
-                **({"gpu_problem": self.gpu_problem} if self.gpu_problem else {})}
+                **({"gpu_problem": self.gpu_problem} if self.gpu_problem else {}),
+                **({"same_inputs": [{"tag": tag, "inputs_tag": inputs} for tag, inputs
+                                    in sameinputs.vouched(self.same_inputs, self.digest)]}
+                   if self.same_inputs else {})}
 
 
 def read_attestations(client: RegistryClient, ref: ImageRef, digest: str) -> Attestations:
