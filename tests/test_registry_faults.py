@@ -166,12 +166,19 @@ def crane(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return real_crane(tmp_path_factory.mktemp("crane"))
 
 
+_LOGIN = threading.Lock()  # two compositions at once log in from two threads
+
+
 def _login(host: str) -> None:
-    """crane's login for `host` in $DOCKER_CONFIG, as the job writes it."""
+    """crane's login for `host` in $DOCKER_CONFIG, as the job writes it: read, changed and
+    replaced whole under a lock, so a thread's crane never reads a file half written."""
     path = Path(os.environ["DOCKER_CONFIG"]) / "config.json"
-    auths = json.loads(path.read_text())["auths"] if path.exists() else {}
-    auths[host] = {"auth": base64.b64encode(f"{USER}:{CANARY}".encode()).decode()}
-    path.write_text(json.dumps({"auths": auths}))
+    with _LOGIN:
+        auths = json.loads(path.read_text())["auths"] if path.exists() else {}
+        auths[host] = {"auth": base64.b64encode(f"{USER}:{CANARY}".encode()).decode()}
+        written = path.with_suffix(".json.tmp")
+        written.write_text(json.dumps({"auths": auths}))
+        written.replace(path)
 
 
 @contextlib.contextmanager
