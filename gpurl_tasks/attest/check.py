@@ -84,17 +84,16 @@ def check_attestations(*, sbom: Mapping[str, Any] | None, provenance: Mapping[st
         said = commit_of(provenance)
         if commit is None:
             notes.append(f"provenance: built from {said} (the tag names no commit to compare)")
-        elif said is not None and same_inputs is not None and not (
-                said.startswith(commit) or commit.startswith(said)):
+        elif said is not None and (said.startswith(commit) or commit.startswith(said)):
+            notes.append(f"provenance: built from {said} by "
+                         f"{_builder(provenance)} ({where})")
+        elif said is not None and same_inputs is not None:
             notes.append(f"provenance: built from {said}; the tag naming {commit} was put on it "
                          f"by a build of the same inputs ({same_inputs})")
-        elif said is None or not (said.startswith(commit) or commit.startswith(said)):
+        else:
             findings.append(Problem(code="provenance-commit", message=(
                 f"the provenance says the image was built from {said or 'no commit'}, but its "
                 f"tag names {commit}")))
-        else:
-            notes.append(f"provenance: built from {said} by "
-                         f"{_builder(provenance)} ({where})")
     return findings, notes
 
 

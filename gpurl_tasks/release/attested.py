@@ -181,15 +181,15 @@ class Attestations:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
+        vouched = sameinputs.vouched(self.same_inputs, self.digest)
         return {"reference": self.reference, "digest": self.digest, "via": self.via,
                 "sbom": (dict(self.sbom) if self.document else self.counts())
                 if self.sbom is not None else None,
                 "provenance": dict(self.provenance) if self.provenance is not None else None,
                 "gpu": self.gpu.to_json() if self.gpu else None,
                 **({"gpu_problem": self.gpu_problem} if self.gpu_problem else {}),
-                **({"same_inputs": [{"tag": tag, "inputs_tag": inputs} for tag, inputs
-                                    in sameinputs.vouched(self.same_inputs, self.digest)]}
-                   if self.same_inputs else {})}
+                **({"same_inputs": [{"tag": tag, "inputs_tag": inputs}
+                                    for tag, inputs in vouched]} if vouched else {})}
 
 
 def read_attestations(client: RegistryClient, ref: ImageRef, digest: str) -> Attestations:

@@ -104,16 +104,15 @@ def _put_tags(client: RegistryClient, image: ImageRef, digest: str, immutable: s
     provenance names the commit it was built from, the tag this one), then the immutable tag,
     then the floating one, on `digest`; "" when done, else why not: an immutable tag that
     holds another image is never moved here (the build that follows applies the rule as
-    always: the same image pushes nothing, another one is refused). The statement goes first:
-    a tag never stands without it, and attaching it again is the same artifact."""
+    always: the same image pushes nothing, another one is refused). The statement goes first,
+    so a tag this puts never stands without it; a tag already on `digest` is left as it is."""
     held = client.lookup(dataclasses.replace(image, tag=immutable, digest=None))
     if held is not None and held != digest:
         return f"{image.name}:{immutable} already holds {held[:19]}, not this image"
-    subject = client.descriptor(image, digest)
-    attach(client, image, subject, sameinputs.MEDIA_TYPE,
-           sameinputs.statement(name=image.name, digest=digest, tag=immutable, inputs_tag=inputs),
-           sameinputs.DESCRIPTION)
     if held is None:
+        attach(client, image, client.descriptor(image, digest), sameinputs.MEDIA_TYPE,
+               sameinputs.statement(name=image.name, digest=digest, tag=immutable,
+                                    inputs_tag=inputs), sameinputs.DESCRIPTION)
         client.tag_manifest(image, digest, immutable)
     if floating is not None and client.lookup(
             dataclasses.replace(image, tag=floating, digest=None)) != digest:
