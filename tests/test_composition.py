@@ -200,3 +200,28 @@ def test_the_key_changes_with_every_input(field: str, other: str) -> None:
     assert changed != slice_key(**_KEY)  # type: ignore[arg-type]
     assert slice_key(**_KEY) == slice_key(**dict(_KEY))  # type: ignore[arg-type]
     assert slice_key(**_KEY).startswith("slice-group-04-")  # type: ignore[arg-type]
+
+
+_TIMES = st.datetimes().map(lambda t: t.isoformat() + "Z")
+
+
+@given(built=_TIMES, steps=st.lists(_TIMES, min_size=4, max_size=4), again=_TIMES,
+       path=st.sampled_from(["PATH=/opt/venv/bin", "PATH=/opt/other/bin"]))
+def test_the_composed_image_names_no_time_and_holds_every_other_setting(
+        built: str, steps: list[str], again: str, path: str) -> None:
+    """env-base built twice with the same layers differs in its times only (kaniko stamps its
+    config's `created` on every build): both compose into one image, so every cache key the
+    final stage's build chains on the environment stays put. Any other setting of env-base's
+    config still makes another image."""
+    base_manifest, base_config = _base()
+    slices = [_written("torch"), _written("tail")]
+    first = {**base_config, "created": built,
+             "history": [{**e, "created": t} for e, t in zip(base_config["history"], steps,
+                                                            strict=True)]}
+    second = {**base_config, "created": again}
+    composed = compose(base_manifest, first, slices)
+    assert compose(base_manifest, second, slices) == composed
+    config = json.loads(composed.config)
+    assert "created" not in config and not [e for e in config["history"] if "created" in e]
+    other = {**base_config, "config": {**base_config["config"], "Env": [path]}}
+    assert (compose(base_manifest, other, slices) == composed) == (path == "PATH=/opt/venv/bin")

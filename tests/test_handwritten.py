@@ -175,6 +175,8 @@ def test_the_sandbox_job_builds_its_context_with_the_same_guard_rails(repo: Path
     assert argv[argv.index("--destination") + 1] == f"{image}:sandbox-0123abc"
     assert "--cache-repo=" + image + "/cache" in argv
     assert [a for a in argv if a.startswith("--build-arg")] == ["--build-arg"]  # GITSHA's only
+    # no RUN of its own keeps a wholly cached last stage unpacked for attest: no COPY caching
+    assert "--cache-copy-layers" not in argv
     assert len(r.calls("executor")) == 1  # built as written: no env-base, no composing build
     assert canary not in done.stdout + done.stderr
 

@@ -82,6 +82,7 @@ JOB_IMAGE = "gpurl/kaniko-job:bookworm"
 USER = "gpurl"
 CANARY = "ghp_CANARYkanikoE2E0f3e9d1c5b7a"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+REBUILT_DOC = "Demo C extension, rebuilt."  # in the rebuilt wheel's compiled module only
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class Parts:
     ca_dir: Path  # mounted at /ca in the job: the system bundle plus the test CA
     crane_url: str
     wheel_url: str  # the demo's compiled wheel and its MANIFEST, shaped like the wheel dataset
+    rebuilt_wheel_url: str  # that wheel rebuilt: its name and version, other compiled bytes
     crane: Path  # the crane the job runs, here on the host to read what the registry holds
     docker_config: Path  # its login to the TLS registry
 
@@ -111,6 +113,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
     (ca_dir / "bundle.pem").write_bytes(HOST_CA.read_bytes() + ca.ca.read_bytes())
     served = tmp / "served"
     demo_wheelhouse(served / "wheels", tmp / "wheel")
+    demo_wheelhouse(served / "wheels-rebuilt", tmp / "wheel-rebuilt", module_doc=REBUILT_DOC)
     shutil.copy2(builders.crane_archive, served)
     with tarfile.open(builders.crane_archive) as archive:
         archive.extract("crane", tmp / "bin", filter="data")
@@ -124,6 +127,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parts]:
             json.dumps({"auths": {registry.host: {"auth": auth}}}))
         yield Parts(builders=builders, registry=registry, ca=ca, ca_dir=ca_dir,
                     crane_url=f"{url}/{builders.crane_archive.name}", wheel_url=f"{url}/wheels",
+                    rebuilt_wheel_url=f"{url}/wheels-rebuilt",
                     crane=tmp / "bin" / "crane", docker_config=docker_config)
 
 
@@ -339,15 +343,22 @@ def _slice_runs(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row for row in layers if row.get("sync_step") is not None]
 
 
-def _blob_names(parts: Parts, reference: str, digest: str) -> list[str]:
-    """The file names in one pushed layer, read through the registry API with the login."""
+def _blob_files(parts: Parts, reference: str, digest: str) -> dict[str, bytes]:
+    """{file name: its bytes} of one pushed layer, read through the registry API with the
+    login (a link's bytes are empty)."""
     repo = reference.split("/", 1)[1].split(":")[0].split("@")[0]
     url = f"https://{parts.registry.host}/v2/{repo}/blobs/{digest}"
     with httpx.Client(verify=parts.ca.context(), auth=(USER, CANARY), timeout=60) as client:
         blob = client.get(url, follow_redirects=True)
     blob.raise_for_status()
     with tarfile.open(fileobj=io.BytesIO(blob.content), mode="r:gz") as tar:
-        return [m.name for m in tar.getmembers() if not m.isdir()]
+        return {m.name: (tar.extractfile(m).read() if m.isfile() else b"")  # type: ignore[union-attr]
+                for m in tar.getmembers() if not m.isdir()}
+
+
+def _blob_names(parts: Parts, reference: str, digest: str) -> list[str]:
+    """The file names in one pushed layer."""
+    return list(_blob_files(parts, reference, digest))
 
 
 @pytest.fixture(scope="module", params=["upstream", "fork"])
@@ -569,30 +580,90 @@ def _by_slice(runs: list[dict[str, Any]]) -> dict[str, str]:
             if found}
 
 
-def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_only_the_changed_slice(
+def _layer(built: Built, instruction: str) -> dict[str, Any]:
+    """The one layer whose history entry matches `instruction` (a regular expression) from
+    its start."""
+    (row,) = [r for r in built.layers if re.match(instruction, r["instruction"])]
+    return row
+
+
+def _apt(tree: Path, parts: Parts, built: Built) -> list[tuple[str, str]]:
+    """The apt packages the SBOM the job attached names (the image's dpkg status, as the
+    job's attestation step read it)."""
+    shown = invoke(tree, "sbom", "--profile", "demo", "--ref", built.reference, "--document",
+                   "--json", env=_env(parts))
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    return sorted((c["name"], c.get("version", "")) for c in json.loads(shown.stdout)["sbom"][
+        "components"] if c.get("purl", "").startswith("pkg:deb/"))
+
+
+def _commit(tree: Path, message: str) -> None:
+    for argv in (["git", "add", "-A"], ["git", "-c", "user.name=gpurl", "-c",
+                                        "user.email=gpurl@localhost", "commit", "-qm", message]):
+        subprocess.run(argv, cwd=tree, check=True)
+
+
+# the asserts RUN's own output, printed only when it runs (never when taken from the cache)
+ASSERTS_RAN = re.compile(r"^build assert 1/\d+$", flags=re.M)
+# the compiled tree's layer, as history names it (kaniko names the stage by its index)
+COMPILED_COPY = r"COPY --from=\S+ /tmp/gpurl-compiled/ /$"
+
+
+def _reconfigure(tree: Path, edit: tuple[str, str], message: str) -> None:
+    """One edit of the tree's pyproject, `invoke generate`, committed."""
+    pyproject = tree / "pyproject.toml"
+    old, new = edit
+    assert old in pyproject.read_text()
+    pyproject.write_text(pyproject.read_text().replace(old, new, 1))
+    done = invoke(tree, "generate", "--profile", "demo")
+    assert done.returncode == 0, done.stderr
+    _commit(tree, message)
+
+
+def test_a_rebuild_pushes_no_layer_a_code_change_keeps_the_compiled_tree_and_a_bump_only_its_slice(
         parts: Parts, cluster: tuple[str, Path, Built]) -> None:
-    """Nothing changed: every slice layer is the same blob, and none is written again; the
-    only layers of the whole image the registry did not hold are the final stage's COPYs
-    (kaniko stamps an uncached COPY anew; cached, they would leave the last stage unpacked
-    for the attestation step), each small: no RUN, WORKDIR or wheel file. A small lock bump
-    (one tail package, one slice file edited): the composed environment writes exactly the
-    slices whose file changed and reuses every other slice's blob, wherever it sits in the
-    plan (no slice's cache chains another's)."""
+    """Nothing changed (the executor run all the same): no layer blob of the whole image is
+    new. Every COPY comes from kaniko's cache as every RUN does, and the last stage, though
+    wholly cached but for its BUILD_ID RUN, is unpacked: the attestation step reads the same
+    apt set as the cold build's. A code change: the workspace's layer is new, the compiled
+    tree's is the same blob. A small lock bump (one tail package, one slice file edited): the
+    composed environment writes exactly the slices whose file changed and reuses every other
+    slice's blob, wherever it sits in the plan (no slice's cache chains another's). Then the
+    compiled wheel rebuilt (its name and version, other bytes) and nothing else: its layer
+    is a new blob holding the new bytes, never the cached one of the old wheel. Last a new
+    base image, the lock and the workspace as they were: every slice is reused, and the final
+    stage runs again on the new environment, its build asserts with it."""
     executor, tree, cold = cluster
+    mark = "0a1" if executor == "upstream" else "0f1"
     held = parts.registry.blobs()
-    warm = _build(tree, parts, "c02d" + ("0a1" if executor == "upstream" else "0f1"))
+    warm = _build(tree, parts, "c02d" + mark)
     stored = parts.registry.blobs()
     repushed = [(row["instruction"], row["size"]) for row in warm.layers
                 if row["digest"] not in held]
     print(f"{executor} rebuild, nothing changed: {len(repushed)} new layer blob(s) "
           f"{repushed}; the registry stored {len(stored) - len(held)} new blob(s), "
           f"{sum(v for k, v in stored.items() if k not in held):,} bytes in all")
-    assert all(instruction.startswith("COPY ") and size < 10**6
-               for instruction, size in repushed), (executor, repushed)
-    cold_runs, warm_runs = _slice_runs(cold.layers), _slice_runs(warm.layers)
-    assert [r["digest"] for r in warm_runs] == [r["digest"] for r in cold_runs]
+    assert repushed == [], (executor, repushed)
+    assert [r["digest"] for r in warm.layers] == [r["digest"] for r in cold.layers]
     assert "0 slice(s) written" in warm.output, warm.output[-2000:]
-    assert len(warm.layers) == len(cold.layers), "a rebuild must not grow the layer count"
+    assert _apt(tree, parts, warm) == _apt(tree, parts, cold)
+    assert not ASSERTS_RAN.search(warm.output)  # taken from the cache, as every RUN was
+
+    code = tree / "examples" / "demo" / "src" / "gpurl_demo" / "__init__.py"
+    code.write_text(code.read_text() + "# a code change\n")
+    _commit(tree, "code")
+    coded = _build(tree, parts, "c025" + mark)
+    fresh = [(r["instruction"][:60], r["size"]) for r in coded.layers
+             if r["digest"] not in {w["digest"] for w in warm.layers}]
+    print(f"{executor} code change: {len(fresh)} new layer blob(s), "
+          f"{sum(size for _, size in fresh):,} bytes: {fresh}")
+    assert _layer(coded, COMPILED_COPY)["digest"] == _layer(warm, COMPILED_COPY)["digest"]
+    demo = posixpath.relpath(load_config(tree, profile="demo", env={}).workspace, tree)
+    workspace = re.escape(f"COPY {demo}/ ")
+    assert _layer(coded, workspace)["digest"] != _layer(warm, workspace)["digest"]
+    assert [r["digest"] for r in _slice_runs(coded.layers)] == \
+        [r["digest"] for r in _slice_runs(warm.layers)]
+
     before = _slice_files(tree)
     done = invoke(tree, "fill-index", "--profile", "demo", "--pins", BUMPED)
     assert done.returncode == 0, done.stderr
@@ -600,17 +671,41 @@ def test_a_rebuild_reuses_every_slice_and_a_small_bump_rebuilds_only_the_changed
            upgrade=BUMPED.split("==")[0])
     after = _slice_files(tree)
     changed = {name.split("-", 1)[1] for name, text in after.items() if before.get(name) != text}
-    bumped = _build(tree, parts, "c03d" + ("0a1" if executor == "upstream" else "0f1"))
-    old, new = _by_slice(warm_runs), _by_slice(_slice_runs(bumped.layers))
+    bumped = _build(tree, parts, "c03d" + mark)
+    old, new = _by_slice(_slice_runs(coded.layers)), _by_slice(_slice_runs(bumped.layers))
     rewritten = {label for label, digest in new.items() if old.get(label) != digest}
     assert changed and rewritten == changed, (executor, changed, rewritten)
     assert f"{len(changed)} slice(s) written" in bumped.output
-    had = {row["digest"] for row in warm.layers}
-    fresh = [row for row in bumped.layers if row["digest"] not in had]
-    print(f"{executor} bump {BUMPED}: {len(fresh)} new blobs, {sum(r['size'] for r in fresh):,} "
-          f"bytes of {sum(r['size'] for r in bumped.layers):,}; slices rewritten "
+    had = {row["digest"] for row in coded.layers}
+    fresh_rows = [row for row in bumped.layers if row["digest"] not in had]
+    print(f"{executor} bump {BUMPED}: {len(fresh_rows)} new blobs, "
+          f"{sum(r['size'] for r in fresh_rows):,} bytes of "
+          f"{sum(r['size'] for r in bumped.layers):,}; slices rewritten "
           f"{sorted(rewritten)} of {len(new)}; new: "
-          f"{[(r['instruction'][:60], r['size']) for r in fresh]}")
+          f"{[(r['instruction'][:60], r['size']) for r in fresh_rows]}")
+
+    _reconfigure(tree, (f'wheel-base-url = "{parts.wheel_url}"',
+                        f'wheel-base-url = "{parts.rebuilt_wheel_url}"'), "the wheel rebuilt")
+    rewheeled = _build(tree, parts, "c04d" + mark)
+    compiled = _layer(rewheeled, COMPILED_COPY)
+    assert compiled["digest"] != _layer(bumped, COMPILED_COPY)["digest"], executor
+    modules = [data for name, data in _blob_files(parts, rewheeled.reference,
+                                                  compiled["digest"]).items()
+               if name.rsplit("/", 1)[-1].startswith("gpurl_demo_ext") and name.endswith(".so")]
+    assert len(modules) == 1 and REBUILT_DOC.encode() in modules[0], executor
+    assert [r["digest"] for r in _slice_runs(rewheeled.layers)] == \
+        [r["digest"] for r in _slice_runs(bumped.layers)]
+
+    rebased_image = f"{PLAIN}/gpurl/bookworm-python:3.11-rebased-{executor}"
+    done = subprocess.run([str(parts.crane), "mutate", "--insecure", f"{PLAIN}/{BASE}", "--label",
+                           "org.gpurl.test=rebased", "--tag", rebased_image],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    _reconfigure(tree, (f'base-image = "{PLAIN}/{BASE}"', f'base-image = "{rebased_image}"'),
+                 "a new base image")
+    rebased = _build(tree, parts, "c05d" + mark)
+    assert "0 slice(s) written" in rebased.output, rebased.output[-2000:]
+    assert ASSERTS_RAN.search(rebased.output), executor
 
 
 @pytest.mark.kaniko_faults

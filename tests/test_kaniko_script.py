@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import platform
+import re
 import shlex
 import shutil
 from collections.abc import Iterator
@@ -79,6 +80,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
     assert proc.returncode == 0, proc.stderr
     argv = _executor_argv(r)
     digest_file = argv[argv.index("--digest-file") + 1]
+    build_id = argv[argv.index("--cache-copy-layers") + 2].removeprefix("BUILD_ID=")
     image = "ghcr.io/open-thoughts/openthoughts-agent"
     assert argv == [
         "--context", f"dir://{r.root}/kaniko/context",
@@ -91,6 +93,8 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         f"--compression-level={r.config.cluster.kaniko_gzip_level}",
         f"--snapshot-mode={r.config.cluster.snapshot_mode}",
         "--cache=true",
+        "--cache-copy-layers",  # the generated Dockerfile's last RUN keeps its stage unpacked
+        "--build-arg", f"BUILD_ID={build_id}",
         f"--cache-repo={r.config.cluster.cache_repo}",
         f"--push-retry={r.config.registry.retries}",
         f"--image-download-retry={r.config.registry.retries}",
@@ -101,6 +105,11 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--build-arg", f"ENV_SOURCE={_env_image(r)}",  # FROM the composed environment
     ]
     assert "--single-snapshot" not in argv
+    assert re.fullmatch(r"[0-9a-f]{32}", build_id)
+    again = r.run(_env())
+    assert again.returncode == 0, again.stderr
+    rerun = _executor_argv(r)
+    assert rerun[rerun.index("--cache-copy-layers") + 2] != f"BUILD_ID={build_id}"  # anew each run
     assert f"pushed {image}:gpu-rl-{GITSHA}@{STANDIN_DIGEST}" in proc.stdout
     for name in r.wheels:  # fetched into the context's wheelhouse before the executor ran
         assert (r.root / "kaniko" / "context" / "docker" / "wheelhouse" / name).is_file()

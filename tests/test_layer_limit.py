@@ -46,7 +46,10 @@ def _text_count(text: str, builder: Builder, target: str = "rl",
     """Layer-making instructions of the target's lineage, read back from the rendered text
     (an independent reading: dockerfile-parse, FROM ${ARG} by the global ARG's default or
     `args`). A WORKDIR whose directory a RUN of its stage made (`mkdir -p`) makes none with
-    upstream kaniko (the fork's is an empty layer, Docker's a layer of the directory)."""
+    upstream kaniko (the fork's is an empty layer, Docker's a layer of the directory); a RUN
+    under BUILD_ID (a build arg new on every cluster build) writes nothing and kaniko never
+    takes it from its cache, so upstream makes none for it (the fork an empty one, BuildKit
+    one of `etc/`)."""
     parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
     values: dict[str, str] = {}
     stages: dict[str, tuple[str, list[tuple[str, str]]]] = {}
@@ -67,7 +70,10 @@ def _text_count(text: str, builder: Builder, target: str = "rl",
         base, keywords = stages[name]
         made = {w for k, v in keywords if k == "RUN" for w in re.findall(r"mkdir -p (\S+)", v)}
         total += sum(k in _KEYWORDS[builder] and not (
-            k == "WORKDIR" and v in made and builder == "kaniko") for k, v in keywords)
+            k == "WORKDIR" and v in made and builder == "kaniko")
+            # under BUILD_ID, new each cluster build: kaniko runs it, and it writes no file
+            and not (k == "RUN" and "${BUILD_ID" in v and builder == "kaniko")
+            for k, v in keywords)
         name = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], base)
         if name not in stages:
             return total

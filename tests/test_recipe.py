@@ -24,6 +24,7 @@ from gpurl_tasks.dockerfile.lint import lint
 from gpurl_tasks.dockerfile.model import DockerfileError, render
 from gpurl_tasks.dockerfile.recipe import (
     ASSERTS_RECORD,
+    BUILD_ID,
     ENV_BASE_STAGE,
     ENV_CHAIN,
     IB_VERBS_APT,
@@ -278,6 +279,24 @@ def test_the_asserts_are_one_run_that_records_them(gpu: Parsed) -> None:
     assert not [v for v in runs if "megatron" in v]  # the standard variant's Dockerfile
 
 
+def test_only_the_last_run_sees_the_build_id_and_it_writes_nothing(gpu: Parsed) -> None:
+    """The job caches COPY layers, and kaniko unpacks no stage whose every command is cached:
+    the runtime stage ends in one RUN under BUILD_ID (new on every job run), declared right
+    before it so no other layer's cache key holds it. That RUN comes after the asserts and
+    only prints (a RUN that writes a file would be a new layer on every build)."""
+    rl = gpu.stage("rl").instructions
+    order = [(i["instruction"], i["value"]) for i in rl]
+    declared = order.index(("ARG", BUILD_ID))
+    runs = [n for n, (kind, _) in enumerate(order) if kind == "RUN"]
+    assert runs[-1] == declared + 1
+    assert "build assert" in order[runs[-2]][1]
+    assert [kind for kind, _ in order[declared + 2:]] == ["ARG", "LABEL"]  # GITSHA, provenance
+    assert not [s for s in gpu.stages if s.name != "rl"
+                for i in s.instructions if BUILD_ID in i["value"]]
+    last = order[runs[-1]][1]
+    assert shlex.split(last)[0] == "echo" and ">" not in last and f"${{{BUILD_ID}" in last
+
+
 def test_the_megatron_variant_is_its_own_planned_dockerfile() -> None:
     """Its sync selects the megatron extra (its slices counted those packages), its assert is
     a plain RUN, and no build arg switches anything."""
@@ -292,7 +311,8 @@ def test_the_megatron_variant_is_its_own_planned_dockerfile() -> None:
     assert final[final.index("--extra", final.index("--extra") + 1) + 1] == "megatron"
     assert [s for s, _ in slice_runs(rl)] == ["docker/layers/gpu-rl/shared/00-torch.txt",
                                              "docker/layers/gpu-rl/megatron/01-megatron-core.txt"]
-    assert "import megatron.core, megatron.bridge, transformer_engine" in rl.of("RUN")[-1]
+    (asserts,) = [v for v in rl.of("RUN") if "build assert" in v]
+    assert "import megatron.core, megatron.bridge, transformer_engine" in asserts
     assert not any("INSTALL_MEGATRON" in v or "$@" in v for v in rl.of("RUN"))
 
 

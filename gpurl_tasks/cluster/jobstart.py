@@ -29,6 +29,7 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -232,7 +233,9 @@ def prepare(args: argparse.Namespace, inputs: JobInputs, env: Mapping[str, str])
               "REGISTRY_RETRIES": str(inputs.retries),
               "REGISTRY_RETRY_MAX_WAIT": str(inputs.retry_max_wait),
               "WHEEL_SOURCE": inputs.wheel_source or "",
-              "WHEELHOUSE": str(args.context / args.wheelhouse)}
+              "WHEELHOUSE": str(args.context / args.wheelhouse),
+              # new on every run: the generated Dockerfile's last RUN is never cached
+              "BUILD_ID": uuid.uuid4().hex}
     write_atomic(args.work / "job.vars",
                  "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items()))
 

@@ -49,7 +49,7 @@ from gpurl_tasks.cluster import jobapp, jobstart
 from gpurl_tasks.cluster.jobapp import JobApp
 from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.generate import fitted_plan
-from gpurl_tasks.dockerfile.recipe import WORKDIR
+from gpurl_tasks.dockerfile.recipe import BUILD_ID, WORKDIR
 from gpurl_tasks.dockerfile.wheels import (
     ABI_KEY_PREFIX,
     abi_key,
@@ -234,6 +234,22 @@ def _wheel_build_arg(config: Config) -> str:
     return '  --build-arg "WHEEL_SOURCE=$WHEEL_SOURCE"' if config.build.compiled_wheels else ""
 
 
+def _cache_copy(config: Config) -> str:
+    """The executor's COPY caching, for a generated Dockerfile only.
+
+    A COPY's cache key hashes its files' bytes, modes and owners, not their times, so a cached
+    COPY is the same blob and an unchanged compiled tree or workspace is not pushed again. A
+    stage whose every command is cached is not unpacked, and the attestation step reads the
+    last stage's files: the generated Dockerfile ends in a RUN under BUILD_ID, new on every
+    run (start prepare), which is never cached. A hand-written Dockerfile has no such RUN.
+    """
+    if not config.build.generate:
+        return "  # no --cache-copy-layers: a fully cached last stage is not unpacked, and attest reads it"
+    return ("  # cached COPY layers are the same blobs; the last RUN, under a new BUILD_ID, is never\n"
+            "  # cached, so kaniko unpacks the last stage that attest reads\n"
+            f'  --cache-copy-layers\n  --build-arg "{BUILD_ID}=$BUILD_ID"')
+
+
 def _plain(key: str, value: str) -> str:
     """A value spliced into `"${VAR:-value}"`: only a registry-name alphabet is allowed."""
     return plain_name(value, key, error=BuildError)
@@ -316,6 +332,7 @@ def render_script(config: Config) -> str:
         "JOB_APP": shlex.quote(JOB_APP),
         "JOB_APP_SHA256": job_app().sha256,
         "WHEEL_BUILD_ARG": _wheel_build_arg(config),
+        "CACHE_COPY": _cache_copy(config),
     })
 
 

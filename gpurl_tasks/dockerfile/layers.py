@@ -12,9 +12,11 @@ COPY and RUN pairs. Which instructions make a layer depends on the builder:
   WORKDIR, which makes a layer when it creates its directory (the recipe's WORKDIR comes after
   the RUN that makes its directory, `Workdir.exists`, and makes none);
 - kaniko (upstream v1.23.2, the pinned executor): the same; a cached RUN that made no files is
-  still a layer (an empty one), so every RUN counts;
+  still a layer (an empty one), so every RUN counts but an `uncached_fileless` one (run on
+  every build, it writes nothing and so adds no layer; BuildKit's is a layer of `etc/`);
 - kaniko-fork (osscontainertools/kaniko): also an empty layer for every ARG, ENV and LABEL,
-  and for a WORKDIR whose directory exists (the same 30-byte blob every time).
+  for a WORKDIR whose directory exists and for a RUN that writes nothing (the same 30-byte
+  blob every time).
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def composes(config: Config) -> bool:
 
 
 def makes_layer(instruction: Instruction, builder: Builder) -> bool:
+    if isinstance(instruction, Run) and instruction.uncached_fileless and builder == "kaniko":
+        return False  # upstream runs it every time, and a RUN it runs that writes nothing is no layer
     if isinstance(instruction, Workdir) and instruction.exists and builder == "kaniko":
         return False  # the fork's is an empty layer, as for every file-less instruction, and
         # Docker's a layer of the directory's entry all the same (seen: 32 bytes)

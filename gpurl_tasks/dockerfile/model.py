@@ -249,9 +249,14 @@ class Label:
 
 @dataclasses.dataclass(**_KW)
 class Run:
-    """`RUN a && b && ...`: commands chained with `&&`, so any failure fails the build."""
+    """`RUN a && b && ...`: commands chained with `&&`, so any failure fails the build.
+    `uncached_fileless`: it writes no file and kaniko never takes it from its cache (it runs
+    under a build arg the cluster job sets anew), so upstream kaniko adds no layer for it; the
+    fork adds an empty one and BuildKit one of the directories its mounts touch
+    (dockerfile/layers.py)."""
 
     commands: tuple[Command | Shell, ...]
+    uncached_fileless: bool = False
 
     def __post_init__(self) -> None:
         _check(bool(self.commands), "RUN needs at least one command", BUG_HINT)

@@ -17,9 +17,11 @@ forget one (runbook sections 2, 4, 5, 6):
   would uninstall them) and excludes the packages the compiled wheels provide; they are
   installed in a stage of their own and the rl stage copies what they installed (and their
   MANIFEST), so no wheel file is in the image;
-- on a rebuild with nothing changed only the final stage's COPY layers are new blobs: env-base's
-  RUN makes the workspace directory before its WORKDIR (a WORKDIR that makes it is a layer
-  kaniko stamps anew), and every RUN comes from kaniko's cache;
+- a rebuild with nothing changed is no new layer blob: env-base's RUN makes the workspace
+  directory before its WORKDIR (a WORKDIR that makes it is a layer kaniko stamps anew), every
+  RUN and COPY comes from kaniko's cache (the job caches COPY layers: their key hashes the
+  files' bytes and modes, not their times), and a last RUN under the job's BUILD_ID, never
+  cached and writing nothing, keeps kaniko unpacking the last stage for the attestation step;
 - the MANIFEST's ABI key is compared before any wheel installs; every apt-get and uv/pip
   download waits a bounded time (build.apt-* and build.http-*);
 - after the lock: `build.post-install`, then the proof that the environment is the lock's set
@@ -72,6 +74,7 @@ from gpurl_tasks.values import ARG_REF, format_bytes, inside_repository
 __all__ = [
     "ASSERTS_RECORD",
     "BOOTSTRAP_APT",
+    "BUILD_ID",
     "COMPILED_STAGE",
     "ENV_BASE_STAGE",
     "ENV_CHAIN",
@@ -368,6 +371,9 @@ def _compiled_wheels_assert(globs: tuple[str, ...]) -> Run:
 
 
 ASSERTS_RECORD = "/etc/gpurl-build-asserts"
+# A build arg the cluster job sets anew on every executor run (cluster/jobstart.py): it keeps
+# the last stage from being wholly cached (see _rl_stage).
+BUILD_ID = "BUILD_ID"
 
 
 def _asserts_run(globs: tuple[str, ...], import_asserts: tuple[str, ...],
@@ -492,7 +498,15 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
         Stage(name=ENV_CHAIN, base=ENV_BASE_STAGE, instructions=tuple(chain),
               comment="Every slice in one chain: for builders that cannot compose "
                       "(ENV_SOURCE=env-chain, the default)."),
-        Stage(name="env", base=ArgImage(name="ENV_SOURCE"),
+        Stage(name="env", base=ArgImage(name="ENV_SOURCE"), instructions=(
+            Comment(text="kaniko v1.23.2 seeds the cache keys of a stage FROM an earlier stage "
+                    "with that stage's last"),
+            Comment(text="instruction's key, and with nothing for a stage of none: this ARG "
+                    "keys every stage FROM env"),
+            Comment(text="on the environment image. Without it a new base image would take "
+                    "their RUNs from the cache,"),
+            Comment(text="the build asserts among them."),
+            Arg(name="ENV_SOURCE")),
               comment="The environment: the chain, or the composed image's reference "
                       "(ENV_SOURCE=<registry>/<repo>@sha256:...)."),
     ]
@@ -563,6 +577,15 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
     asserts = (*b.import_asserts, *(a for e in b.post_installs for a in e.asserts))
     body.append(_asserts_run(globs, asserts, tuple(_environment_checks(config, plan))))
     body += [
+        Comment(text=f"kaniko unpacks a stage only when one of its commands is not cached; "
+                f"{BUILD_ID} is new on every"),
+        Comment(text="cluster build, so this RUN never is, and the attestation step finds this "
+                "stage's files."),
+        Comment(text="It writes no file: no layer, or the fork's empty one (the same blob on "
+                "every build)."),
+        Arg(name=BUILD_ID),
+        Run(commands=(Shell(text=f'echo "build ${{{BUILD_ID}:-local}}: $(cat {ASSERTS_RECORD})"'),),
+            uncached_fileless=True),
         Comment(text="Provenance last: a new git sha must not invalidate any layer's cache."),
         Arg(name="GITSHA"),
         Label(pairs=(

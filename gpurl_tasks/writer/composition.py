@@ -6,7 +6,11 @@ calls it through its layer tool (`job.pyz compose`) in the composing kaniko buil
 env-base's python3 already runs the writer, and crane moves the documents. Either way the image
 is written, never built: env-base's layers, then each slice record's one layer in plan order,
 under env-base's config with `rootfs.diff_ids` and `history` extended to match (each slice's
-history entry is its record's, which names its cache tag). No layer's bytes are read or moved:
+history entry is its record's, which names its cache tag) and no time in it: the builders stamp
+env-base's config with the time it was built, and a composed environment that changed with
+that time would change every cache key built on it (the final stage's; see
+dockerfile/recipe.py), so the same layers under the same settings are the same image whenever
+they were built. No layer's bytes are read or moved:
 the registry holds every blob already (env-base pushed, each record pushed), so composing
 writes one config and one manifest. Its tag is `env-<hash of its config's digest>` on both
 paths: the same layers under the same config are the same tag.
@@ -134,10 +138,11 @@ def compose(base_manifest: Mapping[str, Any], base_config: Mapping[str, Any],
     # env-base's type, so both paths share one cache whichever manifest family built env-base.
     slices = [{**r.layer, "mediaType": layer_type} for r in records]
     config: dict[str, Any] = copy.deepcopy(dict(base_config))
+    config.pop("created", None)
     config["rootfs"] = {"type": "layers", "diff_ids": [*diff_ids, *(r.diff_id for r in records)]}
     history = base_config.get("history")
-    base_history = [dict(e) for e in history if isinstance(e, Mapping)] \
-        if isinstance(history, list) else []
+    base_history = [{k: v for k, v in e.items() if k != "created"} for e in history
+                    if isinstance(e, Mapping)] if isinstance(history, list) else []
     config["history"] = [*base_history, *({"created_by": r.created_by} for r in records)]
     return image_of([*layers, *slices], config, media_type=str(media_type),
                     config_type=config_type)

@@ -4,6 +4,7 @@ demo's small lock bump (one tail package moved to another release on the loopbac
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -37,15 +38,26 @@ def copy_tree(dest: Path) -> Path:
     return dest
 
 
-def demo_wheelhouse(dest: Path, work: Path) -> Path:
+def demo_wheelhouse(dest: Path, work: Path, *, module_doc: str = "") -> Path:
     """The demo's compiled wheel, built from its source (in `work`) as the wheel-builder builds
     it, in `dest` with a MANIFEST shaped like the wheel dataset's: a prebuilt wheelhouse to
-    serve at the cluster profile's wheel-base-url."""
+    serve at the cluster profile's wheel-base-url. `module_doc`: the module's docstring
+    instead of its own, so the same wheel name and version holds other compiled bytes (a
+    rebuilt wheel)."""
     from tests.support.local_parts import build_source_wheel
 
     demo = load_config(REPO_ROOT, profile="demo", env={})
     (spec,) = demo.build.wheel_specs
-    wheel = build_source_wheel(REPO_ROOT / spec[2:], demo.target.python, work,
+    source = REPO_ROOT / spec[2:]
+    if module_doc:
+        edited = work / "edited" / source.name
+        shutil.copytree(source, edited)
+        code = next(edited.glob("*.c"))
+        text = code.read_text()
+        assert '"Demo C extension."' in text
+        code.write_text(text.replace('"Demo C extension."', json.dumps(module_doc)))
+        source = edited
+    wheel = build_source_wheel(source, demo.target.python, work,
                                arch_list=demo.build.cuda_arch_list)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(wheel, dest)

@@ -84,7 +84,7 @@ COMMON=(
   --compression-level=@COMPRESSION_LEVEL@
   --snapshot-mode=@SNAPSHOT_MODE@
   --cache=true
-  # no --cache-copy-layers: a fully cached last stage is not unpacked, and attest reads it
+@CACHE_COPY@
   "--cache-repo=$CACHE_REPO"
   "${KANIKO_RETRIES[@]}"
   # kaniko's push check is one POST it never retries: the retried push is the check
