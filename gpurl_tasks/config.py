@@ -462,7 +462,7 @@ class ClusterSettings:
                       doc="CPUs of the build job: the composed job's parallel part is gpurl's "
                           "slice writer, at most 8 threads; kaniko's steps use about one "
                           "(benchmarks/REPORT.md, \"Real kaniko\")")
-    memory: str = _field("16GB", check=values.resource_size, bakes="none",
+    memory: str = _field("32GB", check=values.resource_size, bakes="none",
                          doc="memory of the build job: twice the composed job's measured peak "
                              "(benchmarks/REPORT.md, \"Real kaniko\"), rounded up to a power "
                              "of two; `doctor` scales the need with the environment's installed "
@@ -471,8 +471,8 @@ class ClusterSettings:
                              "(env-source chain, wheel-source wheel-builder)")
     disk: str = _field("32GB", check=values.resource_size, bakes="none",
                        doc="ephemeral disk of the build job: twice the composed job's peak "
-                           "disk (its writable layer as measured through the composition, plus "
-                           "the environment's installed bytes the final stage unpacks; "
+                           "disk (its writable layer, sampled through the whole job, the "
+                           "environment the final stage unpacks included; "
                            "benchmarks/REPORT.md, \"Real kaniko\"), rounded up to a power of "
                            "two; it grows with the environment's installed bytes")
     timeout: int = _field(18000, bakes="none", doc="the job's timeout in seconds")

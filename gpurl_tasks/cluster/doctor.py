@@ -86,7 +86,7 @@ MIN_MEMORY = "512GB"  # the runbook's, when kaniko snapshots the environment (25
 # executors (a warm or bumped build writes less); the higher peak of the job container's memory
 # cgroup, sampled while it ran (page cache included), and the installed bytes of the
 # environment it was measured on.
-MEASURED_PEAK_BYTES = 6_930_501_632  # upstream composed cold, 2026-12-04
+MEASURED_PEAK_BYTES = 12_798_095_360  # upstream composed cold, 2026-12-04 22:47 (cgroup peak)
 MEASURED_ENV_BYTES = 5_747_067_749  # the heavy plan's slices, installed
 FAR_ABOVE = 4  # doctor says so when cluster.memory is more than this many times the need
 Status = Literal["ok", "problem", "skipped"]
