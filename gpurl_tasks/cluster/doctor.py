@@ -82,10 +82,10 @@ __all__ = [
 
 MIN_MEMORY = "512GB"  # the runbook's, when kaniko snapshots the environment (256GB died)
 # The composed job's measured need (benchmarks/kaniko_scale.py, `nox -s bench-kaniko`; the
-# "Real kaniko" section of benchmarks/REPORT.md): the heavy profile's cold build on both
-# executors (a warm or bumped build writes less); the higher peak of the job container's memory
-# cgroup, sampled while it ran (page cache included), and the installed bytes of the
-# environment it was measured on.
+# "Real kaniko" section of benchmarks/REPORT.md): the heavy profile built cold, warm and after
+# a bump on both executors; the highest peak of the job container's memory cgroup (the
+# kernel's high-water mark, page cache included: upstream's cold build), and the installed
+# bytes of the environment it was measured on.
 MEASURED_PEAK_BYTES = 12_798_095_360  # upstream composed cold, 2026-12-04 22:47 (cgroup peak)
 MEASURED_ENV_BYTES = 5_747_067_749  # the heavy plan's slices, installed
 FAR_ABOVE = 4  # doctor says so when cluster.memory is more than this many times the need
