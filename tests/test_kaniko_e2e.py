@@ -136,8 +136,6 @@ def _as_cluster_profile(tree: Path, parts: Parts, executor: str, host: str = "",
     """The demo profile built on the cluster path: backend iris, loopback pins;
     the destination registry `host` (default the TLS registry's own) and `repository`
     (default one per executor)."""
-    pyproject = tree / "pyproject.toml"
-    text = pyproject.read_text()
     edits = [
         ('workspace = "examples/demo"\nbackend = "local"', 'workspace = "examples/demo"\nbackend = "iris"'),
         ('base-image = "gpurl/bookworm-python:3.11"',
@@ -155,14 +153,26 @@ def _as_cluster_profile(tree: Path, parts: Parts, executor: str, host: str = "",
         ('wheel-source = "wheel-builder"', f'wheel-source = "prebuilt-wheelhouse"\n'
          f'wheel-base-url = "{parts.wheel_url}"'),
     ]
+    _reconfigure(tree, edits, "cluster")
+
+
+def _reconfigure(tree: Path, edits: list[tuple[str, str]], message: str) -> None:
+    """Each (old, new) edit of the tree's pyproject, once, in order; `invoke generate`;
+    committed (the tag names a commit)."""
+    pyproject = tree / "pyproject.toml"
+    text = pyproject.read_text()
     for old, new in edits:
         assert old in text, old
         text = text.replace(old, new, 1)
     pyproject.write_text(text)
     done = invoke(tree, "generate", "--profile", "demo")
     assert done.returncode == 0, done.stderr
+    _commit(tree, message)
+
+
+def _commit(tree: Path, message: str) -> None:
     for argv in (["git", "add", "-A"], ["git", "-c", "user.name=gpurl", "-c",
-                                        "user.email=gpurl@localhost", "commit", "-qm", "cluster"]):
+                                        "user.email=gpurl@localhost", "commit", "-qm", message]):
         subprocess.run(argv, cwd=tree, check=True)
 
 
@@ -597,27 +607,10 @@ def _apt(tree: Path, parts: Parts, built: Built) -> list[tuple[str, str]]:
         "components"] if c.get("purl", "").startswith("pkg:deb/"))
 
 
-def _commit(tree: Path, message: str) -> None:
-    for argv in (["git", "add", "-A"], ["git", "-c", "user.name=gpurl", "-c",
-                                        "user.email=gpurl@localhost", "commit", "-qm", message]):
-        subprocess.run(argv, cwd=tree, check=True)
-
-
 # the asserts RUN's own output, printed only when it runs (never when taken from the cache)
 ASSERTS_RAN = re.compile(r"^build assert 1/\d+$", flags=re.M)
 # the compiled tree's layer, as history names it (kaniko names the stage by its index)
 COMPILED_COPY = r"COPY --from=\S+ /tmp/gpurl-compiled/ /$"
-
-
-def _reconfigure(tree: Path, edit: tuple[str, str], message: str) -> None:
-    """One edit of the tree's pyproject, `invoke generate`, committed."""
-    pyproject = tree / "pyproject.toml"
-    old, new = edit
-    assert old in pyproject.read_text()
-    pyproject.write_text(pyproject.read_text().replace(old, new, 1))
-    done = invoke(tree, "generate", "--profile", "demo")
-    assert done.returncode == 0, done.stderr
-    _commit(tree, message)
 
 
 def test_a_rebuild_pushes_no_layer_a_code_change_keeps_the_compiled_tree_and_a_bump_only_its_slice(
@@ -684,8 +677,8 @@ def test_a_rebuild_pushes_no_layer_a_code_change_keeps_the_compiled_tree_and_a_b
           f"{sorted(rewritten)} of {len(new)}; new: "
           f"{[(r['instruction'][:60], r['size']) for r in fresh_rows]}")
 
-    _reconfigure(tree, (f'wheel-base-url = "{parts.wheel_url}"',
-                        f'wheel-base-url = "{parts.rebuilt_wheel_url}"'), "the wheel rebuilt")
+    _reconfigure(tree, [(f'wheel-base-url = "{parts.wheel_url}"',
+                         f'wheel-base-url = "{parts.rebuilt_wheel_url}"')], "the wheel rebuilt")
     rewheeled = _build(tree, parts, "c04d" + mark)
     compiled = _layer(rewheeled, COMPILED_COPY)
     assert compiled["digest"] != _layer(bumped, COMPILED_COPY)["digest"], executor
@@ -701,7 +694,7 @@ def test_a_rebuild_pushes_no_layer_a_code_change_keeps_the_compiled_tree_and_a_b
                            "org.gpurl.test=rebased", "--tag", rebased_image],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    _reconfigure(tree, (f'base-image = "{PLAIN}/{BASE}"', f'base-image = "{rebased_image}"'),
+    _reconfigure(tree, [(f'base-image = "{PLAIN}/{BASE}"', f'base-image = "{rebased_image}"')],
                  "a new base image")
     rebased = _build(tree, parts, "c05d" + mark)
     assert "0 slice(s) written" in rebased.output, rebased.output[-2000:]
