@@ -609,21 +609,23 @@ def _apt(tree: Path, parts: Parts, built: Built) -> list[tuple[str, str]]:
 
 # the asserts RUN's own output, printed only when it runs (never when taken from the cache)
 ASSERTS_RAN = re.compile(r"^build assert 1/\d+$", flags=re.M)
-# the compiled tree's layer, as history names it (kaniko names the stage by its index)
-COMPILED_COPY = r"COPY --from=\S+ /tmp/gpurl-compiled/ /$"
+# the compiled wheels' layer gpurl wrote on the composed environment, as history names it
+COMPILED = r"gpurl \S+: uv pip install .* /tmp/wheels/gpurl_demo_ext-.* # record slice-compiled-wheels-"
 
 
-def test_a_rebuild_pushes_no_layer_a_code_change_keeps_the_compiled_tree_and_a_bump_only_its_slice(
+def test_a_rebuild_pushes_no_layer_and_a_code_change_or_a_bump_keeps_the_compiled_layer(
         parts: Parts, cluster: tuple[str, Path, Built]) -> None:
     """Nothing changed (the executor run all the same): no layer blob of the whole image is
     new. Every COPY comes from kaniko's cache as every RUN does, and the last stage, though
     wholly cached but for its BUILD_ID RUN, is unpacked: the attestation step reads the same
     apt set as the cold build's. A code change: the workspace's layer is new, the compiled
-    tree's is the same blob. A small lock bump (one tail package, one slice file edited): the
-    composed environment writes exactly the slices whose file changed and reuses every other
-    slice's blob, wherever it sits in the plan (no slice's cache chains another's). Then the
-    compiled wheel rebuilt (its name and version, other bytes) and nothing else: its layer
-    is a new blob holding the new bytes, never the cached one of the old wheel. Last a new
+    wheels' layer (written on the composed environment, keyed by their MANIFEST) is the same
+    blob. A small lock bump (one tail package, one slice file edited): the composed
+    environment writes exactly the slices whose file changed and reuses every other slice's
+    blob, wherever it sits in the plan (no slice's cache chains another's), and the compiled
+    layer's. Then the compiled wheel rebuilt (its name and version, other bytes) and nothing
+    else: its layer is a new blob holding the new bytes, never the cached one of the old
+    wheel. Last a new
     base image, the lock and the workspace as they were: every slice is reused, and the final
     stage runs again on the new environment, its build asserts with it."""
     executor, tree, cold = cluster
@@ -650,7 +652,7 @@ def test_a_rebuild_pushes_no_layer_a_code_change_keeps_the_compiled_tree_and_a_b
              if r["digest"] not in {w["digest"] for w in warm.layers}]
     print(f"{executor} code change: {len(fresh)} new layer blob(s), "
           f"{sum(size for _, size in fresh):,} bytes: {fresh}")
-    assert _layer(coded, COMPILED_COPY)["digest"] == _layer(warm, COMPILED_COPY)["digest"]
+    assert _layer(coded, COMPILED)["digest"] == _layer(warm, COMPILED)["digest"]
     demo = posixpath.relpath(load_config(tree, profile="demo", env={}).workspace, tree)
     workspace = re.escape(f"COPY {demo}/ ")
     assert _layer(coded, workspace)["digest"] != _layer(warm, workspace)["digest"]
@@ -669,6 +671,8 @@ def test_a_rebuild_pushes_no_layer_a_code_change_keeps_the_compiled_tree_and_a_b
     rewritten = {label for label, digest in new.items() if old.get(label) != digest}
     assert changed and rewritten == changed, (executor, changed, rewritten)
     assert f"{len(changed)} slice(s) written" in bumped.output
+    assert "the compiled wheels' layer cached" in bumped.output
+    assert _layer(bumped, COMPILED)["digest"] == _layer(coded, COMPILED)["digest"]
     had = {row["digest"] for row in coded.layers}
     fresh_rows = [row for row in bumped.layers if row["digest"] not in had]
     print(f"{executor} bump {BUMPED}: {len(fresh_rows)} new blobs, "
@@ -680,8 +684,8 @@ def test_a_rebuild_pushes_no_layer_a_code_change_keeps_the_compiled_tree_and_a_b
     _reconfigure(tree, [(f'wheel-base-url = "{parts.wheel_url}"',
                          f'wheel-base-url = "{parts.rebuilt_wheel_url}"')], "the wheel rebuilt")
     rewheeled = _build(tree, parts, "c04d" + mark)
-    compiled = _layer(rewheeled, COMPILED_COPY)
-    assert compiled["digest"] != _layer(bumped, COMPILED_COPY)["digest"], executor
+    compiled = _layer(rewheeled, COMPILED)
+    assert compiled["digest"] != _layer(bumped, COMPILED)["digest"], executor
     modules = [data for name, data in _blob_files(parts, rewheeled.reference,
                                                   compiled["digest"]).items()
                if name.rsplit("/", 1)[-1].startswith("gpurl_demo_ext") and name.endswith(".so")]

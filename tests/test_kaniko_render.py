@@ -62,17 +62,18 @@ def test_the_script_reads_the_root_the_tests_set() -> None:
 
 
 def test_a_template_and_its_values_must_name_the_same_placeholders() -> None:
-    values = {"VENV": "/opt/venv", "LAYER_LEVEL": 6}
+    values = {"VENV": "/opt/venv", "LAYER_LEVEL": 6, "COMPILED_WHEELS": ""}
     assert "--venv /opt/venv \\\n  --level 6 " in render_template("compose-env.sh", values)
     with pytest.raises(BuildError,
                        match=r"script/compose-env\.sh .* without a value: \['LAYER_LEVEL'\]"):
-        render_template("compose-env.sh", {"VENV": "/opt/venv"})
+        render_template("compose-env.sh", {"VENV": "/opt/venv", "COMPILED_WHEELS": ""})
     with pytest.raises(BuildError, match=r"values without a placeholder: \['EXTRA'\]"):
         render_template("compose-env.sh", {**values, "EXTRA": "x"})
 
 
 def test_a_value_is_not_searched_for_placeholders() -> None:
-    text = render_template("compose-env.sh", {"VENV": "@LAYER_LEVEL@", "LAYER_LEVEL": "@VENV@"})
+    text = render_template("compose-env.sh", {"VENV": "@LAYER_LEVEL@", "LAYER_LEVEL": "@VENV@",
+                                              "COMPILED_WHEELS": ""})
     assert "--venv @LAYER_LEVEL@ \\\n  --level @VENV@ " in text
 
 

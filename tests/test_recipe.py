@@ -27,6 +27,7 @@ from gpurl_tasks.dockerfile.recipe import (
     BUILD_ID,
     ENV_BASE_STAGE,
     ENV_CHAIN,
+    ENV_COMPILED,
     IB_VERBS_APT,
     WORKDIR,
     render_recipe,
@@ -69,8 +70,11 @@ class Parsed:
         return next(s for s in self.stages if s.name == name)
 
     def runtime(self) -> ParsedStage:
-        """The image's own instructions as the chain builds it: env-base, env-chain, rl."""
-        parts = [self.stage(n) for n in (ENV_BASE_STAGE, ENV_CHAIN, "rl")]
+        """The image's own instructions as the chain builds it: env-base, env-chain, the
+        compiled tree's copy (when the profile has compiled wheels), rl."""
+        names = {s.name for s in self.stages}
+        parts = [self.stage(n) for n in (ENV_BASE_STAGE, ENV_CHAIN, ENV_COMPILED, "rl")
+                 if n in names]
         return ParsedStage(name="rl", base="base",
                            instructions=[i for p in parts for i in p.instructions])
 
@@ -190,7 +194,8 @@ def test_stages_in_order(gpu: Parsed) -> None:
         ("env-chain", "env-base"),
         ("env", "${ENV_SOURCE}"),
         ("compiled-wheels", "env"),
-        ("rl", "env"),
+        ("env-compiled", "env"),
+        ("rl", "${COMPILED_SOURCE}"),
     ]
     assert gpu.global_args["ENV_SOURCE"] == ENV_CHAIN
     assert gpu.stage("wheels").instructions == []
@@ -328,6 +333,8 @@ def test_slices_then_wheels_then_the_one_sync_then_the_post_installs(gpu: Parsed
     assert compiled[0] == ("COPY", "--from=wheels /wheels/ /tmp/wheels/")
     (wheel_run,) = [v for kind, v in compiled if kind == "RUN"]
     wheels_copy = order.index(("COPY", "--from=compiled-wheels /tmp/gpurl-compiled/ /"))
+    assert gpu.stage("rl").base == "${COMPILED_SOURCE}"
+    assert gpu.global_args["COMPILED_SOURCE"] == "env-compiled"
     assert not [v for _, v in order if "/tmp/wheels" in v]  # no wheel file reaches the image
     lock_set = next(k for k, (_, v) in enumerate(order) if "envcheck.py lock-set" in v)
     post = next(k for k, (_, v) in enumerate(order) if "harbor @ git+" in v)
@@ -445,7 +452,7 @@ def test_demo_renders_through_the_same_recipe(demo_config: Config) -> None:
     parsed = parse(render(render_recipe(demo_config, plan, lock_sha256=LOCK_SHA)))
     assert [s.name for s in parsed.stages] == [
         "base", "wheel-builder", "prebuilt-wheelhouse", "wheels", "env-base", "env-chain", "env",
-        "compiled-wheels", "rl"]
+        "compiled-wheels", "env-compiled", "rl"]
     assert parsed.global_args["BASE_IMAGE"] == demo_config.build.base_image
     assert "INSTALL_MEGATRON" not in parsed.global_args
     builder = parsed.stage("wheel-builder")
@@ -661,6 +668,7 @@ def test_every_apt_get_and_every_stage_waits_a_bounded_time(profile: str) -> Non
         # every stage is FROM base or a stage of this file, but the scratch wheelhouse (no
         # network) and the ARG-chosen ones (a stage of this file, or the composed environment)
         outside = {st.base for st in parsed.stages} - {st.name for st in parsed.stages}
-        wheel_sources = {"scratch", "${WHEEL_SOURCE}"} if b.compiled_wheels else set()
+        wheel_sources = {"scratch", "${WHEEL_SOURCE}", "${COMPILED_SOURCE}"} \
+            if b.compiled_wheels else set()
         assert outside == {"${BASE_IMAGE}", "${ENV_SOURCE}", *wheel_sources}
         assert parsed.stages[0].name == "base"

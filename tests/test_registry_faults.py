@@ -26,6 +26,7 @@ import dataclasses
 import datetime
 import email.utils
 import hashlib
+import io
 import json
 import os
 import random
@@ -34,10 +35,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -64,7 +67,7 @@ from gpurl_tasks.writer.orchestration import (
     StagedSlice,
     compose_env,
 )
-from gpurl_tasks.writer.records import IndexLine, written_history
+from gpurl_tasks.writer.records import IndexLine, record_of, slice_of, written_history
 from gpurl_tasks.writer.retry import RETRIED_ANSWERS, RetryRules
 from tests.conftest import REPO_ROOT
 from tests.support.faults import Fault, FaultProxy, Rates
@@ -697,6 +700,59 @@ def test_crane_says_its_answer_and_retry_after_without_the_credentials() -> None
 
 # --- the job's compose-env, whole: real uv, real crane, the tool the job runs ------------------
 
+@dataclasses.dataclass(frozen=True)
+class JobRig:
+    """A context, work directory, venv and the job's zipapp, logged in to the registry."""
+
+    context: Path
+    work: Path
+    venv: Path
+    run: Callable[..., subprocess.CompletedProcess[str]]  # compose-env with extra words
+
+
+def _job_rig(local: Local, crane: Path, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> JobRig:
+    assert local.server is not None
+    context, work = tmp_path / "context", tmp_path / "work"
+    (context / "slices").mkdir(parents=True)
+    work.mkdir()
+    shutil.copy(crane, work / "crane")
+    venv = tmp_path / "venv"
+    subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    _login(local.server.host)
+    host = local.server.host
+    env_base = f"{host}/{CACHE_REPO}@sha256:" + hashlib.sha256(
+        canonical_json(local.base.manifest)).hexdigest()
+    app = tmp_path / "job.pyz"
+    app.write_bytes(job_app().data)
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-B", str(app), "compose-env",
+             "--cache-repo", f"{host}/{CACHE_REPO}", "--env-base", env_base,
+             "--work", str(work), "--context", str(context),
+             "--slice-index", str(context / "slices.index"), "--venv", str(venv),
+             "--level", "1", "--retries", "2", "--retry-max-wait", "1", *extra],
+            capture_output=True, text=True, timeout=120, check=False)
+
+    return JobRig(context=context, work=work, venv=venv, run=run)
+
+
+def _write_index(rig: JobRig, tmp_path: Path, slices: Sequence[tuple[str, str]]) -> None:
+    """The slice index of one pure wheel per (name, build column) slice."""
+    index = []
+    for n, (name, build) in enumerate(slices):
+        slice_file = rig.context / "slices" / f"{n + 1:02d}-{name}.txt"
+        slice_file.write_text(f"{pure_wheel(tmp_path, name)}\n")
+        index.append(IndexLine(name=f"{n + 1:02d}-{name}", label=name,
+                               file=f"slices/{slice_file.name}",
+                               created_by=written_history(f"/tmp/gpurl-layers/{slice_file.name}",
+                                                          str(rig.venv), hashed=False),
+                               build=build).to_line() + "\n")
+    (rig.context / "slices.index").write_text("".join(index))
+
+
 def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
         local: Local, ca: LocalCA, crane: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -707,40 +763,10 @@ def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
     without the token; a second run finds every slice cached and composes the same image.
     Real uv and crane and a registry are the parts under test (about 3 s)."""
     assert local.server is not None
-    context, work = tmp_path / "context", tmp_path / "work"
-    (context / "slices").mkdir(parents=True)
-    work.mkdir()
-    shutil.copy(crane, work / "crane")
-    venv = tmp_path / "venv"
-    subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(venv)], check=True)
-    index = []
-    for n, (name, build) in enumerate((("alpha", ""), ("beta", "lower"))):
-        slice_file = context / "slices" / f"{n + 1:02d}-{name}.txt"
-        slice_file.write_text(f"{pure_wheel(tmp_path, name)}\n")
-        index.append(IndexLine(name=f"{n + 1:02d}-{name}", label=name,
-                               file=f"slices/{slice_file.name}",
-                               created_by=written_history(f"/tmp/gpurl-layers/{slice_file.name}",
-                                                          str(venv), hashed=False),
-                               build=build).to_line() + "\n")
-    (context / "slices.index").write_text("".join(index))
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    _login(local.server.host)
-    env_base = f"{local.server.host}/{CACHE_REPO}@sha256:" + hashlib.sha256(
-        canonical_json(local.base.manifest)).hexdigest()
-
-    app = tmp_path / "job.pyz"
-    app.write_bytes(job_app().data)
-
-    def compose_env_job() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-B", str(app), "compose-env",
-             "--cache-repo", f"{local.server.host}/{CACHE_REPO}", "--env-base", env_base,  # type: ignore[union-attr]
-             "--work", str(work), "--context", str(context),
-             "--slice-index", str(context / "slices.index"), "--venv", str(venv),
-             "--level", "1", "--retries", "2", "--retry-max-wait", "1"],
-            capture_output=True, text=True, timeout=120, check=False)
-
-    first = compose_env_job()
+    rig = _job_rig(local, crane, tmp_path, monkeypatch)
+    work = rig.work
+    _write_index(rig, tmp_path, (("alpha", ""), ("beta", "lower")))
+    first = rig.run()
     assert first.returncode == 0, first.stderr
     lines = first.stdout.splitlines()
     written = sorted(line for line in lines if line.startswith("    "))
@@ -751,7 +777,8 @@ def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
     assert reference.startswith(f"{local.server.host}/{CACHE_REPO}@sha256:")
     assert lines[-1] == (f"==> environment {reference} (2 slice(s) written, 0 of them as their "
                          "record's blob was gone; 0 cached)")
-    second = compose_env_job()
+    assert (work / "env-args").read_text() == f"ENV_SOURCE={reference}\n"  # no compiled layer
+    second = rig.run()
     assert second.returncode == 0, second.stderr
     cached = second.stdout.splitlines()
     assert [re.sub(r"slice-(alpha|beta)-[0-9a-f]{32}", r"slice-\1-KEY", line)
@@ -767,3 +794,77 @@ def test_the_jobs_compose_env_stages_with_uv_and_says_each_step(
     assert image is not None and [d["digest"] for d in image["layers"]][1:] == \
         [b["digest"] for b in blobs]
     assert not (work / "slices").exists()
+
+
+def _layer_files(http: httpx.Client, digest: str) -> dict[str, bytes | None]:
+    """A cache-repository layer's entries: a file's bytes, None for anything else."""
+    answer = http.get(f"/v2/{CACHE_REPO}/blobs/{digest}", follow_redirects=True)
+    assert answer.status_code == 200, answer.status_code
+    with tarfile.open(fileobj=io.BytesIO(answer.content), mode="r:gz") as tar:
+        return {m.name: (tar.extractfile(m).read() if m.isfile() else None)  # type: ignore[union-attr]
+                for m in tar.getmembers()}
+
+
+def test_compose_env_writes_the_prebuilt_compiled_wheels_as_a_layer_a_bump_leaves_as_it_was(
+        local: Local, ca: LocalCA, crane: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's compose-env with the prebuilt wheels `start admit` fetched: real uv installs
+    them into the venv's place, the layer holds the installed files and the MANIFEST where the
+    image keeps it (never a wheel file, never uv's lock), its history entry names its record
+    and no slice, and the final build is told to build rl FROM env. A lock bump (a slice file
+    changed) writes that slice and takes the compiled layer from its record, the same blob;
+    a rebuilt wheel (another MANIFEST) writes the layer again. Real uv, crane and registry."""
+    assert local.server is not None
+    rig = _job_rig(local, crane, tmp_path, monkeypatch)
+    _write_index(rig, tmp_path, (("alpha", ""),))
+    wheelhouse = rig.context / "wheelhouse"
+    wheelhouse.mkdir()
+    wheel = pure_wheel(wheelhouse, "kernels")
+
+    def manifest(abi: str) -> bytes:
+        text = (f"# gpurl-abi {abi}\n"
+                f"{hashlib.sha256(wheel.read_bytes()).hexdigest()}  {wheel.name}\n")
+        (wheelhouse / "MANIFEST").write_text(text)
+        return text.encode()
+
+    def compose() -> tuple[list[str], dict[str, Any], str]:
+        done = rig.run("--prebuilt-wheelhouse", str(wheelhouse), "--compiled-wheel", wheel.name)
+        assert done.returncode == 0, done.stderr
+        reference = (rig.work / "env-image").read_text().strip()
+        with _http(local.server, ca) as http:  # type: ignore[arg-type]
+            image = _manifest(http, CACHE_REPO, reference.rpartition("@")[2])
+        assert image is not None
+        return done.stdout.splitlines(), image, reference
+
+    recorded = manifest("cuda=cu128")
+    lines, image, reference = compose()
+    assert (rig.work / "env-args").read_text() == \
+        f"ENV_SOURCE={reference}\nCOMPILED_SOURCE=env\n"
+    assert lines[-1].endswith("0 cached; the compiled wheels' layer written)"), lines
+    compiled = image["layers"][-1]["digest"]
+    with _http(local.server, ca) as http:
+        files = _layer_files(http, compiled)
+        config = http.get(f"/v2/{CACHE_REPO}/blobs/{image['config']['digest']}").json()
+    venv = str(rig.venv).lstrip("/")
+    site = [n for n in files if n.endswith("/site-packages/kernels/__init__.py")]
+    assert len(site) == 1 and site[0].startswith(f"{venv}/lib/"), sorted(files)
+    assert files["etc/gpurl/provenance/wheels.MANIFEST"] == recorded
+    assert not [n for n in files if n.endswith((".whl", "/.lock"))], sorted(files)
+    entry = config["history"][-1]["created_by"]
+    assert slice_of(entry) is None and (record_of(entry) or "").startswith(
+        "slice-compiled-wheels-"), entry
+
+    (tmp_path / "bumped").mkdir()
+    (rig.context / "slices" / "01-alpha.txt").write_text(
+        f"{pure_wheel(tmp_path / 'bumped', 'alpha_two')}\n")  # another package
+    lines, bumped, _ = compose()
+    assert any(line.startswith("    01-alpha: written ") for line in lines), lines
+    assert lines[-1].endswith("0 cached; the compiled wheels' layer cached)"), lines
+    assert bumped["layers"][-1]["digest"] == compiled
+    assert bumped["layers"][-2]["digest"] != image["layers"][-2]["digest"]
+
+    manifest("cuda=cu129")
+    lines, rebuilt, _ = compose()
+    assert lines[-1].endswith("1 cached; the compiled wheels' layer written)"), lines
+    assert rebuilt["layers"][-1]["digest"] != compiled
+    assert rebuilt["layers"][-2]["digest"] == bumped["layers"][-2]["digest"]

@@ -234,6 +234,9 @@ def prepare(args: argparse.Namespace, inputs: JobInputs, env: Mapping[str, str])
               "REGISTRY_RETRY_MAX_WAIT": str(inputs.retry_max_wait),
               "WHEEL_SOURCE": inputs.wheel_source or "",
               "WHEELHOUSE": str(args.context / args.wheelhouse),
+              # the wheels admit fetches: a composing job writes them as a layer of its own
+              "PREBUILT_WHEELHOUSE": str(args.context / args.wheelhouse)
+              if inputs.wheel_source == "prebuilt-wheelhouse" else "",
               # new on every run: the generated Dockerfile's last RUN is never cached
               "BUILD_ID": uuid.uuid4().hex}
     write_atomic(args.work / "job.vars",

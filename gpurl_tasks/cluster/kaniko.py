@@ -270,14 +270,17 @@ def _compose(config: Config) -> str:
     env-base alone; a second, unpushed kaniko build FROM it runs compose-env.sh (the layer
     tool's `compose-env`, writer/job.py) in env-base's own filesystem and environment (its
     python3, uv and venv, as a container of env-base does on the local path; its PATH, uv
-    settings and index apply); the final build runs FROM the composed image. Between executor
+    settings and index apply), the prebuilt compiled wheels too when the job fetched them
+    (writer/compiled.py); the final build runs FROM the composed image. Between executor
     runs the job's own filesystem is gone (kaniko deletes it, and restores only what a stage
     needs), so the script then uses bash builtins and the static crane only.
     """
     if not composes(config):
         return ""
     compose_env = _fragment("compose-env.sh", {
-        "VENV": shlex.quote(config.build.venv), "LAYER_LEVEL": config.layers.slice_gzip_level})
+        "VENV": shlex.quote(config.build.venv), "LAYER_LEVEL": config.layers.slice_gzip_level,
+        "COMPILED_WHEELS": "".join(f" --compiled-wheel {shlex.quote(name)}"
+                                   for name in prebuilt_wheel_names(config))})
     compose = _fragment("compose.sh", {
         "SLICE_INDEX": shlex.quote(SLICE_INDEX), "COMPOSE_ENV": compose_env,
         "SNAPSHOT_MODE": config.cluster.snapshot_mode})

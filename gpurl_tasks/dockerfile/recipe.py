@@ -70,6 +70,7 @@ from gpurl_tasks.dockerfile.wheels import (
 from gpurl_tasks.errors import BUG_HINT
 from gpurl_tasks.plan.model import Layer, Plan, Slice, SliceBuild
 from gpurl_tasks.values import ARG_REF, format_bytes, inside_repository
+from gpurl_tasks.writer.compiled import COMPILED_ARG, COMPILED_IN_ENV, ENV_ARG, WHEELS_MANIFEST
 
 __all__ = [
     "ASSERTS_RECORD",
@@ -100,6 +101,11 @@ _WHEELS_TMP = "/tmp/wheels"
 # never the wheel files beside them.
 COMPILED_STAGE = "compiled-wheels"
 _COMPILED_ROOT = "/tmp/gpurl-compiled"
+# The environment with that tree copied on: COMPILED_SOURCE's default. A cluster job that
+# composes the environment and fetched prebuilt wheels writes the tree as a layer of the
+# composed environment itself, keyed by the wheels (writer/compiled.py), and builds the rl
+# stage FROM env (COMPILED_SOURCE=env): a lock bump then leaves the compiled layer as it was.
+ENV_COMPILED = "env-compiled"
 ENV_BASE_STAGE = "env-base"  # every slice image's base: the rl stage's apt set and `uv venv`
 ENV_CHAIN = "env-chain"  # ENV_SOURCE's default: every slice in one layer chain
 
@@ -115,7 +121,8 @@ def _args(config: Config) -> dict[str, str]:
         "VLLM_FORK_REPO": b.vllm_fork_repo,
         "VLLM_FORK_COMMIT": b.vllm_fork_commit,
         **({"WHEEL_SOURCE": b.wheel_source} if b.compiled_wheels else {}),
-        "ENV_SOURCE": ENV_CHAIN,
+        ENV_ARG: ENV_CHAIN,
+        **({COMPILED_ARG: ENV_COMPILED} if b.wheel_globs else {}),
         "MAX_JOBS": str(b.max_jobs),
         "GITSHA": "unknown",
     }
@@ -399,7 +406,6 @@ ENVCHECK = "/etc/gpurl/envcheck.py"  # dockerfile/envcheck.py, as generate write
 ENVCHECK_SOURCE = "docker/gpurl-envcheck.py"  # where generate writes it, in the context
 FREEZE_LOCK = f"{PROVENANCE_DIR}/freeze-lock.txt"  # after the final sync: the lock's set
 FREEZE = f"{PROVENANCE_DIR}/freeze.txt"  # `uv pip freeze`: the environment's whole set
-WHEELS_MANIFEST = f"{PROVENANCE_DIR}/wheels.MANIFEST"  # the compiled wheels' sha256, ABI key
 
 
 def provenance_sources(config: Config) -> tuple[str, ...]:
@@ -498,7 +504,7 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
         Stage(name=ENV_CHAIN, base=ENV_BASE_STAGE, instructions=tuple(chain),
               comment="Every slice in one chain: for builders that cannot compose "
                       "(ENV_SOURCE=env-chain, the default)."),
-        Stage(name="env", base=ArgImage(name="ENV_SOURCE"), instructions=(
+        Stage(name="env", base=ArgImage(name=ENV_ARG), instructions=(
             Comment(text="kaniko v1.23.2 seeds the cache keys of a stage FROM an earlier stage "
                     "with that stage's last"),
             Comment(text="instruction's key, and with nothing for a stage of none: this ARG "
@@ -506,7 +512,7 @@ def _env_stages(config: Config, plan: Plan) -> tuple[Stage, ...]:
             Comment(text="on the environment image. Without it a new base image would take "
                     "their RUNs from the cache,"),
             Comment(text="the build asserts among them."),
-            Arg(name="ENV_SOURCE")),
+            Arg(name=ENV_ARG)),
               comment="The environment: the chain, or the composed image's reference "
                       "(ENV_SOURCE=<registry>/<repo>@sha256:...)."),
     ]
@@ -546,7 +552,12 @@ def _compiled_stage(config: Config, plan: Plan) -> tuple[Stage, ...]:
     return (Stage(name=COMPILED_STAGE, base="env", instructions=_with_args(body, _args(config)),
                   comment="The compiled wheels installed on the environment, apart: the rl "
                           "stage copies what they install\nand their MANIFEST, never the "
-                          "wheel files."),)
+                          "wheel files."),
+            Stage(name=ENV_COMPILED, base="env", instructions=(
+                Copy(sources=(f"{_COMPILED_ROOT}/",), dest="/", from_stage=COMPILED_STAGE),),
+                  comment="The environment and the compiled tree, for the rl stage; a job that "
+                          f"composed the tree into the\nenvironment builds it FROM env "
+                          f"({COMPILED_ARG}={COMPILED_IN_ENV})."))
 
 
 def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
@@ -555,8 +566,6 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
     ws = _rel(config, str(config.workspace))
     body: list[Instruction] = []
     globs = tuple(b.wheel_globs)
-    if globs:
-        body.append(Copy(sources=(f"{_COMPILED_ROOT}/",), dest="/", from_stage=COMPILED_STAGE))
     if local:
         body.append(Comment(text="Local packages the lock installs from a path outside the "
                             "workspace directory, where it expects them."))
@@ -599,7 +608,8 @@ def _rl_stage(config: Config, plan: Plan, *, lock_sha256: str,
             *([(provenance.LABEL_OCI_SOURCE, b.source_url)] if b.source_url else []),
         )),
     ]
-    return Stage(name="rl", base="env", instructions=_with_args(body, _args(config)),
+    return Stage(name="rl", base=ArgImage(name=COMPILED_ARG) if globs else "env",
+                 instructions=_with_args(body, _args(config)),
                  comment="The RL runtime: the environment, "
                          + ("compiled wheels, " if globs else "") + "the final sync, asserts.")
 
@@ -670,7 +680,8 @@ def render_recipe(config: Config, plan: Plan, *, lock_sha256: str,
         _rl_stage(config, plan, lock_sha256=lock_sha256, local=local),
     )
     used = {n for s in stages for i in s.instructions if isinstance(i, Arg) for n in [i.name]}
-    used |= {"BASE_IMAGE", "ENV_SOURCE", *(("WHEEL_SOURCE",) if config.build.compiled_wheels else ())}
+    used |= {"BASE_IMAGE", ENV_ARG, *(("WHEEL_SOURCE",) if config.build.compiled_wheels else ()),
+             *((COMPILED_ARG,) if config.build.wheel_globs else ())}
     _check_pins(used, args, config)
     global_args = tuple(Arg(name=n, default=v) for n, v in args.items() if n in used)
     header = (

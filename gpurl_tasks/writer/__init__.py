@@ -12,6 +12,7 @@ so both write the same bytes and compose the same image:
 - `ocispec`: the OCI and Docker media types, each spelled once, and the OCI 1.1 artifact that
   carries an attached document (the job's zipapp carries it too; oci/ reads it);
 - `staging`: the staging install of one slice (for another machine's wheels, too);
+- `compiled`: the prebuilt compiled wheels as one more written layer, keyed by their MANIFEST;
 - `check`: what a written layer must hold (its ELF objects' machine, its entry points' Python);
 - `retry`: when a registry request is tried again and after how long (gpurl's client, crane);
 - `orchestration`: the registry half of a composition, both paths, over a small registry

@@ -1,8 +1,10 @@
 """The cluster job's composition (the layer tool's `compose-env`), run in env-base's own
 filesystem by the composing kaniko build: each slice the cache lacks is installed with uv
 into a scratch tree there (writer/staging.py's words, as the local path's staging container
-runs them) and written by writer/blob.py; writer/orchestration.py does the rest through crane
-(writer/crane.py). Its log is the job's: one line per slice, then the environment's.
+runs them) and written by writer/blob.py, and the prebuilt compiled wheels, when the job
+fetched them, as one more layer (writer/compiled.py); writer/orchestration.py does the rest
+through crane (writer/crane.py). Its log is the job's: one line per slice, then the
+environment's.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpurl_tasks.writer.blob import LayerError, write_layer
+from gpurl_tasks.writer.blob import LayerError, compressor, write_layer
+from gpurl_tasks.writer.compiled import (
+    COMPILED_SLOT,
+    compiled_build_args,
+    compiled_history,
+    lay_out_manifest,
+    wheels_install_command,
+)
 from gpurl_tasks.writer.crane import Crane
 from gpurl_tasks.writer.orchestration import (
     ComposeError,
@@ -30,11 +39,21 @@ from gpurl_tasks.writer.orchestration import (
     read_base,
 )
 from gpurl_tasks.writer.probe import probe
-from gpurl_tasks.writer.records import IndexLine, read_index, slice_keys
+from gpurl_tasks.writer.records import IndexLine, Probe, read_index, slice_key, slice_keys
 from gpurl_tasks.writer.retry import RetryRules
 from gpurl_tasks.writer.staging import build_env_command, build_env_path, install_command
 
-__all__ = ["JobInputs", "compose_in_job", "outcome_line", "run_compose_env", "stager"]
+__all__ = ["CompiledWheels", "JobInputs", "compiled_slot", "compiled_stager", "compose_in_job",
+           "outcome_line", "run_compose_env", "stager"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompiledWheels:
+    """The prebuilt compiled wheels `start admit` fetched and checked against their MANIFEST
+    (each wheel's sha256, the ABI key): the files the layer installs."""
+
+    wheelhouse: Path  # holds MANIFEST and each wheel
+    wheels: tuple[str, ...]  # file names, as the profile's config names them
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,6 +69,7 @@ class JobInputs:
     venv: str
     level: int
     rules: RetryRules
+    compiled: CompiledWheels | None = None  # None: the Dockerfile installs them (or none)
 
 
 def outcome_line(outcome: Outcome) -> str:
@@ -121,6 +141,49 @@ def stager(inputs: JobInputs, lines: dict[str, IndexLine], slices: Path
     return stage
 
 
+def compiled_slot(inputs: JobInputs, compiled: CompiledWheels, found: Probe) -> Slot:
+    """The compiled layer's slot: its key is a slice's, over the MANIFEST's bytes (each
+    wheel's sha256 and the ABI key) and the install naming each wheel."""
+    created_by = compiled_history(compiled.wheels, inputs.venv)
+    try:
+        manifest = (compiled.wheelhouse / "MANIFEST").read_bytes()
+    except OSError as exc:
+        raise ComposeError(f"the compiled wheels' MANIFEST cannot be read: {exc}") from None
+    tag = slice_key(label=COMPILED_SLOT, slice_text=manifest, created_by=created_by,
+                    python=found.python, venv=inputs.venv, uv=found.uv,
+                    compressor=compressor(inputs.level, found.zlib), arch=found.machine)
+    return Slot(name=COMPILED_SLOT, tag=tag, created_by=created_by)
+
+
+def compiled_stager(inputs: JobInputs, compiled: CompiledWheels, slices: Path
+                    ) -> Callable[[Slot], StagedSlice]:
+    """Stage the compiled layer: the wheels installed into the venv's place in a tree laid
+    out as the image's root, their MANIFEST beside, written as one layer."""
+    def stage(slot: Slot) -> StagedSlice:
+        start = time.monotonic()
+        scratch = slices / slot.name
+        log = slices / f"{slot.name}.log"
+        log.write_text("")
+        tree = scratch / "tree"
+        venv_tree = tree / inputs.venv.strip("/")
+        wheels = [str(compiled.wheelhouse / name) for name in compiled.wheels]
+        if not _run(wheels_install_command(prefix=str(venv_tree), venv=inputs.venv,
+                                           wheels=wheels), log):
+            raise ComposeError(f"installing the compiled wheels failed: {_tail(log, 5)}")
+        (venv_tree / ".lock").unlink(missing_ok=True)  # uv's lock of the prefix
+        lay_out_manifest(compiled.wheelhouse / "MANIFEST", tree)
+        written = slices / f"{slot.name}.tar.gz"
+        try:
+            blob = write_layer(tree, written, prefix="", level=inputs.level)
+        except LayerError as exc:
+            raise ComposeError(f"writing the compiled layer failed: {exc}") from None
+        shutil.rmtree(scratch)
+        return StagedSlice(path=written, blob=blob, seconds=time.monotonic() - start,
+                           log=log.read_text(errors="replace"))
+
+    return stage
+
+
 def compose_in_job(inputs: JobInputs, say: Callable[[str], None]) -> str:
     """Compose the environment as the job does -> its reference (`CACHE_REPO@digest`)."""
     slices = inputs.work / "slices"
@@ -131,19 +194,31 @@ def compose_in_job(inputs: JobInputs, say: Callable[[str], None]) -> str:
     base = read_base(crane, inputs.env_base.rpartition("@")[2])
     index = read_index(inputs.slice_index.read_text(encoding="utf-8"), str(inputs.slice_index))
     lines = {line.name: line for line in index}
+    found = probe(inputs.venv)
     tags = dict(slice_keys(inputs.slice_index, inputs.context, venv=inputs.venv,
-                           level=inputs.level, found=probe(inputs.venv)))
+                           level=inputs.level, found=found))
     wanted = [Slot(name=line.name, tag=tags[line.name], created_by=line.created_by)
               for line in index]
+    stage_slice = stager(inputs, lines, slices)
+    stages: dict[str, Callable[[Slot], StagedSlice]] = {}
+    if inputs.compiled is not None:
+        wanted.append(compiled_slot(inputs, inputs.compiled, found))
+        stages[COMPILED_SLOT] = compiled_stager(inputs, inputs.compiled, slices)
     composed = compose_env(crane, base=base, wanted=wanted,
-                           stage=stager(inputs, lines, slices),
+                           stage=lambda slot: stages.get(slot.name, stage_slice)(slot),
                            report=lambda outcome: say(outcome_line(outcome)))
     shutil.rmtree(slices, ignore_errors=True)
     (inputs.work / "env-image").write_text(composed.reference + "\n")
-    written = [s for s in composed.slices if s.state == "written"]
+    (inputs.work / "env-args").write_text("".join(
+        f"{arg}\n" for arg in compiled_build_args(composed.reference,
+                                                  compiled=inputs.compiled is not None)))
+    outcomes = [s for s in composed.slices if s.name != COMPILED_SLOT]
+    written = [s for s in outcomes if s.state == "written"]
+    compiled = next((s for s in composed.slices if s.name == COMPILED_SLOT), None)
     say(f"==> environment {composed.reference} ({len(written)} slice(s) written, "
         f"{sum(s.rewritten for s in written)} of them as their record's blob was gone; "
-        f"{len(composed.slices) - len(written)} cached)")
+        f"{len(outcomes) - len(written)} cached"
+        + (f"; the compiled wheels' layer {compiled.state}" if compiled else "") + ")")
     return composed.reference
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpurl_tasks.writer.blob import LayerError, compressor, write_layer
 from gpurl_tasks.writer.composition import compose, record_of_image
-from gpurl_tasks.writer.job import JobInputs, run_compose_env
+from gpurl_tasks.writer.job import CompiledWheels, JobInputs, run_compose_env
 from gpurl_tasks.writer.probe import probe
 from gpurl_tasks.writer.records import (
     manifest_blobs,
@@ -73,14 +73,23 @@ def _parser() -> argparse.ArgumentParser:
         env.add_argument(flag, type=Path, required=True)
     for flag in ("--level", "--retries", "--retry-max-wait"):
         env.add_argument(flag, type=int, required=True)
+    env.add_argument("--prebuilt-wheelhouse", default="", help=(
+        "the compiled wheels the job fetched (empty: none, or the build compiles them): "
+        "written as one more layer"))
+    env.add_argument("--compiled-wheel", action="append", default=[],
+                     help="a compiled wheel's file name in the wheelhouse")
     return parser
 
 
 def _compose_env(args: argparse.Namespace) -> int:
+    compiled = CompiledWheels(wheelhouse=Path(args.prebuilt_wheelhouse),
+                              wheels=tuple(args.compiled_wheel)) \
+        if args.prebuilt_wheelhouse and args.compiled_wheel else None
     return run_compose_env(JobInputs(
         cache_repo=args.cache_repo, env_base=args.env_base, work=args.work, context=args.context,
         slice_index=args.slice_index, venv=args.venv, level=args.level,
-        rules=RetryRules(attempts=args.retries + 1, max_wait=float(args.retry_max_wait))))
+        rules=RetryRules(attempts=args.retries + 1, max_wait=float(args.retry_max_wait)),
+        compiled=compiled))
 
 
 def _run(args: argparse.Namespace) -> str:

@@ -6,4 +6,5 @@ set -euo pipefail
 export DOCKER_CONFIG SSL_CERT_FILE="$JOB_CA"
 exec python3 -B "$LAYER_TOOL" compose-env --cache-repo "$CACHE_REPO" --env-base "$ENV_BASE" \
   --work "$WORK" --context "$CONTEXT" --slice-index "$SLICE_INDEX" --venv @VENV@ \
-  --level @LAYER_LEVEL@ --retries "$REGISTRY_RETRIES" --retry-max-wait "$REGISTRY_RETRY_MAX_WAIT"
+  --level @LAYER_LEVEL@ --retries "$REGISTRY_RETRIES" --retry-max-wait "$REGISTRY_RETRY_MAX_WAIT" \
+  --prebuilt-wheelhouse "$PREBUILT_WHEELHOUSE"@COMPILED_WHEELS@

@@ -13,6 +13,7 @@ read -r ENV_BASE_DIGEST <"$WORK/env-base.digest" || true
 {
   printf '%s=%q\n' CACHE_REPO "$CACHE_REPO" ENV_BASE "$CACHE_REPO@$ENV_BASE_DIGEST" \
     GITSHA "$GITSHA" WORK "$WORK" CONTEXT "$CONTEXT" SLICE_INDEX "$SLICE_INDEX" \
+    PREBUILT_WHEELHOUSE "$PREBUILT_WHEELHOUSE" \
     LAYER_TOOL "$JOB_APP" DOCKER_CONFIG "$DOCKER_CONFIG" JOB_CA "$SSL_CERT_FILE" \
     REGISTRY_RETRIES "$REGISTRY_RETRIES" REGISTRY_RETRY_MAX_WAIT "$REGISTRY_RETRY_MAX_WAIT"
 } >"$WORK/compose-env.vars"
@@ -22,5 +23,6 @@ echo "==> the slices written on env-base and composed (an unpushed kaniko build)
 "$KANIKO_DIR/executor" --context "dir://$CONTEXT" --dockerfile "$WORK/compose-env.Dockerfile" \
   "--custom-platform=$TARGET_PLATFORM" --no-push --cache=false --snapshot-mode=@SNAPSHOT_MODE@ \
   "${KANIKO_RETRIES[@]}"
-read -r ENV_IMAGE <"$WORK/env-image" || die "composing the environment wrote no reference"
-ARGS+=(--build-arg "ENV_SOURCE=$ENV_IMAGE")
+# ENV_SOURCE, the composed image; COMPILED_SOURCE=env when it holds the compiled wheels' layer
+[ -s "$WORK/env-args" ] || die "composing the environment wrote no build args"
+while IFS= read -r ENV_ARG; do ARGS+=(--build-arg "$ENV_ARG"); done <"$WORK/env-args"
