@@ -188,6 +188,14 @@ def bench_noop(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.noop_rebuild", *session.posargs)
 
 
+@nox.session(name="bench-whole-image", default=False)
+def bench_whole_image(session: nox.Session) -> None:
+    """What a rebuild re-pushes of the whole image on real kaniko, compiled wheels of a
+    realistic size included, against the previous release's final stage (not CI)."""
+    _sync(session, "test")
+    session.run("python", "-m", "benchmarks.whole_image", *session.posargs)
+
+
 @nox.session(name="bench-compression", default=False)
 def bench_compression(session: nox.Session) -> None:
     """zstd against gzip for a composed environment: bytes, CPU, cold containerd pulls (not CI)."""

@@ -58,7 +58,7 @@ JOB_IMAGE = "gpurl/kaniko-job:bookworm"
 RUNBOOK_MEMORY, RUNBOOK_DISK = "512GB", "400GB"
 _STAMP = re.compile(r"INFO\S*\[(\d+)\] (.*)")
 _COMPOSED = re.compile(r"==> environment \S+ \((\d+) slice\(s\) written, \d+ of them as their "
-                       r"record's blob was gone; (\d+) cached\)")
+                       r"record's blob was gone; (\d+) cached[;)]")
 
 __all__ = ["load_data", "main", "measure", "render_section", "slice_timings", "splice_section"]
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kaniko_scale import BASE, JOB_IMAGE, PLAIN, SOURCES
-from benchmarks.report import splice_marked
+from benchmarks.report import record_and_render, splice_marked
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA = REPO_ROOT / "benchmarks" / "data" / "noop-rebuild.json"
@@ -55,12 +55,12 @@ def speedup(noop_s: float, baseline_s: float) -> float:
     return round(baseline_s / noop_s, 1) if noop_s > 0 else float("inf")
 
 
-def _git(tree: Path, *args: str) -> str:
+def git(tree: Path, *args: str) -> str:
     argv = ["git", "-c", "user.name=gpurl", "-c", "user.email=gpurl@localhost", *args]
     return subprocess.run(argv, cwd=tree, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def _edit_demo(tree: Path, edits: Mapping[str, str], message: str) -> None:
+def edit_demo(tree: Path, edits: Mapping[str, str], message: str) -> None:
     """Replace each text once in the copy's pyproject.toml, regenerate, commit."""
     from tests.support.demo_tree import invoke
 
@@ -74,8 +74,8 @@ def _edit_demo(tree: Path, edits: Mapping[str, str], message: str) -> None:
     generated = invoke(tree, "generate", "--profile", "demo")
     if generated.returncode != 0:
         raise RuntimeError(f"generate failed: {generated.stderr[-2000:]}")
-    _git(tree, "add", "-A")
-    _git(tree, "commit", "-qm", message)
+    git(tree, "add", "-A")
+    git(tree, "commit", "-qm", message)
 
 
 def _timed_invoke(tree: Path, *args: str, env: Mapping[str, str] | None = None,
@@ -97,11 +97,11 @@ def measure_local(run: str, say: Say) -> dict[str, Any]:
 
     tree = copy_tree(OUT / f"noop-local-{run}")
     repository = f"gpurl/noop-{run}"  # its own: no image another run recorded is found
-    _edit_demo(tree, {'repository = "gpurl/demo"': f'repository = "{repository}"'},
+    edit_demo(tree, {'repository = "gpurl/demo"': f'repository = "{repository}"'},
                f"demo into {repository}")
     say("==> local: invoke demo (the first build)")
     first_s, first, _ = _timed_invoke(tree, "demo", "--json")
-    _git(tree, "commit", "-q", "--allow-empty", "-m", "same inputs")
+    git(tree, "commit", "-q", "--allow-empty", "-m", "same inputs")
     say("==> local: invoke build, nothing changed (the no-op)")
     noop_s, noop, noop_err = _timed_invoke(tree, *LOCAL_FLAGS)
     if noop.get("reused") is not True or "<== " in noop_err or noop["digest"] != first["digest"]:
@@ -119,10 +119,12 @@ def measure_local(run: str, say: Say) -> dict[str, Any]:
 
 
 @contextmanager
-def _served_parts(work: Path, say: Say) -> Iterator[tuple[Any, str, str]]:
+def served_parts(work: Path, say: Say, *, payload_bytes: int = 0
+                 ) -> Iterator[tuple[Any, str, str]]:
     """The executors and crane (setup-kaniko from source archives), the job image, the base in
     the loopback registry, and crane's archive and the demo's compiled wheel (with the wheel
-    dataset's MANIFEST) served from 127.0.0.1: (builders, crane url, wheel base url)."""
+    dataset's MANIFEST; `payload_bytes` of incompressible stand-in kernels in it) served from
+    127.0.0.1: (builders, crane url, wheel base url)."""
     from gpurl_tasks.local.from_source import job_image, setup_kaniko
     from tests.support.demo_tree import CACHE, demo_wheelhouse
     from tests.support.rangeserver import serve_files
@@ -132,15 +134,37 @@ def _served_parts(work: Path, say: Say) -> Iterator[tuple[Any, str, str]]:
     for argv in (["docker", "tag", BASE, f"{PLAIN}/{BASE}"], ["docker", "push", f"{PLAIN}/{BASE}"]):
         subprocess.run(argv, check=True, capture_output=True)
     served = work / "served"
-    demo_wheelhouse(served / "wheels", work / "wheel")
+    demo_wheelhouse(served / "wheels", work / "wheel", payload_bytes=payload_bytes)
     shutil.copy2(builders.crane_archive, served)
     with serve_files(served) as url:
         yield builders, f"{url}/{builders.crane_archive.name}", f"{url}/wheels"
 
 
-def _job(tree: Path, gitsha: str, inputs_tag: str, label: str) -> tuple[float, str]:
-    """The committed script in a job container, its bundle staged as `invoke build` stages it:
-    (wall seconds, the digest it pushed); raises on failure."""
+def cluster_edits(repository: str, executor_ref: str, crane_url: str, crane_sha256: str,
+                  wheel_url: str) -> dict[str, str]:
+    """The demo as a cluster profile building into `repository`, everything on loopback: the
+    executor and crane built here, the prebuilt wheel served at `wheel_url`."""
+    return {
+        'workspace = "examples/demo"\nbackend = "local"':
+            'workspace = "examples/demo"\nbackend = "iris"',
+        f'base-image = "{BASE}"': f'base-image = "{PLAIN}/{BASE}"',
+        'repository = "gpurl/demo"': f'repository = "{repository}"',
+        'floating-tag = "demo"\nuser = ""': 'floating-tag = "demo"\nuser = "gpurl"',
+        "[tool.gpurl.profiles.demo.layers]":
+            "[tool.gpurl.profiles.demo.cluster]\n"
+            f'kaniko-executor = "{executor_ref}"\n'
+            f'crane-url = "{crane_url}"\ncrane-sha256 = "{crane_sha256}"\n\n'
+            "[tool.gpurl.profiles.demo.layers]",
+        'wheel-source = "wheel-builder"':
+            f'wheel-source = "prebuilt-wheelhouse"\nwheel-base-url = "{wheel_url}"',
+    }
+
+
+def job(tree: Path, gitsha: str, inputs_tag: str, label: str,
+        script_edit: Callable[[str], str] = lambda text: text) -> tuple[float, str]:
+    """The committed script in a job container, its bundle staged as `invoke build` stages it
+    (`script_edit`: a benchmark's change to the rendered script, which it states): (wall
+    seconds, the digest it pushed); raises on failure."""
     from gpurl_tasks.cluster.bundle import bundle_files, stage_workspace
     from gpurl_tasks.cluster.kaniko import job_files, render_script
     from gpurl_tasks.config import load_config
@@ -155,8 +179,8 @@ def _job(tree: Path, gitsha: str, inputs_tag: str, label: str) -> tuple[float, s
     bundle.mkdir(parents=True)
     stage_workspace(tree, bundle_files(tree, ls_bundle_files), job_files(config), bundle)
     script = tree.parent / f"bundle-{label}.sh"
-    script.write_text(render_script(config))
-    commit = _git(tree, "rev-parse", "HEAD")
+    script.write_text(script_edit(render_script(config)))
+    commit = git(tree, "rev-parse", "HEAD")
     env = {"GITSHA": gitsha, "DOCKER_TOKEN": TOKEN, "DOCKER_USER_ID": config.registry.user,
            "GIT_COMMIT": commit, "JOB_NAME": f"gpurl-kaniko-{gitsha}", "INPUTS_TAG": inputs_tag}
     start = time.monotonic()
@@ -181,23 +205,12 @@ def measure_kaniko(run: str, executor: str, say: Say) -> dict[str, Any]:
     from tests.support.demo_tree import copy_tree
 
     work = OUT / f"noop-kaniko-{run}-{executor}"
-    with _served_parts(work, say) as (builders, crane_url, wheel_url):
+    with served_parts(work, say) as (builders, crane_url, wheel_url):
         tree = copy_tree(work / "tree")
         repository = f"gpurl/noop-kaniko-{run}-{executor}"
-        _edit_demo(tree, {  # the demo as a cluster profile, everything on loopback
-            'workspace = "examples/demo"\nbackend = "local"':
-                'workspace = "examples/demo"\nbackend = "iris"',
-            f'base-image = "{BASE}"': f'base-image = "{PLAIN}/{BASE}"',
-            'repository = "gpurl/demo"': f'repository = "{repository}"',
-            'floating-tag = "demo"\nuser = ""': 'floating-tag = "demo"\nuser = "gpurl"',
-            "[tool.gpurl.profiles.demo.layers]":
-                "[tool.gpurl.profiles.demo.cluster]\n"
-                f'kaniko-executor = "{builders.executors[executor]}"\n'
-                f'crane-url = "{crane_url}"\ncrane-sha256 = "{builders.crane_sha256}"\n\n'
-                "[tool.gpurl.profiles.demo.layers]",
-            'wheel-source = "wheel-builder"':
-                f'wheel-source = "prebuilt-wheelhouse"\nwheel-base-url = "{wheel_url}"',
-        }, f"demo on kaniko into {repository}")
+        edit_demo(tree, cluster_edits(repository, builders.executors[executor], crane_url,
+                                      builders.crane_sha256, wheel_url),
+                  f"demo on kaniko into {repository}")
         config = load_config(tree, profile="demo", env={})
         kube = work / "kubeconfig"
         kube.write_text(f"apiVersion: v1\nclusters:\n- name: {config.cluster.name}\n")
@@ -210,11 +223,11 @@ def measure_kaniko(run: str, executor: str, say: Say) -> dict[str, Any]:
             raise RuntimeError("the inputs key could not be read")
         tag = inputs_tag(inputs.key)
         say(f"==> kaniko ({executor}): cold job, recording {tag}")
-        cold_s, cold = _job(tree, _git(tree, "rev-parse", "--short", "HEAD"), tag,
+        cold_s, cold = job(tree, git(tree, "rev-parse", "--short", "HEAD"), tag,
                             f"{executor}-cold")
         say(f"==> kaniko ({executor}): the same job again, warm (the previous release's rebuild)")
-        warm_s, warm = _job(tree, uuid.uuid4().hex[:7], tag, f"{executor}-warm")
-        _git(tree, "commit", "-q", "--allow-empty", "-m", "same inputs")
+        warm_s, warm = job(tree, uuid.uuid4().hex[:7], tag, f"{executor}-warm")
+        git(tree, "commit", "-q", "--allow-empty", "-m", "same inputs")
         say(f"==> kaniko ({executor}): invoke build --backend iris, nothing changed (the no-op)")
         noop_s, noop, noop_err = _timed_invoke(tree, "build", "--backend", "iris", "--profile",
                                                "demo", "--json", env=env)
@@ -321,22 +334,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not executors:
         parser.error(f"--executors takes upstream and/or fork, comma-separated; got "
                      f"{args.executors!r}")
+    measured = None
     if not args.render:
         parts = frozenset({args.only} if args.only else {"local", "kaniko"})
         if "kaniko" in parts and not SOURCES.is_dir():
             print(f"error: no kaniko/crane source archives at {SOURCES}", file=sys.stderr)
             return 2
-        data = measure(parts, executors)
-        args.data.parent.mkdir(parents=True, exist_ok=True)
-        args.data.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    try:
-        recorded = load_data(args.data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        parser.error(f"--data {args.data} is not a results file this benchmark wrote: {exc}")
-    section = render_section(recorded)
-    REPORT.write_text(splice_section(REPORT.read_text(), section))
-    print(section)
-    return 0
+        measured = measure(parts, executors)
+    return record_and_render(parser, args.data, measured, REPORT, render=render_section,
+                             splice=splice_section)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ Every figure in the prose is read from the results; nothing is typed in by hand.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import argparse
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from benchmarks import layer_budget
@@ -14,7 +17,7 @@ from benchmarks.quality import INDEPENDENT
 from benchmarks.rebuild_cost import BEFORE, FLOOR, ON_CHAIN, REPACKED, THIS_DESIGN
 from gpurl_tasks.values import format_bytes
 
-__all__ = ["render_markdown", "splice_marked"]
+__all__ = ["record_and_render", "render_markdown", "splice_marked"]
 
 MEASURED_FORMAT = '{"build": name, "layers": [{"step": i, "predicted": bytes, "actual": bytes}]}'
 
@@ -25,6 +28,25 @@ def splice_marked(text: str, section: str, *, begin: str, end: str, heading: str
     if begin in text and end in text:
         return text[:text.index(begin)] + section + text[text.index(end) + len(end):]
     return text.rstrip("\n") + f"\n\n## {heading}\n\n" + section + "\n"
+
+
+def record_and_render(parser: argparse.ArgumentParser, data: Path,
+                      measured: dict[str, Any] | None, report: Path, *,
+                      render: Callable[[dict[str, Any] | None], str],
+                      splice: Callable[[str, str], str]) -> int:
+    """A real-part benchmark's last step: its figures (`measured`, None for --render) written
+    to `data`, its REPORT.md section rendered from what `data` holds and spliced in."""
+    if measured is not None:
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
+    try:
+        recorded = json.loads(data.read_text()) if data.exists() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        parser.error(f"--data {data} is not a results file this benchmark wrote: {exc}")
+    section = render(recorded)
+    report.write_text(splice(report.read_text(), section))
+    print(section)
+    return 0
 
 
 def _ms(seconds: float) -> str:

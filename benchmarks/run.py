@@ -26,6 +26,7 @@ from benchmarks import (
     real_scale,
     rebuild_cost,
     speed,
+    whole_image,
 )
 from benchmarks.common import (
     REPO_ROOT,
@@ -237,6 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ... and the no-op rebuild's from `nox -s bench-noop`'s last run
     markdown = noop_rebuild.splice_section(markdown,
                                            noop_rebuild.render_section(noop_rebuild.load_data()))
+    # ... and the whole image's re-push from `nox -s bench-whole-image`'s last run
+    markdown = whole_image.splice_section(markdown,
+                                          whole_image.render_section(whole_image.load_data()))
     _write(args.out / "report.json", json.dumps(results, indent=2, sort_keys=True) + "\n")
     _write(args.report, markdown)
     print(markdown)

@@ -186,3 +186,43 @@ def test_noop_rebuild_section_states_both_paths_and_keeps_the_rest_of_the_report
     assert splice_section(report, section) == f"# head\n\n{section}\n\n## tail\n"
     assert splice_section("# head\n", section).endswith(f"{section}\n")
     assert render_section(None).startswith(BEGIN)
+
+
+def test_whole_image_baseline_is_the_script_without_its_compiled_layer() -> None:
+    """The baseline arm runs today's script with the composition's compiled wheels taken out
+    (nothing else in it differs), which a script without them refuses; its compiled-layer
+    pattern finds both arms' layer; the section compares the two bumps."""
+    from benchmarks.whole_image import (
+        COMPILED,
+        bump_ratio,
+        new_layers,
+        render_section,
+        without_compiled_layer,
+    )
+    from gpurl_tasks.cluster.kaniko import render_script
+    from gpurl_tasks.config import load_config
+    from gpurl_tasks.writer.compiled import compiled_history
+    from tests.conftest import REPO_ROOT
+
+    script = render_script(load_config(REPO_ROOT, profile="gpu-rl", env={}))
+    baseline = without_compiled_layer(script)
+    changed = [(a, b) for a, b in zip(script.splitlines(), baseline.splitlines(), strict=True)
+               if a != b]
+    assert len(changed) == 1 and "--compiled-wheel" in changed[0][0], changed
+    assert changed[0][1].endswith('--prebuilt-wheelhouse "$PREBUILT_WHEELHOUSE"')
+    with pytest.raises(RuntimeError, match="names no --compiled-wheel"):
+        without_compiled_layer(baseline)
+    written = compiled_history(("gpurl_demo_ext-0.1.0-cp311-cp311-linux_x86_64.whl",), "/opt/v")
+    assert COMPILED.search(written) and COMPILED.search("COPY --from=7 /tmp/gpurl-compiled/ /")
+    assert not COMPILED.search("COPY examples/demo/ /opt/workspace/")
+    assert new_layers([{"digest": "a"}, {"digest": "b"}], [{"digest": "a"}]) == [{"digest": "b"}]
+    assert bump_ratio(300, 100) == 3.0 and bump_ratio(1, 0) == float("inf")
+    bump = {"executor": "upstream", "step": "bump", "seconds": 60.0, "layers": 20,
+            "image_bytes": 1_000_000, "compiled_bytes": 500_000, "slice_bytes": 1_000}
+    data = {"measured_at": "2026-01-01 00:00 UTC", "cpus": 2, "compiled_mb": 1, "builds": [
+        {**bump, "arm": "written", "new_blobs": 3, "new_bytes": 2_000, "compiled_new": False},
+        {**bump, "arm": "copied", "new_blobs": 4, "new_bytes": 502_000, "compiled_new": True}]}
+    section = render_section(data)
+    assert "| upstream | written | bump | 60 | 3 | 2,000 | 0.20% | kept | 2.0x |" in section
+    assert "| upstream | copied | bump | 60 | 4 | 502,000 | 50.20% | new | 502.0x |" in section
+    assert "re-pushes 2,000 bytes against the previous release's 502,000 (251.0x less)" in section

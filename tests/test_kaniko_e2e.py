@@ -737,7 +737,7 @@ def test_the_job_completes_through_registry_faults_and_its_rerun_reuses_every_sl
 
 
 _COMPOSED = re.compile(r"==> environment \S+ \((\d+) slice\(s\) written, (\d+) of them as their "
-                       r"record's blob was gone; (\d+) cached\)")
+                       r"record's blob was gone; (\d+) cached[;)]")
 
 
 @pytest.mark.kaniko_faults

@@ -103,6 +103,7 @@ def test_success_runs_executor_with_exactly_the_expected_flags(r: Rig) -> None:
         "--destination", f"{image}:gpu-rl-{GITSHA}",
         "--digest-file", digest_file,
         "--build-arg", f"ENV_SOURCE={_env_image(r)}",  # FROM the composed environment
+        "--build-arg", "COMPILED_SOURCE=env",  # which holds the fetched wheels' layer
     ]
     assert "--single-snapshot" not in argv
     assert re.fullmatch(r"[0-9a-f]{32}", build_id)
@@ -134,11 +135,14 @@ def test_the_environment_is_composed_on_env_base_before_the_final_build(
     assert composing[composing.index("--dockerfile") + 1] == f"{work}/compose-env.Dockerfile"
     assert "--no-push" in composing
     reference = _env_image(r)
-    assert final[-2:] == ["--build-arg", f"ENV_SOURCE={reference}"]
+    assert final[-4:] == ["--build-arg", f"ENV_SOURCE={reference}",
+                          "--build-arg", "COMPILED_SOURCE=env"]
     written = [line for line in proc.stdout.splitlines() if ": written " in line]
-    assert [line.split(": written ")[0] for line in written] == ["    01-alpha", "    02-beta"]
+    # the slices, then the prebuilt compiled wheels the job fetched, as one more layer
+    assert sorted(line.split(": written ")[0] for line in written) == [
+        "    01-alpha", "    02-beta", "    compiled-wheels"]
     assert f"==> environment {reference} (2 slice(s) written, 0 of them as their record's " \
-           "blob was gone; 0 cached)" in proc.stdout
+           "blob was gone; 0 cached; the compiled wheels' layer written)" in proc.stdout
     host, _, path = cache.partition("/")
     with httpx.Client(base_url=f"http://{host}", timeout=30) as http:
         base = manifest(http, path, f"env-base-{GITSHA}")
@@ -147,10 +151,12 @@ def test_the_environment_is_composed_on_env_base_before_the_final_build(
     assert base is not None and image is not None
     # the digest file the executor wrote is the registry's digest of env-base
     assert (work / "env-base.digest").read_text() == pushed.headers["Docker-Content-Digest"]
-    # env-base's layer, then each slice's blob as compose-env said it wrote them, in order
+    # env-base's layer, then each slice's blob as compose-env said it wrote them, in plan
+    # order, the compiled layer last
+    said = {line.split(": written ")[0].strip(): json.loads(line.split(": written ")[1])["digest"]
+            for line in written}
     assert [layer["digest"] for layer in image["layers"]] == [
-        base["layers"][0]["digest"],
-        *(json.loads(line.split(": written ")[1])["digest"] for line in written)]
+        base["layers"][0]["digest"], said["01-alpha"], said["02-beta"], said["compiled-wheels"]]
 
 
 def test_crane_exports_the_pinned_executor_over_the_root(r: Rig) -> None:
@@ -493,10 +499,14 @@ def _aarch64_rig(tmp_path: Path, parts: ComposeParts) -> AbstractContextManager[
     """gpu-rl (a profile with compiled wheels) as an aarch64 variant: its MANIFEST's key names
     linux_aarch64 (the rig writes the key of the config's pins, as a wheel-builder does). Its
     workspace is the multiarch fixture's, whose lock resolves for aarch64 (rl/uv.lock resolves
-    for x86_64 only, and an aarch64 image of it is refused where the lock is read)."""
+    for x86_64 only, and an aarch64 image of it is refused where the lock is read). Its
+    environment is the chain: a composing job installs the aarch64 wheels natively, which
+    this x86_64 machine cannot (the composed aarch64 script runs above, for the multiarch
+    variant without compiled wheels)."""
     _rig_ready()
-    return rig(tmp_path, parts, overrides={"target.arch": "aarch64", "workspace": "examples/multiarch",
-                                    "target.python": "3.11", "python.extras": []})
+    return rig(tmp_path, parts, chain=True,
+               overrides={"target.arch": "aarch64", "workspace": "examples/multiarch",
+                          "target.python": "3.11", "python.extras": []})
 
 
 def test_an_aarch64_script_expects_the_linux_aarch64_manifest(

@@ -270,10 +270,11 @@ def test_a_small_bump_writes_and_pulls_only_the_changed_slice(tree: Path, built:
           f"{warm_s:.1f}s; docker pull fetched {len(docker_fetched)} layer(s) in {docker_s:.1f}s")
     assert changed["blob"] in fetched
     assert [d for d in fetched if d in slice_blobs] == [changed["blob"]]
-    # the slice plus at most the final stage's layers (its RUN/COPY lines, counted from the
-    # generated Dockerfile: every other layer is env-base's or another slice's, shared)
+    # the slice plus at most the layers built on the environment (the RUN/COPY lines of the
+    # stages env-compiled and rl, counted from the generated Dockerfile: every other layer is
+    # env-base's or another slice's, shared)
     dockerfile = (tree / "docker" / "Dockerfile.demo").read_text()
-    final = dockerfile[dockerfile.index(" AS rl\n"):].splitlines()
+    final = dockerfile[dockerfile.index(" AS env-compiled\n"):].splitlines()
     assert len(fetched) <= 1 + sum(ln.startswith(("RUN ", "COPY ", "ADD ")) for ln in final), \
         fetched
     # `invoke diff` of the two pushed images says what the node just did, to the byte

@@ -94,6 +94,19 @@ def _run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> bool:
                               check=False).returncode == 0
 
 
+def _written(tree: Path, output: Path, what: str, *, prefix: str, level: int, start: float,
+             log: Path) -> StagedSlice:
+    """The staged tree written as one layer blob at `output` (placed under `prefix`), its
+    staging directory (the tree's parent) removed."""
+    try:
+        blob = write_layer(tree, output, prefix=prefix, level=level)
+    except LayerError as exc:
+        raise ComposeError(f"writing {what} failed: {exc}") from None
+    shutil.rmtree(tree.parent)
+    return StagedSlice(path=output, blob=blob, seconds=time.monotonic() - start,
+                       log=log.read_text(errors="replace"))
+
+
 def stager(inputs: JobInputs, lines: dict[str, IndexLine], slices: Path
             ) -> Callable[[Slot], StagedSlice]:
     """Stage one slice: a slice whose index line ends in `lower [uv flags]` (the lock's build
@@ -128,15 +141,9 @@ def stager(inputs: JobInputs, lines: dict[str, IndexLine], slices: Path
                                     hashed=" --require-hashes " in line.created_by), log, env):
             raise ComposeError(f"installing slice {slot.name} ({line.file}) failed: "
                                f"{_tail(log, 5)}")
-        written = slices / f"{slot.name}.tar.gz"
-        try:
-            blob = write_layer(tree, written, prefix=inputs.venv.removeprefix("/"),
-                               level=inputs.level)
-        except LayerError as exc:
-            raise ComposeError(f"writing slice {slot.name} failed: {exc}") from None
-        shutil.rmtree(scratch)
-        return StagedSlice(path=written, blob=blob, seconds=time.monotonic() - start,
-                           log=log.read_text(errors="replace"))
+        return _written(tree, slices / f"{slot.name}.tar.gz", f"slice {slot.name}",
+                        prefix=inputs.venv.removeprefix("/"), level=inputs.level,
+                        start=start, log=log)
 
     return stage
 
@@ -172,14 +179,8 @@ def compiled_stager(inputs: JobInputs, compiled: CompiledWheels, slices: Path
             raise ComposeError(f"installing the compiled wheels failed: {_tail(log, 5)}")
         (venv_tree / ".lock").unlink(missing_ok=True)  # uv's lock of the prefix
         lay_out_manifest(compiled.wheelhouse / "MANIFEST", tree)
-        written = slices / f"{slot.name}.tar.gz"
-        try:
-            blob = write_layer(tree, written, prefix="", level=inputs.level)
-        except LayerError as exc:
-            raise ComposeError(f"writing the compiled layer failed: {exc}") from None
-        shutil.rmtree(scratch)
-        return StagedSlice(path=written, blob=blob, seconds=time.monotonic() - start,
-                           log=log.read_text(errors="replace"))
+        return _written(tree, slices / f"{slot.name}.tar.gz", "the compiled layer", prefix="",
+                        level=inputs.level, start=start, log=log)
 
     return stage
 

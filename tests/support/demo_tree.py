@@ -3,12 +3,15 @@ demo's small lock bump (one tail package moved to another release on the loopbac
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -38,12 +41,14 @@ def copy_tree(dest: Path) -> Path:
     return dest
 
 
-def demo_wheelhouse(dest: Path, work: Path, *, module_doc: str = "") -> Path:
+def demo_wheelhouse(dest: Path, work: Path, *, module_doc: str = "", payload_bytes: int = 0
+                    ) -> Path:
     """The demo's compiled wheel, built from its source (in `work`) as the wheel-builder builds
     it, in `dest` with a MANIFEST shaped like the wheel dataset's: a prebuilt wheelhouse to
     serve at the cluster profile's wheel-base-url. `module_doc`: the module's docstring
     instead of its own, so the same wheel name and version holds other compiled bytes (a
-    rebuilt wheel)."""
+    rebuilt wheel). `payload_bytes`: one more file of that many incompressible bytes in the
+    package, a stand-in for the size of real compiled kernels (the vLLM fork, flash-attn)."""
     from tests.support.local_parts import build_source_wheel
 
     demo = load_config(REPO_ROOT, profile="demo", env={})
@@ -59,11 +64,29 @@ def demo_wheelhouse(dest: Path, work: Path, *, module_doc: str = "") -> Path:
         source = edited
     wheel = build_source_wheel(source, demo.target.python, work,
                                arch_list=demo.build.cuda_arch_list)
+    if payload_bytes:
+        _add_payload(wheel, payload_bytes)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(wheel, dest)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     (dest / "MANIFEST").write_text(f"{DEMO_ABI_LINE}\n{digest}  {wheel.name}\n")
     return dest
+
+
+def _add_payload(wheel: Path, size: int) -> None:
+    """Add `gpurl_demo_ext_payload/kernels.bin` (`size` bytes from a seeded generator: the same
+    bytes on every run, and gzip cannot shrink them) to the wheel, with its RECORD line."""
+    name = "gpurl_demo_ext_payload/kernels.bin"
+    data = random.Random(size).randbytes(size)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+    with zipfile.ZipFile(wheel) as archive:
+        entries = {info.filename: archive.read(info) for info in archive.infolist()}
+    record = next(n for n in entries if n.endswith(".dist-info/RECORD"))
+    entries[record] = entries[record] + f"{name},sha256={digest},{size}\n".encode()
+    entries[name] = data
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for entry, content in entries.items():
+            archive.writestr(entry, content)
 
 
 def invoke(root: Path, *args: str, timeout: int = 1800,

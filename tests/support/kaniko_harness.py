@@ -64,7 +64,7 @@ from gpurl_tasks.writer.blob import write_layer
 from gpurl_tasks.writer.ocispec import canonical_json
 from gpurl_tasks.writer.records import IndexLine, write_layout, written_history
 from tests.conftest import REPO_ROOT
-from tests.support.local_parts import need, pure_wheel, real_crane
+from tests.support.local_parts import named_wheel, need, pure_wheel, python312, real_crane
 from tests.support.rangeserver import serve_files
 from tests.support.registry_server import running_registry
 
@@ -176,6 +176,18 @@ class ComposeParts:
     wheels: tuple[Path, ...]  # one per slice
     env_base: Path  # an OCI layout of env-base, which the stand-in executor pushes
 
+    def venv_for(self, python: str) -> Path:
+        """env-base's venv on the profile's Python (`target.python`): the composing job
+        installs the profile's compiled wheels into it, whose tags name that Python. The
+        3.12 one is made on first use (skipped, saying why, where there is no 3.12)."""
+        if python == f"{sys.version_info[0]}.{sys.version_info[1]}":
+            return self.venv
+        venv = self.venv.with_name(f"venv-{python}")
+        if not venv.exists():
+            need(python == "3.12", f"no venv of Python {python} is made here")
+            subprocess.run(["uv", "venv", "-q", "--python", python312(), str(venv)], check=True)
+        return venv
+
 
 def _env_base_layout(directory: Path) -> Path:
     """env-base as an OCI layout: one layer holding a file under the venv, and a config."""
@@ -215,7 +227,7 @@ def compose_parts(directory: Path) -> Iterator[ComposeParts]:
                            env_base=env_base)
 
 
-def _slices(bundle: Path, parts: ComposeParts) -> None:
+def _slices(bundle: Path, parts: ComposeParts, venv: Path) -> None:
     """The rig's slice index in the bundle, over the slice files of `parts`' wheels: each
     slice one wheel by its path, the second staged on the first (`lower`)."""
     lines = []
@@ -226,7 +238,7 @@ def _slices(bundle: Path, parts: ComposeParts) -> None:
         (bundle / file).write_text(f"{wheel}\n")
         lines.append(IndexLine(name=name, label=name.split("-", 1)[1], file=file,
                                created_by=written_history(f"/tmp/gpurl-layers/{name}.txt",
-                                                          str(parts.venv), hashed=False),
+                                                          str(venv), hashed=False),
                                build="lower" if n else "").to_line() + "\n")
     (bundle / SLICE_INDEX).write_text("".join(lines))
 
@@ -317,7 +329,9 @@ def rig(tmp: Path, parts: ComposeParts | None, *, chain: bool = False, own_cache
         composed: dict[str, Any] = {"cluster.env-source": "chain"} if chain else {}
         if parts and not chain:  # the module's cache repository, or an empty one of its own
             repository = hashlib.sha256(bytes(tmp)).hexdigest()[:12] if own_cache else "shared"
-            composed = {"build.venv": str(parts.venv),
+            python = load_config(project, profile=profile, variant=variant, env={},
+                                 overrides={**(overrides or {}), **pins}).target.python
+            composed = {"build.venv": str(parts.venv_for(python)),
                         "cluster.cache-repo": f"{parts.registry}/rig/{repository}/cache"}
         config = load_config(project, profile=profile, variant=variant, env={},
                              overrides={**composed, **(overrides or {}), **pins})
@@ -325,8 +339,8 @@ def rig(tmp: Path, parts: ComposeParts | None, *, chain: bool = False, own_cache
             raise TypeError("the composed script needs ComposeParts (or chain=True)")
         names = prebuilt_wheel_names(config)
         (served / "wheels").mkdir()
-        for i, name in enumerate(names if wheels is None else ()):
-            (served / "wheels" / name).write_bytes(f"wheel {i} {name}".encode() * 100)
+        for name in names if wheels is None else ():  # the composing job installs them
+            named_wheel(served / "wheels", name)
         for path in wheels or ():
             shutil.copy(path, served / "wheels" / path.name)
         lines = [f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}"
@@ -342,7 +356,7 @@ def rig(tmp: Path, parts: ComposeParts | None, *, chain: bool = False, own_cache
             (bundle / name).write_bytes(data)
         if composes(config):
             assert parts is not None
-            _slices(bundle, parts)
+            _slices(bundle, parts, Path(config.build.venv))
         script = tmp / "build.sh"
         script.write_text(render_script(config))
         yield Rig(tmp=tmp, root=root, served=served, base_url=url, config=config, script=script,
