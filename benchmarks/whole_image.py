@@ -80,12 +80,15 @@ def _image_layers(repository: str, digest: str) -> list[dict[str, Any]]:
     from gpurl_tasks.imageref import parse_reference
     from gpurl_tasks.oci.registry import RegistryClient
     from gpurl_tasks.release.verify import layer_instructions
+    from gpurl_tasks.writer.records import slice_of
 
     ref = parse_reference(f"{PLAIN}/{repository}@{digest}", default_host=PLAIN)
     with RegistryClient(PLAIN, insecure=True) as client:
         image = client.pull(ref)
     instructions, _ = layer_instructions(image)
-    return [{"digest": d.digest, "size": d.size, "instruction": (text or "")[:120]}
+    return [{"digest": d.digest, "size": d.size, "instruction": (text or "")[:120],
+             "compiled": bool(COMPILED.search(text or "")),
+             "slice": bool((entry := slice_of(text)) and entry.written)}
             for d, text in zip(image.layers, instructions, strict=True)]
 
 
@@ -132,9 +135,8 @@ def measure_arm(arm: str, run: str, executor: str, served: tuple[Any, str, str],
         seconds, digest = job(tree, uuid.uuid4().hex[:7], "", label, script_edit=edit)
         layers = _image_layers(repository, digest)
         fresh = new_layers(layers, before) if before else layers
-        compiled = [layer for layer in layers if COMPILED.search(layer["instruction"])]
-        changed_slices = [layer for layer in fresh if layer["instruction"].startswith("gpurl ")
-                          and "/tmp/gpurl-layers/" in layer["instruction"]]
+        compiled = [layer for layer in layers if layer["compiled"]]
+        changed_slices = [layer for layer in fresh if layer["slice"]]
         build = {"arm": arm, "step": step, "seconds": seconds, "digest": digest,
                  "layers": len(layers), "image_bytes": sum(x["size"] for x in layers),
                  "new_blobs": len(fresh), "new_bytes": sum(x["size"] for x in fresh),
