@@ -118,7 +118,7 @@ def measure_arm(arm: str, run: str, executor: str, served: tuple[Any, str, str],
     from tests.support.demo_tree import copy_tree
 
     builders, crane_url, wheel_url = served
-    tree = copy_tree(work / f"tree-{arm}")
+    tree = copy_tree(work / f"tree-{executor}-{arm}")
     repository = f"gpurl/whole-{run}-{executor}-{arm}"
     edit_demo(tree, cluster_edits(repository, builders.executors[executor], crane_url,
                                   builders.crane_sha256, wheel_url),
