@@ -295,6 +295,10 @@ def stock_kill(cluster: LocalIris, cwd: Path, *job_ids: str) -> None:
         cluster.client("job", "kill", "--no-include-children", job_id, cwd=cwd)
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Background:
     """`invoke ARGS` running in the background, its stderr in a file read while it runs."""
 
@@ -302,8 +306,11 @@ class Background:
         self.err_file = tmp / "stderr.txt"
         self.started = time.monotonic()
         with self.err_file.open("w") as err:
+            # Ctrl-C as a terminal delivers it: a shell that ran this suite in the background
+            # leaves SIGINT ignored, and an ignored signal stays ignored across exec
             self.proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=workspace,
-                                         env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+                                         env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                                         preexec_fn=_sigint_default)
 
     @property
     def stderr(self) -> str:
