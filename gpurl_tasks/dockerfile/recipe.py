@@ -70,7 +70,13 @@ from gpurl_tasks.dockerfile.wheels import (
 from gpurl_tasks.errors import BUG_HINT
 from gpurl_tasks.plan.model import Layer, Plan, Slice, SliceBuild
 from gpurl_tasks.values import ARG_REF, format_bytes, inside_repository
-from gpurl_tasks.writer.compiled import COMPILED_ARG, COMPILED_IN_ENV, ENV_ARG, WHEELS_MANIFEST
+from gpurl_tasks.writer.compiled import (
+    COMPILED_ARG,
+    COMPILED_IN_ENV,
+    ENV_ARG,
+    WHEELS_MANIFEST,
+    WHEELS_TMP,
+)
 
 __all__ = [
     "ASSERTS_RECORD",
@@ -94,7 +100,6 @@ IB_VERBS_APT = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1
 # and keeps mount points out of its snapshots, so whatever the build writes under a mount
 # misses the image (and writes into the job's bundle); see docs/build.md.
 WORKDIR = "/opt/workspace"
-_WHEELS_TMP = "/tmp/wheels"
 # The compiled wheels are installed in a stage of their own into this tree, laid out as the
 # image's root (the venv's files under the venv's path, the MANIFEST under PROVENANCE_DIR): the
 # rl stage copies the tree onto / in one layer, so the image holds the installed files and
@@ -161,7 +166,7 @@ def _abi_check(config: Config) -> Shell:
     showing both keys."""
     return Shell(text=(
         f"expected={shlex.quote(abi_key(_pins(config)))}; "
-        f"found=\"$(sed -n 's/^{ABI_KEY_PREFIX}//p' {_WHEELS_TMP}/MANIFEST)\"; "
+        f"found=\"$(sed -n 's/^{ABI_KEY_PREFIX}//p' {WHEELS_TMP}/MANIFEST)\"; "
         '[ "$found" = "$expected" ] || { echo "error: the compiled wheels\' MANIFEST ABI key '
         "differs: expected '$expected', found '${found:-none}'\" >&2; exit 1; }"))
 
@@ -530,7 +535,7 @@ def _compiled_stage(config: Config, plan: Plan) -> tuple[Stage, ...]:
     provenance_dir = f"{_COMPILED_ROOT}{PROVENANCE_DIR}"
     provided = plan.final_exclusions
     body: list[Instruction] = [
-        Copy(sources=("/wheels/",), dest=f"{_WHEELS_TMP}/", from_stage="wheels"),
+        Copy(sources=("/wheels/",), dest=f"{WHEELS_TMP}/", from_stage="wheels"),
         Comment(text="The compiled wheels provide "
                 + (", ".join(provided) if provided else "packages the lock does not pin")
                 + "; the final sync excludes them,"),
@@ -543,10 +548,10 @@ def _compiled_stage(config: Config, plan: Plan) -> tuple[Stage, ...]:
             _abi_check(config),
             Command(head=("uv", "pip", "install"),
                     groups=(("--no-deps",), ("--prefix", prefix),
-                            *((f"{_WHEELS_TMP}/{g}",) for g in b.wheel_globs))),
+                            *((f"{WHEELS_TMP}/{g}",) for g in b.wheel_globs))),
             Command(head=("rm", "-f", f"{prefix}/.lock")),  # uv's lock of the prefix
             Command(head=("mkdir", "-p", provenance_dir)),
-            Command(head=("cp", f"{_WHEELS_TMP}/MANIFEST", f"{provenance_dir}/wheels.MANIFEST")),
+            Command(head=("cp", f"{WHEELS_TMP}/MANIFEST", f"{provenance_dir}/wheels.MANIFEST")),
         )),
     ]
     return (Stage(name=COMPILED_STAGE, base="env", instructions=_with_args(body, _args(config)),

@@ -31,6 +31,7 @@ from gpurl_tasks.release import flow as release
 from gpurl_tasks.release import reuse
 from gpurl_tasks.release.verify import Report, render_table
 from gpurl_tasks.steps import timed
+from gpurl_tasks.writer.compiled import ENV_ARG
 
 __all__ = [
     "WheelsBuilt",
@@ -96,7 +97,7 @@ def build_and_push(config: Config, *, git_sha: str, build_args: Mapping[str, str
     ENV_SOURCE; None builds the env-chain stage)."""
     args = dict(build_args)
     if environment is not None:
-        args["ENV_SOURCE"] = environment.reference
+        args[ENV_ARG] = environment.reference
     log_file = log_dir(config) / f"build-{config.registry.tag_prefix}-{git_sha}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     built = builder.build_and_push(config, git_sha=git_sha, build_args=args,

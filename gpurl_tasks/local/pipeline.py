@@ -32,6 +32,7 @@ from gpurl_tasks.rebuild.wheelhouse import check_source
 from gpurl_tasks.release.reuse import Reused, reuse_pushed
 from gpurl_tasks.release.verify import Report, report_json
 from gpurl_tasks.steps import Argv, DryRun, Step, StepRecord, Steps, dry_run_of
+from gpurl_tasks.writer.compiled import ENV_ARG
 
 __all__ = [
     "DRY_RUN_CLIENT",
@@ -86,7 +87,7 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
         steps.append(Step("compose environment", compose_commands(
             config, planned, client=DRY_RUN_CLIENT, dockerfile=config.build.dockerfile,
             context=config.root, build_args=args), compose))
-        shown_args["ENV_SOURCE"] = f"{config.registry.image}@<composed digest>"
+        shown_args[ENV_ARG] = f"{config.registry.image}@<composed digest>"
     argv, reference, floating = builder.final_build(
         config, client=DRY_RUN_CLIENT, git_sha=git_sha, build_args=shown_args,
         push_floating=push_floating, no_cache=no_cache)

@@ -23,11 +23,12 @@ from pathlib import Path
 
 from gpurl_tasks.writer.blob import WRITER_VERSION
 
-__all__ = ["COMPILED_ARG", "COMPILED_IN_ENV", "COMPILED_SLOT", "ENV_ARG", "WHEELS_MANIFEST",
+__all__ = ["COMPILED_ARG", "COMPILED_IN_ENV", "COMPILED_SLOT", "ENV_ARG", "WHEELS_MANIFEST", "WHEELS_TMP",
            "compiled_build_args", "compiled_history", "lay_out_manifest", "wheels_install_command"]
 
 COMPILED_SLOT = "compiled-wheels"  # its name in the job's log, and its cache tag's label
 WHEELS_MANIFEST = "/etc/gpurl/provenance/wheels.MANIFEST"  # the MANIFEST, in the image
+WHEELS_TMP = "/tmp/wheels"  # where the Dockerfile's compiled stage has the wheel files
 ENV_ARG = "ENV_SOURCE"  # the final build's environment: a stage, or the composed image
 COMPILED_ARG = "COMPILED_SOURCE"  # what the rl stage is FROM: the copied tree, or env itself
 COMPILED_IN_ENV = "env"  # COMPILED_ARG when the composed environment holds the compiled layer
@@ -44,8 +45,8 @@ def compiled_history(wheels: Sequence[str], venv: str) -> str:
     """The compiled layer's history entry: what ran to write it (never a slice's: it names
     no slice file, so `records.slice_of` reads it as no slice)."""
     return (f"gpurl {WRITER_VERSION}: uv pip install --no-deps --no-installer-metadata "
-            f"--prefix {venv} {' '.join(f'/tmp/wheels/{w}' for w in wheels)} "
-            f"&& cp /tmp/wheels/MANIFEST {WHEELS_MANIFEST}")
+            f"--prefix {venv} {' '.join(f'{WHEELS_TMP}/{w}' for w in wheels)} "
+            f"&& cp {WHEELS_TMP}/MANIFEST {WHEELS_MANIFEST}")
 
 
 def lay_out_manifest(manifest: Path, tree: Path) -> None:

@@ -135,25 +135,27 @@ def real_crane(out: Path) -> Path:
 
 def pure_wheel(directory: Path, name: str) -> Path:
     """A pure-Python wheel of one module, made here (uv installs it from its path, offline)."""
-    return named_wheel(directory, f"{name}-0.1-py3-none-any.whl")
+    files = {f"{name}/__init__.py": f"NAME = {name!r}\n".encode(),
+             f"{name}-0.1.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\n"
+                                               "Version: 0.1\n".encode(),
+             f"{name}-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: gpurl-test\n"
+                                           b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip('=')},"
+        f"{len(data)}\n" for path, data in files.items()) + f"{name}-0.1.dist-info/RECORD,,\n"
+    wheel = directory / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in {**files, f"{name}-0.1.dist-info/RECORD": record.encode()}.items():
+            archive.writestr(path, data)
+    return wheel
 
 
 def named_wheel(directory: Path, filename: str) -> Path:
-    """A wheel of one module under the file name `filename` (`dist-version-py-abi-platform.whl`):
-    its METADATA names that distribution and version, its WHEEL that tag, so uv installs it
-    wherever a wheel of that name would install (a stand-in for a compiled wheel, said so)."""
+    """A wheel under the file name `filename` (`dist-version-py-abi-platform.whl`), which uv
+    installs wherever a wheel of that name would install: a stand-in for a compiled wheel."""
+    from tests.support.pyindex import make_wheel
+
     dist, version, *_, python, abi, platform = filename.removesuffix(".whl").split("-")
-    files = {f"{dist}/__init__.py": f"NAME = {dist!r}\n".encode(),
-             f"{dist}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {dist}\n"
-                                                    f"Version: {version}\n".encode(),
-             f"{dist}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: gpurl-test\n"
-                                                 b"Root-Is-Purelib: true\n"
-                                                 + f"Tag: {python}-{abi}-{platform}\n".encode()}
-    record = "".join(
-        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip('=')},"
-        f"{len(data)}\n" for path, data in files.items()) + f"{dist}-{version}.dist-info/RECORD,,\n"
-    wheel = directory / filename
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in {**files, f"{dist}-{version}.dist-info/RECORD": record.encode()}.items():
-            archive.writestr(path, data)
-    return wheel
+    made = make_wheel(directory, dist, version, tag=f"{python}-{abi}-{platform}")
+    assert made.name == filename, (made.name, filename)
+    return made
