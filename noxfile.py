@@ -184,7 +184,7 @@ def bench_kaniko(session: nox.Session) -> None:
 @nox.session(name="bench-noop", default=False)
 def bench_noop(session: nox.Session) -> None:
     """The no-op rebuild's wall time against the previous release's, local and real kaniko (not CI)."""
-    _sync(session)
+    _sync(session, "test")  # its builds reuse the test trees' helpers (tests/support)
     session.run("python", "-m", "benchmarks.noop_rebuild", *session.posargs)
 
 

@@ -15,7 +15,9 @@ a repository of its own, in one run:
 - `copied`: the baseline, the previous release's final stage: the composition writes no
   compiled layer and the rl stage is FROM `env-compiled`, whose COPY of the compiled tree is
   keyed on the environment image (the job script rendered without its `--compiled-wheel`
-  words, which is exactly what the previous release's script did). Builds: cold; the bump.
+  words, which is exactly what the previous release's script did), and the post-installs
+  are not pinned (no post-install.pins: resolved by a RUN after the final sync, as that
+  release did). Builds: cold; the bump.
 
 For each build: wall time, the image's layers and bytes, and the layer blobs that are new
 against the build before it (what a push uploads and a node pulls again), the compiled
@@ -51,7 +53,7 @@ COMPILED = re.compile(r"/tmp/wheels/gpurl_demo_ext-|COPY --from=\S+ /tmp/gpurl-c
 Say = Callable[[str], None]
 
 __all__ = ["COMPILED", "bump_ratio", "load_data", "main", "measure", "new_layers",
-           "render_section", "splice_section"]
+           "render_section", "splice_section", "unpinned"]
 
 
 def without_compiled_layer(script: str) -> str:
@@ -62,6 +64,23 @@ def without_compiled_layer(script: str) -> str:
     if edited == script:
         raise RuntimeError("the job script names no --compiled-wheel any more")
     return edited
+
+
+def unpinned(tree: Path) -> None:
+    """The tree as the previous release built it: no post-install pins, so the post-installs
+    are resolved by a RUN after the final sync (regenerated and committed)."""
+    from tests.support.demo_tree import invoke
+
+    pins = sorted(tree.glob("docker/layers/demo/**/post-install.pins"))
+    if not pins:
+        raise RuntimeError("the demo has no post-install.pins any more")
+    for path in pins:
+        path.unlink()
+    done = invoke(tree, "generate", "--profile", "demo")
+    if done.returncode != 0:
+        raise RuntimeError(f"generate without the pins failed: {done.stderr[-2000:]}")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-qm", "the post-installs resolved at build time")
 
 
 def new_layers(layers: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -123,6 +142,8 @@ def measure_arm(arm: str, run: str, executor: str, served: tuple[Any, str, str],
     edit_demo(tree, cluster_edits(repository, builders.executors[executor], crane_url,
                                   builders.crane_sha256, wheel_url),
               f"demo on kaniko into {repository}")
+    if arm == "copied":
+        unpinned(tree)
     edit = without_compiled_layer if arm == "copied" else (lambda text: text)
     builds: list[dict[str, Any]] = []
     before: list[dict[str, Any]] = []
@@ -185,8 +206,10 @@ def render_section(data: dict[str, Any] | None) -> str:
              f"{data['compiled_mb']} MB of incompressible stand-in kernels). New blobs are the "
              "image's layer blobs the build before it did not have: what the push uploads and "
              "every node pulls again. `written`: the compiled wheels are a layer the "
-             "composition writes, keyed by their MANIFEST (today); `copied`: the previous "
-             "release's final stage, which copies the compiled tree onto the environment.", "",
+             "composition writes, keyed by their MANIFEST, and the post-installs a pinned slice "
+             "(today); `copied`: the previous release's final stage, which copies the compiled "
+             "tree onto the environment and resolves the post-installs in a RUN after the "
+             "final sync.", "",
              "| executor | arm | build | seconds | new blobs | new bytes | share of the image "
              "| compiled layer | bump / changed slice |",
              "|---|---|---|---:|---:|---:|---:|---|---:|"]

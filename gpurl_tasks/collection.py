@@ -79,6 +79,25 @@ def generate(c: Context, check: bool = False, repack: bool = False, profile: str
                              repack=repack)
 
 
+@task(help={"check": "resolve nothing; fail (exit 1) when a variant's pins are missing or stale",
+            "dry_run": "resolve and say what would be written; write nothing",
+            "upgrade": "resolve every variant's again, even where its pins are current "
+                       "(newer releases the requirements allow)",
+            "variant": VARIANT_HELP})
+def lock_post_install(c: Context, profile: str | None = None, variant: str | None = None,
+                      check: bool = False, dry_run: bool = False, upgrade: bool = False,
+                      json: bool = False) -> Outcome | None:
+    """Resolve build.post-install once, into each variant's committed pins file.
+
+    uv resolves the requirements against the lock's set, for the image's Python and platform,
+    with hashes; generate installs the pins as the plan's last slice, so their dependencies
+    never drift between builds and a lock bump reuses their layer. The pins go stale when the
+    requirements, the target or the index move, or the lock comes to hold a pinned package."""
+    from gpurl_tasks.plan.profile import lock_post_install as resolve_pins
+    return resolve_pins(cli.variant_configs(profile, variant), check=check, dry_run=dry_run,
+                        upgrade=upgrade, say=cli.say)
+
+
 @task(help={
     "backend": "iris (kaniko in an iris job) or local (Docker engine)",
     "cpu": "CPUs for the build job (config key: cluster.cpu)",
@@ -422,6 +441,6 @@ def init(c: Context, variant: list[str] | None = None, platform: list[str] | Non
         dry_run=dry_run))
 
 
-ns = Collection(plan, sizes, generate, build, watch, kill, verify_layers, verify_gpu, pin,
+ns = Collection(plan, sizes, lock_post_install, generate, build, watch, kill, verify_layers, verify_gpu, pin,
                 rebuild_needed, doctor, diff, check_wheels, setup_local, setup_kaniko,
                 build_wheels, serve_index, fill_index, demo, sbom, write_slices, init)

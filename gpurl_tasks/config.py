@@ -411,12 +411,15 @@ class BuildSettings:
                                            doc="`module=distribution` where an assert imports "
                                                "another name than its distribution's "
                                                "(yaml=pyyaml)")
-    # Their dependencies are resolved at build time; the image proves it holds exactly the
-    # lock's closure plus these and their dependencies (recipe.py).
+    # Their dependencies are resolved by `lock-post-install` into post-install.pins (the plan's
+    # last slice), else at build time; the image proves it holds exactly the lock's closure
+    # plus these and their dependencies (recipe.py).
     post_install: tuple[str, ...] = _field((), check=values.each(values.post_install),
                                            bakes="image",
-                                           doc="requirements installed after the lock's final "
-                                               "sync, each pinned (`name==1.2.3`, or "
+                                           doc="requirements the lock does not hold (their "
+                                               "dependencies pinned by `lock-post-install`, "
+                                               "else resolved at build time), each pinned "
+                                               "(`name==1.2.3`, or "
                                                "`name[extra] @ git+URL@<commit>`) with optional "
                                                "asserts after ` | `: `req[ | assert]...`")
     pip_check_allow: tuple[str, ...] = _field((), check=values.each(values.one_line),

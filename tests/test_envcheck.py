@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpurl_tasks.config import load_config
-from gpurl_tasks.dockerfile.envcheck import conflict_problems, parse_freeze, reached
+from gpurl_tasks.dockerfile.envcheck import conflict_problems, parse_freeze, reached, without
 from gpurl_tasks.errors import ConfigError, LockError
 from gpurl_tasks.plan.lock import install_closure, load_lock
 from gpurl_tasks.plan.profile import outside_lock
@@ -182,3 +182,12 @@ def test_the_generated_script_is_the_module(tmp_path: Path) -> None:
     done = subprocess.run(["python3", "-I", "-S", str(SCRIPT), "--help"], capture_output=True,
                           text=True, env={"PATH": os.environ["PATH"]}, check=False)
     assert done.returncode == 0 and "lock-set" in done.stdout
+
+
+def test_lock_set_leaves_out_the_pinned_post_installs_in_any_spelling() -> None:
+    """`lock-set --outside NAME`: the pinned post-install slice's packages are not the lock's;
+    every other line (a URL source, an editable) is kept as uv froze it."""
+    freeze = ("Markdown_It.Py==4.3.0\nmdurl==0.1.2\npyyaml==6.0.2\n"
+              "torch @ https://x/torch.whl\n-e file:///opt/workspace\n")
+    assert without(freeze, ["markdown-it-py", "MDURL"]) == \
+        "pyyaml==6.0.2\ntorch @ https://x/torch.whl\n-e file:///opt/workspace\n"

@@ -279,8 +279,9 @@ def test_harbor_comes_from_the_lock_when_the_closure_has_it(old_checkout: Path) 
     assert '"harbor @ git+https://github.com/laude-institute/harbor.git@f4a6b1a0"' in old
     shown = _invoke(old_checkout, "plan", "--profile", "skyrl", "--variant", "standard")
     assert shown.returncode == 0, shown.stderr
-    assert "outside the lock (its dependencies resolved at build time): harbor @ git+" \
-           "https://github.com/laude-institute/harbor.git@f4a6b1a0" in shown.stdout
+    assert ("outside the lock (its dependencies resolved at build time; `invoke "
+            "lock-post-install` pins them): harbor @ git+"
+            "https://github.com/laude-institute/harbor.git@f4a6b1a0") in shown.stdout
 
 
 # --- pins live in config, not code ------------------------------------------------------------

@@ -1,9 +1,10 @@
 """The environment's package set, proven in the image (stdlib only: it runs with the image's
 own python, written into the repository by `invoke generate` as docker/gpurl-envcheck.py).
 
-    python -B gpurl-envcheck.py lock-set OUT
+    python -B gpurl-envcheck.py lock-set OUT [--outside NAME]...
         after the final sync (which proved the environment equal to the lock): record
-        `uv pip freeze`, the lock's set;
+        `uv pip freeze`, the lock's set (without each NAME: the pinned post-install slice's
+        packages, installed below the sync);
     python -B gpurl-envcheck.py prove --lock-set FILE --out FILE [--post-install REQ]...
         after the post-installs: record `uv pip freeze` again, and fail unless the environment
         is the lock's set (no locked package changed or gone) plus the post-installs and what
@@ -48,6 +49,12 @@ def parse_freeze(text: str) -> dict[str, str]:
         head = re.split(r"==| @ ", line, maxsplit=1)[0]
         found[norm(head) if _NAME.fullmatch(head) else line] = line
     return found
+
+
+def without(freeze: str, names: Iterable[str]) -> str:
+    """`uv pip freeze`'s text without the lines of `names`."""
+    drop = {norm(n) for n in names}
+    return "".join(line + "\n" for key, line in parse_freeze(freeze).items() if key not in drop)
 
 
 def _requirement(text: str) -> tuple[str, set[str], set[str]]:
@@ -123,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     lock = sub.add_parser("lock-set")
     lock.add_argument("out")
+    lock.add_argument("--outside", action="append", default=[])
     prove = sub.add_parser("prove")
     prove.add_argument("--lock-set", required=True)
     prove.add_argument("--out", required=True)
@@ -132,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "lock-set":
         with open(args.out, "w", encoding="utf-8") as out:
-            out.write(_freeze())
+            out.write(without(_freeze(), args.outside))
         return 0
     if args.command == "prove":
         with open(args.lock_set, encoding="utf-8") as handle:

@@ -62,7 +62,7 @@ from gpurl_tasks.plan.lockcheck import stale_findings
 from gpurl_tasks.plan.model import Plan
 from gpurl_tasks.plan.profile import plan_profile, plan_views, profile_inputs
 from gpurl_tasks.plan.report import PlanViews
-from gpurl_tasks.plan.slices import HEADER, SliceLine, render_slice
+from gpurl_tasks.plan.slices import HEADER, POST_INSTALL_HEADER, SliceLine, render_slice
 from gpurl_tasks.plan.variants import VariantInput
 from gpurl_tasks.plan.wheelglobs import provided_names
 
@@ -250,8 +250,10 @@ def slice_files(config: Config, plan: Plan) -> dict[Path, str]:
     texts: list[str] = []
     files: dict[Path, str] = {}
     for layer in plan.layers:
-        text = render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
-                            for p in layer.packages)
+        text = render_slice((SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
+                             for p in layer.packages),
+                            header=POST_INSTALL_HEADER if layer is plan.pinned_post_install
+                            else HEADER)
         build = plan.build_of(layer)
         if build is not None:
             text = text.replace(HEADER, HEADER + build_note(build, texts), 1)
@@ -389,8 +391,7 @@ def render_variant(config: Config, plan: Plan) -> Rendered:
         notes.append(torch)
     installed = installed_distributions(plan, provided_names(config.build.wheel_globs))
     check_asserts(config.build, installed, note=config.variant.note)
-    notes += [f"outside the lock (its dependencies resolved at build time): {r}"
-              for r in plan.outside_lock]
+    notes += plan.outside_lock_notes
     local = _local(config, plan)
     check_fits(layer_count(config, plan, local), profile=config.profile)
     return Rendered(config=config, plan=plan, dockerfile=render_dockerfile(config, plan, local),

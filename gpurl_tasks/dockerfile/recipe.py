@@ -426,11 +426,13 @@ def provenance_sources(config: Config) -> tuple[str, ...]:
 def _post_install_steps(config: Config, plan: Plan) -> list[Instruction]:
     """After the lock: record the provenance files and the lock's set (the final sync proved
     it equal to the lock), then install the post-install requirements (their dependencies
-    resolved now)."""
+    resolved now) unless they are pinned: then their slice installed them below."""
     record: list[Command | Shell] = [Command(head=("mkdir", "-p", PROVENANCE_DIR))]
     sources = provenance_sources(config)
     record.append(Shell(text=("printf '%s\\n' " + " ".join(shlex.quote(s) for s in sources)
                               if sources else ":") + f" > {PROVENANCE_DIR}/sources.txt"))
+    pinned = plan.pinned_post_install
+    outside = pinned.names if pinned else ()
     steps: list[Instruction] = [
         Comment(text=f"Provenance in {PROVENANCE_DIR}: "
                 + ("the compiled wheels' MANIFEST (copied with them), "
@@ -438,10 +440,13 @@ def _post_install_steps(config: Config, plan: Plan) -> list[Instruction]:
                 + "the git sources, the package set;"),
         Comment(text="the lock's set as the final sync left it (the asserts prove the "
                 "environment is it plus the post-installs)."),
+        *([Comment(text="The pinned post-install slice below the sync installed packages "
+                   "outside the lock: left out of it.")] if pinned else []),
         Copy(sources=(ENVCHECK_SOURCE,), dest=ENVCHECK),
-        Run(commands=(*record, Command(head=("python", "-B", ENVCHECK, "lock-set", FREEZE_LOCK)))),
+        Run(commands=(*record, Command(head=("python", "-B", ENVCHECK, "lock-set", FREEZE_LOCK),
+                                       groups=tuple(("--outside", n) for n in outside)))),
     ]
-    if plan.outside_lock:
+    if plan.outside_lock and not pinned:
         steps += [
             Comment(text="After the lock (build.post-install), each pinned; their dependencies "
                     "are resolved now."),

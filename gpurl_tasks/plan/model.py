@@ -20,14 +20,15 @@ from gpurl_tasks.config import LayerMode, Layout, PythonSelection, SizeBasis, Va
 from gpurl_tasks.plan.sizes import installed_estimate
 from gpurl_tasks.writer.records import SLICE_DIR
 
-__all__ = ["LOCAL_INSTALL_FLAGS", "Layer", "Plan", "PlannedPackage", "ProvidedPackage", "Slice",
-           "SliceBuild", "sync_selection_flags"]
+__all__ = ["LOCAL_INSTALL_FLAGS", "POST_INSTALL_LABEL", "Layer", "Plan", "PlannedPackage",
+           "ProvidedPackage", "Slice", "SliceBuild", "sync_selection_flags"]
 
 _KW = {"frozen": True, "kw_only": True, "slots": True}
 # What keeps local sources out of the environment until the source is copied; the final sync,
 # which runs after the copy, drops them.
 LOCAL_INSTALL_FLAGS = frozenset({"--no-install-project", "--no-install-workspace",
                                  "--no-install-local"})
+POST_INSTALL_LABEL = "post-install"  # the slice of the pinned post-installs (plan/postinstall.py)
 
 
 @dataclasses.dataclass(**_KW)
@@ -217,6 +218,19 @@ class Plan:
     def unhashed(self) -> tuple[PlannedPackage, ...]:
         """The packages installed without a hash check: the lock records none for them."""
         return tuple(p for p in self.closure if p.unhashed)
+
+    @property
+    def pinned_post_install(self) -> Layer | None:
+        """The slice of the pinned post-installs (the last), or None: resolved at build time."""
+        return next((layer for layer in self.layers if layer.label == POST_INSTALL_LABEL), None)
+
+    @property
+    def outside_lock_notes(self) -> tuple[str, ...]:
+        """What the plan says of each post-install: pinned, or resolved at build time."""
+        how = ("pinned with its dependencies in post-install.pins, the last slice"
+               if self.pinned_post_install else
+               "its dependencies resolved at build time; `invoke lock-post-install` pins them")
+        return tuple(f"outside the lock ({how}): {r}" for r in self.outside_lock)
 
     def build_of(self, layer: Layer) -> SliceBuild | None:
         return next((b for b in self.builds if b.name == layer.name), None)

@@ -67,8 +67,7 @@ def render_steps(plan: Plan) -> str:
         wanted = "; ".join(f"{d} requires {s}" for d, s in p.requirements) or "no specifier"
         lines.append(f"provided by the compiled wheels, never installed from the lock: "
                      f"{p.name} (lock {p.version}; {wanted})")
-    lines += [f"outside the lock (its dependencies resolved at build time): {r}"
-              for r in plan.outside_lock]
+    lines += plan.outside_lock_notes
     lines += [f"installed without a hash, the lock records none (its index serves none): "
               f"{p.requirement}" + (f" from {p.index}" if p.index else "") for p in plan.unhashed]
     return "\n".join(lines)

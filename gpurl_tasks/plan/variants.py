@@ -41,6 +41,7 @@ from gpurl_tasks.plan.planner import (
     slice_requirement,
     weight,
 )
+from gpurl_tasks.plan.postinstall import PostInstallInputs
 from gpurl_tasks.plan.sizes import PackageSize
 from gpurl_tasks.plan.slices import Assignment, SliceLine, split_unhashed
 
@@ -61,6 +62,7 @@ class VariantInput:
     lines: Mapping[str, SliceLine] = dataclasses.field(default_factory=dict)
     local_paths: tuple[tuple[str, str], ...] = ()
     outside_lock: tuple[str, ...] = ()
+    post_install: PostInstallInputs | None = None  # what its pins resolve from (None: none)
     build_settings: UvBuildSettings = dataclasses.field(default_factory=UvBuildSettings)
 
 
