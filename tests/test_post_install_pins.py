@@ -101,14 +101,26 @@ def test_pins_read_back_as_written_under_the_digest_of_their_inputs(pinned: dict
 def test_pins_go_stale_when_their_inputs_move_or_the_lock_takes_a_pinned_package() -> None:
     """A lock bump alone keeps them; the lock coming to hold a pinned package (any spelling)
     does not, nor a moved requirement, nor no post-install at all."""
-    pinned = (SliceLine(requirement=f"Helper_Lib==1.0 --hash=sha256:{H1}", index=None,
-                        hashed=True),)
+    pinned = tuple(SliceLine(requirement=f"{name}==1.0 --hash=sha256:{H1}", index=None,
+                             hashed=True) for name in ("Helper_Lib", "tool-x"))
     found = (_inputs().digest, pinned)
     assert stale_reason(found, _inputs(constraints=("pyyaml==6.0.3",))) is None
     assert stale_reason(found, _inputs(constraints=("helper-lib==1.0",))) == \
         "the lock now holds helper-lib"
     assert "moved since" in (stale_reason(found, _inputs(requirements=("tool-x==2",))) or "")
     assert stale_reason(found, None) == "build.post-install is empty"
+
+
+def test_pins_go_stale_when_the_lock_drops_a_post_install_they_left_to_it() -> None:
+    """A post-install the lock held was left out of the pins; a bump that drops it from the
+    lock leaves it nowhere, so the pins are stale (the image would lack it)."""
+    requirements = ("tool-x==1.0", "Shared.Lib==2.0")
+    found = (_inputs(requirements=requirements).digest,
+             (SliceLine(requirement=f"tool-x==1.0 --hash=sha256:{H1}", index=None, hashed=True),))
+    held = _inputs(requirements=requirements, constraints=("pyyaml==6.0.2", "shared-lib==2.0"))
+    dropped = _inputs(requirements=requirements, constraints=("pyyaml==6.0.2",))
+    assert stale_reason(found, held) is None
+    assert stale_reason(found, dropped) == "the lock no longer holds shared-lib, and the pins do not"
 
 
 def test_the_resolution_reads_the_config_alone_not_the_shell_s_uv_settings() -> None:

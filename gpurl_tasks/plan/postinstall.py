@@ -187,15 +187,21 @@ def without_pinned(assignment: Assignment) -> Assignment:
 def stale_reason(found: tuple[str, tuple[SliceLine, ...]], inputs: PostInstallInputs | None
                  ) -> str | None:
     """Why committed pins no longer answer the inputs, or None: the requirements, the target
-    or the index moved, or the lock now holds a pinned package. A lock bump alone does not
-    (the image's `uv pip check` gate proves the pins still fit the lock)."""
+    or the index moved, the lock now holds a pinned package, or a post-install is neither
+    pinned nor locked any more. A lock bump alone does not (the image's `uv pip check` gate
+    proves the pins still fit the lock)."""
     digest, lines = found
     if inputs is None:
         return "build.post-install is empty"
     if digest != inputs.digest:
         return "build.post-install, target.python, the platform or build.index-url moved since"
-    held = sorted({canonicalize_name(_name(line.requirement)) for line in lines} & inputs.locked)
-    return f"the lock now holds {', '.join(held)}" if held else None
+    pinned = {canonicalize_name(_name(line.requirement)) for line in lines}
+    held = sorted(pinned & inputs.locked)
+    if held:
+        return f"the lock now holds {', '.join(held)}"
+    dropped = sorted({canonicalize_name(_name(r)) for r in inputs.requirements}
+                     - pinned - inputs.locked)
+    return f"the lock no longer holds {', '.join(dropped)}, and the pins do not" if dropped else None
 
 
 def with_pins(plan: Plan, inputs: PostInstallInputs | None, variant: Variant) -> Plan:
