@@ -196,6 +196,14 @@ def bench_whole_image(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.whole_image", *session.posargs)
 
 
+@nox.session(name="bench-whole-history", default=False)
+def bench_whole_history(session: nox.Session) -> None:
+    """The lock-history model of the whole image: each SkyRL lock version's re-push of the
+    slices and the final stage against the floor, today and the previous release (not CI)."""
+    _sync(session)
+    session.run("python", "-m", "benchmarks.whole_history", *session.posargs)
+
+
 @nox.session(name="bench-compression", default=False)
 def bench_compression(session: nox.Session) -> None:
     """zstd against gzip for a composed environment: bytes, CPU, cold containerd pulls (not CI)."""

@@ -66,11 +66,13 @@ __all__ = [
     "independent_design",
     "independent_rebuilt",
     "lock_digest",
+    "plan_sequence",
     "plan_version",
     "rebuild_costs",
     "rebuilt_bytes",
     "recipe_config",
     "slice_steps",
+    "slice_texts",
     "versions_of",
 ]
 
@@ -218,7 +220,7 @@ def _moved(old: Plan, new: Plan) -> int:
                if n in before and before[n] != layer.label)
 
 
-def _slice_texts(plan: Plan) -> dict[str, int]:
+def slice_texts(plan: Plan) -> dict[str, int]:
     """Each slice file's text -> its layer's bytes."""
     return {render_slice(SliceLine(requirement=p.requirement, index=p.index, hashed=p.hashed)
                          for p in layer.packages): layer.compressed_bytes for layer in plan.layers}
@@ -227,8 +229,8 @@ def _slice_texts(plan: Plan) -> dict[str, int]:
 def independent_rebuilt(old: Plan, new: Plan) -> tuple[int, int]:
     """(slices rebuilt, bytes) with independent layers: every slice whose file is not
     byte-equal to one of the old build's is built and pushed; the others are the same blobs."""
-    before = _slice_texts(old)
-    missed = [size for text, size in _slice_texts(new).items() if text not in before]
+    before = slice_texts(old)
+    missed = [size for text, size in slice_texts(new).items() if text not in before]
     return len(missed), sum(missed)
 
 
@@ -244,26 +246,34 @@ def _layout(design: str) -> Layout:
     return found[0] if found else DEFAULT_LAYOUT
 
 
+def plan_sequence(versions: Sequence[LockInput], *, cap: int, design: str = THIS_DESIGN,
+                  learn: Sequence[LockInput] = (),
+                  provided: tuple[str, ...] = ("flash-attn", "vllm")) -> list[Plan]:
+    """Every version planned under `design`: re-planned from the previous version's slices (a
+    repack plans each afresh); `learn` are earlier versions whose churn the first fresh plan may
+    learn from (as `generate --repack` reads the lock's git history)."""
+    layout = _layout(design)
+    plans: list[Plan] = []
+    for i, item in enumerate(versions):
+        seen = [*learn, *versions[:i + 1]]  # what a repack may learn from: the past only
+        churn = count_changes(versions_of(v) for v in seen)
+        if design != REPACKED and plans:
+            plans.append(plan_version(item, cap, previous=plans[-1], provided=provided,
+                                      changes=churn, history=len(seen), layout=layout))
+        else:
+            plans.append(plan_version(item, cap, changes=churn if learn or i else {},
+                                      history=len(seen) if learn or i else 0,
+                                      provided=provided, layout=layout))
+    return plans
+
+
 def rebuild_costs(versions: Sequence[LockInput], *, cap: int, learn: Sequence[LockInput] = (),
                   designs: Sequence[str] = DESIGNS) -> list[PairCost]:
-    """Cost of every consecutive pair of `versions` under every design; `learn` are earlier
-    versions whose churn the first fresh plan may learn from (as `generate --repack` reads the
-    lock's git history)."""
+    """Cost of every consecutive pair of `versions` under every design (see plan_sequence)."""
     provided = provided_names(recipe_config().build.wheel_globs)
     results = []
     for design in designs:
-        layout = _layout(design)
-        plans: list[Plan] = []
-        for i, item in enumerate(versions):
-            seen = [*learn, *versions[:i + 1]]  # what a repack may learn from: the past only
-            churn = count_changes(versions_of(v) for v in seen)
-            if design != REPACKED and plans:
-                plans.append(plan_version(item, cap, previous=plans[-1], provided=provided,
-                                          changes=churn, history=len(seen), layout=layout))
-            else:
-                plans.append(plan_version(item, cap, changes=churn if learn or i else {},
-                                          history=len(seen) if learn or i else 0,
-                                          provided=provided, layout=layout))
+        plans = plan_sequence(versions, cap=cap, design=design, learn=learn, provided=provided)
         for old_plan, new_plan, old, new in zip(plans, plans[1:], versions, versions[1:], strict=False):
             if design == FLOOR:
                 count, rebuilt = floor_bytes(old_plan, new_plan)

@@ -26,6 +26,7 @@ from benchmarks import (
     real_scale,
     rebuild_cost,
     speed,
+    whole_history,
     whole_image,
 )
 from benchmarks.common import (
@@ -241,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ... and the whole image's re-push from `nox -s bench-whole-image`'s last run
     markdown = whole_image.splice_section(markdown,
                                           whole_image.render_section(whole_image.load_data()))
+    # ... and the whole image across the lock history from `nox -s bench-whole-history`'s
+    markdown = whole_history.splice_section(
+        markdown, whole_history.render_section(whole_history.load_data()))
     _write(args.out / "report.json", json.dumps(results, indent=2, sort_keys=True) + "\n")
     _write(args.report, markdown)
     print(markdown)

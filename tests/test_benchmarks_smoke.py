@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -226,3 +227,70 @@ def test_whole_image_baseline_is_the_script_without_its_compiled_layer() -> None
     assert "| upstream | written | bump | 60 | 3 | 2,000 | 0.20% | kept | 2.0x |" in section
     assert "| upstream | copied | bump | 60 | 4 | 502,000 | 50.20% | new | 502.0x |" in section
     assert "re-pushes 2,000 bytes against the previous release's 502,000 (251.0x less)" in section
+
+
+def test_whole_history_counts_each_final_stage_layer_by_its_own_key() -> None:
+    """Today's compiled layer moves with its wheels alone, the pinned post-installs with their
+    pins alone, the rest of the rl stage with anything below it; the previous release's final
+    stage moves whole with the environment. The floor takes the compiled wheels' change."""
+    from benchmarks.whole_history import FinalStage, PairBytes, pair_bytes, render_section, summarize
+    from gpurl_tasks.plan.model import Plan
+
+    base = _lock()
+    light = min((s for s in _sizes(base) if s.compressed_bytes < MB), key=lambda s: s.name)
+    bumped, _ = bump_package(base, light.name, light.version)
+    cap = max(s.compressed_bytes for s in _sizes(base)) + 50 * MB
+    before, after = rebuild_cost.plan_sequence([_item(base), _item(bumped, "bumped")], cap=cap)
+    wheels = FinalStage(compiled=frozenset({("vllm", "1")}), compiled_bytes=400 * MB,
+                        locked=frozenset({"fastapi"}))
+    newer = FinalStage(compiled=frozenset({("vllm", "2")}), compiled_bytes=410 * MB,
+                       locked=wheels.locked)
+
+    def step(old_plan: Plan, new_plan: Plan, old: FinalStage, new: FinalStage) -> PairBytes:
+        return pair_bytes(old_plan, new_plan, old, new, post_installs=("fastapi", "harbor"),
+                          post_install_bytes=30 * MB, rest_bytes=10 * MB, labels=("a", "b"))
+
+    same = step(before, before, wheels, wheels)
+    assert (same.slices, same.today, same.previous, same.floor) == (0, 0, 0, 0)
+    bump = step(before, after, wheels, wheels)
+    assert bump.slices > 0 and bump.today == 10 * MB
+    assert bump.previous == (400 + 30 + 10) * MB
+    assert bump.floor == rebuild_cost.floor_bytes(before, after)[1] > 0
+    compiled = step(before, before, wheels, newer)
+    assert compiled.slices == 0 and compiled.today == (410 + 10) * MB
+    assert compiled.floor == 410 * MB and compiled.closure_changed
+    taken = step(before, before, wheels, dataclasses.replace(wheels, locked=frozenset(
+        {"fastapi", "harbor"})))  # the lock now holds a pinned post-install
+    dropped = step(before, before, wheels, dataclasses.replace(wheels, locked=frozenset()))
+    assert taken.today == dropped.today == (30 + 10) * MB and taken.previous == 0
+    summary = summarize([bump, compiled, same])
+    assert summary["steps"] == 2
+    assert summary["today_vs_floor"] == pytest.approx(
+        (bump.slices + bump.today + compiled.today) / (bump.floor + compiled.floor))
+    data = {"measured_at": "2026-01-01 00:00 UTC", "cap": 4 * 10**9, "compiled": ["vllm"],
+            "post_installs": ["fastapi", "harbor"], "estimates": {"post-install": 30 * MB},
+            "pairs": [bump.to_json()], "summary": summary}
+    section = render_section(data)
+    assert f"**{summary['today_vs_floor']:.2f}x the floor**" in section
+    assert "post-install 30.0 MB" in section and "nox -s bench-whole-history" in render_section(None)
+
+
+def test_whole_history_on_the_real_lock_history_never_costs_more_than_before() -> None:
+    """The model on the shared lock history (absent from a user's clone: skipped there): a
+    step that changes nothing costs nothing, and today's final stage never re-pushes more than
+    the previous release's."""
+    from benchmarks.run import HISTORY_ARCHIVE
+    from benchmarks.whole_history import measure
+
+    if not HISTORY_ARCHIVE.exists():
+        pytest.skip(f"the shared lock history is absent ({HISTORY_ARCHIVE}): run in CI")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        data = measure(Path(scratch))
+    assert data is not None and len(data["pairs"]) >= 20
+    for pair in data["pairs"]:
+        assert pair["today"] <= pair["previous"], pair
+        if not pair["closure_changed"]:
+            assert pair["slices"] == pair["today"] == pair["previous"] == 0, pair
+    assert data["summary"]["today_bytes"] < data["summary"]["previous_bytes"]
