@@ -7,8 +7,9 @@ commit, and its layer sat above the final sync, so every lock bump rebuilt and r
 (`uv pip compile`, hashes generated, every locked package constrained to what the lock
 installs) and writes `<variant slices>/post-install.pins`: each package the lock does not
 hold, pinned with its hashes (a git source by its commit). The file records a digest of the
-requirements, the target and the index: when one of them moves, or the lock comes to hold a
-pinned package, planning refuses the stale pins and names the task. A lock bump alone leaves
+requirements, the target and the index: when one of them moves, the lock comes to hold a
+pinned package, or it drops a post-install the pins left to it, planning refuses the stale
+pins and names the task. A lock bump alone leaves
 them (and their layer) as they are; the image's `uv pip check` gate proves they still fit
 the lock. The plan installs the pins as a slice like any other (label `post-install`, last),
 so the chain, the local path and the cluster job install, write and key it as they do the
