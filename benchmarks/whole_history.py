@@ -57,6 +57,7 @@ from gpurl_tasks.plan.sizes import SizeSources, load_size_sources, package_sizes
 from gpurl_tasks.plan.slices import SliceLine
 from gpurl_tasks.plan.target import target_tags
 from gpurl_tasks.plan.wheelglobs import provided_names
+from gpurl_tasks.values import format_bytes
 
 __all__ = ["FinalStage", "PairBytes", "final_stage", "load_data", "main", "measure",
            "pair_bytes", "render_section", "splice_section", "summarize"]
@@ -197,7 +198,7 @@ def measure(scratch: Path) -> dict[str, Any] | None:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 10**6:,.1f} MB"
+    return format_bytes(n)
 
 
 def render_section(data: dict[str, Any] | None) -> str:

@@ -272,7 +272,7 @@ def test_whole_history_counts_each_final_stage_layer_by_its_own_key() -> None:
             "pairs": [bump.to_json()], "summary": summary}
     section = render_section(data)
     assert f"**{summary['today_vs_floor']:.2f}x the floor**" in section
-    assert "post-install 30.0 MB" in section and "nox -s bench-whole-history" in render_section(None)
+    assert "post-install 30.00 MB" in section and "nox -s bench-whole-history" in render_section(None)
 
 
 def test_whole_history_on_the_real_lock_history_never_costs_more_than_before() -> None:
