@@ -322,6 +322,7 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
     container per planned slice (its slice file mounted where the image installs it from),
     then the image built from the committed Dockerfile with its tag, then pushed."""
     from gpurl_tasks.dockerfile.generate import fitted_plan
+    from gpurl_tasks.dockerfile.wheels import prebuilt_wheel_names
     from gpurl_tasks.local.builder import image_reference
     from tests.support.tasks_runner import head_short_sha
 
@@ -353,6 +354,19 @@ def test_local_backend_dry_run_prints_the_build_and_runs_nothing() -> None:
     assert build[build.index("--tag") + 1] == reference
     assert push == ["docker", "push", reference]
     assert "==> setup-local" not in proc.stderr
+    assert not any("COMPILED_SOURCE" in arg for arg in build)  # wheel-builder: the stage copies
+    # prebuilt wheels: one more container writes their layer, and the rl stage is FROM env
+    prebuilt = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "local",
+                               "--profile", "demo", "--wheel-source", "prebuilt-wheelhouse",
+                               "--dry-run", "--json"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, check=False)
+    assert prebuilt.returncode == 0, prebuilt.stderr
+    *_, compiled, build, _push, _attest = json.loads(prebuilt.stdout)["commands"]
+    assert f"{config.build.wheelhouse}:/tmp/wheels:ro" in compiled
+    tool = compiled[-1]
+    assert "gpurl_tasks.writer.tool compiled /tmp/wheels" in tool
+    assert all(f"--wheel {name}" in tool for name in prebuilt_wheel_names(config))
+    assert "COMPILED_SOURCE=env" in build
     chain = subprocess.run([sys.executable, "-m", "invoke", "build", "--backend", "local",
                             "--profile", "demo", "--chain", "--push-floating", "--dry-run",
                             "--json"], cwd=REPO_ROOT, capture_output=True, text=True,

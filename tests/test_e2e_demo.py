@@ -418,7 +418,8 @@ def _layers(tree: Path, reference: str) -> list[dict[str, Any]]:
 def test_a_small_bump_rebuilds_only_the_slice_it_lands_in(tree: Path, first: dict[str, Any],
                                                          ) -> None:
     """pycparser moves to another release on the loopback index: the lock changes, one line of
-    the one slice that holds it changes, and every other slice layer is the same blob."""
+    the one slice that holds it changes, and every other slice layer is the same blob, the
+    compiled wheels' layer too."""
     done = invoke(tree, "fill-index", "--profile", "demo", "--pins", BUMPED)
     assert done.returncode == 0, done.stderr
     # the baseline is built right here: the engine's cache may have evicted older builds
@@ -447,6 +448,11 @@ def test_a_small_bump_rebuilds_only_the_slice_it_lands_in(tree: Path, first: dic
     # composed: every other slice layer, above the changed one too, is the same blob
     assert [after[i]["digest"] for i in slice_rows if i != moved] == \
         [r["digest"] for r in before if r["sync_step"] is not None and r["sync_step"] != step]
+    # the compiled wheels' layer is the one gpurl wrote (its history names the install of the
+    # wheel file, not the compiled stage's COPY), keyed by the MANIFEST: the same blob
+    compiled = [[r["digest"] for r in layers if "/tmp/wheels/gpurl_demo_ext-" in r["instruction"]]
+                for layers in (before, after)]
+    assert len(compiled[0]) == 1 and compiled[1] == compiled[0], compiled
     had = {r["digest"] for r in before}
     python = sum(after[i]["size"] for i in slice_rows)
     new_python = sum(after[i]["size"] for i in slice_rows if after[i]["digest"] not in had)

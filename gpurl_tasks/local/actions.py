@@ -19,7 +19,7 @@ from gpurl_tasks.errors import BuildError, GpurlError
 from gpurl_tasks.local import builder
 from gpurl_tasks.local.base_image import image_id
 from gpurl_tasks.local.builder import BuildResult, WheelsResult
-from gpurl_tasks.local.compose_env import compose_environment
+from gpurl_tasks.local.compose_env import CompiledWheels, compose_environment
 from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.local.setup import cache_dir, index_dir, setup_local
@@ -31,13 +31,14 @@ from gpurl_tasks.release import flow as release
 from gpurl_tasks.release import reuse
 from gpurl_tasks.release.verify import Report, render_table
 from gpurl_tasks.steps import timed
-from gpurl_tasks.writer.compiled import ENV_ARG
+from gpurl_tasks.writer.compiled import composed_build_args
 
 __all__ = [
     "WheelsBuilt",
     "build_and_push",
     "build_summary",
     "build_wheels_task",
+    "compiled_wheels",
     "compose",
     "ensure_wheels",
     "generate_files",
@@ -49,6 +50,7 @@ __all__ = [
     "setup",
     "verify",
     "wheelhouse_problem",
+    "writes_compiled",
 ]
 
 Say = Callable[[str], None]
@@ -75,17 +77,41 @@ def generate_files(config: Config, planned: Plan) -> tuple[None, str]:
     return None, f"{'wrote' if result.changed else 'unchanged'} {result.path.name}"
 
 
+def writes_compiled(config: Config, build_args: Mapping[str, str]) -> bool:
+    """Whether the composition writes the compiled wheels' layer: the profile installs
+    compiled wheels (build.wheel-globs) and the build takes them prebuilt from the wheelhouse
+    (wheels the wheel-builder stage compiles exist only inside the build)."""
+    return bool(config.build.wheel_globs) and \
+        build_args.get("WHEEL_SOURCE") == "prebuilt-wheelhouse"
+
+
+def compiled_wheels(config: Config) -> CompiledWheels:
+    """The wheelhouse's compiled wheels, checked against the pins (each wheel's sha256
+    against the MANIFEST, the ABI key) before they are written as a layer: the check the
+    Dockerfile's compiled stage makes, which a composed build does not run."""
+    report = check_source(config, str(config.build.wheelhouse))
+    if report.mismatches or not (config.build.wheelhouse / "MANIFEST").is_file():
+        problems = "; ".join(f"{m.project}: {m.problem}" for m in report.mismatches) or \
+            "no MANIFEST"
+        raise BuildError(f"{wheelhouse_problem(config, report)} ({problems})",
+                         hint="`invoke build-wheels` compiles them with their MANIFEST, or build "
+                              "with --wheel-source wheel-builder")
+    return CompiledWheels(wheelhouse=config.build.wheelhouse,
+                          wheels=tuple(sorted(n for n in report.found if n.endswith(".whl"))))
+
+
 def compose(config: Config, planned: Plan, *, git_sha: str, build_args: Mapping[str, str],
             on_line: Say | None, say: Say | None = None) -> tuple[ComposedEnv, str]:
     """The environment composed at the registry from env-base and the slice layers gpurl
-    writes (local/compose_env.py)."""
+    writes (local/compose_env.py), and the prebuilt compiled wheels' layer (writes_compiled)."""
+    compiled = compiled_wheels(config) if writes_compiled(config, build_args) else None
     with builder.serving_index(config.build.index_url, index_dir(cache_dir(config.root)),
                                on_wait=say or on_line):
         environment = compose_environment(
             config, planned, client=find_buildkit_client()[0],
             dockerfile=config.build.dockerfile, context=config.root, build_args=build_args,
             log_dir=log_dir(config) / f"env-{config.registry.tag_prefix}-{git_sha}",
-            on_line=on_line)
+            on_line=on_line, compiled=compiled)
     return environment, environment.summary()
 
 
@@ -97,7 +123,8 @@ def build_and_push(config: Config, *, git_sha: str, build_args: Mapping[str, str
     ENV_SOURCE; None builds the env-chain stage)."""
     args = dict(build_args)
     if environment is not None:
-        args[ENV_ARG] = environment.reference
+        args.update(composed_build_args(environment.reference,
+                                        compiled=environment.holds_compiled))
     log_file = log_dir(config) / f"build-{config.registry.tag_prefix}-{git_sha}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     built = builder.build_and_push(config, git_sha=git_sha, build_args=args,

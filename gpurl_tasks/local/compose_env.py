@@ -7,9 +7,13 @@ cluster job runs both with crane), then handed to the final build as ENV_SOURCE.
 2. per slice, its cache tag (`slice-<label>-<hash of what its blob depends on>`); only a
    slice the cache lacks is staged and written, in parallel, in containers of env-base, and
    its blob pushed and recorded there as a one-layer image under that tag;
-3. env-base's layers and each slice's blob are mounted into the image's repository (no
+3. with prebuilt compiled wheels, their layer likewise (`slice-compiled-wheels-<hash of
+   the MANIFEST and the install>`, written in a container of env-base as the cluster job
+   writes it: writer/compiled.py);
+4. env-base's layers and each layer's blob are mounted into the image's repository (no
    bytes move) and the composed manifest is written under `env-<hash>`;
-4. the caller builds `rl` with `--build-arg ENV_SOURCE=<host/repo@digest>`.
+5. the caller builds `rl` with `--build-arg ENV_SOURCE=<host/repo@digest>` (and
+   `COMPILED_SOURCE=env` when the compiled layer is in it).
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from gpurl_tasks.local.composed import ComposedEnv, SliceOutcome
 from gpurl_tasks.local.stage import (
     StageBuild,
     StagedSlice,
+    compiled_command,
     probe_base,
     stage_command,
+    stage_compiled,
     stage_slice,
 )
 from gpurl_tasks.oci.composing import ClientRegistry
@@ -42,6 +48,7 @@ from gpurl_tasks.oci.registry import RegistryClient
 from gpurl_tasks.plan.model import Layer, Plan
 from gpurl_tasks.release.configured import cache_repository, client_settings
 from gpurl_tasks.writer.blob import LayerError, compressor
+from gpurl_tasks.writer.job import CompiledWheels, compiled_wheels_slot
 from gpurl_tasks.writer.orchestration import (
     BaseDocuments,
     BlobsMissing,
@@ -51,11 +58,11 @@ from gpurl_tasks.writer.orchestration import (
     compose_env,
     read_base,
 )
-from gpurl_tasks.writer.records import slice_key, written_history
+from gpurl_tasks.writer.records import Probe, slice_key, written_history
 from gpurl_tasks.writer.staging import cross_platform
 
-__all__ = ["BaseDocuments", "Wanted", "compose_at_registry", "compose_commands", "compose_environment",
-           "staging_platform"]
+__all__ = ["BaseDocuments", "CompiledLayer", "CompiledWheels", "Wanted", "compose_at_registry",
+           "compose_commands", "compose_environment", "staging_platform"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Builds:
@@ -100,10 +107,12 @@ class Wanted:
 
 
 def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Path,
-                     context: Path, build_args: Mapping[str, str]) -> tuple[tuple[str, ...], ...]:
+                     context: Path, build_args: Mapping[str, str],
+                     compiled: CompiledWheels | None = None) -> tuple[tuple[str, ...], ...]:
     """What `compose_environment` runs at most, for a dry run: env-base's build and push, then
-    each slice's staging container. Only a slice its cache tag lacks is written; the tags and
-    env-base's id are known once env-base is built, so they are shown as <placeholders>."""
+    each slice's staging container (and the compiled wheels' one). Only a layer its cache tag
+    lacks is written; the tags and env-base's id are known once env-base is built, so they are
+    shown as <placeholders>."""
     builds = _Builds(client=client, dockerfile=dockerfile, context=context,
                      build_args=dict(build_args), log_dir=Path(), on_line=None)
     base = f"{cache_repository(config)}:env-base-<image id>"
@@ -116,6 +125,11 @@ def compose_commands(config: Config, plan: Plan, *, client: str, dockerfile: Pat
                                level=config.layers.slice_gzip_level,
                                build=staging.get(layer.name), hashed=layer.hashed)
                  for layer in plan.layers]
+    if compiled is not None:
+        commands.append(compiled_command(client, image="<image id>", wheelhouse=compiled.wheelhouse,
+                                         wheels=compiled.wheels, out_dir=Path("<out>"),
+                                         venv=config.build.venv,
+                                         level=config.layers.slice_gzip_level))
     return tuple(tuple(argv) for argv in commands)
 
 
@@ -142,9 +156,11 @@ def staging_platform(config: Config, machine: str) -> str | None:
 
 def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: Path,
                         context: Path, build_args: Mapping[str, str], log_dir: Path,
-                        on_line: LineSink | None = None) -> ComposedEnv:
-    """Write the missing slice layers, compose the environment at the registry, return it.
-    The package index must be served for the duration (the caller's `serving_index`)."""
+                        on_line: LineSink | None = None,
+                        compiled: CompiledWheels | None = None) -> ComposedEnv:
+    """Write the missing slice layers (and the compiled wheels' layer, when `compiled`),
+    compose the environment at the registry, return it. The package index must be served for
+    the duration (the caller's `serving_index`)."""
     start = time.monotonic()
     staging = stage_builds(config, plan)
     builds = _Builds(client=client, dockerfile=dockerfile, context=context,
@@ -186,28 +202,64 @@ def compose_environment(config: Config, plan: Plan, *, client: str, dockerfile: 
                                    build=staging.get(w.layer.name), platform=platform,
                                    hashed=w.layer.hashed)
 
+            extra = None
+            # installed natively only: uv installs the wheel files for env-base's own machine
+            # (another machine's wheels are left to the Dockerfile's stage, as before)
+            if compiled is not None and platform is None:
+                extra = CompiledLayer(
+                    slot=_compiled_slot(compiled, venv=config.build.venv, level=level,
+                                        found=probe),
+                    stage=lambda: stage_compiled(client, image=base_id,
+                                                 wheelhouse=compiled.wheelhouse,
+                                                 wheels=compiled.wheels, out_dir=Path(tmp),
+                                                 venv=config.build.venv, level=level))
             outcomes, tag, digest = compose_at_registry(
                 registry, cache=cache, target=target, base=base, wanted=wanted, stage=stage,
-                venv=config.build.venv, log_dir=log_dir)
+                venv=config.build.venv, log_dir=log_dir, compiled=extra)
     return ComposedEnv(reference=f"{target.name}@{digest}", tag=tag, base_id=base_id,
                        slices=outcomes, seconds=time.monotonic() - start)
 
 
+def _compiled_slot(compiled: CompiledWheels, *, venv: str, level: int, found: Probe) -> Slot:
+    try:
+        return compiled_wheels_slot(compiled.wheelhouse, compiled.wheels, venv=venv,
+                                    level=level, found=found)
+    except ComposeError as exc:
+        raise BuildError(str(exc), hint="`invoke build-wheels` writes the wheels and their "
+                                        "MANIFEST into build.wheelhouse") from None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompiledLayer:
+    """The compiled wheels' layer of a composition: its slot (keyed by the MANIFEST, as in
+    the cluster job) and how to write it when the cache lacks it."""
+
+    slot: Slot
+    stage: Callable[[], StagedSlice]
+
+
 def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: ImageRef,
                         base: BaseDocuments, wanted: Sequence[Wanted],
-                        stage: Callable[[Wanted], StagedSlice], venv: str, log_dir: Path
+                        stage: Callable[[Wanted], StagedSlice], venv: str, log_dir: Path,
+                        compiled: CompiledLayer | None = None,
                         ) -> tuple[tuple[SliceOutcome, ...], str, str]:
     """The registry half of a composition (writer/orchestration.py, which the cluster job
     runs too) through gpurl's client: reuse each slice whose record (and its blob) is there,
-    `stage` and record the others, compose them onto `base` in `target`'s repository ->
-    (each slice's outcome, the tag, its digest)."""
+    `stage` and record the others, compose them onto `base` in `target`'s repository, the
+    compiled wheels' layer last -> (each layer's outcome, the tag, its digest)."""
     by_name = {w.layer.name: w for w in wanted}
     slots = [Slot(name=w.layer.name, tag=str(w.ref.tag),
                   created_by=written_history(w.layer.slice.image_path, venv,
                                              hashed=w.layer.hashed)) for w in wanted]
+    references = {w.layer.name: str(w.ref) for w in wanted}
+    if compiled is not None:
+        slots.append(compiled.slot)
+        references[compiled.slot.name] = str(dataclasses.replace(cache, tag=compiled.slot.tag,
+                                                                 digest=None))
 
     def staged(slot: Slot) -> StagedSlice:
-        done = stage(by_name[slot.name])
+        done = compiled.stage() if compiled is not None and slot is compiled.slot \
+            else stage(by_name[slot.name])
         _write_log(log_dir, slot.name, done)
         return done
 
@@ -223,7 +275,7 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
                             hint="a slice record is damaged or does not fit env-base: delete the "
                                  "slice tags from the cache repository, build again") from None
     outcomes = tuple(
-        SliceOutcome(name=o.name, reference=str(by_name[o.name].ref), built=o.state == "written",
+        SliceOutcome(name=o.name, reference=references[o.name], built=o.state == "written",
                      blob=o.blob.digest, size=o.blob.size, seconds=o.seconds,
                      rewritten=o.rewritten)
         for o in composed.slices)

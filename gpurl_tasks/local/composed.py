@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpurl_tasks.writer.compiled import COMPILED_SLOT
+
 __all__ = ["ComposedEnv", "SliceOutcome"]
 
 
@@ -12,7 +14,7 @@ __all__ = ["ComposedEnv", "SliceOutcome"]
 class SliceOutcome:
     """One slice image: where it is cached, whether this run built it, its install layer."""
 
-    name: str  # the plan's NN-label
+    name: str  # the plan's NN-label, or the compiled wheels' COMPILED_SLOT
     reference: str  # host/cache-repository:slice-<label>-<hash>
     built: bool  # False: the registry already held this tag (nothing built or pushed)
     blob: str  # the install layer's digest
@@ -30,6 +32,11 @@ class ComposedEnv:
     base_id: str  # env-base's image id
     slices: tuple[SliceOutcome, ...]
     seconds: float
+
+    @property
+    def holds_compiled(self) -> bool:
+        """Whether the compiled wheels' layer is in it (the final build is then FROM it)."""
+        return any(s.name == COMPILED_SLOT for s in self.slices)
 
     @property
     def built(self) -> tuple[SliceOutcome, ...]:

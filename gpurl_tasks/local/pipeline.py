@@ -18,12 +18,12 @@ from gpurl_tasks.config import Config
 from gpurl_tasks.dockerfile.context import source_id
 from gpurl_tasks.dockerfile.generate import check_committed, fitted_plan
 from gpurl_tasks.dockerfile.recipe import wheel_source_arg
-from gpurl_tasks.dockerfile.wheels import require_compiled_wheels
+from gpurl_tasks.dockerfile.wheels import prebuilt_wheel_names, require_compiled_wheels
 from gpurl_tasks.errors import BuildError, ExitCode
 from gpurl_tasks.local import actions, builder
 from gpurl_tasks.local.attest import apt_command, attest_build
 from gpurl_tasks.local.builder import BuildResult
-from gpurl_tasks.local.compose_env import compose_commands
+from gpurl_tasks.local.compose_env import CompiledWheels, compose_commands
 from gpurl_tasks.local.composed import ComposedEnv
 from gpurl_tasks.local.engine import find_buildkit_client
 from gpurl_tasks.plan.model import Plan
@@ -32,7 +32,7 @@ from gpurl_tasks.rebuild.wheelhouse import check_source
 from gpurl_tasks.release.reuse import Reused, reuse_pushed
 from gpurl_tasks.release.verify import Report, report_json
 from gpurl_tasks.steps import Argv, DryRun, Step, StepRecord, Steps, dry_run_of
-from gpurl_tasks.writer.compiled import ENV_ARG
+from gpurl_tasks.writer.compiled import composed_build_args
 
 __all__ = [
     "DRY_RUN_CLIENT",
@@ -84,10 +84,15 @@ def build_steps(config: Config, *, git_sha: str, wheel_source: str | None = None
             composed.append(environment)
             return environment, line
 
+        # the compiled wheels' layer as the names the wheelhouse must hold (the run checks it)
+        compiled = CompiledWheels(wheelhouse=config.build.wheelhouse,
+                                  wheels=prebuilt_wheel_names(config)) \
+            if actions.writes_compiled(config, args) else None
         steps.append(Step("compose environment", compose_commands(
             config, planned, client=DRY_RUN_CLIENT, dockerfile=config.build.dockerfile,
-            context=config.root, build_args=args), compose))
-        shown_args[ENV_ARG] = f"{config.registry.image}@<composed digest>"
+            context=config.root, build_args=args, compiled=compiled), compose))
+        shown_args.update(composed_build_args(f"{config.registry.image}@<composed digest>",
+                                              compiled=compiled is not None))
     argv, reference, floating = builder.final_build(
         config, client=DRY_RUN_CLIENT, git_sha=git_sha, build_args=shown_args,
         push_floating=push_floating, no_cache=no_cache)

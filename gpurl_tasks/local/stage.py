@@ -20,17 +20,19 @@ import json
 import os
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpurl_tasks import proc
 from gpurl_tasks.errors import BuildError
 from gpurl_tasks.writer.blob import Blob
+from gpurl_tasks.writer.compiled import COMPILED_SLOT, WHEELS_TMP
 from gpurl_tasks.writer.orchestration import StagedSlice
 from gpurl_tasks.writer.records import Probe
 from gpurl_tasks.writer.staging import build_env_script, install_command, no_isolation_args
 
-__all__ = ["StageBuild", "StagedSlice", "probe_base", "stage_command", "stage_script",
-           "stage_slice"]
+__all__ = ["StageBuild", "StagedSlice", "compiled_command", "probe_base", "stage_command",
+           "stage_compiled", "stage_script", "stage_slice"]
 
 PACKAGE = Path(__file__).resolve().parent.parent  # gpurl_tasks, mounted read-only
 _MOUNT = "/gpurl"  # gpurl_tasks is at /gpurl/gpurl_tasks in the container
@@ -133,13 +135,46 @@ def stage_slice(client: str, *, image: str, slice_file: Path, dest: str, out_dir
                          hint="the package index must serve the slice's wheels; an sdist that builds "
                               "against another package needs it named in [tool.uv] "
                               "no-build-isolation-package or extra-build-dependencies")
+    return _staged(done, f"slice {name}", out_dir / output, start)
+
+
+def compiled_command(client: str, *, image: str, wheelhouse: Path, wheels: Sequence[str],
+                     out_dir: Path, venv: str, level: int) -> list[str]:
+    """The `docker run` that writes the compiled wheels' layer (the layer tool's `compiled`,
+    the cluster job's own install) into `out_dir/compiled-wheels.tar.gz` (pure, for tests)."""
+    write = ["python3", "-B", "-m", "gpurl_tasks.writer.tool", "compiled", WHEELS_TMP, _OUT,
+             *(w for wheel in wheels for w in ("--wheel", wheel)), "--venv", venv,
+             "--level", str(level)]
+    script = " && ".join([shlex.join(write),
+                          f"chown {os.getuid()}:{os.getgid()} {_OUT}/{COMPILED_SLOT}.tar.gz"])
+    return [*_tool_run(client, image, *_volume(wheelhouse, WHEELS_TMP, ":ro"),
+                       *_volume(out_dir, _OUT)), "sh", "-c", script]
+
+
+def stage_compiled(client: str, *, image: str, wheelhouse: Path, wheels: Sequence[str],
+                   out_dir: Path, venv: str, level: int) -> StagedSlice:
+    """Write the compiled wheels' layer in a container of env-base, into `out_dir`."""
+    start = time.monotonic()
+    done = proc.run_quiet(compiled_command(client, image=image, wheelhouse=wheelhouse.resolve(),
+                                           wheels=wheels, out_dir=out_dir.resolve(), venv=venv,
+                                           level=level), check=False, timeout=3600)
+    if done.returncode != 0:
+        raise BuildError(f"writing the compiled wheels' layer failed: "
+                         f"{proc.tail(done.stderr, 6)}",
+                         hint="the wheels must install into env-base's venv "
+                              "(`invoke check-wheels` checks them against the pins)")
+    return _staged(done, "the compiled wheels", out_dir / f"{COMPILED_SLOT}.tar.gz", start)
+
+
+def _staged(done: proc.Completed, what: str, path: Path,
+            start: float) -> StagedSlice:
+    """The layer the writer wrote at `path`, from the Blob it printed last."""
     try:
         said = json.loads(done.stdout.strip().splitlines()[-1])
         blob = Blob(digest=said["digest"], diff_id=said["diff_id"], size=int(said["size"]))
     except (ValueError, KeyError, IndexError):
-        raise BuildError(f"the layer writer for slice {name} printed no blob: "
+        raise BuildError(f"the layer writer for {what} printed no blob: "
                          f"{proc.tail(done.stdout, 3)}",
-                         hint="the slice's log says why the writer failed; "
-                              "fix it and write the slices again") from None
-    return StagedSlice(path=out_dir / output, blob=blob, seconds=time.monotonic() - start,
-                       log=done.stderr)
+                         hint="the log says why the writer failed; "
+                              "fix it and write the layers again") from None
+    return StagedSlice(path=path, blob=blob, seconds=time.monotonic() - start, log=done.stderr)

@@ -8,11 +8,13 @@ what it holds (the wheels' MANIFEST, which records each wheel's sha256 and the A
 the wheels' names) like a slice is, so a bump reuses it. The layer is what the Dockerfile's
 compiled stage lays out: the wheels installed into the venv (no wheel file) and the MANIFEST.
 
-The job writes it when the prebuilt wheels are fetched before the build (`start admit`);
-wheels compiled by the build itself (WHEEL_SOURCE=wheel-builder) exist only inside it, and
-the Dockerfile's stage installs them as before. The final build takes the composed
-environment with `COMPILED_SOURCE=env`: the rl stage is then FROM it, not FROM the stage that
-copies the tree (dockerfile/recipe.py).
+Both paths write it when the wheels are prebuilt: the cluster job after fetching them
+(`start admit`), the local path from build.wheelhouse in a container of env-base (the layer
+tool's `compiled`, local/stage.py), each through writer/job.py's write_compiled_layer. Wheels
+compiled by the build itself (WHEEL_SOURCE=wheel-builder) exist only inside it, and the
+Dockerfile's stage installs them as before. The final build takes the composed environment
+with `COMPILED_SOURCE=env`: the rl stage is then FROM it, not FROM the stage that copies the
+tree (dockerfile/recipe.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pathlib import Path
 from gpurl_tasks.writer.blob import WRITER_VERSION
 
 __all__ = ["COMPILED_ARG", "COMPILED_IN_ENV", "COMPILED_SLOT", "ENV_ARG", "WHEELS_MANIFEST", "WHEELS_TMP",
-           "compiled_build_args", "compiled_history", "lay_out_manifest", "wheels_install_command"]
+           "compiled_build_args", "compiled_history", "composed_build_args", "lay_out_manifest",
+           "wheels_install_command"]
 
 COMPILED_SLOT = "compiled-wheels"  # its name in the job's log, and its cache tag's label
 WHEELS_MANIFEST = "/etc/gpurl/provenance/wheels.MANIFEST"  # the MANIFEST, in the image
@@ -57,8 +60,13 @@ def lay_out_manifest(manifest: Path, tree: Path) -> None:
     shutil.copyfile(manifest, target)
 
 
+def composed_build_args(environment: str, *, compiled: bool) -> dict[str, str]:
+    """The final build's args for a composed environment: the environment, and when it holds
+    the compiled layer, the rl stage FROM it (both paths)."""
+    return {ENV_ARG: environment, **({COMPILED_ARG: COMPILED_IN_ENV} if compiled else {})}
+
+
 def compiled_build_args(environment: str, *, compiled: bool) -> list[str]:
-    """The final build's args for a composed environment (`NAME=value`, one per line of the
-    job's env-args file): the environment, and when it holds the compiled layer, the rl
-    stage FROM it."""
-    return [f"{ENV_ARG}={environment}", *([f"{COMPILED_ARG}={COMPILED_IN_ENV}"] if compiled else [])]
+    """composed_build_args as `NAME=value` lines of the job's env-args file."""
+    return [f"{name}={value}"
+            for name, value in composed_build_args(environment, compiled=compiled).items()]

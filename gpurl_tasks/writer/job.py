@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpurl_tasks.writer.blob import LayerError, compressor, write_layer
@@ -43,8 +43,8 @@ from gpurl_tasks.writer.records import IndexLine, Probe, read_index, slice_key, 
 from gpurl_tasks.writer.retry import RetryRules
 from gpurl_tasks.writer.staging import build_env_command, build_env_path, install_command
 
-__all__ = ["CompiledWheels", "JobInputs", "compiled_slot", "compiled_stager", "compose_in_job",
-           "outcome_line", "run_compose_env", "stager"]
+__all__ = ["CompiledWheels", "JobInputs", "compiled_slot", "compiled_stager", "compiled_wheels_slot",
+           "compose_in_job", "outcome_line", "run_compose_env", "stager", "write_compiled_layer"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -149,40 +149,53 @@ def stager(inputs: JobInputs, lines: dict[str, IndexLine], slices: Path
 
 
 def compiled_slot(inputs: JobInputs, compiled: CompiledWheels, found: Probe) -> Slot:
-    """The compiled layer's slot: its key is a slice's, over the MANIFEST's bytes (each
-    wheel's sha256 and the ABI key) and the install naming each wheel."""
-    created_by = compiled_history(compiled.wheels, inputs.venv)
+    """The compiled layer's slot in the job (compiled_wheels_slot)."""
+    return compiled_wheels_slot(compiled.wheelhouse, compiled.wheels, venv=inputs.venv,
+                                level=inputs.level, found=found)
+
+
+def compiled_wheels_slot(wheelhouse: Path, wheels: Sequence[str], *, venv: str, level: int,
+                         found: Probe) -> Slot:
+    """The compiled layer's slot, on either path: its key is a slice's, over the MANIFEST's
+    bytes (each wheel's sha256 and the ABI key) and the install naming each wheel."""
+    created_by = compiled_history(wheels, venv)
     try:
-        manifest = (compiled.wheelhouse / "MANIFEST").read_bytes()
+        manifest = (wheelhouse / "MANIFEST").read_bytes()
     except OSError as exc:
         raise ComposeError(f"the compiled wheels' MANIFEST cannot be read: {exc}") from None
     tag = slice_key(label=COMPILED_SLOT, slice_text=manifest, created_by=created_by,
-                    python=found.python, venv=inputs.venv, uv=found.uv,
-                    compressor=compressor(inputs.level, found.zlib), arch=found.machine)
+                    python=found.python, venv=venv, uv=found.uv,
+                    compressor=compressor(level, found.zlib), arch=found.machine)
     return Slot(name=COMPILED_SLOT, tag=tag, created_by=created_by)
 
 
 def compiled_stager(inputs: JobInputs, compiled: CompiledWheels, slices: Path
                     ) -> Callable[[Slot], StagedSlice]:
-    """Stage the compiled layer: the wheels installed into the venv's place in a tree laid
-    out as the image's root, their MANIFEST beside, written as one layer."""
+    """Stage the compiled layer in the job (write_compiled_layer)."""
     def stage(slot: Slot) -> StagedSlice:
-        start = time.monotonic()
-        scratch = slices / slot.name
-        log = slices / f"{slot.name}.log"
-        log.write_text("")
-        tree = scratch / "tree"
-        venv_tree = tree / inputs.venv.strip("/")
-        wheels = [str(compiled.wheelhouse / name) for name in compiled.wheels]
-        if not _run(wheels_install_command(prefix=str(venv_tree), venv=inputs.venv,
-                                           wheels=wheels), log):
-            raise ComposeError(f"installing the compiled wheels failed: {_tail(log, 5)}")
-        (venv_tree / ".lock").unlink(missing_ok=True)  # uv's lock of the prefix
-        lay_out_manifest(compiled.wheelhouse / "MANIFEST", tree)
-        return _written(tree, slices / f"{slot.name}.tar.gz", "the compiled layer", prefix="",
-                        level=inputs.level, start=start, log=log)
+        return write_compiled_layer(compiled.wheelhouse, compiled.wheels, venv=inputs.venv,
+                                    work=slices, name=slot.name, level=inputs.level)
 
     return stage
+
+
+def write_compiled_layer(wheelhouse: Path, wheels: Sequence[str], *, venv: str, work: Path,
+                         name: str, level: int) -> StagedSlice:
+    """The compiled layer, on either path (the job; the local path's staging container, through
+    the layer tool): the wheels installed into the venv's place in a tree laid out as the
+    image's root, their MANIFEST beside, written as one layer `work/<name>.tar.gz`."""
+    start = time.monotonic()
+    log = work / f"{name}.log"
+    log.write_text("")
+    tree = work / name / "tree"
+    venv_tree = tree / venv.strip("/")
+    paths = [str(wheelhouse / wheel) for wheel in wheels]
+    if not _run(wheels_install_command(prefix=str(venv_tree), venv=venv, wheels=paths), log):
+        raise ComposeError(f"installing the compiled wheels failed: {_tail(log, 5)}")
+    (venv_tree / ".lock").unlink(missing_ok=True)  # uv's lock of the prefix
+    lay_out_manifest(wheelhouse / "MANIFEST", tree)
+    return _written(tree, work / f"{name}.tar.gz", "the compiled layer", prefix="",
+                    level=level, start=start, log=log)
 
 
 def compose_in_job(inputs: JobInputs, say: Callable[[str], None]) -> str:

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpurl_tasks.writer.blob import LayerError, compressor, write_layer
+from gpurl_tasks.writer.compiled import COMPILED_SLOT
 from gpurl_tasks.writer.composition import compose, record_of_image
-from gpurl_tasks.writer.job import CompiledWheels, JobInputs, run_compose_env
+from gpurl_tasks.writer.job import CompiledWheels, JobInputs, run_compose_env, write_compiled_layer
+from gpurl_tasks.writer.orchestration import ComposeError
 from gpurl_tasks.writer.probe import probe
 from gpurl_tasks.writer.records import (
     manifest_blobs,
@@ -63,6 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("--level", type=int, required=True)
     sub.add_parser("blobs", help="the blobs a manifest names (config, then layers)") \
         .add_argument("manifest", type=Path)
+    compiled = sub.add_parser("compiled", help=(
+        "the compiled wheels' layer (the wheels installed into the venv's place, their MANIFEST "
+        "beside) written as WORK/compiled-wheels.tar.gz; prints its Blob as JSON"))
+    compiled.add_argument("wheelhouse", type=Path, help="holds MANIFEST and each wheel")
+    compiled.add_argument("work", type=Path)
+    compiled.add_argument("--wheel", action="append", required=True,
+                          help="a compiled wheel's file name in the wheelhouse")
+    compiled.add_argument("--venv", required=True)
+    compiled.add_argument("--level", type=int, required=True)
     env = sub.add_parser("compose-env", help=(
         "the cluster job's composition: the slices the cache lacks staged with uv, written and "
         "recorded, the environment composed and pushed with crane ($WORK/crane); its "
@@ -102,6 +113,10 @@ def _run(args: argparse.Namespace) -> str:
         return "\n".join(f"{name} {tag}" for name, tag in slice_keys(
             args.index, args.context, venv=args.venv, level=args.level,
             found=probe(args.venv)))
+    if args.command == "compiled":
+        staged = write_compiled_layer(args.wheelhouse, args.wheel, venv=args.venv,
+                                      work=args.work, name=COMPILED_SLOT, level=args.level)
+        return json.dumps({**staged.blob.to_json(), "compressor": compressor(args.level)})
     if args.command == "blobs":
         return "\n".join(manifest_blobs(read_document(args.manifest, "the manifest")))
     manifest = read_document(args.base_manifest, "env-base's manifest")
@@ -129,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _compose_env(args)
     try:
         said = _run(args)
-    except (LayerError, OSError) as exc:
+    except (LayerError, ComposeError, OSError) as exc:
         sys.stderr.write(f"gpurl-layer: {exc}\n")
         return 2
     sys.stdout.write(said + "\n")
