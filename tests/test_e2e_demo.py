@@ -422,9 +422,11 @@ def test_a_small_bump_rebuilds_only_the_slice_it_lands_in(tree: Path, first: dic
     compiled wheels' layer too."""
     done = invoke(tree, "fill-index", "--profile", "demo", "--pins", BUMPED)
     assert done.returncode == 0, done.stderr
-    # the baseline is built right here: the engine's cache may have evicted older builds
+    # the baseline is built right here: the engine's cache may have evicted older builds;
+    # both builds --force: an earlier run (another checkout's, on the shared registry) may
+    # have recorded these inputs, and its image was made by that checkout's code
     baseline = invoke(tree, "build", "--backend", "local", "--profile", "demo",
-                      "--wheel-source", "prebuilt-wheelhouse", "--json")
+                      "--wheel-source", "prebuilt-wheelhouse", "--json", "--force")
     assert baseline.returncode == 0, baseline.stderr[-3000:]
     relock(tree, ('dependencies = [', f'dependencies = [\n  "{BUMPED}",'),
             upgrade=BUMPED.split("==")[0])
@@ -435,7 +437,7 @@ def test_a_small_bump_rebuilds_only_the_slice_it_lands_in(tree: Path, first: dic
     assert len(edited) == 1, edited
     changed = edited
     built = invoke(tree, "build", "--backend", "local", "--profile", "demo",
-                   "--wheel-source", "prebuilt-wheelhouse", "--json")
+                   "--wheel-source", "prebuilt-wheelhouse", "--json", "--force")
     assert built.returncode == 0, built.stderr[-3000:]
     before = _layers(tree, json.loads(baseline.stdout)["reference"])
     after = _layers(tree, json.loads(built.stdout)["reference"])
