@@ -258,7 +258,7 @@ def compose_at_registry(registry: RegistryClient, *, cache: ImageRef, target: Im
                                                                  digest=None))
 
     def staged(slot: Slot) -> StagedSlice:
-        done = compiled.stage() if compiled is not None and slot is compiled.slot \
+        done = compiled.stage() if compiled is not None and slot.name == compiled.slot.name \
             else stage(by_name[slot.name])
         _write_log(log_dir, slot.name, done)
         return done
