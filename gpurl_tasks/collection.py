@@ -92,7 +92,8 @@ def lock_post_install(c: Context, profile: str | None = None, variant: str | Non
     uv resolves the requirements against the lock's set, for the image's Python and platform,
     with hashes; generate installs the pins as the plan's last slice, so their dependencies
     never drift between builds and a lock bump reuses their layer. The pins go stale when the
-    requirements, the target or the index move, or the lock comes to hold a pinned package."""
+    requirements, the target or the index move, the lock comes to hold a pinned package, or it
+    drops a post-install the pins left to it."""
     from gpurl_tasks.plan.profile import lock_post_install as resolve_pins
     return resolve_pins(cli.variant_configs(profile, variant), check=check, dry_run=dry_run,
                         upgrade=upgrade, say=cli.say)

@@ -43,8 +43,8 @@ from gpurl_tasks.writer.records import IndexLine, Probe, read_index, slice_key, 
 from gpurl_tasks.writer.retry import RetryRules
 from gpurl_tasks.writer.staging import build_env_command, build_env_path, install_command
 
-__all__ = ["CompiledWheels", "JobInputs", "compiled_slot", "compiled_stager", "compiled_wheels_slot",
-           "compose_in_job", "outcome_line", "run_compose_env", "stager", "write_compiled_layer"]
+__all__ = ["CompiledWheels", "JobInputs", "compiled_wheels_slot", "compose_in_job", "outcome_line",
+           "run_compose_env", "stager", "write_compiled_layer"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -148,12 +148,6 @@ def stager(inputs: JobInputs, lines: dict[str, IndexLine], slices: Path
     return stage
 
 
-def compiled_slot(inputs: JobInputs, compiled: CompiledWheels, found: Probe) -> Slot:
-    """The compiled layer's slot in the job (compiled_wheels_slot)."""
-    return compiled_wheels_slot(compiled.wheelhouse, compiled.wheels, venv=inputs.venv,
-                                level=inputs.level, found=found)
-
-
 def compiled_wheels_slot(wheelhouse: Path, wheels: Sequence[str], *, venv: str, level: int,
                          found: Probe) -> Slot:
     """The compiled layer's slot, on either path: its key is a slice's, over the MANIFEST's
@@ -167,16 +161,6 @@ def compiled_wheels_slot(wheelhouse: Path, wheels: Sequence[str], *, venv: str, 
                     python=found.python, venv=venv, uv=found.uv,
                     compressor=compressor(level, found.zlib), arch=found.machine)
     return Slot(name=COMPILED_SLOT, tag=tag, created_by=created_by)
-
-
-def compiled_stager(inputs: JobInputs, compiled: CompiledWheels, slices: Path
-                    ) -> Callable[[Slot], StagedSlice]:
-    """Stage the compiled layer in the job (write_compiled_layer)."""
-    def stage(slot: Slot) -> StagedSlice:
-        return write_compiled_layer(compiled.wheelhouse, compiled.wheels, venv=inputs.venv,
-                                    work=slices, name=slot.name, level=inputs.level)
-
-    return stage
 
 
 def write_compiled_layer(wheelhouse: Path, wheels: Sequence[str], *, venv: str, work: Path,
@@ -216,8 +200,12 @@ def compose_in_job(inputs: JobInputs, say: Callable[[str], None]) -> str:
     stage_slice = stager(inputs, lines, slices)
     stages: dict[str, Callable[[Slot], StagedSlice]] = {}
     if inputs.compiled is not None:
-        wanted.append(compiled_slot(inputs, inputs.compiled, found))
-        stages[COMPILED_SLOT] = compiled_stager(inputs, inputs.compiled, slices)
+        prebuilt = inputs.compiled
+        wanted.append(compiled_wheels_slot(prebuilt.wheelhouse, prebuilt.wheels,
+                                           venv=inputs.venv, level=inputs.level, found=found))
+        stages[COMPILED_SLOT] = lambda slot: write_compiled_layer(
+            prebuilt.wheelhouse, prebuilt.wheels, venv=inputs.venv, work=slices, name=slot.name,
+            level=inputs.level)
     composed = compose_env(crane, base=base, wanted=wanted,
                            stage=lambda slot: stages.get(slot.name, stage_slice)(slot),
                            report=lambda outcome: say(outcome_line(outcome)))
